@@ -1,0 +1,224 @@
+//! The catalog of stable error and finding codes: one place, walked by a test.
+//!
+//! A code never changes meaning once shipped. Every code has a status (the HTTP status it maps
+//! to, or 0 for offline-only codes), a one-line title and a fix. Its documentation id is
+//! `docs/errors.md#<code>`; `docs/errors.md` is generated from this table.
+
+/// One entry of the catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodeInfo {
+    /// The stable code, `family.name`.
+    pub code: &'static str,
+    /// The HTTP status the code maps to; 0 when it only appears offline (config, lint).
+    pub status: u16,
+    /// What the code means, in one line.
+    pub title: &'static str,
+    /// How to fix it, in one line.
+    pub fix: &'static str,
+}
+
+macro_rules! catalog {
+    ($($ident:ident = $code:literal, $status:literal, $title:literal, $fix:literal;)*) => {
+        $(
+            #[doc = $title]
+            pub const $ident: &str = $code;
+        )*
+        /// Every code, in catalog order.
+        pub const CATALOG: &[CodeInfo] = &[
+            $(CodeInfo { code: $code, status: $status, title: $title, fix: $fix },)*
+        ];
+    };
+}
+
+catalog! {
+    OP_NOT_ENABLED = "op.not_enabled", 404,
+        "the op does not exist or is not enabled for this caller",
+        "check the id with `corral describe --effective`; add an allow rule that names it";
+    OP_INVALID_ID = "op.invalid_id", 400,
+        "the op id is not a valid dotted id",
+        "use 1-128 characters of letters, digits, `_`, `-` and `.`";
+    POLICY_DENIED = "policy.denied", 403,
+        "a deny rule matched this call",
+        "remove or narrow the deny rule named in the error, or call with other arguments";
+    POLICY_NOT_PERMITTED = "policy.not_permitted", 403,
+        "no allow rule covers these arguments",
+        "widen the scope of the closest rule named in the error, or call inside it";
+    POLICY_SCOPE_REQUIRED = "policy.scope_required", 403,
+        "an allow rule mounts an op that takes a path, command or url without that scope",
+        "add `paths:`, `commands:` or `urls:` to the rule";
+    POLICY_PATH_OUTSIDE_SCOPE = "policy.path_outside_scope", 403,
+        "the path is outside every root of the scope",
+        "call with a path under one of the roots, or add a root";
+    POLICY_PATH_DENIED = "policy.path_denied", 403,
+        "the path matches a deny pattern or a protected location",
+        "call with another path; /proc, /sys, /dev and the state directory are always denied";
+    POLICY_PATH_INVALID = "policy.path_invalid", 403,
+        "the path argument cannot be checked (empty, NUL byte, or not absolute after anchoring)",
+        "pass a plain absolute path, or a path relative to the first root";
+    POLICY_READONLY = "policy.readonly", 403,
+        "the scope is read-only and the op writes or deletes",
+        "set `readonly: false` on the scope, or use a read op";
+    POLICY_COMMAND_NOT_ALLOWED = "policy.command_not_allowed", 403,
+        "the argv matches no allow pattern of the command scope",
+        "add a pattern that pins the arguments, e.g. `pytest tests/...`";
+    POLICY_COMMAND_DENIED = "policy.command_denied", 403,
+        "the argv matches a deny pattern",
+        "call another command; deny patterns beat allow patterns";
+    POLICY_SHELL_NOT_ALLOWED = "policy.shell_not_allowed", 403,
+        "the call asks for a shell and the scope has `shell: false`",
+        "pass `argv` instead of a shell command line";
+    POLICY_CWD_OUTSIDE_SCOPE = "policy.cwd_outside_scope", 403,
+        "the working directory is outside the command scope",
+        "omit `cwd` (the scope's cwd is used) or pass one under it";
+    POLICY_URL_NOT_ALLOWED = "policy.url_not_allowed", 403,
+        "the url's scheme, host, port or path is outside the url scope",
+        "call a url the scope lists, or add its host to `urls.hosts`";
+    POLICY_URL_DENIED = "policy.url_denied", 403,
+        "the url matches a deny rule",
+        "call another url";
+    POLICY_PRIVATE_ADDRESS = "policy.private_address", 403,
+        "the url points at a loopback, private, link-local or otherwise internal address",
+        "call a public address; `block_private: false` lifts this and is a lint error";
+    POLICY_ARG_INVALID = "policy.arg_invalid", 403,
+        "an argument the scope checks is missing or malformed, so the check fails closed",
+        "pass the argument in the form the op describes";
+    POLICY_HOOK_DENIED = "policy.hook_denied", 403,
+        "the authorize hook denied the call",
+        "see the hook's reason";
+    POLICY_HOOK_FAILED = "policy.hook_failed", 403,
+        "the authorize hook failed or panicked, so the call is denied",
+        "fix the hook; a failing check always denies";
+    ARGS_MISSING = "args.missing", 400,
+        "a required argument is missing",
+        "pass the argument; `corral describe` lists each op's parameters";
+    ARGS_INVALID = "args.invalid", 400,
+        "an argument has the wrong type or form",
+        "pass the type `corral describe` gives for the parameter";
+    ARGS_UNKNOWN = "args.unknown", 400,
+        "the op has no parameter of this name",
+        "remove the argument or fix its name";
+    CONFIG_PARSE = "config.parse", 0,
+        "the config file is not valid YAML or JSON",
+        "fix the syntax at the position shown";
+    CONFIG_IO = "config.io", 0,
+        "the config file cannot be read or written",
+        "check the path and its permissions";
+    CONFIG_VERSION = "config.version", 0,
+        "the config has no `version: 1`",
+        "add `version: 1` at the top";
+    CONFIG_UNKNOWN_KEY = "config.unknown_key", 0,
+        "the config has a key corral does not know",
+        "fix the key's spelling or remove it";
+    CONFIG_MISSING_KEY = "config.missing_key", 0,
+        "a required key is missing",
+        "add the key";
+    CONFIG_INVALID_VALUE = "config.invalid_value", 0,
+        "a value has the wrong type or form",
+        "write the value in the form the message gives";
+    CONFIG_UNKNOWN_OP = "config.unknown_op", 0,
+        "a selector names an op that does not exist",
+        "use an id from `corral describe`";
+    CONFIG_UNKNOWN_PRESET = "config.unknown_preset", 0,
+        "the preset name is not known",
+        "use one of the presets `corral init --help` lists";
+    CONFIG_INVALID_SELECTOR = "config.invalid_selector", 0,
+        "a selector is not of a known form",
+        "write an op id, `ns.*`, `ns.**`, `group:NAME`, `effect:E`, `tier:T` or `*`";
+    CONFIG_INVALID_PRINCIPAL = "config.invalid_principal", 0,
+        "a principal selector is not of a known form",
+        "write `id:NAME`, `role:NAME`, `kind:human|delegated|service` or `*`";
+    CONFIG_INVALID_SIZE = "config.invalid_size", 0,
+        "a size is not of the form `10MB` or `10MiB`",
+        "write an integer and a unit: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB";
+    CONFIG_INVALID_DURATION = "config.invalid_duration", 0,
+        "a duration is not of the form `90s` or `5m`",
+        "write an integer and a unit: ms, s, m, h";
+    CONFIG_INVALID_RATE = "config.invalid_rate", 0,
+        "a rate is not of the form `10/min`",
+        "write a positive integer, `/` and a unit: s, sec, min, h, hour, day";
+    CONFIG_INVALID_SCOPE = "config.invalid_scope", 0,
+        "a scope is malformed (a root that is `/`, relative or has globs; a bad pattern)",
+        "fix the scope as the message says";
+    CONFIG_INLINE_SECRET = "config.inline_secret", 0,
+        "the config holds a secret value",
+        "put the secret in an environment variable and name it with `token_env`";
+    CONFIG_TOKEN_ENV_UNSET = "config.token_env_unset", 0,
+        "a `token_env` names a variable that is unset or empty",
+        "export the variable before starting corral";
+    CONFIG_TOKEN_TOO_SHORT = "config.token_too_short", 0,
+        "a token secret is shorter than 16 characters",
+        "use a longer secret, e.g. `openssl rand -hex 24`";
+    CONFIG_INVALID_OP = "config.invalid_op", 0,
+        "a custom op is malformed (reserved namespace, duplicate id, bad param, lowered tier)",
+        "fix the custom op as the message says";
+    CONFIG_UNSAFE_REQUIRED = "config.unsafe_required", 0,
+        "the setting disables a protection and needs `unsafe: true`",
+        "do not; if you must, add `unsafe: true` next to it (it stays a lint error)";
+    LINT_ALLOW_ALL = "lint.allow_all", 0,
+        "a rule allows `*` outside the full_access preset",
+        "list the ops or groups the caller needs";
+    LINT_MATCHES_NOTHING = "lint.matches_nothing", 0,
+        "a selector matches no op",
+        "fix the selector or remove it";
+    LINT_SHADOWED_RULE = "lint.shadowed_rule", 0,
+        "a rule can never decide a call: an earlier rule always decides first",
+        "remove the rule or move it before the rule that shadows it";
+    LINT_WRITABLE_SCRIPT = "lint.writable_script", 0,
+        "a command runs a file that callers may write",
+        "make the file's directory read-only for callers or run a file outside their scope";
+    LINT_ROOT_IS_SLASH = "lint.root_is_slash", 0,
+        "a path scope has `/` as a root",
+        "use the directory the caller needs, e.g. `/workspace`";
+    LINT_SYMLINKS_FOLLOW = "lint.symlinks_follow", 0,
+        "a path scope follows symlinks out of its roots",
+        "use `symlinks: within` (the default) or `deny`";
+    LINT_SHELL = "lint.shell", 0,
+        "a command scope enables the shell",
+        "remove `shell: true` and allow argv patterns";
+    LINT_ESCAPE_CAPABLE_COMMAND = "lint.escape_capable_command", 0,
+        "an interpreter or an escape-capable tool is allowed with free arguments",
+        "pin its arguments (`python3 /workspace/grade.py`) or use a custom op with a fixed argv";
+    LINT_PATH_WITHOUT_CWD = "lint.path_without_cwd", 0,
+        "a `{path}` pattern has no cwd to jail it",
+        "set `cwd:` on the command scope";
+    LINT_UNDECLARED_PATH_PARAM = "lint.undeclared_path_param", 0,
+        "a custom op takes a path-like parameter that is not typed `path`",
+        "declare it `type: path` with a `root:`";
+    LINT_CUSTOM_OP_WITHOUT_EFFECTS = "lint.custom_op_without_effects", 0,
+        "a custom op declares no effects, so it is treated as admin and explicit-only",
+        "declare `effects:`, e.g. `[exec]`";
+    LINT_OPEN_MODE = "lint.open_mode", 0,
+        "no auth tokens are configured: any local process can call the server",
+        "add `auth.tokens`; open mode is refused when exec or admin ops are mounted";
+    LINT_UNREACHABLE_PRINCIPAL = "lint.unreachable_principal", 0,
+        "a principal selector names an id or role no token produces",
+        "fix the selector or add a token with that id or role";
+    LINT_LITERAL_SECRET = "lint.literal_secret", 0,
+        "a value looks like a secret written into the config",
+        "move it to an environment variable";
+    LINT_MUTATING_NAME = "lint.mutating_name", 0,
+        "an op whose name carries a mutating verb declares only `read` effects",
+        "declare its real effects, or list it under `state_only:` with a reason";
+    LINT_STALE_STATE_ONLY = "lint.stale_state_only", 0,
+        "a `state_only:` entry names an op that no longer needs it",
+        "remove the entry";
+    LINT_UNMOUNTED_CUSTOM_OP = "lint.unmounted_custom_op", 0,
+        "a custom op is defined but no rule mounts it",
+        "allow it by its exact id, or remove it";
+    LINT_BLOCK_PRIVATE_OFF = "lint.block_private_off", 0,
+        "a url scope lets calls reach private and loopback addresses",
+        "remove `block_private: false`";
+    LINT_FULL_ACCESS = "lint.full_access", 0,
+        "the full_access preset (or an `unsafe: true` scope) is in use",
+        "use a narrower preset such as workspace_jail";
+}
+
+/// Looks a code up in the catalog.
+pub fn lookup(code: &str) -> Option<&'static CodeInfo> {
+    CATALOG.iter().find(|c| c.code == code)
+}
+
+/// The documentation id of a code.
+pub fn doc_id(code: &str) -> String {
+    format!("docs/errors.md#{code}")
+}

@@ -1,0 +1,863 @@
+//! The decision engine: default deny, deny beats allow, a failing check denies.
+//!
+//! `Engine::new` indexes, per op, the rules whose selectors reach it, so a decision looks only at
+//! those. `decide` runs without building a trace; `explain` runs the same code with a tracer.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::codes;
+use crate::decision::{Allowed, Candidate, Decision, Explanation, RuleRef, TraceOutcome, TraceStep};
+use crate::hook::{HookCtx, HookOutcome, run_hook};
+use crate::limits::Limits;
+use crate::op::{Catalog, OpSpec, ParamKind, ScopeKind};
+use crate::principal::Principal;
+use crate::request::{ArgValue, Request};
+use crate::rule::{Policy, Rule, RuleEffect};
+use crate::scope::path::{NormPath, PathScope, PathScopeSpec, is_protected, normalize};
+use crate::scope::{CommandRefusal, PathRefusal, SymlinkMode, UrlRefusal};
+
+const HEALTH_OP: &str = "core.health";
+
+struct OpIndex {
+    spec: OpSpec,
+    /// Deny rules whose selectors reach the op (explicit-only does not shield from a deny).
+    deny: Vec<usize>,
+    /// Allow rules that mount the op.
+    allow: Vec<usize>,
+    /// For each path param: the op's own root (custom ops), compiled; `Err` if it cannot be.
+    own_roots: Vec<Option<Result<PathScope, ()>>>,
+}
+
+/// A compiled policy over a catalog. Cheap to share (`Arc` it); decisions take `&self`.
+pub struct Engine {
+    catalog: Catalog,
+    policy: Policy,
+    protected: Vec<Vec<String>>,
+    index: HashMap<String, OpIndex>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("ops", &self.catalog.len())
+            .field("rules", &self.policy.rules.len())
+            .finish()
+    }
+}
+
+/// Arguments of one call, extracted once by parameter kind.
+struct Prepared<'a> {
+    /// Path params: name, raw value (None if missing and required), pre-normalized if absolute.
+    paths: Vec<PathArg<'a>>,
+    /// Whether the op takes a command.
+    takes_command: bool,
+    /// The argv, when the op takes a command and it could be read.
+    argv: Option<Cow<'a, [String]>>,
+    cwd: Option<&'a str>,
+    shell: bool,
+    /// Whether the op takes a url.
+    takes_url: bool,
+    url: Option<&'a str>,
+}
+
+struct PathArg<'a> {
+    name: &'a str,
+    raw: Option<&'a str>,
+    abs: Option<NormPath<'a>>,
+    param_index: usize,
+}
+
+/// Why an allow rule did not admit the call. Cheap to build; rendered only when shown.
+#[derive(Debug, Clone, Copy)]
+enum Failure {
+    ScopeRequired(ScopeKind),
+    PathMissing(usize),
+    Path(usize, PathRefusal),
+    Protected(usize),
+    OwnRoot(usize),
+    Readonly,
+    ArgvInvalid,
+    Command(CommandRefusal),
+    UrlMissing,
+    Url(UrlRefusal),
+}
+
+impl Failure {
+    fn code(self) -> &'static str {
+        match self {
+            Failure::ScopeRequired(_) => codes::POLICY_SCOPE_REQUIRED,
+            Failure::PathMissing(_) | Failure::ArgvInvalid | Failure::UrlMissing => {
+                codes::POLICY_ARG_INVALID
+            }
+            Failure::Path(_, r) => r.code(),
+            Failure::Protected(_) => codes::POLICY_PATH_DENIED,
+            Failure::OwnRoot(_) => codes::POLICY_PATH_OUTSIDE_SCOPE,
+            Failure::Readonly => codes::POLICY_READONLY,
+            Failure::Command(r) => r.code(),
+            Failure::Url(r) => r.code(),
+        }
+    }
+
+    /// How far the call got into the rule: the candidate that got furthest is the closest.
+    fn depth(self) -> u8 {
+        match self {
+            Failure::ScopeRequired(_) => 0,
+            Failure::PathMissing(_) | Failure::ArgvInvalid | Failure::UrlMissing => 1,
+            Failure::Path(_, PathRefusal::Invalid | PathRefusal::OutsideRoots)
+            | Failure::OwnRoot(_)
+            | Failure::Command(CommandRefusal::NotAllowed)
+            | Failure::Url(UrlRefusal::NotAllowed | UrlRefusal::Invalid) => 2,
+            Failure::Path(_, PathRefusal::Denied)
+            | Failure::Protected(_)
+            | Failure::Command(CommandRefusal::Denied | CommandRefusal::Cwd | CommandRefusal::Shell)
+            | Failure::Url(UrlRefusal::Private) => 3,
+            Failure::Readonly => 4,
+        }
+    }
+
+    fn render(self, rule: &Rule, prep: &Prepared<'_>) -> String {
+        let path = |i: usize| {
+            prep.paths
+                .get(i)
+                .map(|p| (p.name, p.raw.unwrap_or("")))
+                .unwrap_or(("path", ""))
+        };
+        let roots = || {
+            rule.paths
+                .as_ref()
+                .map(|s| s.spec().roots.join(", "))
+                .unwrap_or_default()
+        };
+        match self {
+            Failure::ScopeRequired(k) => format!(
+                "the rule allows an op that takes a {} argument but has no `{}:` scope",
+                match k {
+                    ScopeKind::Paths => "path",
+                    ScopeKind::Commands => "command",
+                    ScopeKind::Urls => "url",
+                },
+                k.key()
+            ),
+            Failure::PathMissing(i) => format!("argument `{}` is missing", path(i).0),
+            Failure::Path(i, PathRefusal::Invalid) => {
+                let (n, v) = path(i);
+                format!("argument `{n}` = `{v}` is not a path that can be checked")
+            }
+            Failure::Path(i, PathRefusal::OutsideRoots) => {
+                let (n, v) = path(i);
+                format!("argument `{n}` = `{v}` is outside the roots [{}]", roots())
+            }
+            Failure::Path(i, PathRefusal::Denied) => {
+                let (n, v) = path(i);
+                let deny = rule
+                    .paths
+                    .as_ref()
+                    .map(|s| s.spec().deny.join(", "))
+                    .unwrap_or_default();
+                format!("argument `{n}` = `{v}` matches a deny pattern [{deny}]")
+            }
+            Failure::Protected(i) => {
+                let (n, v) = path(i);
+                format!(
+                    "argument `{n}` = `{v}` is in /proc, /sys, /dev or corral's state directory"
+                )
+            }
+            Failure::OwnRoot(i) => {
+                let (n, v) = path(i);
+                format!("argument `{n}` = `{v}` is outside the root the op declares")
+            }
+            Failure::Readonly => "the path scope is read-only and the op writes".to_owned(),
+            Failure::ArgvInvalid => {
+                "the command cannot be read as an argv (unbalanced quotes?)".to_owned()
+            }
+            Failure::Command(r) => {
+                let argv = prep.argv.as_deref().map(|a| a.join(" ")).unwrap_or_default();
+                let spec = rule.commands.as_ref().map(|c| c.spec());
+                match r {
+                    CommandRefusal::Shell => "the call asks for a shell; the scope has `shell: false`".to_owned(),
+                    CommandRefusal::Cwd => format!(
+                        "cwd `{}` is outside the scope's cwd `{}`",
+                        prep.cwd.unwrap_or(""),
+                        spec.and_then(|s| s.cwd.clone()).unwrap_or_else(|| "(none)".to_owned())
+                    ),
+                    CommandRefusal::Denied => format!(
+                        "argv `{argv}` matches a deny pattern [{}]",
+                        spec.map(|s| s.deny.join(", ")).unwrap_or_default()
+                    ),
+                    CommandRefusal::NotAllowed => format!(
+                        "argv `{argv}` matches none of [{}]",
+                        spec.map(|s| s.allow.join(", ")).unwrap_or_default()
+                    ),
+                }
+            }
+            Failure::UrlMissing => "argument `url` is missing".to_owned(),
+            Failure::Url(r) => {
+                let u = prep.url.unwrap_or("");
+                match r {
+                    UrlRefusal::Invalid => format!("url `{u}` cannot be checked (no host, or credentials in it)"),
+                    UrlRefusal::NotAllowed => format!(
+                        "url `{u}` is outside hosts [{}] (or its scheme, port or path is)",
+                        rule.urls.as_ref().map(|s| s.spec().hosts.join(", ")).unwrap_or_default()
+                    ),
+                    UrlRefusal::Private => format!("url `{u}` points at an internal address"),
+                }
+            }
+        }
+    }
+}
+
+trait Tracer {
+    const ON: bool;
+    fn outcome(&mut self, rule: usize, outcome: TraceOutcome);
+    fn note(&mut self, note: String);
+}
+
+struct NoTrace;
+
+impl Tracer for NoTrace {
+    const ON: bool = false;
+    fn outcome(&mut self, _: usize, _: TraceOutcome) {}
+    fn note(&mut self, _: String) {}
+}
+
+#[derive(Default)]
+struct FullTrace {
+    outcomes: HashMap<usize, TraceOutcome>,
+    notes: Vec<String>,
+}
+
+impl Tracer for FullTrace {
+    const ON: bool = true;
+    fn outcome(&mut self, rule: usize, outcome: TraceOutcome) {
+        self.outcomes.insert(rule, outcome);
+    }
+    fn note(&mut self, note: String) {
+        self.notes.push(note);
+    }
+}
+
+impl Engine {
+    /// Compiles a policy over a catalog.
+    pub fn new(catalog: Catalog, policy: Policy) -> Self {
+        let protected = policy
+            .protected
+            .iter()
+            .filter_map(|p| normalize(p).map(|v| v.into_iter().map(str::to_owned).collect()))
+            .collect();
+        let mut index = HashMap::with_capacity(catalog.len());
+        for spec in catalog.iter() {
+            let mut deny = Vec::new();
+            let mut allow = Vec::new();
+            for (i, r) in policy.rules.iter().enumerate() {
+                match r.effect {
+                    RuleEffect::Deny if r.selectors.iter().any(|s| s.reaches(spec)) => deny.push(i),
+                    RuleEffect::Allow if r.selectors.iter().any(|s| s.mounts(spec)) => allow.push(i),
+                    RuleEffect::Deny | RuleEffect::Allow => {}
+                }
+            }
+            let own_roots = spec
+                .params
+                .iter()
+                .filter_map(|p| match &p.kind {
+                    ParamKind::Path { root } => Some(root.as_ref().map(|r| {
+                        PathScope::compile(PathScopeSpec {
+                            roots: vec![r.clone()],
+                            ..PathScopeSpec::default()
+                        })
+                        .map_err(|_| ())
+                    })),
+                    _ => None,
+                })
+                .collect();
+            index.insert(
+                spec.id.to_string(),
+                OpIndex {
+                    spec: spec.clone(),
+                    deny,
+                    allow,
+                    own_roots,
+                },
+            );
+        }
+        Self {
+            catalog,
+            policy,
+            protected,
+            index,
+        }
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Decides a call.
+    pub fn decide(&self, req: &Request<'_>) -> Decision {
+        self.evaluate(req, &mut NoTrace)
+    }
+
+    /// Decides a call and explains why, naming every rule and what happened to it.
+    pub fn explain(&self, req: &Request<'_>) -> Explanation {
+        let mut t = FullTrace::default();
+        let decision = self.evaluate(req, &mut t);
+        let op = self.catalog.get(req.op);
+        let trace = self
+            .policy
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| TraceStep {
+                rule: RuleRef {
+                    index: i,
+                    name: r.name.clone(),
+                },
+                effect: r.effect,
+                outcome: t.outcomes.remove(&i).unwrap_or_else(|| {
+                    TraceOutcome::OpNotSelected(match op {
+                        None => format!("`{}` is not an op", req.op),
+                        Some(spec) if r.selectors.iter().any(|s| s.reaches(spec)) => format!(
+                            "`{}` is explicit-only: an allow mounts it only by its exact id",
+                            spec.id
+                        ),
+                        Some(spec) => format!(
+                            "selectors [{}] do not reach `{}`",
+                            r.selectors
+                                .iter()
+                                .map(ToString::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            spec.id
+                        ),
+                    })
+                }),
+            })
+            .collect();
+        Explanation {
+            decision,
+            trace,
+            notes: t.notes,
+        }
+    }
+
+    /// The ops `principal` may call at all (mounted, and not wholly denied), by id.
+    pub fn mounted_ops(&self, principal: &Principal) -> Vec<&OpSpec> {
+        self.catalog
+            .iter()
+            .filter(|spec| self.is_mounted(spec.id.as_str(), principal))
+            .collect()
+    }
+
+    /// Whether `op` is mounted for `principal` and not denied to them outright.
+    pub fn is_mounted(&self, op: &str, principal: &Principal) -> bool {
+        let Some(ix) = self.index.get(op) else {
+            return false;
+        };
+        let wholly_denied = ix.deny.iter().any(|&i| {
+            let r = &self.policy.rules[i];
+            !r.is_scoped() && r.reaches_principal(principal)
+        });
+        let mounted = op == HEALTH_OP
+            || ix
+                .allow
+                .iter()
+                .any(|&i| self.policy.rules[i].reaches_principal(principal));
+        mounted && !wholly_denied
+    }
+
+    /// The effective limits when `rule` decides for `spec` (global, rule, scopes).
+    fn limits_for(&self, rule: Option<&Rule>) -> Limits {
+        let mut l = self.policy.limits;
+        if let Some(r) = rule {
+            l = l.min(&r.limits);
+            if let Some(p) = &r.paths {
+                l = l.min(&Limits {
+                    max_bytes: p.spec().max_bytes,
+                    ..Limits::NONE
+                });
+            }
+            if let Some(c) = &r.commands {
+                l = l.min(&Limits {
+                    timeout: c.spec().timeout,
+                    max_output_bytes: c.spec().max_output_bytes,
+                    ..Limits::NONE
+                });
+            }
+        }
+        l
+    }
+
+    fn prepare<'a>(spec: &'a OpSpec, req: &Request<'a>) -> Prepared<'a> {
+        let args = req.args;
+        let mut p = Prepared {
+            paths: Vec::new(),
+            takes_command: false,
+            argv: None,
+            cwd: None,
+            shell: false,
+            takes_url: false,
+            url: None,
+        };
+        let mut path_index = 0;
+        for param in &spec.params {
+            match &param.kind {
+                ParamKind::Path { .. } => {
+                    let raw = match args.get(&param.name) {
+                        Some(ArgValue::Str(s)) => Some(s.as_str()),
+                        Some(_) => Some("\0"),
+                        None if param.required => None,
+                        None => Some("."),
+                    };
+                    p.paths.push(PathArg {
+                        name: &param.name,
+                        raw,
+                        abs: raw.and_then(NormPath::new),
+                        param_index: path_index,
+                    });
+                    path_index += 1;
+                }
+                ParamKind::Argv => {
+                    p.takes_command = true;
+                    if let Some(ArgValue::List(v)) = args.get(&param.name) {
+                        p.argv = Some(Cow::Borrowed(v.as_slice()));
+                    }
+                }
+                ParamKind::CommandLine => {
+                    p.takes_command = true;
+                    if let Some(ArgValue::Str(s)) = args.get(&param.name) {
+                        p.argv = shlex::split(s).map(Cow::Owned);
+                    }
+                }
+                ParamKind::Cwd => {
+                    p.takes_command = true;
+                    p.cwd = args.get_str(&param.name);
+                }
+                ParamKind::Url => {
+                    p.takes_url = true;
+                    p.url = args.get_str(&param.name);
+                }
+                ParamKind::Bool if param.name == "shell" => {
+                    p.shell = matches!(args.get("shell"), Some(ArgValue::Bool(true)));
+                }
+                ParamKind::Bool
+                | ParamKind::Int
+                | ParamKind::Word
+                | ParamKind::String
+                | ParamKind::Enum(_) => {}
+            }
+        }
+        p
+    }
+
+    /// Resolves path arg `i` for `scope`: the pre-normalized absolute form, or the relative
+    /// form anchored at the scope's first root.
+    fn resolve<'a>(
+        arg: &'a PathArg<'a>,
+        scope: &'a PathScope,
+        principal: &'a Principal,
+    ) -> Result<Cow<'a, NormPath<'a>>, PathRefusal> {
+        match (&arg.abs, arg.raw) {
+            (Some(abs), _) => Ok(Cow::Borrowed(abs)),
+            (None, Some(raw)) => scope.anchor(raw, principal).map(Cow::Owned),
+            (None, None) => Err(PathRefusal::Invalid),
+        }
+    }
+
+    /// Checks one allow rule's clauses against the call.
+    fn check_allow(&self, ix: &OpIndex, rule: &Rule, prep: &Prepared<'_>, principal: &Principal) -> Result<(), Failure> {
+        for kind in ix.spec.required_scopes() {
+            let present = match kind {
+                ScopeKind::Paths => rule.paths.is_some(),
+                ScopeKind::Commands => rule.commands.is_some(),
+                ScopeKind::Urls => rule.urls.is_some(),
+            };
+            if !present {
+                return Err(Failure::ScopeRequired(kind));
+            }
+        }
+        for (i, arg) in prep.paths.iter().enumerate() {
+            if arg.raw.is_none() {
+                return Err(Failure::PathMissing(i));
+            }
+            let own = ix.own_roots.get(arg.param_index).and_then(Option::as_ref);
+            let scope = match (&rule.paths, own) {
+                (Some(s), _) => s,
+                (None, Some(Ok(s))) => s,
+                (None, Some(Err(()))) => return Err(Failure::OwnRoot(i)),
+                (None, None) => return Err(Failure::ScopeRequired(ScopeKind::Paths)),
+            };
+            let path = Self::resolve(arg, scope, principal).map_err(|r| Failure::Path(i, r))?;
+            scope.admit(&path, principal).map_err(|r| Failure::Path(i, r))?;
+            if is_protected(&path.parts, &self.protected) {
+                return Err(Failure::Protected(i));
+            }
+            if let (Some(_), Some(Ok(own))) = (&rule.paths, own) {
+                own.admit(&path, principal).map_err(|_| Failure::OwnRoot(i))?;
+            }
+        }
+        if let Some(scope) = &rule.paths
+            && scope.spec().readonly
+            && ix.spec.effective_effects().mutates_files()
+        {
+            return Err(Failure::Readonly);
+        }
+        if prep.takes_command {
+            let argv = prep.argv.as_deref().ok_or(Failure::ArgvInvalid)?;
+            if let Some(scope) = &rule.commands {
+                scope
+                    .check(argv, prep.cwd, prep.shell)
+                    .map_err(Failure::Command)?;
+            }
+        }
+        if prep.takes_url {
+            let url = prep.url.ok_or(Failure::UrlMissing)?;
+            if let Some(scope) = &rule.urls {
+                scope.check(url).map_err(Failure::Url)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the grant of the deciding allow rule (its clauses already passed).
+    fn grant(&self, ix: &OpIndex, rule: Option<(usize, &Rule)>, prep: &Prepared<'_>, principal: &Principal) -> Allowed {
+        let mut paths = Vec::with_capacity(prep.paths.len());
+        let r = rule.map(|(_, r)| r);
+        for arg in &prep.paths {
+            let own = ix.own_roots.get(arg.param_index).and_then(Option::as_ref);
+            let scope = match (r.and_then(|r| r.paths.as_ref()), own) {
+                (Some(s), _) | (None, Some(Ok(s))) => s,
+                (None, Some(Err(()))) | (None, None) => continue,
+            };
+            if let Ok(path) = Self::resolve(arg, scope, principal)
+                && let Ok(root_len) = scope.admit(&path, principal)
+            {
+                paths.push((arg.name.to_owned(), path.jail(root_len)));
+            }
+        }
+        let command = match (r.and_then(|r| r.commands.as_ref()), prep.argv.as_deref()) {
+            (Some(scope), Some(argv)) => scope.check(argv, prep.cwd, prep.shell).ok(),
+            _ => None,
+        };
+        let url = match (r.and_then(|r| r.urls.as_ref()), prep.url) {
+            (Some(scope), Some(u)) => scope.check(u).ok(),
+            _ => None,
+        };
+        Allowed {
+            rule: match rule {
+                Some((i, r)) => RuleRef {
+                    index: i,
+                    name: r.name.clone(),
+                },
+                None => RuleRef {
+                    index: usize::MAX,
+                    name: Arc::from("implicit:core.health"),
+                },
+            },
+            paths,
+            command,
+            url,
+            limits: self.limits_for(r),
+            symlinks: r
+                .and_then(|r| r.paths.as_ref())
+                .map_or(SymlinkMode::Within, |p| p.spec().symlinks),
+        }
+    }
+
+    /// Whether deny rule `rule` hits the call. `resolved` holds the winner's absolute paths so
+    /// relative arguments are judged where they really land.
+    fn deny_hits(rule: &Rule, prep: &Prepared<'_>, resolved: &[NormPath<'_>], principal: &Principal) -> bool {
+        if !rule.is_scoped() {
+            return true;
+        }
+        if let Some(scope) = &rule.paths {
+            let mut candidates: Vec<Cow<'_, NormPath<'_>>> =
+                resolved.iter().map(Cow::Borrowed).collect();
+            for arg in &prep.paths {
+                match (&arg.abs, arg.raw) {
+                    (Some(abs), _) => candidates.push(Cow::Borrowed(abs)),
+                    // A path we cannot read is denied: a failing check denies.
+                    (None, Some(raw)) if raw.contains('\0') || raw.is_empty() => return true,
+                    (None, _) => {}
+                }
+            }
+            let extra: Vec<NormPath<'_>> = prep
+                .cwd
+                .into_iter()
+                .chain(prep.argv.iter().flat_map(|a| a.iter().map(String::as_str)))
+                .filter_map(NormPath::new)
+                .collect();
+            if candidates
+                .iter()
+                .map(|c| c.as_ref())
+                .chain(extra.iter())
+                .any(|p| scope.covers(p, principal))
+            {
+                return true;
+            }
+        }
+        if let Some(scope) = &rule.commands
+            && prep.takes_command
+        {
+            match prep.argv.as_deref() {
+                None => return true,
+                Some(argv) if scope.covers(argv) => return true,
+                Some(_) => {}
+            }
+        }
+        if let Some(scope) = &rule.urls
+            && prep.takes_url
+        {
+            match prep.url {
+                None => return true,
+                Some(u) if scope.covers(u) => return true,
+                Some(_) => {}
+            }
+        }
+        false
+    }
+
+    fn evaluate<T: Tracer>(&self, req: &Request<'_>, t: &mut T) -> Decision {
+        let Some(ix) = self.index.get(req.op) else {
+            if T::ON {
+                t.note(format!("`{}` is not an op of this deployment", req.op));
+            }
+            return Decision::NotMounted;
+        };
+        let principal = req.principal;
+        let rules = &self.policy.rules;
+        let prep = Self::prepare(&ix.spec, req);
+
+        // 1. Mounting: some allow rule reaching this caller must select the op.
+        let mut reaching = Vec::with_capacity(ix.allow.len());
+        for &i in &ix.allow {
+            if rules[i].reaches_principal(principal) {
+                reaching.push(i);
+            } else if T::ON {
+                t.outcome(i, TraceOutcome::PrincipalNotMatched(principal_text(&rules[i], principal)));
+            }
+        }
+        let implicit_health = ix.spec.id.as_str() == HEALTH_OP;
+        if reaching.is_empty() && !implicit_health {
+            if T::ON {
+                t.note(format!("no allow rule mounts `{}` for `{}`", ix.spec.id, principal.id));
+                for &i in &ix.deny {
+                    t.outcome(i, TraceOutcome::NotReached);
+                }
+            }
+            return Decision::NotMounted;
+        }
+
+        // 2. Allow rules, in order: the first whose clauses all pass decides.
+        let mut winner: Option<usize> = None;
+        let mut failures: Vec<(usize, Failure)> = Vec::new();
+        for &i in &reaching {
+            if winner.is_some() {
+                if T::ON {
+                    let outcome = match self.check_allow(ix, &rules[i], &prep, principal) {
+                        Ok(()) => TraceOutcome::AlsoMatched,
+                        Err(f) => TraceOutcome::ScopeNotMatched {
+                            code: f.code(),
+                            clause: f.render(&rules[i], &prep),
+                        },
+                    };
+                    t.outcome(i, outcome);
+                }
+                continue;
+            }
+            match self.check_allow(ix, &rules[i], &prep, principal) {
+                Ok(()) => winner = Some(i),
+                Err(f) => {
+                    if T::ON {
+                        t.outcome(
+                            i,
+                            TraceOutcome::ScopeNotMatched {
+                                code: f.code(),
+                                clause: f.render(&rules[i], &prep),
+                            },
+                        );
+                    }
+                    failures.push((i, f));
+                }
+            }
+        }
+        let allowed = match winner {
+            Some(i) => Some(self.grant(ix, Some((i, &rules[i])), &prep, principal)),
+            None if implicit_health && reaching.is_empty() => Some(self.grant(ix, None, &prep, principal)),
+            None => None,
+        };
+
+        // 3. Deny rules: any hit beats the allow, whichever rule allowed.
+        let resolved: Vec<String> = allowed
+            .as_ref()
+            .map(|a| a.paths.iter().map(|(_, p)| p.absolute()).collect())
+            .unwrap_or_default();
+        let resolved: Vec<NormPath<'_>> = resolved.iter().filter_map(|s| NormPath::new(s)).collect();
+        let mut denied: Option<usize> = None;
+        for &i in &ix.deny {
+            let r = &rules[i];
+            if !r.reaches_principal(principal) {
+                if T::ON {
+                    t.outcome(i, TraceOutcome::PrincipalNotMatched(principal_text(r, principal)));
+                }
+                continue;
+            }
+            let hit = Self::deny_hits(r, &prep, &resolved, principal);
+            if T::ON {
+                t.outcome(
+                    i,
+                    match (hit, denied) {
+                        (true, None) => TraceOutcome::Decided,
+                        (true, Some(_)) => TraceOutcome::AlsoMatched,
+                        (false, _) => TraceOutcome::ScopeNotMatched {
+                            code: codes::POLICY_DENIED,
+                            clause: "the call is outside the deny rule's scopes".to_owned(),
+                        },
+                    },
+                );
+            }
+            if hit && denied.is_none() {
+                denied = Some(i);
+                if !T::ON {
+                    break;
+                }
+            }
+        }
+        // Deny globs inside any reaching allow rule's path scope beat every allow, too.
+        if denied.is_none() && allowed.is_some() {
+            for &i in &reaching {
+                if let Some(scope) = &rules[i].paths
+                    && !scope.spec().deny.is_empty()
+                    && resolved.iter().any(|p| scope.admit(p, principal) == Err(PathRefusal::Denied))
+                {
+                    if T::ON {
+                        t.note(format!(
+                            "a deny pattern of rule `{}` matches the path; deny patterns beat every allow",
+                            rules[i].name
+                        ));
+                    }
+                    return Decision::Denied {
+                        rule: RuleRef {
+                            index: i,
+                            name: rules[i].name.clone(),
+                        },
+                        code: codes::POLICY_PATH_DENIED,
+                        reason: format!(
+                            "the path matches a deny pattern of rule `{}` [{}]",
+                            rules[i].name,
+                            scope.spec().deny.join(", ")
+                        ),
+                    };
+                }
+            }
+        }
+        if let Some(i) = denied {
+            if T::ON
+                && let Some(w) = winner
+            {
+                t.outcome(w, TraceOutcome::AlsoMatched);
+            }
+            let r = &rules[i];
+            return Decision::Denied {
+                rule: RuleRef {
+                    index: i,
+                    name: r.name.clone(),
+                },
+                code: codes::POLICY_DENIED,
+                reason: r
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| format!("rule `{}` denies this call", r.name)),
+            };
+        }
+
+        let Some(mut allowed) = allowed else {
+            failures.sort_by_key(|(_, f)| std::cmp::Reverse(f.depth()));
+            return Decision::NotPermitted {
+                candidates: failures
+                    .into_iter()
+                    .map(|(i, f)| Candidate {
+                        rule: RuleRef {
+                            index: i,
+                            name: rules[i].name.clone(),
+                        },
+                        code: f.code(),
+                        clause: f.render(&rules[i], &prep),
+                    })
+                    .collect(),
+            };
+        };
+        if T::ON
+            && let Some(w) = winner
+        {
+            t.outcome(w, TraceOutcome::Decided);
+        }
+
+        // 4. Hooks: the deciding rule's, then the global ones. They may deny or narrow.
+        let rule_hook = winner.and_then(|i| rules[i].hook.as_deref());
+        if rule_hook.is_none() && self.policy.hooks.is_empty() {
+            return Decision::Allowed(Box::new(allowed));
+        }
+        let argv = prep.argv.as_deref();
+        for hook in rule_hook.into_iter().chain(self.policy.hooks.iter().map(|h| h.as_ref())) {
+            let ctx = HookCtx {
+                op: &ix.spec,
+                principal,
+                args: req.args,
+                paths: &allowed.paths,
+                argv,
+            };
+            let deny = |code: &'static str, reason: String| Decision::Denied {
+                rule: allowed.rule.clone(),
+                code,
+                reason,
+            };
+            match run_hook(hook, &ctx) {
+                Ok(HookOutcome::NoOpinion | HookOutcome::Allow) => {}
+                Ok(HookOutcome::Narrow(l)) => {
+                    if T::ON {
+                        t.note("a hook narrowed the limits".to_owned());
+                    }
+                    allowed.limits = allowed.limits.min(&l);
+                }
+                Ok(HookOutcome::Deny { reason, code }) => {
+                    let code = codes::CATALOG
+                        .iter()
+                        .find(|c| c.code == code && c.code.starts_with("policy."))
+                        .map_or(codes::POLICY_HOOK_DENIED, |c| c.code);
+                    if T::ON {
+                        t.note(format!("a hook denied the call: {reason}"));
+                    }
+                    return deny(code, reason);
+                }
+                Err(why) => {
+                    if T::ON {
+                        t.note(format!("a hook failed ({why}); a failing check denies"));
+                    }
+                    return deny(codes::POLICY_HOOK_FAILED, format!("the authorize hook failed: {why}"));
+                }
+            }
+        }
+        Decision::Allowed(Box::new(allowed))
+    }
+}
+
+fn principal_text(rule: &Rule, p: &Principal) -> String {
+    let sels = rule
+        .principals
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if p.authenticated {
+        format!("principals [{sels}] do not match `{}`", p.id)
+    } else {
+        format!("principals [{sels}] match only authenticated callers")
+    }
+}

@@ -1,0 +1,101 @@
+//! Limits on a call; the effective limit is the minimum of every limit that applies.
+
+use std::time::Duration;
+
+use crate::units::Rate;
+
+/// Per-call limits. `None` means "no limit from this source".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Limits {
+    /// Largest file read or written, in bytes.
+    pub max_bytes: Option<u64>,
+    /// Most directory entries listed.
+    pub max_entries: Option<u64>,
+    /// Wall-clock time a call may take.
+    pub timeout: Option<Duration>,
+    /// Most bytes of command output kept.
+    pub max_output_bytes: Option<u64>,
+    /// Calls per window, per principal.
+    pub rate: Option<Rate>,
+    /// Calls in flight at once, per principal.
+    pub concurrency: Option<u32>,
+    /// CPU seconds a command may use.
+    pub cpu_seconds: Option<u64>,
+    /// Memory a command may use, in bytes.
+    pub memory: Option<u64>,
+    /// Processes a command may run at once.
+    pub processes: Option<u32>,
+}
+
+fn min_opt<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+impl Limits {
+    /// No limits.
+    pub const NONE: Limits = Limits {
+        max_bytes: None,
+        max_entries: None,
+        timeout: None,
+        max_output_bytes: None,
+        rate: None,
+        concurrency: None,
+        cpu_seconds: None,
+        memory: None,
+        processes: None,
+    };
+
+    /// The field-wise minimum of two limits.
+    pub fn min(&self, other: &Limits) -> Limits {
+        Limits {
+            max_bytes: min_opt(self.max_bytes, other.max_bytes),
+            max_entries: min_opt(self.max_entries, other.max_entries),
+            timeout: min_opt(self.timeout, other.timeout),
+            max_output_bytes: min_opt(self.max_output_bytes, other.max_output_bytes),
+            rate: match (self.rate, other.rate) {
+                (Some(a), Some(b)) => Some(if b.is_stricter_than(&a) { b } else { a }),
+                (a, None) => a,
+                (None, b) => b,
+            },
+            concurrency: min_opt(self.concurrency, other.concurrency),
+            cpu_seconds: min_opt(self.cpu_seconds, other.cpu_seconds),
+            memory: min_opt(self.memory, other.memory),
+            processes: min_opt(self.processes, other.processes),
+        }
+    }
+
+    /// Whether no field is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Limits::NONE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_effective_limit_is_the_minimum_of_each_field() {
+        let a = Limits {
+            max_bytes: Some(10),
+            timeout: Some(Duration::from_secs(60)),
+            ..Limits::NONE
+        };
+        let b = Limits {
+            max_bytes: Some(5),
+            memory: Some(100),
+            rate: Rate::parse("10/min").ok(),
+            ..Limits::NONE
+        };
+        let m = a.min(&b);
+        assert_eq!(m.max_bytes, Some(5));
+        assert_eq!(m.timeout, Some(Duration::from_secs(60)));
+        assert_eq!(m.memory, Some(100));
+        assert_eq!(m.rate, Rate::parse("10/min").ok());
+        assert_eq!(m, b.min(&a));
+    }
+}

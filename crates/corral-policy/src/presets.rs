@@ -1,0 +1,234 @@
+//! Presets: the common policy shapes, each a plain `Policy` you can compose with `+`.
+
+use std::time::Duration;
+
+use crate::error::PolicyError;
+use crate::limits::Limits;
+use crate::op::OpId;
+use crate::rule::{Policy, Rule};
+use crate::scope::path::DEFAULT_SECRET_DENY;
+use crate::scope::{CommandScope, CommandScopeSpec, PathScope, PathScopeSpec};
+use crate::selector::Selector;
+use crate::suggest::closest;
+
+/// Every preset name, in the canonical (underscore) spelling.
+pub const PRESET_NAMES: &[&str] = &[
+    "minimal",
+    "files_readonly",
+    "readonly",
+    "download_only",
+    "commands_only",
+    "workspace_jail",
+    "ci_runner",
+    "full_access",
+];
+
+/// A preset by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// Only `core.health`.
+    Minimal,
+    /// List, stat, read and download under the root.
+    FilesReadonly,
+    /// Every read op under the root, read-only.
+    Readonly,
+    /// Only `files.download` under the root.
+    DownloadOnly,
+    /// Only `commands.run` with the given patterns, cwd at the root.
+    CommandsOnly,
+    /// Files under the root (writable unless `readonly`), commands if patterns are given.
+    WorkspaceJail,
+    /// Read the workspace and run the given commands; the workspace is read-only by default.
+    CiRunner,
+    /// Everything under the root, any command: needs `unsafe: true`; always a lint error.
+    FullAccess,
+}
+
+impl Preset {
+    /// Parses a name in either spelling (`download_only` or `download-only`).
+    pub fn parse(name: &str) -> Result<Self, PolicyError> {
+        let canonical = name.replace('-', "_");
+        let p = match canonical.as_str() {
+            "minimal" => Preset::Minimal,
+            "files_readonly" => Preset::FilesReadonly,
+            "readonly" => Preset::Readonly,
+            "download_only" => Preset::DownloadOnly,
+            "commands_only" => Preset::CommandsOnly,
+            "workspace_jail" => Preset::WorkspaceJail,
+            "ci_runner" => Preset::CiRunner,
+            "full_access" => Preset::FullAccess,
+            _ => {
+                return Err(PolicyError::UnknownPreset {
+                    name: name.to_owned(),
+                    suggestions: closest(&canonical, PRESET_NAMES.iter().copied()),
+                });
+            }
+        };
+        Ok(p)
+    }
+
+    /// The canonical name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Minimal => "minimal",
+            Preset::FilesReadonly => "files_readonly",
+            Preset::Readonly => "readonly",
+            Preset::DownloadOnly => "download_only",
+            Preset::CommandsOnly => "commands_only",
+            Preset::WorkspaceJail => "workspace_jail",
+            Preset::CiRunner => "ci_runner",
+            Preset::FullAccess => "full_access",
+        }
+    }
+
+    /// Whether the preset needs a root.
+    pub fn needs_root(self) -> bool {
+        !matches!(self, Preset::Minimal)
+    }
+}
+
+/// Options a preset takes. `root` is the one keyword most presets need.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PresetOptions {
+    /// The directory the preset scopes to.
+    pub root: Option<String>,
+    /// Command patterns (commands_only, workspace_jail, ci_runner, full_access).
+    pub commands: Vec<String>,
+    /// workspace_jail: make the files read-only.
+    pub readonly: bool,
+    /// ci_runner: let commands and file ops write the workspace.
+    pub writable: bool,
+    /// Command timeout (ci_runner defaults to 600s).
+    pub timeout: Option<Duration>,
+    /// Extra deny patterns, added to the default secret denies.
+    pub deny: Vec<String>,
+    /// Largest file (download_only and the file presets).
+    pub max_bytes: Option<u64>,
+    /// full_access: the explicit opt-in.
+    pub unsafe_: bool,
+}
+
+fn exact(ids: &[&str]) -> Result<Vec<Selector>, PolicyError> {
+    ids.iter()
+        .map(|id| OpId::parse(id).map(Selector::Exact))
+        .collect()
+}
+
+/// Builds a preset's policy.
+pub fn build(preset: Preset, opts: &PresetOptions) -> Result<Policy, PolicyError> {
+    let name = format!("preset:{}", preset.name());
+    let root = || {
+        opts.root.clone().ok_or_else(|| PolicyError::PresetOption {
+            preset: preset.name().to_owned(),
+            option: "root".to_owned(),
+        })
+    };
+    let deny: Vec<String> = DEFAULT_SECRET_DENY
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain(opts.deny.iter().cloned())
+        .collect();
+    let paths = |readonly: bool| -> Result<PathScope, PolicyError> {
+        PathScope::compile(PathScopeSpec {
+            roots: vec![root()?],
+            deny: deny.clone(),
+            readonly,
+            max_bytes: opts.max_bytes,
+            ..PathScopeSpec::default()
+        })
+    };
+    let commands = |timeout: Option<Duration>| -> Result<CommandScope, PolicyError> {
+        CommandScope::compile(CommandScopeSpec {
+            allow: opts.commands.clone(),
+            cwd: Some(root()?),
+            env_pass: vec!["PATH".to_owned(), "LANG".to_owned()],
+            timeout,
+            ..CommandScopeSpec::default()
+        })
+    };
+    let needs_commands = || -> Result<(), PolicyError> {
+        if opts.commands.is_empty() {
+            return Err(PolicyError::PresetOption {
+                preset: preset.name().to_owned(),
+                option: "commands".to_owned(),
+            });
+        }
+        Ok(())
+    };
+    let read_ops = ["files.list", "files.stat", "files.read", "files.download"];
+    let policy = match preset {
+        Preset::Minimal => Policy::new().rule(Rule::allow(&name, exact(&["core.health"])?)),
+        Preset::FilesReadonly => Policy::new().rule(Rule::allow(&name, exact(&read_ops)?).paths(paths(true)?)),
+        Preset::Readonly => Policy::new().rule(
+            Rule::allow(&name, vec![Selector::Effect(crate::op::Effect::Read)])
+                .paths(paths(true)?),
+        ),
+        Preset::DownloadOnly => Policy::new()
+            .rule(Rule::allow(&name, exact(&["files.download"])?).paths(paths(true)?)),
+        Preset::CommandsOnly => {
+            needs_commands()?;
+            Policy::new().rule(
+                Rule::allow(&name, exact(&["commands.run"])?).commands(commands(None)?),
+            )
+        }
+        Preset::WorkspaceJail => {
+            let mut p = Policy::new().rule(
+                Rule::allow(&format!("{name}/files"), vec![Selector::OneLevel("files".to_owned())])
+                    .paths(paths(opts.readonly)?),
+            );
+            if !opts.commands.is_empty() {
+                p = p.rule(
+                    Rule::allow(&format!("{name}/commands"), exact(&["commands.run"])?)
+                        .commands(commands(opts.timeout)?)
+                        .paths(paths(opts.readonly)?),
+                );
+            }
+            p
+        }
+        Preset::CiRunner => {
+            needs_commands()?;
+            let timeout = opts.timeout.or(Some(Duration::from_secs(600)));
+            let files = if opts.writable {
+                vec![Selector::OneLevel("files".to_owned())]
+            } else {
+                exact(&read_ops)?
+            };
+            Policy::new()
+                .rule(Rule::allow(&format!("{name}/files"), files).paths(paths(!opts.writable)?))
+                .rule(
+                    Rule::allow(&format!("{name}/commands"), exact(&["commands.run"])?)
+                        .commands(commands(timeout)?)
+                        .paths(paths(!opts.writable)?)
+                        .limits(Limits {
+                            timeout,
+                            ..Limits::NONE
+                        }),
+                )
+        }
+        Preset::FullAccess => {
+            if !opts.unsafe_ {
+                return Err(PolicyError::UnsafeRequired {
+                    what: "the `full_access` preset".to_owned(),
+                });
+            }
+            let mut allow = opts.commands.clone();
+            if allow.is_empty() {
+                allow.push("sh ...".to_owned());
+            }
+            let cmd = CommandScope::compile(CommandScopeSpec {
+                allow,
+                cwd: Some(root()?),
+                ..CommandScopeSpec::default()
+            })?;
+            Policy::new().rule(
+                Rule::allow(&name, vec![Selector::All])
+                    .paths(PathScope::compile(PathScopeSpec {
+                        roots: vec![root()?],
+                        ..PathScopeSpec::default()
+                    })?)
+                    .commands(cmd),
+            )
+        }
+    };
+    Ok(policy)
+}

@@ -1,0 +1,145 @@
+//! Principals (who calls) and the selectors rules use to target them.
+
+use std::fmt;
+
+use crate::error::PolicyError;
+
+/// What kind of caller a principal is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PrincipalKind {
+    /// A person.
+    Human,
+    /// An agent acting for a person (a token with an `act` claim).
+    Delegated,
+    /// A machine identity acting for itself.
+    Service,
+}
+
+impl PrincipalKind {
+    /// Every kind.
+    pub const ALL: [PrincipalKind; 3] = [
+        PrincipalKind::Human,
+        PrincipalKind::Delegated,
+        PrincipalKind::Service,
+    ];
+
+    /// The name used in config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrincipalKind::Human => "human",
+            PrincipalKind::Delegated => "delegated",
+            PrincipalKind::Service => "service",
+        }
+    }
+
+    /// Parses a kind name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// The caller of an op.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// Stable id (a token's `id`, a JWT's `sub`).
+    pub id: String,
+    /// Roles, e.g. `viewer`, `operator`, `admin`.
+    pub roles: Vec<String>,
+    /// Human, delegated or service.
+    pub kind: PrincipalKind,
+    /// The tenant the caller belongs to, if tenancy is on.
+    pub tenant: Option<String>,
+    /// False only for the anonymous caller of an open-mode server.
+    pub authenticated: bool,
+}
+
+impl Principal {
+    /// An authenticated human principal.
+    pub fn new(id: &str, roles: &[&str]) -> Self {
+        Self {
+            id: id.to_owned(),
+            roles: roles.iter().map(|r| (*r).to_owned()).collect(),
+            kind: PrincipalKind::Human,
+            tenant: None,
+            authenticated: true,
+        }
+    }
+
+    /// The caller of an open-mode server: matches only rules without principals.
+    pub fn anonymous() -> Self {
+        Self {
+            id: "anonymous".to_owned(),
+            roles: Vec::new(),
+            kind: PrincipalKind::Human,
+            tenant: None,
+            authenticated: false,
+        }
+    }
+
+    /// Sets the kind.
+    pub fn with_kind(mut self, kind: PrincipalKind) -> Self {
+        self.kind = kind;
+        self
+    }
+}
+
+/// Targets a rule at some callers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PrincipalSelector {
+    /// `id:NAME`
+    Id(String),
+    /// `role:NAME`
+    Role(String),
+    /// `kind:human|delegated|service`
+    Kind(PrincipalKind),
+    /// `*`: any authenticated caller.
+    AnyAuthenticated,
+}
+
+impl PrincipalSelector {
+    /// Parses `id:x`, `role:r`, `kind:human` or `*`.
+    pub fn parse(s: &str) -> Result<Self, PolicyError> {
+        let bad = || PolicyError::InvalidPrincipal {
+            selector: s.to_owned(),
+        };
+        let valid_name = |n: &str| {
+            !n.is_empty()
+                && n.len() <= 128
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '@'))
+        };
+        if s == "*" {
+            return Ok(Self::AnyAuthenticated);
+        }
+        match s.split_once(':') {
+            Some(("id", n)) if valid_name(n) => Ok(Self::Id(n.to_owned())),
+            Some(("role", n)) if valid_name(n) => Ok(Self::Role(n.to_owned())),
+            Some(("kind", k)) => PrincipalKind::parse(k).map(Self::Kind).ok_or_else(bad),
+            _ => Err(bad()),
+        }
+    }
+
+    /// Whether the caller matches.
+    pub fn matches(&self, p: &Principal) -> bool {
+        if !p.authenticated {
+            return false;
+        }
+        match self {
+            PrincipalSelector::Id(id) => p.id == *id,
+            PrincipalSelector::Role(r) => p.roles.iter().any(|x| x == r),
+            PrincipalSelector::Kind(k) => p.kind == *k,
+            PrincipalSelector::AnyAuthenticated => true,
+        }
+    }
+}
+
+impl fmt::Display for PrincipalSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PrincipalSelector::Id(id) => write!(f, "id:{id}"),
+            PrincipalSelector::Role(r) => write!(f, "role:{r}"),
+            PrincipalSelector::Kind(k) => write!(f, "kind:{}", k.as_str()),
+            PrincipalSelector::AnyAuthenticated => f.write_str("*"),
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Typed scopes that narrow what an allowed op may touch: paths, commands, urls.
+
+pub mod command;
+pub mod path;
+pub mod url;
+
+pub use command::{ArgPattern, ArgvPattern, CommandGrant, CommandRefusal, CommandScope, CommandScopeSpec};
+pub use path::{JailedPath, NormPath, PathRefusal, PathScope, PathScopeSpec, SymlinkMode};
+pub use url::{UrlGrant, UrlRefusal, UrlScope, UrlScopeSpec, is_private_ip};
