@@ -1,1 +1,150 @@
-//! placeholder
+//! Corral's config: `corral.yaml` (or JSON) to a typed config, a catalog and a policy, with
+//! diagnostics that say what is wrong, where, and how to fix it; plus the lint behind
+//! `corral check-config`.
+//!
+//! **Architecture invariant:** every refusal is a `Diagnostic` with a catalog code; nothing in
+//! this crate panics on any input.
+
+mod build;
+mod decode;
+pub mod diag;
+pub mod lint;
+pub mod model;
+pub mod starter;
+pub mod yaml;
+
+use std::path::{Path, PathBuf};
+
+use corral_policy::{Catalog, Engine, Policy, codes};
+
+pub use build::{Env, ProcessEnv, ResolvedToken, RuleOrigin};
+pub use diag::{Diagnostic, Severity, render};
+pub use model::{Config, Secret};
+
+/// A config that loaded without errors.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The file name shown in diagnostics.
+    pub file_name: String,
+    /// The file's text.
+    pub source: String,
+    /// The parsed tree (for the secret scan).
+    pub tree: yaml::Node,
+    /// The typed config.
+    pub config: Config,
+    /// Built-in plus custom ops.
+    pub catalog: Catalog,
+    /// The policy: presets, `enable`, `rules`, `disable`, in that order.
+    pub policy: Policy,
+    /// Where each policy rule came from, aligned with `policy.rules`.
+    pub origins: Vec<RuleOrigin>,
+    /// Tokens whose secrets were found.
+    pub tokens: Vec<ResolvedToken>,
+    /// Corral's state directory, absolute.
+    pub state_dir: PathBuf,
+}
+
+impl Loaded {
+    /// Compiles the policy into an engine.
+    pub fn engine(&self) -> Engine {
+        Engine::new(self.catalog.clone(), self.policy.clone())
+    }
+
+    /// Renders diagnostics against this file.
+    pub fn render(&self, diags: &[Diagnostic]) -> String {
+        render(diags, &self.file_name, &self.source)
+    }
+}
+
+/// A config that did not load: every error found, with the text to render them against.
+#[derive(Debug)]
+pub struct LoadError {
+    /// The file name shown in diagnostics.
+    pub file_name: String,
+    /// The file's text (empty when it could not be read).
+    pub source: String,
+    /// Every error (and any warning found on the way).
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl LoadError {
+    /// Renders the diagnostics.
+    pub fn render(&self) -> String {
+        render(&self.diagnostics, &self.file_name, &self.source)
+    }
+}
+
+/// Loads a config file, reading token secrets from the process environment.
+pub fn load_file(path: &Path) -> Result<Loaded, LoadError> {
+    let file_name = path.display().to_string();
+    let source = match std::fs::read_to_string(path) {
+        Ok(s) => s,
+        Err(e) => {
+            return Err(LoadError {
+                file_name: file_name.clone(),
+                source: String::new(),
+                diagnostics: vec![
+                    Diagnostic::error(
+                        codes::CONFIG_IO,
+                        format!("cannot read `{file_name}`: {e}"),
+                        "",
+                        None,
+                    )
+                    .with_fix("check the path, or create one with `corral init`"),
+                ],
+            });
+        }
+    };
+    let base = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let base = std::path::absolute(&base).unwrap_or(base);
+    load_str(&file_name, &source, &base, &ProcessEnv)
+}
+
+/// Loads a config from text. `base_dir` anchors relative paths (the state directory).
+pub fn load_str(
+    file_name: &str,
+    source: &str,
+    base_dir: &Path,
+    env: &dyn Env,
+) -> Result<Loaded, LoadError> {
+    let fail = |diagnostics| LoadError {
+        file_name: file_name.to_owned(),
+        source: source.to_owned(),
+        diagnostics,
+    };
+    let tree = match yaml::parse(source) {
+        Ok(t) => t,
+        Err(e) => {
+            return Err(fail(vec![Diagnostic::error(
+                codes::CONFIG_PARSE,
+                format!("the file is not valid YAML or JSON: {}", e.message),
+                "",
+                Some(e.span),
+            )]));
+        }
+    };
+    let mut dec = decode::Decoder::new();
+    let config = dec.config(&tree);
+    let mut diags = dec.diags;
+    if diags.iter().any(|d| d.severity == Severity::Error) {
+        return Err(fail(diags));
+    }
+    let built = build::build(&config, base_dir, env, &mut diags);
+    if diags.iter().any(|d| d.severity == Severity::Error) {
+        return Err(fail(diags));
+    }
+    Ok(Loaded {
+        file_name: file_name.to_owned(),
+        source: source.to_owned(),
+        tree,
+        config,
+        catalog: built.catalog,
+        policy: built.policy,
+        origins: built.origins,
+        tokens: built.tokens,
+        state_dir: built.state_dir,
+    })
+}

@@ -1,0 +1,458 @@
+//! Builds the catalog and the policy from a decoded config, and resolves token secrets from
+//! the environment.
+
+use std::path::{Component, Path, PathBuf};
+
+use corral_policy::codes;
+use corral_policy::presets::{self, PresetOptions};
+use corral_policy::scope::path::DEFAULT_SECRET_DENY;
+use corral_policy::scope::{CommandScope, PathScope, PathScopeSpec, UrlScope};
+use corral_policy::{
+    Catalog, OpId, OpSpec, ParamKind, Policy, Principal, PrincipalSelector, Rule, RuleEffect,
+    ScopeKind, Selector,
+};
+
+use crate::diag::Diagnostic;
+use crate::model::{Config, CustomOpConfig, Secret};
+use crate::yaml::Span;
+
+/// Where a policy rule came from, aligned with `Policy::rules`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleOrigin {
+    /// The key path (`rules[2]`, `preset`, `enable`, `disable`).
+    pub location: String,
+    /// Where in the file.
+    pub span: Option<Span>,
+    /// The index in `Config::rules`, for rules written there.
+    pub config_rule: Option<usize>,
+    /// The preset that produced it, if any.
+    pub preset: Option<&'static str>,
+}
+
+/// A token whose secret was found in the environment.
+#[derive(Debug, Clone)]
+pub struct ResolvedToken {
+    /// The principal the token authenticates as.
+    pub principal: Principal,
+    /// The secret.
+    pub secret: Secret,
+}
+
+/// Reads environment variables (a trait so tests can give their own).
+pub trait Env {
+    /// The value of `name`, if set.
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+impl Env for std::collections::HashMap<String, String> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name).cloned()
+    }
+}
+
+pub(crate) struct Built {
+    pub catalog: Catalog,
+    pub policy: Policy,
+    pub origins: Vec<RuleOrigin>,
+    pub tokens: Vec<ResolvedToken>,
+    pub state_dir: PathBuf,
+}
+
+fn err(d: &mut Vec<Diagnostic>, e: &corral_policy::PolicyError, at: &str, span: Span) {
+    d.push(Diagnostic::error(e.code(), e.to_string(), at, Some(span)).with_fix(e.fix()));
+}
+
+/// Placeholders `{name}` in an argv token.
+pub(crate) fn placeholders(token: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = token;
+    while let Some(start) = rest.find('{') {
+        let after = &rest[start + 1..];
+        let Some(end) = after.find('}') else { break };
+        out.push(&after[..end]);
+        rest = &after[end + 1..];
+    }
+    out
+}
+
+fn custom_op(c: &CustomOpConfig, d: &mut Vec<Diagnostic>) -> Option<OpSpec> {
+    let at = format!("custom.{}", c.id.value);
+    let id = match OpId::parse(&c.id.value) {
+        Ok(id) => id,
+        Err(e) => {
+            err(d, &e, &at, c.id.span);
+            return None;
+        }
+    };
+    let effects = c.effects.clone().unwrap_or_default();
+    let mut spec = OpSpec::new(id, &effects, &c.summary);
+    spec.contained = c.contained;
+    spec.explicit_only |= c.explicit_only;
+    let before = d.len();
+    for (i, tok) in c.argv.iter().enumerate() {
+        let names = placeholders(&tok.value);
+        if i == 0 && (!names.is_empty() || tok.value.is_empty()) {
+            d.push(
+                Diagnostic::error(
+                    codes::CONFIG_INVALID_OP,
+                    format!("the program of custom op `{}` is not a literal", c.id.value),
+                    format!("{at}.argv[0]"),
+                    Some(tok.span),
+                )
+                .with_fix("name the program literally; params may fill arguments only"),
+            );
+        }
+        for n in names {
+            if !c.params.iter().any(|p| p.name.value == n) {
+                let names: Vec<&str> = c.params.iter().map(|p| p.name.value.as_str()).collect();
+                let fix = match corral_policy::suggest::closest(n, names.iter().copied()).first() {
+                    Some(m) => format!("did you mean `{{{m}}}`?"),
+                    None => format!("declare it under `params: {{{n}: {{type: word}}}}`"),
+                };
+                d.push(
+                    Diagnostic::error(
+                        codes::CONFIG_INVALID_OP,
+                        format!(
+                            "argv uses `{{{n}}}` but custom op `{}` declares no such param",
+                            c.id.value
+                        ),
+                        format!("{at}.argv[{i}]"),
+                        Some(tok.span),
+                    )
+                    .with_fix(fix),
+                );
+            }
+        }
+    }
+    for p in &c.params {
+        if !c
+            .argv
+            .iter()
+            .any(|t| placeholders(&t.value).contains(&p.name.value.as_str()))
+        {
+            d.push(
+                Diagnostic::error(
+                    codes::CONFIG_INVALID_OP,
+                    format!(
+                        "param `{}` is declared but `argv` never uses it",
+                        p.name.value
+                    ),
+                    format!("{at}.params.{}", p.name.value),
+                    Some(p.name.span),
+                )
+                .with_fix(format!(
+                    "use `{{{}}}` in argv or remove the param",
+                    p.name.value
+                )),
+            );
+        }
+        if let ParamKind::Path { root: Some(r) } = &p.kind
+            && let Err(e) = PathScope::compile(PathScopeSpec {
+                roots: vec![r.clone()],
+                ..PathScopeSpec::default()
+            })
+        {
+            err(
+                d,
+                &e,
+                &format!("{at}.params.{}.root", p.name.value),
+                p.name.span,
+            );
+        }
+        spec.params.push(corral_policy::ParamSpec::new(
+            &p.name.value,
+            p.kind.clone(),
+            p.required,
+        ));
+    }
+    if let Some(t) = c.tier
+        && let Err(e) = spec.raise_tier(t)
+    {
+        err(d, &e, &format!("{at}.tier"), c.id.span);
+    }
+    spec.groups.push("custom".to_owned());
+    (d.len() == before).then_some(spec)
+}
+
+/// Lexically absolute form of `p` relative to `base`.
+pub(crate) fn absolutize(base: &Path, p: &str) -> PathBuf {
+    let joined = if Path::new(p).is_absolute() {
+        PathBuf::from(p)
+    } else {
+        base.join(p)
+    };
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) | Component::Normal(_) => out.push(c),
+        }
+    }
+    out
+}
+
+pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diagnostic>) -> Built {
+    let mut catalog = Catalog::builtin();
+    for op in &c.custom {
+        if let Some(spec) = custom_op(op, d)
+            && let Err(e) = catalog.add_custom(spec)
+        {
+            err(d, &e, &format!("custom.{}", op.id.value), op.id.span);
+        }
+    }
+    for (op, tier) in &c.tiers {
+        let at = format!("tiers.{}", op.value);
+        match catalog.get_mut(&op.value) {
+            Some(spec) => {
+                if let Err(e) = spec.raise_tier(*tier) {
+                    err(d, &e, &at, op.span);
+                }
+            }
+            None => {
+                let e = corral_policy::PolicyError::UnknownOp {
+                    op: op.value.clone(),
+                    suggestions: corral_policy::suggest::closest(&op.value, catalog.ids()),
+                };
+                err(d, &e, &at, op.span);
+            }
+        }
+    }
+
+    let mut policy = Policy::new();
+    let mut origins = Vec::new();
+    for p in &c.presets {
+        let mut opts: PresetOptions = p.options.clone();
+        if opts.root.is_none() {
+            opts.root = c.root.as_ref().map(|r| r.value.clone());
+        }
+        match presets::build(p.preset, &opts) {
+            Ok(pp) => {
+                for _ in &pp.rules {
+                    origins.push(RuleOrigin {
+                        location: "preset".to_owned(),
+                        span: Some(p.span),
+                        config_rule: None,
+                        preset: Some(p.preset.name()),
+                    });
+                }
+                policy = policy + pp;
+            }
+            Err(e) => err(d, &e, "preset", p.span),
+        }
+    }
+
+    let selectors = |list: &[crate::model::Spanned<String>], at: &str, d: &mut Vec<Diagnostic>| {
+        list.iter()
+            .enumerate()
+            .filter_map(|(i, s)| match Selector::parse(&s.value, &catalog) {
+                Ok(sel) => Some(sel),
+                Err(e) => {
+                    err(d, &e, &format!("{at}[{i}]"), s.span);
+                    None
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+
+    if !c.enable.is_empty() {
+        let sels = selectors(&c.enable, "enable", d);
+        let mut rule = Rule::allow("enable", sels.clone());
+        let needs_paths = catalog
+            .iter()
+            .filter(|op| sels.iter().any(|s| s.mounts(op)))
+            .any(|op| op.required_scopes().contains(&ScopeKind::Paths));
+        if needs_paths {
+            match &c.root {
+                Some(root) => match PathScope::compile(PathScopeSpec {
+                    roots: vec![root.value.clone()],
+                    deny: DEFAULT_SECRET_DENY
+                        .iter()
+                        .map(|s| (*s).to_owned())
+                        .collect(),
+                    ..PathScopeSpec::default()
+                }) {
+                    Ok(s) => rule = rule.paths(s),
+                    Err(e) => err(d, &e, "root", root.span),
+                },
+                None => d.push(
+                    Diagnostic::error(
+                        codes::CONFIG_MISSING_KEY,
+                        "`enable` lists ops that take a path, and there is no `root`",
+                        "root",
+                        c.enable.first().map(|s| s.span),
+                    )
+                    .with_fix("add `root: /workspace` or write a rule with `paths:`"),
+                ),
+            }
+        }
+        policy.rules.push(rule);
+        origins.push(RuleOrigin {
+            location: "enable".to_owned(),
+            span: c.enable.first().map(|s| s.span),
+            config_rule: None,
+            preset: None,
+        });
+    }
+
+    for (ri, r) in c.rules.iter().enumerate() {
+        let key = match r.effect {
+            RuleEffect::Allow => "allow",
+            RuleEffect::Deny => "deny",
+        };
+        let sels = selectors(&r.selectors, &format!("{}.{key}", r.location), d);
+        let mut rule = match r.effect {
+            RuleEffect::Allow => Rule::allow(&r.name, sels),
+            RuleEffect::Deny => Rule::deny(&r.name, sels),
+        };
+        let mut principals = Vec::new();
+        for (i, p) in r.principals.iter().enumerate() {
+            match PrincipalSelector::parse(&p.value) {
+                Ok(s) => principals.push(s),
+                Err(e) => err(d, &e, &format!("{}.principals[{i}]", r.location), p.span),
+            }
+        }
+        rule = rule.principals(principals).limits(r.limits);
+        if let Some(reason) = &r.reason {
+            rule = rule.reason(reason);
+        }
+        if let Some(p) = &r.paths {
+            let compiled = match r.effect {
+                RuleEffect::Allow => PathScope::compile(p.value.clone()),
+                RuleEffect::Deny => PathScope::compile_deny(p.value.clone()),
+            };
+            match compiled {
+                Ok(s) => rule = rule.paths(s),
+                Err(e) => err(d, &e, &format!("{}.paths", r.location), p.span),
+            }
+        }
+        if let Some(cm) = &r.commands {
+            match CommandScope::compile(cm.value.clone()) {
+                Ok(s) => rule = rule.commands(s),
+                Err(e) => err(d, &e, &format!("{}.commands", r.location), cm.span),
+            }
+        }
+        if let Some(u) = &r.urls {
+            match UrlScope::compile(u.value.clone()) {
+                Ok(s) => rule = rule.urls(s),
+                Err(e) => err(d, &e, &format!("{}.urls", r.location), u.span),
+            }
+        }
+        policy.rules.push(rule);
+        origins.push(RuleOrigin {
+            location: r.location.clone(),
+            span: Some(r.span),
+            config_rule: Some(ri),
+            preset: None,
+        });
+    }
+
+    if !c.disable.is_empty() {
+        let sels = selectors(&c.disable, "disable", d);
+        policy
+            .rules
+            .push(Rule::deny("disable", sels).reason("disabled in the config"));
+        origins.push(RuleOrigin {
+            location: "disable".to_owned(),
+            span: c.disable.first().map(|s| s.span),
+            config_rule: None,
+            preset: None,
+        });
+    }
+
+    policy.limits = c.limits;
+    let state_dir = absolutize(
+        base_dir,
+        c.state_dir.as_ref().map_or(".corral", |s| s.value.as_str()),
+    );
+    policy = policy.protect(&state_dir.to_string_lossy());
+
+    let tokens = resolve_tokens(c, env, d);
+    Built {
+        catalog,
+        policy,
+        origins,
+        tokens,
+        state_dir,
+    }
+}
+
+fn resolve_tokens(c: &Config, env: &dyn Env, d: &mut Vec<Diagnostic>) -> Vec<ResolvedToken> {
+    let mut out: Vec<ResolvedToken> = Vec::new();
+    for (i, t) in c.auth.tokens.iter().enumerate() {
+        let at = format!("auth.tokens[{i}]");
+        if c.auth.tokens[..i].iter().any(|o| o.id.value == t.id.value) {
+            d.push(
+                Diagnostic::error(
+                    codes::CONFIG_INVALID_VALUE,
+                    format!("two tokens have the id `{}`", t.id.value),
+                    format!("{at}.id"),
+                    Some(t.id.span),
+                )
+                .with_fix("give each token its own id"),
+            );
+        }
+        let secret = env.var(&t.token_env.value).filter(|s| !s.is_empty());
+        let Some(secret) = secret else {
+            d.push(
+                Diagnostic::error(
+                    codes::CONFIG_TOKEN_ENV_UNSET,
+                    format!("the variable `{}` is unset or empty", t.token_env.value),
+                    format!("{at}.token_env"),
+                    Some(t.token_env.span),
+                )
+                .with_fix(format!(
+                    "export {}=<secret of 16+ characters>, e.g. `export {}=$(openssl rand -hex 24)`",
+                    t.token_env.value, t.token_env.value
+                )),
+            );
+            continue;
+        };
+        if secret.chars().count() < 16 {
+            d.push(Diagnostic::error(
+                codes::CONFIG_TOKEN_TOO_SHORT,
+                format!(
+                    "the secret in `{}` is shorter than 16 characters",
+                    t.token_env.value
+                ),
+                format!("{at}.token_env"),
+                Some(t.token_env.span),
+            ));
+            continue;
+        }
+        if out.iter().any(|o| o.secret.expose() == secret) {
+            d.push(
+                Diagnostic::error(
+                    codes::CONFIG_INVALID_VALUE,
+                    format!(
+                        "token `{}` has the same secret as another token",
+                        t.id.value
+                    ),
+                    format!("{at}.token_env"),
+                    Some(t.token_env.span),
+                )
+                .with_fix("give each token its own secret"),
+            );
+            continue;
+        }
+        let mut principal = Principal::new(&t.id.value, &[]).with_kind(t.kind);
+        principal.roles = t.roles.clone();
+        out.push(ResolvedToken {
+            principal,
+            secret: Secret::new(secret),
+        });
+    }
+    out
+}

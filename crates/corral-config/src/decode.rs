@@ -1,0 +1,1049 @@
+//! Decodes the spanned YAML tree into the typed `Config`, collecting every error (unknown keys
+//! with the closest valid key, wrong types, malformed sizes, durations and rates).
+
+use std::time::Duration;
+
+use corral_policy::codes;
+use corral_policy::presets::{Preset, PresetOptions};
+use corral_policy::scope::{CommandScopeSpec, PathScopeSpec, SymlinkMode, UrlScopeSpec};
+use corral_policy::suggest::closest;
+use corral_policy::units::{Rate, parse_duration, parse_size};
+use corral_policy::{Effect, Limits, ParamKind, PrincipalKind, RuleEffect, Tier};
+
+use crate::diag::Diagnostic;
+use crate::model::{
+    AuditConfig, AuditSink, AuthConfig, Config, CustomOpConfig, ParamConfig, PresetUse, RuleConfig,
+    Spanned, StateOnlyEntry, StorageConfig, TokenConfig,
+};
+use crate::yaml::{Key, Node, Span, Value};
+
+const TOP_KEYS: &[&str] = &[
+    "version",
+    "preset",
+    "root",
+    "state_dir",
+    "enable",
+    "disable",
+    "rules",
+    "custom",
+    "auth",
+    "audit",
+    "storage",
+    "limits",
+    "state_only",
+    "tiers",
+];
+const RULE_KEYS: &[&str] = &[
+    "allow",
+    "deny",
+    "name",
+    "principals",
+    "paths",
+    "commands",
+    "urls",
+    "limits",
+    "reason",
+];
+const PATH_KEYS: &[&str] = &[
+    "roots",
+    "deny",
+    "readonly",
+    "symlinks",
+    "max_bytes",
+    "unsafe",
+];
+const COMMAND_KEYS: &[&str] = &[
+    "allow",
+    "deny",
+    "shell",
+    "cwd",
+    "env_pass",
+    "env_set",
+    "timeout",
+    "max_output_bytes",
+];
+const URL_KEYS: &[&str] = &["hosts", "schemes", "ports", "paths", "block_private"];
+const LIMIT_KEYS: &[&str] = &[
+    "max_bytes",
+    "max_entries",
+    "timeout",
+    "max_output_bytes",
+    "rate",
+    "concurrency",
+    "cpu_seconds",
+    "memory",
+    "processes",
+];
+const CUSTOM_KEYS: &[&str] = &[
+    "argv",
+    "params",
+    "cwd",
+    "timeout",
+    "effects",
+    "contained",
+    "explicit_only",
+    "tier",
+    "summary",
+];
+const PARAM_KEYS: &[&str] = &["type", "root", "values", "required"];
+const TOKEN_KEYS: &[&str] = &["id", "roles", "kind", "token_env", "token"];
+const PRESET_KEYS: &[&str] = &[
+    "name",
+    "root",
+    "commands",
+    "readonly",
+    "writable",
+    "timeout",
+    "deny",
+    "max_bytes",
+    "unsafe",
+];
+
+/// The decoder: walks the tree and collects diagnostics.
+pub(crate) struct Decoder {
+    pub diags: Vec<Diagnostic>,
+}
+
+/// A mapping being read: its entries, its key path, and which keys were read.
+struct MapView<'n> {
+    entries: &'n [(Key, Node)],
+    path: String,
+}
+
+impl<'n> MapView<'n> {
+    fn get(&self, key: &str) -> Option<&'n Node> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k.name == key)
+            .map(|(_, n)| n)
+    }
+
+    fn key_span(&self, key: &str) -> Option<Span> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k.name == key)
+            .map(|(k, _)| k.span)
+    }
+
+    fn at(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+}
+
+impl Decoder {
+    pub fn new() -> Self {
+        Self { diags: Vec::new() }
+    }
+
+    fn err(&mut self, code: &'static str, msg: String, at: &str, span: Span) {
+        self.diags
+            .push(Diagnostic::error(code, msg, at, Some(span)));
+    }
+
+    fn err_fix(&mut self, code: &'static str, msg: String, at: &str, span: Span, fix: String) {
+        self.diags
+            .push(Diagnostic::error(code, msg, at, Some(span)).with_fix(fix));
+    }
+
+    fn wrong_type(&mut self, node: &Node, at: &str, expected: &str) {
+        self.err_fix(
+            codes::CONFIG_INVALID_VALUE,
+            format!("expected {expected}, found {}", node.type_name()),
+            at,
+            node.span,
+            format!("write {expected} here"),
+        );
+    }
+
+    fn map<'n>(&mut self, node: &'n Node, at: &str, known: &[&str]) -> Option<MapView<'n>> {
+        let Value::Map(entries) = &node.value else {
+            self.wrong_type(node, at, "a mapping");
+            return None;
+        };
+        for (k, _) in entries {
+            if !known.contains(&k.name.as_str()) {
+                let suggestions = closest(&k.name, known.iter().copied());
+                let fix = match suggestions.first() {
+                    Some(s) => format!("did you mean `{s}`?"),
+                    None => format!("the keys here are {}", known.join(", ")),
+                };
+                let loc = if at.is_empty() {
+                    k.name.clone()
+                } else {
+                    format!("{at}.{}", k.name)
+                };
+                self.err_fix(
+                    codes::CONFIG_UNKNOWN_KEY,
+                    format!("unknown key `{}`", k.name),
+                    &loc,
+                    k.span,
+                    fix,
+                );
+            }
+        }
+        Some(MapView {
+            entries,
+            path: at.to_owned(),
+        })
+    }
+
+    fn string(&mut self, node: &Node, at: &str) -> Option<String> {
+        match &node.value {
+            Value::Str(s) => Some(s.clone()),
+            Value::Null
+            | Value::Bool(_)
+            | Value::Int(_)
+            | Value::Float(_)
+            | Value::Seq(_)
+            | Value::Map(_) => {
+                self.wrong_type(node, at, "a string");
+                None
+            }
+        }
+    }
+
+    fn spanned_string(&mut self, node: &Node, at: &str) -> Option<Spanned<String>> {
+        self.string(node, at).map(|s| Spanned::new(s, node.span))
+    }
+
+    fn bool(&mut self, node: &Node, at: &str) -> Option<bool> {
+        match node.value {
+            Value::Bool(b) => Some(b),
+            Value::Null
+            | Value::Int(_)
+            | Value::Float(_)
+            | Value::Str(_)
+            | Value::Seq(_)
+            | Value::Map(_) => {
+                self.wrong_type(node, at, "`true` or `false`");
+                None
+            }
+        }
+    }
+
+    fn uint(&mut self, node: &Node, at: &str) -> Option<u64> {
+        match node.value {
+            Value::Int(i) if i >= 0 => Some(i.unsigned_abs()),
+            Value::Null
+            | Value::Bool(_)
+            | Value::Int(_)
+            | Value::Float(_)
+            | Value::Str(_)
+            | Value::Seq(_)
+            | Value::Map(_) => {
+                self.wrong_type(node, at, "a non-negative integer");
+                None
+            }
+        }
+    }
+
+    fn strings(&mut self, node: &Node, at: &str) -> Vec<Spanned<String>> {
+        match &node.value {
+            Value::Seq(items) => items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, n)| self.spanned_string(n, &format!("{at}[{i}]")))
+                .collect(),
+            Value::Null => Vec::new(),
+            Value::Bool(_) | Value::Int(_) | Value::Float(_) | Value::Str(_) | Value::Map(_) => {
+                self.wrong_type(node, at, "a list of strings");
+                Vec::new()
+            }
+        }
+    }
+
+    fn plain_strings(&mut self, node: &Node, at: &str) -> Vec<String> {
+        self.strings(node, at)
+            .into_iter()
+            .map(|s| s.value)
+            .collect()
+    }
+
+    fn unit<T>(
+        &mut self,
+        node: &Node,
+        at: &str,
+        parse: impl Fn(&str) -> Result<T, corral_policy::PolicyError>,
+        example: &str,
+    ) -> Option<T> {
+        let Value::Str(s) = &node.value else {
+            let code = match example {
+                "10MB" => codes::CONFIG_INVALID_SIZE,
+                "90s" => codes::CONFIG_INVALID_DURATION,
+                _ => codes::CONFIG_INVALID_RATE,
+            };
+            self.err_fix(
+                code,
+                format!(
+                    "expected a string such as `{example}`, found {}",
+                    node.type_name()
+                ),
+                at,
+                node.span,
+                format!("write it with its unit, e.g. `{example}`"),
+            );
+            return None;
+        };
+        match parse(s) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let code = e.code();
+                let fix = codes::lookup(code)
+                    .map(|c| c.fix.to_owned())
+                    .unwrap_or_default();
+                self.err_fix(code, e.to_string(), at, node.span, fix);
+                None
+            }
+        }
+    }
+
+    fn size(&mut self, node: &Node, at: &str) -> Option<u64> {
+        self.unit(node, at, parse_size, "10MB")
+    }
+
+    fn duration(&mut self, node: &Node, at: &str) -> Option<Duration> {
+        self.unit(node, at, parse_duration, "90s")
+    }
+
+    fn choice<T: Copy>(&mut self, node: &Node, at: &str, options: &[(&str, T)]) -> Option<T> {
+        let s = self.string(node, at)?;
+        if let Some((_, v)) = options.iter().find(|(n, _)| *n == s) {
+            return Some(*v);
+        }
+        let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
+        let fix = match closest(&s, names.iter().copied()).first() {
+            Some(m) => format!("did you mean `{m}`?"),
+            None => format!("use one of {}", names.join(", ")),
+        };
+        self.err_fix(
+            codes::CONFIG_INVALID_VALUE,
+            format!("`{s}` is not one of {}", names.join(", ")),
+            at,
+            node.span,
+            fix,
+        );
+        None
+    }
+
+    /// Decodes the whole document.
+    pub fn config(&mut self, root: &Node) -> Config {
+        let mut c = Config::default();
+        if matches!(root.value, Value::Null) {
+            self.err(
+                codes::CONFIG_VERSION,
+                "the config is empty".to_owned(),
+                "",
+                root.span,
+            );
+            return c;
+        }
+        let Some(m) = self.map(root, "", TOP_KEYS) else {
+            return c;
+        };
+        match m.get("version") {
+            Some(n) if n.value == Value::Int(1) => c.version = 1,
+            Some(n) => self.err_fix(
+                codes::CONFIG_VERSION,
+                "unsupported config version".to_owned(),
+                "version",
+                n.span,
+                "write `version: 1`".to_owned(),
+            ),
+            None => self.err(
+                codes::CONFIG_VERSION,
+                "the config has no `version`".to_owned(),
+                "version",
+                root.span,
+            ),
+        }
+        if let Some(n) = m.get("root") {
+            c.root = self.spanned_string(n, "root");
+        }
+        if let Some(n) = m.get("state_dir") {
+            c.state_dir = self.spanned_string(n, "state_dir");
+        }
+        if let Some(n) = m.get("preset") {
+            c.presets = self.presets(n);
+        }
+        if let Some(n) = m.get("enable") {
+            c.enable = self.strings(n, "enable");
+        }
+        if let Some(n) = m.get("disable") {
+            c.disable = self.strings(n, "disable");
+        }
+        if let Some(n) = m.get("rules") {
+            c.rules = self.rules(n);
+        }
+        if let Some(n) = m.get("custom") {
+            c.custom = self.custom(n);
+        }
+        if let Some(n) = m.get("auth") {
+            c.auth = self.auth(n);
+        }
+        if let Some(n) = m.get("audit") {
+            c.audit = self.audit(n);
+        }
+        if let Some(n) = m.get("storage")
+            && let Some(sm) = self.map(n, "storage", &["url"])
+            && let Some(u) = sm.get("url")
+        {
+            c.storage = StorageConfig {
+                url: self.string(u, "storage.url"),
+            };
+        }
+        if let Some(n) = m.get("limits") {
+            c.limits = self.limits(n, "limits");
+        }
+        if let Some(n) = m.get("state_only")
+            && let Some(sm) = self.map_any(n, "state_only")
+        {
+            for (k, v) in sm {
+                let at = format!("state_only.{}", k.name);
+                let reason = self.string(v, &at).unwrap_or_default();
+                if reason.trim().is_empty() {
+                    self.err_fix(
+                        codes::CONFIG_MISSING_KEY,
+                        format!("`state_only` entry `{}` has no reason", k.name),
+                        &at,
+                        k.span,
+                        "write why the op changes nothing outside the agent's own state".to_owned(),
+                    );
+                }
+                c.state_only.push(StateOnlyEntry {
+                    op: Spanned::new(k.name.clone(), k.span),
+                    reason,
+                });
+            }
+        }
+        if let Some(n) = m.get("tiers")
+            && let Some(tm) = self.map_any(n, "tiers")
+        {
+            let tiers = Tier::ALL.map(|t| (t.as_str(), t));
+            for (k, v) in tm {
+                if let Some(t) = self.choice(v, &format!("tiers.{}", k.name), &tiers) {
+                    c.tiers.push((Spanned::new(k.name.clone(), k.span), t));
+                }
+            }
+        }
+        c
+    }
+
+    /// A mapping whose keys are free (op ids): no unknown-key check.
+    fn map_any<'n>(&mut self, node: &'n Node, at: &str) -> Option<&'n [(Key, Node)]> {
+        match &node.value {
+            Value::Map(entries) => Some(entries),
+            Value::Null => Some(&[]),
+            Value::Bool(_) | Value::Int(_) | Value::Float(_) | Value::Str(_) | Value::Seq(_) => {
+                self.wrong_type(node, at, "a mapping");
+                None
+            }
+        }
+    }
+
+    fn presets(&mut self, node: &Node) -> Vec<PresetUse> {
+        let items: Vec<(&Node, String)> = match &node.value {
+            Value::Seq(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n, format!("preset[{i}]")))
+                .collect(),
+            Value::Null
+            | Value::Bool(_)
+            | Value::Int(_)
+            | Value::Float(_)
+            | Value::Str(_)
+            | Value::Map(_) => vec![(node, "preset".to_owned())],
+        };
+        let mut out = Vec::new();
+        for (n, at) in items {
+            let (name_node, opts) = match &n.value {
+                Value::Map(_) => {
+                    let Some(pm) = self.map(n, &at, PRESET_KEYS) else {
+                        continue;
+                    };
+                    let Some(name) = pm.get("name") else {
+                        self.err(
+                            codes::CONFIG_MISSING_KEY,
+                            "a preset mapping needs `name`".to_owned(),
+                            &at,
+                            n.span,
+                        );
+                        continue;
+                    };
+                    (name, self.preset_options(&pm))
+                }
+                Value::Null
+                | Value::Bool(_)
+                | Value::Int(_)
+                | Value::Float(_)
+                | Value::Str(_)
+                | Value::Seq(_) => (n, PresetOptions::default()),
+            };
+            let Some(name) = self.string(name_node, &at) else {
+                continue;
+            };
+            match Preset::parse(&name) {
+                Ok(preset) => out.push(PresetUse {
+                    preset,
+                    options: opts,
+                    span: name_node.span,
+                }),
+                Err(e) => self.err_fix(e.code(), e.to_string(), &at, name_node.span, e.fix()),
+            }
+        }
+        out
+    }
+
+    fn preset_options(&mut self, pm: &MapView<'_>) -> PresetOptions {
+        let mut o = PresetOptions::default();
+        if let Some(n) = pm.get("root") {
+            o.root = self.string(n, &pm.at("root"));
+        }
+        if let Some(n) = pm.get("commands") {
+            o.commands = self.plain_strings(n, &pm.at("commands"));
+        }
+        if let Some(n) = pm.get("readonly") {
+            o.readonly = self.bool(n, &pm.at("readonly")).unwrap_or(false);
+        }
+        if let Some(n) = pm.get("writable") {
+            o.writable = self.bool(n, &pm.at("writable")).unwrap_or(false);
+        }
+        if let Some(n) = pm.get("timeout") {
+            o.timeout = self.duration(n, &pm.at("timeout"));
+        }
+        if let Some(n) = pm.get("deny") {
+            o.deny = self.plain_strings(n, &pm.at("deny"));
+        }
+        if let Some(n) = pm.get("max_bytes") {
+            o.max_bytes = self.size(n, &pm.at("max_bytes"));
+        }
+        if let Some(n) = pm.get("unsafe") {
+            o.unsafe_ = self.bool(n, &pm.at("unsafe")).unwrap_or(false);
+        }
+        o
+    }
+
+    fn rules(&mut self, node: &Node) -> Vec<RuleConfig> {
+        let Value::Seq(items) = &node.value else {
+            self.wrong_type(node, "rules", "a list of rules");
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, n) in items.iter().enumerate() {
+            let at = format!("rules[{i}]");
+            let Some(m) = self.map(n, &at, RULE_KEYS) else {
+                continue;
+            };
+            let (effect, sel_node, key) = match (m.get("allow"), m.get("deny")) {
+                (Some(a), None) => (RuleEffect::Allow, a, "allow"),
+                (None, Some(d)) => (RuleEffect::Deny, d, "deny"),
+                (Some(_), Some(_)) => {
+                    let span = m.key_span("deny").unwrap_or(n.span);
+                    self.err_fix(
+                        codes::CONFIG_INVALID_VALUE,
+                        "a rule has both `allow` and `deny`".to_owned(),
+                        &at,
+                        span,
+                        "split it into two rules".to_owned(),
+                    );
+                    continue;
+                }
+                (None, None) => {
+                    self.err_fix(
+                        codes::CONFIG_MISSING_KEY,
+                        "a rule needs `allow:` or `deny:` with a list of selectors".to_owned(),
+                        &at,
+                        n.span,
+                        "add `allow: [files.read]` (or `deny:`)".to_owned(),
+                    );
+                    continue;
+                }
+            };
+            let selectors = match &sel_node.value {
+                Value::Str(s) => vec![Spanned::new(s.clone(), sel_node.span)],
+                Value::Null
+                | Value::Bool(_)
+                | Value::Int(_)
+                | Value::Float(_)
+                | Value::Seq(_)
+                | Value::Map(_) => self.strings(sel_node, &format!("{at}.{key}")),
+            };
+            let name = m
+                .get("name")
+                .and_then(|n| self.string(n, &m.at("name")))
+                .unwrap_or_else(|| at.clone());
+            let principals = m
+                .get("principals")
+                .map(|n| self.strings(n, &m.at("principals")))
+                .unwrap_or_default();
+            let paths = m.get("paths").and_then(|n| {
+                self.path_scope(n, &m.at("paths"), effect)
+                    .map(|s| Spanned::new(s, n.span))
+            });
+            let commands = m.get("commands").and_then(|n| {
+                self.command_scope(n, &m.at("commands"))
+                    .map(|s| Spanned::new(s, n.span))
+            });
+            let urls = m.get("urls").and_then(|n| {
+                self.url_scope(n, &m.at("urls"))
+                    .map(|s| Spanned::new(s, n.span))
+            });
+            let limits = m
+                .get("limits")
+                .map(|n| self.limits(n, &m.at("limits")))
+                .unwrap_or_default();
+            let reason = m
+                .get("reason")
+                .and_then(|n| self.string(n, &m.at("reason")));
+            out.push(RuleConfig {
+                name,
+                effect,
+                selectors,
+                principals,
+                paths,
+                commands,
+                urls,
+                limits,
+                reason,
+                span: n.span,
+                location: at,
+            });
+        }
+        out
+    }
+
+    fn path_scope(&mut self, node: &Node, at: &str, effect: RuleEffect) -> Option<PathScopeSpec> {
+        if let Value::Seq(_) = node.value {
+            return Some(PathScopeSpec {
+                roots: self.plain_strings(node, at),
+                ..PathScopeSpec::default()
+            });
+        }
+        let m = self.map(node, at, PATH_KEYS)?;
+        let mut s = PathScopeSpec::default();
+        match m.get("roots") {
+            Some(n) => s.roots = self.plain_strings(n, &m.at("roots")),
+            None if effect == RuleEffect::Allow => self.err_fix(
+                codes::CONFIG_MISSING_KEY,
+                "a path scope needs `roots`".to_owned(),
+                at,
+                node.span,
+                "add `roots: [/workspace]`".to_owned(),
+            ),
+            None => {}
+        }
+        if let Some(n) = m.get("deny") {
+            s.deny = self.plain_strings(n, &m.at("deny"));
+        }
+        if let Some(n) = m.get("readonly") {
+            s.readonly = self.bool(n, &m.at("readonly")).unwrap_or(true);
+        }
+        if let Some(n) = m.get("symlinks") {
+            s.symlinks = self
+                .choice(
+                    n,
+                    &m.at("symlinks"),
+                    &[
+                        ("within", SymlinkMode::Within),
+                        ("deny", SymlinkMode::Deny),
+                        ("follow", SymlinkMode::Follow),
+                    ],
+                )
+                .unwrap_or(SymlinkMode::Deny);
+        }
+        if let Some(n) = m.get("max_bytes") {
+            s.max_bytes = self.size(n, &m.at("max_bytes"));
+        }
+        if let Some(n) = m.get("unsafe") {
+            s.unsafe_ = self.bool(n, &m.at("unsafe")).unwrap_or(false);
+        }
+        Some(s)
+    }
+
+    fn command_scope(&mut self, node: &Node, at: &str) -> Option<CommandScopeSpec> {
+        if let Value::Seq(_) = node.value {
+            return Some(CommandScopeSpec {
+                allow: self.plain_strings(node, at),
+                ..CommandScopeSpec::default()
+            });
+        }
+        let m = self.map(node, at, COMMAND_KEYS)?;
+        let mut s = CommandScopeSpec::default();
+        if let Some(n) = m.get("allow") {
+            s.allow = self.plain_strings(n, &m.at("allow"));
+        }
+        if let Some(n) = m.get("deny") {
+            s.deny = self.plain_strings(n, &m.at("deny"));
+        }
+        if let Some(n) = m.get("shell") {
+            s.shell = self.bool(n, &m.at("shell")).unwrap_or(false);
+        }
+        if let Some(n) = m.get("cwd") {
+            s.cwd = self.string(n, &m.at("cwd"));
+        }
+        if let Some(n) = m.get("env_pass") {
+            s.env_pass = self.plain_strings(n, &m.at("env_pass"));
+        }
+        if let Some(n) = m.get("env_set")
+            && let Some(entries) = self.map_any(n, &m.at("env_set"))
+        {
+            for (k, v) in entries {
+                let val = match &v.value {
+                    Value::Str(s) => Some(s.clone()),
+                    Value::Int(i) => Some(i.to_string()),
+                    Value::Bool(b) => Some(b.to_string()),
+                    Value::Null | Value::Float(_) | Value::Seq(_) | Value::Map(_) => {
+                        self.wrong_type(v, &format!("{}.{}", m.at("env_set"), k.name), "a string");
+                        None
+                    }
+                };
+                if let Some(val) = val {
+                    s.env_set.push((k.name.clone(), val));
+                }
+            }
+        }
+        if let Some(n) = m.get("timeout") {
+            s.timeout = self.duration(n, &m.at("timeout"));
+        }
+        if let Some(n) = m.get("max_output_bytes") {
+            s.max_output_bytes = self.size(n, &m.at("max_output_bytes"));
+        }
+        Some(s)
+    }
+
+    fn url_scope(&mut self, node: &Node, at: &str) -> Option<UrlScopeSpec> {
+        if let Value::Seq(_) = node.value {
+            return Some(UrlScopeSpec {
+                hosts: self.plain_strings(node, at),
+                ..UrlScopeSpec::default()
+            });
+        }
+        let m = self.map(node, at, URL_KEYS)?;
+        let mut s = UrlScopeSpec::default();
+        if let Some(n) = m.get("hosts") {
+            s.hosts = self.plain_strings(n, &m.at("hosts"));
+        }
+        if let Some(n) = m.get("schemes") {
+            s.schemes = Some(self.plain_strings(n, &m.at("schemes")));
+        }
+        if let Some(n) = m.get("ports") {
+            let at = m.at("ports");
+            match &n.value {
+                Value::Seq(items) => {
+                    let mut ports = Vec::new();
+                    for (i, p) in items.iter().enumerate() {
+                        match p.value {
+                            Value::Int(x) if (1..=65535).contains(&x) => {
+                                ports.push(u16::try_from(x).unwrap_or(0));
+                            }
+                            _ => {
+                                self.wrong_type(p, &format!("{at}[{i}]"), "a port from 1 to 65535")
+                            }
+                        }
+                    }
+                    s.ports = Some(ports);
+                }
+                _ => self.wrong_type(n, &at, "a list of ports"),
+            }
+        }
+        if let Some(n) = m.get("paths") {
+            s.paths = Some(self.plain_strings(n, &m.at("paths")));
+        }
+        if let Some(n) = m.get("block_private") {
+            s.block_private = self.bool(n, &m.at("block_private")).unwrap_or(true);
+        }
+        Some(s)
+    }
+
+    fn limits(&mut self, node: &Node, at: &str) -> Limits {
+        let Some(m) = self.map(node, at, LIMIT_KEYS) else {
+            return Limits::NONE;
+        };
+        let mut l = Limits::NONE;
+        let u32_of = |v: u64| u32::try_from(v).ok();
+        if let Some(n) = m.get("max_bytes") {
+            l.max_bytes = self.size(n, &m.at("max_bytes"));
+        }
+        if let Some(n) = m.get("max_entries") {
+            l.max_entries = self.uint(n, &m.at("max_entries"));
+        }
+        if let Some(n) = m.get("timeout") {
+            l.timeout = self.duration(n, &m.at("timeout"));
+        }
+        if let Some(n) = m.get("max_output_bytes") {
+            l.max_output_bytes = self.size(n, &m.at("max_output_bytes"));
+        }
+        if let Some(n) = m.get("rate") {
+            l.rate = self.unit(n, &m.at("rate"), Rate::parse, "10/min");
+        }
+        if let Some(n) = m.get("concurrency") {
+            l.concurrency = self.uint(n, &m.at("concurrency")).and_then(u32_of);
+        }
+        if let Some(n) = m.get("cpu_seconds") {
+            l.cpu_seconds = self.uint(n, &m.at("cpu_seconds"));
+        }
+        if let Some(n) = m.get("memory") {
+            l.memory = self.size(n, &m.at("memory"));
+        }
+        if let Some(n) = m.get("processes") {
+            l.processes = self.uint(n, &m.at("processes")).and_then(u32_of);
+        }
+        l
+    }
+
+    fn custom(&mut self, node: &Node) -> Vec<CustomOpConfig> {
+        let Some(entries) = self.map_any(node, "custom") else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, n) in entries {
+            let at = format!("custom.{}", k.name);
+            let Some(m) = self.map(n, &at, CUSTOM_KEYS) else {
+                continue;
+            };
+            let argv = match m.get("argv") {
+                Some(a) => self.strings(a, &m.at("argv")),
+                None => {
+                    self.err_fix(
+                        codes::CONFIG_MISSING_KEY,
+                        format!("custom op `{}` has no `argv`", k.name),
+                        &at,
+                        k.span,
+                        "add `argv: [program, \"{param}\"]`".to_owned(),
+                    );
+                    Vec::new()
+                }
+            };
+            let mut params = Vec::new();
+            if let Some(p) = m.get("params")
+                && let Some(pentries) = self.map_any(p, &m.at("params"))
+            {
+                for (pk, pn) in pentries {
+                    let pat = format!("{at}.params.{}", pk.name);
+                    if let Some(kind) = self.param(pn, &pat) {
+                        let required = match &pn.value {
+                            Value::Map(e) => e
+                                .iter()
+                                .find(|(k, _)| k.name == "required")
+                                .and_then(|(_, v)| match v.value {
+                                    Value::Bool(b) => Some(b),
+                                    _ => None,
+                                })
+                                .unwrap_or(true),
+                            _ => true,
+                        };
+                        params.push(ParamConfig {
+                            name: Spanned::new(pk.name.clone(), pk.span),
+                            kind,
+                            required,
+                        });
+                    }
+                }
+            }
+            let effects = m.get("effects").map(|e| {
+                let at = m.at("effects");
+                let opts = Effect::ALL.map(|e| (e.as_str(), e));
+                match &e.value {
+                    Value::Seq(items) => items
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, n)| self.choice(n, &format!("{at}[{i}]"), &opts))
+                        .collect(),
+                    Value::Str(_) => self.choice(e, &at, &opts).into_iter().collect(),
+                    _ => {
+                        self.wrong_type(e, &at, "a list of effects");
+                        Vec::new()
+                    }
+                }
+            });
+            let tier = m.get("tier").and_then(|t| {
+                let opts = Tier::ALL.map(|t| (t.as_str(), t));
+                self.choice(t, &m.at("tier"), &opts)
+            });
+            out.push(CustomOpConfig {
+                id: Spanned::new(k.name.clone(), k.span),
+                argv,
+                params,
+                cwd: m.get("cwd").and_then(|c| self.string(c, &m.at("cwd"))),
+                timeout: m
+                    .get("timeout")
+                    .and_then(|t| self.duration(t, &m.at("timeout"))),
+                effects,
+                contained: m
+                    .get("contained")
+                    .and_then(|b| self.bool(b, &m.at("contained")))
+                    .unwrap_or(false),
+                explicit_only: m
+                    .get("explicit_only")
+                    .and_then(|b| self.bool(b, &m.at("explicit_only")))
+                    .unwrap_or(false),
+                tier,
+                summary: m
+                    .get("summary")
+                    .and_then(|s| self.string(s, &m.at("summary")))
+                    .unwrap_or_default(),
+            });
+        }
+        out
+    }
+
+    fn param(&mut self, node: &Node, at: &str) -> Option<ParamKind> {
+        let types = [
+            ("path", 0u8),
+            ("int", 1),
+            ("word", 2),
+            ("string", 3),
+            ("enum", 4),
+        ];
+        let (type_node, m) = match &node.value {
+            Value::Str(_) => (node, None),
+            _ => {
+                let m = self.map(node, at, PARAM_KEYS)?;
+                let Some(t) = m.get("type") else {
+                    self.err_fix(
+                        codes::CONFIG_MISSING_KEY,
+                        "a param needs `type`".to_owned(),
+                        at,
+                        node.span,
+                        "add `type: path|int|word|string|enum`".to_owned(),
+                    );
+                    return None;
+                };
+                (t, Some(m))
+            }
+        };
+        let kind = self.choice(type_node, &format!("{at}.type"), &types)?;
+        let get = |k: &str| m.as_ref().and_then(|m| m.get(k));
+        Some(match kind {
+            0 => ParamKind::Path {
+                root: get("root").and_then(|r| self.string(r, &format!("{at}.root"))),
+            },
+            1 => ParamKind::Int,
+            2 => ParamKind::Word,
+            3 => ParamKind::String,
+            _ => {
+                let values = get("values")
+                    .map(|v| self.plain_strings(v, &format!("{at}.values")))
+                    .unwrap_or_default();
+                if values.is_empty() {
+                    self.err_fix(
+                        codes::CONFIG_MISSING_KEY,
+                        "an enum param needs `values`".to_owned(),
+                        at,
+                        node.span,
+                        "add `values: [a, b]`".to_owned(),
+                    );
+                }
+                ParamKind::Enum(values)
+            }
+        })
+    }
+
+    fn auth(&mut self, node: &Node) -> AuthConfig {
+        let mut a = AuthConfig::default();
+        let Some(m) = self.map(node, "auth", &["tokens"]) else {
+            return a;
+        };
+        let Some(tokens) = m.get("tokens") else {
+            return a;
+        };
+        let Value::Seq(items) = &tokens.value else {
+            self.wrong_type(tokens, "auth.tokens", "a list of tokens");
+            return a;
+        };
+        let kinds = PrincipalKind::ALL.map(|k| (k.as_str(), k));
+        for (i, n) in items.iter().enumerate() {
+            let at = format!("auth.tokens[{i}]");
+            let Some(tm) = self.map(n, &at, TOKEN_KEYS) else {
+                continue;
+            };
+            if let Some(secret) = tm.get("token") {
+                self.err_fix(
+                    codes::CONFIG_INLINE_SECRET,
+                    "the token secret is written in the config".to_owned(),
+                    &tm.at("token"),
+                    secret.span,
+                    "remove `token:`; put the secret in an environment variable and name it with `token_env:`".to_owned(),
+                );
+            }
+            let id = tm
+                .get("id")
+                .and_then(|x| self.spanned_string(x, &tm.at("id")));
+            let token_env = tm
+                .get("token_env")
+                .and_then(|x| self.spanned_string(x, &tm.at("token_env")));
+            let roles = tm
+                .get("roles")
+                .map(|r| self.plain_strings(r, &tm.at("roles")))
+                .unwrap_or_default();
+            let kind = tm
+                .get("kind")
+                .and_then(|k| self.choice(k, &tm.at("kind"), &kinds))
+                .unwrap_or(PrincipalKind::Human);
+            match (id, token_env) {
+                (Some(id), Some(token_env)) => {
+                    if id.value == "anonymous" {
+                        self.err_fix(
+                            codes::CONFIG_INVALID_VALUE,
+                            "a token may not have the id `anonymous`".to_owned(),
+                            &tm.at("id"),
+                            id.span,
+                            "pick another id".to_owned(),
+                        );
+                    }
+                    a.tokens.push(TokenConfig {
+                        id,
+                        roles,
+                        kind,
+                        token_env,
+                    });
+                }
+                (id, env) => {
+                    let missing = if id.is_none() { "id" } else { "token_env" };
+                    let _ = env;
+                    self.err_fix(
+                        codes::CONFIG_MISSING_KEY,
+                        format!("a token needs `{missing}`"),
+                        &at,
+                        n.span,
+                        "write `{id: grader, roles: [operator], token_env: CORRAL_GRADER_TOKEN}`"
+                            .to_owned(),
+                    );
+                }
+            }
+        }
+        a
+    }
+
+    fn audit(&mut self, node: &Node) -> AuditConfig {
+        let Some(m) = self.map(node, "audit", &["sink", "path"]) else {
+            return AuditConfig::default();
+        };
+        let sinks = [("store", 0u8), ("stderr", 1), ("file", 2), ("off", 3)];
+        let sink = m
+            .get("sink")
+            .and_then(|s| self.choice(s, "audit.sink", &sinks))
+            .unwrap_or(0);
+        let path = m.get("path").and_then(|p| self.string(p, "audit.path"));
+        let sink = match (sink, path) {
+            (1, _) => AuditSink::Stderr,
+            (2, Some(p)) => AuditSink::File(p),
+            (2, None) => {
+                self.err(
+                    codes::CONFIG_MISSING_KEY,
+                    "`sink: file` needs `path`".to_owned(),
+                    "audit",
+                    node.span,
+                );
+                AuditSink::Store
+            }
+            (3, _) => AuditSink::Off,
+            _ => AuditSink::Store,
+        };
+        AuditConfig { sink }
+    }
+}

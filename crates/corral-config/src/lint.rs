@@ -1,0 +1,910 @@
+//! The lint behind `corral check-config`: the anti-patterns of a policy that loads but should
+//! not ship. Each finding has a code, a severity, a span and a fix.
+
+use corral_policy::scope::{ArgPattern, NormPath, SymlinkMode};
+use corral_policy::{
+    Effect, OpSpec, ParamKind, Principal, PrincipalSelector, Rule, RuleEffect, ScopeKind, Selector,
+    codes,
+};
+
+use crate::Loaded;
+use crate::build::placeholders;
+use crate::diag::{Diagnostic, Severity};
+use crate::model::{CustomOpConfig, RuleConfig};
+use crate::yaml::Span;
+
+/// Programs that can run arbitrary code or reach outside their arguments' intent.
+const ESCAPE_CAPABLE: &[&str] = &[
+    "python",
+    "python2",
+    "python3",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "ruby",
+    "perl",
+    "php",
+    "lua",
+    "sh",
+    "bash",
+    "zsh",
+    "dash",
+    "ksh",
+    "fish",
+    "csh",
+    "tcsh",
+    "env",
+    "find",
+    "git",
+    "xargs",
+    "sudo",
+    "su",
+    "doas",
+    "nohup",
+    "timeout",
+    "nice",
+    "ionice",
+    "strace",
+    "gdb",
+    "ssh",
+    "scp",
+    "rsync",
+    "curl",
+    "wget",
+    "make",
+    "npm",
+    "npx",
+    "pip",
+    "pip3",
+    "cargo",
+    "docker",
+    "kubectl",
+    "awk",
+    "gawk",
+    "sed",
+    "vim",
+    "vi",
+    "less",
+    "man",
+    "tar",
+    "busybox",
+    "chroot",
+    "setsid",
+    "watch",
+    "script",
+    "expect",
+    "osascript",
+    "pwsh",
+];
+
+/// Verbs that mark an op name as mutating (spec 002's `looks_mutating`).
+const MUTATING_VERBS: &[&str] = &[
+    "delete",
+    "remove",
+    "rm",
+    "create",
+    "write",
+    "update",
+    "put",
+    "post",
+    "patch",
+    "set",
+    "scale",
+    "restart",
+    "stop",
+    "start",
+    "kill",
+    "drop",
+    "alter",
+    "exec",
+    "execute",
+    "run",
+    "apply",
+    "deploy",
+    "install",
+    "uninstall",
+    "push",
+    "reset",
+    "truncate",
+    "purge",
+    "move",
+    "mv",
+    "rename",
+    "grant",
+    "revoke",
+    "send",
+    "upload",
+    "insert",
+    "modify",
+    "edit",
+    "add",
+    "terminate",
+    "destroy",
+    "reboot",
+    "shutdown",
+    "enable",
+    "disable",
+    "commit",
+    "merge",
+    "publish",
+    "approve",
+    "cancel",
+    "rollback",
+    "restore",
+    "migrate",
+    "rotate",
+    "suspend",
+    "resume",
+    "pause",
+    "evict",
+    "cordon",
+    "drain",
+    "wipe",
+    "clear",
+    "flush",
+];
+
+/// Verbs that mark an op name as a read; a name whose last segment starts with one is never
+/// flagged.
+const READ_VERBS: &[&str] = &[
+    "get", "list", "describe", "read", "show", "query", "search", "count", "check", "view",
+    "inspect", "stat", "status", "health", "watch", "find", "lookup", "fetch", "explain", "diff",
+    "preview", "validate",
+];
+
+const PATH_LIKE: &[&str] = &[
+    "path",
+    "file",
+    "filename",
+    "dir",
+    "directory",
+    "folder",
+    "dest",
+    "destination",
+    "src",
+    "source",
+    "output",
+    "out",
+    "input",
+    "target",
+    "script",
+];
+
+/// Splits an op id into lowercase word tokens (`kafka.deleteTopic_now` -> kafka, delete, topic,
+/// now).
+fn words(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut prev_lower = false;
+    for c in s.chars() {
+        if matches!(c, '.' | '_' | '-') {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            prev_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && prev_lower && !cur.is_empty() {
+            out.push(std::mem::take(&mut cur));
+        }
+        prev_lower = c.is_lowercase() || c.is_ascii_digit();
+        cur.extend(c.to_lowercase());
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// Whether an op name carries a mutating verb (and does not start its last segment with a read
+/// verb).
+pub fn looks_mutating(id: &str) -> bool {
+    let last = id.rsplit('.').next().unwrap_or(id);
+    if words(last)
+        .first()
+        .is_some_and(|w| READ_VERBS.contains(&w.as_str()))
+    {
+        return false;
+    }
+    words(id)
+        .iter()
+        .any(|w| MUTATING_VERBS.contains(&w.as_str()))
+}
+
+struct Linter<'a> {
+    l: &'a Loaded,
+    out: Vec<Diagnostic>,
+}
+
+fn principals_overlap(a: &Rule, b: &Rule) -> bool {
+    a.principals.is_empty()
+        || b.principals.is_empty()
+        || a.principals
+            .iter()
+            .any(|p| b.principals.contains(p) || matches!(p, PrincipalSelector::AnyAuthenticated))
+        || b.principals.contains(&PrincipalSelector::AnyAuthenticated)
+}
+
+impl<'a> Linter<'a> {
+    fn rule_place(&self, i: usize) -> (String, Option<Span>) {
+        self.l
+            .origins
+            .get(i)
+            .map(|o| (o.location.clone(), o.span))
+            .unwrap_or_default()
+    }
+
+    fn config_rule(&self, i: usize) -> Option<&'a RuleConfig> {
+        self.l
+            .origins
+            .get(i)
+            .and_then(|o| o.config_rule)
+            .and_then(|ci| self.l.config.rules.get(ci))
+    }
+
+    fn push(&mut self, d: Diagnostic) {
+        self.out.push(d);
+    }
+
+    fn ops_mounted_by(&self, r: &Rule) -> Vec<&'a OpSpec> {
+        self.l
+            .catalog
+            .iter()
+            .filter(|op| r.selectors.iter().any(|s| s.mounts(op)))
+            .collect()
+    }
+
+    fn run(mut self) -> Vec<Diagnostic> {
+        let rules = &self.l.policy.rules;
+        for (i, r) in rules.iter().enumerate() {
+            self.selectors(i, r);
+            if r.effect == RuleEffect::Allow {
+                self.allow_rule(i, r);
+            }
+        }
+        self.shadowed();
+        self.writable_scripts();
+        for c in &self.l.config.custom {
+            self.custom_op(c);
+        }
+        self.state_only();
+        self.auth();
+        self.secrets();
+        for p in &self.l.config.presets {
+            if p.preset == corral_policy::presets::Preset::FullAccess {
+                self.push(Diagnostic::error(
+                    codes::LINT_FULL_ACCESS,
+                    "the full_access preset turns off corral's protections",
+                    "preset",
+                    Some(p.span),
+                ));
+            }
+        }
+        self.out.sort_by_key(|d| {
+            (
+                d.span.map_or((usize::MAX, 0), |s| (s.line, s.col)),
+                d.severity,
+            )
+        });
+        self.out.dedup();
+        self.out
+    }
+
+    fn selectors(&mut self, i: usize, r: &Rule) {
+        let Some(cr) = self.config_rule(i) else {
+            return;
+        };
+        for (si, (sel, written)) in r.selectors.iter().zip(&cr.selectors).enumerate() {
+            let key = match r.effect {
+                RuleEffect::Allow => "allow",
+                RuleEffect::Deny => "deny",
+            };
+            let at = format!("{}.{key}[{si}]", cr.location);
+            let reaches = self.l.catalog.iter().filter(|op| sel.reaches(op)).count();
+            let mounts = self.l.catalog.iter().filter(|op| sel.mounts(op)).count();
+            if reaches == 0 {
+                self.push(Diagnostic::warning(
+                    codes::LINT_MATCHES_NOTHING,
+                    format!("selector `{sel}` matches no op"),
+                    at,
+                    Some(written.span),
+                ));
+            } else if r.effect == RuleEffect::Allow && mounts == 0 {
+                self.push(
+                    Diagnostic::warning(
+                        codes::LINT_MATCHES_NOTHING,
+                        format!("selector `{sel}` reaches only explicit-only ops, which an allow mounts only by exact id"),
+                        at,
+                        Some(written.span),
+                    )
+                    .with_fix("name each op by its exact id"),
+                );
+            }
+            if r.effect == RuleEffect::Allow && *sel == Selector::All {
+                self.push(Diagnostic::error(
+                    codes::LINT_ALLOW_ALL,
+                    "a rule allows every op (`*`)",
+                    format!("{}.allow[{si}]", cr.location),
+                    Some(written.span),
+                ));
+            }
+        }
+    }
+
+    fn allow_rule(&mut self, i: usize, r: &Rule) {
+        let (loc, span) = self.rule_place(i);
+        let cr = self.config_rule(i);
+        let scope_span = |k: ScopeKind| {
+            cr.and_then(|c| match k {
+                ScopeKind::Paths => c.paths.as_ref().map(|s| s.span),
+                ScopeKind::Commands => c.commands.as_ref().map(|s| s.span),
+                ScopeKind::Urls => c.urls.as_ref().map(|s| s.span),
+            })
+            .or(span)
+        };
+        let mut missing: Vec<(ScopeKind, String)> = Vec::new();
+        for op in self.ops_mounted_by(r) {
+            for k in op.required_scopes() {
+                let present = match k {
+                    ScopeKind::Paths => r.paths.is_some(),
+                    ScopeKind::Commands => r.commands.is_some(),
+                    ScopeKind::Urls => r.urls.is_some(),
+                };
+                if !present {
+                    missing.push((k, op.id.to_string()));
+                }
+            }
+        }
+        for k in [ScopeKind::Paths, ScopeKind::Commands, ScopeKind::Urls] {
+            let ops: Vec<&str> = missing
+                .iter()
+                .filter(|(m, _)| *m == k)
+                .map(|(_, o)| o.as_str())
+                .collect();
+            if !ops.is_empty() {
+                self.push(
+                    Diagnostic::error(
+                        codes::POLICY_SCOPE_REQUIRED,
+                        format!(
+                            "the rule allows {} without a `{}:` scope, so every call is refused",
+                            ops.iter()
+                                .map(|o| format!("`{o}`"))
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            k.key()
+                        ),
+                        loc.clone(),
+                        span,
+                    )
+                    .with_fix(match k {
+                        ScopeKind::Paths => "add `paths: {roots: [/workspace]}`",
+                        ScopeKind::Commands => {
+                            "add `commands: {allow: [\"pytest ...\"], cwd: /workspace}`"
+                        }
+                        ScopeKind::Urls => "add `urls: {hosts: [api.example.com]}`",
+                    }),
+                );
+            }
+        }
+        let is_full_access = self
+            .l
+            .origins
+            .get(i)
+            .is_some_and(|o| o.preset == Some("full_access"));
+        if let Some(p) = &r.paths {
+            let s = p.spec();
+            if !is_full_access
+                && s.roots
+                    .iter()
+                    .any(|root| NormPath::new(root).is_some_and(|n| n.parts.is_empty()))
+            {
+                self.push(Diagnostic::error(
+                    codes::LINT_ROOT_IS_SLASH,
+                    "a path scope has `/` as a root",
+                    format!("{loc}.paths"),
+                    scope_span(ScopeKind::Paths),
+                ));
+            }
+            if s.symlinks == SymlinkMode::Follow {
+                self.push(Diagnostic::error(
+                    codes::LINT_SYMLINKS_FOLLOW,
+                    "the path scope follows symlinks out of its roots",
+                    format!("{loc}.paths.symlinks"),
+                    scope_span(ScopeKind::Paths),
+                ));
+            }
+            if s.unsafe_ && !is_full_access {
+                self.push(Diagnostic::error(
+                    codes::LINT_FULL_ACCESS,
+                    "a path scope sets `unsafe: true`",
+                    format!("{loc}.paths.unsafe"),
+                    scope_span(ScopeKind::Paths),
+                ));
+            }
+        }
+        if let Some(c) = &r.commands {
+            let s = c.spec();
+            if s.shell {
+                self.push(Diagnostic::error(
+                    codes::LINT_SHELL,
+                    "the command scope enables the shell",
+                    format!("{loc}.commands.shell"),
+                    scope_span(ScopeKind::Commands),
+                ));
+            }
+            for (pi, pat) in c.allow_patterns().iter().enumerate() {
+                let program = pat.program().rsplit('/').next().unwrap_or("");
+                let free = pat.tokens().iter().skip(1).any(|t| {
+                    matches!(t, ArgPattern::Rest | ArgPattern::Glob(..))
+                        || (matches!(t, ArgPattern::Path) && is_interpreter(program))
+                });
+                if !is_full_access
+                    && ESCAPE_CAPABLE.contains(&program)
+                    && (free || program == "env")
+                {
+                    self.push(Diagnostic::error(
+                        codes::LINT_ESCAPE_CAPABLE_COMMAND,
+                        format!(
+                            "`{}` lets the caller run anything `{program}` can",
+                            pat.as_written()
+                        ),
+                        format!("{loc}.commands.allow[{pi}]"),
+                        scope_span(ScopeKind::Commands),
+                    ));
+                }
+                if s.cwd.is_none() && pat.tokens().iter().any(|t| matches!(t, ArgPattern::Path)) {
+                    self.push(Diagnostic::warning(
+                        codes::LINT_PATH_WITHOUT_CWD,
+                        format!("`{}` has `{{path}}` but the scope has no cwd to jail it, so it never matches", pat.as_written()),
+                        format!("{loc}.commands"),
+                        scope_span(ScopeKind::Commands),
+                    ));
+                }
+            }
+            for (k, v) in &s.env_set {
+                if looks_secret_name(k) && !v.is_empty() {
+                    self.push(Diagnostic::error(
+                        codes::LINT_LITERAL_SECRET,
+                        format!("`env_set` writes the value of `{k}` into the config"),
+                        format!("{loc}.commands.env_set.{k}"),
+                        scope_span(ScopeKind::Commands),
+                    ));
+                }
+            }
+        }
+        if let Some(u) = &r.urls
+            && !u.spec().block_private
+        {
+            self.push(Diagnostic::error(
+                codes::LINT_BLOCK_PRIVATE_OFF,
+                "the url scope can reach loopback, private and metadata addresses",
+                format!("{loc}.urls.block_private"),
+                scope_span(ScopeKind::Urls),
+            ));
+        }
+    }
+
+    fn shadowed(&mut self) {
+        let rules = &self.l.policy.rules;
+        for (i, r) in rules.iter().enumerate() {
+            if r.effect != RuleEffect::Allow {
+                continue;
+            }
+            let ops = self.ops_mounted_by(r);
+            if ops.is_empty() {
+                continue;
+            }
+            let by_deny = rules.iter().enumerate().find(|(_, d)| {
+                d.effect == RuleEffect::Deny
+                    && !d.is_scoped()
+                    && (d.principals.is_empty()
+                        || (!r.principals.is_empty()
+                            && r.principals.iter().all(|p| d.principals.contains(p))))
+                    && ops
+                        .iter()
+                        .all(|op| d.selectors.iter().any(|s| s.reaches(op)))
+            });
+            let by_allow = rules[..i].iter().enumerate().find(|(_, e)| {
+                e.effect == RuleEffect::Allow
+                    && e.selectors == r.selectors
+                    && e.principals == r.principals
+                    && e.paths.as_ref().map(|p| p.spec()) == r.paths.as_ref().map(|p| p.spec())
+                    && e.commands.as_ref().map(|c| c.spec())
+                        == r.commands.as_ref().map(|c| c.spec())
+                    && e.urls.as_ref().map(|u| u.spec()) == r.urls.as_ref().map(|u| u.spec())
+            });
+            let (loc, span) = self.rule_place(i);
+            if let Some((j, d)) = by_deny {
+                self.push(Diagnostic::warning(
+                    codes::LINT_SHADOWED_RULE,
+                    format!("the rule can never allow anything: deny rule `{}` refuses every op it mounts", d.name),
+                    loc,
+                    span,
+                ).with_fix(format!("remove this rule, or narrow `{}` (at {})", d.name, self.rule_place(j).0)));
+            } else if let Some((_, e)) = by_allow {
+                self.push(Diagnostic::warning(
+                    codes::LINT_SHADOWED_RULE,
+                    format!("the rule repeats `{}`, which always decides first", e.name),
+                    loc,
+                    span,
+                ));
+            }
+        }
+    }
+
+    fn writable_scripts(&mut self) {
+        let rules = &self.l.policy.rules;
+        let writers: Vec<(&Rule, Vec<&OpSpec>)> = rules
+            .iter()
+            .filter(|w| w.effect == RuleEffect::Allow)
+            .map(|w| {
+                let ops = self
+                    .ops_mounted_by(w)
+                    .into_iter()
+                    .filter(|op| {
+                        op.effective_effects().contains(Effect::Write)
+                            && op
+                                .params
+                                .iter()
+                                .any(|p| matches!(p.kind, ParamKind::Path { root: None }))
+                    })
+                    .collect();
+                (w, ops)
+            })
+            .filter(|(_, ops): &(&Rule, Vec<&OpSpec>)| !ops.is_empty())
+            .collect();
+        for (i, r) in rules.iter().enumerate() {
+            let Some(c) = r
+                .commands
+                .as_ref()
+                .filter(|_| r.effect == RuleEffect::Allow)
+            else {
+                continue;
+            };
+            let cwd = c.spec().cwd.clone();
+            for pat in c.allow_patterns() {
+                for tok in pat.tokens() {
+                    let ArgPattern::Literal(t) = tok else {
+                        continue;
+                    };
+                    if !looks_like_file(t) {
+                        continue;
+                    }
+                    let abs = if t.starts_with('/') {
+                        t.clone()
+                    } else if let Some(cwd) = &cwd {
+                        format!("{cwd}/{t}")
+                    } else {
+                        continue;
+                    };
+                    let Some(path) = NormPath::new(&abs) else {
+                        continue;
+                    };
+                    let hit = writers.iter().find(|(w, _)| {
+                        principals_overlap(r, w)
+                            && w.paths.as_ref().is_some_and(|p| {
+                                !p.spec().readonly
+                                    && p.may_contain(&path.parts)
+                                    && p.admit(&path, &Principal::new("*", &[]))
+                                        != Err(corral_policy::scope::PathRefusal::Denied)
+                            })
+                    });
+                    if let Some((w, ops)) = hit {
+                        let (loc, span) = self.rule_place(i);
+                        self.push(Diagnostic::error(
+                            codes::LINT_WRITABLE_SCRIPT,
+                            format!(
+                                "`{}` runs `{}`, which rule `{}` lets callers write with {}",
+                                pat.as_written(),
+                                path.absolute,
+                                w.name,
+                                ops.iter()
+                                    .map(|o| format!("`{}`", o.id))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                            format!("{loc}.commands"),
+                            span,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    fn custom_op(&mut self, c: &CustomOpConfig) {
+        let at = format!("custom.{}", c.id.value);
+        if c.effects.as_ref().is_none_or(Vec::is_empty) {
+            self.push(Diagnostic::warning(
+                codes::LINT_CUSTOM_OP_WITHOUT_EFFECTS,
+                format!("custom op `{}` declares no effects, so it is treated as admin and explicit-only", c.id.value),
+                at.clone(),
+                Some(c.id.span),
+            ));
+        }
+        for p in &c.params {
+            let typed_path = matches!(p.kind, ParamKind::Path { .. });
+            if typed_path {
+                continue;
+            }
+            let name_like = words(&p.name.value)
+                .iter()
+                .any(|w| PATH_LIKE.contains(&w.as_str()));
+            let placed_in_path = c.argv.iter().any(|t| {
+                let ph = format!("{{{}}}", p.name.value);
+                t.value.contains(&ph)
+                    && (t.value.contains(&format!("/{ph}"))
+                        || t.value.contains(&format!("{ph}/"))
+                        || t.value.contains(&format!("={ph}")) && name_like)
+            });
+            if name_like || placed_in_path {
+                self.push(Diagnostic::error(
+                    codes::LINT_UNDECLARED_PATH_PARAM,
+                    format!(
+                        "param `{}` of `{}` looks like a path but is typed `{}`",
+                        p.name.value,
+                        c.id.value,
+                        p.kind.name()
+                    ),
+                    format!("{at}.params.{}", p.name.value),
+                    Some(p.name.span),
+                ));
+            }
+        }
+        let mounted = self.l.policy.rules.iter().any(|r| {
+            r.effect == RuleEffect::Allow
+                && self
+                    .l
+                    .catalog
+                    .get(&c.id.value)
+                    .is_some_and(|op| r.selectors.iter().any(|s| s.mounts(op)))
+        });
+        if !mounted {
+            self.push(Diagnostic::warning(
+                codes::LINT_UNMOUNTED_CUSTOM_OP,
+                format!(
+                    "custom op `{}` is defined but no rule mounts it",
+                    c.id.value
+                ),
+                at,
+                Some(c.id.span),
+            ));
+        }
+        let _ = placeholders;
+    }
+
+    fn state_only(&mut self) {
+        let listed = |id: &str| self.l.config.state_only.iter().any(|s| s.op.value == id);
+        let mut found = Vec::new();
+        for c in &self.l.config.custom {
+            let read_only = c
+                .effects
+                .as_ref()
+                .is_some_and(|e| !e.is_empty() && e.iter().all(|x| *x == Effect::Read));
+            if read_only && looks_mutating(&c.id.value) && !listed(&c.id.value) {
+                found.push(Diagnostic::error(
+                    codes::LINT_MUTATING_NAME,
+                    format!("`{}` is named like a change but declares only `read`; every gate would treat it as a lookup", c.id.value),
+                    format!("custom.{}.effects", c.id.value),
+                    Some(c.id.span),
+                ));
+            }
+        }
+        for s in &self.l.config.state_only {
+            let needed = self.l.config.custom.iter().any(|c| {
+                c.id.value == s.op.value
+                    && looks_mutating(&c.id.value)
+                    && c.effects
+                        .as_ref()
+                        .is_some_and(|e| !e.is_empty() && e.iter().all(|x| *x == Effect::Read))
+            });
+            if !needed {
+                found.push(Diagnostic::error(
+                    codes::LINT_STALE_STATE_ONLY,
+                    format!(
+                        "`state_only` lists `{}`, which is not a read-only op with a mutating name",
+                        s.op.value
+                    ),
+                    format!("state_only.{}", s.op.value),
+                    Some(s.op.span),
+                ));
+            }
+        }
+        self.out.extend(found);
+    }
+
+    fn auth(&mut self) {
+        let tokens = &self.l.config.auth.tokens;
+        if tokens.is_empty() {
+            let engine = self.l.engine();
+            let anon = Principal::anonymous();
+            let risky: Vec<String> = engine
+                .mounted_ops(&anon)
+                .into_iter()
+                .filter(|op| {
+                    let e = op.effective_effects();
+                    e.contains(Effect::Exec) || e.contains(Effect::Admin)
+                })
+                .map(|op| format!("`{}`", op.id))
+                .collect();
+            if risky.is_empty() {
+                self.push(Diagnostic::note(
+                    codes::LINT_OPEN_MODE,
+                    "no auth tokens: open mode, so `corral serve` accepts any local caller on loopback only",
+                    "auth",
+                    None,
+                ));
+            } else {
+                self.push(Diagnostic::error(
+                    codes::LINT_OPEN_MODE,
+                    format!(
+                        "no auth tokens while {} can run programs: the server refuses to start",
+                        risky.join(", ")
+                    ),
+                    "auth",
+                    None,
+                ));
+            }
+        }
+        let rules: Vec<&RuleConfig> = self.l.config.rules.iter().collect();
+        for r in rules {
+            for (pi, p) in r.principals.iter().enumerate() {
+                let Ok(sel) = PrincipalSelector::parse(&p.value) else {
+                    continue;
+                };
+                let reachable = match &sel {
+                    PrincipalSelector::Id(id) => tokens.iter().any(|t| &t.id.value == id),
+                    PrincipalSelector::Role(role) => tokens.iter().any(|t| t.roles.contains(role)),
+                    PrincipalSelector::Kind(k) => tokens.iter().any(|t| t.kind == *k),
+                    PrincipalSelector::AnyAuthenticated => !tokens.is_empty(),
+                };
+                if !reachable {
+                    self.push(Diagnostic::warning(
+                        codes::LINT_UNREACHABLE_PRINCIPAL,
+                        format!(
+                            "no token produces `{sel}`, so this part of the rule never matches"
+                        ),
+                        format!("{}.principals[{pi}]", r.location),
+                        Some(p.span),
+                    ));
+                }
+            }
+        }
+    }
+
+    fn secrets(&mut self) {
+        let mut strings = Vec::new();
+        self.l.tree.strings(&mut strings);
+        for (s, span) in strings {
+            if looks_like_secret_value(&s) {
+                self.push(Diagnostic::error(
+                    codes::LINT_LITERAL_SECRET,
+                    "a value looks like a credential written into the config",
+                    "",
+                    Some(span),
+                ));
+            }
+        }
+    }
+}
+
+fn is_interpreter(p: &str) -> bool {
+    matches!(
+        p,
+        "python"
+            | "python2"
+            | "python3"
+            | "node"
+            | "nodejs"
+            | "deno"
+            | "bun"
+            | "ruby"
+            | "perl"
+            | "php"
+            | "lua"
+            | "sh"
+            | "bash"
+            | "zsh"
+            | "dash"
+            | "ksh"
+            | "fish"
+    )
+}
+
+fn looks_like_file(t: &str) -> bool {
+    t.contains('/')
+        || [
+            ".py", ".sh", ".js", ".mjs", ".ts", ".rb", ".pl", ".php", ".lua", ".bash",
+        ]
+        .iter()
+        .any(|ext| t.ends_with(ext))
+        || t == "Makefile"
+}
+
+fn looks_secret_name(k: &str) -> bool {
+    let u = k.to_ascii_uppercase();
+    [
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "API_KEY",
+        "APIKEY",
+        "PRIVATE_KEY",
+        "CREDENTIAL",
+    ]
+    .iter()
+    .any(|w| u.contains(w))
+}
+
+/// Whether a string looks like a credential (well-known token prefixes, PEM blocks, JWTs).
+pub fn looks_like_secret_value(s: &str) -> bool {
+    let alnum_tail = |prefix: &str, min: usize| {
+        s.strip_prefix(prefix).is_some_and(|rest| {
+            rest.len() >= min
+                && rest
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+    };
+    alnum_tail("sk-", 20)
+        || alnum_tail("ghp_", 30)
+        || alnum_tail("gho_", 30)
+        || alnum_tail("ghs_", 30)
+        || alnum_tail("github_pat_", 30)
+        || alnum_tail("glpat-", 20)
+        || alnum_tail("xoxb-", 20)
+        || alnum_tail("xoxp-", 20)
+        || (s.len() == 20
+            && s.starts_with("AKIA")
+            && s.chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()))
+        || s.contains("-----BEGIN ") && s.contains("PRIVATE KEY")
+        || (s.starts_with("eyJ") && s.len() > 40 && s.matches('.').count() == 2 && !s.contains(' '))
+}
+
+/// Lints a loaded config. Findings are sorted by position.
+pub fn lint(loaded: &Loaded) -> Vec<Diagnostic> {
+    Linter {
+        l: loaded,
+        out: Vec::new(),
+    }
+    .run()
+}
+
+/// Whether findings fail the check: any error, or any warning under `--strict`.
+pub fn fails(findings: &[Diagnostic], strict: bool) -> bool {
+    findings.iter().any(|d| match d.severity {
+        Severity::Error => true,
+        Severity::Warning => strict,
+        Severity::Note => false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::looks_mutating;
+
+    #[test]
+    fn mutating_names_are_recognised_and_read_verbs_win() {
+        for m in [
+            "kafka.delete_topic",
+            "deploy.scale",
+            "db.dropTable",
+            "svc.restart",
+            "jobs.run",
+        ] {
+            assert!(looks_mutating(m), "{m}");
+        }
+        for r in [
+            "kafka.list_topics",
+            "deploy.status",
+            "db.describe_drop_policy",
+            "runner.get_runs",
+            "files.read",
+        ] {
+            assert!(!looks_mutating(r), "{r}");
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The typed config: what `corral.yaml` says, with the spans the lint points at.
+
+use std::fmt;
+use std::time::Duration;
+
+use corral_policy::presets::{Preset, PresetOptions};
+use corral_policy::scope::{CommandScopeSpec, PathScopeSpec, UrlScopeSpec};
+use corral_policy::{Effect, Limits, ParamKind, PrincipalKind, RuleEffect, Tier};
+
+use crate::yaml::Span;
+
+/// A value and where it was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spanned<T> {
+    /// The value.
+    pub value: T,
+    /// Where it was written.
+    pub span: Span,
+}
+
+impl<T> Spanned<T> {
+    /// Pairs a value with a span.
+    pub fn new(value: T, span: Span) -> Self {
+        Self { value, span }
+    }
+}
+
+/// The whole config file.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Config {
+    /// Always 1.
+    pub version: u32,
+    /// Presets, in order.
+    pub presets: Vec<PresetUse>,
+    /// The default root for presets and `enable`.
+    pub root: Option<Spanned<String>>,
+    /// Corral's own state directory (always denied to every path scope).
+    pub state_dir: Option<Spanned<String>>,
+    /// Ops allowed to every caller with scopes from `root`.
+    pub enable: Vec<Spanned<String>>,
+    /// Ops denied to everyone.
+    pub disable: Vec<Spanned<String>>,
+    /// Rules, in order.
+    pub rules: Vec<RuleConfig>,
+    /// Custom ops.
+    pub custom: Vec<CustomOpConfig>,
+    /// Tokens.
+    pub auth: AuthConfig,
+    /// Audit sink.
+    pub audit: AuditConfig,
+    /// Storage.
+    pub storage: StorageConfig,
+    /// Limits for every call.
+    pub limits: Limits,
+    /// Reviewed ops whose mutating-looking names change only session state, with reasons.
+    pub state_only: Vec<StateOnlyEntry>,
+    /// Tiers raised by config.
+    pub tiers: Vec<(Spanned<String>, Tier)>,
+}
+
+/// One preset in use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresetUse {
+    /// Which.
+    pub preset: Preset,
+    /// Its options (root falls back to the top-level `root`).
+    pub options: PresetOptions,
+    /// Where it was named.
+    pub span: Span,
+}
+
+/// One rule as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleConfig {
+    /// The name given, or `rules[i]`.
+    pub name: String,
+    /// Allow or deny.
+    pub effect: RuleEffect,
+    /// Selectors as written.
+    pub selectors: Vec<Spanned<String>>,
+    /// Principal selectors as written.
+    pub principals: Vec<Spanned<String>>,
+    /// Path scope.
+    pub paths: Option<Spanned<PathScopeSpec>>,
+    /// Command scope.
+    pub commands: Option<Spanned<CommandScopeSpec>>,
+    /// Url scope.
+    pub urls: Option<Spanned<UrlScopeSpec>>,
+    /// Limits.
+    pub limits: Limits,
+    /// Reason shown on a deny.
+    pub reason: Option<String>,
+    /// Where the rule starts.
+    pub span: Span,
+    /// The key path, `rules[i]`.
+    pub location: String,
+}
+
+/// One custom op as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomOpConfig {
+    /// The op id.
+    pub id: Spanned<String>,
+    /// The argv template.
+    pub argv: Vec<Spanned<String>>,
+    /// Declared params, in order.
+    pub params: Vec<ParamConfig>,
+    /// Working directory.
+    pub cwd: Option<String>,
+    /// Timeout.
+    pub timeout: Option<Duration>,
+    /// Effects; `None` when omitted (treated as admin, explicit-only).
+    pub effects: Option<Vec<Effect>>,
+    /// Writes land only in the run's ephemeral workspace.
+    pub contained: bool,
+    /// Mounted only by its exact id.
+    pub explicit_only: bool,
+    /// A raised tier.
+    pub tier: Option<Tier>,
+    /// One line for `describe`.
+    pub summary: String,
+}
+
+/// One custom op param.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamConfig {
+    /// Its name.
+    pub name: Spanned<String>,
+    /// Its type.
+    pub kind: ParamKind,
+    /// Whether a call must give it.
+    pub required: bool,
+}
+
+/// `auth:`
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuthConfig {
+    /// Static tokens.
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// One static token. The secret itself lives in the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenConfig {
+    /// The principal id.
+    pub id: Spanned<String>,
+    /// Roles.
+    pub roles: Vec<String>,
+    /// Kind.
+    pub kind: PrincipalKind,
+    /// The environment variable that holds the secret.
+    pub token_env: Spanned<String>,
+}
+
+/// Where audit events go.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum AuditSink {
+    /// The store (SQLite by default).
+    #[default]
+    Store,
+    /// JSON lines on stderr.
+    Stderr,
+    /// JSON lines appended to a file.
+    File(String),
+    /// Nowhere (a lint warning).
+    Off,
+}
+
+/// `audit:`
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuditConfig {
+    /// The sink.
+    pub sink: AuditSink,
+}
+
+/// `storage:`
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StorageConfig {
+    /// `sqlite://PATH` or `postgres://...`; `None` means SQLite in the state directory.
+    pub url: Option<String>,
+}
+
+/// One `state_only:` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateOnlyEntry {
+    /// The op id.
+    pub op: Spanned<String>,
+    /// Why it changes nothing outside the agent's own session or user state.
+    pub reason: String,
+}
+
+/// A secret read from the environment. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(s: String) -> Self {
+        Self(s)
+    }
+
+    /// The secret, for constant-time comparison by the server.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
