@@ -1,1 +1,163 @@
-//! placeholder
+//! The `corral` command line: clap's `Cli`, one module per subcommand, typed exit codes.
+
+mod cmd;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Exit codes: 0 ok, 1 findings or a refused call, 2 usage or config error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Everything is fine.
+    Ok,
+    /// The check found problems, or the call would be refused.
+    Findings,
+    /// Bad usage, or a config that does not load.
+    Error,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> Self {
+        ExitCode::from(match e {
+            Exit::Ok => 0,
+            Exit::Findings => 1,
+            Exit::Error => 2,
+        })
+    }
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Format {
+    /// For people.
+    #[default]
+    Human,
+    /// For machines: one JSON document on stdout.
+    Json,
+}
+
+/// Corral: let AI agents use real tools without trusting them.
+#[derive(Debug, Parser)]
+#[command(name = "corral", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Args)]
+struct ConfigArg {
+    /// The config file (default: $CORRAL_CONFIG, else ./corral.yaml).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write a commented starter config.
+    Init {
+        /// The preset to start from (both `download_only` and `download-only` work).
+        #[arg(long, default_value = "workspace_jail")]
+        preset: String,
+        /// The directory the preset confines ops to (default: the current directory).
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// Where to write the config.
+        #[arg(long, short = 'o', default_value = "corral.yaml")]
+        output: PathBuf,
+        /// Overwrite an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Check a config: load errors, then the lint.
+    CheckConfig {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Treat warnings as errors.
+        #[arg(long)]
+        strict: bool,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+    /// List ops with their effects, tier, safety and params; `--effective` shows who may call what.
+    Describe {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Show what the config's policy mounts, for each token and for open-mode callers.
+        #[arg(long)]
+        effective: bool,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+    /// Decide one call without running it, and show every rule considered.
+    Explain {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The op id, e.g. `files.read`.
+        #[arg(long)]
+        op: String,
+        /// An argument as `name=value` (repeatable). Lists (argv) take JSON or shell words.
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
+        /// Call as the token with this id.
+        #[arg(long, conflicts_with = "role")]
+        principal: Option<String>,
+        /// Call as an authenticated principal with this role.
+        #[arg(long)]
+        role: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+}
+
+/// Parses the command line, runs the subcommand, and returns its exit code.
+pub fn run() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                Exit::Error
+            } else {
+                Exit::Ok
+            };
+            let _ = e.print();
+            return code.into();
+        }
+    };
+    run_cli(cli).into()
+}
+
+/// Runs a parsed command line.
+pub fn run_cli(cli: Cli) -> Exit {
+    match cli.command {
+        Command::Init {
+            preset,
+            root,
+            output,
+            force,
+        } => cmd::init::run(&preset, root, &output, force),
+        Command::CheckConfig {
+            config,
+            strict,
+            format,
+        } => cmd::check_config::run(config.config, strict, format),
+        Command::Describe {
+            config,
+            effective,
+            format,
+        } => cmd::describe::run(config.config, effective, format),
+        Command::Explain {
+            config,
+            op,
+            args,
+            principal,
+            role,
+            format,
+        } => cmd::explain::run(config.config, &op, &args, principal, role, format),
+    }
+}

@@ -1,1 +1,5 @@
-fn main() {}
+//! The `corral` binary: parses nothing itself, only calls the library.
+
+fn main() -> std::process::ExitCode {
+    corral_cli::run()
+}

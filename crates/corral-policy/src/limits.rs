@@ -74,6 +74,46 @@ impl Limits {
     }
 }
 
+impl std::fmt::Display for Limits {
+    /// `max_bytes=10MB timeout=90s rate=10/min`, or `none`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::units::{format_duration, format_size};
+        let mut parts = Vec::new();
+        if let Some(v) = self.max_bytes {
+            parts.push(format!("max_bytes={}", format_size(v)));
+        }
+        if let Some(v) = self.max_entries {
+            parts.push(format!("max_entries={v}"));
+        }
+        if let Some(v) = self.timeout {
+            parts.push(format!("timeout={}", format_duration(v)));
+        }
+        if let Some(v) = self.max_output_bytes {
+            parts.push(format!("max_output_bytes={}", format_size(v)));
+        }
+        if let Some(v) = self.rate {
+            parts.push(format!("rate={v}"));
+        }
+        if let Some(v) = self.concurrency {
+            parts.push(format!("concurrency={v}"));
+        }
+        if let Some(v) = self.cpu_seconds {
+            parts.push(format!("cpu_seconds={v}"));
+        }
+        if let Some(v) = self.memory {
+            parts.push(format!("memory={}", format_size(v)));
+        }
+        if let Some(v) = self.processes {
+            parts.push(format!("processes={v}"));
+        }
+        if parts.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&parts.join(" "))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

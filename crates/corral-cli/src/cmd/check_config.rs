@@ -1,0 +1,73 @@
+//! `corral check-config`: load errors first, then the lint; `--strict` fails on warnings.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use corral_config::{Severity, lint};
+
+use crate::output::{DiagnosticOut, print_json};
+use crate::{Exit, Format};
+
+#[derive(Serialize)]
+struct Report {
+    config: String,
+    ok: bool,
+    strict: bool,
+    errors: usize,
+    warnings: usize,
+    notes: usize,
+    diagnostics: Vec<DiagnosticOut>,
+}
+
+pub fn run(config: Option<PathBuf>, strict: bool, format: Format) -> Exit {
+    let path = super::config_path(config);
+    let (diags, rendered, loaded) = match super::load(&path) {
+        Ok(l) => {
+            let f = lint::lint(&l);
+            let r = l.render(&f);
+            (f, r, true)
+        }
+        Err(e) => (e.diagnostics.clone(), e.render(), false),
+    };
+    let count = |s: Severity| diags.iter().filter(|d| d.severity == s).count();
+    let fails = !loaded || lint::fails(&diags, strict);
+    match format {
+        Format::Json => print_json(&Report {
+            config: path.display().to_string(),
+            ok: !fails,
+            strict,
+            errors: count(Severity::Error),
+            warnings: count(Severity::Warning),
+            notes: count(Severity::Note),
+            diagnostics: diags.iter().map(DiagnosticOut::from).collect(),
+        }),
+        Format::Human => {
+            if !rendered.is_empty() {
+                print!("{rendered}");
+            }
+            let summary = format!(
+                "{}: {} error(s), {} warning(s), {} note(s){}",
+                path.display(),
+                count(Severity::Error),
+                count(Severity::Warning),
+                count(Severity::Note),
+                if strict {
+                    " (strict: warnings fail)"
+                } else {
+                    ""
+                }
+            );
+            if fails {
+                println!("{summary}: check failed");
+            } else {
+                println!("{summary}: ok");
+            }
+        }
+    }
+    match (loaded, fails) {
+        (false, _) => Exit::Error,
+        (true, true) => Exit::Findings,
+        (true, false) => Exit::Ok,
+    }
+}

@@ -1,0 +1,206 @@
+//! `corral describe`: the op catalog; with `--effective`, what the policy mounts for whom.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use corral_policy::{Catalog, Engine, OpSpec, Principal, RuleEffect};
+
+use crate::output::print_json;
+use crate::{Exit, Format};
+
+#[derive(Serialize)]
+struct OpOut {
+    id: String,
+    effects: Vec<&'static str>,
+    tier: &'static str,
+    safety: &'static str,
+    explicit_only: bool,
+    params: Vec<ParamOut>,
+    summary: String,
+}
+
+#[derive(Serialize)]
+struct ParamOut {
+    name: String,
+    r#type: &'static str,
+    required: bool,
+}
+
+#[derive(Serialize)]
+struct MountOut {
+    id: String,
+    tier: &'static str,
+    rule: String,
+    scopes: String,
+}
+
+#[derive(Serialize)]
+struct PrincipalOut {
+    principal: String,
+    roles: Vec<String>,
+    kind: &'static str,
+    authenticated: bool,
+    ops: Vec<MountOut>,
+}
+
+fn op_out(op: &OpSpec) -> OpOut {
+    OpOut {
+        id: op.id.to_string(),
+        effects: op.effective_effects().iter().map(|e| e.as_str()).collect(),
+        tier: op.tier().as_str(),
+        safety: op.safety().as_str(),
+        explicit_only: op.explicit_only,
+        params: op
+            .params
+            .iter()
+            .map(|p| ParamOut {
+                name: p.name.clone(),
+                r#type: p.kind.name(),
+                required: p.required,
+            })
+            .collect(),
+        summary: op.summary.clone(),
+    }
+}
+
+fn scopes_text(engine: &Engine, op: &OpSpec, p: &Principal) -> (String, String) {
+    let rule = engine.policy().rules.iter().find(|r| {
+        r.effect == RuleEffect::Allow
+            && r.reaches_principal(p)
+            && r.selectors.iter().any(|s| s.mounts(op))
+    });
+    let Some(r) = rule else {
+        return ("implicit:core.health".to_owned(), String::new());
+    };
+    let mut parts = Vec::new();
+    if let Some(s) = &r.paths {
+        let s = s.spec();
+        parts.push(format!(
+            "paths [{}]{}",
+            s.roots.join(", "),
+            if s.readonly { " read-only" } else { "" }
+        ));
+    }
+    if let Some(c) = &r.commands {
+        parts.push(format!("commands [{}]", c.spec().allow.join(", ")));
+    }
+    if let Some(u) = &r.urls {
+        parts.push(format!("urls [{}]", u.spec().hosts.join(", ")));
+    }
+    (r.name.to_string(), parts.join("; "))
+}
+
+pub fn run(config: Option<PathBuf>, effective: bool, format: Format) -> Exit {
+    let explicit = config.is_some() || std::env::var_os("CORRAL_CONFIG").is_some();
+    let path = super::config_path(config);
+    let loaded = if explicit || effective || path.exists() {
+        match super::load(&path) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprint!("{}", e.render());
+                return Exit::Error;
+            }
+        }
+    } else {
+        None
+    };
+    let catalog = loaded
+        .as_ref()
+        .map_or_else(Catalog::builtin, |l| l.catalog.clone());
+    if !effective {
+        let ops: Vec<OpOut> = catalog.iter().map(op_out).collect();
+        match format {
+            Format::Json => print_json(&ops),
+            Format::Human => {
+                println!(
+                    "{:<20} {:<14} {:<12} {:<7} PARAMS",
+                    "OP", "EFFECTS", "TIER", "SAFETY"
+                );
+                for o in &ops {
+                    let params: Vec<String> = o
+                        .params
+                        .iter()
+                        .map(|p| {
+                            format!(
+                                "{}: {}{}",
+                                p.name,
+                                p.r#type,
+                                if p.required { "" } else { "?" }
+                            )
+                        })
+                        .collect();
+                    println!(
+                        "{:<20} {:<14} {:<12} {:<7} {}{}",
+                        o.id,
+                        o.effects.join(","),
+                        o.tier,
+                        o.safety,
+                        params.join(", "),
+                        if o.explicit_only {
+                            "  [explicit-only]"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+            }
+        }
+        return Exit::Ok;
+    }
+    let Some(loaded) = loaded else {
+        return Exit::Error;
+    };
+    let engine = loaded.engine();
+    let mut principals: Vec<Principal> =
+        loaded.tokens.iter().map(|t| t.principal.clone()).collect();
+    if loaded.config.auth.tokens.is_empty() {
+        principals.push(Principal::anonymous());
+    }
+    let out: Vec<PrincipalOut> = principals
+        .iter()
+        .map(|p| PrincipalOut {
+            principal: p.id.clone(),
+            roles: p.roles.clone(),
+            kind: p.kind.as_str(),
+            authenticated: p.authenticated,
+            ops: engine
+                .mounted_ops(p)
+                .into_iter()
+                .map(|op| {
+                    let (rule, scopes) = scopes_text(&engine, op, p);
+                    MountOut {
+                        id: op.id.to_string(),
+                        tier: op.tier().as_str(),
+                        rule,
+                        scopes,
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    match format {
+        Format::Json => print_json(&out),
+        Format::Human => {
+            for p in &out {
+                let who = if p.authenticated {
+                    format!(
+                        "principal `{}` (roles: {})",
+                        p.principal,
+                        p.roles.join(", ")
+                    )
+                } else {
+                    "open-mode callers (no token)".to_owned()
+                };
+                println!("{who} may call:");
+                if p.ops.is_empty() {
+                    println!("  (nothing)");
+                }
+                for o in &p.ops {
+                    println!("  {:<20} {:<12} via {}  {}", o.id, o.tier, o.rule, o.scopes);
+                }
+            }
+        }
+    }
+    Exit::Ok
+}
