@@ -136,6 +136,7 @@ impl fmt::Display for Diagnostic {
 pub fn render(diags: &[Diagnostic], file_name: &str, source: &str) -> String {
     let handler = GraphicalReportHandler::new_themed(GraphicalTheme::unicode_nocolor())
         .with_width(100)
+        .with_wrap_lines(false)
         .with_context_lines(1);
     let mut out = String::new();
     for d in diags {

@@ -222,3 +222,26 @@ pub fn lookup(code: &str) -> Option<&'static CodeInfo> {
 pub fn doc_id(code: &str) -> String {
     format!("docs/errors.md#{code}")
 }
+
+/// The error reference, `docs/errors.md`, generated from the catalog.
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "# Corral error and finding codes\n\n\
+         Generated from `crates/corral-policy/src/codes.rs` (`codes::markdown()`); a test keeps \
+         this file in step. Every refusal and every `check-config` finding carries one of these \
+         codes. Status 0 means the code appears only offline (config loading and lint).\n",
+    );
+    let mut family = "";
+    for c in CATALOG {
+        let f = c.code.split('.').next().unwrap_or("");
+        if f != family {
+            family = f;
+            out.push_str(&format!("\n## {f}.*\n"));
+        }
+        out.push_str(&format!(
+            "\n### {}\n\n- status: {}\n- meaning: {}\n- fix: {}\n",
+            c.code, c.status, c.title, c.fix
+        ));
+    }
+    out
+}

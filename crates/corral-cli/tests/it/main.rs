@@ -1,0 +1,37 @@
+//! End-to-end tests of the `corral` binary: real processes, real files.
+
+mod docs;
+mod offline;
+
+use std::path::Path;
+use std::process::Command;
+
+/// Runs `corral` in `dir` with `args`; returns (exit code, stdout, stderr).
+pub fn corral(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CORRAL_CONFIG")
+        .output();
+    let Ok(out) = out else {
+        unreachable!("the corral binary runs")
+    };
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A temporary directory holding `ws/` and, when given, a `corral.yaml`.
+pub fn workspace(config: Option<&str>) -> tempfile::TempDir {
+    let Ok(dir) = tempfile::tempdir() else {
+        unreachable!("a temp dir can be made")
+    };
+    let _ = std::fs::create_dir(dir.path().join("ws"));
+    if let Some(c) = config {
+        let text = c.replace("$WS", &dir.path().join("ws").to_string_lossy());
+        let _ = std::fs::write(dir.path().join("corral.yaml"), text);
+    }
+    dir
+}
