@@ -13,6 +13,9 @@ pub mod model;
 pub mod starter;
 pub mod yaml;
 
+#[cfg(test)]
+mod no_panic_tests;
+
 use std::path::{Path, PathBuf};
 
 use corral_policy::{Catalog, Engine, Policy, codes};
