@@ -98,6 +98,9 @@ pub struct SyntaxError {
     pub span: Span,
 }
 
+/// Deeper documents are refused, so walking the tree can never exhaust the stack.
+const MAX_DEPTH: usize = 64;
+
 enum Frame {
     Seq(Span, Vec<Node>),
     Map(Span, Vec<(Key, Node)>, Option<Key>),
@@ -246,6 +249,10 @@ impl MarkedEventReceiver for Builder<'_> {
                 let span = self.span(mark, 1);
                 self.fail("anchors (`&name`) are not supported in the config", span);
             }
+            Event::SequenceStart(..) | Event::MappingStart(..) if self.stack.len() >= MAX_DEPTH => {
+                let span = self.span(mark, 1);
+                self.fail("the config is nested more than 64 levels deep", span);
+            }
             Event::SequenceStart(..) => {
                 let span = self.span(mark, 1);
                 self.stack.push(Frame::Seq(span, Vec::new()));
@@ -339,5 +346,10 @@ mod tests {
         };
         assert_eq!(e.span.line, 2);
         assert!(parse("a: &x 1\nb: *x\n").is_err());
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(
+            parse(&deep).is_err(),
+            "deep nesting is refused, not a stack overflow"
+        );
     }
 }
