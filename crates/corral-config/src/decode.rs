@@ -99,6 +99,22 @@ const PRESET_KEYS: &[&str] = &[
     "unsafe",
 ];
 
+/// Where each allow pattern of a command scope (a list, or a mapping with `allow:`) was written.
+fn allow_spans(commands: &Node) -> Vec<Span> {
+    let list = match &commands.value {
+        Value::Map(entries) => entries
+            .iter()
+            .find(|(k, _)| k.name == "allow")
+            .map(|(_, n)| n),
+        Value::Seq(_) => Some(commands),
+        Value::Null | Value::Bool(_) | Value::Int(_) | Value::Float(_) | Value::Str(_) => None,
+    };
+    match list.map(|n| &n.value) {
+        Some(Value::Seq(items)) => items.iter().map(|n| n.span).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The decoder: walks the tree and collects diagnostics.
 pub(crate) struct Decoder {
     pub diags: Vec<Diagnostic>,
@@ -588,6 +604,7 @@ impl Decoder {
                 self.command_scope(n, &m.at("commands"))
                     .map(|s| Spanned::new(s, n.span))
             });
+            let command_allow_spans = m.get("commands").map_or_else(Vec::new, allow_spans);
             let urls = m.get("urls").and_then(|n| {
                 self.url_scope(n, &m.at("urls"))
                     .map(|s| Spanned::new(s, n.span))
@@ -606,6 +623,7 @@ impl Decoder {
                 principals,
                 paths,
                 commands,
+                command_allow_spans,
                 urls,
                 limits,
                 reason,
@@ -829,10 +847,7 @@ impl Decoder {
                             Value::Map(e) => e
                                 .iter()
                                 .find(|(k, _)| k.name == "required")
-                                .and_then(|(_, v)| match v.value {
-                                    Value::Bool(b) => Some(b),
-                                    _ => None,
-                                })
+                                .and_then(|(_, v)| self.bool(v, &format!("{pat}.required")))
                                 .unwrap_or(true),
                             _ => true,
                         };

@@ -434,15 +434,15 @@ impl<'a> Linter<'a> {
                 ));
             }
             for (pi, pat) in c.allow_patterns().iter().enumerate() {
+                let pattern_span = cr
+                    .and_then(|c| c.command_allow_spans.get(pi).copied())
+                    .or_else(|| scope_span(ScopeKind::Commands));
                 let program = pat.program().rsplit('/').next().unwrap_or("");
                 let free = pat.tokens().iter().skip(1).any(|t| {
                     matches!(t, ArgPattern::Rest | ArgPattern::Glob(..))
                         || (matches!(t, ArgPattern::Path) && is_interpreter(program))
                 });
-                if !is_full_access
-                    && ESCAPE_CAPABLE.contains(&program)
-                    && (free || program == "env")
-                {
+                if !is_full_access && is_escape_capable(program) && (free || program == "env") {
                     self.push(Diagnostic::error(
                         codes::LINT_ESCAPE_CAPABLE_COMMAND,
                         format!(
@@ -450,15 +450,15 @@ impl<'a> Linter<'a> {
                             pat.as_written()
                         ),
                         format!("{loc}.commands.allow[{pi}]"),
-                        scope_span(ScopeKind::Commands),
+                        pattern_span,
                     ));
                 }
                 if s.cwd.is_none() && pat.tokens().iter().any(|t| matches!(t, ArgPattern::Path)) {
                     self.push(Diagnostic::warning(
                         codes::LINT_PATH_WITHOUT_CWD,
                         format!("`{}` has `{{path}}` but the scope has no cwd to jail it, so it never matches", pat.as_written()),
-                        format!("{loc}.commands"),
-                        scope_span(ScopeKind::Commands),
+                        format!("{loc}.commands.allow[{pi}]"),
+                        pattern_span,
                     ));
                 }
             }
@@ -591,7 +591,11 @@ impl<'a> Linter<'a> {
                             })
                     });
                     if let Some((w, ops)) = hit {
-                        let (loc, span) = self.rule_place(i);
+                        let (loc, rule_span) = self.rule_place(i);
+                        let span = self
+                            .config_rule(i)
+                            .and_then(|c| c.commands.as_ref().map(|s| s.span))
+                            .or(rule_span);
                         self.push(Diagnostic::error(
                             codes::LINT_WRITABLE_SCRIPT,
                             format!(
@@ -789,7 +793,20 @@ impl<'a> Linter<'a> {
     }
 }
 
+/// A program name without a version suffix (`python3.11` -> `python`, `node18` -> `node`).
+fn unversioned(p: &str) -> &str {
+    p.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.')
+}
+
+fn is_escape_capable(p: &str) -> bool {
+    ESCAPE_CAPABLE.contains(&p) || ESCAPE_CAPABLE.contains(&unversioned(p))
+}
+
 fn is_interpreter(p: &str) -> bool {
+    is_interpreter_name(p) || is_interpreter_name(unversioned(p))
+}
+
+fn is_interpreter_name(p: &str) -> bool {
     matches!(
         p,
         "python"
@@ -838,8 +855,18 @@ fn looks_secret_name(k: &str) -> bool {
     .any(|w| u.contains(w))
 }
 
-/// Whether a string looks like a credential (well-known token prefixes, PEM blocks, JWTs).
+/// Whether a string looks like a credential (well-known token prefixes, PEM blocks, JWTs), on
+/// its own or as one word of a longer value (`--token=ghp_...`, `Bearer sk-...`).
 pub fn looks_like_secret_value(s: &str) -> bool {
+    (s.contains("-----BEGIN ") && s.contains("PRIVATE KEY"))
+        || looks_like_secret_word(s)
+        || s.split(|c: char| {
+            c.is_whitespace() || matches!(c, '=' | ':' | ',' | ';' | '"' | '\'' | '@' | '/')
+        })
+        .any(|w| w.len() < s.len() && looks_like_secret_word(w))
+}
+
+fn looks_like_secret_word(s: &str) -> bool {
     let alnum_tail = |prefix: &str, min: usize| {
         s.strip_prefix(prefix).is_some_and(|rest| {
             rest.len() >= min
@@ -860,7 +887,6 @@ pub fn looks_like_secret_value(s: &str) -> bool {
             && s.starts_with("AKIA")
             && s.chars()
                 .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()))
-        || s.contains("-----BEGIN ") && s.contains("PRIVATE KEY")
         || (s.starts_with("eyJ") && s.len() > 40 && s.matches('.').count() == 2 && !s.contains(' '))
 }
 
@@ -885,6 +911,31 @@ pub fn fails(findings: &[Diagnostic], strict: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::looks_mutating;
+
+    #[test]
+    fn versioned_interpreters_are_interpreters() {
+        for p in ["python3.11", "node18", "bash5", "perl5.36", "ruby3.2"] {
+            assert!(super::is_escape_capable(p), "{p}");
+            assert!(super::is_interpreter(p), "{p}");
+        }
+        for p in ["pytest", "cargo-nextest", "x2", "7z"] {
+            assert!(!super::is_escape_capable(p), "{p}");
+        }
+    }
+
+    #[test]
+    fn secrets_are_found_inside_longer_values() {
+        use super::looks_like_secret_value as secret;
+        let ghp = "ghp_0123456789abcdefghijklmnopqrstuvwxyz";
+        assert!(secret(ghp));
+        assert!(secret(&format!("--token={ghp}")));
+        assert!(secret(
+            "Authorization: Bearer sk-abcdefghijklmnopqrstuvwxyz"
+        ));
+        assert!(secret(&format!("https://x:{ghp}@github.com/o/r")));
+        assert!(!secret("sk-learn and ghp_short are words"));
+        assert!(!secret("--token=$GITHUB_TOKEN"));
+    }
 
     #[test]
     fn mutating_names_are_recognised_and_read_verbs_win() {

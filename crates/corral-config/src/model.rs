@@ -84,6 +84,9 @@ pub struct RuleConfig {
     pub paths: Option<Spanned<PathScopeSpec>>,
     /// Command scope.
     pub commands: Option<Spanned<CommandScopeSpec>>,
+    /// Where each of the command scope's allow patterns was written, aligned with
+    /// `commands.allow`.
+    pub command_allow_spans: Vec<Span>,
     /// Url scope.
     pub urls: Option<Spanned<UrlScopeSpec>>,
     /// Limits.

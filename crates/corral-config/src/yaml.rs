@@ -267,10 +267,18 @@ impl MarkedEventReceiver for Builder<'_> {
                         value: Value::Seq(items),
                         span,
                     },
-                    Some(Frame::Map(span, entries, _)) => Node {
-                        value: Value::Map(entries),
-                        span,
-                    },
+                    Some(Frame::Map(span, entries, _)) => {
+                        // yaml-rust2 marks a block mapping at its first key's `:`; the mapping
+                        // starts at that key.
+                        let span = match entries.first() {
+                            Some((k, _)) if k.span.offset < span.offset => k.span,
+                            Some(_) | None => span,
+                        };
+                        Node {
+                            value: Value::Map(entries),
+                            span,
+                        }
+                    }
                     None => return,
                 };
                 self.push_node(node);
@@ -336,6 +344,34 @@ mod tests {
             unreachable!("a map")
         };
         assert_eq!((rule[0].0.span.line, rule[0].0.span.col), (3, 5));
+    }
+
+    #[test]
+    fn a_block_mapping_starts_at_its_first_key() {
+        let src = "rules:\n  - name: r\n    allow: [files.read]\n";
+        let Ok(n) = parse(src) else {
+            unreachable!("valid yaml")
+        };
+        assert_eq!((n.span.line, n.span.col, n.span.offset), (1, 1, 0));
+        let Value::Map(entries) = &n.value else {
+            unreachable!("a map")
+        };
+        let Value::Seq(rules) = &entries[0].1.value else {
+            unreachable!("a seq")
+        };
+        let s = rules[0].span;
+        assert_eq!((s.line, s.col), (2, 5));
+        assert_eq!(&src[s.offset..s.offset + s.len], "name");
+        let Ok(flow) = parse("a: {b: 1}\n") else {
+            unreachable!("valid yaml")
+        };
+        let Value::Map(entries) = &flow.value else {
+            unreachable!("a map")
+        };
+        assert_eq!(
+            entries[0].1.span.col, 4,
+            "a flow mapping starts at its brace"
+        );
     }
 
     #[test]
