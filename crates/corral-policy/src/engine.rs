@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::codes;
-use crate::decision::{Allowed, Candidate, Decision, Explanation, RuleRef, TraceOutcome, TraceStep};
+use crate::decision::{
+    Allowed, Candidate, Decision, Explanation, RuleRef, TraceOutcome, TraceStep,
+};
 use crate::hook::{HookCtx, HookOutcome, run_hook};
 use crate::limits::Limits;
 use crate::op::{Catalog, OpSpec, ParamKind, ScopeKind};
@@ -111,7 +113,9 @@ impl Failure {
             | Failure::Url(UrlRefusal::NotAllowed | UrlRefusal::Invalid) => 2,
             Failure::Path(_, PathRefusal::Denied)
             | Failure::Protected(_)
-            | Failure::Command(CommandRefusal::Denied | CommandRefusal::Cwd | CommandRefusal::Shell)
+            | Failure::Command(
+                CommandRefusal::Denied | CommandRefusal::Cwd | CommandRefusal::Shell,
+            )
             | Failure::Url(UrlRefusal::Private) => 3,
             Failure::Readonly => 4,
         }
@@ -173,14 +177,21 @@ impl Failure {
                 "the command cannot be read as an argv (unbalanced quotes?)".to_owned()
             }
             Failure::Command(r) => {
-                let argv = prep.argv.as_deref().map(|a| a.join(" ")).unwrap_or_default();
+                let argv = prep
+                    .argv
+                    .as_deref()
+                    .map(|a| a.join(" "))
+                    .unwrap_or_default();
                 let spec = rule.commands.as_ref().map(|c| c.spec());
                 match r {
-                    CommandRefusal::Shell => "the call asks for a shell; the scope has `shell: false`".to_owned(),
+                    CommandRefusal::Shell => {
+                        "the call asks for a shell; the scope has `shell: false`".to_owned()
+                    }
                     CommandRefusal::Cwd => format!(
                         "cwd `{}` is outside the scope's cwd `{}`",
                         prep.cwd.unwrap_or(""),
-                        spec.and_then(|s| s.cwd.clone()).unwrap_or_else(|| "(none)".to_owned())
+                        spec.and_then(|s| s.cwd.clone())
+                            .unwrap_or_else(|| "(none)".to_owned())
                     ),
                     CommandRefusal::Denied => format!(
                         "argv `{argv}` matches a deny pattern [{}]",
@@ -196,10 +207,15 @@ impl Failure {
             Failure::Url(r) => {
                 let u = prep.url.unwrap_or("");
                 match r {
-                    UrlRefusal::Invalid => format!("url `{u}` cannot be checked (no host, or credentials in it)"),
+                    UrlRefusal::Invalid => {
+                        format!("url `{u}` cannot be checked (no host, or credentials in it)")
+                    }
                     UrlRefusal::NotAllowed => format!(
                         "url `{u}` is outside hosts [{}] (or its scheme, port or path is)",
-                        rule.urls.as_ref().map(|s| s.spec().hosts.join(", ")).unwrap_or_default()
+                        rule.urls
+                            .as_ref()
+                            .map(|s| s.spec().hosts.join(", "))
+                            .unwrap_or_default()
                     ),
                     UrlRefusal::Private => format!("url `{u}` points at an internal address"),
                 }
@@ -253,7 +269,9 @@ impl Engine {
             for (i, r) in policy.rules.iter().enumerate() {
                 match r.effect {
                     RuleEffect::Deny if r.selectors.iter().any(|s| s.reaches(spec)) => deny.push(i),
-                    RuleEffect::Allow if r.selectors.iter().any(|s| s.mounts(spec)) => allow.push(i),
+                    RuleEffect::Allow if r.selectors.iter().any(|s| s.mounts(spec)) => {
+                        allow.push(i)
+                    }
                     RuleEffect::Deny | RuleEffect::Allow => {}
                 }
             }
@@ -471,7 +489,13 @@ impl Engine {
     }
 
     /// Checks one allow rule's clauses against the call.
-    fn check_allow(&self, ix: &OpIndex, rule: &Rule, prep: &Prepared<'_>, principal: &Principal) -> Result<(), Failure> {
+    fn check_allow(
+        &self,
+        ix: &OpIndex,
+        rule: &Rule,
+        prep: &Prepared<'_>,
+        principal: &Principal,
+    ) -> Result<(), Failure> {
         for kind in ix.spec.required_scopes() {
             let present = match kind {
                 ScopeKind::Paths => rule.paths.is_some(),
@@ -488,18 +512,23 @@ impl Engine {
             }
             let own = ix.own_roots.get(arg.param_index).and_then(Option::as_ref);
             let scope = match (&rule.paths, own) {
+                // An op root that cannot be compiled cannot be checked, with or without the
+                // rule's own scope: a failing check denies.
+                (_, Some(Err(()))) => return Err(Failure::OwnRoot(i)),
                 (Some(s), _) => s,
                 (None, Some(Ok(s))) => s,
-                (None, Some(Err(()))) => return Err(Failure::OwnRoot(i)),
                 (None, None) => return Err(Failure::ScopeRequired(ScopeKind::Paths)),
             };
             let path = Self::resolve(arg, scope, principal).map_err(|r| Failure::Path(i, r))?;
-            scope.admit(&path, principal).map_err(|r| Failure::Path(i, r))?;
+            scope
+                .admit(&path, principal)
+                .map_err(|r| Failure::Path(i, r))?;
             if is_protected(&path.parts, &self.protected) {
                 return Err(Failure::Protected(i));
             }
             if let (Some(_), Some(Ok(own))) = (&rule.paths, own) {
-                own.admit(&path, principal).map_err(|_| Failure::OwnRoot(i))?;
+                own.admit(&path, principal)
+                    .map_err(|_| Failure::OwnRoot(i))?;
             }
         }
         if let Some(scope) = &rule.paths
@@ -526,7 +555,13 @@ impl Engine {
     }
 
     /// Builds the grant of the deciding allow rule (its clauses already passed).
-    fn grant(&self, ix: &OpIndex, rule: Option<(usize, &Rule)>, prep: &Prepared<'_>, principal: &Principal) -> Allowed {
+    fn grant(
+        &self,
+        ix: &OpIndex,
+        rule: Option<(usize, &Rule)>,
+        prep: &Prepared<'_>,
+        principal: &Principal,
+    ) -> Allowed {
         let mut paths = Vec::with_capacity(prep.paths.len());
         let r = rule.map(|(_, r)| r);
         for arg in &prep.paths {
@@ -570,9 +605,15 @@ impl Engine {
         }
     }
 
-    /// Whether deny rule `rule` hits the call. `resolved` holds the winner's absolute paths so
-    /// relative arguments are judged where they really land.
-    fn deny_hits(rule: &Rule, prep: &Prepared<'_>, resolved: &[NormPath<'_>], principal: &Principal) -> bool {
+    /// Whether deny rule `rule` hits the call. `resolved` holds the winner's absolute paths (its
+    /// path arguments, and for a command its effective cwd and the relative arguments resolved
+    /// from it) so relative arguments are judged where they really land.
+    fn deny_hits(
+        rule: &Rule,
+        prep: &Prepared<'_>,
+        resolved: &[NormPath<'_>],
+        principal: &Principal,
+    ) -> bool {
         if !rule.is_scoped() {
             return true;
         }
@@ -640,13 +681,19 @@ impl Engine {
             if rules[i].reaches_principal(principal) {
                 reaching.push(i);
             } else if T::ON {
-                t.outcome(i, TraceOutcome::PrincipalNotMatched(principal_text(&rules[i], principal)));
+                t.outcome(
+                    i,
+                    TraceOutcome::PrincipalNotMatched(principal_text(&rules[i], principal)),
+                );
             }
         }
         let implicit_health = ix.spec.id.as_str() == HEALTH_OP;
         if reaching.is_empty() && !implicit_health {
             if T::ON {
-                t.note(format!("no allow rule mounts `{}` for `{}`", ix.spec.id, principal.id));
+                t.note(format!(
+                    "no allow rule mounts `{}` for `{}`",
+                    ix.spec.id, principal.id
+                ));
                 for &i in &ix.deny {
                     t.outcome(i, TraceOutcome::NotReached);
                 }
@@ -689,7 +736,9 @@ impl Engine {
         }
         let allowed = match winner {
             Some(i) => Some(self.grant(ix, Some((i, &rules[i])), &prep, principal)),
-            None if implicit_health && reaching.is_empty() => Some(self.grant(ix, None, &prep, principal)),
+            None if implicit_health && reaching.is_empty() => {
+                Some(self.grant(ix, None, &prep, principal))
+            }
             None => None,
         };
 
@@ -698,17 +747,46 @@ impl Engine {
             .as_ref()
             .map(|a| a.paths.iter().map(|(_, p)| p.absolute()).collect())
             .unwrap_or_default();
-        let resolved: Vec<NormPath<'_>> = resolved.iter().filter_map(|s| NormPath::new(s)).collect();
+        let resolved: Vec<NormPath<'_>> =
+            resolved.iter().filter_map(|s| NormPath::new(s)).collect();
+        // A command runs in the winner's effective cwd (the scope's, or a call's cwd resolved
+        // beneath it, relative or not) and resolves its relative arguments from there, so deny
+        // rules judge those places too, as they judge absolute ones.
+        let command_paths: Vec<String> = allowed
+            .as_ref()
+            .and_then(|a| a.command.as_ref())
+            .and_then(|c| c.cwd.as_ref())
+            .map(|cwd| {
+                let base = cwd.absolute();
+                let mut v: Vec<String> = prep
+                    .argv
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .enumerate()
+                    // A bare program name is looked up on PATH, not in the cwd.
+                    .filter(|(k, a)| !a.starts_with('/') && (*k > 0 || a.contains('/')))
+                    .map(|(_, a)| format!("{base}/{a}"))
+                    .collect();
+                v.push(base);
+                v
+            })
+            .unwrap_or_default();
+        let mut deny_resolved = resolved.clone();
+        deny_resolved.extend(command_paths.iter().filter_map(|s| NormPath::new(s)));
         let mut denied: Option<usize> = None;
         for &i in &ix.deny {
             let r = &rules[i];
             if !r.reaches_principal(principal) {
                 if T::ON {
-                    t.outcome(i, TraceOutcome::PrincipalNotMatched(principal_text(r, principal)));
+                    t.outcome(
+                        i,
+                        TraceOutcome::PrincipalNotMatched(principal_text(r, principal)),
+                    );
                 }
                 continue;
             }
-            let hit = Self::deny_hits(r, &prep, &resolved, principal);
+            let hit = Self::deny_hits(r, &prep, &deny_resolved, principal);
             if T::ON {
                 t.outcome(
                     i,
@@ -734,7 +812,9 @@ impl Engine {
             for &i in &reaching {
                 if let Some(scope) = &rules[i].paths
                     && !scope.spec().deny.is_empty()
-                    && resolved.iter().any(|p| scope.admit(p, principal) == Err(PathRefusal::Denied))
+                    && resolved
+                        .iter()
+                        .any(|p| scope.admit(p, principal) == Err(PathRefusal::Denied))
                 {
                     if T::ON {
                         t.note(format!(
@@ -805,7 +885,10 @@ impl Engine {
             return Decision::Allowed(Box::new(allowed));
         }
         let argv = prep.argv.as_deref();
-        for hook in rule_hook.into_iter().chain(self.policy.hooks.iter().map(|h| h.as_ref())) {
+        for hook in rule_hook
+            .into_iter()
+            .chain(self.policy.hooks.iter().map(|h| h.as_ref()))
+        {
             let ctx = HookCtx {
                 op: &ix.spec,
                 principal,
@@ -840,7 +923,10 @@ impl Engine {
                     if T::ON {
                         t.note(format!("a hook failed ({why}); a failing check denies"));
                     }
-                    return deny(codes::POLICY_HOOK_FAILED, format!("the authorize hook failed: {why}"));
+                    return deny(
+                        codes::POLICY_HOOK_FAILED,
+                        format!("the authorize hook failed: {why}"),
+                    );
                 }
             }
         }

@@ -1,0 +1,11 @@
+//! Integration tests for corral-policy: one test binary, one module per concern.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod catalog;
+mod commands;
+mod deny_beats_allow;
+mod differential;
+mod hooks_and_presets;
+mod paths;
+mod support;
