@@ -3,7 +3,9 @@
 use crate::op::{Effect, OpId, OpSpec, ParamKind};
 
 fn spec(id: &str, effects: &[Effect], summary: &str) -> Option<OpSpec> {
-    OpId::parse(id).ok().map(|id| OpSpec::new(id, effects, summary))
+    OpId::parse(id)
+        .ok()
+        .map(|id| OpSpec::new(id, effects, summary))
 }
 
 fn path() -> ParamKind {
@@ -33,7 +35,12 @@ pub fn builtin_ops() -> Vec<OpSpec> {
                 .group("file_ops")
                 .group("file_read")
         }),
-        spec("files.download", &[Read], "stream a file with its content type").map(|s| {
+        spec(
+            "files.download",
+            &[Read],
+            "stream a file with its content type",
+        )
+        .map(|s| {
             s.param("path", path(), true)
                 .group("file_ops")
                 .group("file_read")
@@ -45,12 +52,22 @@ pub fn builtin_ops() -> Vec<OpSpec> {
                 .group("file_ops")
                 .group("file_write")
         }),
-        spec("files.delete", &[Delete], "delete a file or an empty directory").map(|s| {
+        spec(
+            "files.delete",
+            &[Delete],
+            "delete a file or an empty directory",
+        )
+        .map(|s| {
             s.param("path", path(), true)
                 .group("file_ops")
                 .group("file_write")
         }),
-        spec("commands.run", &[Exec], "run a program with an argv, no shell").map(|s| {
+        spec(
+            "commands.run",
+            &[Exec],
+            "run a program with an argv, no shell",
+        )
+        .map(|s| {
             s.param("argv", ParamKind::Argv, false)
                 .param("command", ParamKind::CommandLine, false)
                 .param("cwd", ParamKind::Cwd, false)

@@ -153,7 +153,9 @@ impl PolicyError {
                         .to_owned()
                 }),
             PolicyError::UnknownPreset { suggestions, .. } => did_you_mean(suggestions)
-                .unwrap_or_else(|| format!("use one of {}", crate::presets::PRESET_NAMES.join(", "))),
+                .unwrap_or_else(|| {
+                    format!("use one of {}", crate::presets::PRESET_NAMES.join(", "))
+                }),
             PolicyError::InvalidScope { fix, .. } => fix.clone(),
             PolicyError::InvalidOpId { .. }
             | PolicyError::InvalidPrincipal { .. }

@@ -26,7 +26,9 @@ pub use engine::Engine;
 pub use error::PolicyError;
 pub use hook::{Authorize, FnHook, HookCtx, HookOutcome};
 pub use limits::Limits;
-pub use op::{Catalog, Effect, EffectSet, OpId, OpSpec, ParamKind, ParamSpec, Safety, ScopeKind, Tier};
+pub use op::{
+    Catalog, Effect, EffectSet, OpId, OpSpec, ParamKind, ParamSpec, Safety, ScopeKind, Tier,
+};
 pub use principal::{Principal, PrincipalKind, PrincipalSelector};
 pub use request::{ArgError, ArgValue, Args, Request, validate_args};
 pub use rule::{Policy, Rule, RuleEffect};

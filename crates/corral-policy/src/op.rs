@@ -7,8 +7,8 @@ use crate::error::PolicyError;
 
 /// Namespaces that belong to corral's built-in ops; custom ops may not use them.
 pub const RESERVED_NAMESPACES: &[&str] = &[
-    "core", "files", "commands", "process", "terminal", "system", "http", "agents", "ext", "sandbox",
-    "learning",
+    "core", "files", "commands", "process", "terminal", "system", "http", "agents", "ext",
+    "sandbox", "learning",
 ];
 
 /// A validated op id: dotted, 1-128 chars of `A-Za-z0-9_.-`, no empty segment.

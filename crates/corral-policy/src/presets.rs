@@ -158,23 +158,27 @@ pub fn build(preset: Preset, opts: &PresetOptions) -> Result<Policy, PolicyError
     let read_ops = ["files.list", "files.stat", "files.read", "files.download"];
     let policy = match preset {
         Preset::Minimal => Policy::new().rule(Rule::allow(&name, exact(&["core.health"])?)),
-        Preset::FilesReadonly => Policy::new().rule(Rule::allow(&name, exact(&read_ops)?).paths(paths(true)?)),
+        Preset::FilesReadonly => {
+            Policy::new().rule(Rule::allow(&name, exact(&read_ops)?).paths(paths(true)?))
+        }
         Preset::Readonly => Policy::new().rule(
-            Rule::allow(&name, vec![Selector::Effect(crate::op::Effect::Read)])
-                .paths(paths(true)?),
+            Rule::allow(&name, vec![Selector::Effect(crate::op::Effect::Read)]).paths(paths(true)?),
         ),
-        Preset::DownloadOnly => Policy::new()
-            .rule(Rule::allow(&name, exact(&["files.download"])?).paths(paths(true)?)),
+        Preset::DownloadOnly => {
+            Policy::new().rule(Rule::allow(&name, exact(&["files.download"])?).paths(paths(true)?))
+        }
         Preset::CommandsOnly => {
             needs_commands()?;
-            Policy::new().rule(
-                Rule::allow(&name, exact(&["commands.run"])?).commands(commands(None)?),
-            )
+            Policy::new()
+                .rule(Rule::allow(&name, exact(&["commands.run"])?).commands(commands(None)?))
         }
         Preset::WorkspaceJail => {
             let mut p = Policy::new().rule(
-                Rule::allow(&format!("{name}/files"), vec![Selector::OneLevel("files".to_owned())])
-                    .paths(paths(opts.readonly)?),
+                Rule::allow(
+                    &format!("{name}/files"),
+                    vec![Selector::OneLevel("files".to_owned())],
+                )
+                .paths(paths(opts.readonly)?),
             );
             if !opts.commands.is_empty() {
                 p = p.rule(

@@ -132,7 +132,11 @@ pub fn validate_args(op: &OpSpec, args: &Args) -> Result<(), ArgError> {
             format!("op `{}` needs the argument `{}`", op.id, p.name),
         ));
     }
-    let has = |k: ParamKind| op.params.iter().any(|p| p.kind == k && args.0.contains_key(&p.name));
+    let has = |k: ParamKind| {
+        op.params
+            .iter()
+            .any(|p| p.kind == k && args.0.contains_key(&p.name))
+    };
     if op.params.iter().any(|p| p.kind == ParamKind::Argv) {
         match (has(ParamKind::Argv), has(ParamKind::CommandLine)) {
             (true, true) => {
@@ -146,7 +150,10 @@ pub fn validate_args(op: &OpSpec, args: &Args) -> Result<(), ArgError> {
                 return Err(err(
                     codes::ARGS_MISSING,
                     "argv",
-                    format!("op `{}` needs `argv` (a list) or `command` (a string)", op.id),
+                    format!(
+                        "op `{}` needs `argv` (a list) or `command` (a string)",
+                        op.id
+                    ),
                 ));
             }
             (true, false) | (false, true) => {}

@@ -108,7 +108,9 @@ impl Selector {
                 vec![],
             ));
         }
-        OpId::parse(s).map(Selector::Exact).map_err(|e| bad(&e.to_string(), vec![]))
+        OpId::parse(s)
+            .map(Selector::Exact)
+            .map_err(|e| bad(&e.to_string(), vec![]))
     }
 
     /// Whether the selector reaches `op`, ignoring the explicit-only rule.

@@ -62,7 +62,9 @@ impl ArgPattern {
             ArgPattern::Path => jail.is_some_and(|j| resolve_beneath(j, arg).is_some()),
             ArgPattern::Int => {
                 let digits = arg.strip_prefix('-').unwrap_or(arg);
-                !digits.is_empty() && digits.len() <= 19 && digits.bytes().all(|b| b.is_ascii_digit())
+                !digits.is_empty()
+                    && digits.len() <= 19
+                    && digits.bytes().all(|b| b.is_ascii_digit())
             }
             ArgPattern::Word => is_word(arg),
         }
@@ -84,7 +86,8 @@ impl ArgPattern {
 pub fn is_word(s: &str) -> bool {
     let mut b = s.bytes();
     s.len() <= 256
-        && b.next().is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_')
+        && b.next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_')
         && b.all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
@@ -287,12 +290,12 @@ impl CommandScope {
         let cwd = match &spec.cwd {
             None => None,
             Some(c) => {
-                let n = NormPath::new(c).filter(|n| !n.parts.is_empty() && !c.contains("..")).ok_or_else(
-                    || PolicyError::InvalidScope {
+                let n = NormPath::new(c)
+                    .filter(|n| !n.parts.is_empty() && !c.contains(".."))
+                    .ok_or_else(|| PolicyError::InvalidScope {
                         what: format!("cwd `{c}` is not an absolute directory other than `/`"),
                         fix: "write an absolute directory such as `/workspace`".to_owned(),
-                    },
-                )?;
+                    })?;
                 Some(n.parts.iter().map(|s| (*s).to_owned()).collect())
             }
         };

@@ -4,6 +4,8 @@ pub mod command;
 pub mod path;
 pub mod url;
 
-pub use command::{ArgPattern, ArgvPattern, CommandGrant, CommandRefusal, CommandScope, CommandScopeSpec};
+pub use command::{
+    ArgPattern, ArgvPattern, CommandGrant, CommandRefusal, CommandScope, CommandScopeSpec,
+};
 pub use path::{JailedPath, NormPath, PathRefusal, PathScope, PathScopeSpec, SymlinkMode};
 pub use url::{UrlGrant, UrlRefusal, UrlScope, UrlScopeSpec, is_private_ip};

@@ -177,7 +177,8 @@ impl<'a> NormPath<'a> {
 
     /// Whether this path is `other` or lies beneath it.
     pub fn starts_with(&self, other: &NormPath<'_>) -> bool {
-        other.parts.len() <= self.parts.len() && other.parts.iter().zip(&self.parts).all(|(a, b)| a == b)
+        other.parts.len() <= self.parts.len()
+            && other.parts.iter().zip(&self.parts).all(|(a, b)| a == b)
     }
 }
 
@@ -210,9 +211,9 @@ pub fn is_protected(parts: &[&str], extra: &[Vec<String>]) -> bool {
     ALWAYS_DENIED
         .iter()
         .any(|p| parts.first() == p.strip_prefix('/').as_ref())
-        || extra.iter().any(|root| {
-            root.len() <= parts.len() && root.iter().zip(parts).all(|(a, b)| a == b)
-        })
+        || extra
+            .iter()
+            .any(|root| root.len() <= parts.len() && root.iter().zip(parts).all(|(a, b)| a == b))
 }
 
 fn has_glob(s: &str) -> bool {
@@ -249,8 +250,12 @@ pub(crate) fn compile_deny_globs(patterns: &[String]) -> Result<GlobSet, PolicyE
             b.add(glob);
         }
     }
-    b.build()
-        .map_err(|e| invalid(format!("deny patterns cannot be compiled: {e}"), "simplify them"))
+    b.build().map_err(|e| {
+        invalid(
+            format!("deny patterns cannot be compiled: {e}"),
+            "simplify them",
+        )
+    })
 }
 
 impl PathScope {
@@ -306,7 +311,9 @@ impl PathScope {
                 });
             }
             if let Some(RootPart::Lit(first)) = parts.first()
-                && ALWAYS_DENIED.iter().any(|d| d.strip_prefix('/') == Some(first))
+                && ALWAYS_DENIED
+                    .iter()
+                    .any(|d| d.strip_prefix('/') == Some(first))
             {
                 return Err(invalid(
                     format!("root `{r}` is inside /proc, /sys or /dev"),
@@ -317,6 +324,27 @@ impl PathScope {
         }
         let deny = compile_deny_globs(&spec.deny)?;
         Ok(Self { spec, roots, deny })
+    }
+
+    /// Compiles the path scope of a deny rule: `/` is a valid root there (deny everything), and
+    /// roots may be left out when deny patterns are given (then only the patterns match).
+    pub fn compile_deny(mut spec: PathScopeSpec) -> Result<Self, PolicyError> {
+        if spec.roots.is_empty() {
+            if spec.deny.is_empty() {
+                return Err(invalid(
+                    "a deny path scope needs `roots` or `deny` patterns".to_owned(),
+                    "add `roots: [/secret]` or `deny: [\"*.pem\"]`",
+                ));
+            }
+            let deny = compile_deny_globs(&spec.deny)?;
+            return Ok(Self {
+                spec,
+                roots: Vec::new(),
+                deny,
+            });
+        }
+        spec.unsafe_ = true;
+        Self::compile(spec)
     }
 
     /// The scope as written.
@@ -349,7 +377,9 @@ impl PathScope {
 
     /// Whether the scope has any `{principal.id}` root.
     pub fn is_templated(&self) -> bool {
-        self.roots.iter().any(|r| r.contains(&RootPart::PrincipalId))
+        self.roots
+            .iter()
+            .any(|r| r.contains(&RootPart::PrincipalId))
     }
 
     /// Checks a raw path argument. Relative paths anchor at the first root.
@@ -360,7 +390,11 @@ impl PathScope {
     }
 
     /// Normalizes `raw`, anchoring a relative path at the first root.
-    pub fn anchor<'a>(&'a self, raw: &'a str, p: &'a Principal) -> Result<NormPath<'a>, PathRefusal> {
+    pub fn anchor<'a>(
+        &'a self,
+        raw: &'a str,
+        p: &'a Principal,
+    ) -> Result<NormPath<'a>, PathRefusal> {
         if raw.starts_with('/') {
             return NormPath::new(raw).ok_or(PathRefusal::Invalid);
         }
@@ -387,7 +421,9 @@ impl PathScope {
 
     /// For a deny rule: whether the path lies under a root or matches a deny pattern.
     pub fn covers(&self, path: &NormPath<'_>, p: &Principal) -> bool {
-        self.roots.iter().any(|r| Self::root_matches(r, &path.parts, p))
+        self.roots
+            .iter()
+            .any(|r| Self::root_matches(r, &path.parts, p))
             || (!self.spec.deny.is_empty() && self.deny.is_match(&path.absolute))
     }
 

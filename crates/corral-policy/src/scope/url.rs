@@ -145,6 +145,14 @@ impl UrlScope {
         let mut hosts = Vec::new();
         for h in &spec.hosts {
             let lower = h.to_ascii_lowercase();
+            if let Some(ip) = lower
+                .strip_prefix('[')
+                .and_then(|x| x.strip_suffix(']'))
+                .and_then(|x| x.parse::<Ipv6Addr>().ok())
+            {
+                hosts.push(HostPattern::Exact(ip.to_string()));
+                continue;
+            }
             let (pat, name) = match lower.strip_prefix("*.") {
                 Some(rest) => (HostPattern::Subdomains(rest.to_owned()), rest),
                 None => (HostPattern::Exact(lower.clone()), lower.as_str()),
@@ -168,14 +176,25 @@ impl UrlScope {
                             "write a path glob such as `/api/**`",
                         ));
                     }
-                    b.add(GlobBuilder::new(p).literal_separator(true).build().map_err(|e| {
-                        bad(
-                            format!("url path pattern `{p}` is not a valid glob: {}", e.kind()),
-                            "write a path glob such as `/api/**`",
-                        )
-                    })?);
+                    b.add(
+                        GlobBuilder::new(p)
+                            .literal_separator(true)
+                            .build()
+                            .map_err(|e| {
+                                bad(
+                                    format!(
+                                        "url path pattern `{p}` is not a valid glob: {}",
+                                        e.kind()
+                                    ),
+                                    "write a path glob such as `/api/**`",
+                                )
+                            })?,
+                    );
                 }
-                Some(b.build().map_err(|e| bad(format!("{e}"), "simplify the path patterns"))?)
+                Some(
+                    b.build()
+                        .map_err(|e| bad(format!("{e}"), "simplify the path patterns"))?,
+                )
             }
         };
         Ok(Self { spec, hosts, paths })
@@ -287,25 +306,47 @@ mod tests {
         assert!(s.check("https://a.example.com/x").is_ok());
         assert!(s.check("https://a.b.example.com/").is_ok());
         assert_eq!(s.check("https://example.com/"), Err(UrlRefusal::NotAllowed));
-        assert_eq!(s.check("https://evilexample.com/"), Err(UrlRefusal::NotAllowed));
+        assert_eq!(
+            s.check("https://evilexample.com/"),
+            Err(UrlRefusal::NotAllowed)
+        );
         assert!(s.check("https://API.test.org/").is_ok());
-        assert_eq!(s.check("https://x.api.test.org/"), Err(UrlRefusal::NotAllowed));
+        assert_eq!(
+            s.check("https://x.api.test.org/"),
+            Err(UrlRefusal::NotAllowed)
+        );
     }
 
     #[test]
     fn scheme_port_and_credentials_are_checked_on_the_canonical_url() {
         let s = scope(&["example.com"]);
         assert_eq!(s.check("http://example.com/"), Err(UrlRefusal::NotAllowed));
-        assert_eq!(s.check("https://example.com:8443/"), Err(UrlRefusal::NotAllowed));
+        assert_eq!(
+            s.check("https://example.com:8443/"),
+            Err(UrlRefusal::NotAllowed)
+        );
         assert!(s.check("https://example.com:443/").is_ok());
-        assert_eq!(s.check("https://user:pw@example.com/"), Err(UrlRefusal::Invalid));
-        assert_eq!(s.check("https://example.com@evil.com/"), Err(UrlRefusal::Invalid));
+        assert_eq!(
+            s.check("https://user:pw@example.com/"),
+            Err(UrlRefusal::Invalid)
+        );
+        assert_eq!(
+            s.check("https://example.com@evil.com/"),
+            Err(UrlRefusal::Invalid)
+        );
         assert_eq!(s.check("not a url"), Err(UrlRefusal::Invalid));
     }
 
     #[test]
     fn private_addresses_are_blocked_in_every_spelling() {
-        let s = scope(&["127.0.0.1", "2130706433", "169.254.169.254", "[::ffff:10.0.0.1]", "localhost", "100.64.0.1"]);
+        let s = scope(&[
+            "127.0.0.1",
+            "2130706433",
+            "169.254.169.254",
+            "[::ffff:10.0.0.1]",
+            "localhost",
+            "100.64.0.1",
+        ]);
         for u in [
             "https://127.0.0.1/",
             "https://2130706433/",
@@ -317,7 +358,9 @@ mod tests {
         ] {
             assert_ne!(s.check(u).map(|_| ()), Ok(()), "{u} must be refused");
         }
-        assert!(is_private_ip("fd00::1".parse().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))));
+        assert!(is_private_ip(
+            "fd00::1".parse().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        ));
         assert!(!is_private_ip(IpAddr::V4(Ipv4Addr::new(93, 184, 216, 34))));
     }
 }
