@@ -18,6 +18,10 @@ fn docs_errors_md_matches_the_catalog() {
 fn every_code_has_a_section_in_the_docs() {
     let md = corral_policy::codes::markdown();
     for c in corral_policy::codes::CATALOG {
-        assert!(md.contains(&format!("### {}\n", c.code)), "{} has no section", c.code);
+        assert!(
+            md.contains(&format!("### {}\n", c.code)),
+            "{} has no section",
+            c.code
+        );
     }
 }

@@ -7,7 +7,10 @@ fn init_workspace_jail_writes_a_config_that_strict_check_accepts() {
     let dir = workspace(None);
     let ws = dir.path().join("ws");
     let ws = ws.to_string_lossy();
-    let (code, out, err) = corral(dir.path(), &["init", "--preset", "workspace_jail", "--root", &ws]);
+    let (code, out, err) = corral(
+        dir.path(),
+        &["init", "--preset", "workspace_jail", "--root", &ws],
+    );
     assert_eq!(code, 0, "{out}{err}");
     let (code, out, err) = corral(dir.path(), &["check-config", "--strict"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -27,18 +30,48 @@ fn explain_names_the_rule_that_allowed_and_the_clause_that_refused() {
     let dir = workspace(None);
     let ws = dir.path().join("ws");
     let ws = ws.to_string_lossy().into_owned();
-    let _ = corral(dir.path(), &["init", "--preset", "workspace_jail", "--root", &ws]);
+    let _ = corral(
+        dir.path(),
+        &["init", "--preset", "workspace_jail", "--root", &ws],
+    );
 
-    let (code, out, _) = corral(dir.path(), &["explain", "--op", "files.read", "--arg", &format!("path={ws}/notes.txt")]);
+    let (code, out, _) = corral(
+        dir.path(),
+        &[
+            "explain",
+            "--op",
+            "files.read",
+            "--arg",
+            &format!("path={ws}/notes.txt"),
+        ],
+    );
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("ALLOWED by rule `preset:workspace_jail/files`"), "{out}");
+    assert!(
+        out.contains("ALLOWED by rule `preset:workspace_jail/files`"),
+        "{out}"
+    );
 
-    let (code, out, _) = corral(dir.path(), &["explain", "--op", "files.read", "--arg", &format!("path={ws}/../secret")]);
+    let (code, out, _) = corral(
+        dir.path(),
+        &[
+            "explain",
+            "--op",
+            "files.read",
+            "--arg",
+            &format!("path={ws}/../secret"),
+        ],
+    );
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("policy.path_outside_scope"), "{out}");
-    assert!(out.contains("closest rule `preset:workspace_jail/files`"), "{out}");
+    assert!(
+        out.contains("closest rule `preset:workspace_jail/files`"),
+        "{out}"
+    );
 
-    let (code, out, _) = corral(dir.path(), &["explain", "--op", "commands.run", "--arg", "argv=ls"]);
+    let (code, out, _) = corral(
+        dir.path(),
+        &["explain", "--op", "commands.run", "--arg", "argv=ls"],
+    );
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("NOT MOUNTED [op.not_enabled]"), "{out}");
 }
@@ -51,7 +84,15 @@ fn explain_shows_a_deny_rule_beating_the_preset() {
     let ws = dir.path().join("ws");
     let (code, out, _) = corral(
         dir.path(),
-        &["explain", "--op", "files.delete", "--arg", &format!("path={}/a", ws.to_string_lossy()), "--format", "json"],
+        &[
+            "explain",
+            "--op",
+            "files.delete",
+            "--arg",
+            &format!("path={}/a", ws.to_string_lossy()),
+            "--format",
+            "json",
+        ],
     );
     assert_eq!(code, 1, "{out}");
     let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) else {
@@ -73,7 +114,10 @@ fn a_typo_in_a_key_fails_with_the_close_match_and_the_line() {
     assert!(out.contains("unknown key `rot`"), "{out}");
     assert!(out.contains("did you mean `root`?"), "{out}");
     assert!(out.contains("line 3, column 1"), "{out}");
-    assert!(out.contains("see: docs/errors.md#config.unknown_key"), "{out}");
+    assert!(
+        out.contains("see: docs/errors.md#config.unknown_key"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -89,7 +133,10 @@ fn a_typo_in_an_op_id_fails_with_the_close_match_and_the_line() {
     let d = &v["diagnostics"][0];
     assert_eq!(d["code"], "config.unknown_op");
     assert_eq!(d["line"], 3);
-    assert!(d["fix"].as_str().unwrap_or("").contains("files.download"), "{out}");
+    assert!(
+        d["fix"].as_str().unwrap_or("").contains("files.download"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -109,11 +156,17 @@ fn describe_lists_ops_and_effective_shows_who_may_call_what() {
     let dir = workspace(Some("version: 1\npreset: download-only\nroot: $WS\n"));
     let (code, out, _) = corral(dir.path(), &["describe"]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("files.delete") && out.contains("destructive"), "{out}");
+    assert!(
+        out.contains("files.delete") && out.contains("destructive"),
+        "{out}"
+    );
     let (code, out, _) = corral(dir.path(), &["describe", "--effective"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("files.download"), "{out}");
-    assert!(!out.contains("files.read "), "download_only mounts only files.download: {out}");
+    assert!(
+        !out.contains("files.read "),
+        "download_only mounts only files.download: {out}"
+    );
 }
 
 #[test]
@@ -132,12 +185,19 @@ fn explain_as_a_token_principal_and_as_a_role() {
             .env("CORRAL_TEST_GRADER", "0123456789abcdef0123")
             .output();
         let Ok(out) = out else { unreachable!("runs") };
-        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
     };
     assert_eq!(run(&["--principal", "grader"]).0, Some(0));
     assert_eq!(run(&["--role", "viewer"]).0, Some(0));
     let (code, out) = run(&[]);
-    assert_eq!(code, Some(1), "an unauthenticated caller is not reached: {out}");
+    assert_eq!(
+        code,
+        Some(1),
+        "an unauthenticated caller is not reached: {out}"
+    );
     let (code, _) = run(&["--principal", "gradr"]);
     assert_eq!(code, Some(2));
 }
