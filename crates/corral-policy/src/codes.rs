@@ -88,6 +88,18 @@ catalog! {
     POLICY_HOOK_FAILED = "policy.hook_failed", 403,
         "the authorize hook failed or panicked, so the call is denied",
         "fix the hook; a failing check always denies";
+    NET_DNS_FAILED = "net.dns_failed", 502,
+        "the url's host name could not be resolved",
+        "check the host name; corral resolves it once, with the server's resolver";
+    NET_CONNECT_FAILED = "net.connect_failed", 502,
+        "the remote server could not be reached, or the connection failed before an answer",
+        "check the server is up and reachable from corral's host; no proxy is used";
+    NET_TOO_MANY_REDIRECTS = "net.too_many_redirects", 502,
+        "the url redirected more times than corral follows (5)",
+        "call the final url directly";
+    NET_BAD_RESPONSE = "net.bad_response", 502,
+        "the remote server's answer is unusable (a redirect without a valid url, a broken body)",
+        "fix the remote server, or call another url";
     ARGS_MISSING = "args.missing", 400,
         "a required argument is missing",
         "pass the argument; `corral describe` lists each op's parameters";

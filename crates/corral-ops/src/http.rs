@@ -1,0 +1,472 @@
+//! `http.fetch`: fetch the url the policy admitted, and nothing else.
+//!
+//! **Invariants:**
+//! - DNS is resolved exactly once per hop, with `tokio::net::lookup_host`. When the grant has
+//!   `block_private`, every resolved address is checked with `is_private_ip` and one internal
+//!   address refuses the hop before any connection is made. The client then connects only to
+//!   the addresses that were checked: its resolver answers for the checked host alone and fails
+//!   for any other name, so there is no second lookup to rebind.
+//! - Redirects are followed by hand (at most `FetchConfig::max_redirects`). Every target is
+//!   joined to the current url, re-checked through `OpCtx::url_check` (the guard's "decide the
+//!   same op again with this url") and then resolved and checked like the first hop. Without a
+//!   `url_check` a redirect is refused: it fails closed.
+//! - No proxy from the environment is used, the response is never decompressed, the body is
+//!   streamed and refused with `limit.too_large` as soon as it outgrows `max_bytes`, and the
+//!   whole call (DNS, every hop, the body) is bounded by the timeout.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use corral_exec::BoxFuture;
+use corral_policy::scope::is_private_ip;
+use corral_policy::{OpSpec, codes};
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use reqwest::{Method, StatusCode, Url};
+
+use crate::{Op, OpCtx, OpError, OpOutput};
+
+/// Re-checks a redirect target: returns the canonical url the policy admits, or the refusal.
+pub type UrlCheck = Arc<dyn Fn(&str) -> Result<String, OpError> + Send + Sync>;
+
+/// Response headers passed back to the caller; every other header is dropped.
+const HEADER_ALLOWLIST: [&str; 4] = ["content-type", "content-length", "last-modified", "etag"];
+
+/// How the fetcher behaves where the grant's limits say nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchConfig {
+    /// The whole call's time budget when the grant has no `timeout`.
+    pub default_timeout: Duration,
+    /// The longest a TCP (and TLS) connect may take, within the whole call's budget.
+    pub connect_timeout: Duration,
+    /// The largest response body when the grant has no `max_bytes`.
+    pub default_max_bytes: u64,
+    /// The most redirects followed; one more is `net.too_many_redirects`.
+    pub max_redirects: usize,
+    /// The `User-Agent` sent.
+    pub user_agent: String,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        Self {
+            default_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            default_max_bytes: 10 * 1024 * 1024,
+            max_redirects: 5,
+            user_agent: concat!("corral/", env!("CARGO_PKG_VERSION")).to_owned(),
+        }
+    }
+}
+
+/// The `http.fetch` op.
+#[derive(Debug, Clone)]
+pub struct HttpFetch {
+    spec: OpSpec,
+    config: FetchConfig,
+}
+
+impl HttpFetch {
+    /// The op, with its spec (the built-in `http.fetch`) and the fetcher's defaults.
+    pub fn new(spec: OpSpec, client_config: FetchConfig) -> Self {
+        Self {
+            spec,
+            config: client_config,
+        }
+    }
+}
+
+impl Op for HttpFetch {
+    fn spec(&self) -> &OpSpec {
+        &self.spec
+    }
+
+    fn call(&self, ctx: OpCtx) -> BoxFuture<'_, Result<OpOutput, OpError>> {
+        Box::pin(async move {
+            let timeout = ctx
+                .grant
+                .limits
+                .timeout
+                .unwrap_or(self.config.default_timeout);
+            match tokio::time::timeout(timeout, self.fetch(&ctx, timeout)).await {
+                Ok(r) => r.map(|value| OpOutput::Json {
+                    value,
+                    attestation: None,
+                }),
+                Err(_) => Err(OpError::new(
+                    codes::LIMIT_TIMEOUT,
+                    504,
+                    format!(
+                        "the fetch did not finish within {} ms; call a faster url or raise the \
+                         rule's `timeout`",
+                        timeout.as_millis()
+                    ),
+                )),
+            }
+        })
+    }
+}
+
+fn private_refusal(host: &str) -> OpError {
+    OpError::new(
+        codes::POLICY_PRIVATE_ADDRESS,
+        403,
+        format!(
+            "`{host}` resolves to a loopback, private, link-local or otherwise internal address; \
+             only public addresses may be fetched"
+        ),
+    )
+}
+
+fn url_not_allowed(message: String) -> OpError {
+    OpError::new(codes::POLICY_URL_NOT_ALLOWED, 403, message)
+}
+
+/// The host of a url as the resolver and the client see it (IPv6 literals without brackets).
+fn host_of(url: &Url) -> Result<String, OpError> {
+    let host = url
+        .host_str()
+        .ok_or_else(|| url_not_allowed(format!("`{url}` has no host")))?;
+    Ok(host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+        .to_ascii_lowercase())
+}
+
+/// Resolves a host once and, when `block_private`, refuses it if ANY address is internal.
+pub(crate) async fn resolve_checked(
+    host: &str,
+    port: u16,
+    block_private: bool,
+) -> Result<Vec<SocketAddr>, OpError> {
+    let dns_failed = |why: String| {
+        OpError::new(
+            codes::NET_DNS_FAILED,
+            502,
+            format!("cannot resolve `{host}`: {why}"),
+        )
+    };
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| dns_failed(e.to_string()))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(dns_failed("no addresses".to_owned()));
+    }
+    if block_private && addrs.iter().any(|a| is_private_ip(a.ip())) {
+        return Err(private_refusal(host));
+    }
+    Ok(addrs)
+}
+
+/// A resolver that answers for the one checked host, with the checked addresses, and refuses
+/// every other name: the client cannot look anything up behind the fetcher's back.
+#[derive(Debug)]
+struct PinnedResolver {
+    host: String,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Resolve for PinnedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let answer: Result<Addrs, Box<dyn std::error::Error + Send + Sync>> =
+            if name.as_str().eq_ignore_ascii_case(&self.host) {
+                Ok(Box::new(self.addrs.clone().into_iter()))
+            } else {
+                Err(format!("`{}` was not checked by the fetcher", name.as_str()).into())
+            };
+        Box::pin(std::future::ready(answer))
+    }
+}
+
+/// The detail of a reqwest error, without the url it repeats.
+fn detail(e: reqwest::Error) -> String {
+    let mut out = String::new();
+    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(&e);
+    while let Some(s) = src {
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    if out.is_empty() {
+        e.without_url().to_string()
+    } else {
+        out
+    }
+}
+
+fn too_large(max: u64) -> OpError {
+    OpError::new(
+        codes::LIMIT_TOO_LARGE,
+        413,
+        format!(
+            "the response body is larger than {max} bytes; fetch a smaller resource or raise the \
+             rule's `max_bytes`"
+        ),
+    )
+}
+
+impl HttpFetch {
+    async fn fetch(&self, ctx: &OpCtx, timeout: Duration) -> Result<serde_json::Value, OpError> {
+        let grant = ctx.grant.url.as_ref().ok_or_else(|| {
+            url_not_allowed("the policy admitted no url for this call".to_owned())
+        })?;
+        let block_private = grant.block_private;
+        let max_bytes = ctx
+            .grant
+            .limits
+            .max_bytes
+            .unwrap_or(self.config.default_max_bytes);
+        let mut url = Url::parse(&grant.url)
+            .map_err(|e| url_not_allowed(format!("the admitted url does not parse: {e}")))?;
+        let mut method = match ctx.args.get_str("method") {
+            None => Method::GET,
+            Some(m) => Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| {
+                OpError::new(
+                    codes::ARGS_INVALID,
+                    400,
+                    format!("`{m}` is not an HTTP method"),
+                )
+            })?,
+        };
+        let mut body = ctx.args.get_str("body").map(str::to_owned);
+        let connect_timeout = self.config.connect_timeout.min(timeout);
+        let mut redirects = 0usize;
+
+        loop {
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(url_not_allowed(format!(
+                    "`{url}` is not an http or https url"
+                )));
+            }
+            let host = host_of(&url)?;
+            let port = url
+                .port_or_known_default()
+                .ok_or_else(|| url_not_allowed(format!("`{url}` has no port")))?;
+            let addrs = resolve_checked(&host, port, block_private).await?;
+
+            let client = reqwest::Client::builder()
+                .no_proxy()
+                .redirect(reqwest::redirect::Policy::none())
+                .dns_resolver(Arc::new(PinnedResolver {
+                    host: host.clone(),
+                    addrs,
+                }))
+                .connect_timeout(connect_timeout)
+                .timeout(timeout)
+                .user_agent(self.config.user_agent.clone())
+                .build()
+                .map_err(|e| {
+                    OpError::new(
+                        codes::NET_CONNECT_FAILED,
+                        502,
+                        format!("cannot build the http client: {}", detail(e)),
+                    )
+                })?;
+            let mut req = client.request(method.clone(), url.clone());
+            if let Some(b) = &body {
+                req = req.body(b.clone());
+            }
+            let resp = req.send().await.map_err(|e| {
+                if e.is_timeout() && !e.is_connect() {
+                    OpError::new(
+                        codes::LIMIT_TIMEOUT,
+                        504,
+                        format!("`{host}` did not answer within {} ms", timeout.as_millis()),
+                    )
+                } else {
+                    OpError::new(
+                        codes::NET_CONNECT_FAILED,
+                        502,
+                        format!("cannot fetch from `{host}`: {}", detail(e)),
+                    )
+                }
+            })?;
+
+            let status = resp.status();
+            let location = match status {
+                StatusCode::MOVED_PERMANENTLY
+                | StatusCode::FOUND
+                | StatusCode::SEE_OTHER
+                | StatusCode::TEMPORARY_REDIRECT
+                | StatusCode::PERMANENT_REDIRECT => resp.headers().get(reqwest::header::LOCATION),
+                _ => None,
+            };
+            let Some(location) = location else {
+                return read_response(resp, url, max_bytes).await;
+            };
+
+            let bad_location = || {
+                OpError::new(
+                    codes::NET_BAD_RESPONSE,
+                    502,
+                    format!("`{host}` answered {status} with a Location that is not a url"),
+                )
+            };
+            let target = location.to_str().map_err(|_| bad_location())?;
+            let next = url.join(target).map_err(|_| bad_location())?;
+            if redirects >= self.config.max_redirects {
+                return Err(OpError::new(
+                    codes::NET_TOO_MANY_REDIRECTS,
+                    502,
+                    format!(
+                        "more than {} redirects (the last to `{next}`); call the final url \
+                         directly",
+                        self.config.max_redirects
+                    ),
+                ));
+            }
+            redirects += 1;
+            let Some(check) = &ctx.url_check else {
+                return Err(url_not_allowed(format!(
+                    "`{url}` redirects to `{next}`, and redirects cannot be re-checked against \
+                     the policy here; call the target directly"
+                )));
+            };
+            let admitted = check(next.as_str())?;
+            url = Url::parse(&admitted).map_err(|e| {
+                url_not_allowed(format!("the admitted redirect url does not parse: {e}"))
+            })?;
+            // What browsers (and reqwest) do: 303 turns anything but HEAD into a body-less GET,
+            // 301 and 302 turn a POST into one; 307 and 308 repeat the request as it was.
+            let to_get = match status {
+                StatusCode::SEE_OTHER => method != Method::HEAD,
+                StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND => method == Method::POST,
+                _ => false,
+            };
+            if to_get {
+                method = Method::GET;
+                body = None;
+            }
+        }
+    }
+}
+
+/// Streams the body (refusing it once it outgrows `max_bytes`) and builds the result.
+async fn read_response(
+    mut resp: reqwest::Response,
+    url: Url,
+    max_bytes: u64,
+) -> Result<serde_json::Value, OpError> {
+    if resp.content_length().is_some_and(|n| n > max_bytes) {
+        return Err(too_large(max_bytes));
+    }
+    let status = resp.status().as_u16();
+    let mut headers = serde_json::Map::new();
+    for name in HEADER_ALLOWLIST {
+        if let Some(v) = resp.headers().get(name).and_then(|v| v.to_str().ok()) {
+            headers.insert(name.to_owned(), serde_json::Value::String(v.to_owned()));
+        }
+    }
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let chunk = resp.chunk().await.map_err(|e| {
+            OpError::new(
+                codes::NET_BAD_RESPONSE,
+                502,
+                format!("the response body broke off: {}", detail(e)),
+            )
+        })?;
+        let Some(chunk) = chunk else { break };
+        if (buf.len() as u64).saturating_add(chunk.len() as u64) > max_bytes {
+            return Err(too_large(max_bytes));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    let (body, encoding) = match String::from_utf8(buf) {
+        Ok(text) => (text, "utf-8"),
+        Err(e) => (base64(e.as_bytes()), "base64"),
+    };
+    Ok(serde_json::json!({
+        "status": status,
+        "url": url.as_str(),
+        "headers": headers,
+        "body": body,
+        "encoding": encoding,
+        "truncated": false,
+    }))
+}
+
+/// Standard base64 (RFC 4648, with padding): twenty lines instead of a dependency.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc_4648_vectors() {
+        for (raw, enc) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(raw.as_bytes()), enc);
+        }
+        assert_eq!(base64(&[0xff, 0xfe, 0x00]), "//4A");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_hop_to_an_internal_address_is_refused_before_connecting() {
+        for host in [
+            "169.254.169.254",
+            "10.0.0.1",
+            "127.0.0.1",
+            "::1",
+            "localhost",
+        ] {
+            let r = resolve_checked(host, 80, true).await;
+            assert_eq!(
+                r.map_err(|e| e.code),
+                Err(codes::POLICY_PRIVATE_ADDRESS),
+                "{host}"
+            );
+        }
+        assert!(resolve_checked("127.0.0.1", 80, false).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_pinned_resolver_answers_only_for_the_checked_host() {
+        let addr = SocketAddr::from(([93, 184, 216, 34], 80));
+        let r = PinnedResolver {
+            host: "example.com".to_owned(),
+            addrs: vec![addr],
+        };
+        let mut ok = match "example.com".parse::<Name>() {
+            Ok(n) => r.resolve(n).await.map_err(|e| e.to_string()),
+            Err(_) => Err("name".to_owned()),
+        };
+        assert_eq!(ok.as_mut().ok().and_then(|a| a.next()), Some(addr));
+        let other = match "evil.example".parse::<Name>() {
+            Ok(n) => r.resolve(n).await.is_err(),
+            Err(_) => false,
+        };
+        assert!(other);
+    }
+}

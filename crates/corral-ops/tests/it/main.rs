@@ -1,0 +1,3 @@
+//! Integration tests of corral-ops, one module per op family.
+
+mod http;
