@@ -1,0 +1,135 @@
+//! Isolation backends behind one `Backend` trait, each attesting what it really applied.
+//!
+//! **Architecture invariant:** a backend that cannot enforce what was asked returns
+//! `ExecError::Unavailable`; it never runs the command under a weaker sandbox. This is the only
+//! crate allowed `unsafe` (the `pre_exec` hook that applies rlimits in the child).
+
+pub mod process;
+
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// Resource limits applied to the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ResourceLimits {
+    /// `RLIMIT_CPU`, seconds.
+    pub cpu_seconds: Option<u64>,
+    /// `RLIMIT_AS`, bytes.
+    pub memory: Option<u64>,
+    /// `RLIMIT_NPROC` (and, where a backend can, a cgroup `pids.max`).
+    pub processes: Option<u32>,
+    /// `RLIMIT_FSIZE`, bytes.
+    pub file_size: Option<u64>,
+    /// `RLIMIT_NOFILE`.
+    pub open_files: Option<u64>,
+}
+
+/// What to run. Built by an op from a policy grant; never from raw caller input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecRequest {
+    /// Program and arguments; no shell unless argv says `sh -c` explicitly.
+    pub argv: Vec<String>,
+    /// Working directory (already jailed by the policy).
+    pub cwd: PathBuf,
+    /// The whole environment of the child: nothing else is inherited.
+    pub env: Vec<(String, String)>,
+    /// Bytes written to the child's stdin, which is then closed.
+    pub stdin: Option<Vec<u8>>,
+    /// Wall-clock limit; the whole process group is killed when it passes.
+    pub timeout: Duration,
+    /// Bytes kept of stdout and of stderr each; the rest is drained and dropped.
+    pub max_output_bytes: u64,
+    /// rlimits.
+    pub limits: ResourceLimits,
+    /// Directories the command may read (used by isolating backends).
+    pub read_paths: Vec<PathBuf>,
+    /// Directories the command may write (used by isolating backends).
+    pub write_paths: Vec<PathBuf>,
+}
+
+/// What a backend actually applied to one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attestation {
+    /// The backend's name (`process`, `linux`, `inproc-mock`).
+    pub backend: &'static str,
+    /// Whether the run was isolated from the host (namespaces, landlock, seccomp).
+    pub isolated: bool,
+    /// Whether the run's ephemeral state was removed and the removal checked.
+    pub destroyed: bool,
+    /// The primitives applied, e.g. `rlimit:as`, `pgroup`, `landlock:abi7`.
+    pub primitives: Vec<String>,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// Exit code, when the child exited.
+    pub exit_code: Option<i32>,
+    /// Signal number, when a signal ended it.
+    pub signal: Option<i32>,
+    /// Captured stdout (at most `max_output_bytes`).
+    pub stdout: Vec<u8>,
+    /// Captured stderr (at most `max_output_bytes`).
+    pub stderr: Vec<u8>,
+    /// Whether stdout was cut at the cap.
+    pub stdout_truncated: bool,
+    /// Whether stderr was cut at the cap.
+    pub stderr_truncated: bool,
+    /// Whether the timeout killed it.
+    pub timed_out: bool,
+    /// Wall-clock time.
+    pub duration: Duration,
+    /// What was applied.
+    pub attestation: Attestation,
+}
+
+/// A run that did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    /// The backend cannot enforce what it promises on this host.
+    #[error("the `{backend}` backend cannot run here: {missing}")]
+    Unavailable {
+        /// The backend.
+        backend: &'static str,
+        /// The missing primitive and how to get it.
+        missing: String,
+    },
+    /// The program could not be started.
+    #[error("cannot start `{program}`: {reason}")]
+    Spawn {
+        /// argv[0].
+        program: String,
+        /// Why.
+        reason: String,
+    },
+    /// The request was malformed (empty argv, NUL bytes).
+    #[error("invalid exec request: {0}")]
+    Invalid(String),
+}
+
+impl ExecError {
+    /// The stable code (see `corral_policy::codes`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ExecError::Unavailable { .. } => "isolation.unavailable",
+            ExecError::Spawn { .. } => "exec.spawn_failed",
+            ExecError::Invalid(_) => "exec.invalid",
+        }
+    }
+}
+
+/// A boxed future, so `Backend` stays object-safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs commands under some isolation and attests what it applied.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// The backend's name.
+    fn name(&self) -> &'static str;
+    /// Checks that every primitive the backend needs is present on this host.
+    fn preflight(&self) -> Result<(), ExecError>;
+    /// Runs one command.
+    fn run(&self, req: ExecRequest) -> BoxFuture<'_, Result<ExecOutput, ExecError>>;
+}

@@ -1,0 +1,29 @@
+//! Integration tests for corral-exec's backends, against real processes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod process;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use corral_exec::{ExecRequest, ResourceLimits};
+
+/// A request for `argv` in `/`, with an empty environment, a 10 s timeout and a 1 MiB cap.
+pub fn request(argv: &[&str]) -> ExecRequest {
+    ExecRequest {
+        argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+        cwd: PathBuf::from("/"),
+        env: Vec::new(),
+        stdin: None,
+        timeout: Duration::from_secs(10),
+        max_output_bytes: 1024 * 1024,
+        limits: ResourceLimits::default(),
+        read_paths: Vec::new(),
+        write_paths: Vec::new(),
+    }
+}
+
+/// A request for `sh -c script`.
+pub fn shell(script: &str) -> ExecRequest {
+    request(&["/bin/sh", "-c", script])
+}
