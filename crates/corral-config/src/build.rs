@@ -13,7 +13,7 @@ use corral_policy::{
 };
 
 use crate::diag::Diagnostic;
-use crate::model::{Config, CustomOpConfig, Secret};
+use crate::model::{Config, CustomOpConfig, JwtKey, JwtSpec, Secret};
 use crate::yaml::Span;
 
 /// Where a policy rule came from, aligned with `Policy::rules`.
@@ -61,6 +61,7 @@ impl Env for std::collections::HashMap<String, String> {
 }
 
 pub(crate) struct Built {
+    pub jwt_key: Option<JwtKey>,
     pub catalog: Catalog,
     pub policy: Policy,
     pub origins: Vec<RuleOrigin>,
@@ -380,12 +381,84 @@ pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diag
     policy = policy.protect(&state_dir.to_string_lossy());
 
     let tokens = resolve_tokens(c, env, d);
+    let jwt_key = c
+        .auth
+        .jwt
+        .as_ref()
+        .and_then(|j| resolve_jwt(j, base_dir, env, d));
     Built {
+        jwt_key,
         catalog,
         policy,
         origins,
         tokens,
         state_dir,
+    }
+}
+
+fn resolve_jwt(
+    j: &JwtSpec,
+    base_dir: &Path,
+    env: &dyn Env,
+    d: &mut Vec<Diagnostic>,
+) -> Option<JwtKey> {
+    if let Some(var) = &j.hs256_secret_env {
+        return match env.var(&var.value).filter(|s| !s.is_empty()) {
+            None => {
+                d.push(
+                    Diagnostic::error(
+                        codes::CONFIG_TOKEN_ENV_UNSET,
+                        format!("the variable `{}` is unset or empty", var.value),
+                        "auth.jwt.hs256_secret_env",
+                        Some(var.span),
+                    )
+                    .with_fix(format!("export {}=<secret of 32+ characters>", var.value)),
+                );
+                None
+            }
+            Some(s) if s.chars().count() < 32 => {
+                d.push(
+                    Diagnostic::error(
+                        codes::CONFIG_TOKEN_TOO_SHORT,
+                        format!(
+                            "the HS256 secret in `{}` is shorter than 32 characters",
+                            var.value
+                        ),
+                        "auth.jwt.hs256_secret_env",
+                        Some(var.span),
+                    )
+                    .with_fix("use at least 32 random characters, e.g. `openssl rand -hex 32`"),
+                );
+                None
+            }
+            Some(s) => Some(JwtKey::Hs256(Secret::new(s))),
+        };
+    }
+    let file = j.rs256_public_key_file.as_ref()?;
+    let path = absolutize(base_dir, &file.value);
+    match std::fs::read(&path) {
+        Ok(pem) if pem.starts_with(b"-----BEGIN") => Some(JwtKey::Rs256Pem(pem)),
+        Ok(_) => {
+            d.push(
+                Diagnostic::error(
+                    codes::CONFIG_INVALID_VALUE,
+                    format!("`{}` is not a PEM public key", path.display()),
+                    "auth.jwt.rs256_public_key_file",
+                    Some(file.span),
+                )
+                .with_fix("point at a PEM file starting with `-----BEGIN PUBLIC KEY-----`"),
+            );
+            None
+        }
+        Err(e) => {
+            d.push(Diagnostic::error(
+                codes::CONFIG_IO,
+                format!("cannot read `{}`: {e}", path.display()),
+                "auth.jwt.rs256_public_key_file",
+                Some(file.span),
+            ));
+            None
+        }
     }
 }
 

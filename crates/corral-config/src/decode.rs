@@ -12,8 +12,8 @@ use corral_policy::{Effect, Limits, ParamKind, PrincipalKind, RuleEffect, Tier};
 
 use crate::diag::Diagnostic;
 use crate::model::{
-    AuditConfig, AuditSink, AuthConfig, Config, CustomOpConfig, ParamConfig, PresetUse, RuleConfig,
-    Spanned, StateOnlyEntry, StorageConfig, TokenConfig,
+    AuditConfig, AuditSink, AuthConfig, Config, CustomOpConfig, JwtSpec, ParamConfig, PresetUse,
+    RuleConfig, Spanned, StateOnlyEntry, StorageConfig, TokenConfig,
 };
 use crate::yaml::{Key, Node, Span, Value};
 
@@ -86,6 +86,15 @@ const CUSTOM_KEYS: &[&str] = &[
     "summary",
 ];
 const PARAM_KEYS: &[&str] = &["type", "root", "values", "required"];
+const JWT_KEYS: &[&str] = &[
+    "hs256_secret_env",
+    "rs256_public_key_file",
+    "issuer",
+    "audience",
+    "roles_claim",
+    "tenant_claim",
+    "service_claim",
+];
 const TOKEN_KEYS: &[&str] = &["id", "roles", "kind", "token_env", "token"];
 const PRESET_KEYS: &[&str] = &[
     "name",
@@ -960,9 +969,12 @@ impl Decoder {
 
     fn auth(&mut self, node: &Node) -> AuthConfig {
         let mut a = AuthConfig::default();
-        let Some(m) = self.map(node, "auth", &["tokens"]) else {
+        let Some(m) = self.map(node, "auth", &["tokens", "jwt"]) else {
             return a;
         };
+        if let Some(j) = m.get("jwt") {
+            a.jwt = self.jwt(j);
+        }
         let Some(tokens) = m.get("tokens") else {
             return a;
         };
@@ -1032,6 +1044,59 @@ impl Decoder {
             }
         }
         a
+    }
+
+    fn jwt(&mut self, node: &Node) -> Option<JwtSpec> {
+        let m = self.map(node, "auth.jwt", JWT_KEYS)?;
+        let get_s = |d: &mut Self, k: &str| m.get(k).and_then(|n| d.string(n, &m.at(k)));
+        let service_claim = match m.get("service_claim") {
+            None => None,
+            Some(n) => {
+                let sm = self.map(n, &m.at("service_claim"), &["name", "value"])?;
+                let name = sm.get("name").and_then(|x| self.string(x, &sm.at("name")));
+                let value = sm
+                    .get("value")
+                    .and_then(|x| self.string(x, &sm.at("value")));
+                match (name, value) {
+                    (Some(n), Some(v)) => Some((n, v)),
+                    _ => {
+                        self.err(
+                            codes::CONFIG_MISSING_KEY,
+                            "`service_claim` needs `name` and `value`".to_owned(),
+                            &m.at("service_claim"),
+                            n.span,
+                        );
+                        None
+                    }
+                }
+            }
+        };
+        let spec = JwtSpec {
+            hs256_secret_env: m
+                .get("hs256_secret_env")
+                .and_then(|n| self.spanned_string(n, &m.at("hs256_secret_env"))),
+            rs256_public_key_file: m
+                .get("rs256_public_key_file")
+                .and_then(|n| self.spanned_string(n, &m.at("rs256_public_key_file"))),
+            issuer: get_s(self, "issuer"),
+            audience: get_s(self, "audience"),
+            roles_claim: get_s(self, "roles_claim").unwrap_or_else(|| "roles".to_owned()),
+            tenant_claim: get_s(self, "tenant_claim").unwrap_or_else(|| "tenant".to_owned()),
+            service_claim,
+            span: node.span,
+        };
+        if spec.hs256_secret_env.is_some() == spec.rs256_public_key_file.is_some() {
+            self.err_fix(
+                codes::CONFIG_INVALID_VALUE,
+                "`auth.jwt` needs exactly one of `hs256_secret_env` and `rs256_public_key_file`"
+                    .to_owned(),
+                "auth.jwt",
+                node.span,
+                "name the HS256 secret's variable, or the RS256 public key file".to_owned(),
+            );
+            return None;
+        }
+        Some(spec)
     }
 
     fn audit(&mut self, node: &Node) -> AuditConfig {

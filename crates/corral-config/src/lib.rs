@@ -43,11 +43,31 @@ pub struct Loaded {
     pub origins: Vec<RuleOrigin>,
     /// Tokens whose secrets were found.
     pub tokens: Vec<ResolvedToken>,
+    /// The JWT verification key, when `auth.jwt` is configured.
+    pub jwt_key: Option<model::JwtKey>,
     /// Corral's state directory, absolute.
     pub state_dir: PathBuf,
 }
 
 impl Loaded {
+    /// The environment variables that hold secrets (token and JWT secrets): never passed to
+    /// a child process.
+    pub fn secret_envs(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .config
+            .auth
+            .tokens
+            .iter()
+            .map(|t| t.token_env.value.clone())
+            .collect();
+        if let Some(j) = &self.config.auth.jwt
+            && let Some(e) = &j.hs256_secret_env
+        {
+            v.push(e.value.clone());
+        }
+        v
+    }
+
     /// Compiles the policy into an engine.
     pub fn engine(&self) -> Engine {
         Engine::new(self.catalog.clone(), self.policy.clone())
@@ -148,6 +168,7 @@ pub fn load_str(
         policy: built.policy,
         origins: built.origins,
         tokens: built.tokens,
+        jwt_key: built.jwt_key,
         state_dir: built.state_dir,
     })
 }

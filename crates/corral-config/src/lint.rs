@@ -720,7 +720,8 @@ impl<'a> Linter<'a> {
 
     fn auth(&mut self) {
         let tokens = &self.l.config.auth.tokens;
-        if tokens.is_empty() {
+        let jwt = self.l.config.auth.jwt.is_some();
+        if tokens.is_empty() && !jwt {
             let engine = self.l.engine();
             let anon = Principal::anonymous();
             let risky: Vec<String> = engine
@@ -763,7 +764,7 @@ impl<'a> Linter<'a> {
                     PrincipalSelector::Kind(k) => tokens.iter().any(|t| t.kind == *k),
                     PrincipalSelector::AnyAuthenticated => !tokens.is_empty(),
                 };
-                if !reachable {
+                if !reachable && !jwt {
                     self.push(Diagnostic::warning(
                         codes::LINT_UNREACHABLE_PRINCIPAL,
                         format!(

@@ -140,6 +140,47 @@ pub struct ParamConfig {
 pub struct AuthConfig {
     /// Static tokens.
     pub tokens: Vec<TokenConfig>,
+    /// JWT bearer tokens.
+    pub jwt: Option<JwtSpec>,
+}
+
+/// `auth.jwt:` how bearer JWTs are verified and mapped to principals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwtSpec {
+    /// The variable holding the HS256 secret (at least 32 characters).
+    pub hs256_secret_env: Option<Spanned<String>>,
+    /// A PEM file with the RS256 public key.
+    pub rs256_public_key_file: Option<Spanned<String>>,
+    /// Required `iss`.
+    pub issuer: Option<String>,
+    /// Required `aud`.
+    pub audience: Option<String>,
+    /// The claim holding roles (default `roles`).
+    pub roles_claim: String,
+    /// The claim holding the tenant (default `tenant`).
+    pub tenant_claim: String,
+    /// A claim and value that mark a service principal.
+    pub service_claim: Option<(String, String)>,
+    /// Where `jwt:` was written.
+    pub span: Span,
+}
+
+/// A JWT verification key, read at load.
+#[derive(Clone, PartialEq, Eq)]
+pub enum JwtKey {
+    /// An HS256 shared secret.
+    Hs256(Secret),
+    /// An RS256 public key, PEM.
+    Rs256Pem(Vec<u8>),
+}
+
+impl fmt::Debug for JwtKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JwtKey::Hs256(_) => f.write_str("Hs256([redacted])"),
+            JwtKey::Rs256Pem(_) => f.write_str("Rs256Pem"),
+        }
+    }
 }
 
 /// One static token. The secret itself lives in the environment.

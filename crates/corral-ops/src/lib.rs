@@ -5,6 +5,9 @@
 //! `JailedPath`s of the policy's grant, and opens them beneath their root with
 //! `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`.
 
+pub mod exec;
+pub mod files;
+pub mod health;
 pub mod http;
 
 use std::collections::HashMap;

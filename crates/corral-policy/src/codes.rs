@@ -109,6 +109,84 @@ catalog! {
     ARGS_UNKNOWN = "args.unknown", 400,
         "the op has no parameter of this name",
         "remove the argument or fix its name";
+    POLICY_PATH_ESCAPE = "policy.path_escape", 403,
+        "the path resolves outside its root (a symlink or `..` pointing out)",
+        "call with a path whose every component stays under the root";
+    POLICY_SYMLINK_DENIED = "policy.symlink_denied", 403,
+        "the path goes through a symlink and the scope has `symlinks: deny`",
+        "call with the real path, or use `symlinks: within`";
+    FILES_NOT_FOUND = "files.not_found", 404,
+        "no file or directory at that path",
+        "check the path with `files.list`";
+    FILES_NOT_A_FILE = "files.not_a_file", 400,
+        "the path is a directory (or another non-file) where a file is needed",
+        "call with the path of a regular file";
+    FILES_NOT_A_DIRECTORY = "files.not_a_directory", 400,
+        "the path is not a directory",
+        "call `files.list` with a directory";
+    FILES_NOT_TEXT = "files.not_text", 415,
+        "the file is not UTF-8 text",
+        "use `files.download` for binary files";
+    FILES_NOT_EMPTY = "files.not_empty", 409,
+        "the directory is not empty",
+        "delete its entries first";
+    FILES_PERMISSION_DENIED = "files.permission_denied", 403,
+        "the operating system refused access to the path",
+        "check the file's owner and mode";
+    FILES_IO = "files.io", 500,
+        "the filesystem returned an unexpected error",
+        "retry; if it persists, check the server's logs";
+    EXEC_SPAWN_FAILED = "exec.spawn_failed", 502,
+        "the program could not be started",
+        "check the program exists in the sandbox's PATH and is executable";
+    EXEC_INVALID = "exec.invalid", 400,
+        "the command is empty or contains NUL bytes",
+        "pass a non-empty argv";
+    ISOLATION_UNAVAILABLE = "isolation.unavailable", 503,
+        "the configured isolation backend cannot run on this host; corral never falls back",
+        "run `corral doctor` and install the missing primitive, or configure another backend";
+    LIMIT_TOO_LARGE = "limit.too_large", 413,
+        "the request or its result is larger than the effective `max_bytes`",
+        "ask for less, or raise `max_bytes` in the rule or the global limits";
+    LIMIT_BODY_TOO_LARGE = "limit.body_too_large", 413,
+        "the request body is larger than the server accepts (1 MiB by default)",
+        "send a smaller body";
+    LIMIT_RATE = "limit.rate", 429,
+        "the caller exceeded the rate limit for this op",
+        "retry after the number of seconds in `Retry-After`";
+    LIMIT_CONCURRENCY = "limit.concurrency", 429,
+        "the caller already has the maximum number of calls to this op in flight",
+        "wait for a call to finish, then retry";
+    LIMIT_TIMEOUT = "limit.timeout", 504,
+        "the op ran past its effective timeout and was stopped",
+        "ask for less work, or raise `timeout`";
+    AUTH_MISSING = "auth.missing", 401,
+        "the request carries no credentials",
+        "send `Authorization: Bearer <token>`";
+    AUTH_INVALID = "auth.invalid", 401,
+        "the credentials are not valid (unknown token, bad signature, expired)",
+        "send a valid token";
+    AUTH_CONFLICTING_CREDENTIALS = "auth.conflicting_credentials", 401,
+        "`Authorization` and `X-Access-Token` carry different tokens",
+        "send one credential";
+    ARGS_MALFORMED = "args.malformed", 400,
+        "the request body is not a JSON object",
+        "send a JSON object of arguments with `Content-Type: application/json`";
+    SERVER_INTERNAL = "server.internal", 500,
+        "the server failed; the details are in its log under the request id",
+        "retry; report the request id if it persists";
+    SERVER_AUDIT_UNAVAILABLE = "server.audit_unavailable", 503,
+        "the audit event could not be stored, so the call was not answered as done",
+        "check the storage backend; corral does not answer a call it could not audit";
+    ROUTE_NOT_FOUND = "route.not_found", 404,
+        "no such route; op calls are `POST /ops/{id}`",
+        "see `GET /openapi.json` for the routes";
+    ROUTE_METHOD_NOT_ALLOWED = "route.method_not_allowed", 405,
+        "the route exists but not with this method",
+        "op calls are `POST`; listings are `GET`";
+    CONFIG_OPEN_MODE_REFUSED = "config.open_mode_refused", 0,
+        "no auth is configured and the server would be reachable beyond loopback, or would mount exec or admin ops",
+        "add `auth.tokens` (or JWT), listen on 127.0.0.1, or pass `--allow-open` knowingly";
     CONFIG_PARSE = "config.parse", 0,
         "the config file is not valid YAML or JSON",
         "fix the syntax at the position shown";

@@ -1,0 +1,94 @@
+//! Turns a JSON argument object into typed `Args` by the op's parameter kinds, and hashes it
+//! for the audit log.
+
+use corral_policy::{ArgValue, Args, OpSpec, ParamKind, codes};
+use sha2::{Digest, Sha256};
+
+/// An argument object that does not fit the op.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgsRejection {
+    /// `args.malformed`, `args.invalid`, `args.unknown` or `args.missing`.
+    pub code: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Converts JSON arguments to `Args`, then checks them against the op's params.
+pub fn parse_args(spec: &OpSpec, json: &serde_json::Value) -> Result<Args, ArgsRejection> {
+    let obj = match json {
+        serde_json::Value::Object(m) => m,
+        serde_json::Value::Null => &serde_json::Map::new(),
+        _ => {
+            return Err(ArgsRejection {
+                code: codes::ARGS_MALFORMED,
+                message: "the request body must be a JSON object of arguments".to_owned(),
+            });
+        }
+    };
+    let mut args = Args::new();
+    for (name, v) in obj {
+        let kind = spec
+            .params
+            .iter()
+            .find(|p| &p.name == name)
+            .map(|p| &p.kind);
+        let Some(kind) = kind else {
+            return Err(ArgsRejection {
+                code: codes::ARGS_UNKNOWN,
+                message: format!(
+                    "op `{}` has no parameter `{name}`; its parameters are: {}",
+                    spec.id,
+                    spec.params
+                        .iter()
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        };
+        let bad = |expected: &str| ArgsRejection {
+            code: codes::ARGS_INVALID,
+            message: format!("argument `{name}` of `{}` must be {expected}", spec.id),
+        };
+        let value = match (kind, v) {
+            (ParamKind::Argv, serde_json::Value::Array(items)) => ArgValue::List(
+                items
+                    .iter()
+                    .map(|i| i.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| bad("a list of strings"))?,
+            ),
+            (ParamKind::Argv, _) => return Err(bad("a list of strings")),
+            (ParamKind::Int, serde_json::Value::Number(n)) => {
+                ArgValue::Int(n.as_i64().ok_or_else(|| bad("an integer"))?)
+            }
+            (ParamKind::Int, _) => return Err(bad("an integer")),
+            (ParamKind::Bool, serde_json::Value::Bool(b)) => ArgValue::Bool(*b),
+            (ParamKind::Bool, _) => return Err(bad("`true` or `false`")),
+            (
+                ParamKind::Path { .. }
+                | ParamKind::Cwd
+                | ParamKind::CommandLine
+                | ParamKind::Url
+                | ParamKind::Word
+                | ParamKind::String
+                | ParamKind::Enum(_),
+                serde_json::Value::String(s),
+            ) => ArgValue::Str(s.clone()),
+            (_, _) => return Err(bad("a string")),
+        };
+        args = args.with(name, value);
+    }
+    corral_policy::validate_args(spec, &args).map_err(|e| ArgsRejection {
+        code: e.code,
+        message: e.message,
+    })?;
+    Ok(args)
+}
+
+/// SHA-256 of the canonical (key-sorted) JSON of the arguments, hex.
+pub fn args_hash(json: &serde_json::Value) -> String {
+    let canonical = serde_json::to_string(json).unwrap_or_default();
+    let digest = Sha256::digest(canonical.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,276 @@
+//! Ops that run programs: `commands.run` (argv admitted by a `CommandScope`) and `custom:` ops
+//! (a fixed argv template filled with typed params). Both run through the configured backend.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use corral_exec::BoxFuture;
+use corral_exec::{ExecError, ExecOutput, ExecRequest, ResourceLimits};
+use corral_policy::{ArgValue, OpSpec, codes};
+use serde_json::json;
+
+use crate::{Op, OpCtx, OpError, OpOutput};
+
+/// Timeout when neither the rule nor the config sets one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Output kept per stream when nothing sets `max_output_bytes`.
+pub const DEFAULT_MAX_OUTPUT: u64 = 1 << 20;
+
+/// Variables that never reach a child, whatever `env_pass` says: corral's own settings and
+/// secrets, and the dynamic loader's hooks.
+fn env_forbidden(name: &str) -> bool {
+    name.starts_with("CORRAL_") || name.starts_with("LD_") || name.starts_with("DYLD_")
+}
+
+/// The child's environment: `env_pass` names read from the server's environment (minus the
+/// forbidden ones and any `secret_envs`), then `env_set`.
+pub fn child_env(
+    pass: &[String],
+    set: &[(String, String)],
+    secret_envs: &[String],
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = pass
+        .iter()
+        .filter(|n| !env_forbidden(n) && !secret_envs.contains(n))
+        .filter_map(|n| std::env::var(n).ok().map(|v| (n.clone(), v)))
+        .collect();
+    for (k, v) in set {
+        if env_forbidden(k) {
+            continue;
+        }
+        env.retain(|(n, _)| n != k);
+        env.push((k.clone(), v.clone()));
+    }
+    if !env.iter().any(|(n, _)| n == "PATH") {
+        env.push(("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned()));
+    }
+    env
+}
+
+fn exec_error(e: &ExecError) -> OpError {
+    let status = match e {
+        ExecError::Unavailable { .. } => 503,
+        ExecError::Spawn { .. } => 502,
+        ExecError::Invalid(_) => 400,
+    };
+    let code = match e {
+        ExecError::Unavailable { .. } => codes::ISOLATION_UNAVAILABLE,
+        ExecError::Spawn { .. } => codes::EXEC_SPAWN_FAILED,
+        ExecError::Invalid(_) => codes::EXEC_INVALID,
+    };
+    OpError::new(code, status, e.to_string())
+}
+
+fn result_json(out: &ExecOutput) -> serde_json::Value {
+    json!({
+        "exit_code": out.exit_code,
+        "signal": out.signal,
+        "stdout": String::from_utf8_lossy(&out.stdout),
+        "stderr": String::from_utf8_lossy(&out.stderr),
+        "stdout_truncated": out.stdout_truncated,
+        "stderr_truncated": out.stderr_truncated,
+        "timed_out": out.timed_out,
+        "duration_ms": u64::try_from(out.duration.as_millis()).unwrap_or(u64::MAX),
+        "attestation": {
+            "backend": out.attestation.backend,
+            "isolated": out.attestation.isolated,
+            "destroyed": out.attestation.destroyed,
+            "primitives": out.attestation.primitives,
+        },
+    })
+}
+
+fn limits_of(ctx: &OpCtx) -> (Duration, u64, ResourceLimits) {
+    let l = &ctx.grant.limits;
+    (
+        l.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        l.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT),
+        ResourceLimits {
+            cpu_seconds: l.cpu_seconds,
+            memory: l.memory,
+            processes: l.processes,
+            file_size: l.max_bytes,
+            open_files: Some(1024),
+        },
+    )
+}
+
+async fn run(ctx: &OpCtx, req: ExecRequest) -> Result<OpOutput, OpError> {
+    let out = ctx.backend.run(req).await.map_err(|e| exec_error(&e))?;
+    Ok(OpOutput::Json {
+        value: result_json(&out),
+        attestation: Some(out.attestation),
+    })
+}
+
+/// `commands.run`.
+#[derive(Debug)]
+pub struct CommandsRun {
+    spec: OpSpec,
+    secret_envs: Vec<String>,
+}
+
+impl CommandsRun {
+    /// The op; `secret_envs` are variables (token secrets) that never reach a child.
+    pub fn new(spec: OpSpec, secret_envs: Vec<String>) -> Self {
+        Self { spec, secret_envs }
+    }
+}
+
+impl Op for CommandsRun {
+    fn spec(&self) -> &OpSpec {
+        &self.spec
+    }
+
+    fn call(&self, ctx: OpCtx) -> BoxFuture<'_, Result<OpOutput, OpError>> {
+        Box::pin(async move {
+            let Some(grant) = ctx.grant.command.clone() else {
+                return Err(OpError::new(
+                    codes::POLICY_COMMAND_NOT_ALLOWED,
+                    403,
+                    "the policy grant holds no command for this call",
+                ));
+            };
+            let argv = if grant.shell {
+                let line = match ctx.args.get("command") {
+                    Some(ArgValue::Str(s)) => s.clone(),
+                    _ => grant.argv.join(" "),
+                };
+                vec!["/bin/sh".to_owned(), "-c".to_owned(), line]
+            } else {
+                grant.argv.clone()
+            };
+            let cwd = grant
+                .cwd
+                .as_ref()
+                .map(|c| PathBuf::from(c.absolute()))
+                .ok_or_else(|| {
+                    OpError::new(
+                        codes::POLICY_CWD_OUTSIDE_SCOPE,
+                        403,
+                        "the command scope has no cwd; set `cwd:` on the rule's commands",
+                    )
+                })?;
+            let (timeout, max_output, limits) = limits_of(&ctx);
+            let stdin = match ctx.args.get("stdin") {
+                Some(ArgValue::Str(s)) => Some(s.clone().into_bytes()),
+                _ => None,
+            };
+            let req = ExecRequest {
+                argv,
+                cwd: cwd.clone(),
+                env: child_env(&grant.env_pass, &grant.env_set, &self.secret_envs),
+                stdin,
+                timeout,
+                max_output_bytes: max_output,
+                limits,
+                read_paths: vec![cwd.clone()],
+                write_paths: vec![cwd],
+            };
+            run(&ctx, req).await
+        })
+    }
+}
+
+/// A `custom:` op: a fixed argv whose `{param}` placeholders are filled with the call's typed
+/// arguments (paths with their jailed absolute form). No shell.
+#[derive(Debug)]
+pub struct CustomOp {
+    spec: OpSpec,
+    argv: Vec<String>,
+    cwd: Option<String>,
+    timeout: Option<Duration>,
+    secret_envs: Vec<String>,
+}
+
+impl CustomOp {
+    /// A custom op.
+    pub fn new(
+        spec: OpSpec,
+        argv: Vec<String>,
+        cwd: Option<String>,
+        timeout: Option<Duration>,
+        secret_envs: Vec<String>,
+    ) -> Self {
+        Self {
+            spec,
+            argv,
+            cwd,
+            timeout,
+            secret_envs,
+        }
+    }
+
+    /// Fills the template. Every placeholder must have a value; a path param takes its jailed
+    /// absolute path, never the raw argument.
+    pub fn render(&self, ctx: &OpCtx) -> Result<Vec<String>, OpError> {
+        let value_of =
+            |name: &str| -> Option<String> {
+                if let Some((_, jp)) = ctx.grant.paths.iter().find(|(n, _)| n == name) {
+                    return Some(jp.absolute());
+                }
+                if self.spec.params.iter().any(|p| {
+                    p.name == name && matches!(p.kind, corral_policy::ParamKind::Path { .. })
+                }) {
+                    return None;
+                }
+                match ctx.args.get(name)? {
+                    ArgValue::Str(s) => Some(s.clone()),
+                    ArgValue::Int(i) => Some(i.to_string()),
+                    ArgValue::Bool(b) => Some(b.to_string()),
+                    ArgValue::List(_) => None,
+                }
+            };
+        let mut out = Vec::with_capacity(self.argv.len());
+        for tok in &self.argv {
+            let mut s = String::new();
+            let mut rest = tok.as_str();
+            while let Some(start) = rest.find('{') {
+                let Some(end) = rest[start..].find('}') else {
+                    break;
+                };
+                let name = &rest[start + 1..start + end];
+                let v = value_of(name).ok_or_else(|| {
+                    OpError::new(
+                        codes::ARGS_MISSING,
+                        400,
+                        format!("op `{}` needs the argument `{name}`", self.spec.id),
+                    )
+                })?;
+                s.push_str(&rest[..start]);
+                s.push_str(&v);
+                rest = &rest[start + end + 1..];
+            }
+            s.push_str(rest);
+            out.push(s);
+        }
+        Ok(out)
+    }
+}
+
+impl Op for CustomOp {
+    fn spec(&self) -> &OpSpec {
+        &self.spec
+    }
+
+    fn call(&self, ctx: OpCtx) -> BoxFuture<'_, Result<OpOutput, OpError>> {
+        Box::pin(async move {
+            let argv = self.render(&ctx)?;
+            let (timeout, max_output, limits) = limits_of(&ctx);
+            let timeout = self.timeout.map_or(timeout, |t| t.min(timeout));
+            let cwd = PathBuf::from(self.cwd.clone().unwrap_or_else(|| "/".to_owned()));
+            let req = ExecRequest {
+                argv,
+                cwd: cwd.clone(),
+                env: child_env(&[], &[], &self.secret_envs),
+                stdin: None,
+                timeout,
+                max_output_bytes: max_output,
+                limits,
+                read_paths: vec![cwd],
+                write_paths: Vec::new(),
+            };
+            run(&ctx, req).await
+        })
+    }
+}
