@@ -14,7 +14,7 @@ use crate::decision::{
 use crate::hook::{HookCtx, HookOutcome, run_hook};
 use crate::limits::Limits;
 use crate::op::{Catalog, OpSpec, ParamKind, ScopeKind};
-use crate::principal::Principal;
+use crate::principal::{Principal, PrincipalSelector};
 use crate::request::{ArgValue, Request};
 use crate::rule::{Policy, Rule, RuleEffect};
 use crate::scope::path::{NormPath, PathScope, PathScopeSpec, is_protected, normalize};
@@ -28,8 +28,79 @@ struct OpIndex {
     deny: Vec<usize>,
     /// Allow rules that mount the op.
     allow: Vec<usize>,
+    /// `deny` and `allow` again, filed by the callers they reach, so a decision does not scan
+    /// every rule's principals.
+    deny_by: ByPrincipal,
+    allow_by: ByPrincipal,
+    /// `spec.required_scopes()`, computed once.
+    required: Vec<ScopeKind>,
     /// For each path param: the op's own root (custom ops), compiled; `Err` if it cannot be.
     own_roots: Vec<Option<Result<PathScope, ()>>>,
+}
+
+/// A list of rules (ascending indices) filed for matching a caller: a rule whose principals are
+/// all `id:` selectors under each of those ids, every other rule in `general`.
+#[derive(Default)]
+struct ByPrincipal {
+    by_id: HashMap<String, Vec<usize>>,
+    general: Vec<usize>,
+}
+
+impl ByPrincipal {
+    fn new(list: &[usize], rules: &[Rule]) -> Self {
+        let mut s = Self::default();
+        for &i in list {
+            let r = &rules[i];
+            let ids_only = !r.principals.is_empty()
+                && r.principals
+                    .iter()
+                    .all(|p| matches!(p, PrincipalSelector::Id(_)));
+            if !ids_only {
+                s.general.push(i);
+                continue;
+            }
+            for p in &r.principals {
+                if let PrincipalSelector::Id(id) = p {
+                    let v = s.by_id.entry(id.clone()).or_default();
+                    if v.last() != Some(&i) {
+                        v.push(i);
+                    }
+                }
+            }
+        }
+        s
+    }
+
+    /// The rules of the list that reach `p`, in order: exactly the list filtered by
+    /// `Rule::reaches_principal` (an `id:` selector matches an authenticated caller by id).
+    fn reaching<'s>(&'s self, rules: &[Rule], p: &Principal) -> Cow<'s, [usize]> {
+        let ids: &[usize] = if p.authenticated {
+            self.by_id.get(p.id.as_str()).map_or(&[], Vec::as_slice)
+        } else {
+            &[]
+        };
+        if self.general.is_empty() {
+            return Cow::Borrowed(ids);
+        }
+        let reaches = |i: &usize| rules[*i].reaches_principal(p);
+        if ids.is_empty() {
+            return if self.general.iter().all(reaches) {
+                Cow::Borrowed(&self.general)
+            } else {
+                Cow::Owned(self.general.iter().copied().filter(reaches).collect())
+            };
+        }
+        let mut out = Vec::with_capacity(ids.len() + self.general.len());
+        let mut general = self.general.iter().copied().filter(reaches).peekable();
+        for &i in ids {
+            while let Some(g) = general.next_if(|&g| g < i) {
+                out.push(g);
+            }
+            out.push(i);
+        }
+        out.extend(general);
+        Cow::Owned(out)
+    }
 }
 
 /// A compiled policy over a catalog. Cheap to share (`Arc` it); decisions take `&self`.
@@ -293,9 +364,12 @@ impl Engine {
                 spec.id.to_string(),
                 OpIndex {
                     spec: spec.clone(),
+                    deny_by: ByPrincipal::new(&deny, &policy.rules),
+                    allow_by: ByPrincipal::new(&allow, &policy.rules),
                     deny,
                     allow,
                     own_roots,
+                    required: spec.required_scopes(),
                 },
             );
         }
@@ -496,7 +570,7 @@ impl Engine {
         prep: &Prepared<'_>,
         principal: &Principal,
     ) -> Result<(), Failure> {
-        for kind in ix.spec.required_scopes() {
+        for &kind in &ix.required {
             let present = match kind {
                 ScopeKind::Paths => rule.paths.is_some(),
                 ScopeKind::Commands => rule.commands.is_some(),
@@ -554,15 +628,18 @@ impl Engine {
         Ok(())
     }
 
-    /// Builds the grant of the deciding allow rule (its clauses already passed).
-    fn grant(
+    /// Builds the grant of the deciding allow rule (its clauses already passed), and returns
+    /// with it the granted paths in normalized form (the same paths, in the same order, as
+    /// `paths` of the grant).
+    fn grant<'p>(
         &self,
-        ix: &OpIndex,
-        rule: Option<(usize, &Rule)>,
-        prep: &Prepared<'_>,
-        principal: &Principal,
-    ) -> Allowed {
+        ix: &'p OpIndex,
+        rule: Option<(usize, &'p Rule)>,
+        prep: &'p Prepared<'_>,
+        principal: &'p Principal,
+    ) -> (Allowed, Vec<Cow<'p, NormPath<'p>>>) {
         let mut paths = Vec::with_capacity(prep.paths.len());
+        let mut resolved = Vec::with_capacity(prep.paths.len());
         let r = rule.map(|(_, r)| r);
         for arg in &prep.paths {
             let own = ix.own_roots.get(arg.param_index).and_then(Option::as_ref);
@@ -570,10 +647,18 @@ impl Engine {
                 (Some(s), _) | (None, Some(Ok(s))) => s,
                 (None, Some(Err(()))) | (None, None) => continue,
             };
-            if let Ok(path) = Self::resolve(arg, scope, principal)
-                && let Ok(root_len) = scope.admit(&path, principal)
-            {
+            let Ok(path) = Self::resolve(arg, scope, principal) else {
+                continue;
+            };
+            // The deciding rule's `check_allow` admitted this very path with this very scope,
+            // so only the root's length is left to find (no second deny-glob match).
+            let root_len = match r {
+                Some(_) => scope.root_len(&path, principal),
+                None => scope.admit(&path, principal).ok(),
+            };
+            if let Some(root_len) = root_len {
                 paths.push((arg.name.to_owned(), path.jail(root_len)));
+                resolved.push(path);
             }
         }
         let command = match (r.and_then(|r| r.commands.as_ref()), prep.argv.as_deref()) {
@@ -584,7 +669,7 @@ impl Engine {
             (Some(scope), Some(u)) => scope.check(u).ok(),
             _ => None,
         };
-        Allowed {
+        let allowed = Allowed {
             rule: match rule {
                 Some((i, r)) => RuleRef {
                     index: i,
@@ -602,7 +687,8 @@ impl Engine {
             symlinks: r
                 .and_then(|r| r.paths.as_ref())
                 .map_or(SymlinkMode::Within, |p| p.spec().symlinks),
-        }
+        };
+        (allowed, resolved)
     }
 
     /// Whether deny rule `rule` hits the call. `resolved` holds the winner's absolute paths (its
@@ -611,34 +697,32 @@ impl Engine {
     fn deny_hits(
         rule: &Rule,
         prep: &Prepared<'_>,
-        resolved: &[NormPath<'_>],
+        resolved: &[Cow<'_, NormPath<'_>>],
         principal: &Principal,
     ) -> bool {
         if !rule.is_scoped() {
             return true;
         }
         if let Some(scope) = &rule.paths {
-            let mut candidates: Vec<Cow<'_, NormPath<'_>>> =
-                resolved.iter().map(Cow::Borrowed).collect();
-            for arg in &prep.paths {
-                match (&arg.abs, arg.raw) {
-                    (Some(abs), _) => candidates.push(Cow::Borrowed(abs)),
-                    // A path we cannot read is denied: a failing check denies.
-                    (None, Some(raw)) if raw.contains('\0') || raw.is_empty() => return true,
-                    (None, _) => {}
-                }
-            }
-            let extra: Vec<NormPath<'_>> = prep
-                .cwd
-                .into_iter()
-                .chain(prep.argv.iter().flat_map(|a| a.iter().map(String::as_str)))
-                .filter_map(NormPath::new)
-                .collect();
-            if candidates
-                .iter()
-                .map(|c| c.as_ref())
-                .chain(extra.iter())
-                .any(|p| scope.covers(p, principal))
+            // A path we cannot read is denied: a failing check denies.
+            let unreadable = prep.paths.iter().any(|arg| {
+                arg.abs.is_none()
+                    && arg
+                        .raw
+                        .is_some_and(|raw| raw.contains('\0') || raw.is_empty())
+            });
+            if unreadable
+                || resolved
+                    .iter()
+                    .map(|c| c.as_ref())
+                    .chain(prep.paths.iter().filter_map(|arg| arg.abs.as_ref()))
+                    .any(|p| scope.covers(p, principal))
+                || prep
+                    .cwd
+                    .into_iter()
+                    .chain(prep.argv.iter().flat_map(|a| a.iter().map(String::as_str)))
+                    .filter_map(NormPath::new)
+                    .any(|p| scope.covers(&p, principal))
             {
                 return true;
             }
@@ -676,17 +760,23 @@ impl Engine {
         let prep = Self::prepare(&ix.spec, req);
 
         // 1. Mounting: some allow rule reaching this caller must select the op.
-        let mut reaching = Vec::with_capacity(ix.allow.len());
-        for &i in &ix.allow {
-            if rules[i].reaches_principal(principal) {
-                reaching.push(i);
-            } else if T::ON {
-                t.outcome(
-                    i,
-                    TraceOutcome::PrincipalNotMatched(principal_text(&rules[i], principal)),
-                );
+        let reaching: Cow<'_, [usize]> = if T::ON {
+            let mut reaching = Vec::with_capacity(ix.allow.len());
+            for &i in &ix.allow {
+                if rules[i].reaches_principal(principal) {
+                    reaching.push(i);
+                } else {
+                    t.outcome(
+                        i,
+                        TraceOutcome::PrincipalNotMatched(principal_text(&rules[i], principal)),
+                    );
+                }
             }
-        }
+            Cow::Owned(reaching)
+        } else {
+            // The same list, from the index instead of a scan of every rule's principals.
+            ix.allow_by.reaching(rules, principal)
+        };
         let implicit_health = ix.spec.id.as_str() == HEALTH_OP;
         if reaching.is_empty() && !implicit_health {
             if T::ON {
@@ -704,7 +794,7 @@ impl Engine {
         // 2. Allow rules, in order: the first whose clauses all pass decides.
         let mut winner: Option<usize> = None;
         let mut failures: Vec<(usize, Failure)> = Vec::new();
-        for &i in &reaching {
+        for &i in reaching.iter() {
             if winner.is_some() {
                 if T::ON {
                     let outcome = match self.check_allow(ix, &rules[i], &prep, principal) {
@@ -742,13 +832,12 @@ impl Engine {
             None => None,
         };
 
-        // 3. Deny rules: any hit beats the allow, whichever rule allowed.
-        let resolved: Vec<String> = allowed
-            .as_ref()
-            .map(|a| a.paths.iter().map(|(_, p)| p.absolute()).collect())
-            .unwrap_or_default();
-        let resolved: Vec<NormPath<'_>> =
-            resolved.iter().filter_map(|s| NormPath::new(s)).collect();
+        // 3. Deny rules: any hit beats the allow, whichever rule allowed. `resolved` holds the
+        // granted paths, normalized (the grant's paths, without a round trip through text).
+        let (allowed, resolved) = match allowed {
+            Some((a, r)) => (Some(a), r),
+            None => (None, Vec::new()),
+        };
         // A command runs in the winner's effective cwd (the scope's, or a call's cwd resolved
         // beneath it, relative or not) and resolves its relative arguments from there, so deny
         // rules judge those places too, as they judge absolute ones.
@@ -772,10 +861,27 @@ impl Engine {
                 v
             })
             .unwrap_or_default();
-        let mut deny_resolved = resolved.clone();
-        deny_resolved.extend(command_paths.iter().filter_map(|s| NormPath::new(s)));
+        let deny_resolved: Cow<'_, [Cow<'_, NormPath<'_>>]> = if command_paths.is_empty() {
+            Cow::Borrowed(&resolved)
+        } else {
+            let mut v = resolved.clone();
+            v.extend(
+                command_paths
+                    .iter()
+                    .filter_map(|s| NormPath::new(s))
+                    .map(Cow::Owned),
+            );
+            Cow::Owned(v)
+        };
+        // Without a trace, only the deny rules that reach the caller (from the index; same
+        // order) are looked at; with one, every rule is named.
+        let deny_list: Cow<'_, [usize]> = if T::ON {
+            Cow::Borrowed(&ix.deny)
+        } else {
+            ix.deny_by.reaching(rules, principal)
+        };
         let mut denied: Option<usize> = None;
-        for &i in &ix.deny {
+        for &i in deny_list.iter() {
             let r = &rules[i];
             if !r.reaches_principal(principal) {
                 if T::ON {
@@ -809,7 +915,12 @@ impl Engine {
         }
         // Deny globs inside any reaching allow rule's path scope beat every allow, too.
         if denied.is_none() && allowed.is_some() {
-            for &i in &reaching {
+            for &i in reaching.iter() {
+                // The winner's `check_allow` admitted these very paths with this very scope:
+                // none of them matches its deny patterns.
+                if Some(i) == winner {
+                    continue;
+                }
                 if let Some(scope) = &rules[i].paths
                     && !scope.spec().deny.is_empty()
                     && resolved

@@ -168,10 +168,20 @@ impl<'a> NormPath<'a> {
 
     /// The jailed form, given the root length `admit` returned.
     pub fn jail(&self, root_len: usize) -> JailedPath {
-        let root_len = root_len.min(self.parts.len());
+        let (root_parts, relative) = self.parts.split_at(root_len.min(self.parts.len()));
+        // `/` followed by the root's parts joined with `/`, built in one allocation.
+        let mut root =
+            String::with_capacity(root_parts.iter().map(|p| p.len() + 1).sum::<usize>().max(1));
+        for p in root_parts {
+            root.push('/');
+            root.push_str(p);
+        }
+        if root.is_empty() {
+            root.push('/');
+        }
         JailedPath {
-            root: format!("/{}", self.parts[..root_len].join("/")),
-            relative: self.parts[root_len..].join("/"),
+            root,
+            relative: relative.join("/"),
         }
     }
 
@@ -408,15 +418,20 @@ impl PathScope {
 
     /// Admits a normalized path: returns the length (in components) of the root it lies under.
     pub fn admit(&self, path: &NormPath<'_>, p: &Principal) -> Result<usize, PathRefusal> {
-        let root = self
-            .roots
-            .iter()
-            .find(|r| Self::root_matches(r, &path.parts, p))
-            .ok_or(PathRefusal::OutsideRoots)?;
+        let root_len = self.root_len(path, p).ok_or(PathRefusal::OutsideRoots)?;
         if !self.spec.deny.is_empty() && self.deny.is_match(&path.absolute) {
             return Err(PathRefusal::Denied);
         }
-        Ok(root.len())
+        Ok(root_len)
+    }
+
+    /// The length (in components) of the first root the path lies under, deny patterns aside:
+    /// what `admit` returns for a path it admits.
+    pub(crate) fn root_len(&self, path: &NormPath<'_>, p: &Principal) -> Option<usize> {
+        self.roots
+            .iter()
+            .find(|r| Self::root_matches(r, &path.parts, p))
+            .map(Vec::len)
     }
 
     /// For a deny rule: whether the path lies under a root or matches a deny pattern.
