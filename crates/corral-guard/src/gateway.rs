@@ -475,7 +475,7 @@ fn url_check(
             principal: &principal,
             args: &args,
         }) {
-            Decision::Allowed(a) => a.url.map(|u| u.url).ok_or_else(|| {
+            Decision::Allowed(a) => a.url.ok_or_else(|| {
                 OpError::new(
                     codes::POLICY_URL_NOT_ALLOWED,
                     403,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral_exec::BoxFuture;
-use corral_policy::scope::is_private_ip;
+use corral_policy::scope::{UrlGrant, is_private_ip};
 use corral_policy::{OpSpec, codes};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::{Method, StatusCode, Url};
@@ -27,7 +27,7 @@ use reqwest::{Method, StatusCode, Url};
 use crate::{Op, OpCtx, OpError, OpOutput};
 
 /// Re-checks a redirect target: returns the canonical url the policy admits, or the refusal.
-pub type UrlCheck = Arc<dyn Fn(&str) -> Result<String, OpError> + Send + Sync>;
+pub type UrlCheck = Arc<dyn Fn(&str) -> Result<UrlGrant, OpError> + Send + Sync>;
 
 /// Response headers passed back to the caller; every other header is dropped.
 const HEADER_ALLOWLIST: [&str; 4] = ["content-type", "content-length", "last-modified", "etag"];
@@ -214,7 +214,7 @@ impl HttpFetch {
         let grant = ctx.grant.url.as_ref().ok_or_else(|| {
             url_not_allowed("the policy admitted no url for this call".to_owned())
         })?;
-        let block_private = grant.block_private;
+        let mut block_private = grant.block_private;
         let max_bytes = ctx
             .grant
             .limits
@@ -327,7 +327,10 @@ impl HttpFetch {
                 )));
             };
             let admitted = check(next.as_str())?;
-            url = Url::parse(&admitted).map_err(|e| {
+            // A hop is never checked more loosely than the first: once any rule on the way
+            // blocks private addresses, every later hop does too.
+            block_private |= admitted.block_private;
+            url = Url::parse(&admitted.url).map_err(|e| {
                 url_not_allowed(format!("the admitted redirect url does not parse: {e}"))
             })?;
             // What browsers (and reqwest) do: 303 turns anything but HEAD into a body-less GET,

@@ -292,7 +292,6 @@ fn scope_check(hosts: &[&str], port: u16, block_private: bool) -> Result<UrlChec
     Ok(Arc::new(move |url: &str| {
         scope
             .check(url)
-            .map(|g| g.url)
             .map_err(|r| OpError::new(r.code(), 403, format!("`{url}` is refused")))
     }))
 }
