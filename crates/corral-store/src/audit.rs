@@ -1,0 +1,180 @@
+//! The `audit_events` table: `impl AuditSink for Store`, counts and recent events.
+//!
+//! Append-only: the only statement that writes this table is `INSERT`; a duplicate `request_id`
+//! fails on the primary key instead of overwriting. `act_chain`, `args_shape` and `attestation`
+//! are stored as JSON text.
+
+use corral_exec::BoxFuture;
+use corral_guard::audit::{AttestationRecord, AuditError, AuditEvent, AuditSink, Outcome};
+
+use crate::{Store, StoreError};
+
+const COUNT_ALL: &str = "SELECT COUNT(*) FROM audit_events";
+const COUNT_TENANT: &str = "SELECT COUNT(*) FROM audit_events WHERE tenant = $1";
+
+/// The columns of `audit_events`, in `EventRow` order (a macro so `concat!` can use it).
+macro_rules! columns {
+    () => {
+        "request_id, tenant, ts_ms, principal_id, principal_kind, act_chain, op, outcome, code, \
+         rule, args_hash, args_shape, status, duration_us, attestation"
+    };
+}
+
+const INSERT_EVENT: &str = concat!(
+    "INSERT INTO audit_events (",
+    columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+);
+const RECENT_ALL: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM audit_events ORDER BY ts_ms DESC, request_id DESC LIMIT $1"
+);
+const RECENT_TENANT: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM audit_events WHERE tenant = $1 ORDER BY ts_ms DESC, request_id DESC LIMIT $2"
+);
+
+/// One stored row, as the drivers decode it.
+#[derive(sqlx::FromRow)]
+struct EventRow {
+    request_id: String,
+    tenant: String,
+    ts_ms: i64,
+    principal_id: String,
+    principal_kind: String,
+    act_chain: String,
+    op: String,
+    outcome: String,
+    code: Option<String>,
+    rule: Option<String>,
+    args_hash: String,
+    args_shape: String,
+    status: i32,
+    duration_us: i64,
+    attestation: Option<String>,
+}
+
+fn malformed(request_id: &str, what: &str, err: impl std::fmt::Display) -> StoreError {
+    StoreError::QueryFailed {
+        what: "read audit events",
+        reason: format!("stored event {request_id:?} has a malformed `{what}`: {err}"),
+    }
+}
+
+impl TryFrom<EventRow> for AuditEvent {
+    type Error = StoreError;
+
+    fn try_from(r: EventRow) -> Result<Self, StoreError> {
+        let id = r.request_id.as_str();
+        let act_chain: Vec<String> =
+            serde_json::from_str(&r.act_chain).map_err(|e| malformed(id, "act_chain", e))?;
+        let outcome: Outcome = serde_json::from_value(serde_json::Value::String(r.outcome))
+            .map_err(|e| malformed(id, "outcome", e))?;
+        let args_shape: serde_json::Value =
+            serde_json::from_str(&r.args_shape).map_err(|e| malformed(id, "args_shape", e))?;
+        let status = u16::try_from(r.status).map_err(|e| malformed(id, "status", e))?;
+        let attestation: Option<AttestationRecord> = r
+            .attestation
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| malformed(id, "attestation", e))?;
+        Ok(AuditEvent {
+            request_id: r.request_id,
+            tenant: r.tenant,
+            ts_ms: r.ts_ms,
+            principal_id: r.principal_id,
+            principal_kind: r.principal_kind,
+            act_chain,
+            op: r.op,
+            outcome,
+            code: r.code,
+            rule: r.rule,
+            args_hash: r.args_hash,
+            args_shape,
+            status,
+            duration_us: r.duration_us,
+            attestation,
+        })
+    }
+}
+
+fn encode_failed(err: serde_json::Error) -> StoreError {
+    StoreError::QueryFailed {
+        what: "append audit event",
+        reason: format!("the event cannot be encoded: {err}"),
+    }
+}
+
+impl Store {
+    /// Appends one audit event; returns once it is committed (see the crate doc on
+    /// durability). A `request_id` already stored is a `store.query_failed` error and leaves
+    /// the stored event unchanged.
+    pub async fn append_audit(&self, event: &AuditEvent) -> Result<(), StoreError> {
+        let act_chain = serde_json::to_string(&event.act_chain).map_err(encode_failed)?;
+        let args_shape = serde_json::to_string(&event.args_shape).map_err(encode_failed)?;
+        let attestation = event
+            .attestation
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(encode_failed)?;
+        on_pool!(&self.pool, p => sqlx::query(INSERT_EVENT)
+            .bind(event.request_id.as_str())
+            .bind(event.tenant.as_str())
+            .bind(event.ts_ms)
+            .bind(event.principal_id.as_str())
+            .bind(event.principal_kind.as_str())
+            .bind(act_chain.as_str())
+            .bind(event.op.as_str())
+            .bind(event.outcome.as_str())
+            .bind(event.code.as_deref())
+            .bind(event.rule.as_deref())
+            .bind(event.args_hash.as_str())
+            .bind(args_shape.as_str())
+            .bind(i32::from(event.status))
+            .bind(event.duration_us)
+            .bind(attestation.as_deref())
+            .execute(p)
+            .await
+            .map(|_| ()))
+        .map_err(|e| self.redactor.query("append audit event", e))
+    }
+
+    /// The number of stored audit events, of one tenant or of all.
+    pub async fn audit_count(&self, tenant: Option<&str>) -> Result<i64, StoreError> {
+        on_pool!(&self.pool, p => match tenant {
+            Some(t) => sqlx::query_scalar::<_, i64>(COUNT_TENANT).bind(t).fetch_one(p).await,
+            None => sqlx::query_scalar::<_, i64>(COUNT_ALL).fetch_one(p).await,
+        })
+        .map_err(|e| self.redactor.query("count audit events", e))
+    }
+
+    /// The `limit` most recent audit events, of one tenant or of all, newest first (ties on
+    /// `ts_ms` are broken by `request_id`, descending).
+    pub async fn audit_recent(
+        &self,
+        tenant: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<AuditEvent>, StoreError> {
+        let limit = i64::from(limit);
+        let rows: Vec<EventRow> = on_pool!(&self.pool, p => match tenant {
+            Some(t) => sqlx::query_as(RECENT_TENANT).bind(t).bind(limit).fetch_all(p).await,
+            None => sqlx::query_as(RECENT_ALL).bind(limit).fetch_all(p).await,
+        })
+        .map_err(|e| self.redactor.query("read audit events", e))?;
+        rows.into_iter().map(AuditEvent::try_from).collect()
+    }
+}
+
+impl AuditSink for Store {
+    fn append<'a>(&'a self, event: &'a AuditEvent) -> BoxFuture<'a, Result<(), AuditError>> {
+        Box::pin(async move {
+            self.append_audit(event)
+                .await
+                .map_err(|e| AuditError(format!("{}: {e}", e.code())))
+        })
+    }
+}

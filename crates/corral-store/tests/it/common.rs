@@ -1,0 +1,187 @@
+//! Shared fixtures and the checks both backends must pass.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use corral_guard::audit::{AttestationRecord, AuditEvent, AuditSink, Outcome};
+use corral_store::{STORE_QUERY_FAILED, Store};
+
+/// An event with every field set; `attestation` only when `attested`.
+pub fn full_event(request_id: &str, attested: bool) -> AuditEvent {
+    AuditEvent {
+        request_id: request_id.to_owned(),
+        tenant: "acme".to_owned(),
+        ts_ms: 1_767_225_600_123,
+        principal_id: "agent-7".to_owned(),
+        principal_kind: "delegated".to_owned(),
+        act_chain: vec!["svc:planner".to_owned(), "user:ada".to_owned()],
+        op: "commands.run".to_owned(),
+        outcome: Outcome::Denied,
+        code: Some("policy.denied".to_owned()),
+        rule: Some("rules[2] (deny rm)".to_owned()),
+        args_hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_owned(),
+        args_shape: serde_json::json!({"argv": "array", "cwd": "string", "note": "null"}),
+        status: 403,
+        duration_us: 1_234,
+        attestation: attested.then(|| AttestationRecord {
+            backend: "process".to_owned(),
+            isolated: false,
+            destroyed: true,
+            primitives: vec!["rlimit:as".to_owned(), "pgroup".to_owned()],
+        }),
+    }
+}
+
+/// A small event for bulk tests.
+pub fn event(request_id: String, tenant: &str, ts_ms: i64) -> AuditEvent {
+    AuditEvent {
+        request_id,
+        tenant: tenant.to_owned(),
+        ts_ms,
+        principal_id: "anonymous".to_owned(),
+        principal_kind: "service".to_owned(),
+        act_chain: Vec::new(),
+        op: "files.read".to_owned(),
+        outcome: Outcome::Ok,
+        code: None,
+        rule: None,
+        args_hash: "00".to_owned(),
+        args_shape: serde_json::json!({"path": "string"}),
+        status: 200,
+        duration_us: 10,
+        attestation: None,
+    }
+}
+
+/// Every field survives a write and a read, with and without an attestation, and with every
+/// `Outcome`.
+pub async fn round_trip(store: &Store) {
+    let with = full_event("req-with-attestation", true);
+    let mut without = full_event("req-without-attestation", false);
+    without.ts_ms += 1;
+    without.code = None;
+    without.rule = None;
+    without.act_chain = Vec::new();
+    without.outcome = Outcome::Ok;
+    without.status = 200;
+
+    // Through the port, as the guard chain calls it.
+    let sink: &dyn AuditSink = store;
+    sink.append(&with).await.unwrap();
+    sink.append(&without).await.unwrap();
+
+    assert_eq!(store.audit_count(None).await.unwrap(), 2);
+    assert_eq!(store.audit_count(Some("acme")).await.unwrap(), 2);
+    assert_eq!(store.audit_count(Some("other")).await.unwrap(), 0);
+
+    let recent = store.audit_recent(Some("acme"), 10).await.unwrap();
+    assert_eq!(recent, vec![without.clone(), with.clone()], "newest first");
+    assert_eq!(store.audit_recent(None, 1).await.unwrap(), vec![without]);
+    assert!(
+        store
+            .audit_recent(Some("other"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let outcomes = [
+        Outcome::Ok,
+        Outcome::OpError,
+        Outcome::Denied,
+        Outcome::NotEnabled,
+        Outcome::InvalidArgs,
+        Outcome::Limited,
+        Outcome::Unauthenticated,
+    ];
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        let mut e = event(format!("outcome-{i}"), "outcomes", i as i64);
+        e.outcome = outcome;
+        e.status = u16::MAX - i as u16;
+        e.duration_us = i64::MAX - i as i64;
+        store.append_audit(&e).await.unwrap();
+    }
+    let stored = store.audit_recent(Some("outcomes"), 100).await.unwrap();
+    let got: Vec<Outcome> = stored.iter().rev().map(|e| e.outcome).collect();
+    assert_eq!(got, outcomes);
+    assert_eq!(stored[stored.len() - 1].status, u16::MAX);
+    assert_eq!(stored[stored.len() - 1].duration_us, i64::MAX);
+}
+
+/// `total` appends from `tasks` concurrent tasks: every one succeeds and lands exactly once.
+pub async fn concurrent_appends(store: &Store, tasks: usize, total: usize) {
+    let store = Arc::new(store.clone());
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let store = Arc::clone(&store);
+        handles.push(tokio::spawn(async move {
+            let tenant = format!("tenant-{}", t % 4);
+            let mut i = t;
+            while i < total {
+                let e = event(format!("bulk-{i:05}"), &tenant, i as i64);
+                store.append(&e).await.unwrap();
+                i += tasks;
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert_eq!(store.audit_count(None).await.unwrap(), total as i64);
+    let mut per_tenant = 0;
+    for t in 0..4.min(tasks) {
+        per_tenant += store
+            .audit_count(Some(&format!("tenant-{t}")))
+            .await
+            .unwrap();
+    }
+    assert_eq!(per_tenant, total as i64);
+    let all = store.audit_recent(None, u32::MAX).await.unwrap();
+    let ids: HashSet<&str> = all.iter().map(|e| e.request_id.as_str()).collect();
+    assert_eq!(ids.len(), total);
+    assert_eq!(all[0].request_id, format!("bulk-{:05}", total - 1));
+}
+
+/// A second append with a stored `request_id` fails and does not change the stored event.
+pub async fn duplicate_is_an_error(store: &Store) {
+    let first = full_event("dup-1", true);
+    store.append_audit(&first).await.unwrap();
+
+    let mut second = full_event("dup-1", false);
+    second.tenant = "other".to_owned();
+    second.outcome = Outcome::Ok;
+    let err = store.append_audit(&second).await.unwrap_err();
+    assert_eq!(err.code(), STORE_QUERY_FAILED, "{err}");
+    assert!(err.to_string().contains("duplicate"), "{err}");
+    // Through the port too.
+    let err = AuditSink::append(store, &second).await.unwrap_err();
+    assert!(err.0.starts_with("store.query_failed"), "{err}");
+
+    assert_eq!(store.audit_count(None).await.unwrap(), 1);
+    assert_eq!(store.audit_recent(None, 10).await.unwrap(), vec![first]);
+}
+
+/// Events appended, the store dropped, the same URL opened again: the events are there.
+pub async fn survives_reopen(url: &str) {
+    let store = Store::connect(url).await.unwrap();
+    for i in 0..50 {
+        store
+            .append_audit(&event(format!("keep-{i:02}"), "acme", i))
+            .await
+            .unwrap();
+    }
+    drop(store);
+
+    let store = Store::connect(url).await.unwrap();
+    assert_eq!(store.audit_count(Some("acme")).await.unwrap(), 50);
+    let recent = store.audit_recent(Some("acme"), 3).await.unwrap();
+    let ids: Vec<&str> = recent.iter().map(|e| e.request_id.as_str()).collect();
+    assert_eq!(ids, ["keep-49", "keep-48", "keep-47"]);
+    // Migrations ran again without harm, and the store still takes writes.
+    store
+        .append_audit(&event("keep-50".to_owned(), "acme", 50))
+        .await
+        .unwrap();
+    assert_eq!(store.audit_count(None).await.unwrap(), 51);
+    store.close().await;
+}

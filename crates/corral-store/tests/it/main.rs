@@ -1,0 +1,11 @@
+//! corral-store's integration tests: one binary, a real SQLite file and a real PostgreSQL server.
+//!
+//! PostgreSQL comes from `CORRAL_TEST_POSTGRES_URL` (start one with
+//! `eval "$(scripts/postgres-test-server | tail -n1)"`); each test works in a fresh schema.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+mod errors;
+mod postgres;
+mod sqlite;
