@@ -187,6 +187,15 @@ catalog! {
     CONFIG_OPEN_MODE_REFUSED = "config.open_mode_refused", 0,
         "no auth is configured and the server would be reachable beyond loopback, or would mount exec or admin ops",
         "add `auth.tokens` (or JWT), listen on 127.0.0.1, or pass `--allow-open` knowingly";
+    STORE_UNAVAILABLE = "store.unavailable", 503,
+        "the storage backend cannot be reached or opened",
+        "check `storage.url` (or the state directory) and that the database is up";
+    STORE_MIGRATION_FAILED = "store.migration_failed", 503,
+        "the storage schema could not be brought up to date",
+        "check the database user may create tables; see the server log";
+    STORE_QUERY_FAILED = "store.query_failed", 503,
+        "a storage query failed",
+        "retry; see the server log under the request id";
     CONFIG_PARSE = "config.parse", 0,
         "the config file is not valid YAML or JSON",
         "fix the syntax at the position shown";

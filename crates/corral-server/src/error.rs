@@ -1,0 +1,95 @@
+//! The wire error: `{error, type, code, op, request_id}` with the status of its code. A 5xx
+//! body is generic; the real error goes to the log under the request id.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use corral_guard::Refusal;
+use serde::Serialize;
+
+/// The JSON body of every error.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ErrorBody {
+    /// What is wrong and what to change.
+    pub error: String,
+    /// The code's family: `op`, `policy`, `auth`, `args`, `limit`, `files`, `net`, `server`...
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The stable code.
+    pub code: String,
+    /// The op, when the error is about a call.
+    pub op: Option<String>,
+    /// The request id (also in the `x-request-id` header).
+    pub request_id: String,
+}
+
+/// An error answer.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// The status.
+    pub status: u16,
+    /// The body.
+    pub body: ErrorBody,
+    /// For 429s.
+    pub retry_after_secs: Option<u64>,
+}
+
+impl ApiError {
+    /// From a gateway refusal.
+    pub fn from_refusal(r: &Refusal, op: Option<&str>, request_id: &str) -> Self {
+        let error = if r.status >= 500 && r.code == corral_policy::codes::SERVER_INTERNAL {
+            format!("internal error; see the server log for request {request_id}")
+        } else {
+            r.message.clone()
+        };
+        Self {
+            status: r.status,
+            body: ErrorBody {
+                error,
+                kind: r.kind().to_owned(),
+                code: r.code.to_owned(),
+                op: op.map(str::to_owned),
+                request_id: request_id.to_owned(),
+            },
+            retry_after_secs: r
+                .retry_after
+                .map(|d| d.as_secs_f64().ceil().max(1.0) as u64),
+        }
+    }
+
+    /// An error with a code and message.
+    pub fn new(
+        status: u16,
+        code: &'static str,
+        message: impl Into<String>,
+        op: Option<&str>,
+        request_id: &str,
+    ) -> Self {
+        let r = Refusal {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        };
+        Self::from_refusal(&r, op, request_id)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut resp = (status, axum::Json(&self.body)).into_response();
+        if let Ok(v) = HeaderValue::from_str(&self.body.request_id) {
+            resp.headers_mut().insert("x-request-id", v);
+        }
+        if let Some(s) = self.retry_after_secs
+            && let Ok(v) = HeaderValue::from_str(&s.to_string())
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}

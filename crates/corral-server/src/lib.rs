@@ -1,0 +1,52 @@
+//! Corral's HTTP server: routes, authentication, the wire error, metrics and the OpenAPI
+//! document. The only crate that knows HTTP.
+//!
+//! **Architecture invariant:** every route but `/healthz` authenticates first, and every op call
+//! goes through `corral_guard::Gateway::call`.
+
+pub mod auth;
+pub mod compose;
+pub mod error;
+pub mod openapi;
+pub mod routes;
+pub mod serve;
+
+use std::sync::Arc;
+
+use corral_guard::Gateway;
+
+pub use serve::{ServeOptions, serve};
+
+/// Shared state of the app.
+#[derive(Debug, Clone)]
+pub struct AppState(pub Arc<App>);
+
+/// Everything a request handler may need.
+#[derive(Debug)]
+pub struct App {
+    /// The guard chain.
+    pub gateway: Arc<Gateway>,
+    /// Who may call, and how they prove it. Swapped with the deployment on reload.
+    pub auth: std::sync::RwLock<Arc<auth::Authenticator>>,
+    /// `open` or `auth`, for `/healthz`.
+    pub mode: &'static str,
+    /// The storage backend's name, for `/healthz`.
+    pub storage: &'static str,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+}
+
+impl App {
+    /// The current authenticator.
+    pub fn authenticator(&self) -> Arc<auth::Authenticator> {
+        match self.auth.read() {
+            Ok(a) => a.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+}
+
+/// The router: `app(state)` so tests can drive it without a socket, too.
+pub fn app(state: AppState) -> axum::Router {
+    routes::router(state)
+}

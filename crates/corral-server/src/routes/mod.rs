@@ -1,0 +1,32 @@
+//! The route table. Every route but `/healthz` authenticates first.
+
+mod meta;
+mod ops;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+
+use crate::AppState;
+
+/// All routes.
+pub fn router(state: AppState) -> Router {
+    let limit = state.0.max_body_bytes;
+    Router::new()
+        .route("/healthz", get(meta::healthz))
+        .route("/ops", get(ops::list))
+        .route("/ops/{id}", post(ops::call))
+        .route("/capabilities", get(ops::capabilities))
+        .route("/me", get(meta::me))
+        .route("/metrics", get(meta::metrics))
+        .route("/openapi.json", get(meta::openapi))
+        .fallback(meta::not_found)
+        .method_not_allowed_fallback(meta::method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// A fresh request id.
+pub(crate) fn request_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

@@ -1,0 +1,169 @@
+//! `POST /ops/{id}`, `GET /ops`, `GET /capabilities`.
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use corral_guard::{Call, Gateway, Reply};
+use corral_policy::{OpSpec, codes};
+use serde_json::json;
+
+use super::meta::authed;
+use crate::AppState;
+use crate::error::ApiError;
+
+/// An op as `GET /ops` shows it.
+pub(crate) fn op_json(op: &OpSpec) -> serde_json::Value {
+    json!({
+        "id": op.id.as_str(),
+        "effects": op.effective_effects().iter().map(|e| e.as_str()).collect::<Vec<_>>(),
+        "tier": op.tier().as_str(),
+        "safety": op.safety().as_str(),
+        "summary": op.summary,
+        "params": op.params.iter().map(|p| json!({
+            "name": p.name, "type": p.kind.name(), "required": p.required,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// `POST /ops/{id}`.
+pub async fn call(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let rid = super::request_id();
+    let caller = authed(&state, &headers, &id, &rid).await?;
+    let gw = &state.0.gateway;
+    let body = match body {
+        Ok(b) => b,
+        Err(rej) => {
+            let (status, code, msg) = if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                (
+                    413,
+                    codes::LIMIT_BODY_TOO_LARGE,
+                    format!("the request body is over {} bytes", state.0.max_body_bytes),
+                )
+            } else {
+                (
+                    400,
+                    codes::ARGS_MALFORMED,
+                    format!("the request body could not be read: {rej}"),
+                )
+            };
+            gw.audit_rejected(&caller, &id, &rid, code, status).await;
+            return Err(ApiError::new(status, code, msg, Some(&id), &rid));
+        }
+    };
+    if let Some(ct) = headers.get(header::CONTENT_TYPE)
+        && !ct
+            .to_str()
+            .unwrap_or("")
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+        && !body.is_empty()
+    {
+        gw.audit_rejected(&caller, &id, &rid, codes::ARGS_MALFORMED, 400)
+            .await;
+        return Err(ApiError::new(
+            400,
+            codes::ARGS_MALFORMED,
+            "send the arguments as JSON with `Content-Type: application/json`",
+            Some(&id),
+            &rid,
+        ));
+    }
+    let args = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Value::Object(serde_json::Map::new())
+    } else {
+        match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(v) => v,
+            Err(e) => {
+                gw.audit_rejected(&caller, &id, &rid, codes::ARGS_MALFORMED, 400)
+                    .await;
+                return Err(ApiError::new(
+                    400,
+                    codes::ARGS_MALFORMED,
+                    format!("the body is not valid JSON: {e}"),
+                    Some(&id),
+                    &rid,
+                ));
+            }
+        }
+    };
+    let reply = gw
+        .call(Call {
+            caller,
+            op: id.clone(),
+            args,
+            request_id: rid.clone(),
+        })
+        .await;
+    let mut resp = match reply {
+        Reply::Json(v) => axum::Json(json!({"ok": true, "op": id, "request_id": rid, "result": v}))
+            .into_response(),
+        Reply::Stream(s) => {
+            let stream = tokio_util::io::ReaderStream::new(s.body);
+            let mut r = Response::new(Body::from_stream(stream));
+            if let Ok(v) = HeaderValue::from_str(&s.content_type) {
+                r.headers_mut().insert(header::CONTENT_TYPE, v);
+            }
+            r.headers_mut()
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(s.len));
+            r
+        }
+        Reply::Refused(r) => return Err(ApiError::from_refusal(&r, Some(&id), &rid)),
+    };
+    if let Ok(v) = HeaderValue::from_str(&rid) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    Ok(resp)
+}
+
+/// `GET /ops`: the ops the caller may call.
+pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let rid = super::request_id();
+    let c = authed(&state, &headers, "GET /ops", &rid).await?;
+    let d = state.0.gateway.deployment();
+    let ops: Vec<_> = d
+        .engine
+        .mounted_ops(&c.principal)
+        .into_iter()
+        .map(op_json)
+        .collect();
+    Ok(axum::Json(json!({"ops": ops})).into_response())
+}
+
+/// `GET /capabilities`: the same, with the limits that apply.
+pub async fn capabilities(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let rid = super::request_id();
+    let c = authed(&state, &headers, "GET /capabilities", &rid).await?;
+    let d = state.0.gateway.deployment();
+    let ops: Vec<_> = d
+        .engine
+        .mounted_ops(&c.principal)
+        .into_iter()
+        .map(|op| {
+            let mut v = op_json(op);
+            let l = Gateway::base_limits(&d, op.id.as_str(), &c.principal);
+            v["limits"] = json!({
+                "max_bytes": l.max_bytes,
+                "max_entries": l.max_entries,
+                "timeout_ms": l.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                "max_output_bytes": l.max_output_bytes,
+                "rate": l.rate.map(|r| r.to_string()),
+                "concurrency": l.concurrency,
+                "cpu_seconds": l.cpu_seconds,
+                "memory": l.memory,
+                "processes": l.processes,
+            });
+            v
+        })
+        .collect();
+    Ok(axum::Json(json!({"principal": c.principal.id, "ops": ops})).into_response())
+}

@@ -1,0 +1,256 @@
+//! `corral serve`: storage, backend, guard chain and routes; graceful shutdown; SIGHUP reload.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use corral_config::Loaded;
+use corral_exec::Backend;
+use corral_exec::process::ProcessBackend;
+use corral_guard::Gateway;
+use corral_guard::audit::AuditSink;
+use corral_policy::{Effect, Principal};
+use corral_store::Store;
+
+use crate::{App, AppState, compose};
+
+/// How to serve.
+#[derive(Debug)]
+pub struct ServeOptions {
+    /// The loaded config.
+    pub loaded: Loaded,
+    /// Where the config came from, for SIGHUP reloads (`None`: built from flags, no reload).
+    pub config_path: Option<PathBuf>,
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Accept open mode beyond its safe bounds.
+    pub allow_open: bool,
+    /// Largest request body, bytes.
+    pub max_body_bytes: usize,
+}
+
+/// Why the server did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Open mode refused.
+    #[error("{0}")]
+    OpenMode(String),
+    /// Storage could not be opened.
+    #[error("storage: {0}")]
+    Store(String),
+    /// The listener could not bind.
+    #[error("cannot listen on {addr}: {reason}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        reason: String,
+    },
+    /// Auth config unusable.
+    #[error("auth: {0}")]
+    Auth(String),
+}
+
+impl ServeError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ServeError::OpenMode(_) => corral_policy::codes::CONFIG_OPEN_MODE_REFUSED,
+            ServeError::Store(_) => corral_policy::codes::STORE_UNAVAILABLE,
+            ServeError::Bind { .. } => corral_policy::codes::SERVER_INTERNAL,
+            ServeError::Auth(_) => corral_policy::codes::CONFIG_INVALID_VALUE,
+        }
+    }
+}
+
+/// Open mode is allowed only on loopback and only when no exec or admin op is mounted.
+fn check_open_mode(
+    loaded: &Loaded,
+    auth_open: bool,
+    listen: SocketAddr,
+    allow_open: bool,
+) -> Result<(), ServeError> {
+    if !auth_open {
+        return Ok(());
+    }
+    let engine = loaded.engine();
+    let risky: Vec<String> = engine
+        .mounted_ops(&Principal::anonymous())
+        .into_iter()
+        .filter(|op| {
+            let e = op.effective_effects();
+            e.contains(Effect::Exec) || e.contains(Effect::Admin)
+        })
+        .map(|op| format!("`{}`", op.id))
+        .collect();
+    let problem = if !listen.ip().is_loopback() {
+        Some(format!(
+            "no auth is configured and {listen} is not a loopback address"
+        ))
+    } else if !risky.is_empty() {
+        Some(format!(
+            "no auth is configured and {} can run programs",
+            risky.join(", ")
+        ))
+    } else {
+        None
+    };
+    match (problem, allow_open) {
+        (None, _) => Ok(()),
+        (Some(p), true) => {
+            tracing::warn!(
+                "OPEN MODE: {p}; anyone who can reach the server can call these ops (--allow-open)"
+            );
+            Ok(())
+        }
+        (Some(p), false) => Err(ServeError::OpenMode(format!(
+            "{p}; add `auth.tokens` to the config (secret in an environment variable), listen on 127.0.0.1, or pass --allow-open"
+        ))),
+    }
+}
+
+/// Builds the app state for a loaded config (also used by tests and `corral call --local`).
+pub async fn build_state(
+    loaded: &Loaded,
+    max_body_bytes: usize,
+) -> Result<(AppState, Arc<Store>), ServeError> {
+    let url = loaded
+        .config
+        .storage
+        .url
+        .clone()
+        .unwrap_or_else(|| Store::default_sqlite_url(&loaded.state_dir));
+    let store = Arc::new(
+        Store::connect(&url)
+            .await
+            .map_err(|e| ServeError::Store(e.to_string()))?,
+    );
+    let backend: Arc<dyn Backend> = Arc::new(ProcessBackend::new());
+    let mut sinks: Vec<Arc<dyn AuditSink>> = vec![store.clone()];
+    match &loaded.config.audit.sink {
+        corral_config::model::AuditSink::Stderr => {
+            sinks.push(Arc::new(corral_guard::audit::JsonLines::stderr()))
+        }
+        corral_config::model::AuditSink::File(path) => {
+            let sink = corral_guard::audit::JsonLines::file(&corral_config_path(loaded, path))
+                .map_err(|e| ServeError::Store(format!("audit file `{path}`: {e}")))?;
+            sinks.push(Arc::new(sink));
+        }
+        corral_config::model::AuditSink::Store | corral_config::model::AuditSink::Off => {}
+    }
+    let auth = compose::authenticator(loaded).map_err(ServeError::Auth)?;
+    let mode = if auth.is_open() { "open" } else { "auth" };
+    let gateway = Arc::new(Gateway::new(
+        compose::deployment(loaded),
+        backend,
+        sinks,
+        "default",
+    ));
+    let state = AppState(Arc::new(App {
+        gateway,
+        auth: std::sync::RwLock::new(Arc::new(auth)),
+        mode,
+        storage: store.backend_name(),
+        max_body_bytes,
+    }));
+    Ok((state, store))
+}
+
+fn corral_config_path(loaded: &Loaded, p: &str) -> PathBuf {
+    let base = PathBuf::from(&loaded.state_dir);
+    let base = base.parent().map(PathBuf::from).unwrap_or(base);
+    if p.starts_with('/') {
+        PathBuf::from(p)
+    } else {
+        base.join(p)
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down: draining in-flight calls");
+}
+
+fn spawn_reloader(state: AppState, path: PathBuf) {
+    use tokio::signal::unix::{SignalKind, signal};
+    tokio::spawn(async move {
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("SIGHUP handler unavailable; config reload disabled");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match corral_config::load_file(&path) {
+                Ok(loaded) => match compose::authenticator(&loaded) {
+                    Ok(auth) => {
+                        state.0.gateway.replace(compose::deployment(&loaded));
+                        match state.0.auth.write() {
+                            Ok(mut a) => *a = Arc::new(auth),
+                            Err(p) => *p.into_inner() = Arc::new(auth),
+                        }
+                        tracing::info!(config = %path.display(), "config reloaded");
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "config reload refused; keeping the last good config")
+                    }
+                },
+                Err(e) => tracing::error!(
+                    diagnostics = %e.diagnostics.iter().map(ToString::to_string).collect::<Vec<_>>().join(" | "),
+                    "config reload refused; keeping the last good config"
+                ),
+            }
+        }
+    });
+}
+
+/// Runs the server until SIGINT or SIGTERM, then drains in-flight calls.
+pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
+    let (state, store) = build_state(&opts.loaded, opts.max_body_bytes).await?;
+    check_open_mode(
+        &opts.loaded,
+        state.0.authenticator().is_open(),
+        opts.listen,
+        opts.allow_open,
+    )?;
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| ServeError::Bind {
+            addr: opts.listen,
+            reason: e.to_string(),
+        })?;
+    let local = listener.local_addr().unwrap_or(opts.listen);
+    if let Some(path) = opts.config_path.clone() {
+        spawn_reloader(state.clone(), path);
+    }
+    tracing::info!(
+        listen = %local,
+        mode = state.0.mode,
+        storage = state.0.storage,
+        backend = state.0.gateway.backend().name(),
+        "corral serving"
+    );
+    eprintln!(
+        "corral listening on http://{local} (mode: {}, storage: {})",
+        state.0.mode, state.0.storage
+    );
+    let app = crate::app(state);
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await;
+    store.close().await;
+    served.map_err(|e| ServeError::Bind {
+        addr: local,
+        reason: e.to_string(),
+    })
+}
