@@ -12,8 +12,8 @@ use corral_policy::{Effect, Limits, ParamKind, PrincipalKind, RuleEffect, Tier};
 
 use crate::diag::Diagnostic;
 use crate::model::{
-    AuditConfig, AuditSink, AuthConfig, Config, CustomOpConfig, JwtSpec, ParamConfig, PresetUse,
-    RuleConfig, Spanned, StateOnlyEntry, StorageConfig, TokenConfig,
+    AuditConfig, AuditSink, AuthConfig, BackendKind, Config, CustomOpConfig, JwtSpec, NetworkMode,
+    ParamConfig, PresetUse, RuleConfig, Spanned, StateOnlyEntry, StorageConfig, TokenConfig,
 };
 use crate::yaml::{Key, Node, Span, Value};
 
@@ -422,6 +422,34 @@ impl Decoder {
         }
         if let Some(n) = m.get("limits") {
             c.limits = self.limits(n, "limits");
+        }
+        if let Some(n) = m.get("isolation")
+            && let Some(im) = self.map(n, "isolation", &["backend", "network"])
+        {
+            if let Some(b) = im.get("backend") {
+                c.isolation.backend = self
+                    .choice(
+                        b,
+                        "isolation.backend",
+                        &[
+                            ("linux", BackendKind::Linux),
+                            ("process", BackendKind::Process),
+                        ],
+                    )
+                    .unwrap_or_default();
+            }
+            if let Some(nw) = im.get("network") {
+                c.isolation.network = self
+                    .choice(
+                        nw,
+                        "isolation.network",
+                        &[
+                            ("none", NetworkMode::None),
+                            ("loopback", NetworkMode::Loopback),
+                        ],
+                    )
+                    .unwrap_or_default();
+            }
         }
         if let Some(n) = m.get("state_only")
             && let Some(sm) = self.map_any(n, "state_only")

@@ -50,6 +50,8 @@ pub struct Config {
     pub audit: AuditConfig,
     /// Storage.
     pub storage: StorageConfig,
+    /// Where commands run.
+    pub isolation: IsolationConfig,
     /// Limits for every call.
     pub limits: Limits,
     /// Reviewed ops whose mutating-looking names change only session state, with reasons.
@@ -215,6 +217,35 @@ pub enum AuditSink {
 pub struct AuditConfig {
     /// The sink.
     pub sink: AuditSink,
+}
+
+/// Which backend runs commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendKind {
+    /// Namespaces, landlock, seccomp: `isolated: true`. The default.
+    #[default]
+    Linux,
+    /// A plain child process: `isolated: false`, and every result says so.
+    Process,
+}
+
+/// Network access inside the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NetworkMode {
+    /// A network namespace with nothing in it (not even loopback up).
+    #[default]
+    None,
+    /// A network namespace with only loopback up.
+    Loopback,
+}
+
+/// `isolation:`
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IsolationConfig {
+    /// The backend (`linux` unless the config says `process`).
+    pub backend: BackendKind,
+    /// Network inside the sandbox.
+    pub network: NetworkMode,
 }
 
 /// `storage:`
