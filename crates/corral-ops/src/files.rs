@@ -380,6 +380,115 @@ fn read(
     })
 }
 
+/// Opens `jp` for writing, changing nothing before every check has passed: `O_TRUNC` and
+/// `O_CREAT` would act before `open_beneath` can look at the real path, so a symlink (beneath
+/// the root) into a protected directory could truncate corral's database or create files in
+/// it. An existing file is opened as it is and truncated only once its real path and type are
+/// checked; a new one is created with `O_EXCL` (which never follows a symlink) in a parent
+/// directory whose real path was checked first.
+fn open_for_write(
+    jp: &JailedPath,
+    symlinks: SymlinkMode,
+    protected: &[PathBuf],
+    append: bool,
+) -> Result<Opened, OpError> {
+    let append_flag = if append {
+        OFlags::APPEND
+    } else {
+        OFlags::empty()
+    };
+    // The file may appear or vanish between the two attempts; a few rounds settle it.
+    for _ in 0..3 {
+        match open_beneath(
+            jp,
+            OFlags::WRONLY | OFlags::NOCTTY | append_flag,
+            Mode::empty(),
+            symlinks,
+            protected,
+        ) {
+            Ok(o) => {
+                regular_size(&o)?;
+                if !append {
+                    rustix::fs::ftruncate(&o.fd, 0).map_err(|e| errno_error(e, &o.shown))?;
+                }
+                return Ok(o);
+            }
+            Err(e) if e.code == codes::FILES_NOT_FOUND => {}
+            Err(e) => return Err(e),
+        }
+        if let Some(o) = create_beneath(jp, symlinks, protected)? {
+            return Ok(o);
+        }
+    }
+    Err(OpError::new(
+        codes::FILES_IO,
+        500,
+        format!(
+            "`{}` kept changing while it was opened; retry",
+            jp.absolute()
+        ),
+    ))
+}
+
+/// Creates `jp` exclusively, in its parent opened beneath the root and checked against the
+/// protected directories. `None` when a file of that name appeared in the meantime.
+fn create_beneath(
+    jp: &JailedPath,
+    symlinks: SymlinkMode,
+    protected: &[PathBuf],
+) -> Result<Option<Opened>, OpError> {
+    let shown = jp.absolute();
+    let rel = jp.relative();
+    let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+    let root = rustix::fs::open(
+        jp.root(),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| errno_error(e, jp.root()))?;
+    let dir = rustix::fs::openat2(
+        &root,
+        if parent.is_empty() { "." } else { parent },
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        resolve_flags(symlinks),
+    )
+    .map_err(|e| errno_error(e, &shown))?;
+    let real_parent = real_path(&dir)?;
+    if under_any(&real_parent, protected) || under_any(&real_parent.join(name), protected) {
+        return Err(OpError::new(
+            codes::POLICY_PATH_DENIED,
+            403,
+            format!("`{shown}` leads into a protected location"),
+        ));
+    }
+    match rustix::fs::openat2(
+        &dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+        resolve_flags(symlinks),
+    ) {
+        Ok(fd) => Ok(Some(Opened { fd, shown })),
+        Err(Errno::EXIST) => {
+            let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|e| errno_error(e, &shown))?;
+            if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+                return Err(OpError::new(
+                    codes::POLICY_SYMLINK_DENIED,
+                    403,
+                    format!(
+                        "`{shown}` is a symlink to a file that does not exist; files are never \
+                         created through a symlink, write to its target's path instead"
+                    ),
+                ));
+            }
+            Ok(None)
+        }
+        Err(e) => Err(errno_error(e, &shown)),
+    }
+}
+
 fn write(
     jp: &JailedPath,
     symlinks: SymlinkMode,
@@ -399,19 +508,7 @@ fn write(
             "the root itself is a directory",
         ));
     }
-    let mode_flags = if append {
-        OFlags::APPEND
-    } else {
-        OFlags::TRUNC
-    };
-    let o = open_beneath(
-        jp,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::NOCTTY | mode_flags,
-        Mode::from_raw_mode(0o644),
-        symlinks,
-        protected,
-    )?;
-    regular_size(&o)?;
+    let o = open_for_write(jp, symlinks, protected, append)?;
     let mut f = std::fs::File::from(o.fd);
     f.write_all(content.as_bytes())
         .and_then(|()| f.sync_data())

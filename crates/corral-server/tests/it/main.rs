@@ -1,0 +1,18 @@
+//! corral-server's integration tests: one binary. Every test starts a real server on a TCP port
+//! of 127.0.0.1 (`axum::serve` over `corral_server::app`) and talks to it with reqwest.
+//!
+//! PostgreSQL comes from `CORRAL_TEST_POSTGRES_URL` (start one with
+//! `eval "$(scripts/postgres-test-server | tail -n1)"`); each PostgreSQL test works in a fresh
+//! schema. `openssl` (for the RS256 keypair) and PostgreSQL are required under `CI=true`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod audit;
+mod bad_input;
+mod common;
+mod escapes;
+mod http_fetch;
+mod jwt;
+mod limits;
+mod pg;
+mod routes;

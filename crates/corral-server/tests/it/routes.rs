@@ -1,0 +1,237 @@
+//! The route table: every route but `/healthz` authenticates first; credentials are read from
+//! headers only; unknown and not-allowed ops look the same.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::common::{ADMIN_TOKEN, AGENT_TOKEN, Reply, Server, Workspace, send};
+
+/// The jail, plus `http.fetch` mounted for role `admin` only.
+async fn server(ws: &Workspace) -> Server {
+    ws.write("notes.txt", "hello");
+    let yaml = ws.jail_yaml(
+        "rules:
+  - allow: [http.fetch]
+    principals: [role:admin]
+    urls: {hosts: [example.com]}
+",
+    );
+    Server::start(&ws.load(&yaml, &crate::common::token_env())).await
+}
+
+/// Every route of the table, and some that are not in it.
+fn route_table(ws: &Workspace) -> Vec<(Method, &'static str, Option<Value>)> {
+    let read = json!({"path": ws.at("notes.txt")});
+    vec![
+        (Method::POST, "/ops/core.health", None),
+        (Method::POST, "/ops/files.read", Some(read)),
+        (Method::POST, "/ops/nope", Some(json!({}))),
+        (Method::GET, "/ops", None),
+        (Method::GET, "/capabilities", None),
+        (Method::GET, "/me", None),
+        (Method::GET, "/metrics", None),
+        (Method::GET, "/openapi.json", None),
+        (Method::GET, "/random", None),
+        (Method::PUT, "/ops/x", None),
+        (Method::GET, "/ops/files.read", None),
+        (Method::POST, "/healthz", None),
+        (Method::DELETE, "/me", None),
+    ]
+}
+
+async fn request(s: &Server, method: Method, path: &str, body: Option<&Value>) -> Reply {
+    let mut rb = s.client().request(method, s.url(path));
+    if let Some(b) = body {
+        rb = rb.json(b);
+    }
+    send(rb).await
+}
+
+#[tokio::test]
+async fn every_route_but_healthz_refuses_a_request_without_credentials() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    for (method, path, body) in route_table(&ws) {
+        let r = request(&s, method.clone(), path, body.as_ref()).await;
+        assert_eq!(r.status, 401, "{method} {path}: {}", r.text);
+        r.assert_error(401, "auth.missing");
+        assert_eq!(
+            r.headers
+                .get("www-authenticate")
+                .and_then(|h| h.to_str().ok()),
+            Some("Bearer"),
+            "{method} {path}"
+        );
+    }
+    let health = s.get("/healthz").await;
+    assert_eq!(health.status, 200, "{}", health.text);
+    assert_eq!(health.json()["mode"], "auth");
+}
+
+#[tokio::test]
+async fn the_same_routes_answer_past_authentication_with_a_token() {
+    let ws = Workspace::new();
+    let s = server(&ws).await.with_token(AGENT_TOKEN);
+    for (method, path, body) in route_table(&ws) {
+        let r = send(
+            s.client()
+                .request(method.clone(), s.url(path))
+                .bearer_auth(AGENT_TOKEN)
+                .json(body.as_ref().unwrap_or(&json!({}))),
+        )
+        .await;
+        assert_ne!(r.status, 401, "{method} {path}: {}", r.text);
+    }
+    assert_eq!(s.get("/me").await.json()["id"], "agent");
+    s.get("/random").await.assert_error(404, "route.not_found");
+    send(s.client().put(s.url("/ops/x")).bearer_auth(AGENT_TOKEN))
+        .await
+        .assert_error(405, "route.method_not_allowed");
+    let read = s
+        .call("files.read", json!({"path": ws.at("notes.txt")}))
+        .await
+        .ok();
+    assert_eq!(read["content"], "hello");
+}
+
+#[tokio::test]
+async fn authorization_and_x_access_token_with_different_values_conflict() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    for path in ["/me", "/ops"] {
+        let r = send(
+            s.client()
+                .get(s.url(path))
+                .bearer_auth(AGENT_TOKEN)
+                .header("x-access-token", ADMIN_TOKEN),
+        )
+        .await;
+        r.assert_error(401, "auth.conflicting_credentials");
+    }
+    // Even when one of them is not a token at all.
+    let r = send(
+        s.client()
+            .post(s.url("/ops/files.read"))
+            .bearer_auth(AGENT_TOKEN)
+            .header("x-access-token", "whatever")
+            .json(&json!({"path": ws.at("notes.txt")})),
+    )
+    .await;
+    r.assert_error(401, "auth.conflicting_credentials");
+
+    // The same value twice is one credential; X-Access-Token alone is accepted.
+    let same = send(
+        s.client()
+            .get(s.url("/me"))
+            .bearer_auth(AGENT_TOKEN)
+            .header("x-access-token", AGENT_TOKEN),
+    )
+    .await;
+    assert_eq!(
+        (same.status, same.json()["id"].clone()),
+        (200, json!("agent"))
+    );
+    let legacy = send(
+        s.client()
+            .get(s.url("/me"))
+            .header("x-access-token", ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(
+        (legacy.status, legacy.json()["id"].clone()),
+        (200, json!("admin"))
+    );
+}
+
+#[tokio::test]
+async fn a_token_in_the_query_string_is_not_accepted() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    for name in ["token", "access_token"] {
+        let r = send(s.client().get(s.url(&format!("/me?{name}={AGENT_TOKEN}")))).await;
+        r.assert_error(401, "auth.missing");
+        let r = send(
+            s.client()
+                .post(s.url(&format!("/ops/files.read?{name}={AGENT_TOKEN}")))
+                .json(&json!({"path": ws.at("notes.txt")})),
+        )
+        .await;
+        r.assert_error(401, "auth.missing");
+        assert!(!r.text.contains("hello"), "{}", r.text);
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_token_or_a_malformed_authorization_header_is_invalid() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    for auth in [
+        "Bearer not-a-configured-token-xyz",
+        "Basic YWdlbnQ6cGFzcw==",
+        "Bearer ",
+        AGENT_TOKEN,
+    ] {
+        let r = send(s.client().get(s.url("/me")).header("authorization", auth)).await;
+        r.assert_error(401, "auth.invalid");
+    }
+}
+
+/// The body with the request id removed and the echoed op id replaced.
+fn normalized(r: &Reply, op: &str) -> Value {
+    let text = r.text.replace(op, "<op>");
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v.as_object_mut().unwrap().remove("request_id");
+    v
+}
+
+#[tokio::test]
+async fn an_unknown_op_and_a_not_allowed_op_get_the_same_404() {
+    let ws = Workspace::new();
+    let s = server(&ws).await.with_token(AGENT_TOKEN);
+    // `http.fetch` exists and is mounted for role:admin only; `http.fetcx` does not exist;
+    // `commands.run` exists and is mounted for nobody. Same length, so the bodies are too.
+    let cases = [
+        (
+            "http.fetch",
+            "http.fetcx",
+            json!({"url": "https://example.com/"}),
+        ),
+        ("commands.run", "commands.rum", json!({"argv": ["true"]})),
+        // Arguments are not even looked at before the op is resolved.
+        ("http.fetch", "http.fetcx", json!({"bogus": 1})),
+        ("commands.run", "commands.rum", json!([1, 2, 3])),
+    ];
+    for (real, unknown, args) in cases {
+        let a = s.call(real, args.clone()).await;
+        let b = s.call(unknown, args).await;
+        a.assert_error(404, "op.not_enabled");
+        b.assert_error(404, "op.not_enabled");
+        assert_eq!(
+            normalized(&a, real),
+            normalized(&b, unknown),
+            "{real} vs {unknown}"
+        );
+        assert_ne!(a.json()["request_id"], b.json()["request_id"]);
+        assert_eq!(a.text.len(), b.text.len(), "{} vs {}", a.text, b.text);
+        let mut ha: Vec<_> = a
+            .headers
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "x-request-id" | "date"))
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
+            .collect();
+        let mut hb: Vec<_> = b
+            .headers
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "x-request-id" | "date"))
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
+            .collect();
+        ha.sort();
+        hb.sort();
+        assert_eq!(ha, hb, "headers of {real} vs {unknown}");
+    }
+    // The op is mounted for the admin: it is the caller that makes the difference.
+    let admin = s
+        .call_as(ADMIN_TOKEN, "http.fetch", json!({"bogus": 1}))
+        .await;
+    admin.assert_error(400, "args.unknown");
+}
