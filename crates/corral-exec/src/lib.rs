@@ -2,9 +2,13 @@
 //!
 //! **Architecture invariant:** a backend that cannot enforce what was asked returns
 //! `ExecError::Unavailable`; it never runs the command under a weaker sandbox. This is the only
-//! crate allowed `unsafe` (the `pre_exec` hook that applies rlimits in the child).
+//! crate allowed `unsafe` (the `pre_exec` hooks, and the `linux` backend's sandbox helper).
 
+mod common;
+pub mod linux;
 pub mod process;
+
+pub use linux::{HELPER_ARG, helper_main};
 
 use std::fmt;
 use std::future::Future;

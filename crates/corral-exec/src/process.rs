@@ -20,15 +20,17 @@
 //! that outlives the run (any tokio runtime worker, or the thread of a `block_on`).
 
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, Resource, Rlimit, Signal};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStdin, Command};
+use rustix::process::{Pid, Signal};
+use tokio::process::Command;
 
+use crate::common::{
+    Captured, Exit, RlimitSpec, capture, describe_spawn_error, exited, feed, kill_group,
+    rlimit_plan, validate,
+};
 use crate::{Attestation, Backend, BoxFuture, ExecError, ExecOutput, ExecRequest, ResourceLimits};
 
 /// The backend's name, in attestations and errors.
@@ -38,9 +40,6 @@ const NAME: &str = "process";
 /// process wrote before exiting is already in the pipe, so this only matters when something that
 /// escaped the process group still holds a pipe open.
 const PIPE_GRACE: Duration = Duration::from_millis(1000);
-
-/// Read buffer size for stdout and stderr.
-const READ_CHUNK: usize = 64 * 1024;
 
 /// A plain child process: rlimits, process-group kill on timeout, capped output, no isolation.
 #[derive(Debug, Clone, Copy, Default)]
@@ -68,49 +67,12 @@ impl Backend for ProcessBackend {
     }
 }
 
-/// Rejects requests `exec` could not represent faithfully.
-fn validate(req: &ExecRequest) -> Result<(), ExecError> {
-    let Some(program) = req.argv.first() else {
-        return Err(ExecError::Invalid("argv is empty".into()));
-    };
-    if program.is_empty() {
-        return Err(ExecError::Invalid("argv[0] is empty".into()));
-    }
-    if let Some(i) = req.argv.iter().position(|a| a.contains('\0')) {
-        return Err(ExecError::Invalid(format!("argv[{i}] contains a NUL byte")));
-    }
-    for (key, value) in &req.env {
-        if key.is_empty() {
-            return Err(ExecError::Invalid(
-                "an environment variable has an empty name".into(),
-            ));
-        }
-        if key.contains('\0') || value.contains('\0') {
-            return Err(ExecError::Invalid(format!(
-                "environment variable `{}` contains a NUL byte",
-                key.escape_debug()
-            )));
-        }
-        if key.contains('=') {
-            return Err(ExecError::Invalid(format!(
-                "environment variable name `{key}` contains `=`"
-            )));
-        }
-    }
-    if req.cwd.as_os_str().as_bytes().contains(&0) {
-        return Err(ExecError::Invalid(
-            "the working directory contains a NUL byte".into(),
-        ));
-    }
-    Ok(())
-}
-
 /// What the child applies to itself between `fork` and `exec`. Plain `Copy` data, so the hook
 /// neither allocates nor frees.
 #[derive(Debug, Clone, Copy)]
 struct ChildSetup {
     /// The rlimits to set, already clamped to the hard limits corral itself runs under.
-    rlimits: [Option<(Resource, Rlimit)>; 5],
+    rlimits: [Option<RlimitSpec>; 5],
     /// corral's pid, to catch corral dying before `PR_SET_PDEATHSIG` took effect.
     #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
     parent: Pid,
@@ -119,32 +81,8 @@ struct ChildSetup {
 impl ChildSetup {
     /// Computes the rlimits (in the parent, where failing is cheap and reportable).
     fn new(limits: &ResourceLimits) -> Self {
-        let soft_hard = |resource: Resource, soft: u64, hard: u64| {
-            // Asking for more than corral's own hard limit would fail with EPERM; the child
-            // inherits that hard limit anyway, so the tighter one is what applies.
-            let ceiling = rustix::process::getrlimit(resource)
-                .maximum
-                .unwrap_or(u64::MAX);
-            let rlimit = Rlimit {
-                current: Some(soft.min(ceiling)),
-                maximum: Some(hard.min(ceiling)),
-            };
-            Some((resource, rlimit))
-        };
-        let same = |resource: Resource, value: u64| soft_hard(resource, value, value);
         ChildSetup {
-            rlimits: [
-                // One second between SIGXCPU (soft) and SIGKILL (hard): a chance to exit cleanly.
-                limits
-                    .cpu_seconds
-                    .and_then(|s| soft_hard(Resource::Cpu, s, s.saturating_add(1))),
-                limits.memory.and_then(|m| same(Resource::As, m)),
-                limits
-                    .processes
-                    .and_then(|p| same(Resource::Nproc, u64::from(p))),
-                limits.file_size.and_then(|f| same(Resource::Fsize, f)),
-                limits.open_files.and_then(|n| same(Resource::Nofile, n)),
-            ],
+            rlimits: rlimit_plan(limits),
             parent: rustix::process::getpid(),
         }
     }
@@ -153,8 +91,8 @@ impl ChildSetup {
     /// allocation (rustix's calls are raw syscalls; `io::Error::from_raw_os_error` does not
     /// allocate).
     fn apply(&self) -> io::Result<()> {
-        for (resource, rlimit) in self.rlimits.iter().flatten() {
-            rustix::process::setrlimit(*resource, *rlimit)?;
+        for rlimit in self.rlimits.iter().flatten() {
+            rlimit.apply()?;
         }
         #[cfg(any(target_os = "linux", target_os = "android"))]
         {
@@ -169,118 +107,10 @@ impl ChildSetup {
 
     /// The attestation's names for what `apply` sets.
     fn primitives(&self) -> impl Iterator<Item = &'static str> + '_ {
-        let rlimits = self
-            .rlimits
-            .iter()
-            .flatten()
-            .map(|(resource, _)| match resource {
-                Resource::Cpu => "rlimit:cpu",
-                Resource::As => "rlimit:as",
-                Resource::Nproc => "rlimit:nproc",
-                Resource::Fsize => "rlimit:fsize",
-                Resource::Nofile => "rlimit:nofile",
-                _ => "rlimit:other",
-            });
+        let rlimits = self.rlimits.iter().flatten().map(|r| r.kind.primitive());
         let pdeathsig =
             cfg!(any(target_os = "linux", target_os = "android")).then_some("pdeathsig");
         pdeathsig.into_iter().chain(rlimits)
-    }
-}
-
-/// At most `cap` bytes of one output stream, and whether more came.
-#[derive(Debug, Default)]
-struct Captured {
-    bytes: Vec<u8>,
-    truncated: bool,
-}
-
-/// Reads `pipe` to its end, keeping the first `cap` bytes in `out` and dropping the rest.
-async fn capture(pipe: Option<impl AsyncRead + Unpin>, cap: u64, out: &mut Captured) {
-    let Some(mut pipe) = pipe else { return };
-    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
-    let mut buf = vec![0u8; READ_CHUNK];
-    loop {
-        let n = match pipe.read(&mut buf).await {
-            Ok(0) => return,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::debug!(error = %e, "reading the child's output failed");
-                return;
-            }
-        };
-        let room = cap.saturating_sub(out.bytes.len());
-        let keep = n.min(room);
-        if let Some(kept) = buf.get(..keep) {
-            out.bytes.extend_from_slice(kept);
-        }
-        if keep < n {
-            out.truncated = true;
-        }
-    }
-}
-
-/// Writes `data` to the child's stdin, then closes it. A child that exits without reading it all
-/// is not an error (`EPIPE`).
-async fn feed(stdin: Option<ChildStdin>, data: Option<Vec<u8>>) {
-    let (Some(mut stdin), Some(data)) = (stdin, data) else {
-        return;
-    };
-    if let Err(e) = stdin.write_all(&data).await {
-        tracing::debug!(error = %e, "writing the child's stdin stopped early");
-    }
-    drop(stdin);
-}
-
-/// How the child's exit was noticed.
-enum Exit {
-    /// Exited and already reaped (fallback path): its pid may be reused now.
-    Reaped(ExitStatus),
-    /// Exited but not reaped (a zombie): its pid, hence its process group id, is still pinned.
-    Zombie,
-}
-
-/// How often the child's state is re-checked even without a `SIGCHLD` (belt and braces).
-const EXIT_POLL: Duration = Duration::from_millis(500);
-
-/// Waits for the child to exit without reaping it, so that killing its process group afterwards
-/// cannot hit a recycled id: `waitid(WEXITED | WNOWAIT | WNOHANG)` on every `SIGCHLD`. Falls
-/// back to reaping it (`Child::wait`) when `SIGCHLD` cannot be watched.
-async fn exited(child: &mut Child, pid: Pid) -> io::Result<Exit> {
-    use rustix::process::{WaitId, WaitIdOptions, waitid};
-    use tokio::signal::unix::{SignalKind, signal};
-
-    // Registered before the first check, so an exit in between is not missed.
-    let mut sigchld = match signal(SignalKind::child()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot watch SIGCHLD; reaping before the group kill");
-            return child.wait().await.map(Exit::Reaped);
-        }
-    };
-    let options = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
-    loop {
-        match waitid(WaitId::Pid(pid), options) {
-            Ok(Some(_)) => return Ok(Exit::Zombie),
-            Ok(None) => {}
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-        tokio::select! {
-            _ = sigchld.recv() => {}
-            () = tokio::time::sleep(EXIT_POLL) => {}
-        }
-    }
-}
-
-/// `SIGKILL` to the whole process group led by the child. An empty group (`ESRCH`) is fine.
-fn kill_group(pgid: Pid) {
-    match rustix::process::kill_process_group(pgid, Signal::KILL) {
-        Ok(()) | Err(rustix::io::Errno::SRCH) => {}
-        Err(e) => {
-            let pgid = pgid.as_raw_nonzero().get();
-            tracing::warn!(pgid, error = %e, "killing the process group failed");
-        }
     }
 }
 
@@ -369,7 +199,7 @@ async fn run(req: ExecRequest) -> Result<ExecOutput, ExecError> {
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let io = async {
             tokio::join!(
-                feed(stdin_pipe, stdin),
+                feed(stdin_pipe, None, stdin),
                 capture(stdout_pipe, max_output_bytes, &mut out),
                 capture(stderr_pipe, max_output_bytes, &mut err),
             );
@@ -440,17 +270,4 @@ async fn run(req: ExecRequest) -> Result<ExecOutput, ExecError> {
             primitives,
         },
     })
-}
-
-/// A reason that says what went wrong, not only the errno.
-fn describe_spawn_error(e: &io::Error) -> String {
-    match e.kind() {
-        io::ErrorKind::NotFound => format!("no such program (or its interpreter is missing): {e}"),
-        io::ErrorKind::PermissionDenied => {
-            format!(
-                "permission denied (not executable, or a parent directory is not searchable): {e}"
-            )
-        }
-        _ => e.to_string(),
-    }
 }

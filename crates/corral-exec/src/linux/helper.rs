@@ -1,0 +1,458 @@
+//! The sandbox helper: `corral __sandbox-exec <status-fd>`, a fresh single-threaded process that
+//! reads a `Spec` on stdin, builds the sandbox and `execve`s the target. Three processes:
+//!
+//! 1. **helper** (host pid namespace): drops supplementary groups, unshares the user, mount, pid,
+//!    net, ipc and uts namespaces, writes the uid/gid maps (`setgroups` denied first), forks the
+//!    init, enforces the wall-clock timeout by killing the init (which kills the whole pid
+//!    namespace), waits for it and reports `Done`.
+//! 2. **init** (pid 1 of the new pid namespace): builds the root view and pivots into it, sets
+//!    up the network, forks the target, reports its exit status, kills everything left in the
+//!    namespace and reaps it.
+//! 3. **target**: `setsid`, `PR_SET_PDEATHSIG`, landlock, `no_new_privs`, seccomp, drops every
+//!    capability, rlimits, `chdir`, then reports `Ready` and `execve`s the program with exactly
+//!    the spec's environment.
+//!
+//! The status pipe is close-on-exec in all three, so the target program never holds it.
+
+use std::ffi::OsString;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, WaitOptions};
+use rustix::thread::{CapabilitySet, CapabilitySets, UnshareFlags};
+
+use super::landlock_rules::{self, Rules};
+use super::mounts::{self, Ids, StepError};
+use super::seccomp;
+use super::spec::{FailKind, MAX_SPEC_BYTES, Network, Spec, Status};
+
+/// argv[1] of the helper.
+pub const HELPER_ARG: &str = "__sandbox-exec";
+
+/// Exit code of a helper whose set-up failed.
+const EXIT_SETUP: i32 = 125;
+/// Exit code of a target that could not be executed.
+const EXIT_EXEC: i32 = 127;
+/// Largest status line; one `write` of at most `PIPE_BUF` bytes is atomic.
+const MAX_STATUS_LINE: usize = 4000;
+
+/// The status pipe's write end.
+struct StatusPipe(OwnedFd);
+
+impl StatusPipe {
+    fn send(&self, status: &Status) {
+        let mut status = status.clone();
+        if let Status::Failed { error, .. } = &mut status {
+            if error.len() > MAX_STATUS_LINE / 2 {
+                let mut cut = MAX_STATUS_LINE / 2;
+                while !error.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                error.truncate(cut);
+            }
+        }
+        let Ok(mut line) = serde_json::to_vec(&status) else {
+            return;
+        };
+        line.push(b'\n');
+        let mut buf = line.as_slice();
+        while !buf.is_empty() {
+            match rustix::io::write(&self.0, buf) {
+                Ok(n) => buf = buf.get(n..).unwrap_or_default(),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn fail(&self, e: &StepError) {
+        self.send(&Status::Failed {
+            kind: e.kind,
+            step: e.step.clone(),
+            error: e.error.clone(),
+        });
+    }
+}
+
+/// The helper's entry point: `corral __sandbox-exec <status-fd>` (argv[1] already matched).
+/// Never returns.
+pub fn helper_main() -> ! {
+    std::process::exit(helper())
+}
+
+fn helper() -> i32 {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let status_fd: Option<RawFd> = args
+        .get(2)
+        .and_then(|a| a.to_str())
+        .and_then(|s| s.parse().ok())
+        .filter(|fd| *fd > 2);
+    let Some(status_fd) = status_fd.filter(|fd| fd_is_open(*fd)) else {
+        eprintln!(
+            "corral: `{HELPER_ARG}` is internal: corral's linux backend starts it with a spec"
+        );
+        return 2;
+    };
+    #[expect(unsafe_code, reason = "taking ownership of the inherited status pipe")]
+    // SAFETY: `status_fd` was checked open just above, and nothing else in this process owns it
+    // (it was inherited from the parent, which passes its number in argv and nothing else).
+    let status = StatusPipe(unsafe { OwnedFd::from_raw_fd(status_fd) });
+    // No inherited descriptor reaches the target (stdin, stdout and stderr excepted).
+    close_range_cloexec();
+
+    let spec = match read_spec() {
+        Ok(spec) => spec,
+        Err(e) => {
+            status.fail(&StepError::invalid("read the spec", e));
+            return EXIT_SETUP;
+        }
+    };
+    match sandbox(&spec, &status) {
+        Ok(()) => 0,
+        Err(e) => {
+            status.fail(&e);
+            EXIT_SETUP
+        }
+    }
+}
+
+fn fd_is_open(fd: RawFd) -> bool {
+    #[expect(unsafe_code, reason = "checking that a descriptor number is open")]
+    // SAFETY: `F_GETFD` only reads the descriptor table entry; any number is valid input.
+    let r = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    r >= 0
+}
+
+fn close_range_cloexec() {
+    #[expect(unsafe_code, reason = "close_range has no safe wrapper in rustix")]
+    // SAFETY: `CLOSE_RANGE_CLOEXEC` only sets the close-on-exec flag on descriptors >= 3; it
+    // closes nothing, so no owned descriptor of this process is invalidated.
+    let _ = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+}
+
+/// The spec: an 8-byte little-endian length, then that much JSON, read without buffering past
+/// it (what follows on stdin is the target's).
+fn read_spec() -> Result<Spec, String> {
+    let stdin = std::io::stdin();
+    let mut len = [0u8; 8];
+    read_exact(&stdin, &mut len)?;
+    let len = u64::from_le_bytes(len);
+    if len > MAX_SPEC_BYTES {
+        return Err(format!("a {len}-byte spec is too large"));
+    }
+    let mut buf = vec![0u8; usize::try_from(len).map_err(|e| e.to_string())?];
+    read_exact(&stdin, &mut buf)?;
+    serde_json::from_slice(&buf).map_err(|e| format!("bad spec: {e}"))
+}
+
+fn read_exact(fd: &impl AsFd, mut buf: &mut [u8]) -> Result<(), String> {
+    while !buf.is_empty() {
+        match rustix::io::read(fd, &mut *buf) {
+            Ok(0) => return Err("stdin ended before the spec did".into()),
+            Ok(n) => buf = buf.get_mut(n..).unwrap_or_default(),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(format!("reading stdin: {e}")),
+        }
+    }
+    Ok(())
+}
+
+fn unavailable(step: &str) -> impl Fn(rustix::io::Errno) -> StepError + '_ {
+    move |e| StepError::unavailable(step, e)
+}
+
+fn write_proc(path: &str, contents: &str) -> Result<(), StepError> {
+    std::fs::write(path, contents).map_err(|e| StepError::unavailable(format!("write {path}"), e))
+}
+
+/// Step 1, in the helper: namespaces, id maps, the init, the timeout.
+fn sandbox(spec: &Spec, status: &StatusPipe) -> Result<(), StepError> {
+    die_with(spec.parent_pid)?;
+    let uid = rustix::process::getuid();
+    let gid = rustix::process::getgid();
+    if uid.is_root() {
+        // Root's supplementary groups would otherwise follow it into the namespace (as
+        // `nogroup`, but with their access on the host). Without CAP_SETGID this fails, and
+        // there are none to drop that the caller could not already use.
+        let _ = rustix::thread::set_thread_groups(&[]);
+    }
+    // Inside, the caller is never uid 0: an `execve` by uid 0 would regain capabilities.
+    let ids = Ids {
+        uid: if uid.is_root() { 1000 } else { uid.as_raw() },
+        gid: if gid.is_root() { 1000 } else { gid.as_raw() },
+    };
+    let flags = UnshareFlags::NEWUSER
+        | UnshareFlags::NEWNS
+        | UnshareFlags::NEWPID
+        | UnshareFlags::NEWNET
+        | UnshareFlags::NEWIPC
+        | UnshareFlags::NEWUTS;
+    #[expect(
+        unsafe_code,
+        reason = "rustix marks unshare unsafe because of CLONE_FILES"
+    )]
+    // SAFETY: `CLONE_FILES` is not among the flags, and this process has a single thread.
+    unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(unavailable("unshare"))?;
+    write_proc("/proc/self/setgroups", "deny")?;
+    write_proc(
+        "/proc/self/uid_map",
+        &format!("{} {} 1\n", ids.uid, uid.as_raw()),
+    )?;
+    write_proc(
+        "/proc/self/gid_map",
+        &format!("{} {} 1\n", ids.gid, gid.as_raw()),
+    )?;
+
+    #[expect(unsafe_code, reason = "fork of the single-threaded helper")]
+    // SAFETY: the helper is single-threaded (no runtime, no thread was started), so the child
+    // may run any code after `fork`.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(StepError::unavailable(
+            "fork the sandbox's init",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    if pid == 0 {
+        init(spec, ids, status);
+    }
+    let Some(init_pid) = Pid::from_raw(pid) else {
+        return Err(StepError::unavailable("fork", "no pid"));
+    };
+    let timed_out = wait_with_timeout(init_pid, Duration::from_millis(spec.timeout_ms));
+    status.send(&Status::Done { timed_out });
+    Ok(())
+}
+
+/// `PR_SET_PDEATHSIG(SIGKILL)`, then checks the parent is still `parent`.
+fn die_with(parent: i32) -> Result<(), StepError> {
+    rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
+        .map_err(unavailable("PR_SET_PDEATHSIG"))?;
+    if rustix::process::getppid()
+        .map(Pid::as_raw_nonzero)
+        .map(|p| p.get())
+        != Some(parent)
+    {
+        return Err(StepError::unavailable(
+            "PR_SET_PDEATHSIG",
+            "the parent is gone",
+        ));
+    }
+    Ok(())
+}
+
+/// Waits for the init; kills it (and so its whole pid namespace) when `timeout` passes. Returns
+/// whether it timed out. On return the init is reaped, which the kernel reports only once every
+/// process of its namespace is gone.
+fn wait_with_timeout(init: Pid, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let pidfd = rustix::process::pidfd_open(init, rustix::process::PidfdFlags::empty()).ok();
+    loop {
+        match rustix::process::waitpid(Some(init), WaitOptions::NOHANG) {
+            Ok(Some(_)) | Err(rustix::io::Errno::CHILD) => return false,
+            Ok(None) | Err(_) => {}
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let _ = rustix::process::kill_process(init, Signal::KILL);
+            // Now block: the kernel reaps the namespace, then reports the init.
+            loop {
+                match rustix::process::waitpid(Some(init), WaitOptions::empty()) {
+                    Err(rustix::io::Errno::INTR) => continue,
+                    _ => return true,
+                }
+            }
+        }
+        match &pidfd {
+            Some(fd) => {
+                let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                let ts = rustix::event::Timespec {
+                    tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+                    tv_nsec: i64::from(left.subsec_nanos()),
+                };
+                let _ = rustix::event::poll(&mut fds, Some(&ts));
+            }
+            None => std::thread::sleep(left.min(Duration::from_millis(5))),
+        }
+    }
+}
+
+/// Step 2, pid 1 of the new namespace. Never returns.
+fn init(spec: &Spec, ids: Ids, status: &StatusPipe) -> ! {
+    // The helper is our parent; if it dies, so does the namespace. (Its death between `fork`
+    // and here is covered by corral killing the helper's process group, which includes us.)
+    let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
+    let mut primitives: Vec<String> = ["userns", "mountns", "pidns", "ipcns", "utsns"]
+        .map(String::from)
+        .to_vec();
+    if let Err(e) = mounts::build_root(spec, ids) {
+        status.fail(&e);
+        std::process::exit(EXIT_SETUP);
+    }
+    primitives.extend(["pivot_root", "proc", "tmpfs:tmp"].map(String::from));
+    if spec.network == Network::Loopback {
+        if let Err(e) = mounts::loopback_up() {
+            status.fail(&StepError::unavailable("bring lo up", e));
+            std::process::exit(EXIT_SETUP);
+        }
+    }
+    primitives.push(spec.network.primitive().into());
+    let _ = rustix::system::sethostname(b"corral");
+
+    #[expect(unsafe_code, reason = "fork of the single-threaded sandbox init")]
+    // SAFETY: the init is single-threaded (forked from the single-threaded helper).
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        status.fail(&StepError::unavailable(
+            "fork the target",
+            std::io::Error::last_os_error(),
+        ));
+        std::process::exit(EXIT_SETUP);
+    }
+    if pid == 0 {
+        target(spec, status, primitives);
+    }
+    // The target cannot read our memory through /proc even with its capabilities gone.
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    let target_pid = Pid::from_raw(pid);
+    let mut exit: Option<(Option<i32>, Option<i32>)> = None;
+    while exit.is_none() {
+        match rustix::process::wait(WaitOptions::empty()) {
+            Ok(Some((p, st))) if Some(p) == target_pid => {
+                exit = Some((st.exit_status(), st.terminating_signal()));
+            }
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => exit = Some((None, None)),
+        }
+    }
+    let (code, signal) = exit.unwrap_or((None, None));
+    status.send(&Status::Exited { code, signal });
+    // Whatever the target left behind dies with it.
+    #[expect(unsafe_code, reason = "kill(-1) has no wrapper in rustix")]
+    // SAFETY: a plain system call; from pid 1 of a pid namespace, -1 means every other process
+    // of that namespace.
+    let _ = unsafe { libc::kill(-1, libc::SIGKILL) };
+    while !matches!(
+        rustix::process::wait(WaitOptions::empty()),
+        Err(rustix::io::Errno::CHILD)
+    ) {}
+    std::process::exit(0)
+}
+
+/// Step 3, the target. Never returns.
+fn target(spec: &Spec, status: &StatusPipe, mut primitives: Vec<String>) -> ! {
+    let fail = |kind: FailKind, step: &str, error: String| -> ! {
+        status.send(&Status::Failed {
+            kind,
+            step: step.into(),
+            error,
+        });
+        std::process::exit(EXIT_SETUP)
+    };
+    if let Err(e) = rustix::process::setsid() {
+        fail(FailKind::Unavailable, "setsid", e.to_string());
+    }
+    primitives.push("setsid".into());
+    if rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).is_err()
+        || rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(1)
+    {
+        fail(
+            FailKind::Unavailable,
+            "PR_SET_PDEATHSIG",
+            "the init is gone".into(),
+        );
+    }
+    primitives.push("pdeathsig".into());
+
+    let rules = Rules::for_run(&spec.read_paths, &spec.write_paths, spec.network);
+    if let Err(e) = landlock_rules::restrict(&rules) {
+        fail(FailKind::Unavailable, "landlock", e);
+    }
+    primitives.push(landlock_rules::PRIMITIVE.into());
+    if let Err(e) = rustix::thread::set_no_new_privs(true) {
+        fail(FailKind::Unavailable, "no_new_privs", e.to_string());
+    }
+    match rustix::thread::no_new_privs() {
+        Ok(true) => primitives.push("no_new_privs".into()),
+        _ => fail(FailKind::Unavailable, "no_new_privs", "not set".into()),
+    }
+    match seccomp::filters().and_then(|f| seccomp::install(&f)) {
+        Ok(()) => primitives.push("seccomp".into()),
+        Err(e) => fail(FailKind::Unavailable, "seccomp", e),
+    }
+    if let Err(e) = drop_capabilities() {
+        fail(FailKind::Unavailable, "drop capabilities", e);
+    }
+    primitives.push("caps:none".into());
+    for r in &spec.rlimits {
+        if let Err(e) = r.apply() {
+            fail(FailKind::Unavailable, r.kind.primitive(), e.to_string());
+        }
+        primitives.push(r.kind.primitive().into());
+    }
+    if let Err(e) = rustix::process::chdir(&spec.cwd) {
+        fail(
+            FailKind::Spawn,
+            "chdir",
+            format!(
+                "the working directory `{}` is not usable in the sandbox: {e}",
+                spec.cwd.display()
+            ),
+        );
+    }
+    let Some((program, args)) = spec.argv.split_first() else {
+        fail(FailKind::Invalid, "argv", "argv is empty".into());
+    };
+    status.send(&Status::Ready { primitives });
+    let err = std::process::Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .exec();
+    status.send(&Status::Failed {
+        kind: FailKind::Spawn,
+        step: "execve".into(),
+        error: crate::common::describe_spawn_error(&err),
+    });
+    std::process::exit(EXIT_EXEC)
+}
+
+/// Empties the bounding, ambient, effective, permitted and inheritable capability sets, and
+/// checks they are empty.
+fn drop_capabilities() -> Result<(), String> {
+    for cap in 0..64u32 {
+        let set = CapabilitySet::from_bits_retain(1u64 << cap);
+        match rustix::thread::remove_capability_from_bounding_set(set) {
+            Ok(()) => {}
+            // Past the kernel's last capability.
+            Err(rustix::io::Errno::INVAL) => break,
+            Err(e) => return Err(format!("PR_CAPBSET_DROP {cap}: {e}")),
+        }
+    }
+    rustix::thread::clear_ambient_capability_set().map_err(|e| format!("ambient: {e}"))?;
+    let none = CapabilitySets {
+        effective: CapabilitySet::empty(),
+        permitted: CapabilitySet::empty(),
+        inheritable: CapabilitySet::empty(),
+    };
+    rustix::thread::set_capabilities(None, none).map_err(|e| format!("capset: {e}"))?;
+    let now = rustix::thread::capabilities(None).map_err(|e| format!("capget: {e}"))?;
+    if !(now.effective.is_empty() && now.permitted.is_empty() && now.inheritable.is_empty()) {
+        return Err("capabilities remain after capset".into());
+    }
+    // The bounding set is empty too.
+    if rustix::thread::capability_is_in_bounding_set(CapabilitySet::from_bits_retain(1))
+        .unwrap_or(true)
+    {
+        return Err("the bounding set still has CAP_DAC_OVERRIDE".into());
+    }
+    Ok(())
+}

@@ -1,0 +1,507 @@
+//! The sandbox's root view, built by its init process (inside the new user, mount and pid
+//! namespaces, before `pivot_root`):
+//!
+//! - `/` is a fresh tmpfs, remounted read-only once built;
+//! - `/usr`, `/bin`, `/sbin`, `/lib*`: read-only binds (or the host's symlinks, on merged-usr
+//!   systems);
+//! - `/etc`: a tmpfs directory holding read-only binds of a fixed list of harmless files
+//!   (`ld.so.cache`, `resolv.conf`, `alternatives`, `ssl/certs`, ...) and a generated
+//!   `passwd`/`group` that name only the sandbox's own user: never `shadow`, `ssh/`, `ssl/private`
+//!   or anything else of the host's;
+//! - `/proc`: a fresh procfs of the sandbox's pid namespace;
+//! - `/dev`: a read-only tmpfs with binds of `null`, `zero`, `full`, `random`, `urandom`, the
+//!   `fd`/`stdin`/`stdout`/`stderr` symlinks and a per-run tmpfs `shm`;
+//! - `/tmp`: a per-run tmpfs;
+//! - the request's `read_paths` (read-only) and `write_paths` (read-write) at their own absolute
+//!   paths, sources opened with `openat2(RESOLVE_NO_SYMLINKS)` and targets resolved with
+//!   `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, so a symlink swapped in mid-way fails the run
+//!   instead of redirecting a bind.
+//!
+//! Every bind is non-recursive (no host submount is carried in) and remounted with
+//! `MS_NOSUID | MS_NODEV` (and `MS_RDONLY` unless writable), keeping the flags the kernel locks.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{CWD, Mode, OFlags, ResolveFlags, StatVfsMountFlags};
+use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
+
+use super::landlock_rules::SYSTEM_DIRS;
+use super::spec::{FailKind, Spec};
+
+/// A set-up step that failed.
+#[derive(Debug)]
+pub(crate) struct StepError {
+    pub(crate) kind: FailKind,
+    pub(crate) step: String,
+    pub(crate) error: String,
+}
+
+impl StepError {
+    pub(crate) fn unavailable(step: impl Into<String>, error: impl ToString) -> Self {
+        StepError {
+            kind: FailKind::Unavailable,
+            step: step.into(),
+            error: error.to_string(),
+        }
+    }
+
+    pub(crate) fn invalid(step: impl Into<String>, error: impl ToString) -> Self {
+        StepError {
+            kind: FailKind::Invalid,
+            step: step.into(),
+            error: error.to_string(),
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, StepError>;
+
+/// Files and directories of the host's `/etc` the sandbox may see (read-only). Everything else
+/// of `/etc` is absent.
+const ETC_ALLOW: &[&str] = &[
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "debian_version",
+    "gai.conf",
+    "host.conf",
+    "hosts",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "locale.alias",
+    "login.defs",
+    "lsb-release",
+    "magic",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "profile",
+    "protocols",
+    "resolv.conf",
+    "services",
+    "shells",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "terminfo",
+    "timezone",
+];
+
+/// Metadata directories (or files) inside a writable root that stay read-only: whatever is
+/// written there runs on the host later (git hooks, `core.fsmonitor`, corral's own config).
+/// Each one that exists is bound read-only over itself, so it can be neither written, renamed
+/// nor removed (a mount point), nor hard-linked out (a different mount).
+pub(crate) const PROTECTED_NAMES: &[&str] = &[".git", ".hg", ".jj", ".svn", ".corral"];
+
+/// Device nodes bound from the host.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+
+/// `/proc/self/fd/N`: a path that mount(2) resolves to exactly the object `fd` refers to.
+fn fd_path(fd: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+fn mount_err(step: &str, target: &Path, e: impl ToString) -> StepError {
+    StepError::unavailable(format!("{step} `{}`", target.display()), e.to_string())
+}
+
+/// The mount flags the kernel locks on `fd`'s mount (a remount in a user namespace must keep
+/// them).
+fn locked_flags(fd: &OwnedFd) -> MountFlags {
+    let Ok(st) = rustix::fs::fstatvfs(fd) else {
+        return MountFlags::empty();
+    };
+    let mut flags = MountFlags::empty();
+    let map = [
+        (StatVfsMountFlags::RDONLY, MountFlags::RDONLY),
+        (StatVfsMountFlags::NOSUID, MountFlags::NOSUID),
+        (StatVfsMountFlags::NODEV, MountFlags::NODEV),
+        (StatVfsMountFlags::NOEXEC, MountFlags::NOEXEC),
+        (StatVfsMountFlags::NOATIME, MountFlags::NOATIME),
+        (StatVfsMountFlags::NODIRATIME, MountFlags::NODIRATIME),
+        (StatVfsMountFlags::RELATIME, MountFlags::RELATIME),
+    ];
+    for (st_flag, flag) in map {
+        if st.f_flag.contains(st_flag) {
+            flags |= flag;
+        }
+    }
+    flags
+}
+
+/// Remounts the bind mount at `fd` with `flags` added to the locked ones.
+fn remount_bind(fd: &OwnedFd, flags: MountFlags, what: &Path) -> Result<()> {
+    let flags = MountFlags::BIND | flags | locked_flags(fd);
+    rustix::mount::mount_remount(fd_path(fd), flags, "").map_err(|e| mount_err("remount", what, e))
+}
+
+/// Opens `rel` beneath `root` without following any symlink.
+fn open_beneath(root: &OwnedFd, rel: &Path, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        root,
+        rel,
+        flags | OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+/// `/a/b/c` as `a/b/c`, refusing anything but plain components.
+fn relative(path: &Path) -> Result<PathBuf> {
+    let mut rel = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir => {}
+            Component::Normal(n) => rel.push(n),
+            _ => {
+                return Err(StepError::invalid(
+                    "bind",
+                    format!("`{}` is not a normalized absolute path", path.display()),
+                ));
+            }
+        }
+    }
+    Ok(rel)
+}
+
+/// Makes every directory of `rel` beneath `root` (without following symlinks), and the last
+/// component as a directory or, when `file`, an empty file. Returns it opened `O_PATH`.
+fn make_beneath(root: &OwnedFd, rel: &Path, file: bool) -> Result<OwnedFd> {
+    let err = |e: rustix::io::Errno| {
+        StepError::invalid(
+            "mount point",
+            format!("`/{}`: {e} (a symlink in the way?)", rel.display()),
+        )
+    };
+    let mut so_far = PathBuf::new();
+    let mut comps = rel.components().peekable();
+    while let Some(c) = comps.next() {
+        so_far.push(c);
+        let last = comps.peek().is_none();
+        let want_file = last && file;
+        match open_beneath(root, &so_far, OFlags::empty()) {
+            Ok(fd) if !last => {
+                drop(fd);
+            }
+            Ok(fd) => return Ok(fd),
+            Err(rustix::io::Errno::NOENT) => {
+                let parent = match so_far.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => {
+                        open_beneath(root, p, OFlags::DIRECTORY).map_err(err)?
+                    }
+                    _ => rustix::io::dup(root).map_err(err)?,
+                };
+                let name = so_far.file_name().unwrap_or(OsStr::new("."));
+                if want_file {
+                    let f = rustix::fs::openat(
+                        &parent,
+                        name,
+                        OFlags::CREATE
+                            | OFlags::EXCL
+                            | OFlags::WRONLY
+                            | OFlags::CLOEXEC
+                            | OFlags::NOFOLLOW,
+                        Mode::from_raw_mode(0o644),
+                    )
+                    .map_err(err)?;
+                    drop(f);
+                } else {
+                    rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o755)).map_err(err)?;
+                }
+                if last {
+                    return open_beneath(root, &so_far, OFlags::empty()).map_err(err);
+                }
+            }
+            Err(e) => return Err(err(e)),
+        }
+    }
+    // `rel` was empty: the root itself.
+    rustix::io::dup(root).map_err(err)
+}
+
+/// Binds the host's `source` at the same path beneath `root`, then remounts it with `flags`.
+/// `source` is opened without following symlinks.
+fn bind(root: &OwnedFd, source: &Path, flags: MountFlags) -> Result<()> {
+    let src = rustix::fs::openat2(
+        CWD,
+        source,
+        OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| {
+        StepError::invalid(
+            "bind",
+            format!(
+                "cannot open `{}` without following symlinks: {e}",
+                source.display()
+            ),
+        )
+    })?;
+    let is_dir = rustix::fs::fstat(&src)
+        .map(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+        })
+        .map_err(|e| StepError::invalid("bind", e))?;
+    let rel = relative(source)?;
+    let target = make_beneath(root, &rel, !is_dir)?;
+    rustix::mount::mount_bind(fd_path(&src), fd_path(&target))
+        .map_err(|e| mount_err("bind", source, e))?;
+    drop(target);
+    // Re-open: the new mount's root, not the directory under it.
+    let mounted =
+        open_beneath(root, &rel, OFlags::empty()).map_err(|e| mount_err("reopen", source, e))?;
+    remount_bind(&mounted, flags, source)
+}
+
+fn mount_tmpfs(target: &Path, flags: MountFlags, options: &str) -> Result<()> {
+    let data = std::ffi::CString::new(options).map_err(|e| StepError::invalid("tmpfs", e))?;
+    rustix::mount::mount("tmpfs", target, "tmpfs", flags, data.as_c_str())
+        .map_err(|e| mount_err("tmpfs", target, e))
+}
+
+fn write_file(root: &OwnedFd, rel: &str, contents: &str) -> Result<()> {
+    let err = |e: rustix::io::Errno| StepError::unavailable(format!("write /{rel}"), e);
+    let fd = rustix::fs::openat(
+        root,
+        rel,
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(err)?;
+    let mut buf = contents.as_bytes();
+    while !buf.is_empty() {
+        let n = rustix::io::write(&fd, buf).map_err(err)?;
+        buf = buf.get(n..).unwrap_or_default();
+    }
+    Ok(())
+}
+
+/// Replicates the host's symlink `host` (e.g. `/bin -> usr/bin`) beneath `root`.
+fn copy_symlink(root: &OwnedFd, host: &Path) -> Result<()> {
+    let target = std::fs::read_link(host).map_err(|e| StepError::unavailable("readlink", e))?;
+    let rel = relative(host)?;
+    if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+        make_beneath(root, parent, false)?;
+    }
+    rustix::fs::symlinkat(target.as_os_str(), root, &rel).map_err(|e| mount_err("symlink", host, e))
+}
+
+/// The uid and gid the target runs as inside the user namespace.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ids {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
+fn passwd(ids: Ids) -> String {
+    format!(
+        "root:x:0:0:root:/root:/bin/sh\n\
+         sandbox:x:{}:{}:corral sandbox:/tmp:/bin/sh\n\
+         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        ids.uid, ids.gid
+    )
+}
+
+fn group(ids: Ids) -> String {
+    format!("root:x:0:\nsandbox:x:{}:\nnogroup:x:65534:\n", ids.gid)
+}
+
+/// The user paths to bind, write winning over read for the same path, parents before children.
+fn user_binds(spec: &Spec) -> Vec<(PathBuf, bool)> {
+    let mut binds: Vec<(PathBuf, bool)> =
+        spec.write_paths.iter().map(|p| (p.clone(), true)).collect();
+    for p in &spec.read_paths {
+        if !spec.write_paths.contains(p) {
+            binds.push((p.clone(), false));
+        }
+    }
+    binds.sort_by_key(|(p, _)| p.components().count());
+    binds.dedup_by(|a, b| a.0 == b.0);
+    binds
+}
+
+/// Builds the root view and pivots into it. Runs in the sandbox's init (pid 1 of the new pid
+/// namespace, full capabilities in the new user namespace).
+pub(crate) fn build_root(spec: &Spec, ids: Ids) -> Result<()> {
+    let ro = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV;
+    let root_dir = &spec.root_dir;
+
+    // Nothing mounted here propagates back to the host.
+    rustix::mount::mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )
+    .map_err(|e| StepError::unavailable("make / private", e))?;
+    mount_tmpfs(
+        root_dir,
+        MountFlags::NOSUID | MountFlags::NODEV,
+        "mode=0755,size=16m,nr_inodes=4096",
+    )?;
+    let root = rustix::fs::open(
+        root_dir,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )
+    .map_err(|e| mount_err("open", root_dir, e))?;
+
+    // System directories.
+    for dir in SYSTEM_DIRS.iter().filter(|d| **d != "/etc") {
+        let path = Path::new(dir);
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => copy_symlink(&root, path)?,
+            Ok(m) if m.is_dir() => bind(&root, path, ro)?,
+            _ => {}
+        }
+    }
+
+    // /etc: an allow list, and a passwd/group of our own.
+    make_beneath(&root, Path::new("etc"), false)?;
+    for name in ETC_ALLOW {
+        let path = Path::new("/etc").join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => copy_symlink(&root, &path)?,
+            Ok(m) if m.is_dir() || m.is_file() => bind(&root, &path, ro)?,
+            _ => {}
+        }
+    }
+    write_file(&root, "etc/passwd", &passwd(ids))?;
+    write_file(&root, "etc/group", &group(ids))?;
+
+    // /proc: the sandbox's own pid namespace (mounted while the host's /proc is still visible,
+    // which the kernel requires inside a user namespace).
+    let proc_dir = make_beneath(&root, Path::new("proc"), false)?;
+    rustix::mount::mount(
+        "proc",
+        fd_path(&proc_dir),
+        "proc",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        None,
+    )
+    .map_err(|e| mount_err("mount", Path::new("/proc"), e))?;
+    drop(proc_dir);
+
+    // /dev
+    let dev = root_dir.join("dev");
+    make_beneath(&root, Path::new("dev"), false)?;
+    mount_tmpfs(
+        &dev,
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        "mode=0755,size=64k,nr_inodes=64",
+    )?;
+    for name in DEVICES {
+        let host = Path::new("/dev").join(name);
+        if std::fs::symlink_metadata(&host).is_ok() {
+            bind(&root, &host, MountFlags::NOSUID | MountFlags::NOEXEC)?;
+        }
+    }
+    for (link, target) in [
+        ("dev/fd", "/proc/self/fd"),
+        ("dev/stdin", "/proc/self/fd/0"),
+        ("dev/stdout", "/proc/self/fd/1"),
+        ("dev/stderr", "/proc/self/fd/2"),
+    ] {
+        rustix::fs::symlinkat(target, &root, link)
+            .map_err(|e| mount_err("symlink", Path::new(link), e))?;
+    }
+    let tmpfs_opts = |mode: &str| format!("mode={mode},size={}", spec.tmp_bytes.max(4096));
+    make_beneath(&root, Path::new("dev/shm"), false)?;
+    mount_tmpfs(
+        &dev.join("shm"),
+        MountFlags::NOSUID | MountFlags::NODEV,
+        &tmpfs_opts("1777"),
+    )?;
+    let dev_fd = open_beneath(&root, Path::new("dev"), OFlags::DIRECTORY)
+        .map_err(|e| mount_err("open", &dev, e))?;
+    remount_bind(
+        &dev_fd,
+        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NOEXEC,
+        &dev,
+    )?;
+    drop(dev_fd);
+
+    // /tmp
+    make_beneath(&root, Path::new("tmp"), false)?;
+    mount_tmpfs(
+        &root_dir.join("tmp"),
+        MountFlags::NOSUID | MountFlags::NODEV,
+        &tmpfs_opts("1777"),
+    )?;
+
+    // The request's paths.
+    for (path, writable) in user_binds(spec) {
+        let flags = if writable {
+            MountFlags::NOSUID | MountFlags::NODEV
+        } else {
+            ro
+        };
+        bind(&root, &path, flags)?;
+        if writable {
+            for name in PROTECTED_NAMES {
+                let meta = path.join(name);
+                match std::fs::symlink_metadata(&meta) {
+                    Ok(m) if m.is_dir() || m.is_file() => bind(&root, &meta, ro)?,
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    // Into the new root; the old one is detached, so nothing of the host is reachable.
+    rustix::process::fchdir(&root).map_err(|e| StepError::unavailable("chdir new root", e))?;
+    rustix::process::pivot_root(".", ".").map_err(|e| StepError::unavailable("pivot_root", e))?;
+    rustix::mount::unmount(".", UnmountFlags::DETACH)
+        .map_err(|e| StepError::unavailable("detach the old root", e))?;
+    rustix::process::chdir("/").map_err(|e| StepError::unavailable("chdir /", e))?;
+    drop(root);
+    let new_root = rustix::fs::open(
+        "/",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| StepError::unavailable("open /", e))?;
+    remount_bind(&new_root, ro, Path::new("/"))?;
+    Ok(())
+}
+
+/// Whether `path` is one the sandbox refuses to bind (`/`, or under `/proc`, `/sys`, `/dev`).
+pub(crate) fn forbidden(path: &Path) -> bool {
+    let bytes = path.as_os_str().as_bytes();
+    path == Path::new("/")
+        || ["/proc", "/sys", "/dev"]
+            .iter()
+            .any(|p| path.starts_with(p))
+        || bytes.is_empty()
+}
+
+/// Brings `lo` up in the sandbox's network namespace.
+pub(crate) fn loopback_up() -> std::result::Result<(), String> {
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0").map_err(|e| format!("socket: {e}"))?;
+    let fd = sock.as_fd().as_raw_fd();
+    #[expect(
+        unsafe_code,
+        reason = "SIOCGIFFLAGS/SIOCSIFFLAGS have no safe wrapper in rustix"
+    )]
+    // SAFETY: `ifr` is a zeroed, properly sized `ifreq` that lives across both calls; the name
+    // is NUL-terminated within `IFNAMSIZ`; `fd` is an open socket owned by `sock`.
+    unsafe {
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (dst, src) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
+            *dst = *src as libc::c_char;
+        }
+        if libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) < 0 {
+            return Err(format!("SIOCGIFFLAGS: {}", std::io::Error::last_os_error()));
+        }
+        ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        if libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr) < 0 {
+            return Err(format!("SIOCSIFFLAGS: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,222 @@
+//! The seccomp filters the sandboxed target runs under, built with `seccompiler` (pure Rust BPF).
+//!
+//! A deny list (everything else is allowed), per architecture: x86_64 and aarch64. Any other
+//! architecture is refused, so the backend fails closed there.
+//!
+//! - `EPERM` for: ptrace, process_vm_readv/writev, io_uring_*, bpf, keyctl/add_key/request_key,
+//!   perf_event_open, userfaultfd, the mount family (mount, umount2, pivot_root, move_mount,
+//!   open_tree, fsopen, fsconfig, fsmount, fspick, mount_setattr), unshare, setns, kexec_*,
+//!   (f)init_module/delete_module, open_by_handle_at, and a few host-wide knobs (acct, swapon/off,
+//!   reboot, syslog); `socket` with `AF_UNIX` (named unix sockets are reachable by path across
+//!   namespaces; `socketpair` stays allowed), `AF_VSOCK`, `AF_PACKET` or a `SOCK_RAW` type; `ioctl` with
+//!   `TIOCSTI` or `TIOCLINUX` compared on the low 32 bits only, so the high-bit variants
+//!   (CVE-2019-10063) are caught too; `clone` with any namespace flag.
+//! - `ENOSYS` for `clone3` (its flags live behind a pointer seccomp cannot read), so libc falls
+//!   back to `clone`, whose flags are checked.
+//! - x86_64 only: every x32 system call number (`nr >= 0x40000000`) gets `ENOSYS`, so the deny
+//!   list cannot be sidestepped through the x32 ABI's numbers.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// The system calls denied outright on this architecture.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn denied() -> Vec<i64> {
+    let mut nrs = vec![
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_bpf,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_move_mount,
+        libc::SYS_open_tree,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_acct,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_reboot,
+        libc::SYS_syslog,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    nrs.extend([libc::SYS_uselib, libc::SYS_iopl, libc::SYS_ioperm]);
+    nrs.sort_unstable();
+    nrs.dedup();
+    nrs
+}
+
+/// `TIOCSTI`: push a byte into a terminal's input queue.
+const TIOCSTI: u64 = 0x5412;
+/// `TIOCLINUX`: console selection paste (CVE-2023-1523).
+const TIOCLINUX: u64 = 0x541C;
+/// `SOCK_RAW`, and the mask that strips `SOCK_NONBLOCK`/`SOCK_CLOEXEC` from a socket type.
+const SOCK_RAW: u64 = 3;
+const SOCK_TYPE_MASK: u64 = 0xf;
+const AF_UNIX: u64 = 1;
+const AF_PACKET: u64 = 17;
+const AF_VSOCK: u64 = 40;
+/// `clone` flags that make a namespace.
+const CLONE_NS_FLAGS: [u64; 7] = [
+    0x0002_0000, // CLONE_NEWNS
+    0x0200_0000, // CLONE_NEWCGROUP
+    0x0400_0000, // CLONE_NEWUTS
+    0x0800_0000, // CLONE_NEWIPC
+    0x1000_0000, // CLONE_NEWUSER
+    0x2000_0000, // CLONE_NEWPID
+    0x4000_0000, // CLONE_NEWNET
+];
+
+/// The architecture's seccompiler target, or why there is none.
+fn target_arch() -> Result<TargetArch, String> {
+    match std::env::consts::ARCH {
+        "x86_64" => Ok(TargetArch::x86_64),
+        "aarch64" => Ok(TargetArch::aarch64),
+        other => Err(format!(
+            "no seccomp table for the `{other}` architecture (only x86_64 and aarch64)"
+        )),
+    }
+}
+
+fn cond(
+    arg: u8,
+    len: SeccompCmpArgLen,
+    op: SeccompCmpOp,
+    value: u64,
+) -> Result<SeccompRule, String> {
+    let c = SeccompCondition::new(arg, len, op, value).map_err(|e| e.to_string())?;
+    SeccompRule::new(vec![c]).map_err(|e| e.to_string())
+}
+
+/// The filters, in the order they are to be installed.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) fn filters() -> Result<Vec<BpfProgram>, String> {
+    use SeccompCmpArgLen::{Dword, Qword};
+    use SeccompCmpOp::{Eq, MaskedEq};
+
+    let arch = target_arch()?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in denied() {
+        // An empty rule list matches the system call whatever its arguments.
+        rules.insert(nr, Vec::new());
+    }
+    rules.insert(
+        libc::SYS_socket,
+        vec![
+            // A named unix socket is reached by its path alone, across the network namespace:
+            // a host listener's socket file in a bound root would be a way out (landlock only
+            // controls that from ABI 9). `socketpair` stays allowed.
+            cond(0, Dword, Eq, AF_UNIX)?,
+            cond(0, Dword, Eq, AF_VSOCK)?,
+            cond(0, Dword, Eq, AF_PACKET)?,
+            cond(1, Dword, MaskedEq(SOCK_TYPE_MASK), SOCK_RAW)?,
+        ],
+    );
+    rules.insert(
+        libc::SYS_socketpair,
+        vec![
+            cond(0, Dword, Eq, AF_VSOCK)?,
+            cond(0, Dword, Eq, AF_PACKET)?,
+        ],
+    );
+    // `Dword` compares the low 32 bits only: the kernel truncates the command to an int.
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![cond(1, Dword, Eq, TIOCSTI)?, cond(1, Dword, Eq, TIOCLINUX)?],
+    );
+    let clone_rules = CLONE_NS_FLAGS
+        .iter()
+        .map(|&flag| cond(0, Qword, MaskedEq(flag), flag))
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_clone, clone_rules);
+
+    let deny = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    let clone3 = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut programs = vec![
+        BpfProgram::try_from(deny).map_err(|e| e.to_string())?,
+        BpfProgram::try_from(clone3).map_err(|e| e.to_string())?,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    programs.push(no_x32());
+    Ok(programs)
+}
+
+/// Other architectures: no table, so the backend refuses to run.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub(crate) fn filters() -> Result<Vec<BpfProgram>, String> {
+    let _ = (target_arch, cond);
+    Err(format!(
+        "no seccomp table for the `{}` architecture (only x86_64 and aarch64)",
+        std::env::consts::ARCH
+    ))
+}
+
+/// x86_64: kill anything that is not the x86_64 audit arch, and refuse every x32 number.
+#[cfg(target_arch = "x86_64")]
+fn no_x32() -> BpfProgram {
+    use seccompiler::sock_filter;
+    // BPF_LD | BPF_W | BPF_ABS (BPF_LD and BPF_W are 0).
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+    const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
+    const BPF_RET_K: u16 = 0x06;
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    const RET_KILL_PROCESS: u32 = 0x8000_0000;
+    const RET_ERRNO: u32 = 0x0005_0000;
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    let ins = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    vec![
+        ins(BPF_LD_W_ABS, 0, 0, 4), // seccomp_data.arch
+        ins(BPF_JMP_JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+        ins(BPF_RET_K, 0, 0, RET_KILL_PROCESS),
+        ins(BPF_LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        ins(BPF_JMP_JGE_K, 0, 1, X32_SYSCALL_BIT),
+        ins(BPF_RET_K, 0, 0, RET_ERRNO | libc::ENOSYS as u32),
+        ins(BPF_RET_K, 0, 0, RET_ALLOW),
+    ]
+}
+
+/// Installs `programs` on the calling thread. `no_new_privs` must already be set.
+pub(crate) fn install(programs: &[BpfProgram]) -> Result<(), String> {
+    for p in programs {
+        seccompiler::apply_filter(p).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! What the parent tells the helper (the `Spec`, on the helper's stdin), and what the helper
+//! reports back (`Status` lines, on the status pipe). Pure data: built and checked in the parent,
+//! applied by the helper.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::common::RlimitSpec;
+
+/// Network inside the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// A fresh network namespace; its only interface, `lo`, stays down: no socket can reach
+    /// anything, not even 127.0.0.1.
+    #[default]
+    None,
+    /// A fresh network namespace with `lo` up: the sandbox can talk to itself on 127.0.0.1, and
+    /// to nothing else.
+    Loopback,
+}
+
+impl Network {
+    /// The attestation's name.
+    pub fn primitive(self) -> &'static str {
+        match self {
+            Network::None => "netns:none",
+            Network::Loopback => "netns:loopback",
+        }
+    }
+}
+
+/// Everything the helper applies to one run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Spec {
+    /// Program and arguments.
+    pub(crate) argv: Vec<String>,
+    /// The whole environment of the target.
+    pub(crate) env: Vec<(String, String)>,
+    /// Working directory (canonical, inside the sandbox's view).
+    pub(crate) cwd: PathBuf,
+    /// Bound read-only at the same absolute paths (canonical).
+    pub(crate) read_paths: Vec<PathBuf>,
+    /// Bound read-write at the same absolute paths (canonical).
+    pub(crate) write_paths: Vec<PathBuf>,
+    /// An empty host directory the sandbox's root tmpfs is mounted on (in the sandbox's own
+    /// mount namespace; the host only ever sees the empty directory).
+    pub(crate) root_dir: PathBuf,
+    /// Network mode.
+    pub(crate) network: Network,
+    /// rlimits for the target.
+    pub(crate) rlimits: Vec<RlimitSpec>,
+    /// Wall-clock limit, milliseconds, from the start of the sandbox's init.
+    pub(crate) timeout_ms: u64,
+    /// Size of the per-run `/tmp` (and `/dev/shm`) tmpfs, bytes.
+    pub(crate) tmp_bytes: u64,
+    /// The parent's pid, to catch it dying before `PR_SET_PDEATHSIG` took effect.
+    pub(crate) parent_pid: i32,
+}
+
+/// Why set-up failed, so the parent can map it to an `ExecError`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum FailKind {
+    /// A primitive could not be applied: the run is refused (`isolation.unavailable`).
+    Unavailable,
+    /// The target could not be started (no such program, bad cwd).
+    Spawn,
+    /// The request cannot be represented (a path that cannot be bound).
+    Invalid,
+}
+
+/// One line on the status pipe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Status {
+    /// Sent by the target process right before `execve`: everything listed was applied.
+    Ready { primitives: Vec<String> },
+    /// A step failed; nothing was run (or, after `Ready`, `execve` failed).
+    Failed {
+        kind: FailKind,
+        step: String,
+        error: String,
+    },
+    /// Sent by the sandbox's init when the target ended.
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    /// Sent by the helper when the sandbox's init was reaped: every process of the pid namespace
+    /// is gone (the kernel frees them all before init's exit is reported).
+    Done { timed_out: bool },
+}
+
+/// Largest spec the helper accepts, bytes.
+pub(crate) const MAX_SPEC_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The spec as sent: an 8-byte little-endian length, then JSON.
+pub(crate) fn encode(spec: &Spec) -> Result<Vec<u8>, String> {
+    let json = serde_json::to_vec(spec).map_err(|e| format!("cannot encode the spec: {e}"))?;
+    let len = u64::try_from(json.len()).map_err(|e| e.to_string())?;
+    if len > MAX_SPEC_BYTES {
+        return Err(format!("the spec is too large ({len} bytes)"));
+    }
+    let mut out = len.to_le_bytes().to_vec();
+    out.extend_from_slice(&json);
+    Ok(out)
+}

@@ -1,0 +1,414 @@
+//! The `linux` backend, against the real kernel. A primitive this machine lacks fails these
+//! tests (under `CI=true` and everywhere else): none is skipped.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use corral_exec::linux::{LinuxBackend, Network, probe};
+use corral_exec::{Backend, ExecError, ExecOutput, ExecRequest, ResourceLimits};
+
+use crate::{request, shell};
+
+const SIGKILL: i32 = 9;
+
+/// The helper binary built from this crate (`src/bin/sandbox_helper.rs`).
+fn helper() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_corral-sandbox-helper"))
+}
+
+fn backend() -> LinuxBackend {
+    LinuxBackend::new(helper())
+}
+
+async fn run(req: ExecRequest) -> ExecOutput {
+    match backend().run(req).await {
+        Ok(out) => out,
+        Err(e) => panic!("the command should run in the linux backend: {e} ({e:?})"),
+    }
+}
+
+fn stdout(out: &ExecOutput) -> &str {
+    std::str::from_utf8(&out.stdout).expect("utf-8 stdout")
+}
+
+fn stderr(out: &ExecOutput) -> &str {
+    std::str::from_utf8(&out.stderr).expect("utf-8 stderr")
+}
+
+/// A directory of the host that is canonical (tests compare paths the sandbox prints).
+fn tempdir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = std::fs::canonicalize(dir.path()).expect("canonical");
+    (dir, path)
+}
+
+#[test]
+fn preflight_passes_on_this_machine() {
+    let table = probe();
+    for p in &table {
+        assert!(
+            !p.required || p.available,
+            "required primitive `{}` is missing: {}; fix: {}",
+            p.name,
+            p.detail,
+            p.fix
+        );
+    }
+    for name in [
+        "userns", "mountns", "pidns", "netns", "ipcns", "utsns", "landlock", "seccomp",
+    ] {
+        assert!(table.iter().any(|p| p.name == name), "{name} is probed");
+    }
+    backend().preflight().expect("preflight passes here");
+}
+
+#[tokio::test]
+async fn echo_runs_isolated_and_attests_every_primitive() {
+    let out = run(request(&["/bin/echo", "hello"])).await;
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out), "hello\n");
+    let a = &out.attestation;
+    assert_eq!(a.backend, "linux");
+    assert!(a.isolated);
+    assert!(a.destroyed, "the run's state is removed and checked");
+    for p in [
+        "env:clear",
+        "userns",
+        "mountns",
+        "pidns",
+        "netns:none",
+        "ipcns",
+        "utsns",
+        "pivot_root",
+        "landlock:abi6",
+        "seccomp",
+        "no_new_privs",
+        "caps:none",
+        "setsid",
+        "pdeathsig",
+        "cgroup:pids",
+    ] {
+        assert!(
+            a.primitives.iter().any(|x| x == p),
+            "{p} in {:?}",
+            a.primitives
+        );
+    }
+}
+
+#[tokio::test]
+async fn limits_are_attested_as_applied() {
+    let mut req = request(&["/bin/true"]);
+    req.limits = ResourceLimits {
+        cpu_seconds: Some(5),
+        memory: Some(512 * 1024 * 1024),
+        processes: Some(64),
+        file_size: Some(1024 * 1024),
+        open_files: Some(64),
+    };
+    let out = run(req).await;
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    for p in [
+        "rlimit:cpu",
+        "rlimit:as",
+        "rlimit:nproc",
+        "rlimit:fsize",
+        "rlimit:nofile",
+        "cgroup:pids",
+        "cgroup:memory",
+    ] {
+        assert!(
+            out.attestation.primitives.iter().any(|x| x == p),
+            "{p} in {:?}",
+            out.attestation.primitives
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_environment_is_exactly_the_requested_one() {
+    let mut req = request(&["/usr/bin/env"]);
+    req.env = vec![
+        ("A".into(), "1".into()),
+        ("PATH".into(), "/usr/bin:/bin".into()),
+    ];
+    let out = run(req).await;
+    assert_eq!(stdout(&out), "A=1\nPATH=/usr/bin:/bin\n");
+}
+
+#[tokio::test]
+async fn a_bare_program_name_is_found_in_the_requested_path() {
+    let mut req = request(&["echo", "found"]);
+    req.env = vec![("PATH".into(), "/usr/bin:/bin".into())];
+    let out = run(req).await;
+    assert_eq!(stdout(&out), "found\n");
+}
+
+#[tokio::test]
+async fn stdin_reaches_the_target() {
+    let mut req = request(&["/bin/cat"]);
+    req.stdin = Some(b"from stdin".to_vec());
+    let out = run(req).await;
+    assert_eq!(stdout(&out), "from stdin");
+}
+
+#[tokio::test]
+async fn exit_codes_come_back() {
+    let out = run(shell("exit 7")).await;
+    assert_eq!(out.exit_code, Some(7));
+    assert_eq!(out.signal, None);
+}
+
+#[tokio::test]
+async fn the_working_directory_is_the_requested_one() {
+    let (_keep, dir) = tempdir();
+    let mut req = request(&["/bin/pwd"]);
+    req.cwd = dir.clone();
+    req.read_paths = vec![dir.clone()];
+    let out = run(req).await;
+    assert_eq!(stdout(&out).trim_end(), dir.display().to_string());
+}
+
+#[tokio::test]
+async fn write_paths_are_writable() {
+    let (_keep, dir) = tempdir();
+    let mut req = shell("echo written > out.txt && mkdir sub && echo more > sub/x");
+    req.cwd = dir.clone();
+    req.write_paths = vec![dir.clone()];
+    let out = run(req).await;
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("out.txt")).expect("written on the host"),
+        "written\n"
+    );
+    assert!(dir.join("sub/x").exists());
+}
+
+#[tokio::test]
+async fn read_paths_are_readable_but_not_writable() {
+    let (_keep, dir) = tempdir();
+    std::fs::write(dir.join("data.txt"), "original").expect("write");
+    let mut req = shell(
+        "cat data.txt; echo; \
+         if echo changed > data.txt; then echo WROTE; fi; \
+         if touch new.txt; then echo CREATED; fi; \
+         if rm data.txt; then echo REMOVED; fi",
+    );
+    req.cwd = dir.clone();
+    req.read_paths = vec![dir.clone()];
+    let out = run(req).await;
+    let text = stdout(&out);
+    assert!(text.starts_with("original"), "{text}");
+    assert!(!text.contains("WROTE"), "{text}");
+    assert!(!text.contains("CREATED"), "{text}");
+    assert!(!text.contains("REMOVED"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("data.txt")).expect("still there"),
+        "original"
+    );
+    assert!(!dir.join("new.txt").exists());
+}
+
+#[tokio::test]
+async fn a_write_path_inside_a_read_path_is_writable_and_the_rest_is_not() {
+    let (_keep, dir) = tempdir();
+    let out_dir = dir.join("out");
+    std::fs::create_dir(&out_dir).expect("mkdir");
+    let mut req = shell("echo a > out/a.txt; if echo b > b.txt; then echo WROTE; fi");
+    req.cwd = dir.clone();
+    req.read_paths = vec![dir.clone()];
+    req.write_paths = vec![out_dir.clone()];
+    let out = run(req).await;
+    assert!(!stdout(&out).contains("WROTE"), "{}", stdout(&out));
+    assert!(out_dir.join("a.txt").exists(), "stderr: {}", stderr(&out));
+    assert!(!dir.join("b.txt").exists());
+}
+
+#[tokio::test]
+async fn paths_outside_the_request_are_invisible() {
+    let (_keep, secret_dir) = tempdir();
+    std::fs::write(secret_dir.join("secret.txt"), "secret").expect("write");
+    let (_keep2, work) = tempdir();
+    let script = format!(
+        "for p in {secret} /etc/shadow /root /home /var /run /sys /boot; do \
+           if test -e \"$p\"; then echo \"VISIBLE $p\"; fi; \
+         done; \
+         cat {secret}/secret.txt 2>/dev/null; \
+         echo done",
+        secret = secret_dir.display()
+    );
+    let mut req = shell(&script);
+    req.cwd = work.clone();
+    req.write_paths = vec![work];
+    let out = run(req).await;
+    assert_eq!(stdout(&out), "done\n", "stderr: {}", stderr(&out));
+}
+
+#[tokio::test]
+async fn etc_holds_only_the_allow_list() {
+    let out = run(shell(
+        "test -e /etc/shadow && echo SHADOW; test -e /etc/ssh && echo SSH; \
+         test -e /etc/ssl/private && echo SSLPRIVATE; head -c 5 /etc/passwd",
+    ))
+    .await;
+    assert_eq!(stdout(&out), "root:", "stderr: {}", stderr(&out));
+}
+
+#[tokio::test]
+async fn the_target_is_alone_in_its_pid_namespace() {
+    // pid 1 is the sandbox's init, the shell is pid 2: no host process is visible.
+    let out = run(shell("ls /proc | grep -c '^[0-9]'; echo $$")).await;
+    let lines: Vec<&str> = stdout(&out).lines().collect();
+    assert_eq!(lines.get(1), Some(&"2"), "{}", stdout(&out));
+    let count: u32 = lines.first().and_then(|s| s.parse().ok()).expect("a count");
+    assert!(count <= 4, "only the sandbox's processes: {}", stdout(&out));
+}
+
+/// bash's `/dev/tcp` to a closed port of 127.0.0.1: "Network is unreachable" while `lo` is
+/// down, "Connection refused" once it is up.
+const CONNECT_LOCALHOST: &str = "exec 3<>/dev/tcp/127.0.0.1/9 2>&1 || true";
+
+#[tokio::test]
+async fn network_none_has_only_loopback_and_it_is_down() {
+    let out = run(shell(
+        "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '",
+    ))
+    .await;
+    assert_eq!(stdout(&out), "lo\n");
+    // TCP: landlock refuses the connect before routing does.
+    let out = run(request(&["/bin/bash", "-c", CONNECT_LOCALHOST])).await;
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("Permission denied"), "{text}");
+    // UDP (not covered by landlock): `lo` is down, so not even 127.0.0.1 is routable.
+    let out = run(request(&[
+        "/bin/bash",
+        "-c",
+        "exec 3<>/dev/udp/127.0.0.1/9 2>&1 || true",
+    ]))
+    .await;
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("unreachable"), "{text}");
+    assert!(out.attestation.primitives.iter().any(|p| p == "netns:none"));
+}
+
+#[tokio::test]
+async fn loopback_mode_brings_lo_up_and_nothing_else() {
+    let backend = LinuxBackend::new(helper()).with_network(Network::Loopback);
+    let out = backend
+        .run(request(&["/bin/bash", "-c", CONNECT_LOCALHOST]))
+        .await
+        .expect("runs");
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("refused"), "{text}");
+    assert!(
+        out.attestation
+            .primitives
+            .iter()
+            .any(|p| p == "netns:loopback")
+    );
+    let out = backend
+        .run(shell(
+            "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '",
+        ))
+        .await
+        .expect("runs");
+    assert_eq!(stdout(&out), "lo\n");
+}
+
+#[tokio::test]
+async fn the_timeout_kills_the_whole_pid_namespace() {
+    let (_keep, dir) = tempdir();
+    // A background child that would write a file after the timeout, if it survived.
+    let mut req = shell("(sleep 2; echo late > late.txt) & sleep 30");
+    req.cwd = dir.clone();
+    req.write_paths = vec![dir.clone()];
+    req.timeout = Duration::from_millis(300);
+    let out = run(req).await;
+    assert!(out.timed_out);
+    assert_eq!(out.signal, Some(SIGKILL));
+    assert!(out.duration < Duration::from_secs(5), "{:?}", out.duration);
+    assert!(out.attestation.destroyed);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        !dir.join("late.txt").exists(),
+        "a process outlived the timeout"
+    );
+}
+
+#[tokio::test]
+async fn output_is_capped() {
+    let mut req = shell("head -c 100000 /dev/zero");
+    req.max_output_bytes = 1000;
+    let out = run(req).await;
+    assert_eq!(out.stdout.len(), 1000);
+    assert!(out.stdout_truncated);
+}
+
+#[tokio::test]
+async fn the_pids_cgroup_contains_a_fork_bomb() {
+    let mut req = shell("i=0; while [ $i -lt 100 ]; do sleep 5 & i=$((i+1)); done; echo spawned");
+    req.limits.processes = Some(10);
+    req.timeout = Duration::from_secs(10);
+    let out = run(req).await;
+    assert!(
+        stderr(&out).contains("fork") || stderr(&out).contains("Resource temporarily"),
+        "forks beyond pids.max fail: {}",
+        stderr(&out)
+    );
+    assert!(out.attestation.destroyed);
+}
+
+#[tokio::test]
+async fn capabilities_are_gone_and_no_new_privs_is_set() {
+    let out = run(shell(
+        "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status",
+    ))
+    .await;
+    let text = stdout(&out);
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(
+            text.contains(&format!("{cap}:\t0000000000000000")),
+            "{cap}: {text}"
+        );
+    }
+    assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+    assert!(text.contains("Seccomp:\t2"), "{text}");
+}
+
+#[tokio::test]
+async fn a_missing_program_is_a_spawn_error() {
+    match backend().run(request(&["/no/such/program"])).await {
+        Err(ExecError::Spawn { reason, .. }) => {
+            assert!(reason.contains("no such program"), "{reason}")
+        }
+        other => panic!("expected a spawn error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn bad_paths_are_refused() {
+    for bad in ["/", "/proc", "/sys/kernel", "/no/such/dir"] {
+        let mut req = request(&["/bin/true"]);
+        req.read_paths = vec![PathBuf::from(bad)];
+        match backend().run(req).await {
+            Err(ExecError::Invalid(_)) => {}
+            other => panic!("{bad}: expected Invalid, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_helper_that_is_not_one_is_unavailable_never_a_weaker_run() {
+    let backend = LinuxBackend::new(PathBuf::from("/bin/true"));
+    match backend.run(request(&["/bin/echo", "hi"])).await {
+        Err(e @ ExecError::Unavailable { .. }) => {
+            assert_eq!(e.code(), "isolation.unavailable");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    let missing = LinuxBackend::new(Path::new("/no/such/helper").to_path_buf());
+    assert!(matches!(
+        missing.preflight(),
+        Err(ExecError::Unavailable { .. })
+    ));
+}
