@@ -9,7 +9,7 @@ use corral_policy::scope::path::DEFAULT_SECRET_DENY;
 use corral_policy::scope::{CommandScope, PathScope, PathScopeSpec, UrlScope};
 use corral_policy::{
     Catalog, OpId, OpSpec, ParamKind, Policy, Principal, PrincipalSelector, Rule, RuleEffect,
-    ScopeKind, Selector,
+    ScopeKind, Selector, Tier,
 };
 
 use crate::diag::Diagnostic;
@@ -185,6 +185,37 @@ fn custom_op(c: &CustomOpConfig, d: &mut Vec<Diagnostic>) -> Option<OpSpec> {
     (d.len() == before).then_some(spec)
 }
 
+/// An op id that names no op in the catalog: a did-you-mean, or, for an op `disabled_ops`
+/// removed, says so (a reference to a removed op stops start-up).
+fn unknown_op(
+    d: &mut Vec<Diagnostic>,
+    catalog: &Catalog,
+    disabled: &[&str],
+    op: &str,
+    at: &str,
+    span: Span,
+) {
+    if disabled.contains(&op) {
+        d.push(
+            Diagnostic::error(
+                codes::CONFIG_UNKNOWN_OP,
+                format!("`{op}` is listed in `disabled_ops`, so nothing may refer to it"),
+                at,
+                Some(span),
+            )
+            .with_fix(format!(
+                "remove this reference, or remove `{op}` from `disabled_ops`"
+            )),
+        );
+        return;
+    }
+    let e = corral_policy::PolicyError::UnknownOp {
+        op: op.to_owned(),
+        suggestions: corral_policy::suggest::closest(op, catalog.ids()),
+    };
+    err(d, &e, at, span);
+}
+
 /// Lexically absolute form of `p` relative to `base`.
 pub(crate) fn absolutize(base: &Path, p: &str) -> PathBuf {
     let joined = if Path::new(p).is_absolute() {
@@ -214,6 +245,20 @@ pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diag
             err(d, &e, &format!("custom.{}", op.id.value), op.id.span);
         }
     }
+    // `disabled_ops` removes ops before anything is built from the catalog: the engine, the
+    // registry, `GET /ops`, `describe` all see the catalog without them.
+    let mut disabled: Vec<&str> = Vec::new();
+    for (i, op) in c.disabled_ops.iter().enumerate() {
+        let at = format!("disabled_ops[{i}]");
+        if disabled.contains(&op.value.as_str()) {
+            continue;
+        }
+        if catalog.remove(&op.value).is_some() {
+            disabled.push(op.value.as_str());
+        } else {
+            unknown_op(d, &catalog, &[], &op.value, &at, op.span);
+        }
+    }
     for (op, tier) in &c.tiers {
         let at = format!("tiers.{}", op.value);
         match catalog.get_mut(&op.value) {
@@ -222,13 +267,21 @@ pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diag
                     err(d, &e, &at, op.span);
                 }
             }
-            None => {
-                let e = corral_policy::PolicyError::UnknownOp {
-                    op: op.value.clone(),
-                    suggestions: corral_policy::suggest::closest(&op.value, catalog.ids()),
-                };
-                err(d, &e, &at, op.span);
+            None => unknown_op(d, &catalog, &disabled, &op.value, &at, op.span),
+        }
+    }
+    if let Some(roles) = &c.roles {
+        for (op, _) in &roles.overrides {
+            if catalog.get(&op.value).is_none() {
+                let at = format!("roles.overrides.{}", op.value);
+                unknown_op(d, &catalog, &disabled, &op.value, &at, op.span);
             }
+        }
+    }
+    for (op, _) in &c.budgets.max_calls_per_op {
+        if catalog.get(&op.value).is_none() {
+            let at = format!("budgets.max_calls_per_op.{}", op.value);
+            unknown_op(d, &catalog, &disabled, &op.value, &at, op.span);
         }
     }
 
@@ -258,11 +311,24 @@ pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diag
     let selectors = |list: &[crate::model::Spanned<String>], at: &str, d: &mut Vec<Diagnostic>| {
         list.iter()
             .enumerate()
-            .filter_map(|(i, s)| match Selector::parse(&s.value, &catalog) {
-                Ok(sel) => Some(sel),
-                Err(e) => {
-                    err(d, &e, &format!("{at}[{i}]"), s.span);
-                    None
+            .filter_map(|(i, s)| {
+                if disabled.contains(&s.value.as_str()) {
+                    unknown_op(
+                        d,
+                        &catalog,
+                        &disabled,
+                        &s.value,
+                        &format!("{at}[{i}]"),
+                        s.span,
+                    );
+                    return None;
+                }
+                match Selector::parse(&s.value, &catalog) {
+                    Ok(sel) => Some(sel),
+                    Err(e) => {
+                        err(d, &e, &format!("{at}[{i}]"), s.span);
+                        None
+                    }
                 }
             })
             .collect::<Vec<_>>()
@@ -314,6 +380,27 @@ pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diag
             RuleEffect::Deny => "deny",
         };
         let sels = selectors(&r.selectors, &format!("{}.{key}", r.location), d);
+        if let Some(span) = r.confirm_never {
+            let destructive: Vec<String> = catalog
+                .iter()
+                .filter(|op| op.tier() == Tier::Destructive && sels.iter().any(|s| s.mounts(op)))
+                .map(|op| format!("`{}`", op.id))
+                .collect();
+            if !destructive.is_empty() {
+                d.push(
+                    Diagnostic::error(
+                        codes::CONFIG_INVALID_VALUE,
+                        format!(
+                            "`confirm: never` on a rule that allows destructive ops ({}); destructive ops are always confirmed",
+                            destructive.join(", ")
+                        ),
+                        format!("{}.confirm", r.location),
+                        Some(span),
+                    )
+                    .with_fix("list only confirm-tier ops in this rule, and allow the destructive ones in another rule without `confirm: never`"),
+                );
+            }
+        }
         let mut rule = match r.effect {
             RuleEffect::Allow => Rule::allow(&r.name, sels),
             RuleEffect::Deny => Rule::deny(&r.name, sels),

@@ -8,12 +8,17 @@ use corral_policy::presets::{Preset, PresetOptions};
 use corral_policy::scope::{CommandScopeSpec, PathScopeSpec, SymlinkMode, UrlScopeSpec};
 use corral_policy::suggest::closest;
 use corral_policy::units::{Rate, parse_duration, parse_size};
-use corral_policy::{Effect, Limits, ParamKind, PrincipalKind, RuleEffect, Tier};
+use corral_policy::{
+    AutonomyLevel, Effect, Limits, ParamKind, PrincipalKind, PrincipalSelector, Role, RuleEffect,
+    Tier,
+};
 
 use crate::diag::Diagnostic;
 use crate::model::{
-    AuditConfig, AuditSink, AuthConfig, BackendKind, Config, CustomOpConfig, JwtSpec, NetworkMode,
-    ParamConfig, PresetUse, RuleConfig, Spanned, StateOnlyEntry, StorageConfig, TokenConfig,
+    AuditConfig, AuditSink, AuthConfig, AutonomyConfig, AutonomyPin, BackendKind, BudgetsConfig,
+    Config, ConfirmationBackend, CustomOpConfig, GuardrailsConfig, GuardrailsMode, JwtSpec,
+    NetworkMode, ParamConfig, PresetUse, RolesConfig, RuleConfig, Spanned, StateOnlyEntry,
+    StorageConfig, TokenConfig,
 };
 use crate::yaml::{Key, Node, Span, Value};
 
@@ -32,6 +37,22 @@ const TOP_KEYS: &[&str] = &[
     "limits",
     "state_only",
     "tiers",
+    "isolation",
+    "autonomy",
+    "roles",
+    "guardrails",
+    "budgets",
+    "disabled_ops",
+];
+const AUTONOMY_KEYS: &[&str] = &["level", "pins"];
+const PIN_KEYS: &[&str] = &["principal", "level"];
+const ROLES_KEYS: &[&str] = &["overrides"];
+const GUARDRAILS_KEYS: &[&str] = &["mode", "confirmation_ttl", "confirmations", "replicas"];
+const BUDGET_KEYS: &[&str] = &[
+    "max_calls",
+    "max_calls_per_op",
+    "max_wall_time",
+    "max_output_bytes",
 ];
 const RULE_KEYS: &[&str] = &[
     "allow",
@@ -43,6 +64,7 @@ const RULE_KEYS: &[&str] = &[
     "urls",
     "limits",
     "reason",
+    "confirm",
 ];
 const PATH_KEYS: &[&str] = &[
     "roots",
@@ -121,6 +143,25 @@ fn allow_spans(commands: &Node) -> Vec<Span> {
     match list.map(|n| &n.value) {
         Some(Value::Seq(items)) => items.iter().map(|n| n.span).collect(),
         _ => Vec::new(),
+    }
+}
+
+/// `0`, or a zero with a unit (`0s`, `0B`): a budget written as disabled.
+fn is_zero_quantity(v: &Value) -> bool {
+    match v {
+        Value::Int(0) => true,
+        Value::Str(s) => {
+            let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
+            !digits.is_empty()
+                && digits.chars().all(|c| c == '0')
+                && s[digits.len()..].chars().all(|c| c.is_ascii_alphabetic())
+        }
+        Value::Null
+        | Value::Bool(_)
+        | Value::Int(_)
+        | Value::Float(_)
+        | Value::Seq(_)
+        | Value::Map(_) => false,
     }
 }
 
@@ -482,7 +523,237 @@ impl Decoder {
                 }
             }
         }
+        if let Some(n) = m.get("autonomy") {
+            c.autonomy = self.autonomy(n);
+        }
+        if let Some(n) = m.get("roles") {
+            c.roles = self.roles(n);
+        }
+        if let Some(n) = m.get("guardrails") {
+            c.guardrails = self.guardrails(n);
+        }
+        if let Some(n) = m.get("budgets") {
+            c.budgets = self.budgets(n);
+        }
+        if let Some(n) = m.get("disabled_ops") {
+            c.disabled_ops = self.strings(n, "disabled_ops");
+        }
         c
+    }
+
+    fn level(&mut self, node: &Node, at: &str) -> Option<AutonomyLevel> {
+        let levels = AutonomyLevel::ALL.map(|l| (l.as_str(), l));
+        self.choice(node, at, &levels)
+    }
+
+    /// `autonomy: L2` or `autonomy: {level: L3, pins: [{principal: "kind:service", level: L4}]}`.
+    fn autonomy(&mut self, node: &Node) -> Option<AutonomyConfig> {
+        let mut a = AutonomyConfig {
+            span: node.span,
+            ..AutonomyConfig::default()
+        };
+        if let Value::Str(_) = node.value {
+            a.level = Some(self.level(node, "autonomy")?);
+            return Some(a);
+        }
+        let m = self.map(node, "autonomy", AUTONOMY_KEYS)?;
+        if let Some(l) = m.get("level") {
+            a.level = self.level(l, "autonomy.level");
+        }
+        if let Some(p) = m.get("pins") {
+            let Value::Seq(items) = &p.value else {
+                self.wrong_type(p, "autonomy.pins", "a list of `{principal, level}`");
+                return Some(a);
+            };
+            for (i, item) in items.iter().enumerate() {
+                let at = format!("autonomy.pins[{i}]");
+                let Some(pm) = self.map(item, &at, PIN_KEYS) else {
+                    continue;
+                };
+                let (Some(pn), Some(ln)) = (pm.get("principal"), pm.get("level")) else {
+                    self.err_fix(
+                        codes::CONFIG_MISSING_KEY,
+                        "a pin needs `principal` and `level`".to_owned(),
+                        &at,
+                        item.span,
+                        "write `{principal: \"kind:service\", level: L2}`".to_owned(),
+                    );
+                    continue;
+                };
+                let level = self.level(ln, &pm.at("level"));
+                let Some(who) = self.string(pn, &pm.at("principal")) else {
+                    continue;
+                };
+                let principal = match PrincipalSelector::parse(&who) {
+                    Ok(PrincipalSelector::AnyAuthenticated) => {
+                        self.err_fix(
+                            codes::CONFIG_INVALID_PRINCIPAL,
+                            "a pin for every caller (`*`) is a process-wide level".to_owned(),
+                            &pm.at("principal"),
+                            pn.span,
+                            "write it as `autonomy.level`".to_owned(),
+                        );
+                        continue;
+                    }
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.err_fix(
+                            e.code(),
+                            e.to_string(),
+                            &pm.at("principal"),
+                            pn.span,
+                            e.fix(),
+                        );
+                        continue;
+                    }
+                };
+                if let Some(level) = level {
+                    a.pins.push(AutonomyPin {
+                        principal,
+                        level,
+                        span: item.span,
+                    });
+                }
+            }
+        }
+        Some(a)
+    }
+
+    /// `roles: {overrides: {op_id: viewer|operator|admin}}`; present (even empty) turns RBAC by
+    /// tier on.
+    fn roles(&mut self, node: &Node) -> Option<RolesConfig> {
+        let mut r = RolesConfig {
+            span: node.span,
+            ..RolesConfig::default()
+        };
+        if matches!(node.value, Value::Null) {
+            return Some(r);
+        }
+        let m = self.map(node, "roles", ROLES_KEYS)?;
+        if let Some(o) = m.get("overrides")
+            && let Some(entries) = self.map_any(o, "roles.overrides")
+        {
+            let roles = Role::ALL.map(|r| (r.as_str(), r));
+            for (k, v) in entries {
+                if let Some(role) = self.choice(v, &format!("roles.overrides.{}", k.name), &roles) {
+                    r.overrides
+                        .push((Spanned::new(k.name.clone(), k.span), role));
+                }
+            }
+        }
+        Some(r)
+    }
+
+    fn guardrails(&mut self, node: &Node) -> GuardrailsConfig {
+        let mut g = GuardrailsConfig::default();
+        let Some(m) = self.map(node, "guardrails", GUARDRAILS_KEYS) else {
+            return g;
+        };
+        if let Some(n) = m.get("mode") {
+            g.mode = self
+                .choice(
+                    n,
+                    "guardrails.mode",
+                    &[
+                        ("enforce", GuardrailsMode::Enforce),
+                        ("dry_run", GuardrailsMode::DryRun),
+                    ],
+                )
+                .unwrap_or_default();
+        }
+        if let Some(n) = m.get("confirmation_ttl")
+            && let Some(ttl) = self.duration(n, "guardrails.confirmation_ttl")
+        {
+            if ttl < Duration::from_secs(1) {
+                self.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    "`confirmation_ttl` is under one second, so no approval could ever be used"
+                        .to_owned(),
+                    "guardrails.confirmation_ttl",
+                    n.span,
+                    "write a duration such as `300s` (the default)".to_owned(),
+                );
+            } else {
+                g.confirmation_ttl = ttl;
+            }
+        }
+        let backend_node = m.get("confirmations");
+        if let Some(n) = backend_node {
+            g.confirmations = self
+                .choice(
+                    n,
+                    "guardrails.confirmations",
+                    &[
+                        ("store", ConfirmationBackend::Store),
+                        ("memory", ConfirmationBackend::Memory),
+                    ],
+                )
+                .unwrap_or_default();
+        }
+        if let Some(n) = m.get("replicas")
+            && let Some(r) = self.uint(n, "guardrails.replicas")
+        {
+            if r == 0 {
+                self.wrong_type(n, "guardrails.replicas", "a positive integer");
+            } else {
+                g.replicas = r;
+            }
+        }
+        if g.confirmations == ConfirmationBackend::Memory && g.replicas > 1 {
+            let span = backend_node.map_or(node.span, |n| n.span);
+            self.err_fix(
+                codes::CONFIG_INVALID_VALUE,
+                format!(
+                    "`confirmations: memory` keeps pending actions in one process, and `replicas` is {}: an approval given on one replica would be invisible to the others",
+                    g.replicas
+                ),
+                "guardrails.confirmations",
+                span,
+                "use `confirmations: store` with `storage: {url: postgres://...}` shared by the replicas".to_owned(),
+            );
+        }
+        g
+    }
+
+    /// A budget number: a non-negative integer (`0` disables it).
+    fn budget_count(&mut self, node: &Node, at: &str) -> u64 {
+        self.uint(node, at).unwrap_or(0)
+    }
+
+    fn budgets(&mut self, node: &Node) -> BudgetsConfig {
+        let mut b = BudgetsConfig::default();
+        let Some(m) = self.map(node, "budgets", BUDGET_KEYS) else {
+            return b;
+        };
+        if let Some(n) = m.get("max_calls") {
+            b.max_calls = self.budget_count(n, "budgets.max_calls");
+        }
+        if let Some(n) = m.get("max_calls_per_op")
+            && let Some(entries) = self.map_any(n, "budgets.max_calls_per_op")
+        {
+            for (k, v) in entries {
+                let at = format!("budgets.max_calls_per_op.{}", k.name);
+                if let Some(count) = self.uint(v, &at) {
+                    b.max_calls_per_op
+                        .push((Spanned::new(k.name.clone(), k.span), count));
+                }
+            }
+        }
+        if let Some(n) = m.get("max_wall_time") {
+            b.max_wall_time = match n.value {
+                _ if is_zero_quantity(&n.value) => Duration::ZERO,
+                _ => self
+                    .duration(n, "budgets.max_wall_time")
+                    .unwrap_or(Duration::ZERO),
+            };
+        }
+        if let Some(n) = m.get("max_output_bytes") {
+            b.max_output_bytes = match n.value {
+                _ if is_zero_quantity(&n.value) => 0,
+                _ => self.size(n, "budgets.max_output_bytes").unwrap_or(0),
+            };
+        }
+        b
     }
 
     /// A mapping whose keys are free (op ids): no unknown-key check.
@@ -653,6 +924,20 @@ impl Decoder {
             let reason = m
                 .get("reason")
                 .and_then(|n| self.string(n, &m.at("reason")));
+            let confirm_never = m.get("confirm").and_then(|n| {
+                let never =
+                    self.choice(n, &m.at("confirm"), &[("never", true), ("always", false)])?;
+                if never && effect == RuleEffect::Deny {
+                    self.err_fix(
+                        codes::CONFIG_INVALID_VALUE,
+                        "`confirm: never` on a deny rule means nothing".to_owned(),
+                        &m.at("confirm"),
+                        n.span,
+                        "put it on the allow rule whose calls should run unattended".to_owned(),
+                    );
+                }
+                never.then_some(n.span)
+            });
             out.push(RuleConfig {
                 name,
                 effect,
@@ -664,6 +949,7 @@ impl Decoder {
                 urls,
                 limits,
                 reason,
+                confirm_never,
                 span: n.span,
                 location: at,
             });

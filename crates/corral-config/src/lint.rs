@@ -3,8 +3,8 @@
 
 use corral_policy::scope::{ArgPattern, NormPath, SymlinkMode};
 use corral_policy::{
-    Effect, OpSpec, ParamKind, Principal, PrincipalSelector, Rule, RuleEffect, ScopeKind, Selector,
-    codes,
+    Effect, OpSpec, ParamKind, Principal, PrincipalSelector, Role, Rule, RuleEffect, ScopeKind,
+    Selector, Tier, codes,
 };
 
 use crate::Loaded;
@@ -270,6 +270,7 @@ impl<'a> Linter<'a> {
         }
         self.state_only();
         self.auth();
+        self.guardrails();
         self.secrets();
         for p in &self.l.config.presets {
             if p.preset == corral_policy::presets::Preset::FullAccess {
@@ -716,6 +717,54 @@ impl<'a> Linter<'a> {
             }
         }
         self.out.extend(found);
+    }
+
+    /// `confirm: never` (a warning on every rule that sets it) and RBAC by tier that is off
+    /// while tokens carry tier roles (a note).
+    fn guardrails(&mut self) {
+        for (i, r) in self.l.policy.rules.iter().enumerate() {
+            let Some(cr) = self.config_rule(i) else {
+                continue;
+            };
+            let Some(span) = cr.confirm_never else {
+                continue;
+            };
+            let confirm_tier: Vec<String> = self
+                .ops_mounted_by(r)
+                .into_iter()
+                .filter(|op| op.tier() == Tier::Confirm)
+                .map(|op| format!("`{}`", op.id))
+                .collect();
+            let message = if confirm_tier.is_empty() {
+                "`confirm: never` has no effect: the rule allows no confirm-tier op".to_owned()
+            } else {
+                format!(
+                    "`confirm: never`: {} run without a human's approval when this rule allows them",
+                    confirm_tier.join(", ")
+                )
+            };
+            self.push(Diagnostic::warning(
+                codes::LINT_CONFIRM_NEVER,
+                message,
+                format!("{}.confirm", cr.location),
+                Some(span),
+            ));
+        }
+        if self.l.config.roles.is_none() {
+            for (i, t) in self.l.config.auth.tokens.iter().enumerate() {
+                if let Some(role) = t.roles.iter().find(|r| Role::parse(r).is_some()) {
+                    self.push(Diagnostic::note(
+                        codes::LINT_RBAC_INACTIVE,
+                        format!(
+                            "token `{}` has the role `{role}`, but without `roles:` RBAC by tier is off and the role only matters to rules that name it",
+                            t.id.value
+                        ),
+                        format!("auth.tokens[{i}]"),
+                        Some(t.id.span),
+                    ));
+                }
+            }
+        }
     }
 
     fn auth(&mut self) {

@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use corral_policy::presets::{Preset, PresetOptions};
 use corral_policy::scope::{CommandScopeSpec, PathScopeSpec, UrlScopeSpec};
-use corral_policy::{Effect, Limits, ParamKind, PrincipalKind, RuleEffect, Tier};
+use corral_policy::{
+    AutonomyLevel, Effect, Limits, ParamKind, PrincipalKind, PrincipalSelector, Role, RuleEffect,
+    Tier,
+};
 
 use crate::yaml::Span;
 
@@ -58,6 +61,104 @@ pub struct Config {
     pub state_only: Vec<StateOnlyEntry>,
     /// Tiers raised by config.
     pub tiers: Vec<(Spanned<String>, Tier)>,
+    /// `autonomy:` the process-wide level and the per-principal pins; `None` when absent.
+    pub autonomy: Option<AutonomyConfig>,
+    /// `roles:` RBAC by tier; `None` when absent (RBAC by tier is then off).
+    pub roles: Option<RolesConfig>,
+    /// `guardrails:` mode, confirmation TTL and store, replicas.
+    pub guardrails: GuardrailsConfig,
+    /// `budgets:` per-run budgets.
+    pub budgets: BudgetsConfig,
+    /// `disabled_ops:` ops removed from the catalog before anything is built from it.
+    pub disabled_ops: Vec<Spanned<String>>,
+}
+
+/// `autonomy:` either a level (`autonomy: L2`) or `{level, pins}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AutonomyConfig {
+    /// The process-wide level; `None`: no process-wide restriction (pins still apply).
+    pub level: Option<AutonomyLevel>,
+    /// Per-principal pins, in order.
+    pub pins: Vec<AutonomyPin>,
+    /// Where `autonomy:` was written.
+    pub span: Span,
+}
+
+/// One `autonomy.pins` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutonomyPin {
+    /// Who: `kind:service`, `id:x` or `role:r`.
+    pub principal: PrincipalSelector,
+    /// The level they are pinned to.
+    pub level: AutonomyLevel,
+    /// Where the pin was written.
+    pub span: Span,
+}
+
+/// `roles:` RBAC by tier (present = on).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RolesConfig {
+    /// Per-op role overrides (`op id -> role`); the override wins over the tier's role.
+    pub overrides: Vec<(Spanned<String>, Role)>,
+    /// Where `roles:` was written.
+    pub span: Span,
+}
+
+/// `guardrails.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GuardrailsMode {
+    /// Confirm- and destructive-tier calls wait for a human's approval.
+    #[default]
+    Enforce,
+    /// Confirm- and destructive-tier calls answer `dry_run` and never run.
+    DryRun,
+}
+
+/// `guardrails.confirmations`: where pending actions and approvals live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConfirmationBackend {
+    /// The store (`storage:`: SQLite by default, Postgres for replicas); survives restarts.
+    #[default]
+    Store,
+    /// This process only; lost on restart; refused with `replicas` above 1.
+    Memory,
+}
+
+/// `guardrails:`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardrailsConfig {
+    /// Enforce or dry-run.
+    pub mode: GuardrailsMode,
+    /// How long a pending action (and its approval, and its stored outcome) lives.
+    pub confirmation_ttl: Duration,
+    /// Where confirmations live.
+    pub confirmations: ConfirmationBackend,
+    /// How many replicas of `corral serve` share this config (declared; 1 by default).
+    pub replicas: u64,
+}
+
+impl Default for GuardrailsConfig {
+    fn default() -> Self {
+        Self {
+            mode: GuardrailsMode::Enforce,
+            confirmation_ttl: Duration::from_secs(300),
+            confirmations: ConfirmationBackend::Store,
+            replicas: 1,
+        }
+    }
+}
+
+/// `budgets:` per run (calls sharing an `X-Corral-Run` id). `0` (or absent) disables one.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BudgetsConfig {
+    /// Calls per run.
+    pub max_calls: u64,
+    /// Calls per run to one op.
+    pub max_calls_per_op: Vec<(Spanned<String>, u64)>,
+    /// Time from a run's first call.
+    pub max_wall_time: Duration,
+    /// Bytes of results per run.
+    pub max_output_bytes: u64,
 }
 
 /// One preset in use.
@@ -95,6 +196,8 @@ pub struct RuleConfig {
     pub limits: Limits,
     /// Reason shown on a deny.
     pub reason: Option<String>,
+    /// `confirm: never`: the confirm-tier calls this rule allows run without a human's approval.
+    pub confirm_never: Option<Span>,
     /// Where the rule starts.
     pub span: Span,
     /// The key path, `rules[i]`.

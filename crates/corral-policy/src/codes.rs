@@ -145,6 +145,45 @@ catalog! {
     ISOLATION_UNAVAILABLE = "isolation.unavailable", 503,
         "the configured isolation backend cannot run on this host; corral never falls back",
         "run `corral doctor` and install the missing primitive, or configure another backend";
+    AUTONOMY_BLOCKED = "autonomy.blocked", 403,
+        "the autonomy level in force (process, principal pin or run) does not let this op run",
+        "call an op of a lower tier, or raise `autonomy:` (or the principal's pin) in the config";
+    RBAC_DENIED = "rbac.denied", 403,
+        "the caller's role is below the role the op's tier (or its override) needs",
+        "call as a principal with the role the error names (viewer < operator < admin)";
+    BUDGET_EXHAUSTED = "budget.exhausted", 429,
+        "the run has used up one of its budgets (calls, calls per op, wall time, output bytes)",
+        "start a new run (another `X-Corral-Run`), or raise the budget the error names";
+    RUN_INVALID_HEADER = "run.invalid_header", 400,
+        "`X-Corral-Run`, `X-Corral-Autonomy` or `X-Corral-Dry-Run` is malformed",
+        "send a run id of 1-128 characters of letters, digits, `_`, `-`, `.` and `:`; a level `L0`-`L4`; dry-run `true` or `false`";
+    CONFIRMATION_REQUIRED = "confirmation.required", 202,
+        "the op's tier needs a human's approval of this exact call before it runs",
+        "approve with `POST /confirmations/{action_id}/decision {\"decision\":\"approve\"}` as the requester, then retry the same call with the same arguments";
+    CONFIRMATION_DENIED = "confirmation.denied", 403,
+        "a human denied this exact call",
+        "call with other arguments, or wait until the denied action expires and ask again";
+    CONFIRMATION_NOT_FOUND = "confirmation.not_found", 404,
+        "no such pending action for you (unknown, expired, or raised by someone else)",
+        "list yours with `GET /confirmations`; only the requester may approve";
+    CONFIRMATION_APPROVER_REFUSED = "confirmation.approver_refused", 403,
+        "a delegated or service principal tried to approve; only a person may approve",
+        "approve as the human requester with their own token (no `act` claim, kind human)";
+    CONFIRMATION_STALE_DECISION = "confirmation.stale_decision", 409,
+        "the decision is dated before the action was raised, so it cannot be about it",
+        "look at the pending action (`GET /confirmations`) and decide again";
+    CONFIRMATION_ALREADY_DECIDED = "confirmation.already_decided", 409,
+        "the action was already approved or denied",
+        "retry the call (approved) or raise a new one (denied, after it expires)";
+    CONFIRMATION_IN_PROGRESS = "confirmation.in_progress", 409,
+        "the approved call is still running on another request; its outcome is not stored yet",
+        "retry the same call shortly to get the stored outcome";
+    CONFIRMATION_NOT_REPLAYABLE = "confirmation.not_replayable", 409,
+        "the approved call already ran and its result (a byte stream) is not stored",
+        "call again after the action expires; a new approval is needed";
+    CONFIRMATION_INVALID_DECISION = "confirmation.invalid_decision", 400,
+        "the decision body is not `{\"decision\": \"approve\"|\"deny\"}` (with an optional `decided_at_ms`)",
+        "send `{\"decision\": \"approve\"}` or `{\"decision\": \"deny\"}` as JSON";
     LIMIT_TOO_LARGE = "limit.too_large", 413,
         "the request or its result is larger than the effective `max_bytes`",
         "ask for less, or raise `max_bytes` in the rule or the global limits";
@@ -307,6 +346,12 @@ catalog! {
     LINT_BLOCK_PRIVATE_OFF = "lint.block_private_off", 0,
         "a url scope lets calls reach private and loopback addresses",
         "remove `block_private: false`";
+    LINT_CONFIRM_NEVER = "lint.confirm_never", 0,
+        "a rule sets `confirm: never`: its confirm-tier calls run without a human's approval",
+        "keep it only for unattended automation; remove it to have a person approve each call";
+    LINT_RBAC_INACTIVE = "lint.rbac_inactive", 0,
+        "a token carries a tier role (viewer, operator, admin) but the config has no `roles:`, so RBAC by tier is off",
+        "add `roles: {}` (or `roles: {overrides: ...}`) to turn RBAC by tier on";
     LINT_FULL_ACCESS = "lint.full_access", 0,
         "the full_access preset (or an `unsafe: true` scope) is in use",
         "use a narrower preset such as workspace_jail";

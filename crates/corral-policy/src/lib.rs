@@ -9,6 +9,7 @@ pub mod codes;
 pub mod decision;
 pub mod engine;
 pub mod error;
+pub mod guardrails;
 pub mod hook;
 pub mod limits;
 pub mod op;
@@ -24,6 +25,7 @@ pub mod units;
 pub use decision::{Allowed, Candidate, Decision, Explanation, RuleRef, TraceOutcome, TraceStep};
 pub use engine::Engine;
 pub use error::PolicyError;
+pub use guardrails::{AutonomyLevel, Role};
 pub use hook::{Authorize, FnHook, HookCtx, HookOutcome};
 pub use limits::Limits;
 pub use op::{

@@ -493,6 +493,12 @@ impl Catalog {
         self.ops.get_mut(id)
     }
 
+    /// Removes an op (`disabled_ops`): everything built from the catalog afterwards no longer
+    /// sees it. Returns the removed spec.
+    pub fn remove(&mut self, id: &str) -> Option<OpSpec> {
+        self.ops.remove(id)
+    }
+
     /// Looks an op up by id.
     pub fn get(&self, id: &str) -> Option<&OpSpec> {
         self.ops.get(id)

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod errors;
+mod guardrails;
 mod lints;
 mod policy_from_config;
 mod snapshots;

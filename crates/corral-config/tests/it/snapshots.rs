@@ -64,6 +64,6 @@ auth:
 ",
     );
     let findings = lint::lint(&l);
-    assert_eq!(findings.len(), 3, "{findings:#?}");
+    assert_eq!(findings.len(), 4, "{findings:#?}");
     insta::assert_snapshot!("lint_findings", l.render(&findings));
 }

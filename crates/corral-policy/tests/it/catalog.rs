@@ -62,6 +62,10 @@ fn statuses_are_zero_for_offline_codes_and_http_errors_otherwise() {
         let offline = c.code.starts_with("config.") || c.code.starts_with("lint.");
         if offline {
             assert_eq!(c.status, 0, "`{}` is offline-only", c.code);
+        } else if c.code == codes::CONFIRMATION_REQUIRED {
+            // The one non-error answer in the catalog: the call was accepted and waits for a
+            // human's approval (202 Accepted), with the wire error's shape plus the action.
+            assert_eq!(c.status, 202, "`{}` is 202 Accepted", c.code);
         } else {
             assert!(
                 (400..600).contains(&c.status),
