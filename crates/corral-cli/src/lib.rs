@@ -93,6 +93,17 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// Show which isolation primitives this host offers and which backends can run here.
+    ///
+    /// Exit codes: 0 when the configured backend (`isolation.backend`, default `linux`) can
+    /// run, 1 when it cannot, 2 for a config that does not load.
+    Doctor {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
     /// Decide one call without running it, and show every rule considered.
     Explain {
         #[command(flatten)]
@@ -151,6 +162,7 @@ pub fn run_cli(cli: Cli) -> Exit {
             effective,
             format,
         } => cmd::describe::run(config.config, effective, format),
+        Command::Doctor { config, format } => cmd::doctor::run(config.config, format),
         Command::Explain {
             config,
             op,

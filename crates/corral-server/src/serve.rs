@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use corral_config::Loaded;
 use corral_exec::Backend;
+use corral_exec::linux::{LinuxBackend, Network};
 use corral_exec::process::ProcessBackend;
 use corral_guard::Gateway;
 use corral_guard::audit::AuditSink;
@@ -109,6 +110,37 @@ fn check_open_mode(
     }
 }
 
+/// The backend the config asks for (`isolation.backend`). The linux backend's preflight runs
+/// here; when it fails the server still starts, and every exec op answers 503
+/// `isolation.unavailable` naming the missing primitive: never a fallback to `process`.
+fn backend(loaded: &Loaded) -> Arc<dyn Backend> {
+    use corral_config::model::{BackendKind, NetworkMode};
+    match loaded.config.isolation.backend {
+        BackendKind::Linux => {
+            let network = match loaded.config.isolation.network {
+                NetworkMode::None => Network::None,
+                NetworkMode::Loopback => Network::Loopback,
+            };
+            // The running binary is the helper (`corral __sandbox-exec`); `/proc/self/exe`
+            // names it even if the file on disk was replaced since.
+            let linux = LinuxBackend::new(PathBuf::from("/proc/self/exe")).with_network(network);
+            if let Err(e) = linux.preflight() {
+                tracing::error!(
+                    code = e.code(),
+                    "{e}; every exec op will answer 503 until this is fixed (see `corral doctor`)"
+                );
+            }
+            Arc::new(linux)
+        }
+        BackendKind::Process => {
+            tracing::warn!(
+                "isolation.backend is `process`: commands run without isolation and every result says `isolated: false`"
+            );
+            Arc::new(ProcessBackend::new())
+        }
+    }
+}
+
 /// Builds the app state for a loaded config (also used by tests and `corral call --local`).
 pub async fn build_state(
     loaded: &Loaded,
@@ -125,7 +157,7 @@ pub async fn build_state(
             .await
             .map_err(|e| ServeError::Store(e.to_string()))?,
     );
-    let backend: Arc<dyn Backend> = Arc::new(ProcessBackend::new());
+    let backend = backend(loaded);
     let mut sinks: Vec<Arc<dyn AuditSink>> = vec![store.clone()];
     match &loaded.config.audit.sink {
         corral_config::model::AuditSink::Stderr => {

@@ -2,6 +2,7 @@
 
 pub mod check_config;
 pub mod describe;
+pub mod doctor;
 pub mod explain;
 pub mod init;
 

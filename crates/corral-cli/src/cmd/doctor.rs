@@ -1,0 +1,212 @@
+//! `corral doctor`: which isolation primitives this host offers, and which backends can run.
+//!
+//! Every primitive is tried for real (corral_exec::linux::probe), and when the linux backend's
+//! primitives are all there, one command (`/bin/true`) is run through it end to end, so the
+//! answer is what a run would get. Exit 0 when the configured backend (`isolation.backend`,
+//! `linux` unless the config says `process`) can run here, 1 when it cannot, 2 for a config
+//! that does not load.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use corral_config::model::{BackendKind, NetworkMode};
+use corral_exec::linux::{LinuxBackend, Network, Primitive};
+use corral_exec::{Backend, ExecRequest, ResourceLimits};
+use serde::Serialize;
+
+use crate::{Exit, Format};
+
+#[derive(Debug, Serialize)]
+struct PrimitiveOut {
+    name: &'static str,
+    available: bool,
+    required: bool,
+    detail: String,
+    fix: String,
+}
+
+impl From<&Primitive> for PrimitiveOut {
+    fn from(p: &Primitive) -> Self {
+        PrimitiveOut {
+            name: p.name,
+            available: p.available,
+            required: p.required,
+            detail: p.detail.clone(),
+            fix: p.fix.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct BackendOut {
+    name: &'static str,
+    can_run: bool,
+    isolated: bool,
+    detail: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    configured_backend: &'static str,
+    network: &'static str,
+    ok: bool,
+    primitives: Vec<PrimitiveOut>,
+    backends: Vec<BackendOut>,
+}
+
+/// The configured backend and network: from the config when one is given or found, else the
+/// defaults (`linux`, `none`).
+fn configured(flag: Option<PathBuf>) -> Result<(BackendKind, NetworkMode), Exit> {
+    let explicit = flag.is_some() || std::env::var_os("CORRAL_CONFIG").is_some();
+    let path = super::config_path(flag);
+    if !explicit && !path.exists() {
+        return Ok((BackendKind::default(), NetworkMode::default()));
+    }
+    match super::load(&path) {
+        Ok(l) => Ok((l.config.isolation.backend, l.config.isolation.network)),
+        Err(e) => {
+            eprint!("{}", e.render());
+            Err(Exit::Error)
+        }
+    }
+}
+
+/// Runs `/bin/true` through the linux backend; `Ok` with what it attested, or why it failed.
+fn smoke_run(network: Network) -> Result<String, String> {
+    let backend = LinuxBackend::new(PathBuf::from("/proc/self/exe")).with_network(network);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let req = ExecRequest {
+        argv: vec!["/bin/true".into()],
+        cwd: PathBuf::from("/"),
+        env: Vec::new(),
+        stdin: None,
+        timeout: Duration::from_secs(10),
+        max_output_bytes: 4096,
+        limits: ResourceLimits::default(),
+        read_paths: Vec::new(),
+        write_paths: Vec::new(),
+    };
+    let out = rt.block_on(backend.run(req)).map_err(|e| e.to_string())?;
+    let a = &out.attestation;
+    if out.exit_code != Some(0) || !a.isolated {
+        return Err(format!(
+            "a test run of /bin/true ended with {:?} (isolated: {})",
+            out.exit_code, a.isolated
+        ));
+    }
+    Ok(format!(
+        "a test run of /bin/true succeeded in {} ms (isolated: true, destroyed: {}, {})",
+        out.duration.as_millis(),
+        a.destroyed,
+        a.primitives.join(" ")
+    ))
+}
+
+/// Runs `corral doctor`.
+pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
+    let (kind, net) = match configured(config) {
+        Ok(c) => c,
+        Err(exit) => return exit,
+    };
+    let network = match net {
+        NetworkMode::None => Network::None,
+        NetworkMode::Loopback => Network::Loopback,
+    };
+    let primitives = corral_exec::linux::probe();
+    let missing: Vec<&Primitive> = primitives
+        .iter()
+        .filter(|p| p.required && !p.available)
+        .collect();
+    let linux = if missing.is_empty() {
+        match smoke_run(network) {
+            Ok(detail) => BackendOut {
+                name: "linux",
+                can_run: true,
+                isolated: true,
+                detail,
+            },
+            Err(e) => BackendOut {
+                name: "linux",
+                can_run: false,
+                isolated: true,
+                detail: e,
+            },
+        }
+    } else {
+        BackendOut {
+            name: "linux",
+            can_run: false,
+            isolated: true,
+            detail: format!(
+                "missing: {}",
+                missing
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    };
+    let process = BackendOut {
+        name: "process",
+        can_run: true,
+        isolated: false,
+        detail: "a plain child process with rlimits: runs anywhere, isolates nothing".into(),
+    };
+    let configured_backend = match kind {
+        BackendKind::Linux => "linux",
+        BackendKind::Process => "process",
+    };
+    let ok = match kind {
+        BackendKind::Linux => linux.can_run,
+        BackendKind::Process => true,
+    };
+    let report = Report {
+        configured_backend,
+        network: network.primitive().trim_start_matches("netns:"),
+        ok,
+        primitives: primitives.iter().map(PrimitiveOut::from).collect(),
+        backends: vec![linux, process],
+    };
+    match format {
+        Format::Json => crate::output::print_json(&report),
+        Format::Human => print_human(&report),
+    }
+    if ok { Exit::Ok } else { Exit::Findings }
+}
+
+fn print_human(r: &Report) {
+    let width = r.primitives.iter().map(|p| p.name.len()).max().unwrap_or(0);
+    println!("isolation primitives:");
+    for p in &r.primitives {
+        let mark = match (p.available, p.required) {
+            (true, _) => "ok",
+            (false, true) => "MISSING",
+            (false, false) => "absent",
+        };
+        println!("  {:width$}  {mark:7}  {}", p.name, p.detail);
+        if !p.available && !p.fix.is_empty() {
+            println!("  {:width$}           fix: {}", "", p.fix);
+        }
+    }
+    println!("backends:");
+    for b in &r.backends {
+        let can = if b.can_run { "can run" } else { "CANNOT run" };
+        println!(
+            "  {:8} {can:10} isolated: {:5}  {}",
+            b.name, b.isolated, b.detail
+        );
+    }
+    let verdict = if r.ok {
+        "can run here"
+    } else {
+        "CANNOT run here"
+    };
+    println!(
+        "configured backend: {} (network: {}): {verdict}",
+        r.configured_backend, r.network
+    );
+}
