@@ -2,7 +2,8 @@
 //! handled, full enforcement required (a partially enforced ruleset is an error, never a
 //! best-effort run).
 //!
-//! Read (and execute) rights on the system directories, `/proc`, `/dev` and the request's
+//! Listing (`ReadDir` only) on `/`, whose entries are the view's own mount points; read (and
+//! execute) rights on the system directories, `/proc`, `/dev` and the request's
 //! `read_paths`; read-write rights on `/tmp`, `/dev/shm` and the request's `write_paths`; write
 //! on `/dev/null`, `/dev/zero`, `/dev/full`. With `network: none`, TCP bind and connect are
 //! handled with no rule (denied) on top of the empty network namespace. Abstract unix sockets and
@@ -35,6 +36,9 @@ pub(crate) struct Rules {
     pub(crate) read: Vec<PathBuf>,
     pub(crate) write: Vec<PathBuf>,
     pub(crate) write_files: Vec<PathBuf>,
+    /// Directories that may be listed (and only listed): `/`, whose entries are the view's own
+    /// mount points.
+    pub(crate) list: Vec<PathBuf>,
     pub(crate) deny_tcp: bool,
 }
 
@@ -52,6 +56,7 @@ impl Rules {
             write_files: ["/dev/null", "/dev/zero", "/dev/full"]
                 .map(PathBuf::from)
                 .to_vec(),
+            list: vec![PathBuf::from("/")],
             deny_tcp: net == Network::None,
         }
     }
@@ -103,6 +108,7 @@ pub(crate) fn restrict(rules: &Rules) -> Result<(), String> {
         (&rules.read, read_access()),
         (&rules.write, read_access() | write_access()),
         (&rules.write_files, AccessFs::ReadFile | AccessFs::WriteFile),
+        (&rules.list, BitFlags::from(AccessFs::ReadDir)),
     ];
     for (paths, access) in groups {
         for path in paths {

@@ -327,6 +327,79 @@ fn user_binds(spec: &Spec) -> Vec<(PathBuf, bool)> {
     binds
 }
 
+/// Most directories a writable root may hold: finding every nested `.git` means walking it,
+/// and a root too large to walk is refused rather than run with its metadata unprotected.
+const MAX_SCAN_DIRS: usize = 50_000;
+
+/// Every entry named in `PROTECTED_NAMES` under `root` (nested repositories and vendored
+/// checkouts included), without following symlinks or descending into the entries themselves.
+fn protected_entries(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    let mut visited = 0usize;
+    while let Some(dir) = stack.pop() {
+        visited += 1;
+        if visited > MAX_SCAN_DIRS {
+            return Err(StepError::invalid(
+                "protect metadata",
+                format!(
+                    "the writable root `{}` holds more than {MAX_SCAN_DIRS} directories; corral cannot check it for nested `.git`/`.corral` metadata, so it refuses to bind it writable (narrow the root)",
+                    root.display()
+                ),
+            ));
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let path = entry.path();
+            if PROTECTED_NAMES.iter().any(|p| OsStr::new(p) == name) {
+                found.push(path);
+            } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Mounts the host's symlink `host` over itself beneath `root` (the new mount API attaches to
+/// the symlink without following it): it still resolves, but can be neither removed nor
+/// replaced.
+fn pin_symlink(root: &OwnedFd, host: &Path) -> Result<()> {
+    use rustix::mount::{MoveMountFlags, OpenTreeFlags};
+    let err = |e: rustix::io::Errno| mount_err("pin symlink", host, e);
+    let (Some(parent), Some(name)) = (host.parent(), host.file_name()) else {
+        return Err(StepError::invalid("pin symlink", "no parent"));
+    };
+    let src_parent = rustix::fs::openat2(
+        CWD,
+        parent,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(err)?;
+    let tree = rustix::mount::open_tree(
+        &src_parent,
+        name,
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(err)?;
+    let target_parent = open_beneath(root, &relative(parent)?, OFlags::DIRECTORY).map_err(err)?;
+    rustix::mount::move_mount(
+        &tree,
+        "",
+        &target_parent,
+        name,
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )
+    .map_err(err)
+}
+
 /// Builds the root view and pivots into it. Runs in the sandbox's init (pid 1 of the new pid
 /// namespace, full capabilities in the new user namespace).
 pub(crate) fn build_root(spec: &Spec, ids: Ids) -> Result<()> {
@@ -443,9 +516,9 @@ pub(crate) fn build_root(spec: &Spec, ids: Ids) -> Result<()> {
         };
         bind(&root, &path, flags)?;
         if writable {
-            for name in PROTECTED_NAMES {
-                let meta = path.join(name);
+            for meta in protected_entries(&path)? {
                 match std::fs::symlink_metadata(&meta) {
+                    Ok(m) if m.file_type().is_symlink() => pin_symlink(&root, &meta)?,
                     Ok(m) if m.is_dir() || m.is_file() => bind(&root, &meta, ro)?,
                     _ => {}
                 }

@@ -412,3 +412,24 @@ async fn a_helper_that_is_not_one_is_unavailable_never_a_weaker_run() {
         Err(ExecError::Unavailable { .. })
     ));
 }
+
+#[tokio::test]
+async fn the_root_lists_only_the_views_own_entries() {
+    let out = run(shell("ls -A /")).await;
+    let entries: Vec<&str> = stdout(&out).lines().collect();
+    for e in &entries {
+        assert!(
+            [
+                "bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp",
+                "usr"
+            ]
+            .contains(e),
+            "unexpected `/{e}` in the view: {entries:?}"
+        );
+    }
+    assert!(
+        entries.contains(&"usr") && entries.contains(&"tmp"),
+        "{entries:?}: {}",
+        stderr(&out)
+    );
+}
