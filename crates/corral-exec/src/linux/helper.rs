@@ -188,6 +188,7 @@ fn sandbox(spec: &Spec, status: &StatusPipe) -> Result<(), StepError> {
     let ids = Ids {
         uid: if uid.is_root() { 1000 } else { uid.as_raw() },
         gid: if gid.is_root() { 1000 } else { gid.as_raw() },
+        host_root: uid.is_root(),
     };
     let flags = UnshareFlags::NEWUSER
         | UnshareFlags::NEWNS
@@ -318,7 +319,7 @@ fn init(spec: &Spec, ids: Ids, status: &StatusPipe) -> ! {
         std::process::exit(EXIT_SETUP);
     }
     if pid == 0 {
-        target(spec, status, primitives);
+        target(spec, ids, status, primitives);
     }
     // The target cannot read our memory through /proc even with its capabilities gone.
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
@@ -348,7 +349,7 @@ fn init(spec: &Spec, ids: Ids, status: &StatusPipe) -> ! {
 }
 
 /// Step 3, the target. Never returns.
-fn target(spec: &Spec, status: &StatusPipe, mut primitives: Vec<String>) -> ! {
+fn target(spec: &Spec, ids: Ids, status: &StatusPipe, mut primitives: Vec<String>) -> ! {
     let fail = |kind: FailKind, step: &str, error: String| -> ! {
         status.send(&Status::Failed {
             kind,
@@ -396,7 +397,11 @@ fn target(spec: &Spec, status: &StatusPipe, mut primitives: Vec<String>) -> ! {
         if let Err(e) = r.apply() {
             fail(FailKind::Unavailable, r.kind.primitive(), e.to_string());
         }
-        primitives.push(r.kind.primitive().into());
+        // Set, but not attested where the kernel ignores it (processes of host uid 0 are exempt
+        // from RLIMIT_NPROC, namespace or not): the pids cgroup is what bounds them there.
+        if !(ids.host_root && r.kind == crate::common::RlimitKind::Nproc) {
+            primitives.push(r.kind.primitive().into());
+        }
     }
     if let Err(e) = rustix::process::chdir(&spec.cwd) {
         fail(

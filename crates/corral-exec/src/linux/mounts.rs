@@ -298,6 +298,8 @@ fn copy_symlink(root: &OwnedFd, host: &Path) -> Result<()> {
 pub(crate) struct Ids {
     pub(crate) uid: u32,
     pub(crate) gid: u32,
+    /// Whether the caller is uid 0 on the host: the kernel never applies `RLIMIT_NPROC` to it.
+    pub(crate) host_root: bool,
 }
 
 fn passwd(ids: Ids) -> String {
