@@ -27,6 +27,9 @@ pub struct RuleOrigin {
     pub config_rule: Option<usize>,
     /// The preset that produced it, if any.
     pub preset: Option<&'static str>,
+    /// `confirm: never` on the rule or its preset: the confirm-tier calls it allows run without
+    /// a human's approval (destructive ones never do).
+    pub confirm_never: bool,
 }
 
 /// A token whose secret was found in the environment.
@@ -300,6 +303,7 @@ pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diag
                         span: Some(p.span),
                         config_rule: None,
                         preset: Some(p.preset.name()),
+                        confirm_never: p.confirm_never.is_some(),
                     });
                 }
                 policy = policy + pp;
@@ -371,6 +375,7 @@ pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diag
             span: c.enable.first().map(|s| s.span),
             config_rule: None,
             preset: None,
+            confirm_never: false,
         });
     }
 
@@ -444,6 +449,7 @@ pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diag
             span: Some(r.span),
             config_rule: Some(ri),
             preset: None,
+            confirm_never: r.confirm_never.is_some() && r.effect == RuleEffect::Allow,
         });
     }
 
@@ -457,6 +463,7 @@ pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diag
             span: c.disable.first().map(|s| s.span),
             config_rule: None,
             preset: None,
+            confirm_never: false,
         });
     }
 

@@ -128,6 +128,7 @@ const PRESET_KEYS: &[&str] = &[
     "deny",
     "max_bytes",
     "unsafe",
+    "confirm",
 ];
 
 /// Where each allow pattern of a command scope (a list, or a mapping with `allow:`) was written.
@@ -784,7 +785,7 @@ impl Decoder {
         };
         let mut out = Vec::new();
         for (n, at) in items {
-            let (name_node, opts) = match &n.value {
+            let (name_node, opts, confirm_never) = match &n.value {
                 Value::Map(_) => {
                     let Some(pm) = self.map(n, &at, PRESET_KEYS) else {
                         continue;
@@ -798,14 +799,18 @@ impl Decoder {
                         );
                         continue;
                     };
-                    (name, self.preset_options(&pm))
+                    let confirm_never = pm.get("confirm").and_then(|c| {
+                        self.choice(c, &pm.at("confirm"), &[("never", true), ("always", false)])?
+                            .then_some(c.span)
+                    });
+                    (name, self.preset_options(&pm), confirm_never)
                 }
                 Value::Null
                 | Value::Bool(_)
                 | Value::Int(_)
                 | Value::Float(_)
                 | Value::Str(_)
-                | Value::Seq(_) => (n, PresetOptions::default()),
+                | Value::Seq(_) => (n, PresetOptions::default(), None),
             };
             let Some(name) = self.string(name_node, &at) else {
                 continue;
@@ -815,6 +820,7 @@ impl Decoder {
                     preset,
                     options: opts,
                     span: name_node.span,
+                    confirm_never,
                 }),
                 Err(e) => self.err_fix(e.code(), e.to_string(), &at, name_node.span, e.fix()),
             }

@@ -722,19 +722,33 @@ impl<'a> Linter<'a> {
     /// `confirm: never` (a warning on every rule that sets it) and RBAC by tier that is off
     /// while tokens carry tier roles (a note).
     fn guardrails(&mut self) {
+        let mut preset_ops: Vec<Vec<String>> = vec![Vec::new(); self.l.config.presets.len()];
         for (i, r) in self.l.policy.rules.iter().enumerate() {
-            let Some(cr) = self.config_rule(i) else {
-                continue;
-            };
-            let Some(span) = cr.confirm_never else {
-                continue;
-            };
             let confirm_tier: Vec<String> = self
                 .ops_mounted_by(r)
                 .into_iter()
                 .filter(|op| op.tier() == Tier::Confirm)
                 .map(|op| format!("`{}`", op.id))
                 .collect();
+            if let Some(o) = self.l.origins.get(i)
+                && o.confirm_never
+                && o.preset.is_some()
+                && let Some(pi) = self
+                    .l
+                    .config
+                    .presets
+                    .iter()
+                    .position(|p| Some(p.span) == o.span)
+                && let Some(ops) = preset_ops.get_mut(pi)
+            {
+                ops.extend(confirm_tier.iter().cloned());
+            }
+            let Some(cr) = self.config_rule(i) else {
+                continue;
+            };
+            let Some(span) = cr.confirm_never else {
+                continue;
+            };
             let message = if confirm_tier.is_empty() {
                 "`confirm: never` has no effect: the rule allows no confirm-tier op".to_owned()
             } else {
@@ -747,6 +761,31 @@ impl<'a> Linter<'a> {
                 codes::LINT_CONFIRM_NEVER,
                 message,
                 format!("{}.confirm", cr.location),
+                Some(span),
+            ));
+        }
+        for (p, mut ops) in self.l.config.presets.iter().zip(preset_ops) {
+            let Some(span) = p.confirm_never else {
+                continue;
+            };
+            ops.sort();
+            ops.dedup();
+            let message = if ops.is_empty() {
+                format!(
+                    "`confirm: never` has no effect: preset `{}` allows no confirm-tier op",
+                    p.preset.name()
+                )
+            } else {
+                format!(
+                    "`confirm: never`: {} run without a human's approval when preset `{}` allows them (its destructive ops stay confirmed)",
+                    ops.join(", "),
+                    p.preset.name()
+                )
+            };
+            self.push(Diagnostic::warning(
+                codes::LINT_CONFIRM_NEVER,
+                message,
+                "preset.confirm",
                 Some(span),
             ));
         }

@@ -170,6 +170,9 @@ pub struct PresetUse {
     pub options: PresetOptions,
     /// Where it was named.
     pub span: Span,
+    /// `confirm: never` (mapping form): the confirm-tier calls its rules allow run without a
+    /// human's approval; its destructive ops stay confirmed.
+    pub confirm_never: Option<Span>,
 }
 
 /// One rule as written.

@@ -26,6 +26,23 @@ pub enum Outcome {
     Limited,
     /// The caller could not be authenticated.
     Unauthenticated,
+    /// The autonomy level in force does not let the op run (neutral).
+    AutonomyBlocked,
+    /// The caller's role is below the one the op's tier needs.
+    RbacDenied,
+    /// The call raised (or met) a pending action: it waits for a human.
+    ConfirmationRaised,
+    /// A human approved or denied a pending action (`detail` says which).
+    ConfirmationDecided,
+    /// A retry consumed an approval (written before the op runs; the call's own event follows).
+    ConfirmationConsumed,
+    /// A run budget refused the call (neutral: not a failure, and nothing ran).
+    BudgetRefused,
+    /// Dry-run: the guarded call was described, not run.
+    DryRun,
+    /// A retry of an approved call that already ran: the stored outcome was returned, the op did
+    /// not run again.
+    Replayed,
 }
 
 impl Outcome {
@@ -39,6 +56,14 @@ impl Outcome {
             Outcome::InvalidArgs => "invalid_args",
             Outcome::Limited => "limited",
             Outcome::Unauthenticated => "unauthenticated",
+            Outcome::AutonomyBlocked => "autonomy_blocked",
+            Outcome::RbacDenied => "rbac_denied",
+            Outcome::ConfirmationRaised => "confirmation_raised",
+            Outcome::ConfirmationDecided => "confirmation_decided",
+            Outcome::ConfirmationConsumed => "confirmation_consumed",
+            Outcome::BudgetRefused => "budget_refused",
+            Outcome::DryRun => "dry_run",
+            Outcome::Replayed => "replayed",
         }
     }
 }
@@ -100,6 +125,16 @@ pub struct AuditEvent {
     pub duration_us: i64,
     /// For exec ops: what the backend applied.
     pub attestation: Option<AttestationRecord>,
+    /// The confirmation action the event is about, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_id: Option<String>,
+    /// The run (`X-Corral-Run`) the call belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// What a guard step decided, in a word or two: `approve`/`deny` for a decision, the budget
+    /// for a budget refusal, the level for an autonomy refusal, the role for an RBAC refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// An audit event that could not be stored.

@@ -1,10 +1,15 @@
 //! The one call path. HTTP, MCP, `corral call --local` and the lab all call `Gateway::call`.
 //!
-//! Order (pinned by a test): resolve the op in the caller's view (unknown and not-enabled give
-//! the same 404) -> parse arguments against the op's params (400) -> policy rules and scopes
-//! (403) -> limits (429) -> execute -> audit. Authentication happens before, in the surface
-//! that knows the credentials; autonomy, RBAC by tier and confirmation slot in between policy
-//! and execution (the guardrails milestone).
+//! Order (pinned by a test; a call that fails several steps is refused by the earliest):
+//! resolve the op in the caller's view (unknown, disabled and not-enabled give the same 404)
+//! -> parse arguments against the op's params (400) -> autonomy level (403 `autonomy.blocked`)
+//! -> RBAC by tier (403 `rbac.denied`) -> policy rules and scopes (403) -> limits (429) and run
+//! budgets (429 `budget.exhausted`) -> confirmation for confirm and destructive tiers (202
+//! `confirmation.required`; dry-run answers instead and never runs) -> execute -> audit.
+//! Authentication happens before, in the surface that knows the credentials.
+//!
+//! Every step that ends a call is audited with its own outcome; a retry that consumes an
+//! approval writes a `confirmation_consumed` event before the op runs, then the call's own.
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -12,12 +17,22 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use corral_exec::Backend;
 use corral_ops::{OpCtx, OpError, OpOutput, Registry, Stream};
-use corral_policy::{ArgValue, Args, Decision, Engine, Limits, Principal, Request, codes};
+use corral_policy::{
+    ArgValue, Args, AutonomyLevel, Decision, Engine, Limits, OpSpec, Principal, PrincipalKind,
+    Request, Role, Tier, codes,
+};
+use serde_json::json;
 
 use crate::args::{args_hash, parse_args};
 use crate::audit::{AttestationRecord, AuditEvent, AuditSink, Outcome, args_shape};
+use crate::canonical::{canonical, digest};
+use crate::confirm::{
+    Action, ActionState, ConfirmationError, ConfirmationStore, MemoryConfirmations, StoredOutcome,
+};
+use crate::guardrails::{GuardPolicy, Mode};
 use crate::limiter::{Limited, Limiter};
 use crate::metrics::Metrics;
+use crate::runs::{RunKey, RunLedger, RunPurpose};
 
 /// What a config produces: swapped whole on reload, so a call sees one consistent version.
 #[derive(Debug)]
@@ -28,6 +43,8 @@ pub struct Deployment {
     pub registry: Registry,
     /// Directories no op may touch (corral's state directory).
     pub protected: Vec<PathBuf>,
+    /// Autonomy, RBAC, mode, confirmation, budgets and op versions.
+    pub guard: GuardPolicy,
 }
 
 /// Who is calling, as authenticated by the surface.
@@ -52,6 +69,28 @@ pub struct Call {
     pub request_id: String,
 }
 
+/// What a surface passes along with a call besides the call itself (HTTP: headers).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallOptions {
+    /// The run the call belongs to (`X-Corral-Run`): budgets and the run's own settings.
+    pub run_id: Option<String>,
+    /// Lower the autonomy level (`X-Corral-Autonomy`): for the run when there is one (it never
+    /// goes back up), else for this call. Never raises anything.
+    pub autonomy: Option<AutonomyLevel>,
+    /// Dry-run (`X-Corral-Dry-Run: true`): for the run when there is one (it stays), else for
+    /// this call.
+    pub dry_run: bool,
+}
+
+/// Whether a run id is well-formed: 1-128 characters of `A-Za-z0-9_-.:`.
+pub fn valid_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+}
+
 /// A refusal or failure, as the surface should answer it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -63,15 +102,21 @@ pub struct Refusal {
     pub message: String,
     /// For 429s: when to retry.
     pub retry_after: Option<Duration>,
+    /// Fields the wire answer carries besides `{error, type, code, op, request_id}` (a JSON
+    /// object): for `confirmation.required`, the action, its canonical arguments, its tier and
+    /// reason, and how to approve it.
+    pub details: Option<serde_json::Value>,
 }
 
 impl Refusal {
-    fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+    /// A refusal with a status, a code and a message.
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
             message: message.into(),
             retry_after: None,
+            details: None,
         }
     }
 
@@ -100,6 +145,8 @@ pub struct Gateway {
     sinks: Vec<Arc<dyn AuditSink>>,
     limiter: Limiter,
     tenant: String,
+    confirmations: Arc<dyn ConfirmationStore>,
+    runs: RunLedger,
     /// Call metrics, for `/metrics`.
     pub metrics: Metrics,
 }
@@ -134,8 +181,21 @@ impl Gateway {
             sinks,
             limiter: Limiter::default(),
             tenant: tenant.to_owned(),
+            confirmations: Arc::new(MemoryConfirmations::new()),
+            runs: RunLedger::default(),
             metrics: Metrics::default(),
         }
+    }
+
+    /// Keeps confirmations in `store` instead of this process's memory (the default).
+    pub fn with_confirmations(mut self, store: Arc<dyn ConfirmationStore>) -> Self {
+        self.confirmations = store;
+        self
+    }
+
+    /// Where confirmations live: `memory`, `sqlite` or `postgres`.
+    pub fn confirmations_backend(&self) -> &'static str {
+        self.confirmations.backend()
     }
 
     /// The current deployment.
@@ -258,14 +318,227 @@ impl Gateway {
             status,
             duration_us: 0,
             attestation: None,
+            action_id: None,
+            run_id: None,
+            detail: None,
         };
         let _ = self.audit(&event).await;
         self.metrics
             .record("unknown", outcome.as_str(), Duration::ZERO);
     }
 
+    /// `GET /confirmations`: the caller's live actions, or, for a caller with the role
+    /// `admin`, every live action of its tenant; newest first.
+    pub async fn list_confirmations(
+        &self,
+        caller: &Caller,
+        request_id: &str,
+    ) -> Result<Vec<serde_json::Value>, Refusal> {
+        let p = &caller.principal;
+        let tenant = p.tenant.clone().unwrap_or_else(|| self.tenant.clone());
+        let admin = p.roles.iter().any(|r| r == Role::Admin.as_str());
+        let requester = (!admin).then_some(p.id.as_str());
+        match self.confirmations.list(&tenant, requester, now_ms()).await {
+            Ok(v) => Ok(v.iter().map(action_view).collect()),
+            Err(e) => {
+                tracing::error!(request_id, error = %e, "confirmation store failed");
+                Err(Refusal::new(
+                    503,
+                    codes::STORE_QUERY_FAILED,
+                    format!("the confirmation store failed (request {request_id}); retry"),
+                ))
+            }
+        }
+    }
+
+    /// `POST /confirmations/{action_id}/decision`: a person approves (the requester only) or
+    /// anyone in the tenant denies a pending action. Audited either way.
+    pub async fn decide_confirmation(
+        &self,
+        caller: &Caller,
+        action_id: &str,
+        body: &serde_json::Value,
+        request_id: &str,
+    ) -> Result<serde_json::Value, Refusal> {
+        let started = Instant::now();
+        let p = &caller.principal;
+        let tenant = p.tenant.clone().unwrap_or_else(|| self.tenant.clone());
+        let mut event = AuditEvent {
+            request_id: request_id.to_owned(),
+            tenant: tenant.clone(),
+            ts_ms: now_ms(),
+            principal_id: p.id.clone(),
+            principal_kind: p.kind.as_str().to_owned(),
+            act_chain: caller.act_chain.clone(),
+            op: "POST /confirmations".to_owned(),
+            outcome: Outcome::ConfirmationDecided,
+            code: None,
+            rule: None,
+            args_hash: String::new(),
+            args_shape: serde_json::Value::Null,
+            status: 200,
+            duration_us: 0,
+            attestation: None,
+            action_id: Some(action_id.chars().take(64).collect()),
+            run_id: None,
+            detail: None,
+        };
+        let result = self
+            .decide_inner(caller, &tenant, action_id, body, &mut event)
+            .await;
+        event.duration_us = i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX);
+        if let Err(r) = &result {
+            event.status = r.status;
+            event.code = Some(r.code.to_owned());
+            event.outcome = if r.code == codes::CONFIRMATION_INVALID_DECISION {
+                Outcome::InvalidArgs
+            } else {
+                Outcome::Denied
+            };
+        }
+        self.audit(&event).await?;
+        self.metrics
+            .record("confirmations", event.outcome.as_str(), started.elapsed());
+        result
+    }
+
+    async fn decide_inner(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        action_id: &str,
+        body: &serde_json::Value,
+        event: &mut AuditEvent,
+    ) -> Result<serde_json::Value, Refusal> {
+        let p = &caller.principal;
+        let invalid = |why: &str| {
+            Refusal::new(
+                400,
+                codes::CONFIRMATION_INVALID_DECISION,
+                format!(
+                    "{why}; send `{{\"decision\": \"approve\"}}` or `{{\"decision\": \"deny\"}}` (optionally with `decided_at_ms`)"
+                ),
+            )
+        };
+        let Some(obj) = body.as_object() else {
+            return Err(invalid("the body is not a JSON object"));
+        };
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !matches!(k.as_str(), "decision" | "decided_at_ms"))
+        {
+            return Err(invalid(&format!("unknown field `{k}`")));
+        }
+        let approve = match obj.get("decision").and_then(|v| v.as_str()) {
+            Some("approve") => true,
+            Some("deny") => false,
+            _ => return Err(invalid("`decision` must be `approve` or `deny`")),
+        };
+        event.detail = Some(if approve { "approve" } else { "deny" }.to_owned());
+        let decided_at =
+            match obj.get("decided_at_ms") {
+                None => None,
+                Some(v) => Some(v.as_i64().ok_or_else(|| {
+                    invalid("`decided_at_ms` must be milliseconds since the epoch")
+                })?),
+            };
+        let not_found = || {
+            Refusal::new(
+                404,
+                codes::CONFIRMATION_NOT_FOUND,
+                format!(
+                    "no pending action `{}` for you; `GET /confirmations` lists yours",
+                    action_id.chars().take(64).collect::<String>()
+                ),
+            )
+        };
+        let store_err = |e: ConfirmationError| {
+            tracing::error!(error = %e, "confirmation store failed");
+            Refusal::new(
+                503,
+                codes::STORE_QUERY_FAILED,
+                "the confirmation store failed; retry".to_owned(),
+            )
+        };
+        let now = now_ms();
+        let a = match self.confirmations.get(tenant, action_id).await {
+            Ok(Some(a)) if a.expires_ms > now => a,
+            Ok(_) => return Err(not_found()),
+            Err(e) => return Err(store_err(e)),
+        };
+        event.op = a.op.clone();
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&a.args) {
+            event.args_hash = args_hash(&v);
+            event.args_shape = args_shape(&v);
+        }
+        if approve {
+            // Someone else's action is not theirs to see: the same answer as an unknown one.
+            if a.requester != p.id {
+                return Err(not_found());
+            }
+            if p.kind != PrincipalKind::Human || !caller.act_chain.is_empty() {
+                return Err(Refusal::new(
+                    403,
+                    codes::CONFIRMATION_APPROVER_REFUSED,
+                    format!(
+                        "a {} principal cannot approve; only the person who raised it can, with their own token (kind human, no `act` claim)",
+                        p.kind.as_str()
+                    ),
+                ));
+            }
+        }
+        if a.state != ActionState::Pending {
+            return Err(Refusal::new(
+                409,
+                codes::CONFIRMATION_ALREADY_DECIDED,
+                format!("action {} is already {}", a.action_id, a.state.as_str()),
+            ));
+        }
+        let at = decided_at.unwrap_or(now);
+        if at < a.created_ms {
+            return Err(Refusal::new(
+                409,
+                codes::CONFIRMATION_STALE_DECISION,
+                format!(
+                    "the decision is dated {at} ms, before action {} was raised ({} ms), so it cannot be about it; look at the action and decide again",
+                    a.action_id, a.created_ms
+                ),
+            ));
+        }
+        match self
+            .confirmations
+            .decide(&a.action_id, approve, &p.id, at)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Refusal::new(
+                    409,
+                    codes::CONFIRMATION_ALREADY_DECIDED,
+                    format!("action {} was decided meanwhile", a.action_id),
+                ));
+            }
+            Err(e) => return Err(store_err(e)),
+        }
+        let mut decided = a;
+        decided.state = if approve {
+            ActionState::Approved
+        } else {
+            ActionState::Denied
+        };
+        decided.decided_ms = Some(at);
+        decided.decided_by = Some(p.id.clone());
+        Ok(action_view(&decided))
+    }
+
     /// Decides and runs one call, and audits it before returning.
     pub async fn call(&self, call: Call) -> Reply {
+        self.call_with(call, CallOptions::default()).await
+    }
+
+    /// Decides and runs one call with the surface's options (run, level, dry-run), and audits
+    /// it before returning.
+    pub async fn call_with(&self, call: Call, opts: CallOptions) -> Reply {
         let started = Instant::now();
         let d = self.deployment();
         let known = d.engine.catalog().get(&call.op).is_some();
@@ -290,8 +563,11 @@ impl Gateway {
             status: 200,
             duration_us: 0,
             attestation: None,
+            action_id: None,
+            run_id: opts.run_id.clone(),
+            detail: None,
         };
-        let (outcome, reply) = self.decide_and_run(&d, &call, &mut event).await;
+        let (outcome, reply) = self.decide_and_run(&d, &call, &opts, &mut event).await;
         event.outcome = outcome;
         event.duration_us = i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX);
         match &reply {
@@ -315,9 +591,11 @@ impl Gateway {
         &self,
         d: &Arc<Deployment>,
         call: &Call,
+        opts: &CallOptions,
         event: &mut AuditEvent,
     ) -> (Outcome, Reply) {
         let principal = &call.caller.principal;
+        let g = &d.guard;
         // 1. Resolve: unknown and not-enabled are the same answer.
         let spec = match d.engine.catalog().get(&call.op) {
             Some(s) if d.engine.is_mounted(&call.op, principal) => s.clone(),
@@ -333,7 +611,72 @@ impl Gateway {
                 );
             }
         };
-        // 3. Policy.
+        // The run: what it did to itself (a lowered level, dry-run) applies from here on.
+        let run = opts.run_id.as_ref().map(|id| {
+            let key = RunKey {
+                tenant: event.tenant.clone(),
+                principal: principal.id.clone(),
+                purpose: RunPurpose::Live,
+                run_id: id.clone(),
+            };
+            let record = self.runs.enter(&key, now_ms(), opts.autonomy, opts.dry_run);
+            (key, record)
+        });
+        let (run_level, run_dry) = match &run {
+            Some((_, r)) => (r.level, r.dry_run),
+            None => (opts.autonomy, opts.dry_run),
+        };
+        // 3. Autonomy: what may run at all, before anyone's role is looked at.
+        if let Some((level, source)) = g.effective_level(principal, run_level)
+            && !level.permits(&spec)
+        {
+            event.detail = Some(level.as_str().to_owned());
+            let needed = AutonomyLevel::lowest_for(&spec);
+            return (
+                Outcome::AutonomyBlocked,
+                Reply::Refused(Refusal::new(
+                    403,
+                    codes::AUTONOMY_BLOCKED,
+                    format!(
+                        "`{}` ({} tier, effects {}) needs autonomy {needed} or higher; {source} is {level}, which lets {} run",
+                        call.op,
+                        spec.tier(),
+                        spec.effective_effects(),
+                        level.describe()
+                    ),
+                )),
+            );
+        }
+        // 4. RBAC by tier: who may call it, before anyone is asked to approve it.
+        if let Some(need) = g.required_role(&spec) {
+            let have = Role::highest_of(&principal.roles);
+            if have.is_none_or(|h| h < need) {
+                event.detail = Some(need.as_str().to_owned());
+                let why = if g
+                    .rbac
+                    .as_ref()
+                    .is_some_and(|o| o.contains_key(call.op.as_str()))
+                {
+                    "`roles.overrides`".to_owned()
+                } else {
+                    format!("its {} tier: {}", spec.tier(), tier_reason(&spec))
+                };
+                let have =
+                    have.map_or_else(|| "no tier role".to_owned(), |h| format!("the role `{h}`"));
+                return (
+                    Outcome::RbacDenied,
+                    Reply::Refused(Refusal::new(
+                        403,
+                        codes::RBAC_DENIED,
+                        format!(
+                            "`{}` needs the role `{need}` ({why}); you have {have}; call as a principal with the role `{need}` or higher",
+                            call.op
+                        ),
+                    )),
+                );
+            }
+        }
+        // 5. Policy.
         let decision = d.engine.decide(&Request {
             op: &call.op,
             principal,
@@ -379,7 +722,7 @@ impl Gateway {
             }
         };
         event.rule = Some(grant.rule.name.to_string());
-        // 4. Limits.
+        // 6. Limits.
         let _permit = match self.limiter.admit(&principal.id, &call.op, &grant.limits) {
             Ok(p) => p,
             Err(Limited::Rate { retry_after, limit }) => {
@@ -408,7 +751,255 @@ impl Gateway {
                 return (Outcome::Limited, Reply::Refused(r));
             }
         };
-        // 5. Execute.
+        // 6b. Run budgets (neutral refusals: nothing ran, nothing failed).
+        let mut charged = None;
+        if let Some((key, _)) = &run
+            && g.budgets.any()
+        {
+            match self.runs.charge(key, &call.op, &g.budgets, now_ms()) {
+                Ok(()) => charged = Some(key),
+                Err(e) => {
+                    event.detail = Some(e.budget.clone());
+                    return (
+                        Outcome::BudgetRefused,
+                        Reply::Refused(Refusal::new(
+                            429,
+                            codes::BUDGET_EXHAUSTED,
+                            format!(
+                                "run `{}`: {} (`{}`); start a new run, or raise the budget",
+                                key.run_id, e.detail, e.budget
+                            ),
+                        )),
+                    );
+                }
+            }
+        }
+        let mut executed = false;
+        let (outcome, reply) = self
+            .confirm_and_run(d, call, spec, args, grant, run_dry, event, &mut executed)
+            .await;
+        if let Some(key) = charged {
+            if executed {
+                if g.budgets.max_output_bytes > 0 {
+                    let bytes = match &reply {
+                        Reply::Json(v) => serde_json::to_vec(v).map_or(0, |b| b.len() as u64),
+                        Reply::Stream(s) => s.len,
+                        Reply::Refused(_) => 0,
+                    };
+                    self.runs.add_output(key, bytes);
+                }
+            } else {
+                self.runs.refund(key, &call.op);
+            }
+        }
+        (outcome, reply)
+    }
+
+    /// Steps 7 to 9: confirmation (or dry-run), then the op itself.
+    #[allow(clippy::too_many_arguments)]
+    async fn confirm_and_run(
+        &self,
+        d: &Arc<Deployment>,
+        call: &Call,
+        spec: OpSpec,
+        args: Args,
+        grant: corral_policy::Allowed,
+        run_dry: bool,
+        event: &mut AuditEvent,
+        executed: &mut bool,
+    ) -> (Outcome, Reply) {
+        let g = &d.guard;
+        let tier = spec.tier();
+        let mut action = None;
+        if tier != Tier::Read {
+            // 7. Dry-run: guarded ops are described, never run, and nobody is asked.
+            if g.mode == Mode::DryRun || run_dry {
+                *executed = true;
+                return (Outcome::DryRun, Reply::Json(dry_run_payload(call, &spec)));
+            }
+            // 8. Confirmation, unless a confirm-tier op's allow rule says `confirm: never`.
+            let exempt = tier == Tier::Confirm && g.confirm_never_rules.contains(&grant.rule.index);
+            if !exempt {
+                match self.confirmation(d, call, &spec, event).await {
+                    Confirmed::Run(a) => {
+                        // The consumption is on record before the op runs.
+                        let mut consumed = event.clone();
+                        consumed.request_id = format!("{}:consume", call.request_id);
+                        consumed.outcome = Outcome::ConfirmationConsumed;
+                        consumed.action_id = Some(a.action_id.clone());
+                        consumed.ts_ms = now_ms();
+                        if let Err(r) = self.audit(&consumed).await {
+                            return (Outcome::ConfirmationConsumed, Reply::Refused(r));
+                        }
+                        event.action_id = Some(a.action_id.clone());
+                        action = Some(a);
+                    }
+                    Confirmed::Answer(outcome, reply) => return (outcome, reply),
+                }
+            }
+        }
+        *executed = true;
+        let (outcome, reply) = self.execute(d, call, spec, args, grant, event).await;
+        if let Some(a) = action {
+            let stored = match &reply {
+                Reply::Json(v) => StoredOutcome::Json { value: v.clone() },
+                Reply::Stream(s) => StoredOutcome::Stream {
+                    content_type: s.content_type.clone(),
+                    len: s.len,
+                },
+                Reply::Refused(r) => StoredOutcome::Refused {
+                    status: r.status,
+                    code: r.code.to_owned(),
+                    message: r.message.clone(),
+                },
+            };
+            if let Err(e) = self
+                .confirmations
+                .finish(&a.action_id, &stored, now_ms())
+                .await
+            {
+                // The op ran once and the caller gets its outcome; a retry finds the action
+                // still `running` and is told so (it never runs again).
+                tracing::error!(action_id = %a.action_id, error = %e, "the outcome of an approved call could not be stored");
+            }
+        }
+        (outcome, reply)
+    }
+
+    /// Step 8: finds or raises the call's action, consumes its approval, or answers what the
+    /// store says (pending, denied, running elsewhere, already done).
+    async fn confirmation(
+        &self,
+        d: &Arc<Deployment>,
+        call: &Call,
+        spec: &OpSpec,
+        event: &mut AuditEvent,
+    ) -> Confirmed {
+        let principal = &call.caller.principal;
+        let args = match &call.args {
+            serde_json::Value::Null => json!({}),
+            other => other.clone(),
+        };
+        let op_version = d.guard.op_version(&call.op).to_owned();
+        let key = digest(&json!({
+            "tenant": event.tenant,
+            "requester": principal.id,
+            "op": call.op,
+            "op_version": op_version,
+            "args": args,
+        }));
+        let now = now_ms();
+        let ttl_ms = i64::try_from(d.guard.confirmation_ttl.as_millis()).unwrap_or(i64::MAX);
+        let proto = Action {
+            action_id: uuid::Uuid::new_v4().to_string(),
+            key: key.clone(),
+            tenant: event.tenant.clone(),
+            requester: principal.id.clone(),
+            requester_kind: principal.kind.as_str().to_owned(),
+            op: call.op.clone(),
+            op_version,
+            tier: spec.tier().as_str().to_owned(),
+            reason: tier_reason(spec),
+            args: canonical(&args),
+            state: ActionState::Pending,
+            created_ms: now,
+            expires_ms: now.saturating_add(ttl_ms),
+            decided_ms: None,
+            decided_by: None,
+            outcome: None,
+        };
+        let store = &self.confirmations;
+        // Each pass either ends the step or saw the key change under it (another replica raised
+        // or consumed meanwhile); a few passes always settle.
+        for _ in 0..8 {
+            match store.consume(&key, now_ms()).await {
+                Ok(Some(a)) => return Confirmed::Run(Box::new(a)),
+                Ok(None) => {}
+                Err(e) => return store_failed(&e, &call.request_id),
+            }
+            let current = match store.current(&key, now_ms()).await {
+                Ok(c) => c,
+                Err(e) => return store_failed(&e, &call.request_id),
+            };
+            let a = match current {
+                Some(a) => a,
+                None => match store.raise(&proto, now_ms()).await {
+                    Ok(true) => proto.clone(),
+                    Ok(false) => continue,
+                    Err(e) => return store_failed(&e, &call.request_id),
+                },
+            };
+            event.action_id = Some(a.action_id.clone());
+            match a.state {
+                ActionState::Pending => {
+                    return Confirmed::Answer(
+                        Outcome::ConfirmationRaised,
+                        Reply::Refused(required(&a)),
+                    );
+                }
+                ActionState::Approved => continue,
+                ActionState::Denied => {
+                    return Confirmed::Answer(
+                        Outcome::Denied,
+                        Reply::Refused(Refusal::new(
+                            403,
+                            codes::CONFIRMATION_DENIED,
+                            format!(
+                                "{} denied this exact call to `{}` (action {}); call with other arguments, or ask again after it expires in {} s",
+                                a.decided_by
+                                    .as_deref()
+                                    .map_or_else(|| "someone".to_owned(), |b| format!("`{b}`")),
+                                a.op,
+                                a.action_id,
+                                (a.expires_ms - now_ms()).max(0) / 1000 + 1
+                            ),
+                        )),
+                    );
+                }
+                ActionState::Running => return self.wait_for_outcome(a, &call.request_id).await,
+                ActionState::Done => return replay(&a),
+            }
+        }
+        Confirmed::Answer(
+            Outcome::ConfirmationRaised,
+            Reply::Refused(in_progress(&call.op)),
+        )
+    }
+
+    /// Another request consumed the approval and runs the op: wait for its stored outcome.
+    async fn wait_for_outcome(&self, a: Action, request_id: &str) -> Confirmed {
+        let deadline = now_ms().saturating_add(OUTCOME_WAIT_MS).min(a.expires_ms);
+        let mut pause = Duration::from_millis(5);
+        loop {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+            match self.confirmations.get(&a.tenant, &a.action_id).await {
+                Ok(Some(now)) if now.state == ActionState::Done => return replay(&now),
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => return store_failed(&e, request_id),
+            }
+            if now_ms() >= deadline {
+                break;
+            }
+        }
+        Confirmed::Answer(
+            Outcome::ConfirmationRaised,
+            Reply::Refused(in_progress(&a.op)),
+        )
+    }
+
+    /// Step 9: runs the op.
+    async fn execute(
+        &self,
+        d: &Arc<Deployment>,
+        call: &Call,
+        spec: OpSpec,
+        args: Args,
+        grant: corral_policy::Allowed,
+        event: &mut AuditEvent,
+    ) -> (Outcome, Reply) {
+        let principal = &call.caller.principal;
         let Some(handler) = d.registry.get(&call.op) else {
             tracing::error!(op = %call.op, "op is in the catalog but has no handler");
             return (
@@ -458,6 +1049,166 @@ impl Gateway {
 
 fn op_refusal(e: &OpError) -> Refusal {
     Refusal::new(e.status, e.code, e.message.clone())
+}
+
+/// How long a retry waits for the outcome of an approved call another request is running.
+const OUTCOME_WAIT_MS: i64 = 120_000;
+
+/// What the confirmation step decided.
+enum Confirmed {
+    /// The approval was consumed: run the op.
+    Run(Box<Action>),
+    /// Answer this, without running.
+    Answer(Outcome, Reply),
+}
+
+/// Why an op of a guarded tier needs a person: its summary, tier and effects.
+fn tier_reason(spec: &OpSpec) -> String {
+    let what = match spec.tier() {
+        Tier::Read => "reads only",
+        Tier::Confirm => "changes something",
+        Tier::Destructive => "is irreversible or administrative",
+    };
+    let summary = spec.summary.trim().trim_end_matches('.');
+    if summary.is_empty() {
+        format!(
+            "`{}` {what} (effects: {})",
+            spec.id,
+            spec.effective_effects()
+        )
+    } else {
+        format!(
+            "{summary}: `{}` {what} (effects: {})",
+            spec.id,
+            spec.effective_effects()
+        )
+    }
+}
+
+/// `202 confirmation.required`, with the action and how to approve it.
+fn required(a: &Action) -> Refusal {
+    let path = format!("/confirmations/{}/decision", a.action_id);
+    let expires_in = (a.expires_ms - now_ms()).max(0) / 1000;
+    let mut r = Refusal::new(
+        202,
+        codes::CONFIRMATION_REQUIRED,
+        format!(
+            "`{}` is in the {} tier and waits for a person to approve this exact call: `POST {path}` with `{{\"decision\": \"approve\"}}` as `{}` (a human token, not a delegated or service one), then retry the same call with the same arguments within {expires_in} s",
+            a.op, a.tier, a.requester
+        ),
+    );
+    r.details = Some(action_details(a, &path));
+    r
+}
+
+fn action_details(a: &Action, path: &str) -> serde_json::Value {
+    let args: serde_json::Value = serde_json::from_str(&a.args).unwrap_or(serde_json::Value::Null);
+    json!({
+        "action_id": a.action_id,
+        "tier": a.tier,
+        "reason": a.reason,
+        "args": args,
+        "args_canonical": a.args,
+        "op_version": a.op_version,
+        "requester": a.requester,
+        "created_at_ms": a.created_ms,
+        "expires_at_ms": a.expires_ms,
+        "approve": {
+            "method": "POST",
+            "path": path,
+            "body": {"decision": "approve"},
+            "who": format!("`{}`, as a person (not a delegated or service token)", a.requester),
+        },
+        "deny": {"method": "POST", "path": path, "body": {"decision": "deny"}},
+    })
+}
+
+/// An action as `GET /confirmations` and a decision show it.
+pub fn action_view(a: &Action) -> serde_json::Value {
+    let args: serde_json::Value = serde_json::from_str(&a.args).unwrap_or(serde_json::Value::Null);
+    json!({
+        "action_id": a.action_id,
+        "op": a.op,
+        "op_version": a.op_version,
+        "tier": a.tier,
+        "reason": a.reason,
+        "state": a.state.as_str(),
+        "requester": a.requester,
+        "requester_kind": a.requester_kind,
+        "args": args,
+        "args_canonical": a.args,
+        "created_at_ms": a.created_ms,
+        "expires_at_ms": a.expires_ms,
+        "decided_at_ms": a.decided_ms,
+        "decided_by": a.decided_by,
+    })
+}
+
+fn in_progress(op: &str) -> Refusal {
+    let mut r = Refusal::new(
+        409,
+        codes::CONFIRMATION_IN_PROGRESS,
+        format!(
+            "the approved call to `{op}` is running on another request and its outcome is not stored yet; retry the same call shortly"
+        ),
+    );
+    r.retry_after = Some(Duration::from_secs(1));
+    r
+}
+
+fn store_failed(e: &ConfirmationError, request_id: &str) -> Confirmed {
+    tracing::error!(request_id, error = %e, "confirmation store failed");
+    Confirmed::Answer(
+        Outcome::OpError,
+        Reply::Refused(Refusal::new(
+            503,
+            codes::STORE_QUERY_FAILED,
+            format!("the confirmation store failed, so nothing ran (request {request_id}); retry"),
+        )),
+    )
+}
+
+/// The stored outcome of an approved call that already ran.
+fn replay(a: &Action) -> Confirmed {
+    let reply = match &a.outcome {
+        Some(StoredOutcome::Json { value }) => Reply::Json(value.clone()),
+        Some(StoredOutcome::Refused {
+            status,
+            code,
+            message,
+        }) => Reply::Refused(Refusal::new(
+            *status,
+            codes::lookup(code).map_or(codes::SERVER_INTERNAL, |c| c.code),
+            message.clone(),
+        )),
+        Some(StoredOutcome::Stream { .. }) => Reply::Refused(Refusal::new(
+            409,
+            codes::CONFIRMATION_NOT_REPLAYABLE,
+            format!(
+                "the approved call to `{}` already ran (action {}) and its bytes are not stored; call again after it expires",
+                a.op, a.action_id
+            ),
+        )),
+        None => Reply::Refused(in_progress(&a.op)),
+    };
+    Confirmed::Answer(Outcome::Replayed, reply)
+}
+
+/// The `dry_run` answer: what would have been called, with the canonical arguments.
+fn dry_run_payload(call: &Call, spec: &OpSpec) -> serde_json::Value {
+    let args = match &call.args {
+        serde_json::Value::Null => json!({}),
+        other => other.clone(),
+    };
+    let text = canonical(&args);
+    json!({
+        "status": "dry_run",
+        "message": format!("[DRY RUN] Would have called {} with {text}", call.op),
+        "op": call.op,
+        "tier": spec.tier().as_str(),
+        "args": args,
+        "args_canonical": text,
+    })
 }
 
 /// For `http.fetch` redirects: decide the same call again with the new url, so every hop

@@ -1,10 +1,14 @@
 //! The guard chain: one call path for every surface (HTTP, MCP, `corral call --local`, the lab),
-//! and the ports it writes through (`AuditSink`).
+//! and the ports it writes through (`AuditSink`, `ConfirmationStore`).
 
 pub mod args;
 pub mod audit;
+pub mod canonical;
+pub mod confirm;
 pub mod gateway;
+pub mod guardrails;
 pub mod limiter;
 pub mod metrics;
+pub mod runs;
 
-pub use gateway::{Call, Caller, Deployment, Gateway, Refusal, Reply};
+pub use gateway::{Call, CallOptions, Caller, Deployment, Gateway, Refusal, Reply, valid_run_id};

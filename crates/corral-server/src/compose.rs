@@ -5,14 +5,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use corral_config::Loaded;
-use corral_config::model::JwtKey;
+use corral_config::model::{GuardrailsMode, JwtKey};
 use corral_guard::Deployment;
+use corral_guard::guardrails::{Budgets, GuardPolicy, Mode};
 use corral_ops::exec::{CommandsRun, CustomOp};
 use corral_ops::files::{FileOp, FileOpKind};
 use corral_ops::health::Health;
 use corral_ops::http::{FetchConfig, HttpFetch};
 use corral_ops::{Op, Registry};
+use corral_policy::{OpSpec, ParamKind};
 use jsonwebtoken::{Algorithm, DecodingKey};
+use serde_json::json;
 
 use crate::auth::{Authenticator, JwtConfig};
 
@@ -61,7 +64,98 @@ pub fn deployment(loaded: &Loaded) -> Deployment {
         engine: loaded.engine(),
         registry: registry(loaded),
         protected: vec![PathBuf::from(&loaded.state_dir)],
+        guard: guard_policy(loaded),
     }
+}
+
+/// An op's version: a digest of what it is (effects, tier, params) and, for a custom op, what it
+/// runs (argv template, cwd, timeout). Part of a confirmation's key, so an approval given for one
+/// definition of an op never runs another (a reload that changes the argv needs a new approval).
+pub fn op_version(spec: &OpSpec, loaded: &Loaded) -> String {
+    let params: Vec<serde_json::Value> = spec
+        .params
+        .iter()
+        .map(|p| {
+            let extra = match &p.kind {
+                ParamKind::Path { root } => json!(root),
+                ParamKind::Enum(values) => json!(values),
+                _ => serde_json::Value::Null,
+            };
+            json!({"name": p.name, "type": p.kind.name(), "required": p.required, "extra": extra})
+        })
+        .collect();
+    let custom = loaded
+        .config
+        .custom
+        .iter()
+        .find(|c| c.id.value == spec.id.as_str())
+        .map(|c| {
+            json!({
+                "argv": c.argv.iter().map(|t| t.value.as_str()).collect::<Vec<_>>(),
+                "cwd": c.cwd,
+                "timeout_ms": c.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            })
+        });
+    let digest = corral_guard::canonical::digest(&json!({
+        "id": spec.id.as_str(),
+        "effects": spec.effective_effects().to_string(),
+        "tier": spec.tier().as_str(),
+        "params": params,
+        "contained": spec.contained,
+        "explicit_only": spec.explicit_only,
+        "custom": custom,
+    }));
+    format!("sha256:{}", &digest[..16])
+}
+
+/// The guard steps' settings of a loaded config (autonomy, RBAC, mode, confirmation, budgets,
+/// op versions).
+pub fn guard_policy(loaded: &Loaded) -> GuardPolicy {
+    let c = &loaded.config;
+    let mut g = GuardPolicy::new();
+    if let Some(a) = &c.autonomy {
+        g.autonomy = a.level;
+        g.pins = a
+            .pins
+            .iter()
+            .map(|p| (p.principal.clone(), p.level))
+            .collect();
+    }
+    g.rbac = c.roles.as_ref().map(|r| {
+        r.overrides
+            .iter()
+            .map(|(op, role)| (op.value.clone(), *role))
+            .collect()
+    });
+    g.mode = match c.guardrails.mode {
+        GuardrailsMode::Enforce => Mode::Enforce,
+        GuardrailsMode::DryRun => Mode::DryRun,
+    };
+    g.confirmation_ttl = c.guardrails.confirmation_ttl;
+    g.confirm_never_rules = loaded
+        .origins
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.confirm_never)
+        .map(|(i, _)| i)
+        .collect();
+    g.budgets = Budgets {
+        max_calls: c.budgets.max_calls,
+        max_calls_per_op: c
+            .budgets
+            .max_calls_per_op
+            .iter()
+            .map(|(op, n)| (op.value.clone(), *n))
+            .collect(),
+        max_wall_time: c.budgets.max_wall_time,
+        max_output_bytes: c.budgets.max_output_bytes,
+    };
+    g.op_versions = loaded
+        .catalog
+        .iter()
+        .map(|spec| (spec.id.to_string(), op_version(spec, loaded)))
+        .collect();
+    g
 }
 
 /// The authenticator of a loaded config.

@@ -1,5 +1,7 @@
 //! The wire error: `{error, type, code, op, request_id}` with the status of its code. A 5xx
-//! body is generic; the real error goes to the log under the request id.
+//! body is generic; the real error goes to the log under the request id. The one 2xx in the
+//! catalog, `202 confirmation.required`, has the same shape plus the action's fields
+//! (`action_id`, `tier`, `reason`, `args`, `approve`, ...).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -20,6 +22,10 @@ pub struct ErrorBody {
     pub op: Option<String>,
     /// The request id (also in the `x-request-id` header).
     pub request_id: String,
+    /// More fields, for some codes (`confirmation.required`: the action, its canonical
+    /// arguments, its tier and reason, and how to approve it).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// An error answer.
@@ -49,6 +55,10 @@ impl ApiError {
                 code: r.code.to_owned(),
                 op: op.map(str::to_owned),
                 request_id: request_id.to_owned(),
+                details: match &r.details {
+                    Some(serde_json::Value::Object(m)) => Some(m.clone()),
+                    _ => None,
+                },
             },
             retry_after_secs: r
                 .retry_after
@@ -64,12 +74,7 @@ impl ApiError {
         op: Option<&str>,
         request_id: &str,
     ) -> Self {
-        let r = Refusal {
-            status,
-            code,
-            message: message.into(),
-            retry_after: None,
-        };
+        let r = Refusal::new(status, code, message);
         Self::from_refusal(&r, op, request_id)
     }
 }

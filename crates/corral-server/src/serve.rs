@@ -5,11 +5,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use corral_config::Loaded;
+use corral_config::model::ConfirmationBackend;
 use corral_exec::Backend;
 use corral_exec::linux::{LinuxBackend, Network};
 use corral_exec::process::ProcessBackend;
 use corral_guard::Gateway;
 use corral_guard::audit::AuditSink;
+use corral_guard::confirm::{ConfirmationStore, MemoryConfirmations};
 use corral_policy::{Effect, Principal};
 use corral_store::Store;
 
@@ -172,12 +174,19 @@ pub async fn build_state(
     }
     let auth = compose::authenticator(loaded).map_err(ServeError::Auth)?;
     let mode = if auth.is_open() { "open" } else { "auth" };
-    let gateway = Arc::new(Gateway::new(
-        compose::deployment(loaded),
-        backend,
-        sinks,
-        "default",
-    ));
+    let confirmations: Arc<dyn ConfirmationStore> = match loaded.config.guardrails.confirmations {
+        ConfirmationBackend::Store => store.clone(),
+        ConfirmationBackend::Memory => {
+            tracing::warn!(
+                "guardrails.confirmations: memory: pending actions and approvals live in this process only; they are lost on restart and invisible to other replicas"
+            );
+            Arc::new(MemoryConfirmations::new())
+        }
+    };
+    let gateway = Arc::new(
+        Gateway::new(compose::deployment(loaded), backend, sinks, "default")
+            .with_confirmations(confirmations),
+    );
     let state = AppState(Arc::new(App {
         gateway,
         auth: std::sync::RwLock::new(Arc::new(auth)),
@@ -269,6 +278,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         listen = %local,
         mode = state.0.mode,
         storage = state.0.storage,
+        confirmations = state.0.gateway.confirmations_backend(),
         backend = state.0.gateway.backend().name(),
         "corral serving"
     );

@@ -16,14 +16,14 @@ const COUNT_TENANT: &str = "SELECT COUNT(*) FROM audit_events WHERE tenant = $1"
 macro_rules! columns {
     () => {
         "request_id, tenant, ts_ms, principal_id, principal_kind, act_chain, op, outcome, code, \
-         rule, args_hash, args_shape, status, duration_us, attestation"
+         rule, args_hash, args_shape, status, duration_us, attestation, action_id, run_id, detail"
     };
 }
 
 const INSERT_EVENT: &str = concat!(
     "INSERT INTO audit_events (",
     columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
 );
 const RECENT_ALL: &str = concat!(
     "SELECT ",
@@ -54,6 +54,9 @@ struct EventRow {
     status: i32,
     duration_us: i64,
     attestation: Option<String>,
+    action_id: Option<String>,
+    run_id: Option<String>,
+    detail: Option<String>,
 }
 
 fn malformed(request_id: &str, what: &str, err: impl std::fmt::Display) -> StoreError {
@@ -97,6 +100,9 @@ impl TryFrom<EventRow> for AuditEvent {
             status,
             duration_us: r.duration_us,
             attestation,
+            action_id: r.action_id,
+            run_id: r.run_id,
+            detail: r.detail,
         })
     }
 }
@@ -137,6 +143,9 @@ impl Store {
             .bind(i32::from(event.status))
             .bind(event.duration_us)
             .bind(attestation.as_deref())
+            .bind(event.action_id.as_deref())
+            .bind(event.run_id.as_deref())
+            .bind(event.detail.as_deref())
             .execute(p)
             .await
             .map(|_| ()))

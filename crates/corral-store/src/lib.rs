@@ -25,6 +25,13 @@
 //! # Append-only
 //!
 //! The crate has no `UPDATE` or `DELETE` statement for `audit_events`.
+//!
+//! # Confirmations
+//!
+//! `impl ConfirmationStore for Store` (`confirm.rs`): pending actions, approvals and stored
+//! outcomes, shared by every replica on one database and kept across restarts; the approval is
+//! consumed exactly once (PostgreSQL: one `DELETE ... RETURNING` statement; SQLite: one
+//! `BEGIN IMMEDIATE` transaction).
 
 use std::path::Path;
 use std::str::FromStr;
@@ -53,6 +60,7 @@ macro_rules! on_pool {
 }
 
 mod audit;
+mod confirm;
 mod error;
 
 /// The schema, embedded from `crates/corral-store/migrations/` (shared by both backends).

@@ -492,3 +492,33 @@ fn the_isolation_block_loads() {
         corral_config::model::BackendKind::Process
     );
 }
+
+#[test]
+fn confirm_never_on_a_preset_marks_its_rules_and_warns() {
+    let yaml = "version: 1
+preset: {name: workspace_jail, confirm: never}
+root: /workspace
+rules:
+  - allow: [files.read]
+    paths: {roots: [/data]}
+";
+    let l = load(yaml);
+    let marked: Vec<bool> = l.origins.iter().map(|o| o.confirm_never).collect();
+    assert!(!marked.is_empty());
+    for (o, m) in l.origins.iter().zip(&marked) {
+        assert_eq!(*m, o.preset.is_some(), "{o:?}");
+    }
+    let findings = lint::lint(&l);
+    let d = the(&findings, codes::LINT_CONFIRM_NEVER, Severity::Warning);
+    assert_eq!(span_line(d), 2);
+    assert!(d.message.contains("`files.write`"), "{d}");
+    assert!(!d.message.contains("`files.delete`"), "{d}");
+    assert!(d.message.contains("destructive ops stay confirmed"), "{d}");
+    // The plain form and `confirm: always` mark nothing.
+    for plain in [
+        "version: 1\npreset: workspace_jail\nroot: /workspace\n",
+        "version: 1\npreset: {name: workspace_jail, confirm: always}\nroot: /workspace\n",
+    ] {
+        assert!(load(plain).origins.iter().all(|o| !o.confirm_never));
+    }
+}

@@ -38,6 +38,7 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
         "mode": state.0.mode,
         "backend": state.0.gateway.backend().name(),
         "storage": state.0.storage,
+        "confirmations": state.0.gateway.confirmations_backend(),
     }))
     .into_response()
 }

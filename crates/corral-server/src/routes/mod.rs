@@ -1,5 +1,6 @@
 //! The route table. Every route but `/healthz` authenticates first.
 
+mod confirmations;
 mod meta;
 mod ops;
 
@@ -17,6 +18,11 @@ pub fn router(state: AppState) -> Router {
         .route("/ops", get(ops::list))
         .route("/ops/{id}", post(ops::call))
         .route("/capabilities", get(ops::capabilities))
+        .route("/confirmations", get(confirmations::list))
+        .route(
+            "/confirmations/{action_id}/decision",
+            post(confirmations::decide),
+        )
         .route("/me", get(meta::me))
         .route("/metrics", get(meta::metrics))
         .route("/openapi.json", get(meta::openapi))

@@ -93,13 +93,24 @@ pub async fn call(
             }
         }
     };
+    let opts = match super::confirmations::call_options(&headers) {
+        Ok(o) => o,
+        Err(msg) => {
+            let code = super::confirmations::INVALID_HEADER;
+            gw.audit_rejected(&caller, &id, &rid, code, 400).await;
+            return Err(ApiError::new(400, code, msg, Some(&id), &rid));
+        }
+    };
     let reply = gw
-        .call(Call {
-            caller,
-            op: id.clone(),
-            args,
-            request_id: rid.clone(),
-        })
+        .call_with(
+            Call {
+                caller,
+                op: id.clone(),
+                args,
+                request_id: rid.clone(),
+            },
+            opts,
+        )
         .await;
     let mut resp = match reply {
         Reply::Json(v) => axum::Json(json!({"ok": true, "op": id, "request_id": rid, "result": v}))

@@ -78,10 +78,12 @@ impl Workspace {
     }
 
     /// A `workspace_jail` config over the root, with the state directory outside it, the two
-    /// static tokens and `extra` appended (more top-level keys).
+    /// static tokens and `extra` appended (more top-level keys). Its confirm-tier calls
+    /// (`files.write`) run unattended (`confirm: never`), so tests of other layers need no
+    /// approval; its destructive ones (`files.delete`) still wait for one (`call_approved`).
     pub fn jail_yaml(&self, extra: &str) -> String {
         format!(
-            "version: 1\npreset: workspace_jail\nroot: {}\nstate_dir: {}\n{TOKENS_YAML}{extra}",
+            "version: 1\npreset: {{name: workspace_jail, confirm: never}}\nroot: {}\nstate_dir: {}\n{TOKENS_YAML}{extra}",
             self.root.display(),
             self.state.display()
         )
@@ -250,6 +252,40 @@ impl Server {
             .bearer_auth(token)
             .json(&args);
         send(rb).await
+    }
+
+    /// `POST /confirmations/<action_id>/decision` with `body`, as `token` (`None`: no
+    /// credentials, the open-mode caller).
+    pub async fn decide_as(&self, token: Option<&str>, action_id: &str, body: Value) -> Reply {
+        let mut rb = self
+            .client
+            .post(self.url(&format!("/confirmations/{action_id}/decision")))
+            .json(&body);
+        if let Some(t) = token {
+            rb = rb.bearer_auth(t);
+        }
+        send(rb).await
+    }
+
+    /// `POST /ops/<op>` as `token`; a `202 confirmation.required` is approved by the same token
+    /// and the call retried once. The retry's answer (or the first, when it was not a 202).
+    pub async fn call_approved_as(&self, token: &str, op: &str, args: Value) -> Reply {
+        let first = self.call_as(token, op, args.clone()).await;
+        if first.status != 202 {
+            return first;
+        }
+        let id = first.json()["action_id"].as_str().unwrap().to_owned();
+        let d = self
+            .decide_as(Some(token), &id, serde_json::json!({"decision": "approve"}))
+            .await;
+        assert_eq!(d.status, 200, "approving {id}: {}", d.text);
+        self.call_as(token, op, args).await
+    }
+
+    /// `call_approved_as` with the configured token.
+    pub async fn call_approved(&self, op: &str, args: Value) -> Reply {
+        let token = self.token.clone().expect("a configured token");
+        self.call_approved_as(&token, op, args).await
     }
 
     /// `GET <path>`, as the configured token.

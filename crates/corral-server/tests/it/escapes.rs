@@ -197,7 +197,7 @@ async fn corral_state_inside_the_root_is_never_reachable() {
     let ws = Workspace::new();
     let state = ws.root.join(".corral");
     let yaml = format!(
-        "version: 1\npreset: workspace_jail\nroot: {}\nstate_dir: {}\n{}",
+        "version: 1\npreset: {{name: workspace_jail, confirm: never}}\nroot: {}\nstate_dir: {}\n{}",
         ws.root.display(),
         state.display(),
         crate::common::TOKENS_YAML
@@ -238,7 +238,8 @@ async fn corral_state_inside_the_root_is_never_reachable() {
         ("files.download", "db"),
         ("files.delete", "st/corral.db"),
     ] {
-        let r = s.call(op, json!({"path": ws.at(rel)})).await;
+        // (`files.delete` is destructive: approved first, then refused when it opens the path.)
+        let r = s.call_approved(op, json!({"path": ws.at(rel)})).await;
         assert_eq!(r.status, 403, "{op} {rel}: {}", r.text);
         assert!(r.code().starts_with("policy."), "{op} {rel}: {}", r.text);
         assert!(!r.text.contains("SQLite"), "{op} {rel}: {}", r.text);

@@ -51,6 +51,11 @@ async fn upstream() -> Upstream {
 }
 
 async fn gateway(ws: &Workspace, rules: &str) -> Server {
+    // `http.fetch` is confirm-tier; these tests are about the url checks, so it runs unattended.
+    let rules = rules.replace(
+        "  - allow: [http.fetch]\n",
+        "  - allow: [http.fetch]\n    confirm: never\n",
+    );
     let yaml = ws.jail_yaml(&format!("rules:\n{rules}"));
     Server::start(&ws.load(&yaml, &token_env()))
         .await

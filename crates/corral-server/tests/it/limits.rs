@@ -78,6 +78,7 @@ async fn a_file_over_the_rules_max_bytes_is_413() {
             "  - allow: [files.read, files.download, files.write]
     paths: [{}]
     limits: {{max_bytes: 10B}}
+    confirm: never
 ",
             ws.root.display()
         ),

@@ -29,6 +29,9 @@ pub fn full_event(request_id: &str, attested: bool) -> AuditEvent {
             destroyed: true,
             primitives: vec!["rlimit:as".to_owned(), "pgroup".to_owned()],
         }),
+        action_id: attested.then(|| "6f1c0d2e-0000-4000-8000-000000000001".to_owned()),
+        run_id: Some("run-7".to_owned()),
+        detail: Some("approve".to_owned()),
     }
 }
 
@@ -50,6 +53,9 @@ pub fn event(request_id: String, tenant: &str, ts_ms: i64) -> AuditEvent {
         status: 200,
         duration_us: 10,
         attestation: None,
+        action_id: None,
+        run_id: None,
+        detail: None,
     }
 }
 
@@ -93,6 +99,14 @@ pub async fn round_trip(store: &Store) {
         Outcome::InvalidArgs,
         Outcome::Limited,
         Outcome::Unauthenticated,
+        Outcome::AutonomyBlocked,
+        Outcome::RbacDenied,
+        Outcome::ConfirmationRaised,
+        Outcome::ConfirmationDecided,
+        Outcome::ConfirmationConsumed,
+        Outcome::BudgetRefused,
+        Outcome::DryRun,
+        Outcome::Replayed,
     ];
     for (i, outcome) in outcomes.into_iter().enumerate() {
         let mut e = event(format!("outcome-{i}"), "outcomes", i as i64);

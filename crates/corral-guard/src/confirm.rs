@@ -1,0 +1,379 @@
+//! Human confirmation: the pending action a guarded call raises, the `ConfirmationStore` port
+//! that keeps actions and approvals, and its in-memory implementation.
+//!
+//! An action is keyed by the SHA-256 of the canonical JSON (RFC 8785) of `{tenant, requester,
+//! op, op_version, args}`: the same caller retrying the same op with the same arguments finds
+//! it; changed arguments are another key, so another action. At most one action per key is
+//! live (not expired) at a time. Its life:
+//!
+//! ```text
+//! pending --approve--> approved --consume (once)--> running --finish--> done
+//!    \--deny--> denied
+//! ```
+//!
+//! An approval is a separate record that consuming *removes*, atomically: of any number of
+//! concurrent retries on any number of replicas sharing the store, exactly one gets it; the
+//! others find the action `running` (and wait for its outcome) or `done` (and get the stored
+//! outcome). Everything expires with the action (`expires_ms` = raised + TTL); an expired key
+//! raises a new action. SQL implementations live in corral-store.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use corral_exec::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+/// Where an action is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionState {
+    /// Raised; waits for a human's decision.
+    Pending,
+    /// Approved; the next retry with the same arguments runs it.
+    Approved,
+    /// Denied; retries are refused until it expires.
+    Denied,
+    /// The approval was consumed; the op is running.
+    Running,
+    /// The op ran; its outcome is stored.
+    Done,
+}
+
+impl ActionState {
+    /// The snake_case name, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionState::Pending => "pending",
+            ActionState::Approved => "approved",
+            ActionState::Denied => "denied",
+            ActionState::Running => "running",
+            ActionState::Done => "done",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            ActionState::Pending,
+            ActionState::Approved,
+            ActionState::Denied,
+            ActionState::Running,
+            ActionState::Done,
+        ]
+        .into_iter()
+        .find(|x| x.as_str() == s)
+    }
+}
+
+/// The outcome of an approved call, stored so a retry gets it without running the op again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StoredOutcome {
+    /// The op's JSON result.
+    Json {
+        /// The result.
+        value: serde_json::Value,
+    },
+    /// The op failed (after it was allowed and started).
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// Stable code.
+        code: String,
+        /// Message.
+        message: String,
+    },
+    /// The op answered a byte stream, which is not stored.
+    Stream {
+        /// Its MIME type.
+        content_type: String,
+        /// Its length.
+        len: u64,
+    },
+}
+
+/// One action, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Action {
+    /// Random id, shown to the caller and used in `POST /confirmations/{id}/decision`.
+    pub action_id: String,
+    /// The key (hex SHA-256 of the canonical `{tenant, requester, op, op_version, args}`).
+    pub key: String,
+    /// The tenant.
+    pub tenant: String,
+    /// Who raised it (the principal id: for a delegated caller, the person it acts for).
+    pub requester: String,
+    /// `human`, `delegated` or `service`.
+    pub requester_kind: String,
+    /// The op id.
+    pub op: String,
+    /// The op's version when raised.
+    pub op_version: String,
+    /// `confirm` or `destructive`.
+    pub tier: String,
+    /// Why it needs a human, shown in the prompt.
+    pub reason: String,
+    /// The canonical JSON of the arguments: what is approved is byte for byte what runs.
+    pub args: String,
+    /// Where it is in its life.
+    pub state: ActionState,
+    /// When it was raised (ms since the epoch).
+    pub created_ms: i64,
+    /// When it (its approval, its stored outcome) expires.
+    pub expires_ms: i64,
+    /// When it was decided.
+    pub decided_ms: Option<i64>,
+    /// Who decided.
+    pub decided_by: Option<String>,
+    /// The stored outcome, once `done`.
+    pub outcome: Option<StoredOutcome>,
+}
+
+/// The store failed; the call is refused (fail closed) with `store.query_failed`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("confirmation store: {0}")]
+pub struct ConfirmationError(pub String);
+
+/// Where actions and approvals live. Every method is atomic on its own; `consume` is the one
+/// that must be exactly-once across every replica sharing the store.
+pub trait ConfirmationStore: Send + Sync + std::fmt::Debug {
+    /// `memory`, `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+
+    /// Takes the live approval of `key`, if there is one, and moves its action to `running`.
+    /// Of concurrent callers, exactly one gets `Some`.
+    fn consume<'a>(
+        &'a self,
+        key: &'a str,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Option<Action>, ConfirmationError>>;
+
+    /// The live action of `key` (not expired at `now_ms`), if any.
+    fn current<'a>(
+        &'a self,
+        key: &'a str,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Option<Action>, ConfirmationError>>;
+
+    /// Registers `action` (pending) as its key's live action, unless the key already has a live
+    /// one: then nothing changes and the answer is `false`.
+    fn raise<'a>(
+        &'a self,
+        action: &'a Action,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>>;
+
+    /// An action of `tenant` by id, expired or not.
+    fn get<'a>(
+        &'a self,
+        tenant: &'a str,
+        action_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Action>, ConfirmationError>>;
+
+    /// Moves a pending action to `approved` (recording the approval) or `denied`. `false` when
+    /// it was no longer pending.
+    fn decide<'a>(
+        &'a self,
+        action_id: &'a str,
+        approve: bool,
+        by: &'a str,
+        at_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>>;
+
+    /// Stores the outcome of a `running` action, which becomes `done`.
+    fn finish<'a>(
+        &'a self,
+        action_id: &'a str,
+        outcome: &'a StoredOutcome,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<(), ConfirmationError>>;
+
+    /// The live actions of a tenant (of one requester, or all), newest first.
+    fn list<'a>(
+        &'a self,
+        tenant: &'a str,
+        requester: Option<&'a str>,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Vec<Action>, ConfirmationError>>;
+}
+
+#[derive(Debug, Default)]
+struct MemInner {
+    actions: HashMap<String, Action>,
+    /// key -> live action id.
+    keys: HashMap<String, String>,
+    /// key -> (action id, expires_ms) of a live approval.
+    approvals: HashMap<String, (String, i64)>,
+}
+
+/// Actions in this process's memory: correct for a single replica only, and lost on restart.
+#[derive(Debug, Default)]
+pub struct MemoryConfirmations {
+    inner: Mutex<MemInner>,
+}
+
+impl MemoryConfirmations {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut MemInner) -> T) -> Result<T, ConfirmationError> {
+        let mut g = self
+            .inner
+            .lock()
+            .map_err(|_| ConfirmationError("the in-memory store's lock is poisoned".to_owned()))?;
+        Ok(f(&mut g))
+    }
+}
+
+fn ready<'a, T: Send + 'a>(v: T) -> BoxFuture<'a, T> {
+    Box::pin(std::future::ready(v))
+}
+
+impl ConfirmationStore for MemoryConfirmations {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    fn consume<'a>(
+        &'a self,
+        key: &'a str,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Option<Action>, ConfirmationError>> {
+        ready(self.with(|m| {
+            let (id, expires) = m.approvals.get(key)?.clone();
+            m.approvals.remove(key);
+            if expires <= now_ms {
+                return None;
+            }
+            let a = m.actions.get_mut(&id)?;
+            a.state = ActionState::Running;
+            Some(a.clone())
+        }))
+    }
+
+    fn current<'a>(
+        &'a self,
+        key: &'a str,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Option<Action>, ConfirmationError>> {
+        ready(self.with(|m| {
+            let id = m.keys.get(key)?;
+            m.actions.get(id).filter(|a| a.expires_ms > now_ms).cloned()
+        }))
+    }
+
+    fn raise<'a>(
+        &'a self,
+        action: &'a Action,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>> {
+        ready(self.with(|m| {
+            let live = m
+                .keys
+                .get(&action.key)
+                .and_then(|id| m.actions.get(id))
+                .is_some_and(|a| a.expires_ms > now_ms);
+            if live {
+                return false;
+            }
+            m.approvals.remove(&action.key);
+            m.keys.insert(action.key.clone(), action.action_id.clone());
+            m.actions.insert(action.action_id.clone(), action.clone());
+            // Forget what expired long ago, so the map does not grow without bound.
+            let horizon = now_ms.saturating_sub(24 * 3600 * 1000);
+            if m.actions.len() > 4096 {
+                m.actions.retain(|_, a| a.expires_ms > horizon);
+                let actions = &m.actions;
+                m.keys.retain(|_, id| actions.contains_key(id));
+            }
+            true
+        }))
+    }
+
+    fn get<'a>(
+        &'a self,
+        tenant: &'a str,
+        action_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Action>, ConfirmationError>> {
+        ready(self.with(|m| {
+            m.actions
+                .get(action_id)
+                .filter(|a| a.tenant == tenant)
+                .cloned()
+        }))
+    }
+
+    fn decide<'a>(
+        &'a self,
+        action_id: &'a str,
+        approve: bool,
+        by: &'a str,
+        at_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>> {
+        ready(self.with(|m| {
+            let Some(a) = m.actions.get_mut(action_id) else {
+                return false;
+            };
+            if a.state != ActionState::Pending {
+                return false;
+            }
+            a.state = if approve {
+                ActionState::Approved
+            } else {
+                ActionState::Denied
+            };
+            a.decided_ms = Some(at_ms);
+            a.decided_by = Some(by.to_owned());
+            if approve {
+                let entry = (a.action_id.clone(), a.expires_ms);
+                let key = a.key.clone();
+                m.approvals.insert(key, entry);
+            }
+            true
+        }))
+    }
+
+    fn finish<'a>(
+        &'a self,
+        action_id: &'a str,
+        outcome: &'a StoredOutcome,
+        _now_ms: i64,
+    ) -> BoxFuture<'a, Result<(), ConfirmationError>> {
+        ready(self.with(|m| {
+            if let Some(a) = m.actions.get_mut(action_id)
+                && a.state == ActionState::Running
+            {
+                a.state = ActionState::Done;
+                a.outcome = Some(outcome.clone());
+            }
+        }))
+    }
+
+    fn list<'a>(
+        &'a self,
+        tenant: &'a str,
+        requester: Option<&'a str>,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Vec<Action>, ConfirmationError>> {
+        ready(self.with(|m| {
+            let mut v: Vec<Action> = m
+                .actions
+                .values()
+                .filter(|a| {
+                    a.tenant == tenant
+                        && a.expires_ms > now_ms
+                        && requester.is_none_or(|r| a.requester == r)
+                })
+                .cloned()
+                .collect();
+            v.sort_by(|a, b| {
+                b.created_ms
+                    .cmp(&a.created_ms)
+                    .then_with(|| b.action_id.cmp(&a.action_id))
+            });
+            v
+        }))
+    }
+}

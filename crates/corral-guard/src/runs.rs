@@ -1,0 +1,307 @@
+//! Runs and their budgets. A run is the sequence of calls that share a run id (the
+//! `X-Corral-Run` header), per tenant, principal and purpose: one principal cannot spend
+//! another's run, and a lab's `simulation`, `replay` and `judge` runs (later) are metered and
+//! capped apart from `live` ones.
+//!
+//! A run's record counts its calls (in all, and per op), its result bytes and its start, and
+//! holds what the run did to itself: a lowered autonomy level, dry-run. Both only ever tighten.
+//! The ledger is in this process's memory: with several replicas each meters the calls it
+//! serves (a shared ledger in the store is future work).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use corral_policy::AutonomyLevel;
+
+use crate::guardrails::Budgets;
+
+/// Why a run exists. Only `Live` is used so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunPurpose {
+    /// Calls that act on the world.
+    Live,
+    /// A lab scenario against mocks.
+    Simulation,
+    /// A recorded session played back.
+    Replay,
+    /// A judge scoring a run.
+    Judge,
+}
+
+impl RunPurpose {
+    /// The name, as audited.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunPurpose::Live => "live",
+            RunPurpose::Simulation => "simulation",
+            RunPurpose::Replay => "replay",
+            RunPurpose::Judge => "judge",
+        }
+    }
+}
+
+/// Who owns a run, and which.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RunKey {
+    /// The tenant.
+    pub tenant: String,
+    /// The principal whose calls it is.
+    pub principal: String,
+    /// Its purpose.
+    pub purpose: RunPurpose,
+    /// The id the caller chose.
+    pub run_id: String,
+}
+
+/// One run's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRecord {
+    /// When its first call arrived (ms since the epoch).
+    pub started_ms: i64,
+    /// When its last call arrived.
+    pub last_ms: i64,
+    /// Calls charged.
+    pub calls: u64,
+    /// Calls charged per op.
+    pub per_op: HashMap<String, u64>,
+    /// Result bytes.
+    pub output_bytes: u64,
+    /// The level the run lowered itself to.
+    pub level: Option<AutonomyLevel>,
+    /// Whether the run put itself in dry-run.
+    pub dry_run: bool,
+}
+
+/// A budget a run has used up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exhausted {
+    /// The budget's config key, e.g. `budgets.max_calls`.
+    pub budget: String,
+    /// What was used and the limit, in words.
+    pub detail: String,
+}
+
+/// Every run this process has seen.
+#[derive(Debug, Default)]
+pub struct RunLedger {
+    runs: Mutex<HashMap<RunKey, RunRecord>>,
+}
+
+/// Runs idle this long are forgotten once the ledger is large.
+const IDLE_FORGET_MS: i64 = 24 * 3600 * 1000;
+const FORGET_ABOVE: usize = 10_000;
+
+impl RunLedger {
+    /// Opens (or creates) a run at its call, applies what the call asks of it (only ever
+    /// lowering the level or turning dry-run on), and returns its record.
+    pub fn enter(
+        &self,
+        key: &RunKey,
+        now_ms: i64,
+        lower_to: Option<AutonomyLevel>,
+        dry_run: bool,
+    ) -> RunRecord {
+        let Ok(mut runs) = self.runs.lock() else {
+            // A poisoned ledger meters nothing; the level and dry-run asked for still apply.
+            return RunRecord {
+                started_ms: now_ms,
+                last_ms: now_ms,
+                calls: 0,
+                per_op: HashMap::new(),
+                output_bytes: 0,
+                level: lower_to,
+                dry_run,
+            };
+        };
+        if runs.len() > FORGET_ABOVE {
+            runs.retain(|_, r| now_ms - r.last_ms < IDLE_FORGET_MS);
+        }
+        let r = runs.entry(key.clone()).or_insert_with(|| RunRecord {
+            started_ms: now_ms,
+            last_ms: now_ms,
+            calls: 0,
+            per_op: HashMap::new(),
+            output_bytes: 0,
+            level: None,
+            dry_run: false,
+        });
+        r.last_ms = now_ms;
+        if let Some(l) = lower_to {
+            r.level = Some(r.level.map_or(l, |cur| cur.min(l)));
+        }
+        r.dry_run |= dry_run;
+        r.clone()
+    }
+
+    /// Charges one call to `op`, or names the budget it would exceed (and charges nothing).
+    pub fn charge(
+        &self,
+        key: &RunKey,
+        op: &str,
+        budgets: &Budgets,
+        now_ms: i64,
+    ) -> Result<(), Exhausted> {
+        let Ok(mut runs) = self.runs.lock() else {
+            return Err(Exhausted {
+                budget: "budgets".to_owned(),
+                detail: "the run ledger is unavailable".to_owned(),
+            });
+        };
+        let Some(r) = runs.get_mut(key) else {
+            return Ok(());
+        };
+        let elapsed = u64::try_from(now_ms.saturating_sub(r.started_ms)).unwrap_or(0);
+        if !budgets.max_wall_time.is_zero()
+            && Duration::from_millis(elapsed) >= budgets.max_wall_time
+        {
+            return Err(Exhausted {
+                budget: "budgets.max_wall_time".to_owned(),
+                detail: format!(
+                    "the run started {} s ago; its wall-time budget is {} s",
+                    elapsed / 1000,
+                    budgets.max_wall_time.as_secs()
+                ),
+            });
+        }
+        if budgets.max_output_bytes > 0 && r.output_bytes >= budgets.max_output_bytes {
+            return Err(Exhausted {
+                budget: "budgets.max_output_bytes".to_owned(),
+                detail: format!(
+                    "the run's results total {} bytes; its budget is {} bytes",
+                    r.output_bytes, budgets.max_output_bytes
+                ),
+            });
+        }
+        if budgets.max_calls > 0 && r.calls >= budgets.max_calls {
+            return Err(Exhausted {
+                budget: "budgets.max_calls".to_owned(),
+                detail: format!("the run has made its {} calls", budgets.max_calls),
+            });
+        }
+        let used = r.per_op.get(op).copied().unwrap_or(0);
+        if let Some(max) = budgets.max_calls_per_op.get(op).filter(|m| **m > 0)
+            && used >= *max
+        {
+            return Err(Exhausted {
+                budget: format!("budgets.max_calls_per_op.{op}"),
+                detail: format!("the run has made its {max} calls to `{op}`"),
+            });
+        }
+        r.calls += 1;
+        *r.per_op.entry(op.to_owned()).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// Gives back a charged call that did not run (it raised or met a confirmation).
+    pub fn refund(&self, key: &RunKey, op: &str) {
+        if let Ok(mut runs) = self.runs.lock()
+            && let Some(r) = runs.get_mut(key)
+        {
+            r.calls = r.calls.saturating_sub(1);
+            if let Some(n) = r.per_op.get_mut(op) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Adds result bytes to a run.
+    pub fn add_output(&self, key: &RunKey, bytes: u64) {
+        if let Ok(mut runs) = self.runs.lock()
+            && let Some(r) = runs.get_mut(key)
+        {
+            r.output_bytes = r.output_bytes.saturating_add(bytes);
+        }
+    }
+
+    /// A run's record, if the ledger has it.
+    pub fn get(&self, key: &RunKey) -> Option<RunRecord> {
+        self.runs.lock().ok()?.get(key).cloned()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn key(run: &str) -> RunKey {
+        RunKey {
+            tenant: "default".to_owned(),
+            principal: "ada".to_owned(),
+            purpose: RunPurpose::Live,
+            run_id: run.to_owned(),
+        }
+    }
+
+    #[test]
+    fn each_budget_refuses_once_used_up_and_zero_disables_it() {
+        let ledger = RunLedger::default();
+        let k = key("r1");
+        ledger.enter(&k, 0, None, false);
+        let b = Budgets {
+            max_calls: 3,
+            max_calls_per_op: [("files.write".to_owned(), 1), ("files.read".to_owned(), 0)]
+                .into_iter()
+                .collect(),
+            ..Budgets::default()
+        };
+        assert!(ledger.charge(&k, "files.write", &b, 1).is_ok());
+        let e = ledger.charge(&k, "files.write", &b, 2).unwrap_err();
+        assert_eq!(e.budget, "budgets.max_calls_per_op.files.write");
+        assert!(ledger.charge(&k, "files.read", &b, 3).is_ok());
+        assert!(ledger.charge(&k, "files.read", &b, 4).is_ok());
+        let e = ledger.charge(&k, "files.read", &b, 5).unwrap_err();
+        assert_eq!(e.budget, "budgets.max_calls");
+        ledger.refund(&k, "files.read");
+        assert!(ledger.charge(&k, "files.read", &b, 6).is_ok());
+        // Another run, another principal: their own budgets.
+        let other = RunKey {
+            principal: "bob".to_owned(),
+            ..k.clone()
+        };
+        ledger.enter(&other, 7, None, false);
+        assert!(ledger.charge(&other, "files.write", &b, 8).is_ok());
+    }
+
+    #[test]
+    fn wall_time_and_output_bytes_refuse_after_they_are_reached() {
+        let ledger = RunLedger::default();
+        let k = key("r2");
+        ledger.enter(&k, 1_000, None, false);
+        let b = Budgets {
+            max_wall_time: Duration::from_secs(10),
+            max_output_bytes: 100,
+            ..Budgets::default()
+        };
+        assert!(ledger.charge(&k, "x", &b, 10_999).is_ok());
+        ledger.add_output(&k, 100);
+        assert_eq!(
+            ledger.charge(&k, "x", &b, 5_000).unwrap_err().budget,
+            "budgets.max_output_bytes"
+        );
+        let k2 = key("r3");
+        ledger.enter(&k2, 1_000, None, false);
+        assert_eq!(
+            ledger.charge(&k2, "x", &b, 11_000).unwrap_err().budget,
+            "budgets.max_wall_time"
+        );
+    }
+
+    #[test]
+    fn a_run_only_ever_lowers_its_level_and_stays_in_dry_run() {
+        let ledger = RunLedger::default();
+        let k = key("r4");
+        assert_eq!(ledger.enter(&k, 0, None, false).level, None);
+        assert_eq!(
+            ledger.enter(&k, 1, Some(AutonomyLevel::L1), false).level,
+            Some(AutonomyLevel::L1)
+        );
+        assert_eq!(
+            ledger.enter(&k, 2, Some(AutonomyLevel::L4), false).level,
+            Some(AutonomyLevel::L1)
+        );
+        assert!(ledger.enter(&k, 3, None, true).dry_run);
+        assert!(ledger.enter(&k, 4, None, false).dry_run);
+    }
+}

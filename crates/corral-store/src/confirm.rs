@@ -1,0 +1,477 @@
+//! The confirmation tables: `impl ConfirmationStore for Store`, shared by every replica on the
+//! same database and kept across restarts.
+//!
+//! Three tables (migration 0002): `confirmations` (one row per action, with its state and, once
+//! done, its stored outcome), `confirmation_keys` (the live action of each key) and
+//! `confirmation_approvals` (a live approval). The exactly-once step is `consume`, which deletes
+//! the approval row and marks the action `running` in one atomic unit:
+//! - PostgreSQL: one statement, `WITH used AS (DELETE ... RETURNING action_id) UPDATE ...`. Two
+//!   replicas racing on the row: the second `DELETE` waits for the first to commit, re-checks
+//!   the row, finds it gone and deletes nothing.
+//! - SQLite: one `BEGIN IMMEDIATE` transaction (`DELETE ... RETURNING`, then `UPDATE`): the
+//!   write lock is taken before anything is read, so no two transactions see the same row.
+//!
+//! Raising takes the key with an upsert that only replaces an *expired* pointer, so concurrent
+//! raises of the same call on several replicas leave one action.
+
+use corral_exec::BoxFuture;
+use corral_guard::confirm::{
+    Action, ActionState, ConfirmationError, ConfirmationStore, StoredOutcome,
+};
+
+use crate::{Pool, Store, StoreError};
+
+/// The columns of `confirmations`, in `ActionRow` order.
+macro_rules! action_columns {
+    () => {
+        "action_id, key_hash, tenant, requester, requester_kind, op, op_version, tier, reason, \
+         args, state, created_ms, expires_ms, decided_ms, decided_by, outcome"
+    };
+}
+
+/// The same, qualified with the table name (for `UPDATE ... FROM ... RETURNING`).
+macro_rules! qualified_action_columns {
+    () => {
+        "confirmations.action_id, confirmations.key_hash, confirmations.tenant, \
+         confirmations.requester, confirmations.requester_kind, confirmations.op, \
+         confirmations.op_version, confirmations.tier, confirmations.reason, confirmations.args, \
+         confirmations.state, confirmations.created_ms, confirmations.expires_ms, \
+         confirmations.decided_ms, confirmations.decided_by, confirmations.outcome"
+    };
+}
+
+const PG_CONSUME: &str = concat!(
+    "WITH used AS (DELETE FROM confirmation_approvals WHERE key_hash = $1 AND expires_ms > $2 \
+     RETURNING action_id) \
+     UPDATE confirmations SET state = 'running' FROM used \
+     WHERE confirmations.action_id = used.action_id RETURNING ",
+    qualified_action_columns!()
+);
+const SQLITE_TAKE_APPROVAL: &str = "DELETE FROM confirmation_approvals \
+     WHERE key_hash = $1 AND expires_ms > $2 RETURNING action_id";
+const MARK_RUNNING: &str = concat!(
+    "UPDATE confirmations SET state = 'running' WHERE action_id = $1 RETURNING ",
+    action_columns!()
+);
+const CURRENT: &str = concat!(
+    "SELECT ",
+    qualified_action_columns!(),
+    " FROM confirmation_keys JOIN confirmations \
+     ON confirmations.action_id = confirmation_keys.action_id \
+     WHERE confirmation_keys.key_hash = $1 AND confirmations.expires_ms > $2"
+);
+const TAKE_KEY: &str = "INSERT INTO confirmation_keys (key_hash, action_id, expires_ms) \
+     VALUES ($1, $2, $3) ON CONFLICT (key_hash) DO UPDATE \
+     SET action_id = excluded.action_id, expires_ms = excluded.expires_ms \
+     WHERE confirmation_keys.expires_ms <= $4";
+const DROP_STALE_APPROVALS: &str = "DELETE FROM confirmation_approvals WHERE key_hash = $1";
+const INSERT_ACTION: &str = concat!(
+    "INSERT INTO confirmations (",
+    action_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+);
+const GET: &str = concat!(
+    "SELECT ",
+    action_columns!(),
+    " FROM confirmations WHERE action_id = $1 AND tenant = $2"
+);
+const DECIDE: &str = "UPDATE confirmations SET state = $2, decided_ms = $3, decided_by = $4 \
+     WHERE action_id = $1 AND state = 'pending' RETURNING key_hash, expires_ms";
+const INSERT_APPROVAL: &str =
+    "INSERT INTO confirmation_approvals (action_id, key_hash, expires_ms) VALUES ($1, $2, $3)";
+const FINISH: &str = "UPDATE confirmations SET state = 'done', outcome = $2, finished_ms = $3 \
+     WHERE action_id = $1 AND state = 'running'";
+const LIST_TENANT: &str = concat!(
+    "SELECT ",
+    action_columns!(),
+    " FROM confirmations WHERE tenant = $1 AND expires_ms > $2 \
+     ORDER BY created_ms DESC, action_id DESC LIMIT 1000"
+);
+const LIST_REQUESTER: &str = concat!(
+    "SELECT ",
+    action_columns!(),
+    " FROM confirmations WHERE tenant = $1 AND expires_ms > $2 AND requester = $3 \
+     ORDER BY created_ms DESC, action_id DESC LIMIT 1000"
+);
+
+/// One stored action, as the drivers decode it.
+#[derive(sqlx::FromRow)]
+struct ActionRow {
+    action_id: String,
+    key_hash: String,
+    tenant: String,
+    requester: String,
+    requester_kind: String,
+    op: String,
+    op_version: String,
+    tier: String,
+    reason: String,
+    args: String,
+    state: String,
+    created_ms: i64,
+    expires_ms: i64,
+    decided_ms: Option<i64>,
+    decided_by: Option<String>,
+    outcome: Option<String>,
+}
+
+impl TryFrom<ActionRow> for Action {
+    type Error = ConfirmationError;
+
+    fn try_from(r: ActionRow) -> Result<Self, ConfirmationError> {
+        let state = ActionState::parse(&r.state).ok_or_else(|| {
+            ConfirmationError(format!(
+                "stored action {:?} has an unknown state {:?}",
+                r.action_id, r.state
+            ))
+        })?;
+        let outcome: Option<StoredOutcome> = r
+            .outcome
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| {
+                ConfirmationError(format!(
+                    "stored action {:?} has a malformed outcome: {e}",
+                    r.action_id
+                ))
+            })?;
+        Ok(Action {
+            action_id: r.action_id,
+            key: r.key_hash,
+            tenant: r.tenant,
+            requester: r.requester,
+            requester_kind: r.requester_kind,
+            op: r.op,
+            op_version: r.op_version,
+            tier: r.tier,
+            reason: r.reason,
+            args: r.args,
+            state,
+            created_ms: r.created_ms,
+            expires_ms: r.expires_ms,
+            decided_ms: r.decided_ms,
+            decided_by: r.decided_by,
+            outcome,
+        })
+    }
+}
+
+fn port_error(e: StoreError) -> ConfirmationError {
+    ConfirmationError(format!("{}: {e}", e.code()))
+}
+
+/// Raises an action inside an open transaction `$tx` (the same body for both pools).
+macro_rules! raise_in {
+    ($store:expr, $tx:expr, $a:expr, $now:expr) => {{
+        let what = "raise a confirmation";
+        let q = |e| $store.redactor.query(what, e);
+        let mut tx = $tx.map_err(q)?;
+        let taken = sqlx::query(TAKE_KEY)
+            .bind($a.key.as_str())
+            .bind($a.action_id.as_str())
+            .bind($a.expires_ms)
+            .bind($now)
+            .execute(&mut *tx)
+            .await
+            .map_err(q)?
+            .rows_affected();
+        if taken == 0 {
+            tx.rollback().await.map_err(q)?;
+            Ok(false)
+        } else {
+            sqlx::query(DROP_STALE_APPROVALS)
+                .bind($a.key.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(q)?;
+            sqlx::query(INSERT_ACTION)
+                .bind($a.action_id.as_str())
+                .bind($a.key.as_str())
+                .bind($a.tenant.as_str())
+                .bind($a.requester.as_str())
+                .bind($a.requester_kind.as_str())
+                .bind($a.op.as_str())
+                .bind($a.op_version.as_str())
+                .bind($a.tier.as_str())
+                .bind($a.reason.as_str())
+                .bind($a.args.as_str())
+                .bind($a.state.as_str())
+                .bind($a.created_ms)
+                .bind($a.expires_ms)
+                .bind($a.decided_ms)
+                .bind($a.decided_by.as_deref())
+                .bind(Option::<&str>::None)
+                .execute(&mut *tx)
+                .await
+                .map_err(q)?;
+            tx.commit().await.map_err(q)?;
+            Ok(true)
+        }
+    }};
+}
+
+/// Decides a pending action inside an open transaction `$tx`.
+macro_rules! decide_in {
+    ($store:expr, $tx:expr, $id:expr, $approve:expr, $by:expr, $at:expr) => {{
+        let what = "decide a confirmation";
+        let q = |e| $store.redactor.query(what, e);
+        let mut tx = $tx.map_err(q)?;
+        let state = if $approve {
+            ActionState::Approved
+        } else {
+            ActionState::Denied
+        };
+        let row: Option<(String, i64)> = sqlx::query_as(DECIDE)
+            .bind($id)
+            .bind(state.as_str())
+            .bind($at)
+            .bind($by)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(q)?;
+        match row {
+            None => {
+                tx.rollback().await.map_err(q)?;
+                Ok(false)
+            }
+            Some((key, expires_ms)) => {
+                if $approve {
+                    sqlx::query(INSERT_APPROVAL)
+                        .bind($id)
+                        .bind(key.as_str())
+                        .bind(expires_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(q)?;
+                }
+                tx.commit().await.map_err(q)?;
+                Ok(true)
+            }
+        }
+    }};
+}
+
+impl Store {
+    /// Consumes the live approval of `key` (see the module doc), returning its action.
+    pub async fn consume_confirmation(
+        &self,
+        key: &str,
+        now_ms: i64,
+    ) -> Result<Option<Action>, StoreError> {
+        let q = |e| self.redactor.query("consume a confirmation", e);
+        let row: Option<ActionRow> = match &self.pool {
+            Pool::Postgres(p) => sqlx::query_as(PG_CONSUME)
+                .bind(key)
+                .bind(now_ms)
+                .fetch_optional(p)
+                .await
+                .map_err(q)?,
+            Pool::Sqlite(p) => {
+                let mut tx = p.begin_with("BEGIN IMMEDIATE").await.map_err(q)?;
+                let taken: Option<String> = sqlx::query_scalar(SQLITE_TAKE_APPROVAL)
+                    .bind(key)
+                    .bind(now_ms)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(q)?;
+                let row = match taken {
+                    None => None,
+                    Some(id) => sqlx::query_as(MARK_RUNNING)
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(q)?,
+                };
+                tx.commit().await.map_err(q)?;
+                row
+            }
+        };
+        row.map(Action::try_from)
+            .transpose()
+            .map_err(|e| StoreError::QueryFailed {
+                what: "consume a confirmation",
+                reason: e.0,
+            })
+    }
+
+    async fn current_confirmation(
+        &self,
+        key: &str,
+        now_ms: i64,
+    ) -> Result<Option<Action>, ConfirmationError> {
+        let row: Option<ActionRow> = on_pool!(&self.pool, p => sqlx::query_as(CURRENT)
+            .bind(key)
+            .bind(now_ms)
+            .fetch_optional(p)
+            .await)
+        .map_err(|e| port_error(self.redactor.query("read a confirmation", e)))?;
+        row.map(Action::try_from).transpose()
+    }
+
+    async fn raise_confirmation(&self, a: &Action, now_ms: i64) -> Result<bool, StoreError> {
+        match &self.pool {
+            Pool::Sqlite(p) => raise_in!(self, p.begin_with("BEGIN IMMEDIATE").await, a, now_ms),
+            Pool::Postgres(p) => raise_in!(self, p.begin().await, a, now_ms),
+        }
+    }
+
+    async fn get_confirmation(
+        &self,
+        tenant: &str,
+        action_id: &str,
+    ) -> Result<Option<Action>, ConfirmationError> {
+        let row: Option<ActionRow> = on_pool!(&self.pool, p => sqlx::query_as(GET)
+            .bind(action_id)
+            .bind(tenant)
+            .fetch_optional(p)
+            .await)
+        .map_err(|e| port_error(self.redactor.query("read a confirmation", e)))?;
+        row.map(Action::try_from).transpose()
+    }
+
+    async fn decide_confirmation(
+        &self,
+        action_id: &str,
+        approve: bool,
+        by: &str,
+        at_ms: i64,
+    ) -> Result<bool, StoreError> {
+        match &self.pool {
+            Pool::Sqlite(p) => decide_in!(
+                self,
+                p.begin_with("BEGIN IMMEDIATE").await,
+                action_id,
+                approve,
+                by,
+                at_ms
+            ),
+            Pool::Postgres(p) => decide_in!(self, p.begin().await, action_id, approve, by, at_ms),
+        }
+    }
+
+    async fn finish_confirmation(
+        &self,
+        action_id: &str,
+        outcome: &StoredOutcome,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let text = serde_json::to_string(outcome).map_err(|e| StoreError::QueryFailed {
+            what: "store a confirmation's outcome",
+            reason: format!("the outcome cannot be encoded: {e}"),
+        })?;
+        on_pool!(&self.pool, p => sqlx::query(FINISH)
+            .bind(action_id)
+            .bind(text.as_str())
+            .bind(now_ms)
+            .execute(p)
+            .await
+            .map(|_| ()))
+        .map_err(|e| self.redactor.query("store a confirmation's outcome", e))
+    }
+
+    async fn list_confirmations(
+        &self,
+        tenant: &str,
+        requester: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Vec<Action>, ConfirmationError> {
+        let rows: Vec<ActionRow> = on_pool!(&self.pool, p => match requester {
+            Some(r) => sqlx::query_as(LIST_REQUESTER)
+                .bind(tenant)
+                .bind(now_ms)
+                .bind(r)
+                .fetch_all(p)
+                .await,
+            None => sqlx::query_as(LIST_TENANT)
+                .bind(tenant)
+                .bind(now_ms)
+                .fetch_all(p)
+                .await,
+        })
+        .map_err(|e| port_error(self.redactor.query("list confirmations", e)))?;
+        rows.into_iter().map(Action::try_from).collect()
+    }
+}
+
+impl ConfirmationStore for Store {
+    fn backend(&self) -> &'static str {
+        self.backend_name()
+    }
+
+    fn consume<'a>(
+        &'a self,
+        key: &'a str,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Option<Action>, ConfirmationError>> {
+        Box::pin(async move {
+            self.consume_confirmation(key, now_ms)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn current<'a>(
+        &'a self,
+        key: &'a str,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Option<Action>, ConfirmationError>> {
+        Box::pin(self.current_confirmation(key, now_ms))
+    }
+
+    fn raise<'a>(
+        &'a self,
+        action: &'a Action,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>> {
+        Box::pin(async move {
+            self.raise_confirmation(action, now_ms)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        tenant: &'a str,
+        action_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Action>, ConfirmationError>> {
+        Box::pin(self.get_confirmation(tenant, action_id))
+    }
+
+    fn decide<'a>(
+        &'a self,
+        action_id: &'a str,
+        approve: bool,
+        by: &'a str,
+        at_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>> {
+        Box::pin(async move {
+            self.decide_confirmation(action_id, approve, by, at_ms)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        action_id: &'a str,
+        outcome: &'a StoredOutcome,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<(), ConfirmationError>> {
+        Box::pin(async move {
+            self.finish_confirmation(action_id, outcome, now_ms)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        tenant: &'a str,
+        requester: Option<&'a str>,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Vec<Action>, ConfirmationError>> {
+        Box::pin(self.list_confirmations(tenant, requester, now_ms))
+    }
+}
