@@ -5,9 +5,18 @@
 //! `memory.limit_in_bytes` (and `memory.memsw.limit_in_bytes` where swap is accounted). After
 //! the run the directories are removed and the removal is checked. A unified (v2) hierarchy is
 //! detected and reported, but not used yet.
+//!
+//! Every directory this module makes has a name no other run, probe or backend of this process
+//! (or of another process: the pid is in it) uses at the same time, so two backends starting
+//! together never see each other's `EEXIST`. A failure to make one is an error for that run or
+//! probe, never a reason to run without the controller.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// Numbers the probe cgroups made by this process.
+static PROBE_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// The cgroup hierarchies this host offers corral.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -79,9 +88,14 @@ fn own_path(proc_cgroup: &str, controller: &str) -> Option<String> {
     })
 }
 
-/// Checks a per-run cgroup can be made and removed under `base`.
+/// Checks a per-run cgroup can be made and removed under `base`. The probe's name is unique
+/// (pid and a process-wide counter), so concurrent probes never collide.
 pub(crate) fn try_create(base: &Path, file: &str) -> Result<(), String> {
-    let dir = base.join(format!("corral-probe-{}", std::process::id()));
+    let dir = base.join(format!(
+        "corral-probe-{}-{}",
+        std::process::id(),
+        PROBE_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
     let ok = dir.join(file).exists();
     std::fs::remove_dir(&dir).map_err(|e| format!("rmdir {}: {e}", dir.display()))?;
@@ -100,23 +114,44 @@ pub(crate) struct RunCgroups {
 }
 
 impl RunCgroups {
-    /// Makes the run's cgroups. `Err` when a hierarchy that exists could not be used (the run
-    /// is then refused, never run without the limit).
+    /// Makes the run's cgroups: always a `pids` one (every run has a process limit), and a
+    /// `memory` one when `memory` is set. `Err` when either cannot be made, whether the host has
+    /// no such hierarchy or making the cgroup failed: the run is then refused, never run without
+    /// the limit. The `Err` carries whatever was made before the failure, for the caller to
+    /// remove.
     pub(crate) fn create(
         support: &Support,
         run_id: &str,
         pids_max: u64,
         memory: Option<u64>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, (String, Self)> {
         let mut run = RunCgroups::default();
-        let name = format!("corral-{run_id}");
-        if let Some(base) = &support.pids {
-            let dir = base.join(&name);
-            std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-            run.dirs.push(("cgroup:pids", dir.clone()));
-            write(&dir.join("pids.max"), &pids_max.to_string())?;
+        match run.fill(support, run_id, pids_max, memory) {
+            Ok(()) => Ok(run),
+            Err(e) => Err((e, run)),
         }
-        if let (Some(base), Some(limit)) = (&support.memory, memory) {
+    }
+
+    fn fill(
+        &mut self,
+        support: &Support,
+        run_id: &str,
+        pids_max: u64,
+        memory: Option<u64>,
+    ) -> Result<(), String> {
+        let run = self;
+        let name = format!("corral-{run_id}");
+        let Some(base) = &support.pids else {
+            return Err(missing("pids", support));
+        };
+        let dir = base.join(&name);
+        std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+        run.dirs.push(("cgroup:pids", dir.clone()));
+        write(&dir.join("pids.max"), &pids_max.to_string())?;
+        if let Some(limit) = memory {
+            let Some(base) = &support.memory else {
+                return Err(missing("memory", support));
+            };
             let dir = base.join(&name);
             std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
             run.dirs.push(("cgroup:memory", dir.clone()));
@@ -126,7 +161,7 @@ impl RunCgroups {
                 write(&memsw, &limit.to_string())?;
             }
         }
-        Ok(run)
+        Ok(())
     }
 
     /// Moves `pid` into every cgroup of the run.
@@ -135,6 +170,11 @@ impl RunCgroups {
             write(&dir.join("cgroup.procs"), &pid.to_string())?;
         }
         Ok(())
+    }
+
+    /// Whether the run has the cgroup named `primitive` (e.g. `cgroup:pids`).
+    pub(crate) fn has(&self, primitive: &str) -> bool {
+        self.dirs.iter().any(|(name, _)| *name == primitive)
     }
 
     /// The attestation's names.
@@ -179,6 +219,92 @@ impl RunCgroups {
     }
 }
 
+/// Why a run that needs `controller` cannot have it here.
+fn missing(controller: &str, support: &Support) -> String {
+    let v2 = match &support.v2 {
+        Some(p) => format!(
+            " (only a unified v2 hierarchy is mounted, at {}, which corral does not use yet)",
+            p.display()
+        ),
+        None => String::new(),
+    };
+    format!(
+        "no cgroup v1 `{controller}` hierarchy holding corral's own cgroup is mounted{v2}; the run's `{controller}` limit cannot be enforced, so it is refused"
+    )
+}
+
 fn write(path: &Path, value: &str) -> Result<(), String> {
     std::fs::write(path, value).map_err(|e| format!("write {value} to {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    /// This host's `pids` hierarchy; `None` (a skip, which fails under `CI=true`) without one.
+    fn pids_base() -> Option<PathBuf> {
+        let base = detect().pids;
+        if base.is_none() {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "no v1 pids hierarchy here and CI=true"
+            );
+            eprintln!("notice: no v1 pids hierarchy here; skipping");
+        }
+        base
+    }
+
+    #[test]
+    fn concurrent_probes_never_collide() {
+        let Some(base) = pids_base() else { return };
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(16));
+        let handles: Vec<_> = (0..16)
+            .map(|_| {
+                let (base, barrier) = (base.clone(), std::sync::Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    (0..8)
+                        .map(|_| try_create(&base, "pids.max"))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in handles {
+            for r in h.join().unwrap() {
+                assert_eq!(r, Ok(()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_without_a_pids_hierarchy_is_refused() {
+        let (e, partial) = RunCgroups::create(&Support::default(), "t-nopids", 10, None)
+            .expect_err("no pids hierarchy, no run");
+        assert!(e.contains("`pids`"), "{e}");
+        assert!(partial.dirs.is_empty());
+    }
+
+    #[test]
+    fn a_memory_limit_without_a_memory_hierarchy_is_refused() {
+        let Some(base) = pids_base() else { return };
+        let support = Support {
+            pids: Some(base),
+            memory: None,
+            v2: None,
+        };
+        let id = format!("t-nomem-{}", std::process::id());
+        let (e, partial) = RunCgroups::create(&support, &id, 10, Some(1 << 20))
+            .expect_err("a memory limit without a memory hierarchy");
+        assert!(e.contains("`memory`"), "{e}");
+        // The pids cgroup made on the way is handed back, and removable.
+        assert!(partial.has("cgroup:pids"));
+        assert!(partial.remove(Duration::from_secs(1)));
+        // Without a memory limit the same support makes a run's cgroups.
+        let run = RunCgroups::create(&support, &id, 10, None)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        assert!(run.has("cgroup:pids") && !run.has("cgroup:memory"));
+        assert!(run.remove(Duration::from_secs(1)));
+    }
 }

@@ -1,6 +1,7 @@
 //! The `linux` backend: each run in fresh user, mount, pid, net, ipc and uts namespaces, on a
 //! minimal root view, under landlock, seccomp, `no_new_privs`, no capabilities, rlimits and
-//! (where the host allows) per-run cgroups. It attests `isolated: true` only when the helper
+//! per-run cgroups (always `pids`; `memory` when the request limits memory: a run whose limit has
+//! no cgroup to enforce it is refused). It attests `isolated: true` only when the helper
 //! reported every one of those applied; when the host lacks a required primitive, every run is
 //! refused with `ExecError::Unavailable` naming it, never run weaker.
 //!
@@ -76,7 +77,8 @@ pub struct LinuxBackend {
     helper: PathBuf,
     network: Network,
     runtime_dir: PathBuf,
-    preflight: OnceLock<Result<(), ExecError>>,
+    /// Set once the preflight passed.
+    preflight: OnceLock<()>,
     cgroups: OnceLock<cgroup::Support>,
 }
 
@@ -112,47 +114,42 @@ impl LinuxBackend {
         self.network
     }
 
-    fn cgroups(&self) -> &cgroup::Support {
-        self.cgroups.get_or_init(|| {
-            let mut support = cgroup::detect();
-            // Only hierarchies this process can actually use.
-            if let Some(base) = &support.pids {
-                if cgroup::try_create(base, "pids.max").is_err() {
-                    support.pids = None;
-                }
-            }
-            if let Some(base) = &support.memory {
-                if cgroup::try_create(base, "memory.limit_in_bytes").is_err() {
-                    support.memory = None;
-                }
-            }
-            support
-        })
+    /// The hierarchies per-run cgroups go under. Cached only once a `pids` hierarchy was found:
+    /// nothing transient is ever remembered, and whether a cgroup can really be made is learnt
+    /// by making each run's (a failure refuses that run, it never drops the limit for later
+    /// ones).
+    fn cgroups(&self) -> std::borrow::Cow<'_, cgroup::Support> {
+        if let Some(support) = self.cgroups.get() {
+            return std::borrow::Cow::Borrowed(support);
+        }
+        let support = cgroup::detect();
+        if support.pids.is_some() {
+            return std::borrow::Cow::Borrowed(self.cgroups.get_or_init(|| support));
+        }
+        std::borrow::Cow::Owned(support)
     }
 
-    /// The first required primitive this host lacks, as the error every run returns.
+    /// The first required primitive this host lacks, as the error every run returns. Only a
+    /// pass is cached: a failure is probed again on the next run (it may have been transient,
+    /// and refusing is the answer meanwhile).
     fn check(&self) -> Result<(), ExecError> {
-        self.preflight
-            .get_or_init(|| {
-                let missing = probe().into_iter().find(|p| p.required && !p.available);
-                if let Some(p) = missing {
-                    return Err(ExecError::Unavailable {
-                        backend: NAME,
-                        missing: format!("{} is missing: {}; fix: {}", p.name, p.detail, p.fix),
-                    });
-                }
-                if !self.helper.exists() {
-                    return Err(ExecError::Unavailable {
-                        backend: NAME,
-                        missing: format!(
-                            "the sandbox helper `{}` does not exist",
-                            self.helper.display()
-                        ),
-                    });
-                }
-                Ok(())
-            })
-            .clone()
+        if self.preflight.get().is_some() {
+            return Ok(());
+        }
+        if let Some(p) = probe().into_iter().find(|p| p.required && !p.available) {
+            return Err(unavailable(format!(
+                "{} is missing: {}; fix: {}",
+                p.name, p.detail, p.fix
+            )));
+        }
+        if !self.helper.exists() {
+            return Err(unavailable(format!(
+                "the sandbox helper `{}` does not exist",
+                self.helper.display()
+            )));
+        }
+        let _ = self.preflight.set(());
+        Ok(())
     }
 }
 
@@ -352,15 +349,30 @@ impl LinuxBackend {
             .processes
             .map_or(DEFAULT_PIDS_MAX, u64::from)
             .saturating_add(OWN_PIDS);
+        // Fail closed: every run has a process limit (the default one when the request sets
+        // none), and the pids cgroup is what enforces it (RLIMIT_NPROC is void for a host-root
+        // caller); a memory limit likewise needs its memory cgroup. No cgroup, no run.
         let cgroups =
-            cgroup::RunCgroups::create(self.cgroups(), &run_id, pids_max, req.limits.memory);
+            cgroup::RunCgroups::create(&self.cgroups(), &run_id, pids_max, req.limits.memory);
         let result = match cgroups {
-            Ok(cg) => {
+            Ok(cg)
+                if cg.has("cgroup:pids")
+                    && (req.limits.memory.is_none() || cg.has("cgroup:memory")) =>
+            {
                 run.cgroups = Some(cg);
                 self.spawn_and_wait(&req, encoded, &mut run, &spawn_error)
                     .await
             }
-            Err(e) => Err(unavailable(format!("cgroup: {e}"))),
+            Ok(cg) => {
+                run.cgroups = Some(cg);
+                Err(unavailable(
+                    "cgroup: the run's limits have no cgroup to enforce them",
+                ))
+            }
+            Err((e, partial)) => {
+                run.cgroups = Some(partial);
+                Err(unavailable(format!("cgroup: {e}")))
+            }
         };
         let destroyed = run.destroy().await;
         let mut out = result?;

@@ -17,8 +17,8 @@ pub struct Primitive {
     pub name: &'static str,
     /// Whether the backend can use it here.
     pub available: bool,
-    /// Whether the backend refuses to run without it (cgroup limits apply where the host
-    /// allows them; everything else is required).
+    /// Whether the backend refuses to run without it. Everything is, but `cgroup:memory` (only
+    /// runs with a memory limit need it, and those are refused without it) and `cgroup:v2`.
     pub required: bool,
     /// What was found.
     pub detail: String,
@@ -215,18 +215,17 @@ pub fn probe() -> Vec<Primitive> {
             "no cgroup hierarchy with the `{controller}` controller is mounted"
         )),
     };
-    let cg_fix = "mount the v1 controller (`mount -t cgroup -o pids,memory cgroup /sys/fs/cgroup/...`) and run corral with write access to its own cgroup; without it, only rlimits bound processes and memory";
     out.push(Primitive::new(
         "cgroup:pids",
-        false,
+        true,
         v1(&cg.pids, "pids.max", "pids"),
-        cg_fix,
+        "mount the v1 `pids` controller (`mount -t cgroup -o pids cgroup /sys/fs/cgroup/pids`) and run corral with write access to its own cgroup there; every run has a process limit and the pids cgroup enforces it (RLIMIT_NPROC does not bind a host-root caller), so without it the linux backend refuses every run",
     ));
     out.push(Primitive::new(
         "cgroup:memory",
         false,
         v1(&cg.memory, "memory.limit_in_bytes", "memory"),
-        cg_fix,
+        "mount the v1 `memory` controller (`mount -t cgroup -o memory cgroup /sys/fs/cgroup/memory`) and run corral with write access to its own cgroup there; without it, runs with a memory limit are refused",
     ));
     out.push(Primitive {
         name: "cgroup:v2",
