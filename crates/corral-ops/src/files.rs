@@ -61,6 +61,12 @@ fn errno_error(e: Errno, what: &str) -> OpError {
             409,
             format!("`{what}` is a directory that is not empty"),
         ),
+        // Opening a FIFO or socket without blocking: not a regular file.
+        Errno::NXIO | Errno::AGAIN => OpError::new(
+            codes::FILES_NOT_A_FILE,
+            400,
+            format!("`{what}` is not a regular file"),
+        ),
         Errno::FBIG => OpError::new(
             codes::LIMIT_TOO_LARGE,
             413,
@@ -349,7 +355,7 @@ fn read(
     use std::io::Read;
     let o = open_beneath(
         jp,
-        OFlags::RDONLY | OFlags::NOCTTY,
+        OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK,
         Mode::empty(),
         symlinks,
         protected,
@@ -401,7 +407,7 @@ fn open_for_write(
     for _ in 0..3 {
         match open_beneath(
             jp,
-            OFlags::WRONLY | OFlags::NOCTTY | append_flag,
+            OFlags::WRONLY | OFlags::NOCTTY | OFlags::NONBLOCK | append_flag,
             Mode::empty(),
             symlinks,
             protected,
@@ -617,7 +623,7 @@ async fn download(
     let (fd, size, shown) = blocking(move || {
         let o = open_beneath(
             &jp2,
-            OFlags::RDONLY | OFlags::NOCTTY,
+            OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK,
             Mode::empty(),
             symlinks,
             &protected,

@@ -2,7 +2,7 @@
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequest, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use corral_guard::{Call, Gateway, Reply};
@@ -27,16 +27,24 @@ pub(crate) fn op_json(op: &OpSpec) -> serde_json::Value {
     })
 }
 
+/// Whether a Content-Type is `application/json`, with or without parameters.
+fn is_json(ct: &HeaderValue) -> bool {
+    let essence = ct.to_str().unwrap_or("").split(';').next().unwrap_or("");
+    essence.trim().eq_ignore_ascii_case("application/json")
+}
+
 /// `POST /ops/{id}`.
 pub async fn call(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     let rid = super::request_id();
+    // Authenticate before reading a byte of the body.
     let caller = authed(&state, &headers, &id, &rid).await?;
     let gw = &state.0.gateway;
+    let body: Result<Bytes, BytesRejection> = Bytes::from_request(request, &()).await;
     let body = match body {
         Ok(b) => b,
         Err(rej) => {
@@ -58,11 +66,7 @@ pub async fn call(
         }
     };
     if let Some(ct) = headers.get(header::CONTENT_TYPE)
-        && !ct
-            .to_str()
-            .unwrap_or("")
-            .to_ascii_lowercase()
-            .starts_with("application/json")
+        && !is_json(ct)
         && !body.is_empty()
     {
         gw.audit_rejected(&caller, &id, &rid, codes::ARGS_MALFORMED, 400)

@@ -62,6 +62,11 @@ async fn malformed_bodies_are_refused_and_write_nothing() {
             Some("application/x-www-form-urlencoded"),
         ),
         (
+            "a look-alike JSON type",
+            good.clone().into_bytes(),
+            Some("application/jsonx"),
+        ),
+        (
             "multipart",
             good.clone().into_bytes(),
             Some("multipart/form-data; boundary=x"),
@@ -75,7 +80,10 @@ async fn malformed_bodies_are_refused_and_write_nothing() {
         assert!(!ws.root.join("made.txt").exists(), "{what} wrote the file");
     }
     // The same body, well-formed, does write: the refusals above were about the input.
-    raw(&s, good, json_ct).await.ok();
+    // (A charset parameter is fine.)
+    raw(&s, good, Some("application/json; charset=utf-8"))
+        .await
+        .ok();
     assert_eq!(
         std::fs::read_to_string(ws.root.join("made.txt")).unwrap(),
         "x"
@@ -158,4 +166,22 @@ async fn a_body_over_the_limit_is_413_and_writes_nothing() {
             .len(),
         MAX_BODY - overhead
     );
+}
+
+#[tokio::test]
+async fn a_fifo_in_the_root_is_refused_without_blocking() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let fifo = ws.at("pipe");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.map(|s| s.success()).unwrap_or(false), "mkfifo works");
+    for op in ["files.read", "files.download"] {
+        let r = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            s.call(op, json!({"path": fifo})),
+        )
+        .await
+        .expect("opening a FIFO must not block a worker");
+        r.assert_error(400, "files.not_a_file");
+    }
 }
