@@ -124,6 +124,49 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// Call one op on a server (`POST /ops/{id}`), or in-process with `--local`.
+    ///
+    /// Arguments are `name=value`; values that look like JSON (numbers, true/false, [...],
+    /// {...}, "...") are sent as JSON, others as strings. `argv` takes a JSON array or shell
+    /// words. Exit codes: 0 ok, 1 refused or failed call, 2 usage or connection error.
+    Call {
+        /// The op id, e.g. `files.list`.
+        op: String,
+        /// Arguments as `name=value`.
+        #[arg(value_name = "NAME=VALUE")]
+        args: Vec<String>,
+        /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
+        #[arg(long, value_name = "URL", conflicts_with = "local")]
+        server: Option<String>,
+        /// The environment variable holding the token (default: CORRAL_TOKEN, if set).
+        #[arg(long, value_name = "NAME", conflicts_with = "local")]
+        token_env: Option<String>,
+        /// Call in-process, through the same guard chain and audit, without a server.
+        #[arg(long)]
+        local: bool,
+        /// The config file for `--local` (default: $CORRAL_CONFIG, else ./corral.yaml).
+        #[arg(long, short = 'c', value_name = "FILE", requires = "local")]
+        config: Option<PathBuf>,
+        /// For `--local`: call as the token with this id (default: anonymous, when the
+        /// config has no tokens).
+        #[arg(long, value_name = "ID", requires = "local")]
+        principal: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+    /// Check a server's `/healthz`: exit 0 when healthy, 1 when not or unreachable.
+    Healthcheck {
+        /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+        /// How long to wait for the answer, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 5000)]
+        timeout_ms: u64,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
 }
 
 /// Parses the command line, runs the subcommand, and returns its exit code.
@@ -171,5 +214,29 @@ pub fn run_cli(cli: Cli) -> Exit {
             role,
             format,
         } => cmd::explain::run(config.config, &op, &args, principal, role, format),
+        Command::Call {
+            op,
+            args,
+            server,
+            token_env,
+            local,
+            config,
+            principal,
+            format,
+        } => cmd::call::run(cmd::call::Args {
+            op,
+            args,
+            server,
+            token_env,
+            format,
+            local,
+            config,
+            principal,
+        }),
+        Command::Healthcheck {
+            server,
+            timeout_ms,
+            format,
+        } => cmd::healthcheck::run(server, std::time::Duration::from_millis(timeout_ms), format),
     }
 }

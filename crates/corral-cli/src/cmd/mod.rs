@@ -1,9 +1,11 @@
 //! One module per subcommand, plus the config loading they share.
 
+pub mod call;
 pub mod check_config;
 pub mod describe;
 pub mod doctor;
 pub mod explain;
+pub mod healthcheck;
 pub mod init;
 
 use std::path::{Path, PathBuf};

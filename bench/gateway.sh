@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# bench/gateway.sh: throughput and p99 latency of `POST /ops/core.health` on
+#   (a) `corral serve` (release build): static token auth, the full guard chain (resolve, args,
+#       policy, limits, execute) and the audit event written to SQLite (WAL, synchronous=FULL);
+#   (b) bench/bare-axum: a bare axum server returning the same JSON, nothing else.
+# Both run side by side in one invocation, with the same load generator settings, and the
+# script prints both, the ratio, and whether the targets are met:
+#   corral throughput >= 60% of bare, corral p99 < 5 ms.
+#
+# Usage: bench/gateway.sh
+# Environment (all optional):
+#   DURATION=10s CONNS=64 WARMUP=2s   load per measured run, connections, warm-up per target
+#   ROUNDS=1                          measured rounds (corral, bare, corral, bare, ...); the
+#                                     median of the rounds is reported
+#   TOOL=auto|oha|wrk                 load generator (auto: oha, installing it with
+#                                     `cargo install oha --locked`; if that fails, Debian's wrk)
+#   EXTRA=1                           also run diagnostic variants of corral: state dir on tmpfs
+#                                     (no fsync cost) and open mode (no token), to show where
+#                                     the time goes
+#   PORT_BASE=9201                    first of the ports used on 127.0.0.1
+#   SKIP_BUILD=1                      use the release binaries already in target/release
+#   KEEP=1                            keep the work directory (configs, logs, SQLite file)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-64}
+WARMUP=${WARMUP:-2s}
+ROUNDS=${ROUNDS:-1}
+TOOL=${TOOL:-auto}
+EXTRA=${EXTRA:-0}
+PORT_BASE=${PORT_BASE:-9201}
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+PATH="$HOME/.cargo/bin:$PATH"
+
+say() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 2; }
+
+# --- load generator -------------------------------------------------------------------------
+pick_tool() {
+  if [[ $TOOL == auto || $TOOL == oha ]]; then
+    if ! command -v oha >/dev/null; then
+      say "installing oha (cargo install oha --locked; a few minutes on 2 cores)"
+      if ! cargo install oha --locked >&2; then
+        [[ $TOOL == oha ]] && die "cargo install oha failed"
+        say "cargo install oha failed; falling back to wrk"
+      fi
+    fi
+    if command -v oha >/dev/null; then TOOL=oha; return; fi
+  fi
+  if ! command -v wrk >/dev/null; then
+    say "installing wrk (apt-get install -y wrk)"
+    (apt-get install -y wrk || { apt-get update && apt-get install -y wrk; }) >&2 || die "cannot install wrk"
+  fi
+  TOOL=wrk
+}
+
+# run_load URL TOKEN DURATION -> prints "<req/s> <p99 ms> <ok responses> <non-2xx or errors>"
+run_load() {
+  local url=$1 token=$2 dur=$3
+  local auth=()
+  [[ -n $token ]] && auth=(-H "Authorization: Bearer $token")
+  if [[ $TOOL == oha ]]; then
+    local fmt=(--output-format json)
+    oha --help 2>/dev/null | grep -q -- '--output-format' || fmt=(--json)
+    oha -z "$dur" -c "$CONNS" -m POST -H 'Content-Type: application/json' "${auth[@]}" -d '{}' \
+      --no-tui "${fmt[@]}" "$url" |
+      python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+s = d["summary"]
+codes = d.get("statusCodeDistribution", {})
+ok = sum(v for k, v in codes.items() if k.startswith("2"))
+# oha cancels the requests in flight when the duration ends ("aborted due to deadline"):
+# those are not failures.
+errs = {k: v for k, v in d.get("errorDistribution", {}).items() if "deadline" not in k}
+bad = sum(v for k, v in codes.items() if not k.startswith("2")) + sum(errs.values())
+p99 = d["latencyPercentiles"]["p99"]
+rps = s["requestsPerSec"]
+print(f"{rps:.0f} {p99 * 1000:.2f} {ok} {bad}")
+'
+  else
+    local lua=$WORK/post.lua
+    cat >"$lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = "{}"
+wrk.headers["Content-Type"] = "application/json"
+local t = os.getenv("BENCH_TOKEN")
+if t and #t > 0 then wrk.headers["Authorization"] = "Bearer " .. t end
+done = function(summary, latency, requests)
+  local bad = summary.errors.status + summary.errors.connect + summary.errors.read
+            + summary.errors.write + summary.errors.timeout
+  io.write(string.format("RESULT %.0f %.2f %d %d\n",
+    summary.requests / (summary.duration / 1e6), latency:percentile(99) / 1000,
+    summary.requests - summary.errors.status, bad))
+end
+LUA
+    BENCH_TOKEN=$token wrk -t2 -c "$CONNS" -d "$dur" -s "$lua" "$url" | awk '/^RESULT/ {print $2, $3, $4, $5}'
+  fi
+}
+
+# --- servers --------------------------------------------------------------------------------
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [[ -n ${WORK:-} && ${KEEP:-0} != 1 ]]; then rm -rf "$WORK"; fi
+  if [[ -n ${SHM:-} ]]; then rm -rf "$SHM"; fi
+}
+trap cleanup EXIT
+
+wait_port() {
+  local port=$1 i
+  for i in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  die "nothing listens on 127.0.0.1:$port"
+}
+
+# start_corral NAME PORT STATE_DIR TOKEN_OR_EMPTY -> sets URL_<NAME>, TOKEN_<NAME>, PID_<NAME>
+start_corral() {
+  local name=$1 port=$2 state=$3 token=$4
+  local cfg=$WORK/$name.yaml
+  {
+    printf 'version: 1\npreset: workspace_jail\nroot: %s\nstate_dir: %s\n' "$WORK/ws" "$state"
+    if [[ -n $token ]]; then
+      printf 'auth:\n  tokens:\n    - {id: bench, token_env: CORRAL_BENCH_TOKEN}\n'
+    fi
+  } >"$cfg"
+  CORRAL_BENCH_TOKEN=$token CORRAL_LOG=warn "$TARGET_DIR/release/corral" serve --config "$cfg" \
+    --listen "127.0.0.1:$port" 2>"$WORK/$name.log" &
+  local pid=$!
+  PIDS+=("$pid")
+  wait_port "$port"
+  printf -v "URL_$name" '%s' "http://127.0.0.1:$port/ops/core.health"
+  printf -v "TOKEN_$name" '%s' "$token"
+  printf -v "PID_$name" '%s' "$pid"
+}
+
+start_bare() {
+  local port=$1
+  "$TARGET_DIR/release/bare-axum" "127.0.0.1:$port" 2>"$WORK/bare.log" &
+  local pid=$!
+  PIDS+=("$pid")
+  wait_port "$port"
+  URL_bare="http://127.0.0.1:$port/ops/core.health"
+  TOKEN_bare=""
+  PID_bare=$pid
+}
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# --- main -----------------------------------------------------------------------------------
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+pick_tool
+if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+  say "building release binaries (cargo build --release -p corral-cli -p bare-axum)"
+  cargo build --release -p corral-cli -p bare-axum >&2
+fi
+for b in corral bare-axum; do
+  [[ -x $TARGET_DIR/release/$b ]] || die "$TARGET_DIR/release/$b is missing; run without SKIP_BUILD"
+done
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/corral-gateway-bench.XXXXXX")
+mkdir -p "$WORK/ws"
+TOKEN=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+
+start_corral corral "$PORT_BASE" "$WORK/state" "$TOKEN"
+start_bare "$((PORT_BASE + 1))"
+TARGETS=(corral bare)
+if [[ $EXTRA == 1 ]]; then
+  SHM=$(mktemp -d /dev/shm/corral-bench-state.XXXXXX)
+  start_corral corral_tmpfs "$((PORT_BASE + 2))" "$SHM" "$TOKEN"
+  start_corral corral_open "$((PORT_BASE + 3))" "$WORK/state-open" ""
+  TARGETS+=(corral_tmpfs corral_open)
+fi
+
+say "sanity checks"
+for t in "${TARGETS[@]}"; do
+  url_var=URL_$t tok_var=TOKEN_$t
+  auth=()
+  [[ -n ${!tok_var} ]] && auth=(-H "Authorization: Bearer ${!tok_var}")
+  body=$(curl -sS -f -X POST -H 'Content-Type: application/json' "${auth[@]}" -d '{}' "${!url_var}") ||
+    die "$t does not answer ${!url_var}"
+  printf '  %-13s %s\n' "$t" "$body" >&2
+done
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' -d '{}' "$URL_corral")
+[[ $code == 401 ]] || die "corral answered $code without a token; auth is not on"
+say "corral without a token: 401 (auth is on)"
+
+CLK=$(getconf CLK_TCK)
+declare -A RPS P99 OK BAD CPU
+for round in $(seq 1 "$ROUNDS"); do
+  for t in "${TARGETS[@]}"; do
+    url_var=URL_$t tok_var=TOKEN_$t pid_var=PID_$t
+    say "round $round/$ROUNDS: $t: warm-up $WARMUP, then $DURATION at $CONNS connections ($TOOL)"
+    run_load "${!url_var}" "${!tok_var}" "$WARMUP" >/dev/null
+    before=$(cpu_ticks "${!pid_var}")
+    read -r rps p99 ok bad < <(run_load "${!url_var}" "${!tok_var}" "$DURATION")
+    after=$(cpu_ticks "${!pid_var}")
+    # server CPU per request, microseconds
+    cpu=$(python3 -c "print(f'{($after - $before) / $CLK * 1e6 / max($ok + $bad, 1):.0f}')")
+    printf '  %-13s %8s req/s  p99 %7s ms  2xx %9s  other %s  server CPU %s us/req\n' \
+      "$t" "$rps" "$p99" "$ok" "$bad" "$cpu" >&2
+    RPS[$t]+="$rps " P99[$t]+="$p99 " OK[$t]+="$ok " BAD[$t]+="$bad " CPU[$t]+="$cpu "
+  done
+done
+
+median() { printf '%s\n' $1 | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+audited=""
+if command -v sqlite3 >/dev/null && [[ -f $WORK/state/corral.db ]]; then
+  audited=$(sqlite3 "$WORK/state/corral.db" 'select count(*) from audit_events' 2>/dev/null || true)
+fi
+
+echo
+echo "Gateway benchmark: POST /ops/core.health, $CONNS connections, $DURATION per run, $ROUNDS round(s), $TOOL"
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average at start: $LOAD_BEFORE, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '| %-13s | %10s | %9s | %12s | %8s | %14s |\n' target 'req/s' 'p99 ms' '2xx' 'non-2xx' 'server us/req'
+printf '|%s|%s|%s|%s|%s|%s|\n' --------------- ------------ ----------- -------------- ---------- ----------------
+for t in "${TARGETS[@]}"; do
+  printf '| %-13s | %10s | %9s | %12s | %8s | %14s |\n' "$t" "$(median "${RPS[$t]}")" \
+    "$(median "${P99[$t]}")" "$(median "${OK[$t]}")" "$(median "${BAD[$t]}")" "$(median "${CPU[$t]}")"
+done
+c_rps=$(median "${RPS[corral]}") b_rps=$(median "${RPS[bare]}") c_p99=$(median "${P99[corral]}")
+python3 - "$c_rps" "$b_rps" "$c_p99" <<'PY'
+import sys
+c, b, p99 = (float(x) for x in sys.argv[1:])
+ratio = c / b if b else 0.0
+print(f"ratio corral / bare throughput: {ratio * 100:.1f}%")
+print(f"target throughput >= 60% of bare: {'MET' if ratio >= 0.6 else 'MISSED'}")
+print(f"target corral p99 < 5 ms: {'MET' if p99 < 5 else 'MISSED'} ({p99:.2f} ms)")
+PY
+[[ -n $audited ]] && echo "audit events in corral's SQLite store after the run: $audited"
+exit 0

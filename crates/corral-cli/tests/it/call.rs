@@ -1,0 +1,273 @@
+//! `corral call` and `corral healthcheck`: in-process (`--local`) and against a real
+//! `corral serve` child process.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{corral, workspace};
+
+const JAIL: &str = "version: 1\npreset: workspace_jail\nroot: $WS\n";
+
+fn write_notes(dir: &Path) {
+    let _ = std::fs::write(dir.join("ws/notes.txt"), "hello from the jail\n");
+    let _ = std::fs::create_dir(dir.join("ws/sub"));
+}
+
+#[test]
+fn local_call_lists_files_through_the_guard_chain() {
+    let dir = workspace(Some(JAIL));
+    write_notes(dir.path());
+    let (code, out, err) = corral(dir.path(), &["call", "--local", "files.list", "path=."]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("\"notes.txt\""), "{out}");
+    assert!(out.contains("\"sub\""), "{out}");
+    // The call was audited to the config's SQLite store.
+    assert!(dir.path().join(".corral/corral.db").exists());
+
+    let (code, out, err) = corral(
+        dir.path(),
+        &[
+            "call",
+            "--local",
+            "files.read",
+            "path=notes.txt",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) else {
+        unreachable!("--format json prints JSON: {out}")
+    };
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["result"]["content"], "hello from the jail\n", "{v}");
+}
+
+#[test]
+fn a_refused_local_call_exits_1_with_its_code() {
+    let dir = workspace(Some(JAIL));
+    let (code, out, err) = corral(
+        dir.path(),
+        &["call", "--local", "files.read", "path=/etc/passwd"],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("error[policy.path_outside_scope]"), "{err}");
+    assert!(err.contains("(request "), "{err}");
+    assert!(!out.contains("root:"), "{out}");
+
+    let (code, _, err) = corral(dir.path(), &["call", "--local", "commands.run", "argv=ls"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("error[op.not_enabled]"), "{err}");
+
+    let (code, out, _) = corral(
+        dir.path(),
+        &[
+            "call",
+            "--local",
+            "files.read",
+            "path=/etc/passwd",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("\"code\": \"policy.path_outside_scope\""),
+        "{out}"
+    );
+}
+
+#[test]
+fn local_call_usage_errors_exit_2() {
+    let dir = workspace(Some(JAIL));
+    // Not `name=value`.
+    let (code, _, err) = corral(dir.path(), &["call", "--local", "files.list", "path"]);
+    assert_eq!(code, 2, "{err}");
+    // A principal the config does not have.
+    let (code, _, err) = corral(
+        dir.path(),
+        &[
+            "call",
+            "--local",
+            "files.list",
+            "path=.",
+            "--principal",
+            "bob",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    // No config.
+    let empty = workspace(None);
+    let (code, _, _) = corral(empty.path(), &["call", "--local", "files.list", "path=."]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn local_call_as_a_token_principal() {
+    let config = "version: 1\npreset: workspace_jail\nroot: $WS\nauth:\n  tokens:\n    - {id: agent, token_env: CORRAL_IT_AGENT_TOKEN}\n";
+    let dir = workspace(Some(config));
+    write_notes(dir.path());
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_corral"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("CORRAL_CONFIG")
+            .env("CORRAL_IT_AGENT_TOKEN", "it-agent-secret-0123456789")
+            .output();
+        let Ok(out) = out else {
+            unreachable!("the corral binary runs")
+        };
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(&[
+        "call",
+        "--local",
+        "files.list",
+        "path=.",
+        "--principal",
+        "agent",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("notes.txt"), "{out}");
+    // With tokens there is no anonymous caller.
+    let (code, _, err) = run(&["call", "--local", "files.list", "path=."]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--principal"), "{err}");
+}
+
+/// A `corral serve` child process, killed on drop.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let Ok(l) = std::net::TcpListener::bind("127.0.0.1:0") else {
+        unreachable!("loopback can bind")
+    };
+    let Ok(a) = l.local_addr() else {
+        unreachable!("a bound socket has an address")
+    };
+    a.port()
+}
+
+fn serve(dir: &Path) -> Served {
+    let port = free_port();
+    let ws = dir.join("ws");
+    let listen = format!("127.0.0.1:{port}");
+    let child = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["serve", "--preset", "workspace_jail", "--root"])
+        .arg(&ws)
+        .args(["--listen", &listen])
+        .current_dir(dir)
+        .env_remove("CORRAL_CONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(child) = child else {
+        unreachable!("corral serve starts")
+    };
+    let served = Served {
+        child,
+        url: format!("http://{listen}"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, _, _) = corral(
+            dir,
+            &[
+                "healthcheck",
+                "--server",
+                &served.url,
+                "--timeout-ms",
+                "1000",
+            ],
+        );
+        if code == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "corral serve did not come up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    served
+}
+
+#[test]
+fn call_and_healthcheck_against_a_running_server() {
+    let dir = workspace(None);
+    write_notes(dir.path());
+    let served = serve(dir.path());
+    let url = served.url.clone();
+
+    let (code, out, err) = corral(
+        dir.path(),
+        &["call", "files.list", "path=.", "--server", &url],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("\"notes.txt\""), "{out}");
+
+    let (code, out, err) = corral(
+        dir.path(),
+        &[
+            "call",
+            "--server",
+            &url,
+            "files.read",
+            "path=notes.txt",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("hello from the jail"), "{out}");
+    assert!(out.contains("\"request_id\""), "{out}");
+
+    let (code, out, err) = corral(
+        dir.path(),
+        &["call", "--server", &url, "files.download", "path=notes.txt"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "hello from the jail\n");
+
+    let (code, _, err) = corral(
+        dir.path(),
+        &[
+            "call",
+            "--server",
+            &url,
+            "files.read",
+            "path=../../etc/passwd",
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("error[policy."), "{err}");
+
+    let (code, _, err) = corral(dir.path(), &["call", "--server", &url, "no.such_op"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("error[op.not_enabled]"), "{err}");
+
+    let (code, out, err) = corral(dir.path(), &["healthcheck", "--server", &url]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("ok"), "{out}");
+
+    drop(served);
+    let (code, _, err) = corral(dir.path(), &["healthcheck", "--server", &url]);
+    assert!(code == 1 || code == 2, "{code}: {err}");
+    let (code, _, err) = corral(
+        dir.path(),
+        &["call", "--server", &url, "files.list", "path=."],
+    );
+    assert_eq!(code, 2, "{err}");
+}
