@@ -56,6 +56,27 @@ struct ConfigArg {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve ops over HTTP (`POST /ops/{id}`), with the config's policy, auth and storage.
+    Serve {
+        /// The config file (default: $CORRAL_CONFIG, else ./corral.yaml).
+        #[arg(long, short = 'c', value_name = "FILE", conflicts_with_all = ["preset", "root"])]
+        config: Option<PathBuf>,
+        /// Serve a preset without a config file (needs `--root` for most presets).
+        #[arg(long)]
+        preset: Option<String>,
+        /// The preset's root directory.
+        #[arg(long, requires = "preset")]
+        root: Option<PathBuf>,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: std::net::SocketAddr,
+        /// Allow open mode (no auth) beyond loopback or with exec ops mounted. Do not.
+        #[arg(long)]
+        allow_open: bool,
+        /// Largest request body in bytes.
+        #[arg(long, default_value_t = 1 << 20)]
+        max_body_bytes: usize,
+    },
     /// Write a commented starter config.
     Init {
         /// The preset to start from (both `download_only` and `download-only` work).
@@ -189,6 +210,21 @@ pub fn run() -> ExitCode {
 /// Runs a parsed command line.
 pub fn run_cli(cli: Cli) -> Exit {
     match cli.command {
+        Command::Serve {
+            config,
+            preset,
+            root,
+            listen,
+            allow_open,
+            max_body_bytes,
+        } => cmd::serve::run(cmd::serve::Args {
+            config,
+            preset,
+            root,
+            listen,
+            allow_open,
+            max_body_bytes,
+        }),
         Command::Init {
             preset,
             root,
