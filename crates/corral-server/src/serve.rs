@@ -160,7 +160,9 @@ pub async fn build_state(
             .map_err(|e| ServeError::Store(e.to_string()))?,
     );
     let backend = backend(loaded);
-    let mut sinks: Vec<Arc<dyn AuditSink>> = vec![store.clone()];
+    // One writer task commits concurrent calls' events together (group commit).
+    let writer = corral_store::AuditWriter::spawn(store.as_ref().clone());
+    let mut sinks: Vec<Arc<dyn AuditSink>> = vec![Arc::new(writer)];
     match &loaded.config.audit.sink {
         corral_config::model::AuditSink::Stderr => {
             sinks.push(Arc::new(corral_guard::audit::JsonLines::stderr()))

@@ -107,6 +107,52 @@ impl TryFrom<EventRow> for AuditEvent {
     }
 }
 
+/// The JSON-encoded columns of an event.
+struct Encoded {
+    act_chain: String,
+    args_shape: String,
+    attestation: Option<String>,
+}
+
+impl Encoded {
+    fn new(event: &AuditEvent) -> Result<Self, StoreError> {
+        Ok(Self {
+            act_chain: serde_json::to_string(&event.act_chain).map_err(encode_failed)?,
+            args_shape: serde_json::to_string(&event.args_shape).map_err(encode_failed)?,
+            attestation: event
+                .attestation
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(encode_failed)?,
+        })
+    }
+}
+
+/// Binds an event's columns to `INSERT_EVENT`, in column order.
+macro_rules! bind_event {
+    ($q:expr, $event:expr, $e:expr) => {
+        $q.bind($event.request_id.as_str())
+            .bind($event.tenant.as_str())
+            .bind($event.ts_ms)
+            .bind($event.principal_id.as_str())
+            .bind($event.principal_kind.as_str())
+            .bind($e.act_chain.as_str())
+            .bind($event.op.as_str())
+            .bind($event.outcome.as_str())
+            .bind($event.code.as_deref())
+            .bind($event.rule.as_deref())
+            .bind($event.args_hash.as_str())
+            .bind($e.args_shape.as_str())
+            .bind(i32::from($event.status))
+            .bind($event.duration_us)
+            .bind($e.attestation.as_deref())
+            .bind($event.action_id.as_deref())
+            .bind($event.run_id.as_deref())
+            .bind($event.detail.as_deref())
+    };
+}
+
 fn encode_failed(err: serde_json::Error) -> StoreError {
     StoreError::QueryFailed {
         what: "append audit event",
@@ -119,37 +165,32 @@ impl Store {
     /// durability). A `request_id` already stored is a `store.query_failed` error and leaves
     /// the stored event unchanged.
     pub async fn append_audit(&self, event: &AuditEvent) -> Result<(), StoreError> {
-        let act_chain = serde_json::to_string(&event.act_chain).map_err(encode_failed)?;
-        let args_shape = serde_json::to_string(&event.args_shape).map_err(encode_failed)?;
-        let attestation = event
-            .attestation
-            .as_ref()
-            .map(serde_json::to_string)
-            .transpose()
-            .map_err(encode_failed)?;
-        on_pool!(&self.pool, p => sqlx::query(INSERT_EVENT)
-            .bind(event.request_id.as_str())
-            .bind(event.tenant.as_str())
-            .bind(event.ts_ms)
-            .bind(event.principal_id.as_str())
-            .bind(event.principal_kind.as_str())
-            .bind(act_chain.as_str())
-            .bind(event.op.as_str())
-            .bind(event.outcome.as_str())
-            .bind(event.code.as_deref())
-            .bind(event.rule.as_deref())
-            .bind(event.args_hash.as_str())
-            .bind(args_shape.as_str())
-            .bind(i32::from(event.status))
-            .bind(event.duration_us)
-            .bind(attestation.as_deref())
-            .bind(event.action_id.as_deref())
-            .bind(event.run_id.as_deref())
-            .bind(event.detail.as_deref())
+        let e = Encoded::new(event)?;
+        on_pool!(&self.pool, p => bind_event!(sqlx::query(INSERT_EVENT), event, e)
             .execute(p)
             .await
             .map(|_| ()))
-        .map_err(|e| self.redactor.query("append audit event", e))
+        .map_err(|err| self.redactor.query("append audit event", err))
+    }
+
+    /// Appends events in one transaction: all are committed, or none is. One commit (one
+    /// fsync) for the batch is what lets many concurrent calls be audited durably and fast.
+    pub async fn append_audit_batch(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
+        let encoded = events
+            .iter()
+            .map(Encoded::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        on_pool!(&self.pool, p => async {
+            let mut tx = p.begin().await?;
+            for (event, e) in events.iter().zip(&encoded) {
+                bind_event!(sqlx::query(INSERT_EVENT), event, e)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await
+        }
+        .await)
+        .map_err(|err| self.redactor.query("append audit events", err))
     }
 
     /// The number of stored audit events, of one tenant or of all.

@@ -48,6 +48,7 @@ use sqlx::sqlite::{
 use crate::error::Redactor;
 
 pub use crate::error::{STORE_MIGRATION_FAILED, STORE_QUERY_FAILED, STORE_UNAVAILABLE, StoreError};
+pub use crate::writer::AuditWriter;
 
 /// Runs the same body against whichever pool the store holds; `$p` is bound to the typed pool.
 macro_rules! on_pool {
@@ -62,6 +63,7 @@ macro_rules! on_pool {
 mod audit;
 mod confirm;
 mod error;
+mod writer;
 
 /// The schema, embedded from `crates/corral-store/migrations/` (shared by both backends).
 static MIGRATOR: Migrator = sqlx::migrate!();

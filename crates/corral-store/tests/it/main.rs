@@ -10,3 +10,4 @@ mod confirmations;
 mod errors;
 mod postgres;
 mod sqlite;
+mod writer;
