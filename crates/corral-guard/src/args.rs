@@ -88,7 +88,6 @@ pub fn parse_args(spec: &OpSpec, json: &serde_json::Value) -> Result<Args, ArgsR
 
 /// SHA-256 of the canonical (key-sorted) JSON of the arguments, hex.
 pub fn args_hash(json: &serde_json::Value) -> String {
-    let canonical = serde_json::to_string(json).unwrap_or_default();
-    let digest = Sha256::digest(canonical.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    let canonical = serde_json::to_vec(json).unwrap_or_default();
+    crate::canonical::hex(&Sha256::digest(&canonical))
 }

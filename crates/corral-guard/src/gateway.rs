@@ -161,6 +161,14 @@ fn not_enabled(op: &str) -> Refusal {
     )
 }
 
+/// An op id as audited: at most 200 characters (an unknown id is whatever the caller sent).
+fn truncated_op(op: &str) -> String {
+    match op.char_indices().nth(200) {
+        None => op.to_owned(),
+        Some((end, _)) => op[..end].to_owned(),
+    }
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -309,7 +317,7 @@ impl Gateway {
                 .map(|c| c.principal.kind.as_str().to_owned())
                 .unwrap_or_default(),
             act_chain: caller.map(|c| c.act_chain.clone()).unwrap_or_default(),
-            op: op.chars().take(200).collect(),
+            op: truncated_op(op),
             outcome,
             code: Some(code.to_owned()),
             rule: None,
@@ -554,7 +562,7 @@ impl Gateway {
             principal_id: call.caller.principal.id.clone(),
             principal_kind: call.caller.principal.kind.as_str().to_owned(),
             act_chain: call.caller.act_chain.clone(),
-            op: call.op.chars().take(200).collect(),
+            op: truncated_op(&call.op),
             outcome: Outcome::Ok,
             code: None,
             rule: None,
@@ -597,12 +605,13 @@ impl Gateway {
         let principal = &call.caller.principal;
         let g = &d.guard;
         // 1. Resolve: unknown and not-enabled are the same answer.
-        let spec = match d.engine.catalog().get(&call.op) {
-            Some(s) if d.engine.is_mounted(&call.op, principal) => s.clone(),
+        // Borrowed from the deployment (which outlives the call); cloned once, for the handler.
+        let spec: &OpSpec = match d.engine.catalog().get(&call.op) {
+            Some(s) if d.engine.is_mounted(&call.op, principal) => s,
             Some(_) | None => return (Outcome::NotEnabled, Reply::Refused(not_enabled(&call.op))),
         };
         // 2. Arguments.
-        let args = match parse_args(&spec, &call.args) {
+        let args = match parse_args(spec, &call.args) {
             Ok(a) => a,
             Err(e) => {
                 return (
@@ -614,10 +623,10 @@ impl Gateway {
         // The run: what it did to itself (a lowered level, dry-run) applies from here on.
         let run = opts.run_id.as_ref().map(|id| {
             let key = RunKey {
-                tenant: event.tenant.clone(),
-                principal: principal.id.clone(),
+                tenant: principal.tenant.as_deref().unwrap_or(&self.tenant),
+                principal: &principal.id,
                 purpose: RunPurpose::Live,
-                run_id: id.clone(),
+                run_id: id,
             };
             let record = self.runs.enter(&key, now_ms(), opts.autonomy, opts.dry_run);
             (key, record)
@@ -628,10 +637,10 @@ impl Gateway {
         };
         // 3. Autonomy: what may run at all, before anyone's role is looked at.
         if let Some((level, source)) = g.effective_level(principal, run_level)
-            && !level.permits(&spec)
+            && !level.permits(spec)
         {
             event.detail = Some(level.as_str().to_owned());
-            let needed = AutonomyLevel::lowest_for(&spec);
+            let needed = AutonomyLevel::lowest_for(spec);
             return (
                 Outcome::AutonomyBlocked,
                 Reply::Refused(Refusal::new(
@@ -648,7 +657,7 @@ impl Gateway {
             );
         }
         // 4. RBAC by tier: who may call it, before anyone is asked to approve it.
-        if let Some(need) = g.required_role(&spec) {
+        if let Some(need) = g.required_role(spec) {
             let have = Role::highest_of(&principal.roles);
             if have.is_none_or(|h| h < need) {
                 event.detail = Some(need.as_str().to_owned());
@@ -659,7 +668,7 @@ impl Gateway {
                 {
                     "`roles.overrides`".to_owned()
                 } else {
-                    format!("its {} tier: {}", spec.tier(), tier_reason(&spec))
+                    format!("its {} tier: {}", spec.tier(), tier_reason(spec))
                 };
                 let have =
                     have.map_or_else(|| "no tier role".to_owned(), |h| format!("the role `{h}`"));
@@ -682,8 +691,9 @@ impl Gateway {
             principal,
             args: &args,
         });
+        // Kept boxed: it is large, and moves through the steps to the handler.
         let grant = match decision {
-            Decision::Allowed(a) => *a,
+            Decision::Allowed(a) => a,
             Decision::NotMounted => {
                 return (Outcome::NotEnabled, Reply::Refused(not_enabled(&call.op)));
             }
@@ -801,9 +811,9 @@ impl Gateway {
         &self,
         d: &Arc<Deployment>,
         call: &Call,
-        spec: OpSpec,
+        spec: &OpSpec,
         args: Args,
-        grant: corral_policy::Allowed,
+        grant: Box<corral_policy::Allowed>,
         run_dry: bool,
         event: &mut AuditEvent,
         executed: &mut bool,
@@ -815,12 +825,14 @@ impl Gateway {
             // 7. Dry-run: guarded ops are described, never run, and nobody is asked.
             if g.mode == Mode::DryRun || run_dry {
                 *executed = true;
-                return (Outcome::DryRun, Reply::Json(dry_run_payload(call, &spec)));
+                return (Outcome::DryRun, Reply::Json(dry_run_payload(call, spec)));
             }
             // 8. Confirmation, unless a confirm-tier op's allow rule says `confirm: never`.
             let exempt = tier == Tier::Confirm && g.confirm_never_rules.contains(&grant.rule.index);
             if !exempt {
-                match self.confirmation(d, call, &spec, event).await {
+                // Boxed: the confirmation step's state is large and most calls never reach it,
+                // so it must not grow every call's future.
+                match Box::pin(self.confirmation(d, call, spec, event)).await {
                     Confirmed::Run(a) => {
                         // The consumption is on record before the op runs.
                         let mut consumed = event.clone();
@@ -839,7 +851,14 @@ impl Gateway {
             }
         }
         *executed = true;
+        // If this request is dropped while the approved op runs (the client went away), the
+        // action gets an outcome anyway, so retries are told instead of waiting for one.
+        let mut interrupted = Interrupted {
+            store: Arc::clone(&self.confirmations),
+            action: action.as_ref().map(|a| (a.action_id.clone(), a.op.clone())),
+        };
         let (outcome, reply) = self.execute(d, call, spec, args, grant, event).await;
+        interrupted.action = None;
         if let Some(a) = action {
             let stored = match &reply {
                 Reply::Json(v) => StoredOutcome::Json { value: v.clone() },
@@ -956,7 +975,9 @@ impl Gateway {
                         )),
                     );
                 }
-                ActionState::Running => return self.wait_for_outcome(a, &call.request_id).await,
+                ActionState::Running => {
+                    return Box::pin(self.wait_for_outcome(a, &call.request_id)).await;
+                }
                 ActionState::Done => return replay(&a),
             }
         }
@@ -994,9 +1015,9 @@ impl Gateway {
         &self,
         d: &Arc<Deployment>,
         call: &Call,
-        spec: OpSpec,
+        spec: &OpSpec,
         args: Args,
-        grant: corral_policy::Allowed,
+        grant: Box<corral_policy::Allowed>,
         event: &mut AuditEvent,
     ) -> (Outcome, Reply) {
         let principal = &call.caller.principal;
@@ -1014,20 +1035,23 @@ impl Gateway {
                 )),
             );
         };
+        let spec_has_url = spec
+            .params
+            .iter()
+            .any(|p| p.kind == corral_policy::ParamKind::Url);
+        // Only an op with a url parameter reaches urls on its own (redirects); the others get
+        // no re-check, which refuses every url (fails closed).
+        let url_check = spec_has_url
+            .then(|| url_check(d.clone(), call.op.clone(), principal.clone(), args.clone()));
         let ctx = OpCtx {
-            op: spec,
+            op: spec.clone(),
             principal: principal.clone(),
-            args: args.clone(),
-            grant,
+            args,
+            grant: *grant,
             backend: self.backend.clone(),
             protected: d.protected.clone(),
             request_id: call.request_id.clone(),
-            url_check: Some(url_check(
-                d.clone(),
-                call.op.clone(),
-                principal.clone(),
-                args,
-            )),
+            url_check,
         };
         match handler.call(ctx).await {
             Ok(OpOutput::Json { value, attestation }) => {
@@ -1049,6 +1073,38 @@ impl Gateway {
 
 fn op_refusal(e: &OpError) -> Refusal {
     Refusal::new(e.status, e.code, e.message.clone())
+}
+
+/// Stores a `not replayable` outcome for a consumed action whose request was dropped before the
+/// op's outcome was stored (disarmed by setting `action` to `None`).
+struct Interrupted {
+    store: Arc<dyn ConfirmationStore>,
+    action: Option<(String, String)>,
+}
+
+impl Drop for Interrupted {
+    fn drop(&mut self) {
+        let Some((id, op)) = self.action.take() else {
+            return;
+        };
+        tracing::warn!(action_id = %id, op = %op, "an approved call was interrupted");
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = Arc::clone(&self.store);
+        rt.spawn(async move {
+            let outcome = StoredOutcome::Refused {
+                status: 409,
+                code: codes::CONFIRMATION_NOT_REPLAYABLE.to_owned(),
+                message: format!(
+                    "the approved call to `{op}` (action {id}) was interrupted while it ran (its request was cancelled) and may have partly run; check its effects, then call again after the action expires"
+                ),
+            };
+            if let Err(e) = store.finish(&id, &outcome, now_ms()).await {
+                tracing::error!(action_id = %id, error = %e, "the outcome of an interrupted call could not be stored");
+            }
+        });
+    }
 }
 
 /// How long a retry waits for the outcome of an approved call another request is running.

@@ -75,7 +75,7 @@ impl std::fmt::Display for LevelSource {
 }
 
 /// The guard steps' settings for one deployment.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct GuardPolicy {
     /// The process-wide level; `None`: no process-wide restriction.
     pub autonomy: Option<AutonomyLevel>,
@@ -95,13 +95,25 @@ pub struct GuardPolicy {
     pub op_versions: HashMap<String, String>,
 }
 
+impl Default for GuardPolicy {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl GuardPolicy {
     /// The defaults of a config without guardrail settings: no autonomy level (service
     /// principals still pinned to L2), RBAC off, enforce, 300 s, no budgets.
     pub fn new() -> Self {
         Self {
+            autonomy: None,
+            pins: Vec::new(),
+            rbac: None,
+            mode: Mode::Enforce,
             confirmation_ttl: Duration::from_secs(300),
-            ..Self::default()
+            confirm_never_rules: HashSet::new(),
+            budgets: Budgets::default(),
+            op_versions: HashMap::new(),
         }
     }
 

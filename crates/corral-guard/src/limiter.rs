@@ -61,6 +61,13 @@ impl Drop for Permit {
 impl Limiter {
     /// Admits a call under `limits`, or says which limit refused it.
     pub fn admit(&self, principal: &str, op: &str, limits: &Limits) -> Result<Permit, Limited> {
+        if limits.rate.is_none() && limits.concurrency.is_none() {
+            // Nothing to count: no key, no lock.
+            return Ok(Permit {
+                key: None,
+                in_flight: self.in_flight.clone(),
+            });
+        }
         let key = (principal.to_owned(), op.to_owned());
         if let Some(rate) = limits.rate {
             let capacity = f64::from(rate.count);

@@ -11,7 +11,8 @@ const BUCKETS: &[f64] = &[
 
 #[derive(Debug, Default)]
 struct Inner {
-    calls: BTreeMap<(String, &'static str), u64>,
+    /// op -> outcome -> count.
+    calls: BTreeMap<String, BTreeMap<&'static str, u64>>,
     buckets: Vec<u64>,
     sum: f64,
     count: u64,
@@ -28,7 +29,14 @@ impl Metrics {
     /// caller cannot grow the label set).
     pub fn record(&self, op: &str, outcome: &'static str, took: Duration) {
         let Ok(mut m) = self.inner.lock() else { return };
-        *m.calls.entry((op.to_owned(), outcome)).or_insert(0) += 1;
+        // No allocation once an op has been seen (the hot path).
+        match m.calls.get_mut(op) {
+            Some(by_outcome) => *by_outcome.entry(outcome).or_insert(0) += 1,
+            None => {
+                m.calls
+                    .insert(op.to_owned(), BTreeMap::from([(outcome, 1)]));
+            }
+        }
         if m.buckets.is_empty() {
             m.buckets = vec![0; BUCKETS.len()];
         }
@@ -51,11 +59,13 @@ impl Metrics {
             "# HELP corral_calls_total Calls decided, by op and outcome."
         );
         let _ = writeln!(out, "# TYPE corral_calls_total counter");
-        for ((op, outcome), n) in &m.calls {
-            let _ = writeln!(
-                out,
-                "corral_calls_total{{op=\"{op}\",outcome=\"{outcome}\"}} {n}"
-            );
+        for (op, by_outcome) in &m.calls {
+            for (outcome, n) in by_outcome {
+                let _ = writeln!(
+                    out,
+                    "corral_calls_total{{op=\"{op}\",outcome=\"{outcome}\"}} {n}"
+                );
+            }
         }
         let _ = writeln!(
             out,

@@ -41,17 +41,31 @@ impl RunPurpose {
     }
 }
 
-/// Who owns a run, and which.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct RunKey {
+/// Who owns a run, and which (borrowed: looking a known run up allocates nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RunKey<'a> {
     /// The tenant.
-    pub tenant: String,
+    pub tenant: &'a str,
     /// The principal whose calls it is.
-    pub principal: String,
+    pub principal: &'a str,
     /// Its purpose.
     pub purpose: RunPurpose,
     /// The id the caller chose.
-    pub run_id: String,
+    pub run_id: &'a str,
+}
+
+/// A run's owner, as stored next to its record.
+#[derive(Debug)]
+struct Owner {
+    tenant: String,
+    principal: String,
+    purpose: RunPurpose,
+}
+
+impl Owner {
+    fn is(&self, k: &RunKey<'_>) -> bool {
+        self.purpose == k.purpose && self.principal == k.principal && self.tenant == k.tenant
+    }
 }
 
 /// One run's record.
@@ -73,6 +87,15 @@ pub struct RunRecord {
     pub dry_run: bool,
 }
 
+/// What a run did to itself, as the chain needs it at each call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunView {
+    /// The level the run lowered itself to.
+    pub level: Option<AutonomyLevel>,
+    /// Whether the run put itself in dry-run.
+    pub dry_run: bool,
+}
+
 /// A budget a run has used up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exhausted {
@@ -82,10 +105,20 @@ pub struct Exhausted {
     pub detail: String,
 }
 
-/// Every run this process has seen.
+/// Every run this process has seen: by run id, then by owner (runs of one id by several owners
+/// are rare, so a short list).
 #[derive(Debug, Default)]
 pub struct RunLedger {
-    runs: Mutex<HashMap<RunKey, RunRecord>>,
+    runs: Mutex<HashMap<String, Vec<(Owner, RunRecord)>>>,
+}
+
+type Runs = HashMap<String, Vec<(Owner, RunRecord)>>;
+
+fn find<'m>(runs: &'m mut Runs, key: &RunKey<'_>) -> Option<&'m mut RunRecord> {
+    runs.get_mut(key.run_id)?
+        .iter_mut()
+        .find(|(o, _)| o.is(key))
+        .map(|(_, r)| r)
 }
 
 /// Runs idle this long are forgotten once the ledger is large.
@@ -94,50 +127,67 @@ const FORGET_ABOVE: usize = 10_000;
 
 impl RunLedger {
     /// Opens (or creates) a run at its call, applies what the call asks of it (only ever
-    /// lowering the level or turning dry-run on), and returns its record.
+    /// lowering the level or turning dry-run on), and returns what the run is now.
     pub fn enter(
         &self,
-        key: &RunKey,
+        key: &RunKey<'_>,
         now_ms: i64,
         lower_to: Option<AutonomyLevel>,
         dry_run: bool,
-    ) -> RunRecord {
+    ) -> RunView {
         let Ok(mut runs) = self.runs.lock() else {
             // A poisoned ledger meters nothing; the level and dry-run asked for still apply.
-            return RunRecord {
-                started_ms: now_ms,
-                last_ms: now_ms,
-                calls: 0,
-                per_op: HashMap::new(),
-                output_bytes: 0,
+            return RunView {
                 level: lower_to,
                 dry_run,
             };
         };
         if runs.len() > FORGET_ABOVE {
-            runs.retain(|_, r| now_ms - r.last_ms < IDLE_FORGET_MS);
+            for owners in runs.values_mut() {
+                owners.retain(|(_, r)| now_ms - r.last_ms < IDLE_FORGET_MS);
+            }
+            runs.retain(|_, owners| !owners.is_empty());
         }
-        let r = runs.entry(key.clone()).or_insert_with(|| RunRecord {
-            started_ms: now_ms,
-            last_ms: now_ms,
-            calls: 0,
-            per_op: HashMap::new(),
-            output_bytes: 0,
-            level: None,
-            dry_run: false,
-        });
+        // Look up first: a known run costs no allocation.
+        if find(&mut runs, key).is_none() {
+            runs.entry(key.run_id.to_owned()).or_default().push((
+                Owner {
+                    tenant: key.tenant.to_owned(),
+                    principal: key.principal.to_owned(),
+                    purpose: key.purpose,
+                },
+                RunRecord {
+                    started_ms: now_ms,
+                    last_ms: now_ms,
+                    calls: 0,
+                    per_op: HashMap::new(),
+                    output_bytes: 0,
+                    level: None,
+                    dry_run: false,
+                },
+            ));
+        }
+        let Some(r) = find(&mut runs, key) else {
+            return RunView {
+                level: lower_to,
+                dry_run,
+            };
+        };
         r.last_ms = now_ms;
         if let Some(l) = lower_to {
             r.level = Some(r.level.map_or(l, |cur| cur.min(l)));
         }
         r.dry_run |= dry_run;
-        r.clone()
+        RunView {
+            level: r.level,
+            dry_run: r.dry_run,
+        }
     }
 
     /// Charges one call to `op`, or names the budget it would exceed (and charges nothing).
     pub fn charge(
         &self,
-        key: &RunKey,
+        key: &RunKey<'_>,
         op: &str,
         budgets: &Budgets,
         now_ms: i64,
@@ -148,7 +198,7 @@ impl RunLedger {
                 detail: "the run ledger is unavailable".to_owned(),
             });
         };
-        let Some(r) = runs.get_mut(key) else {
+        let Some(r) = find(&mut runs, key) else {
             return Ok(());
         };
         let elapsed = u64::try_from(now_ms.saturating_sub(r.started_ms)).unwrap_or(0);
@@ -189,14 +239,19 @@ impl RunLedger {
             });
         }
         r.calls += 1;
-        *r.per_op.entry(op.to_owned()).or_insert(0) += 1;
+        match r.per_op.get_mut(op) {
+            Some(n) => *n += 1,
+            None => {
+                r.per_op.insert(op.to_owned(), 1);
+            }
+        }
         Ok(())
     }
 
     /// Gives back a charged call that did not run (it raised or met a confirmation).
-    pub fn refund(&self, key: &RunKey, op: &str) {
+    pub fn refund(&self, key: &RunKey<'_>, op: &str) {
         if let Ok(mut runs) = self.runs.lock()
-            && let Some(r) = runs.get_mut(key)
+            && let Some(r) = find(&mut runs, key)
         {
             r.calls = r.calls.saturating_sub(1);
             if let Some(n) = r.per_op.get_mut(op) {
@@ -206,17 +261,17 @@ impl RunLedger {
     }
 
     /// Adds result bytes to a run.
-    pub fn add_output(&self, key: &RunKey, bytes: u64) {
+    pub fn add_output(&self, key: &RunKey<'_>, bytes: u64) {
         if let Ok(mut runs) = self.runs.lock()
-            && let Some(r) = runs.get_mut(key)
+            && let Some(r) = find(&mut runs, key)
         {
             r.output_bytes = r.output_bytes.saturating_add(bytes);
         }
     }
 
     /// A run's record, if the ledger has it.
-    pub fn get(&self, key: &RunKey) -> Option<RunRecord> {
-        self.runs.lock().ok()?.get(key).cloned()
+    pub fn get(&self, key: &RunKey<'_>) -> Option<RunRecord> {
+        find(&mut *self.runs.lock().ok()?, key).cloned()
     }
 }
 
@@ -225,12 +280,12 @@ impl RunLedger {
 mod tests {
     use super::*;
 
-    fn key(run: &str) -> RunKey {
+    fn key(run: &str) -> RunKey<'_> {
         RunKey {
-            tenant: "default".to_owned(),
-            principal: "ada".to_owned(),
+            tenant: "default",
+            principal: "ada",
             purpose: RunPurpose::Live,
-            run_id: run.to_owned(),
+            run_id: run,
         }
     }
 
@@ -257,8 +312,8 @@ mod tests {
         assert!(ledger.charge(&k, "files.read", &b, 6).is_ok());
         // Another run, another principal: their own budgets.
         let other = RunKey {
-            principal: "bob".to_owned(),
-            ..k.clone()
+            principal: "bob",
+            ..k
         };
         ledger.enter(&other, 7, None, false);
         assert!(ledger.charge(&other, "files.write", &b, 8).is_ok());

@@ -1,7 +1,9 @@
 //! The OpenAPI 3.1 document, generated from the ops a caller may call: one `POST /ops/{id}`
-//! path per op, its parameters as a JSON schema, and the shared error schema.
+//! path per op, its parameters as a JSON schema (and the guardrail headers), the shared error
+//! schema, the `202 confirmation.required` answer of guarded ops, and the `/confirmations`
+//! routes.
 
-use corral_policy::{OpSpec, ParamKind};
+use corral_policy::{OpSpec, ParamKind, Tier};
 use serde_json::{Value, json};
 
 fn param_schema(kind: &ParamKind) -> Value {
@@ -34,6 +36,22 @@ pub fn document(ops: &[&OpSpec]) -> Value {
             .map(|p| p.name.as_str())
             .collect();
         let err = json!({"$ref": "#/components/schemas/Error"});
+        let mut responses = json!({
+            "200": {"description": "the op's result", "content": {"application/json": {"schema": {"type": "object"}}}},
+            "400": {"description": "args.*, run.invalid_header", "content": {"application/json": {"schema": err}}},
+            "401": {"description": "auth.*", "content": {"application/json": {"schema": err}}},
+            "403": {"description": "autonomy.blocked, rbac.denied, policy.*, confirmation.denied", "content": {"application/json": {"schema": err}}},
+            "404": {"description": "op.not_enabled", "content": {"application/json": {"schema": err}}},
+            "413": {"description": "limit.*", "content": {"application/json": {"schema": err}}},
+            "429": {"description": "limit.*, budget.exhausted", "content": {"application/json": {"schema": err}}}
+        });
+        if op.tier() != Tier::Read {
+            responses["202"] = json!({
+                "description": "confirmation.required: a person approves the action, then the same call is retried",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ConfirmationRequired"}}}
+            });
+            responses["409"] = json!({"description": "confirmation.in_progress, confirmation.not_replayable", "content": {"application/json": {"schema": err}}});
+        }
         paths.insert(
             format!("/ops/{}", op.id),
             json!({"post": {
@@ -44,19 +62,46 @@ pub fn document(ops: &[&OpSpec]) -> Value {
                 "requestBody": {"content": {"application/json": {"schema": {
                     "type": "object", "properties": props, "required": required, "additionalProperties": false
                 }}}},
-                "responses": {
-                    "200": {"description": "the op's result", "content": {"application/json": {"schema": {"type": "object"}}}},
-                    "400": {"description": "args.*", "content": {"application/json": {"schema": err}}},
-                    "401": {"description": "auth.*", "content": {"application/json": {"schema": err}}},
-                    "403": {"description": "policy.*", "content": {"application/json": {"schema": err}}},
-                    "404": {"description": "op.not_enabled", "content": {"application/json": {"schema": err}}},
-                    "413": {"description": "limit.*", "content": {"application/json": {"schema": err}}},
-                    "429": {"description": "limit.*", "content": {"application/json": {"schema": err}}}
-                },
+                "parameters": [
+                    {"name": "X-Corral-Run", "in": "header", "required": false, "schema": {"type": "string"}, "description": "the run the call belongs to (budgets; the run's own level and dry-run)"},
+                    {"name": "X-Corral-Autonomy", "in": "header", "required": false, "schema": {"type": "string", "enum": ["L0", "L1", "L2", "L3", "L4"]}, "description": "lower the autonomy level (of the run, for good)"},
+                    {"name": "X-Corral-Dry-Run", "in": "header", "required": false, "schema": {"type": "boolean"}, "description": "describe guarded calls instead of running them (for the run, for good)"}
+                ],
+                "responses": responses,
                 "security": [{"bearer": []}]
             }}),
         );
     }
+    let err = json!({"$ref": "#/components/schemas/Error"});
+    paths.insert(
+        "/confirmations".to_owned(),
+        json!({"get": {
+            "operationId": "confirmations.list",
+            "summary": "the caller's live actions (an admin: the tenant's), with their canonical arguments",
+            "responses": {"200": {"description": "`{confirmations: [...]}`", "content": {"application/json": {"schema": {"type": "object"}}}}},
+            "security": [{"bearer": []}]
+        }}),
+    );
+    paths.insert(
+        "/confirmations/{action_id}/decision".to_owned(),
+        json!({"post": {
+            "operationId": "confirmations.decide",
+            "summary": "approve (the requester, as a person) or deny (anyone in the tenant) a pending action",
+            "parameters": [{"name": "action_id", "in": "path", "required": true, "schema": {"type": "string"}}],
+            "requestBody": {"content": {"application/json": {"schema": {
+                "type": "object", "required": ["decision"], "additionalProperties": false,
+                "properties": {"decision": {"type": "string", "enum": ["approve", "deny"]}, "decided_at_ms": {"type": "integer"}}
+            }}}},
+            "responses": {
+                "200": {"description": "the decided action", "content": {"application/json": {"schema": {"type": "object"}}}},
+                "400": {"description": "confirmation.invalid_decision", "content": {"application/json": {"schema": err}}},
+                "403": {"description": "confirmation.approver_refused", "content": {"application/json": {"schema": err}}},
+                "404": {"description": "confirmation.not_found", "content": {"application/json": {"schema": err}}},
+                "409": {"description": "confirmation.stale_decision, confirmation.already_decided", "content": {"application/json": {"schema": err}}}
+            },
+            "security": [{"bearer": []}]
+        }}),
+    );
     json!({
         "openapi": "3.1.0",
         "info": {"title": "corral", "version": env!("CARGO_PKG_VERSION")},
@@ -66,6 +111,13 @@ pub fn document(ops: &[&OpSpec]) -> Value {
             "schemas": {"Error": {"type": "object", "required": ["error", "type", "code", "request_id"], "properties": {
                 "error": {"type": "string"}, "type": {"type": "string"}, "code": {"type": "string"},
                 "op": {"type": ["string", "null"]}, "request_id": {"type": "string"}
+            }}, "ConfirmationRequired": {"type": "object", "required": ["error", "type", "code", "request_id", "action_id", "tier", "reason", "args", "args_canonical", "approve"], "properties": {
+                "error": {"type": "string"}, "type": {"type": "string"}, "code": {"type": "string"},
+                "op": {"type": "string"}, "request_id": {"type": "string"}, "action_id": {"type": "string"},
+                "tier": {"type": "string"}, "reason": {"type": "string"}, "args": {"type": "object"},
+                "args_canonical": {"type": "string"}, "op_version": {"type": "string"},
+                "requester": {"type": "string"}, "created_at_ms": {"type": "integer"},
+                "expires_at_ms": {"type": "integer"}, "approve": {"type": "object"}, "deny": {"type": "object"}
             }}}
         }
     })

@@ -546,3 +546,67 @@ async fn audit_rows_of_guarded_calls_hold_no_argument_value() {
         assert_eq!(e.args_shape, json!({"word": "string"}), "{text}");
     }
 }
+
+#[tokio::test]
+async fn an_approved_call_whose_request_is_dropped_mid_run_is_never_run_again() {
+    use corral_guard::{Call, CallOptions, Caller, Reply};
+    let f = Fixture::new();
+    let yaml = f.yaml("", "").replace(
+        "custom:\n",
+        &format!(
+            "custom:\n  ledger.slow:\n    argv: [/bin/sh, -c, \"sleep 2; echo slow >> {}\"]\n    effects: [write]\n",
+            f.ledger.display()
+        ),
+    );
+    let (state, _store) = corral_server::serve::build_state(&f.load(&yaml), 1 << 20)
+        .await
+        .unwrap();
+    let gw = state.0.gateway.clone();
+    let caller = Caller {
+        principal: corral_policy::Principal::new("ada", &[]),
+        act_chain: Vec::new(),
+    };
+    let call = |rid: &str| Call {
+        caller: caller.clone(),
+        op: "ledger.slow".to_owned(),
+        args: json!({}),
+        request_id: rid.to_owned(),
+    };
+    let Reply::Refused(r) = gw.call(call("r1")).await else {
+        panic!("a guarded call waits for a person")
+    };
+    assert_eq!(r.status, 202);
+    let id = r.details.unwrap()["action_id"].as_str().unwrap().to_owned();
+    gw.decide_confirmation(&caller, &id, &json!({"decision": "approve"}), "r2")
+        .await
+        .unwrap();
+    // The retry that takes the approval is dropped while the op runs.
+    let running = {
+        let gw = gw.clone();
+        let c = call("r3");
+        tokio::spawn(async move { gw.call_with(c, CallOptions::default()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    running.abort();
+    let _ = running.await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The next retry is told, and nothing runs again.
+    match gw.call(call("r4")).await {
+        Reply::Refused(r) => {
+            assert_eq!(
+                (r.status, r.code),
+                (409, "confirmation.not_replayable"),
+                "{}",
+                r.message
+            );
+            assert!(r.message.contains("interrupted"), "{}", r.message);
+        }
+        other => panic!("{other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(
+        f.ledger_lines().len() <= 1,
+        "ran at most once: {:?}",
+        f.ledger_lines()
+    );
+}
