@@ -52,9 +52,19 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start a tokio runtime: {e}"))
 }
 
-fn linux_backend() -> Result<LinuxBackend, String> {
+/// The linux backend with `warm` warm sandboxes (`None`: the backend's default).
+fn linux_backend(warm: Option<usize>) -> Result<LinuxBackend, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
-    Ok(LinuxBackend::new(exe))
+    let backend = LinuxBackend::new(exe);
+    // EXEC_BENCH_WARM=n sets the default's pool size (not linux-cold's).
+    let warm = match (warm, std::env::var("EXEC_BENCH_WARM")) {
+        (None, Ok(n)) => Some(n.parse().map_err(|e| format!("EXEC_BENCH_WARM={n}: {e}"))?),
+        (warm, _) => warm,
+    };
+    Ok(match warm {
+        Some(n) => backend.with_warm_pool(n),
+        None => backend,
+    })
 }
 
 /// One run of `req` through `backend`, which must exit 0.
@@ -94,7 +104,8 @@ fn once(which: &str) -> Result<(), String> {
     let rt = runtime()?;
     match which {
         "process" => run_backend(&rt, &ProcessBackend::new(), request()),
-        _ => run_backend(&rt, &linux_backend()?, request()),
+        "linux-cold" => run_backend(&rt, &linux_backend(Some(0))?, request()),
+        _ => run_backend(&rt, &linux_backend(None)?, request()),
     }
 }
 
@@ -116,11 +127,14 @@ fn quantile(sorted: &[Duration], q: f64) -> f64 {
 fn in_process_loop(n: usize) -> Result<(), String> {
     let rt = runtime()?;
     let process = ProcessBackend::new();
-    let linux = linux_backend()?;
-    linux
-        .preflight()
-        .map_err(|e| format!("linux preflight: {e}"))?;
-    let names = ["bare", "bwrap", "process", "linux"];
+    let linux = linux_backend(None)?;
+    let cold = linux_backend(Some(0))?;
+    for backend in [&linux, &cold] {
+        backend
+            .preflight()
+            .map_err(|e| format!("linux preflight: {e}"))?;
+    }
+    let names = ["bare", "bwrap", "process", "linux", "linux-cold"];
     let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(n); names.len()];
     for round in 0..WARMUP + n {
         for (i, name) in names.iter().enumerate() {
@@ -129,7 +143,8 @@ fn in_process_loop(n: usize) -> Result<(), String> {
                 "bare" => spawn("/bin/true", &[])?,
                 "bwrap" => spawn("bwrap", BWRAP)?,
                 "process" => run_backend(&rt, &process, request())?,
-                _ => run_backend(&rt, &linux, request())?,
+                "linux" => run_backend(&rt, &linux, request())?,
+                _ => run_backend(&rt, &cold, request())?,
             }
             let elapsed = start.elapsed();
             if round >= WARMUP {
@@ -157,10 +172,11 @@ fn in_process_loop(n: usize) -> Result<(), String> {
             quantile(s, 1.0)
         );
     }
-    if let [bare, bwrap, process, linux] = medians[..] {
-        println!("ratio linux/bwrap   {:.2}", linux / bwrap);
-        println!("ratio process/bare  {:.2}", process / bare);
-        println!("ratio linux/process {:.2}", linux / process);
+    if let [bare, bwrap, process, linux, cold] = medians[..] {
+        println!("ratio linux/bwrap      {:.2}", linux / bwrap);
+        println!("ratio linux-cold/bwrap {:.2}", cold / bwrap);
+        println!("ratio process/bare     {:.2}", process / bare);
+        println!("ratio linux/process    {:.2}", linux / process);
     }
     Ok(())
 }
@@ -171,13 +187,13 @@ fn main() -> ExitCode {
         corral_exec::helper_main();
     }
     let result = match args.first().map(String::as_str) {
-        Some(which @ ("process" | "linux")) => once(which),
+        Some(which @ ("process" | "linux" | "linux-cold")) => once(which),
         Some("loop") => match args.get(1).map(|n| n.parse::<usize>()) {
             None => in_process_loop(200),
             Some(Ok(n)) if n > 0 => in_process_loop(n),
             Some(_) => Err("the loop count must be a positive number".into()),
         },
-        _ => Err("usage: exec-bench process|linux | exec-bench loop [N]".into()),
+        _ => Err("usage: exec-bench process|linux|linux-cold | exec-bench loop [N]".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,11 @@
 //! Per-run cgroups (v1 `pids` and `memory` controllers), made by the parent before the helper
-//! reads its spec, so everything the sandbox forks is counted from the start.
+//! starts; the helper joins them itself before it forks anything, so everything the sandbox
+//! forks is counted from the start.
+//!
+//! The helper joins by writing `0` to each cgroup's `tasks` (it is single-threaded, so its one
+//! thread is the whole process): a task moving itself skips the global threadgroup lock, whose
+//! write side waits for an RCU grace period when it was idle (several milliseconds here), which
+//! moving another process by its pid in `cgroup.procs` pays.
 //!
 //! Each run gets `<own cgroup>/corral-<run>` in each hierarchy, with `pids.max` and
 //! `memory.limit_in_bytes` (and `memory.memsw.limit_in_bytes` where swap is accounted). After
@@ -164,12 +170,20 @@ impl RunCgroups {
         Ok(())
     }
 
-    /// Moves `pid` into every cgroup of the run.
-    pub(crate) fn add(&self, pid: u32) -> Result<(), String> {
-        for (_, dir) in &self.dirs {
-            write(&dir.join("cgroup.procs"), &pid.to_string())?;
-        }
-        Ok(())
+    /// Sets the run's `pids.max` (a warm sandbox is made with room for its own two processes
+    /// only, and gets the run's limit before it gets the run).
+    pub(crate) fn set_pids_max(&self, pids_max: u64) -> Result<(), String> {
+        let dir = self
+            .dirs
+            .iter()
+            .find_map(|(name, dir)| (*name == "cgroup:pids").then_some(dir))
+            .ok_or("the run has no pids cgroup")?;
+        write(&dir.join("pids.max"), &pids_max.to_string())
+    }
+
+    /// The run's cgroup directories, for the helper to join.
+    pub(crate) fn dirs(&self) -> impl Iterator<Item = &Path> + '_ {
+        self.dirs.iter().map(|(_, dir)| dir.as_path())
     }
 
     /// Whether the run has the cgroup named `primitive` (e.g. `cgroup:pids`).

@@ -1,18 +1,23 @@
 //! The sandbox helper: `corral __sandbox-exec <status-fd>`, a fresh single-threaded process that
-//! reads a `Spec` on stdin, builds the sandbox and `execve`s the target. Three processes:
+//! reads a `Prep` and then a `Spec` on stdin, builds the sandbox and `execve`s the target. Three
+//! processes:
 //!
-//! 1. **helper** (host pid namespace): drops supplementary groups, unshares the user, mount, pid,
-//!    net, ipc and uts namespaces, writes the uid/gid maps (`setgroups` denied first), forks the
-//!    init, enforces the wall-clock timeout by killing the init (which kills the whole pid
-//!    namespace), waits for it and reports `Done`.
-//! 2. **init** (pid 1 of the new pid namespace): builds the root view and pivots into it, sets
-//!    up the network, forks the target, reports its exit status, kills everything left in the
-//!    namespace and reaps it.
+//! 1. **helper** (host pid namespace): on the `Prep`, drops supplementary groups, unshares the
+//!    user, mount, pid, net, ipc and uts namespaces, writes the uid/gid maps (`setgroups` denied
+//!    first) and forks the init; then reads the `Spec`, hands it to the init on a private pipe,
+//!    enforces the wall-clock timeout (from that moment) by killing the init (which kills the
+//!    whole pid namespace), waits for it and reports `Done`.
+//! 2. **init** (pid 1 of the new pid namespace): builds the request-independent part of the root
+//!    view (system directories, `/etc`, `/proc`, `/dev`) and the network while the helper waits
+//!    for the `Spec` (a warm sandbox waits here), then binds the request's paths, mounts `/tmp`,
+//!    pivots into the view, forks the target, reports its exit status, kills everything left in
+//!    the namespace and reaps it.
 //! 3. **target**: `setsid`, `PR_SET_PDEATHSIG`, landlock, `no_new_privs`, seccomp, drops every
 //!    capability, rlimits, `chdir`, then reports `Ready` and `execve`s the program with exactly
 //!    the spec's environment.
 //!
-//! The status pipe is close-on-exec in all three, so the target program never holds it.
+//! The status pipe is close-on-exec in all three, so the target program never holds it. Nothing
+//! of the request reaches the sandbox before the `Spec`, and the `Spec` reaches only the init.
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
@@ -25,7 +30,7 @@ use rustix::thread::{CapabilitySet, CapabilitySets, UnshareFlags};
 use super::landlock_rules::{self, Rules};
 use super::mounts::{self, Ids, StepError};
 use super::seccomp;
-use super::spec::{FailKind, MAX_SPEC_BYTES, Network, Spec, Status};
+use super::spec::{FailKind, MAX_SPEC_BYTES, Network, Prep, Spec, Status};
 
 /// argv[1] of the helper.
 pub const HELPER_ARG: &str = "__sandbox-exec";
@@ -101,14 +106,15 @@ fn helper() -> i32 {
     // No inherited descriptor reaches the target (stdin, stdout and stderr excepted).
     close_range_cloexec();
 
-    let spec = match read_spec() {
-        Ok(spec) => spec,
+    let stdin = std::io::stdin();
+    let prep: Prep = match read_message(&stdin).and_then(|m| parse(&m)) {
+        Ok(prep) => prep,
         Err(e) => {
-            status.fail(&StepError::invalid("read the spec", e));
+            status.fail(&StepError::invalid("read the prep", e));
             return EXIT_SETUP;
         }
     };
-    match sandbox(&spec, &status) {
+    match sandbox(&prep, &status) {
         Ok(()) => 0,
         Err(e) => {
             status.fail(&e);
@@ -138,28 +144,42 @@ fn close_range_cloexec() {
     };
 }
 
-/// The spec: an 8-byte little-endian length, then that much JSON, read without buffering past
-/// it (what follows on stdin is the target's).
-fn read_spec() -> Result<Spec, String> {
-    let stdin = std::io::stdin();
+/// One message: an 8-byte little-endian length, then that much JSON, read without buffering
+/// past it (what follows the spec on stdin is the target's). Returns the JSON.
+fn read_message(fd: &impl AsFd) -> Result<Vec<u8>, String> {
     let mut len = [0u8; 8];
-    read_exact(&stdin, &mut len)?;
+    read_exact(fd, &mut len)?;
     let len = u64::from_le_bytes(len);
     if len > MAX_SPEC_BYTES {
-        return Err(format!("a {len}-byte spec is too large"));
+        return Err(format!("a {len}-byte message is too large"));
     }
     let mut buf = vec![0u8; usize::try_from(len).map_err(|e| e.to_string())?];
-    read_exact(&stdin, &mut buf)?;
-    serde_json::from_slice(&buf).map_err(|e| format!("bad spec: {e}"))
+    read_exact(fd, &mut buf)?;
+    Ok(buf)
+}
+
+fn parse<T: serde::de::DeserializeOwned>(json: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(json).map_err(|e| format!("bad message: {e}"))
+}
+
+fn write_all(fd: &impl AsFd, mut buf: &[u8]) -> rustix::io::Result<()> {
+    while !buf.is_empty() {
+        match rustix::io::write(fd, buf) {
+            Ok(n) => buf = buf.get(n..).unwrap_or_default(),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn read_exact(fd: &impl AsFd, mut buf: &mut [u8]) -> Result<(), String> {
     while !buf.is_empty() {
         match rustix::io::read(fd, &mut *buf) {
-            Ok(0) => return Err("stdin ended before the spec did".into()),
+            Ok(0) => return Err("the input ended before the message did".into()),
             Ok(n) => buf = buf.get_mut(n..).unwrap_or_default(),
             Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(format!("reading stdin: {e}")),
+            Err(e) => return Err(format!("reading the message: {e}")),
         }
     }
     Ok(())
@@ -173,9 +193,10 @@ fn write_proc(path: &str, contents: &str) -> Result<(), StepError> {
     std::fs::write(path, contents).map_err(|e| StepError::unavailable(format!("write {path}"), e))
 }
 
-/// Step 1, in the helper: namespaces, id maps, the init, the timeout.
-fn sandbox(spec: &Spec, status: &StatusPipe) -> Result<(), StepError> {
-    die_with(spec.parent_pid)?;
+/// Step 1, in the helper: namespaces, id maps, the init; then the spec, the timeout.
+fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
+    die_with(prep.parent_pid)?;
+    join_cgroups(&prep.cgroups)?;
     let uid = rustix::process::getuid();
     let gid = rustix::process::getgid();
     if uid.is_root() {
@@ -185,11 +206,7 @@ fn sandbox(spec: &Spec, status: &StatusPipe) -> Result<(), StepError> {
         let _ = rustix::thread::set_thread_groups(&[]);
     }
     // Inside, the caller is never uid 0: an `execve` by uid 0 would regain capabilities.
-    let ids = Ids {
-        uid: if uid.is_root() { 1000 } else { uid.as_raw() },
-        gid: if gid.is_root() { 1000 } else { gid.as_raw() },
-        host_root: uid.is_root(),
-    };
+    let ids = Ids::of_caller();
     let flags = UnshareFlags::NEWUSER
         | UnshareFlags::NEWNS
         | UnshareFlags::NEWPID
@@ -212,6 +229,9 @@ fn sandbox(spec: &Spec, status: &StatusPipe) -> Result<(), StepError> {
         &format!("{} {} 1\n", ids.gid, gid.as_raw()),
     )?;
 
+    // The spec goes to the init on this pipe, never through the target's stdin.
+    let (spec_read, spec_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(unavailable("spec pipe"))?;
     #[expect(unsafe_code, reason = "fork of the single-threaded helper")]
     // SAFETY: the helper is single-threaded (no runtime, no thread was started), so the child
     // may run any code after `fork`.
@@ -223,13 +243,53 @@ fn sandbox(spec: &Spec, status: &StatusPipe) -> Result<(), StepError> {
         ));
     }
     if pid == 0 {
-        init(spec, ids, status);
+        drop(spec_write);
+        init(prep, ids, status, spec_read);
     }
+    drop(spec_read);
     let Some(init_pid) = Pid::from_raw(pid) else {
         return Err(StepError::unavailable("fork", "no pid"));
     };
-    let timed_out = wait_with_timeout(init_pid, Duration::from_millis(spec.timeout_ms));
+
+    // A warm sandbox waits here until corral has a run for it.
+    let spec = read_message(&std::io::stdin()).and_then(|json| {
+        let spec: Spec = parse(&json)?;
+        Ok((json, spec.timeout_ms))
+    });
+    let (json, timeout_ms) = match spec {
+        Ok(s) => s,
+        Err(e) => {
+            // No run (a warm sandbox discarded, or a bad spec): the namespace goes.
+            let _ = rustix::process::kill_process(init_pid, Signal::KILL);
+            let _ = rustix::process::waitpid(Some(init_pid), WaitOptions::empty());
+            return Err(StepError::invalid("read the spec", e));
+        }
+    };
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let len = u64::try_from(json.len()).unwrap_or(u64::MAX).to_le_bytes();
+    // An init that already failed has reported why; its closed pipe is no error of ours.
+    let _ = write_all(&spec_write, &len).and_then(|()| write_all(&spec_write, &json));
+    drop(spec_write);
+    let timed_out = wait_until(init_pid, deadline);
     status.send(&Status::Done { timed_out });
+    Ok(())
+}
+
+/// Moves this (single-threaded) process into each of the run's cgroups, and checks it is
+/// there: nothing it forks afterwards can be outside them.
+fn join_cgroups(dirs: &[std::path::PathBuf]) -> Result<(), StepError> {
+    let me = rustix::process::getpid().as_raw_nonzero().get().to_string();
+    for dir in dirs {
+        let tasks = dir.join("tasks");
+        let step = format!("join the cgroup {}", dir.display());
+        // `0` is the writing task itself: no global lock, unlike moving a pid from outside.
+        std::fs::write(&tasks, "0").map_err(|e| StepError::unavailable(&step, e))?;
+        let members =
+            std::fs::read_to_string(&tasks).map_err(|e| StepError::unavailable(&step, e))?;
+        if !members.lines().any(|l| l.trim() == me) {
+            return Err(StepError::unavailable(step, "the helper is not in it"));
+        }
+    }
     Ok(())
 }
 
@@ -250,11 +310,10 @@ fn die_with(parent: i32) -> Result<(), StepError> {
     Ok(())
 }
 
-/// Waits for the init; kills it (and so its whole pid namespace) when `timeout` passes. Returns
+/// Waits for the init; kills it (and so its whole pid namespace) when `deadline` passes. Returns
 /// whether it timed out. On return the init is reaped, which the kernel reports only once every
 /// process of its namespace is gone.
-fn wait_with_timeout(init: Pid, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
+fn wait_until(init: Pid, deadline: Instant) -> bool {
     let pidfd = rustix::process::pidfd_open(init, rustix::process::PidfdFlags::empty()).ok();
     loop {
         match rustix::process::waitpid(Some(init), WaitOptions::NOHANG) {
@@ -287,26 +346,37 @@ fn wait_with_timeout(init: Pid, timeout: Duration) -> bool {
 }
 
 /// Step 2, pid 1 of the new namespace. Never returns.
-fn init(spec: &Spec, ids: Ids, status: &StatusPipe) -> ! {
+fn init(prep: &Prep, ids: Ids, status: &StatusPipe, spec_pipe: OwnedFd) -> ! {
     // The helper is our parent; if it dies, so does the namespace. (Its death between `fork`
     // and here is covered by corral killing the helper's process group, which includes us.)
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
+    let fail = |e: &StepError| -> ! {
+        status.fail(e);
+        std::process::exit(EXIT_SETUP)
+    };
     let mut primitives: Vec<String> = ["userns", "mountns", "pidns", "ipcns", "utsns"]
         .map(String::from)
         .to_vec();
-    if let Err(e) = mounts::build_root(spec, ids) {
-        status.fail(&e);
-        std::process::exit(EXIT_SETUP);
-    }
-    primitives.extend(["pivot_root", "proc", "tmpfs:tmp"].map(String::from));
-    if spec.network == Network::Loopback {
+    let view = mounts::build_base(prep, ids).unwrap_or_else(|e| fail(&e));
+    if prep.network == Network::Loopback {
         if let Err(e) = mounts::loopback_up() {
-            status.fail(&StepError::unavailable("bring lo up", e));
-            std::process::exit(EXIT_SETUP);
+            fail(&StepError::unavailable("bring lo up", e));
         }
     }
-    primitives.push(spec.network.primitive().into());
     let _ = rustix::system::sethostname(b"corral");
+    // Compiled now, installed by the target.
+    let filters = seccomp::filters();
+
+    // Everything above is the same for every run; what follows is this run's.
+    let spec: Spec = read_message(&spec_pipe)
+        .and_then(|json| parse(&json))
+        .unwrap_or_else(|e| fail(&StepError::invalid("read the spec", e)));
+    drop(spec_pipe);
+    if let Err(e) = mounts::finish(view, &spec) {
+        fail(&e);
+    }
+    primitives.extend(["pivot_root", "proc", "tmpfs:tmp"].map(String::from));
+    primitives.push(prep.network.primitive().into());
 
     #[expect(unsafe_code, reason = "fork of the single-threaded sandbox init")]
     // SAFETY: the init is single-threaded (forked from the single-threaded helper).
@@ -319,7 +389,7 @@ fn init(spec: &Spec, ids: Ids, status: &StatusPipe) -> ! {
         std::process::exit(EXIT_SETUP);
     }
     if pid == 0 {
-        target(spec, ids, status, primitives);
+        target(&spec, prep.network, ids, status, primitives, &filters);
     }
     // The target cannot read our memory through /proc even with its capabilities gone.
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
@@ -349,7 +419,14 @@ fn init(spec: &Spec, ids: Ids, status: &StatusPipe) -> ! {
 }
 
 /// Step 3, the target. Never returns.
-fn target(spec: &Spec, ids: Ids, status: &StatusPipe, mut primitives: Vec<String>) -> ! {
+fn target(
+    spec: &Spec,
+    network: Network,
+    ids: Ids,
+    status: &StatusPipe,
+    mut primitives: Vec<String>,
+    filters: &Result<Vec<seccompiler::BpfProgram>, String>,
+) -> ! {
     let fail = |kind: FailKind, step: &str, error: String| -> ! {
         status.send(&Status::Failed {
             kind,
@@ -373,7 +450,7 @@ fn target(spec: &Spec, ids: Ids, status: &StatusPipe, mut primitives: Vec<String
     }
     primitives.push("pdeathsig".into());
 
-    let rules = Rules::for_run(&spec.read_paths, &spec.write_paths, spec.network);
+    let rules = Rules::for_run(&spec.read_paths, &spec.write_paths, network);
     if let Err(e) = landlock_rules::restrict(&rules) {
         fail(FailKind::Unavailable, "landlock", e);
     }
@@ -385,7 +462,11 @@ fn target(spec: &Spec, ids: Ids, status: &StatusPipe, mut primitives: Vec<String
         Ok(true) => primitives.push("no_new_privs".into()),
         _ => fail(FailKind::Unavailable, "no_new_privs", "not set".into()),
     }
-    match seccomp::filters().and_then(|f| seccomp::install(&f)) {
+    match filters
+        .as_ref()
+        .map_err(String::clone)
+        .and_then(|f| seccomp::install(f))
+    {
         Ok(()) => primitives.push("seccomp".into()),
         Err(e) => fail(FailKind::Unavailable, "seccomp", e),
     }

@@ -7,15 +7,20 @@
 //!
 //! The set-up is not done between `fork` and `exec` of this (multi-threaded) process: the backend
 //! starts the helper, a fresh single-threaded process (`corral __sandbox-exec`, see `helper.rs`),
-//! sends it a [`spec::Spec`] on stdin and reads its reports on a status pipe. The helper applies
-//! everything and `execve`s the target; stdin, stdout and stderr are the target's.
+//! sends it a [`spec::Prep`] and then a [`spec::Spec`] on stdin and reads its reports on a status
+//! pipe. The helper applies everything and `execve`s the target; stdin, stdout and stderr are the
+//! target's. Helpers are started by the backend's starter thread (`pool.rs`), which keeps a few
+//! **warm** ones that got their `Prep` (namespaces and the request-independent root view are
+//! built) and wait for a run's `Spec`.
 //!
 //! Per run, the parent:
 //!
-//! - canonicalizes the request's paths and refuses `/`, `/proc`, `/sys` and `/dev`;
-//! - makes an empty per-run directory (the mount point of the sandbox's root tmpfs, which only
-//!   the sandbox's mount namespace sees) and per-run cgroups, moving the helper into them before
-//!   it reads the spec;
+//! - checks the request's paths and refuses `/`, `/proc`, `/sys` and `/dev`;
+//! - checks its copy of the allowed `/etc` against the host's (`etc.rs`), and takes a sandbox
+//!   made from the current copy: a warm one, or one started for the run. Each has an empty
+//!   per-run directory (the mount point of the sandbox's root tmpfs, which only the sandbox's
+//!   mount namespace sees) and per-run cgroups, which the helper joins before it forks anything;
+//! - sets the run's `pids.max`, then sends the spec;
 //! - captures output with the same caps as the `process` backend; the helper kills the sandbox's
 //!   pid 1 (so the whole pid namespace) when the timeout passes, and the parent kills the helper's
 //!   process group if the helper itself overstays;
@@ -23,32 +28,32 @@
 //!   reported the pid namespace empty and both removals are checked.
 
 mod cgroup;
+mod etc;
 mod helper;
 mod landlock_rules;
 mod mounts;
+mod pool;
 mod probe;
 mod seccomp;
 mod spec;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, Signal};
-use tokio::process::Command;
+use rustix::process::Signal;
 
-use crate::common::{Captured, Exit, capture, exited, feed, kill_group, rlimit_plan, validate};
+use crate::common::{Captured, capture, feed, kill_group, rlimit_plan, validate};
 use crate::{Attestation, Backend, BoxFuture, ExecError, ExecOutput, ExecRequest};
 
 pub use helper::{HELPER_ARG, helper_main};
 pub use probe::{Primitive, probe};
 pub use spec::Network;
 
+use pool::{Etc, Launch, Pool, Sandbox, Want};
 use spec::{FailKind, Spec, Status};
 
 /// The backend's name, in attestations and errors.
@@ -68,8 +73,8 @@ const OWN_PIDS: u64 = 2;
 /// Size of the per-run `/tmp` (and `/dev/shm`) tmpfs, unless the memory limit is smaller.
 const DEFAULT_TMP_BYTES: u64 = 512 * 1024 * 1024;
 
-/// Numbers runs within this process.
-static RUN_COUNTER: AtomicU64 = AtomicU64::new(0);
+/// Warm sandboxes a backend keeps ready by default (see [`LinuxBackend::with_warm_pool`]).
+pub const DEFAULT_WARM_POOL: usize = 1;
 
 /// Namespaces, a minimal root view, landlock, seccomp, no capabilities, rlimits and cgroups.
 #[derive(Debug)]
@@ -77,9 +82,14 @@ pub struct LinuxBackend {
     helper: PathBuf,
     network: Network,
     runtime_dir: PathBuf,
+    warm: usize,
     /// Set once the preflight passed.
     preflight: OnceLock<()>,
     cgroups: OnceLock<cgroup::Support>,
+    /// The current copy of the allowed `/etc`.
+    etc: Mutex<Option<Arc<etc::Snapshot>>>,
+    /// The starter thread (made on first use, after the backend is configured).
+    pool: OnceLock<Pool>,
 }
 
 impl LinuxBackend {
@@ -90,10 +100,22 @@ impl LinuxBackend {
         LinuxBackend {
             helper: helper_exe,
             network: Network::None,
-            runtime_dir: std::env::temp_dir().join(format!("corral-sandbox-{uid}")),
+            runtime_dir: default_runtime_dir(uid),
+            warm: DEFAULT_WARM_POOL,
             preflight: OnceLock::new(),
             cgroups: OnceLock::new(),
+            etc: Mutex::new(None),
+            pool: OnceLock::new(),
         }
+    }
+
+    /// How many warm sandboxes to keep ready (default [`DEFAULT_WARM_POOL`]; 0: every run
+    /// starts its own). A warm sandbox has its namespaces and the request-independent part of
+    /// its root view made, and waits for a run; it holds nothing of any request. They are made
+    /// once the preflight passed, and killed and removed with the backend.
+    pub fn with_warm_pool(mut self, size: usize) -> Self {
+        self.warm = size;
+        self
     }
 
     /// The network mode of every run (default: [`Network::None`]).
@@ -102,7 +124,8 @@ impl LinuxBackend {
         self
     }
 
-    /// Where the per-run mount-point directories are made (default:
+    /// Where the per-run mount-point directories and the copy of `/etc` are made (default:
+    /// `/dev/shm/corral-sandbox-<uid>` when `/dev/shm` is a tmpfs, else
     /// `$TMPDIR/corral-sandbox-<uid>`).
     pub fn with_runtime_dir(mut self, dir: PathBuf) -> Self {
         self.runtime_dir = dir;
@@ -112,6 +135,62 @@ impl LinuxBackend {
     /// The network mode.
     pub fn network(&self) -> Network {
         self.network
+    }
+
+    /// The starter thread, started on first use.
+    fn pool(&self) -> Result<&Pool, ExecError> {
+        if let Some(pool) = self.pool.get() {
+            return Ok(pool);
+        }
+        static SWEEP: std::sync::Once = std::sync::Once::new();
+        SWEEP.call_once(|| sweep_stale(&self.runtime_dir, &self.cgroups()));
+        let pool = Pool::new(
+            Launch {
+                helper: self.helper.clone(),
+                runtime_dir: self.runtime_dir.clone(),
+                network: self.network,
+            },
+            self.warm,
+        )?;
+        // A racing first use may have won; its pool is the one kept, this one stops.
+        Ok(self.pool.get_or_init(|| pool))
+    }
+
+    /// The current copy of the allowed `/etc`: checked against the host's on every use, and
+    /// made again when an entry changed.
+    fn etc_snapshot(&self) -> Result<Arc<etc::Snapshot>, ExecError> {
+        let mut current = self
+            .etc
+            .lock()
+            .map_err(|_| unavailable("the /etc copy's lock is poisoned"))?;
+        if let Some(snap) = current.as_ref().filter(|s| s.is_current()) {
+            return Ok(Arc::clone(snap));
+        }
+        ensure_dir(&self.runtime_dir)?;
+        let snap = Arc::new(
+            etc::Snapshot::build(&self.runtime_dir, mounts::Ids::of_caller())
+                .map_err(unavailable)?,
+        );
+        *current = Some(Arc::clone(&snap));
+        Ok(snap)
+    }
+
+    /// Starts warming sandboxes (best effort: a failure here is the next run's error).
+    fn prewarm(&self) {
+        if self.warm == 0 {
+            return;
+        }
+        let warmed = self.etc_snapshot().and_then(|snap| {
+            self.pool()?.prewarm(Want {
+                etc: Etc::Snapshot(snap),
+                memory: None,
+                cgroups: self.cgroups().into_owned(),
+            });
+            Ok(())
+        });
+        if let Err(e) = warmed {
+            tracing::debug!(error = %e, "cannot warm sandboxes yet");
+        }
     }
 
     /// The hierarchies per-run cgroups go under. Cached only once a `pids` hierarchy was found:
@@ -148,7 +227,9 @@ impl LinuxBackend {
                 self.helper.display()
             )));
         }
-        let _ = self.preflight.set(());
+        if self.preflight.set(()).is_ok() {
+            self.prewarm();
+        }
         Ok(())
     }
 }
@@ -216,8 +297,67 @@ fn sandbox_paths(paths: &[PathBuf], what: &str) -> Result<Vec<PathBuf>, ExecErro
         .collect()
 }
 
+/// `/dev/shm/corral-sandbox-<uid>` when `/dev/shm` is a memory filesystem (per-run directories
+/// are made and removed all the time, and a busy disk makes each of those cost up to a
+/// millisecond), else `$TMPDIR/corral-sandbox-<uid>`.
+fn default_runtime_dir(uid: u32) -> PathBuf {
+    let name = format!("corral-sandbox-{uid}");
+    let shm = Path::new("/dev/shm");
+    match rustix::fs::statfs(shm) {
+        Ok(fs) if fs.f_type == libc::TMPFS_MAGIC => shm.join(name),
+        _ => std::env::temp_dir().join(name),
+    }
+}
+
+/// Removes what runs of corral processes that are gone left behind (a crash, a `SIGKILL`): their
+/// empty per-run directories, their copies of `/etc`, their empty cgroups. Best effort, once per
+/// process; whatever still holds a process or a file stays.
+fn sweep_stale(runtime_dir: &Path, cgroups: &cgroup::Support) {
+    let me = std::process::id();
+    let dead = |name: &str, prefix: &str| -> bool {
+        name.strip_prefix(prefix)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .is_some_and(|pid| pid != me && !Path::new(&format!("/proc/{pid}")).exists())
+    };
+    if let Ok(entries) = std::fs::read_dir(runtime_dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if dead(name, "etc-") {
+                let _ = std::fs::remove_dir_all(entry.path());
+            } else if dead(name, "") {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+    }
+    for base in [&cgroups.pids, &cgroups.memory].into_iter().flatten() {
+        let Ok(entries) = std::fs::read_dir(base) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if dead(name, "corral-probe-") || dead(name, "corral-") {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+    }
+}
+
 /// Makes the per-run directory (and its 0700 parent, which must be ours and not a symlink).
 fn make_run_dir(base: &Path, run_id: &str) -> Result<PathBuf, ExecError> {
+    ensure_dir(base)?;
+    let dir = base.join(run_id);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| unavailable(format!("cannot make {}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
+/// Makes `base` (0700) unless it exists; it must be a directory of corral's user, not a symlink.
+fn ensure_dir(base: &Path) -> Result<(), ExecError> {
     match std::fs::DirBuilder::new().mode(0o700).create(base) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -231,12 +371,7 @@ fn make_run_dir(base: &Path, run_id: &str) -> Result<PathBuf, ExecError> {
             base.display()
         )));
     }
-    let dir = base.join(run_id);
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| unavailable(format!("cannot make {}: {e}", dir.display())))?;
-    Ok(dir)
+    Ok(())
 }
 
 /// What the status pipe said.
@@ -313,16 +448,15 @@ impl LinuxBackend {
                 )));
             }
         };
-
-        let run_id = format!(
-            "{}-{}",
-            std::process::id(),
-            RUN_COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        let root_dir = make_run_dir(&self.runtime_dir, &run_id)?;
-        let mut run = Run {
-            root_dir: Some(root_dir.clone()),
-            cgroups: None,
+        // A path of the run's own under /etc needs a writable /etc to make its mount point in.
+        let etc = if read_paths
+            .iter()
+            .chain(&write_paths)
+            .any(|p| p.starts_with("/etc") && p != Path::new("/etc"))
+        {
+            Etc::AllowList
+        } else {
+            Etc::Snapshot(self.etc_snapshot()?)
         };
 
         let rlimits: Vec<_> = rlimit_plan(&req.limits).into_iter().flatten().collect();
@@ -332,122 +466,107 @@ impl LinuxBackend {
             cwd,
             read_paths,
             write_paths,
-            root_dir,
-            network: self.network,
             rlimits,
             timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
             tmp_bytes: req
                 .limits
                 .memory
                 .map_or(DEFAULT_TMP_BYTES, |m| m.min(DEFAULT_TMP_BYTES)),
-            parent_pid: rustix::process::getpid().as_raw_nonzero().get(),
         };
         let encoded = spec::encode(&spec).map_err(ExecError::Invalid)?;
-
         let pids_max = req
             .limits
             .processes
             .map_or(DEFAULT_PIDS_MAX, u64::from)
             .saturating_add(OWN_PIDS);
-        // Fail closed: every run has a process limit (the default one when the request sets
-        // none), and the pids cgroup is what enforces it (RLIMIT_NPROC is void for a host-root
-        // caller); a memory limit likewise needs its memory cgroup. No cgroup, no run.
-        let cgroups =
-            cgroup::RunCgroups::create(&self.cgroups(), &run_id, pids_max, req.limits.memory);
-        let result = match cgroups {
-            Ok(cg)
-                if cg.has("cgroup:pids")
-                    && (req.limits.memory.is_none() || cg.has("cgroup:memory")) =>
-            {
-                run.cgroups = Some(cg);
-                self.spawn_and_wait(&req, encoded, &mut run, &spawn_error)
-                    .await
-            }
-            Ok(cg) => {
-                run.cgroups = Some(cg);
-                Err(unavailable(
-                    "cgroup: the run's limits have no cgroup to enforce them",
-                ))
-            }
-            Err((e, partial)) => {
-                run.cgroups = Some(partial);
-                Err(unavailable(format!("cgroup: {e}")))
-            }
+
+        let pool = self.pool()?;
+        let want = Want {
+            etc,
+            memory: req.limits.memory,
+            cgroups: self.cgroups().into_owned(),
         };
-        let destroyed = run.destroy().await;
+        let mut taken = Taken {
+            sandbox: Some(pool.take(want).await?),
+            pool,
+        };
+        let result = match &taken.sandbox {
+            Some(sb) => self.prepare_limits(sb, &req, pids_max),
+            None => Err(unavailable("the sandbox went missing")),
+        };
+        let result = match result {
+            Ok(()) => self.drive(&req, encoded, &mut taken, &spawn_error).await,
+            Err(e) => Err(e),
+        };
+        let destroyed = taken.destroy().await;
         let mut out = result?;
         out.attestation.destroyed &= destroyed;
         Ok(out)
     }
 
-    async fn spawn_and_wait(
+    /// Fail closed: every run has a process limit (the default one when the request sets none),
+    /// and the pids cgroup is what enforces it (RLIMIT_NPROC is void for a host-root caller); a
+    /// memory limit likewise needs its memory cgroup. No cgroup, no run. The run's `pids.max` is
+    /// set here, before the sandbox gets its spec.
+    fn prepare_limits(
+        &self,
+        sb: &Sandbox,
+        req: &ExecRequest,
+        pids_max: u64,
+    ) -> Result<(), ExecError> {
+        let Some(cg) = &sb.cgroups else {
+            return Err(unavailable("cgroup: the run has no cgroups"));
+        };
+        if !cg.has("cgroup:pids") || (req.limits.memory.is_some() && !cg.has("cgroup:memory")) {
+            return Err(unavailable(
+                "cgroup: the run's limits have no cgroup to enforce them",
+            ));
+        }
+        cg.set_pids_max(pids_max)
+            .map_err(|e| unavailable(format!("cgroup: {e}")))
+    }
+
+    async fn drive(
         &self,
         req: &ExecRequest,
         encoded: Vec<u8>,
-        run: &mut Run,
+        taken: &mut Taken<'_>,
         spawn_error: &(dyn Fn(String) -> ExecError + Sync),
     ) -> Result<ExecOutput, ExecError> {
-        let (status_read, status_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| unavailable(format!("status pipe: {e}")))?;
-        let status_fd = status_write.as_raw_fd();
-        let parent = rustix::process::getpid();
-        let mut cmd = Command::new(&self.helper);
-        cmd.arg(HELPER_ARG)
-            .arg(status_fd.to_string())
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        #[expect(
-            unsafe_code,
-            reason = "pre_exec keeps the status pipe open across exec and sets PDEATHSIG"
-        )]
-        // SAFETY: the closure runs in the forked child before `exec` and only makes raw system
-        // calls through rustix (fcntl, prctl, getppid): no lock, no allocation. The descriptor
-        // is borrowed from `status_write`, which the parent keeps open until after `spawn`.
-        unsafe {
-            cmd.pre_exec(move || {
-                let fd = std::os::fd::BorrowedFd::borrow_raw(status_fd);
-                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
-                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
-                if rustix::process::getppid() != Some(parent) {
-                    return Err(rustix::io::Errno::SRCH.into());
-                }
-                Ok(())
-            });
-        }
-        let start = Instant::now();
-        let mut child = cmd.spawn().map_err(|e| {
-            unavailable(format!(
-                "cannot start the sandbox helper `{}`: {e}",
-                self.helper.display()
-            ))
-        })?;
-        drop(status_write);
-        let Some(pid) = child.id() else {
-            return Err(unavailable("the sandbox helper has no process id"));
+        let Some(sb) = taken.sandbox.as_mut() else {
+            return Err(unavailable("the sandbox went missing"));
         };
-        let Some(pgid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
-            return Err(unavailable("the sandbox helper has no process id"));
-        };
-        // Into the cgroups before it reads its spec, so nothing it forks escapes them.
-        if let Some(cg) = &run.cgroups {
-            if let Err(e) = cg.add(pid) {
-                kill_group(pgid);
-                let _ = child.wait().await;
-                return Err(unavailable(format!("cgroup: {e}")));
-            }
-        }
-        let status_task = tokio::spawn(read_status(status_read));
+        let pgid = sb.pgid;
+        let io_err = |e: std::io::Error| unavailable(format!("the sandbox helper's pipes: {e}"));
+        let stdin_pipe = sb
+            .stdin
+            .take()
+            .map(tokio::process::ChildStdin::from_std)
+            .transpose()
+            .map_err(io_err)?;
+        let stdout_pipe = sb
+            .stdout
+            .take()
+            .map(tokio::process::ChildStdout::from_std)
+            .transpose()
+            .map_err(io_err)?;
+        let stderr_pipe = sb
+            .stderr
+            .take()
+            .map(tokio::process::ChildStderr::from_std)
+            .transpose()
+            .map_err(io_err)?;
+        let pidfd = sb
+            .pidfd
+            .try_clone()
+            .map_err(|e| unavailable(format!("pidfd: {e}")))?;
+        let status_task = sb.status.take().map(|fd| tokio::spawn(read_status(fd)));
 
+        let start = Instant::now();
         let mut out = Captured::default();
         let mut err = Captured::default();
         let backup = req.timeout.saturating_add(HELPER_GRACE);
-        let (killed, helper_status, duration) = {
-            let (stdin_pipe, stdout_pipe, stderr_pipe) =
-                (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let (killed, duration) = {
             let io = async {
                 tokio::join!(
                     feed(stdin_pipe, Some(encoded), req.stdin.clone()),
@@ -458,7 +577,7 @@ impl LinuxBackend {
             let mut io = std::pin::pin!(io);
             let mut io_done = false;
             let waited = {
-                let exit = tokio::time::timeout(backup, exited(&mut child, pgid));
+                let exit = tokio::time::timeout(backup, exited(&pidfd));
                 let mut exit = std::pin::pin!(exit);
                 loop {
                     tokio::select! {
@@ -467,37 +586,34 @@ impl LinuxBackend {
                     }
                 }
             };
-            let (killed, reaped) = match waited {
-                Ok(Ok(Exit::Reaped(status))) => (false, Some(status)),
-                Ok(Ok(Exit::Zombie)) => (false, None),
+            let killed = match waited {
+                Ok(Ok(())) => false,
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "waiting for the sandbox helper failed; killing it");
-                    (true, None)
+                    true
                 }
                 Err(_elapsed) => {
                     tracing::warn!("the sandbox helper overstayed its timeout; killing it");
-                    (true, None)
+                    true
                 }
             };
             // The helper and the sandbox's init share this group (the target has its own
-            // session, but dies with the init's pid namespace).
+            // session, but dies with the init's pid namespace). The helper is not reaped yet,
+            // so its pid (the group's id) cannot have been reused.
             kill_group(pgid);
-            let status = match reaped {
-                Some(s) => s,
-                None => child
-                    .wait()
-                    .await
-                    .map_err(|e| unavailable(format!("lost track of the sandbox helper: {e}")))?,
-            };
             let duration = start.elapsed();
             if !io_done && tokio::time::timeout(PIPE_GRACE, &mut io).await.is_err() {
                 tracing::debug!("something still holds the sandbox's pipes; not waiting");
             }
-            (killed, status, duration)
+            (killed, duration)
         };
-        let status_bytes = match tokio::time::timeout(PIPE_GRACE, status_task).await {
-            Ok(Ok(bytes)) => bytes,
-            _ => Vec::new(),
+        let helper_status = taken.reap().await?;
+        let status_bytes = match status_task {
+            Some(task) => match tokio::time::timeout(PIPE_GRACE, task).await {
+                Ok(Ok(bytes)) => bytes,
+                _ => Vec::new(),
+            },
+            None => Vec::new(),
         };
         let reports = parse_reports(&status_bytes);
 
@@ -526,17 +642,15 @@ impl LinuxBackend {
             _ if timed_out => (None, Some(Signal::KILL.as_raw())),
             _ => (helper_status.code(), helper_status.signal()),
         };
+        let cgroups = taken.sandbox.as_ref().and_then(|sb| sb.cgroups.as_ref());
         // The pid namespace is empty once the helper reaped its init (reported as `Done`), or
         // once the run's pids cgroup has no process left.
-        let ns_gone = reports.done.is_some()
-            || run
-                .cgroups
-                .as_ref()
-                .is_some_and(|cg| cg.primitives().any(|p| p == "cgroup:pids") && cg.empty());
+        let ns_gone =
+            reports.done.is_some() || cgroups.is_some_and(|cg| cg.has("cgroup:pids") && cg.empty());
 
         let mut primitives: Vec<String> = vec!["env:clear".into()];
         primitives.extend(primitives_from_helper);
-        if let Some(cg) = &run.cgroups {
+        if let Some(cg) = cgroups {
             primitives.extend(cg.primitives().map(String::from));
         }
         Ok(ExecOutput {
@@ -558,29 +672,98 @@ impl LinuxBackend {
     }
 }
 
-/// A run's host-side state, removed after the run.
-#[derive(Debug)]
-struct Run {
-    root_dir: Option<PathBuf>,
-    cgroups: Option<cgroup::RunCgroups>,
+/// How often the helper's state is re-checked even without a `SIGCHLD` (belt and braces).
+const EXIT_POLL: Duration = Duration::from_millis(500);
+
+/// Waits until the helper has exited, without reaping it (so its pid, the process group's id,
+/// stays pinned for the group kill): `waitid(WEXITED | WNOWAIT | WNOHANG)` on its pidfd at every
+/// `SIGCHLD`.
+async fn exited(pidfd: &OwnedFd) -> std::io::Result<()> {
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    use tokio::signal::unix::{SignalKind, signal};
+    // Registered before the first check, so an exit in between is not missed.
+    let mut sigchld = signal(SignalKind::child()).ok();
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
+    loop {
+        match waitid(WaitId::PidFd(pidfd.as_fd()), options) {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        match &mut sigchld {
+            Some(sigchld) => {
+                tokio::select! {
+                    _ = sigchld.recv() => {}
+                    () = tokio::time::sleep(EXIT_POLL) => {}
+                }
+            }
+            None => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
 }
 
-impl Run {
-    /// Removes the run's directory and cgroups; whether both are verifiably gone.
-    async fn destroy(&mut self) -> bool {
-        let dir = self.root_dir.take();
-        let cgroups = self.cgroups.take();
-        tokio::task::spawn_blocking(move || {
-            let cg_gone = cgroups.is_none_or(|cg| cg.remove(CGROUP_GRACE));
-            let dir_gone = dir.is_none_or(|dir| {
-                if let Err(e) = std::fs::remove_dir(&dir) {
-                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the run's directory");
-                }
-                matches!(std::fs::symlink_metadata(&dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-            });
-            cg_gone && dir_gone
+/// A sandbox taken from the pool for one run. Dropped unfinished (the run's future was
+/// abandoned), it goes back to the starter thread, which kills and removes it.
+#[derive(Debug)]
+struct Taken<'a> {
+    sandbox: Option<Sandbox>,
+    pool: &'a Pool,
+}
+
+impl Taken<'_> {
+    /// Kills what is left of the helper's group and reaps the helper.
+    async fn reap(&mut self) -> Result<std::process::ExitStatus, ExecError> {
+        let Some(sb) = self.sandbox.as_mut() else {
+            return Err(unavailable("the sandbox went missing"));
+        };
+        if let Some(status) = sb.try_reap() {
+            return status
+                .map_err(|e| unavailable(format!("lost track of the sandbox helper: {e}")));
+        }
+        let Some(mut sb) = self.sandbox.take() else {
+            return Err(unavailable("the sandbox went missing"));
+        };
+        // It was killed: this wait is short.
+        let (sb, status) = tokio::task::spawn_blocking(move || {
+            let status = sb.reap();
+            (sb, status)
         })
         .await
-        .unwrap_or(false)
+        .map_err(|e| unavailable(format!("lost track of the sandbox helper: {e}")))?;
+        self.sandbox = Some(sb);
+        status.map_err(|e| unavailable(format!("lost track of the sandbox helper: {e}")))
+    }
+
+    /// Removes the run's directory and cgroups (killing and reaping the helper first if that
+    /// was not done); whether both are verifiably gone.
+    async fn destroy(&mut self) -> bool {
+        let Some(mut sb) = self.sandbox.take() else {
+            return false;
+        };
+        // The usual case needs no waiting: the helper exited and its cgroups are empty.
+        if matches!(sb.try_reap(), Some(Ok(_))) && sb.cgroups_empty() {
+            let gone = sb.remove_state();
+            self.pool.finished();
+            return gone;
+        }
+        let gone = tokio::task::spawn_blocking(move || {
+            if let Err(e) = sb.reap() {
+                tracing::debug!(error = %e, "the sandbox helper was reaped already");
+            }
+            sb.remove_state()
+        })
+        .await
+        .unwrap_or(false);
+        self.pool.finished();
+        gone
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if let Some(sb) = self.sandbox.take() {
+            self.pool.discard(sb);
+        }
     }
 }

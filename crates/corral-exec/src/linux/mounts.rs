@@ -4,10 +4,11 @@
 //! - `/` is a fresh tmpfs, remounted read-only once built;
 //! - `/usr`, `/bin`, `/sbin`, `/lib*`: read-only binds (or the host's symlinks, on merged-usr
 //!   systems);
-//! - `/etc`: a tmpfs directory holding read-only binds of a fixed list of harmless files
-//!   (`ld.so.cache`, `resolv.conf`, `alternatives`, `ssl/certs`, ...) and a generated
-//!   `passwd`/`group` that name only the sandbox's own user: never `shadow`, `ssh/`, `ssl/private`
-//!   or anything else of the host's;
+//! - `/etc`: only a fixed list of harmless entries of the host's (`ld.so.cache`, `resolv.conf`,
+//!   `alternatives`, `ssl/certs`, ...) and a generated `passwd`/`group` that name only the
+//!   sandbox's own user: never `shadow`, `ssh/`, `ssl/private` or anything else of the host's.
+//!   Usually one read-only bind of the backend's prepared copy of them (see `etc.rs`); for a run
+//!   that binds a path of its own under `/etc`, a tmpfs holding a read-only bind of each;
 //! - `/proc`: a fresh procfs of the sandbox's pid namespace;
 //! - `/dev`: a read-only tmpfs with binds of `null`, `zero`, `full`, `random`, `urandom`, the
 //!   `fd`/`stdin`/`stdout`/`stderr` symlinks and a per-run tmpfs `shm`;
@@ -19,6 +20,9 @@
 //!
 //! Every bind is non-recursive (no host submount is carried in) and remounted with
 //! `MS_NOSUID | MS_NODEV` (and `MS_RDONLY` unless writable), keeping the flags the kernel locks.
+//!
+//! Built in two steps: [`build_base`], the same for every run (a warm sandbox does it before
+//! its run is known), and [`finish`], the run's own binds, `/tmp`, and the `pivot_root`.
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -29,7 +33,7 @@ use rustix::fs::{CWD, Mode, OFlags, ResolveFlags, StatVfsMountFlags};
 use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 
 use super::landlock_rules::SYSTEM_DIRS;
-use super::spec::{FailKind, Spec};
+use super::spec::{EtcSource, FailKind, Prep, Spec};
 
 /// A set-up step that failed.
 #[derive(Debug)]
@@ -61,7 +65,7 @@ type Result<T> = std::result::Result<T, StepError>;
 
 /// Files and directories of the host's `/etc` the sandbox may see (read-only). Everything else
 /// of `/etc` is absent.
-const ETC_ALLOW: &[&str] = &[
+pub(crate) const ETC_ALLOW: &[&str] = &[
     "alternatives",
     "bash.bashrc",
     "ca-certificates",
@@ -228,6 +232,12 @@ fn make_beneath(root: &OwnedFd, rel: &Path, file: bool) -> Result<OwnedFd> {
 /// Binds the host's `source` at the same path beneath `root`, then remounts it with `flags`.
 /// `source` is opened without following symlinks.
 fn bind(root: &OwnedFd, source: &Path, flags: MountFlags) -> Result<()> {
+    bind_to(root, source, &relative(source)?, flags)
+}
+
+/// Binds the host's `source` at `rel` beneath `root`, then remounts it with `flags`. `source` is
+/// opened without following symlinks.
+fn bind_to(root: &OwnedFd, source: &Path, rel: &Path, flags: MountFlags) -> Result<()> {
     let src = rustix::fs::openat2(
         CWD,
         source,
@@ -249,14 +259,13 @@ fn bind(root: &OwnedFd, source: &Path, flags: MountFlags) -> Result<()> {
             rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
         })
         .map_err(|e| StepError::invalid("bind", e))?;
-    let rel = relative(source)?;
-    let target = make_beneath(root, &rel, !is_dir)?;
+    let target = make_beneath(root, rel, !is_dir)?;
     rustix::mount::mount_bind(fd_path(&src), fd_path(&target))
         .map_err(|e| mount_err("bind", source, e))?;
     drop(target);
     // Re-open: the new mount's root, not the directory under it.
     let mounted =
-        open_beneath(root, &rel, OFlags::empty()).map_err(|e| mount_err("reopen", source, e))?;
+        open_beneath(root, rel, OFlags::empty()).map_err(|e| mount_err("reopen", source, e))?;
     remount_bind(&mounted, flags, source)
 }
 
@@ -302,7 +311,22 @@ pub(crate) struct Ids {
     pub(crate) host_root: bool,
 }
 
-fn passwd(ids: Ids) -> String {
+impl Ids {
+    /// The ids of this process's user inside a sandbox: its own, but never 0 (an `execve` by
+    /// uid 0 would regain capabilities), which becomes 1000.
+    pub(crate) fn of_caller() -> Self {
+        let uid = rustix::process::getuid();
+        let gid = rustix::process::getgid();
+        Ids {
+            uid: if uid.is_root() { 1000 } else { uid.as_raw() },
+            gid: if gid.is_root() { 1000 } else { gid.as_raw() },
+            host_root: uid.is_root(),
+        }
+    }
+}
+
+/// The sandbox's `/etc/passwd`: root, the sandbox's own user and nobody.
+pub(crate) fn passwd(ids: Ids) -> String {
     format!(
         "root:x:0:0:root:/root:/bin/sh\n\
          sandbox:x:{}:{}:corral sandbox:/tmp:/bin/sh\n\
@@ -311,7 +335,8 @@ fn passwd(ids: Ids) -> String {
     )
 }
 
-fn group(ids: Ids) -> String {
+/// The sandbox's `/etc/group`.
+pub(crate) fn group(ids: Ids) -> String {
     format!("root:x:0:\nsandbox:x:{}:\nnogroup:x:65534:\n", ids.gid)
 }
 
@@ -402,11 +427,19 @@ fn pin_symlink(root: &OwnedFd, host: &Path) -> Result<()> {
     .map_err(err)
 }
 
-/// Builds the root view and pivots into it. Runs in the sandbox's init (pid 1 of the new pid
-/// namespace, full capabilities in the new user namespace).
-pub(crate) fn build_root(spec: &Spec, ids: Ids) -> Result<()> {
+/// The view being built: its root tmpfs, not yet pivoted into.
+#[derive(Debug)]
+pub(crate) struct View {
+    root: OwnedFd,
+    root_dir: PathBuf,
+}
+
+/// Builds the request-independent part of the root view: the root tmpfs, the system
+/// directories, `/etc`, `/proc` and `/dev` (without its `shm`). Runs in the sandbox's init (pid 1
+/// of the new pid namespace, full capabilities in the new user namespace).
+pub(crate) fn build_base(prep: &Prep, ids: Ids) -> Result<View> {
     let ro = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV;
-    let root_dir = &spec.root_dir;
+    let root_dir = &prep.root_dir;
 
     // Nothing mounted here propagates back to the host.
     rustix::mount::mount_change(
@@ -436,18 +469,34 @@ pub(crate) fn build_root(spec: &Spec, ids: Ids) -> Result<()> {
         }
     }
 
-    // /etc: an allow list, and a passwd/group of our own.
-    make_beneath(&root, Path::new("etc"), false)?;
-    for name in ETC_ALLOW {
-        let path = Path::new("/etc").join(name);
-        match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.file_type().is_symlink() => copy_symlink(&root, &path)?,
-            Ok(m) if m.is_dir() || m.is_file() => bind(&root, &path, ro)?,
-            _ => {}
+    // /etc: the allow list and a passwd/group of our own.
+    match &prep.etc {
+        EtcSource::Snapshot { dir, dirs } => {
+            bind_to(&root, dir, Path::new("etc"), ro)?;
+            for name in dirs {
+                let rel = relative(name)?;
+                bind_to(
+                    &root,
+                    &Path::new("/etc").join(&rel),
+                    &Path::new("etc").join(&rel),
+                    ro,
+                )?;
+            }
+        }
+        EtcSource::AllowList => {
+            make_beneath(&root, Path::new("etc"), false)?;
+            for name in ETC_ALLOW {
+                let path = Path::new("/etc").join(name);
+                match std::fs::symlink_metadata(&path) {
+                    Ok(m) if m.file_type().is_symlink() => copy_symlink(&root, &path)?,
+                    Ok(m) if m.is_dir() || m.is_file() => bind(&root, &path, ro)?,
+                    _ => {}
+                }
+            }
+            write_file(&root, "etc/passwd", &passwd(ids))?;
+            write_file(&root, "etc/group", &group(ids))?;
         }
     }
-    write_file(&root, "etc/passwd", &passwd(ids))?;
-    write_file(&root, "etc/group", &group(ids))?;
 
     // /proc: the sandbox's own pid namespace (mounted while the host's /proc is still visible,
     // which the kernel requires inside a user namespace).
@@ -462,7 +511,7 @@ pub(crate) fn build_root(spec: &Spec, ids: Ids) -> Result<()> {
     .map_err(|e| mount_err("mount", Path::new("/proc"), e))?;
     drop(proc_dir);
 
-    // /dev
+    // /dev, read-only; its `shm` is a mount point for the run's tmpfs.
     let dev = root_dir.join("dev");
     make_beneath(&root, Path::new("dev"), false)?;
     mount_tmpfs(
@@ -485,13 +534,7 @@ pub(crate) fn build_root(spec: &Spec, ids: Ids) -> Result<()> {
         rustix::fs::symlinkat(target, &root, link)
             .map_err(|e| mount_err("symlink", Path::new(link), e))?;
     }
-    let tmpfs_opts = |mode: &str| format!("mode={mode},size={}", spec.tmp_bytes.max(4096));
     make_beneath(&root, Path::new("dev/shm"), false)?;
-    mount_tmpfs(
-        &dev.join("shm"),
-        MountFlags::NOSUID | MountFlags::NODEV,
-        &tmpfs_opts("1777"),
-    )?;
     let dev_fd = open_beneath(&root, Path::new("dev"), OFlags::DIRECTORY)
         .map_err(|e| mount_err("open", &dev, e))?;
     remount_bind(
@@ -501,8 +544,26 @@ pub(crate) fn build_root(spec: &Spec, ids: Ids) -> Result<()> {
     )?;
     drop(dev_fd);
 
-    // /tmp
+    // /tmp's mount point.
     make_beneath(&root, Path::new("tmp"), false)?;
+    Ok(View {
+        root,
+        root_dir: root_dir.clone(),
+    })
+}
+
+/// Finishes the view for one run: its `/tmp` and `/dev/shm`, the request's paths, then pivots
+/// into it and makes `/` read-only.
+pub(crate) fn finish(view: View, spec: &Spec) -> Result<()> {
+    let ro = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV;
+    let View { root, root_dir } = view;
+
+    let tmpfs_opts = |mode: &str| format!("mode={mode},size={}", spec.tmp_bytes.max(4096));
+    mount_tmpfs(
+        &root_dir.join("dev/shm"),
+        MountFlags::NOSUID | MountFlags::NODEV,
+        &tmpfs_opts("1777"),
+    )?;
     mount_tmpfs(
         &root_dir.join("tmp"),
         MountFlags::NOSUID | MountFlags::NODEV,

@@ -1,6 +1,6 @@
-//! What the parent tells the helper (the `Spec`, on the helper's stdin), and what the helper
-//! reports back (`Status` lines, on the status pipe). Pure data: built and checked in the parent,
-//! applied by the helper.
+//! What the parent tells the helper (a `Prep`, then a `Spec`, on the helper's stdin), and what
+//! the helper reports back (`Status` lines, on the status pipe). Pure data: built and checked in
+//! the parent, applied by the helper.
 
 use std::path::PathBuf;
 
@@ -31,7 +31,38 @@ impl Network {
     }
 }
 
-/// Everything the helper applies to one run.
+/// Where the sandbox's `/etc` comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum EtcSource {
+    /// The backend's prepared copy of the allowed files (and a `passwd`/`group` of its own),
+    /// a host directory bound read-only at `/etc` in one mount; then each allowed host
+    /// directory in `dirs` (relative to `/etc`) bound read-only on its mount point in it.
+    Snapshot { dir: PathBuf, dirs: Vec<PathBuf> },
+    /// Each allowed host entry bound one by one into a tmpfs `/etc` (for a run that binds a
+    /// path of its own under `/etc`, which needs a writable directory to make its mount point).
+    AllowList,
+}
+
+/// The request-independent half of a sandbox, sent first: a warm helper gets it, builds
+/// everything it can (namespaces, the base root view) and then waits for its [`Spec`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Prep {
+    /// An empty host directory the sandbox's root tmpfs is mounted on (in the sandbox's own
+    /// mount namespace; the host only ever sees the empty directory).
+    pub(crate) root_dir: PathBuf,
+    /// The `/etc` of the view.
+    pub(crate) etc: EtcSource,
+    /// Network mode.
+    pub(crate) network: Network,
+    /// The run's cgroups (v1 directories): the helper moves itself into each one before it does
+    /// anything else, so everything the sandbox ever forks is counted.
+    pub(crate) cgroups: Vec<PathBuf>,
+    /// The parent's pid, to catch it dying before `PR_SET_PDEATHSIG` took effect.
+    pub(crate) parent_pid: i32,
+}
+
+/// The run, sent second: everything that depends on the request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Spec {
     /// Program and arguments.
@@ -44,19 +75,12 @@ pub(crate) struct Spec {
     pub(crate) read_paths: Vec<PathBuf>,
     /// Bound read-write at the same absolute paths (canonical).
     pub(crate) write_paths: Vec<PathBuf>,
-    /// An empty host directory the sandbox's root tmpfs is mounted on (in the sandbox's own
-    /// mount namespace; the host only ever sees the empty directory).
-    pub(crate) root_dir: PathBuf,
-    /// Network mode.
-    pub(crate) network: Network,
     /// rlimits for the target.
     pub(crate) rlimits: Vec<RlimitSpec>,
-    /// Wall-clock limit, milliseconds, from the start of the sandbox's init.
+    /// Wall-clock limit, milliseconds, from the moment the helper has the spec.
     pub(crate) timeout_ms: u64,
     /// Size of the per-run `/tmp` (and `/dev/shm`) tmpfs, bytes.
     pub(crate) tmp_bytes: u64,
-    /// The parent's pid, to catch it dying before `PR_SET_PDEATHSIG` took effect.
-    pub(crate) parent_pid: i32,
 }
 
 /// Why set-up failed, so the parent can map it to an `ExecError`.
@@ -93,12 +117,12 @@ pub(crate) enum Status {
     Done { timed_out: bool },
 }
 
-/// Largest spec the helper accepts, bytes.
+/// Largest message (prep or spec) the helper accepts, bytes.
 pub(crate) const MAX_SPEC_BYTES: u64 = 16 * 1024 * 1024;
 
-/// The spec as sent: an 8-byte little-endian length, then JSON.
-pub(crate) fn encode(spec: &Spec) -> Result<Vec<u8>, String> {
-    let json = serde_json::to_vec(spec).map_err(|e| format!("cannot encode the spec: {e}"))?;
+/// A message as sent: an 8-byte little-endian length, then JSON.
+pub(crate) fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, String> {
+    let json = serde_json::to_vec(msg).map_err(|e| format!("cannot encode the spec: {e}"))?;
     let len = u64::try_from(json.len()).map_err(|e| e.to_string())?;
     if len > MAX_SPEC_BYTES {
         return Err(format!("the spec is too large ({len} bytes)"));

@@ -64,7 +64,9 @@ fn host_has(path: &str) -> bool {
 }
 
 fn backend() -> LinuxBackend {
-    let backend = LinuxBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_corral-sandbox-helper")));
+    let backend = crate::with_test_pool(LinuxBackend::new(PathBuf::from(env!(
+        "CARGO_BIN_EXE_corral-sandbox-helper"
+    ))));
     if let Err(e) = backend.preflight() {
         panic!("the linux backend cannot run here, so no escape test can pass: {e}");
     }

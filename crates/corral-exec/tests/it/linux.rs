@@ -7,7 +7,7 @@ use std::time::Duration;
 use corral_exec::linux::{LinuxBackend, Network, probe};
 use corral_exec::{Backend, ExecError, ExecOutput, ExecRequest, ResourceLimits};
 
-use crate::{request, shell};
+use crate::{request, shell, with_test_pool};
 
 const SIGKILL: i32 = 9;
 
@@ -17,7 +17,7 @@ fn helper() -> PathBuf {
 }
 
 fn backend() -> LinuxBackend {
-    LinuxBackend::new(helper())
+    crate::with_test_pool(LinuxBackend::new(helper()))
 }
 
 async fn run(req: ExecRequest) -> ExecOutput {
@@ -442,4 +442,119 @@ async fn the_root_lists_only_the_views_own_entries() {
         "{entries:?}: {}",
         stderr(&out)
     );
+}
+
+#[tokio::test]
+async fn a_warm_sandbox_runs_like_a_fresh_one_and_keeps_nothing_between_runs() {
+    let backend = LinuxBackend::new(helper()).with_warm_pool(1);
+    backend.preflight().expect("preflight passes here");
+    // Long enough for the warm sandbox to have built its namespaces and base view.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut req = shell(
+        "id -u; grep -c '^sandbox:' /etc/passwd; test -e /etc/ld.so.cache && echo cache; \
+         test -e /etc/shadow || echo no-shadow; ls /etc/ssl/certs >/dev/null && echo certs; \
+         echo \"$FOO\"; cat; ls -A /tmp; echo left > /tmp/left",
+    );
+    req.env = vec![("FOO".into(), "bar".into())];
+    req.stdin = Some(b"from-stdin\n".to_vec());
+    req.limits.processes = Some(16);
+    let out = backend.run(req.clone()).await.expect("the warm run");
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    let expected_uid = if rustix::process::getuid().is_root() {
+        "1000".to_owned()
+    } else {
+        rustix::process::getuid().as_raw().to_string()
+    };
+    assert_eq!(
+        stdout(&out),
+        format!("{expected_uid}\n1\ncache\nno-shadow\ncerts\nbar\nfrom-stdin\n"),
+        "stderr: {}",
+        stderr(&out)
+    );
+    for p in [
+        "cgroup:pids",
+        "netns:none",
+        "landlock:abi6",
+        "seccomp",
+        "caps:none",
+    ] {
+        assert!(
+            out.attestation.primitives.iter().any(|x| x == p),
+            "{p} in {:?}",
+            out.attestation.primitives
+        );
+    }
+    assert!(out.attestation.destroyed);
+    // The next run (the refilled warm sandbox) sees nothing of the first one's /tmp.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let out = backend.run(req).await.expect("the second warm run");
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    assert!(stdout(&out).ends_with("from-stdin\n"), "{}", stdout(&out));
+}
+
+#[tokio::test]
+async fn a_read_path_under_etc_gets_a_view_of_each_allowed_entry() {
+    // A path of the run's own under /etc cannot be bound into the prepared (read-only) /etc
+    // copy, so that run's /etc is built entry by entry: the same entries, plus the path.
+    let mut req = shell(
+        "ls /etc/ssl/certs >/dev/null && echo certs; test -e /etc/ld.so.cache && echo cache; \
+         grep -c '^sandbox:' /etc/passwd; test -e /etc/shadow || echo no-shadow; \
+         test -e /etc/hostname || echo no-hostname",
+    );
+    req.read_paths = vec![PathBuf::from("/etc/ssl/certs")];
+    let out = run(req).await;
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "certs\ncache\n1\nno-shadow\nno-hostname\n",
+        "stderr: {}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test]
+async fn runs_without_a_warm_pool_work_too() {
+    let backend = LinuxBackend::new(helper()).with_warm_pool(0);
+    let out = backend
+        .run(request(&["/bin/echo", "cold"]))
+        .await
+        .expect("a cold run");
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out), "cold\n");
+    assert!(out.attestation.destroyed);
+}
+
+#[test]
+fn concurrent_runs_on_one_backend_each_get_their_own_sandbox() {
+    let backend = std::sync::Arc::new(with_test_pool(LinuxBackend::new(helper())));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let outs = rt.block_on(async {
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let backend = std::sync::Arc::clone(&backend);
+                tokio::spawn(async move {
+                    let mut req = shell(&format!(
+                        "echo {i} > /tmp/me; sleep 0.2; cat /tmp/me; ls /tmp | wc -l"
+                    ));
+                    req.limits.processes = Some(8);
+                    backend.run(req).await
+                })
+            })
+            .collect();
+        let mut outs = Vec::new();
+        for t in tasks {
+            outs.push(t.await.expect("task"));
+        }
+        outs
+    });
+    for (i, out) in outs.into_iter().enumerate() {
+        let out = out.expect("each run runs");
+        assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+        assert_eq!(stdout(&out), format!("{i}\n1\n"));
+        assert!(out.attestation.destroyed);
+    }
 }

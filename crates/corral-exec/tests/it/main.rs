@@ -8,7 +8,17 @@ mod process;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use corral_exec::linux::LinuxBackend;
 use corral_exec::{ExecRequest, ResourceLimits};
+
+/// `CORRAL_TEST_WARM_POOL=n` runs the linux backend's tests with `n` warm sandboxes (`0`: every
+/// run starts its own sandbox); unset, the backend's default.
+pub fn with_test_pool(backend: LinuxBackend) -> LinuxBackend {
+    match std::env::var("CORRAL_TEST_WARM_POOL") {
+        Ok(n) => backend.with_warm_pool(n.parse().expect("CORRAL_TEST_WARM_POOL is a number")),
+        Err(_) => backend,
+    }
+}
 
 /// A request for `argv` in `/`, with an empty environment, a 10 s timeout and a 1 MiB cap.
 pub fn request(argv: &[&str]) -> ExecRequest {
