@@ -3,10 +3,14 @@
 //! - `exec-bench process|linux`: one run through that backend, then exit. `bench/exec.sh` times
 //!   this with hyperfine next to a bare `/bin/true` and `bwrap`; it pays this binary's own
 //!   start-up (and a tokio runtime's), as `bwrap` pays its own exec.
-//! - `exec-bench loop [N]`: in this one process, N timed runs each of a bare spawn, `bwrap`, the
-//!   `process` backend and the `linux` backend, interleaved round-robin after a warm-up; prints
-//!   the median, p10 and p90 of each. Here the corral backends pay no process start-up, while the
-//!   bare spawn and `bwrap` are spawned from the same process like the backends' children.
+//! - `exec-bench loop [N [variants]]`: in this one process, N timed runs each of a bare spawn,
+//!   `bwrap`, the `process` backend, the `linux` backend (default warm pool) and the `linux`
+//!   backend without a warm pool (`linux-cold`), interleaved round-robin after a warm-up; prints
+//!   the median, p10, p90, p99 and max of each, and the CPU time (this process and its reaped
+//!   children) charged per run. `variants` is a comma-separated subset, in the order to run them.
+//!   Here the corral backends pay no process start-up, while the bare spawn and `bwrap` are
+//!   spawned from the same process like the backends' children.
+//! - `EXEC_BENCH_WARM=n` sets the `linux` variant's warm pool size.
 //! - `exec-bench __sandbox-exec ...`: the linux backend's helper. The backend re-executes this
 //!   binary, as `corral` re-executes itself.
 
@@ -124,7 +128,26 @@ fn quantile(sorted: &[Duration], q: f64) -> f64 {
     sorted.get(i).map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
 }
 
-fn in_process_loop(n: usize) -> Result<(), String> {
+/// Every variant of the loop, in its order.
+const VARIANTS: &[&str] = &["bare", "bwrap", "process", "linux", "linux-cold"];
+
+/// CPU time (user + system) of this process and of its reaped children so far, from
+/// `/proc/self/stat` (in `USER_HZ` ticks, 100 per second: coarse per run, fine summed over many).
+/// The linux backend's starter thread and the helpers it reaps are counted too, so the warm
+/// pool's background work shows here even when it is off a run's path.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime, stime, cutime, cstime are fields 14 to 17; `rest` starts at field 3.
+    let ticks: u64 = (11..15)
+        .filter_map(|i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
+fn in_process_loop(n: usize, names: &[&str]) -> Result<(), String> {
     let rt = runtime()?;
     let process = ProcessBackend::new();
     let linux = linux_backend(None)?;
@@ -134,50 +157,65 @@ fn in_process_loop(n: usize) -> Result<(), String> {
             .preflight()
             .map_err(|e| format!("linux preflight: {e}"))?;
     }
-    let names = ["bare", "bwrap", "process", "linux", "linux-cold"];
     let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(n); names.len()];
+    // CPU time charged between the start of one variant's run and the start of the next one's
+    // (a warm pool refilling in the background is charged to the variants that follow it).
+    let mut cpu: Vec<Duration> = vec![Duration::ZERO; names.len()];
     for round in 0..WARMUP + n {
         for (i, name) in names.iter().enumerate() {
+            let cpu_before = cpu_time();
             let start = Instant::now();
             match *name {
                 "bare" => spawn("/bin/true", &[])?,
                 "bwrap" => spawn("bwrap", BWRAP)?,
                 "process" => run_backend(&rt, &process, request())?,
                 "linux" => run_backend(&rt, &linux, request())?,
-                _ => run_backend(&rt, &cold, request())?,
+                "linux-cold" => run_backend(&rt, &cold, request())?,
+                other => return Err(format!("no variant `{other}` ({})", VARIANTS.join(", "))),
             }
             let elapsed = start.elapsed();
             if round >= WARMUP {
                 if let Some(s) = samples.get_mut(i) {
                     s.push(elapsed);
                 }
+                if let Some(c) = cpu.get_mut(i) {
+                    *c += cpu_time().saturating_sub(cpu_before);
+                }
             }
         }
     }
-    println!("in-process loop: {n} runs each after {WARMUP} warm-up rounds, interleaved");
     println!(
-        "{:<8} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "variant", "median ms", "p10 ms", "p90 ms", "p99 ms", "max ms"
+        "in-process loop: {n} runs each after {WARMUP} warm-up rounds, interleaved: {}",
+        names.join(", ")
     );
-    let mut medians = Vec::new();
-    for (name, s) in names.iter().zip(samples.iter_mut()) {
+    println!(
+        "{:<10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "variant", "median ms", "p10 ms", "p90 ms", "p99 ms", "max ms", "cpu ms/run"
+    );
+    let mut medians = std::collections::BTreeMap::new();
+    for ((name, s), c) in names.iter().zip(samples.iter_mut()).zip(&cpu) {
         s.sort_unstable();
         let median = quantile(s, 0.5);
-        medians.push(median);
+        medians.insert(*name, median);
+        #[expect(clippy::cast_precision_loss, reason = "a count of a few hundred runs")]
+        let per_run = c.as_secs_f64() * 1000.0 / n as f64;
         println!(
-            "{name:<8} {median:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3}",
+            "{name:<10} {median:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {per_run:>12.3}",
             quantile(s, 0.1),
             quantile(s, 0.9),
             quantile(s, 0.99),
             quantile(s, 1.0)
         );
     }
-    if let [bare, bwrap, process, linux, cold] = medians[..] {
-        println!("ratio linux/bwrap      {:.2}", linux / bwrap);
-        println!("ratio linux-cold/bwrap {:.2}", cold / bwrap);
-        println!("ratio process/bare     {:.2}", process / bare);
-        println!("ratio linux/process    {:.2}", linux / process);
-    }
+    let ratio = |a: &str, b: &str| {
+        if let (Some(x), Some(y)) = (medians.get(a), medians.get(b)) {
+            println!("ratio {:<22} {:.2}", format!("{a}/{b}"), x / y);
+        }
+    };
+    ratio("linux", "bwrap");
+    ratio("linux-cold", "bwrap");
+    ratio("process", "bare");
+    ratio("linux", "process");
     Ok(())
 }
 
@@ -188,12 +226,20 @@ fn main() -> ExitCode {
     }
     let result = match args.first().map(String::as_str) {
         Some(which @ ("process" | "linux" | "linux-cold")) => once(which),
-        Some("loop") => match args.get(1).map(|n| n.parse::<usize>()) {
-            None => in_process_loop(200),
-            Some(Ok(n)) if n > 0 => in_process_loop(n),
-            Some(_) => Err("the loop count must be a positive number".into()),
-        },
-        _ => Err("usage: exec-bench process|linux|linux-cold | exec-bench loop [N]".into()),
+        Some("loop") => {
+            let names: Vec<&str> = match args.get(2) {
+                Some(list) => list.split(',').collect(),
+                None => VARIANTS.to_vec(),
+            };
+            match args.get(1).map(|n| n.parse::<usize>()) {
+                None => in_process_loop(200, &names),
+                Some(Ok(n)) if n > 0 => in_process_loop(n, &names),
+                Some(_) => Err("the loop count must be a positive number".into()),
+            }
+        }
+        _ => Err(
+            "usage: exec-bench process|linux|linux-cold | exec-bench loop [N [variant,...]]".into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

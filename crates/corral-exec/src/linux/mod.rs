@@ -85,6 +85,8 @@ pub struct LinuxBackend {
     warm: usize,
     /// Set once the preflight passed.
     preflight: OnceLock<()>,
+    /// Set by the first preflight.
+    checked_once: std::sync::atomic::AtomicBool,
     cgroups: OnceLock<cgroup::Support>,
     /// The current copy of the allowed `/etc`.
     etc: Mutex<Option<Arc<etc::Snapshot>>>,
@@ -103,6 +105,7 @@ impl LinuxBackend {
             runtime_dir: default_runtime_dir(uid),
             warm: DEFAULT_WARM_POOL,
             preflight: OnceLock::new(),
+            checked_once: std::sync::atomic::AtomicBool::new(false),
             cgroups: OnceLock::new(),
             etc: Mutex::new(None),
             pool: OnceLock::new(),
@@ -215,19 +218,30 @@ impl LinuxBackend {
         if self.preflight.get().is_some() {
             return Ok(());
         }
-        if let Some(p) = probe().into_iter().find(|p| p.required && !p.available) {
-            return Err(unavailable(format!(
-                "{} is missing: {}; fix: {}",
-                p.name, p.detail, p.fix
-            )));
-        }
         if !self.helper.exists() {
             return Err(unavailable(format!(
                 "the sandbox helper `{}` does not exist",
                 self.helper.display()
             )));
         }
-        if self.preflight.set(()).is_ok() {
+        // The first check starts warming before it probes, so that the two overlap: a warm
+        // sandbox holds nothing of any request, and no run gives it one before a check passed.
+        let first = !self
+            .checked_once
+            .swap(true, std::sync::atomic::Ordering::Relaxed);
+        if first {
+            self.prewarm();
+        }
+        if let Some(p) = probe().into_iter().find(|p| p.required && !p.available) {
+            if let Some(pool) = self.pool.get() {
+                pool.cool();
+            }
+            return Err(unavailable(format!(
+                "{} is missing: {}; fix: {}",
+                p.name, p.detail, p.fix
+            )));
+        }
+        if self.preflight.set(()).is_ok() && !first {
             self.prewarm();
         }
         Ok(())

@@ -332,6 +332,8 @@ enum Msg {
         reply: tokio::sync::oneshot::Sender<Result<Sandbox, ExecError>>,
     },
     Prewarm(Want),
+    /// Stop warming; remove the warm sandboxes.
+    Cool,
     /// A run that took a sandbox ended (and removed it).
     Finished,
     /// A run that took a sandbox was abandoned before it removed it.
@@ -376,6 +378,11 @@ impl Pool {
         let _ = self.tx.send(Msg::Prewarm(want));
     }
 
+    /// No more warm sandboxes (until the next `prewarm` or `take`); the idle ones are removed.
+    pub(crate) fn cool(&self) {
+        let _ = self.tx.send(Msg::Cool);
+    }
+
     /// The run that took a sandbox ended and removed it.
     pub(crate) fn finished(&self) {
         let _ = self.tx.send(Msg::Finished);
@@ -400,8 +407,12 @@ impl Drop for Pool {
     }
 }
 
-/// Pause before trying again to warm a sandbox after a failure.
+/// Pause before trying again to warm a sandbox after a failure; doubled after each further
+/// failure, up to `RETRY_MAX` (a run still gets a sandbox started for it meanwhile).
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+/// How long after a run ended its replacement is started.
+const REFILL_SETTLE: Duration = Duration::from_millis(2);
 
 fn starter(launch: &Launch, size: usize, rx: &mpsc::Receiver<Msg>) {
     let mut idle: VecDeque<Sandbox> = VecDeque::new();
@@ -409,19 +420,28 @@ fn starter(launch: &Launch, size: usize, rx: &mpsc::Receiver<Msg>) {
     let mut recipe: Option<Want> = None;
     // Sandboxes taken by runs that have not ended yet.
     let mut in_use = 0usize;
-    let mut failed_at: Option<std::time::Instant> = None;
+    // When warming last failed, and how long to wait before the next try.
+    let mut failed: Option<(std::time::Instant, Duration)> = None;
+    // No refill before this.
+    let mut settle: Option<std::time::Instant> = None;
     loop {
-        let refill = recipe.is_some()
-            && idle.len() + in_use < size
-            && failed_at.is_none_or(|t| t.elapsed() >= RETRY_AFTER);
-        let msg = if refill {
+        let wanted = recipe.is_some() && idle.len() + in_use < size;
+        let now = std::time::Instant::now();
+        let wait = [
+            failed.map(|(at, pause)| pause.saturating_sub(at.elapsed())),
+            settle.map(|t| t.saturating_duration_since(now)),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
+        let msg = if wanted && wait.is_none_or(|w| w.is_zero()) {
             match rx.try_recv() {
                 Ok(m) => Some(m),
                 Err(mpsc::TryRecvError::Empty) => None,
                 Err(mpsc::TryRecvError::Disconnected) => break,
             }
-        } else if failed_at.is_some() && recipe.is_some() && idle.len() + in_use < size {
-            match rx.recv_timeout(RETRY_AFTER) {
+        } else if let (true, Some(wait)) = (wanted, wait) {
+            match rx.recv_timeout(wait) {
                 Ok(m) => Some(m),
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -438,11 +458,12 @@ fn starter(launch: &Launch, size: usize, rx: &mpsc::Receiver<Msg>) {
                 match start(launch, want) {
                     Ok(s) => {
                         idle.push_back(s);
-                        failed_at = None;
+                        failed = None;
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "cannot warm a sandbox; retrying later");
-                        failed_at = Some(std::time::Instant::now());
+                        let pause = failed.map_or(RETRY_AFTER, |(_, p)| (p * 2).min(RETRY_MAX));
+                        tracing::warn!(error = %e, retry_in = ?pause, "cannot warm a sandbox");
+                        failed = Some((std::time::Instant::now(), pause));
                     }
                 }
             }
@@ -450,7 +471,7 @@ fn starter(launch: &Launch, size: usize, rx: &mpsc::Receiver<Msg>) {
         };
         match msg {
             Msg::Take { want, reply } => {
-                failed_at = None;
+                failed = None;
                 let sandbox = if want.warm_ok() {
                     adopt_recipe(&mut recipe, &mut idle, &want);
                     next_usable(&mut idle).map_or_else(|| start(launch, &want), Ok)
@@ -467,12 +488,23 @@ fn starter(launch: &Launch, size: usize, rx: &mpsc::Receiver<Msg>) {
                 }
             }
             Msg::Prewarm(want) => {
-                failed_at = None;
+                failed = None;
                 if want.warm_ok() {
                     adopt_recipe(&mut recipe, &mut idle, &want);
                 }
             }
-            Msg::Finished => in_use = in_use.saturating_sub(1),
+            Msg::Cool => {
+                recipe = None;
+                for s in idle.drain(..) {
+                    s.destroy();
+                }
+            }
+            Msg::Finished => {
+                in_use = in_use.saturating_sub(1);
+                // Refill a little later: a backend dropped right after its last run (a
+                // one-shot CLI call) then never starts a sandbox only to remove it.
+                settle = Some(std::time::Instant::now() + REFILL_SETTLE);
+            }
             Msg::Discard(s) => {
                 in_use = in_use.saturating_sub(1);
                 s.destroy();
