@@ -1,4 +1,5 @@
-//! `corral doctor`: which isolation primitives this host offers, and which backends can run.
+//! `corral doctor`: which isolation primitives this host offers, which backends can run, and
+//! where confirmations live (memory: one replica, lost on restart).
 //!
 //! Every primitive is tried for real (corral_exec::linux::probe), and when the linux backend's
 //! primitives are all there, one command (`/bin/true`) is run through it end to end, so the
@@ -9,7 +10,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use corral_config::model::{BackendKind, NetworkMode};
+use corral_config::model::{BackendKind, ConfirmationBackend, NetworkMode};
 use corral_exec::linux::{LinuxBackend, Network, Primitive};
 use corral_exec::{Backend, ExecRequest, ResourceLimits};
 use serde::Serialize;
@@ -45,25 +46,73 @@ struct BackendOut {
     detail: String,
 }
 
+/// Where confirmations (pending actions, approvals, stored outcomes) live.
+#[derive(Debug, Serialize)]
+struct ConfirmationsOut {
+    store: &'static str,
+    shared_by_replicas: bool,
+    survives_restart: bool,
+    detail: &'static str,
+}
+
+impl ConfirmationsOut {
+    fn of(backend: ConfirmationBackend, storage_url: Option<&str>) -> Self {
+        let postgres = storage_url
+            .is_some_and(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"));
+        match (backend, postgres) {
+            (ConfirmationBackend::Memory, _) => Self {
+                store: "memory",
+                shared_by_replicas: false,
+                survives_restart: false,
+                detail: "this process only: correct for a single replica; a restart loses pending actions and approvals",
+            },
+            (ConfirmationBackend::Store, true) => Self {
+                store: "postgres",
+                shared_by_replicas: true,
+                survives_restart: true,
+                detail: "shared by every replica on the database; kept across restarts",
+            },
+            (ConfirmationBackend::Store, false) => Self {
+                store: "sqlite",
+                shared_by_replicas: false,
+                survives_restart: true,
+                detail: "kept across restarts; one host (use Postgres for replicas)",
+            },
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct Report {
     configured_backend: &'static str,
     network: &'static str,
+    confirmations: ConfirmationsOut,
     ok: bool,
     primitives: Vec<PrimitiveOut>,
     backends: Vec<BackendOut>,
 }
 
-/// The configured backend and network: from the config when one is given or found, else the
-/// defaults (`linux`, `none`).
-fn configured(flag: Option<PathBuf>) -> Result<(BackendKind, NetworkMode), Exit> {
+/// The configured backend and network, and where confirmations live: from the config when one
+/// is given or found, else the defaults (`linux`, `none`, the SQLite store).
+fn configured(flag: Option<PathBuf>) -> Result<(BackendKind, NetworkMode, ConfirmationsOut), Exit> {
     let explicit = flag.is_some() || std::env::var_os("CORRAL_CONFIG").is_some();
     let path = super::config_path(flag);
     if !explicit && !path.exists() {
-        return Ok((BackendKind::default(), NetworkMode::default()));
+        return Ok((
+            BackendKind::default(),
+            NetworkMode::default(),
+            ConfirmationsOut::of(ConfirmationBackend::default(), None),
+        ));
     }
     match super::load(&path) {
-        Ok(l) => Ok((l.config.isolation.backend, l.config.isolation.network)),
+        Ok(l) => Ok((
+            l.config.isolation.backend,
+            l.config.isolation.network,
+            ConfirmationsOut::of(
+                l.config.guardrails.confirmations,
+                l.config.storage.url.as_deref(),
+            ),
+        )),
         Err(e) => {
             eprint!("{}", e.render());
             Err(Exit::Error)
@@ -107,7 +156,7 @@ fn smoke_run(network: Network) -> Result<String, String> {
 
 /// Runs `corral doctor`.
 pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
-    let (kind, net) = match configured(config) {
+    let (kind, net, confirmations) = match configured(config) {
         Ok(c) => c,
         Err(exit) => return exit,
     };
@@ -167,6 +216,7 @@ pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
     let report = Report {
         configured_backend,
         network: network.primitive().trim_start_matches("netns:"),
+        confirmations,
         ok,
         primitives: primitives.iter().map(PrimitiveOut::from).collect(),
         backends: vec![linux, process],
@@ -208,5 +258,9 @@ fn print_human(r: &Report) {
     println!(
         "configured backend: {} (network: {}): {verdict}",
         r.configured_backend, r.network
+    );
+    println!(
+        "confirmations: {}: {}",
+        r.confirmations.store, r.confirmations.detail
     );
 }
