@@ -10,7 +10,9 @@
 //!   children) charged per run. `variants` is a comma-separated subset, in the order to run them.
 //!   Here the corral backends pay no process start-up, while the bare spawn and `bwrap` are
 //!   spawned from the same process like the backends' children.
-//! - `EXEC_BENCH_WARM=n` sets the `linux` variant's warm pool size.
+//! - `EXEC_BENCH_WARM=n` sets the `linux` variant's warm pool size; `EXEC_BENCH_GAP_MS=n` idles
+//!   n ms after each run of the loop (untimed), so that background work a run leaves behind (a
+//!   warm pool's refill, a network namespace's teardown) is not charged to the next variant.
 //! - `exec-bench __sandbox-exec ...`: the linux backend's helper. The backend re-executes this
 //!   binary, as `corral` re-executes itself.
 
@@ -161,6 +163,13 @@ fn in_process_loop(n: usize, names: &[&str]) -> Result<(), String> {
     // CPU time charged between the start of one variant's run and the start of the next one's
     // (a warm pool refilling in the background is charged to the variants that follow it).
     let mut cpu: Vec<Duration> = vec![Duration::ZERO; names.len()];
+    let gap = match std::env::var("EXEC_BENCH_GAP_MS") {
+        Ok(ms) => Duration::from_millis(
+            ms.parse()
+                .map_err(|e| format!("EXEC_BENCH_GAP_MS={ms}: {e}"))?,
+        ),
+        Err(_) => Duration::ZERO,
+    };
     for round in 0..WARMUP + n {
         for (i, name) in names.iter().enumerate() {
             let cpu_before = cpu_time();
@@ -174,6 +183,9 @@ fn in_process_loop(n: usize, names: &[&str]) -> Result<(), String> {
                 other => return Err(format!("no variant `{other}` ({})", VARIANTS.join(", "))),
             }
             let elapsed = start.elapsed();
+            // Background work a run left (a warm pool's refill, a namespace's teardown) is
+            // done in the gap, not during the next variant's run.
+            std::thread::sleep(gap);
             if round >= WARMUP {
                 if let Some(s) = samples.get_mut(i) {
                     s.push(elapsed);
@@ -185,8 +197,9 @@ fn in_process_loop(n: usize, names: &[&str]) -> Result<(), String> {
         }
     }
     println!(
-        "in-process loop: {n} runs each after {WARMUP} warm-up rounds, interleaved: {}",
-        names.join(", ")
+        "in-process loop: {n} runs each after {WARMUP} warm-up rounds, interleaved: {}; {} ms idle after each run",
+        names.join(", "),
+        gap.as_millis()
     );
     println!(
         "{:<10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
