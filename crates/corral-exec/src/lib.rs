@@ -6,6 +6,7 @@
 
 mod common;
 pub mod linux;
+pub mod mock;
 pub mod process;
 
 pub use linux::{HELPER_ARG, helper_main};

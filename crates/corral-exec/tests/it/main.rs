@@ -3,6 +3,7 @@
 
 mod escapes;
 mod linux;
+mod mock;
 mod process;
 
 use std::path::PathBuf;
