@@ -156,6 +156,17 @@ impl Op for CommandsRun {
                 Some(ArgValue::Str(s)) => Some(s.clone().into_bytes()),
                 _ => None,
             };
+            // The sandbox sees the rule's path-scope roots and the cwd: writable unless the
+            // scope is read-only (ci_runner's default), never more.
+            let mut read_paths: Vec<PathBuf> = ctx.grant.roots.iter().map(PathBuf::from).collect();
+            if !read_paths.iter().any(|r| cwd.starts_with(r)) {
+                read_paths.push(cwd.clone());
+            }
+            let write_paths = if ctx.grant.readonly {
+                Vec::new()
+            } else {
+                read_paths.clone()
+            };
             let req = ExecRequest {
                 argv,
                 cwd: cwd.clone(),
@@ -164,8 +175,8 @@ impl Op for CommandsRun {
                 timeout,
                 max_output_bytes: max_output,
                 limits,
-                read_paths: vec![cwd.clone()],
-                write_paths: vec![cwd],
+                read_paths,
+                write_paths,
             };
             run(&ctx, req).await
         })

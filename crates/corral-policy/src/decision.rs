@@ -31,6 +31,12 @@ pub struct Allowed {
     pub limits: Limits,
     /// How the op must treat symlinks when it opens the paths.
     pub symlinks: SymlinkMode,
+    /// For ops that run a command: the deciding rule's path-scope roots (templates filled in),
+    /// which a sandbox binds; empty when the rule has no path scope (or the op runs nothing).
+    pub roots: Vec<String>,
+    /// Whether the deciding rule's path scope is read-only (a sandbox binds its roots
+    /// read-only, and the command's cwd too).
+    pub readonly: bool,
 }
 
 /// An allow rule that reached the call but whose scope refused it.

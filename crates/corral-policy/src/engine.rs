@@ -687,6 +687,13 @@ impl Engine {
             symlinks: r
                 .and_then(|r| r.paths.as_ref())
                 .map_or(SymlinkMode::Within, |p| p.spec().symlinks),
+            roots: match (prep.takes_command, r.and_then(|r| r.paths.as_ref())) {
+                (true, Some(p)) => p.roots_for(principal),
+                _ => Vec::new(),
+            },
+            readonly: r
+                .and_then(|r| r.paths.as_ref())
+                .is_some_and(|p| p.spec().readonly),
         };
         (allowed, resolved)
     }

@@ -3,6 +3,7 @@
 mod call;
 mod docs;
 mod offline;
+mod sandbox;
 
 use std::path::Path;
 use std::process::Command;

@@ -364,6 +364,13 @@ impl PathScope {
 
     /// The roots with `{principal.id}` filled in for `p`; a root whose template cannot be filled
     /// (an id that is not one plain path component) is left out.
+    /// The roots with `{principal.id}` filled in for `p`, as absolute paths.
+    pub fn roots_for(&self, p: &Principal) -> Vec<String> {
+        self.concrete_roots(p)
+            .map(|parts| format!("/{}", parts.join("/")))
+            .collect()
+    }
+
     fn concrete_roots<'a>(&'a self, p: &'a Principal) -> impl Iterator<Item = Vec<&'a str>> + 'a {
         let id_ok = !p.id.is_empty() && p.id != "." && p.id != ".." && !p.id.contains(['/', '\0']);
         self.roots.iter().filter_map(move |parts| {
