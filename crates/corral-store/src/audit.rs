@@ -173,23 +173,41 @@ impl Store {
         .map_err(|err| self.redactor.query("append audit event", err))
     }
 
-    /// Appends events in one transaction: all are committed, or none is. One commit (one
-    /// fsync) for the batch is what lets many concurrent calls be audited durably and fast.
+    /// Appends events in one statement (one transaction): all are committed, or none is. One
+    /// commit (one fsync) and one round trip to the driver for the batch is what lets many
+    /// concurrent calls be audited durably and fast.
     pub async fn append_audit_batch(&self, events: &[AuditEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
         let encoded = events
             .iter()
             .map(Encoded::new)
             .collect::<Result<Vec<_>, _>>()?;
-        on_pool!(&self.pool, p => async {
-            let mut tx = p.begin().await?;
-            for (event, e) in events.iter().zip(&encoded) {
-                bind_event!(sqlx::query(INSERT_EVENT), event, e)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            tx.commit().await
-        }
-        .await)
+        on_pool!(&self.pool, p => {
+            let mut qb = sqlx::QueryBuilder::new(concat!("INSERT INTO audit_events (", columns!(), ") "));
+            qb.push_values(events.iter().zip(&encoded), |mut b, (event, e)| {
+                b.push_bind(event.request_id.as_str())
+                    .push_bind(event.tenant.as_str())
+                    .push_bind(event.ts_ms)
+                    .push_bind(event.principal_id.as_str())
+                    .push_bind(event.principal_kind.as_str())
+                    .push_bind(e.act_chain.as_str())
+                    .push_bind(event.op.as_str())
+                    .push_bind(event.outcome.as_str())
+                    .push_bind(event.code.as_deref())
+                    .push_bind(event.rule.as_deref())
+                    .push_bind(event.args_hash.as_str())
+                    .push_bind(e.args_shape.as_str())
+                    .push_bind(i32::from(event.status))
+                    .push_bind(event.duration_us)
+                    .push_bind(e.attestation.as_deref())
+                    .push_bind(event.action_id.as_deref())
+                    .push_bind(event.run_id.as_deref())
+                    .push_bind(event.detail.as_deref());
+            });
+            qb.build().execute(p).await.map(|_| ())
+        })
         .map_err(|err| self.redactor.query("append audit events", err))
     }
 

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::{Store, StoreError};
 
 /// Events committed in one transaction at most.
-const MAX_BATCH: usize = 512;
+const MAX_BATCH: usize = 256;
 
 type Job = (AuditEvent, oneshot::Sender<Result<(), StoreError>>);
 
