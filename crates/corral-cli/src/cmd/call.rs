@@ -342,7 +342,7 @@ fn run_local(a: &Args, args: Value) -> Exit {
                 return Exit::Error;
             }
         };
-        let request_id = uuid::Uuid::new_v4().to_string();
+        let request_id = uuid::Uuid::now_v7().to_string();
         let reply = state
             .0
             .gateway
