@@ -176,6 +176,14 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// Serve the config's ops as MCP tools over stdio, for one principal.
+    Mcp {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Serve as the token with this id (default: anonymous, when the config has no tokens).
+        #[arg(long, value_name = "ID")]
+        principal: Option<String>,
+    },
     /// Check a server's `/healthz`: exit 0 when healthy, 1 when not or unreachable.
     Healthcheck {
         /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
@@ -267,6 +275,10 @@ pub fn run_cli(cli: Cli) -> Exit {
             format,
             local,
             config,
+            principal,
+        }),
+        Command::Mcp { config, principal } => cmd::mcp::run(cmd::mcp::Args {
+            config: config.config,
             principal,
         }),
         Command::Healthcheck {

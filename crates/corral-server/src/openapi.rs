@@ -3,38 +3,14 @@
 //! schema, the `202 confirmation.required` answer of guarded ops, and the `/confirmations`
 //! routes.
 
-use corral_policy::{OpSpec, ParamKind, Tier};
+use corral_policy::{OpSpec, Tier};
 use serde_json::{Value, json};
-
-fn param_schema(kind: &ParamKind) -> Value {
-    match kind {
-        ParamKind::Argv => json!({"type": "array", "items": {"type": "string"}}),
-        ParamKind::Int => json!({"type": "integer"}),
-        ParamKind::Bool => json!({"type": "boolean"}),
-        ParamKind::Enum(values) => json!({"type": "string", "enum": values}),
-        ParamKind::Word => json!({"type": "string", "pattern": "^[A-Za-z0-9_][A-Za-z0-9_.-]*$"}),
-        ParamKind::Url => json!({"type": "string", "format": "uri"}),
-        ParamKind::Path { .. } | ParamKind::Cwd | ParamKind::CommandLine | ParamKind::String => {
-            json!({"type": "string"})
-        }
-    }
-}
 
 /// The document.
 pub fn document(ops: &[&OpSpec]) -> Value {
     let mut paths = serde_json::Map::new();
     for op in ops {
-        let props: serde_json::Map<String, Value> = op
-            .params
-            .iter()
-            .map(|p| (p.name.clone(), param_schema(&p.kind)))
-            .collect();
-        let required: Vec<&str> = op
-            .params
-            .iter()
-            .filter(|p| p.required)
-            .map(|p| p.name.as_str())
-            .collect();
+        let schema = corral_mcp::schema::input_schema(op);
         let err = json!({"$ref": "#/components/schemas/Error"});
         let mut responses = json!({
             "200": {"description": "the op's result", "content": {"application/json": {"schema": {"type": "object"}}}},
@@ -59,9 +35,7 @@ pub fn document(ops: &[&OpSpec]) -> Value {
                 "summary": op.summary,
                 "x-corral-effects": op.effective_effects().iter().map(|e| e.as_str()).collect::<Vec<_>>(),
                 "x-corral-tier": op.tier().as_str(),
-                "requestBody": {"content": {"application/json": {"schema": {
-                    "type": "object", "properties": props, "required": required, "additionalProperties": false
-                }}}},
+                "requestBody": {"content": {"application/json": {"schema": schema}}},
                 "parameters": [
                     {"name": "X-Corral-Run", "in": "header", "required": false, "schema": {"type": "string"}, "description": "the run the call belongs to (budgets; the run's own level and dry-run)"},
                     {"name": "X-Corral-Autonomy", "in": "header", "required": false, "schema": {"type": "string", "enum": ["L0", "L1", "L2", "L3", "L4"]}, "description": "lower the autonomy level (of the run, for good)"},

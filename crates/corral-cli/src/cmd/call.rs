@@ -271,7 +271,7 @@ fn run_remote(a: &Args, args: Value) -> Exit {
 
 /// The principal of a local call: the token `--principal` names, or anonymous when the config
 /// has no auth.
-fn local_principal(
+pub(crate) fn local_principal(
     loaded: &corral_config::Loaded,
     wanted: Option<&str>,
 ) -> Result<corral_policy::Principal, String> {

@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod explain;
 pub mod healthcheck;
 pub mod init;
+pub mod mcp;
 pub mod serve;
 
 use std::path::{Path, PathBuf};

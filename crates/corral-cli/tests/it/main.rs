@@ -2,6 +2,7 @@
 
 mod call;
 mod docs;
+mod mcp;
 mod offline;
 mod sandbox;
 

@@ -1,6 +1,7 @@
 //! The route table. Every route but `/healthz` authenticates first.
 
 mod confirmations;
+mod mcp;
 mod meta;
 mod ops;
 
@@ -25,11 +26,20 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/me", get(meta::me))
         .route("/metrics", get(meta::metrics))
+        .route("/mcp", mcp_route(&state))
         .route("/openapi.json", get(meta::openapi))
         .fallback(meta::not_found)
         .method_not_allowed_fallback(meta::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
+}
+
+/// `/mcp`: the MCP service behind the authentication middleware.
+fn mcp_route(state: &AppState) -> axum::routing::MethodRouter<AppState> {
+    axum::routing::any_service(mcp::service(state)).layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        mcp::authenticate,
+    ))
 }
 
 /// A fresh request id: a UUIDv7, so ids sort by time and audit inserts append to the end of

@@ -18,5 +18,6 @@ mod guard_replicas;
 mod http_fetch;
 mod jwt;
 mod limits;
+mod mcp;
 mod pg;
 mod routes;

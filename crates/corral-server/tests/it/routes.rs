@@ -31,6 +31,11 @@ fn route_table(ws: &Workspace) -> Vec<(Method, &'static str, Option<Value>)> {
         (Method::GET, "/me", None),
         (Method::GET, "/metrics", None),
         (Method::GET, "/openapi.json", None),
+        (
+            Method::POST,
+            "/mcp",
+            Some(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
+        ),
         (Method::GET, "/random", None),
         (Method::PUT, "/ops/x", None),
         (Method::GET, "/ops/files.read", None),

@@ -1,0 +1,76 @@
+//! `corral mcp`: serve the config's ops as MCP tools over stdio, for one local principal (the
+//! token `--principal` names, or anonymous when the config has no auth). Every call goes
+//! through the same guard chain and audit as `corral serve`.
+
+use std::path::PathBuf;
+
+use corral_mcp::CorralMcp;
+use corral_mcp::rmcp::ServiceExt;
+
+use crate::Exit;
+
+/// The flags of `corral mcp`.
+#[derive(Debug)]
+pub struct Args {
+    pub config: Option<PathBuf>,
+    pub principal: Option<String>,
+}
+
+pub fn run(a: Args) -> Exit {
+    let path = super::config_path(a.config.clone());
+    let loaded = match super::load(&path) {
+        Ok(l) => l,
+        Err(e) => {
+            eprint!("{}", e.render());
+            return Exit::Error;
+        }
+    };
+    let principal = match super::call::local_principal(&loaded, a.principal.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Error;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return Exit::Error;
+        }
+    };
+    rt.block_on(async move {
+        let (state, store) = match corral_server::serve::build_state(&loaded, 1 << 20).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error[{}]: {e}", e.code());
+                return Exit::Error;
+            }
+        };
+        let handler = CorralMcp::for_caller(
+            state.0.gateway.clone(),
+            corral_guard::Caller {
+                principal,
+                act_chain: Vec::new(),
+            },
+        );
+        let code = match handler.serve(corral_mcp::rmcp::transport::stdio()).await {
+            Ok(running) => match running.waiting().await {
+                Ok(_) => Exit::Ok,
+                Err(e) => {
+                    eprintln!("error: the MCP session failed: {e}");
+                    Exit::Error
+                }
+            },
+            Err(e) => {
+                eprintln!("error: the MCP session did not start: {e}");
+                Exit::Error
+            }
+        };
+        store.close().await;
+        code
+    })
+}

@@ -1,0 +1,75 @@
+//! `corral mcp`: an rmcp client drives a `corral mcp` child process over stdio; tools are the
+//! config's ops for the principal, calls go through the guard chain, refusals are tool errors.
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::transport::TokioChildProcess;
+use serde_json::json;
+use tokio::process::Command;
+
+use crate::workspace;
+
+const JAIL: &str = "version: 1\npreset: workspace_jail\nroot: $WS\n";
+
+fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn args(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    match v {
+        serde_json::Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    }
+}
+
+#[tokio::test]
+async fn corral_mcp_serves_the_ops_over_stdio() {
+    let dir = workspace(Some(JAIL));
+    let _ = std::fs::write(dir.path().join("ws/notes.txt"), "hello over stdio\n");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_corral"));
+    cmd.arg("mcp")
+        .current_dir(dir.path())
+        .env_remove("CORRAL_CONFIG");
+    let Ok(transport) = TokioChildProcess::new(cmd) else {
+        unreachable!("`corral mcp` starts")
+    };
+    let client = match ().serve(transport).await {
+        Ok(c) => c,
+        Err(e) => unreachable!("the MCP handshake: {e}"),
+    };
+    let tools = match client.list_all_tools().await {
+        Ok(t) => t,
+        Err(e) => unreachable!("tools/list: {e}"),
+    };
+    assert!(tools.iter().any(|t| t.name == "files.read"), "{tools:?}");
+    assert!(tools.iter().all(|t| t.name != "commands.run"), "{tools:?}");
+
+    let ok = client
+        .call_tool(
+            CallToolRequestParams::new("files.read")
+                .with_arguments(args(json!({"path": "notes.txt"}))),
+        )
+        .await;
+    let Ok(ok) = ok else {
+        unreachable!("tools/call: {ok:?}")
+    };
+    assert_eq!(ok.is_error, Some(false), "{ok:?}");
+    assert!(text(&ok).contains("hello over stdio"), "{}", text(&ok));
+
+    let refused = client
+        .call_tool(
+            CallToolRequestParams::new("files.read")
+                .with_arguments(args(json!({"path": "/etc/passwd"}))),
+        )
+        .await;
+    let Ok(refused) = refused else {
+        unreachable!("tools/call: {refused:?}")
+    };
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert!(!text(&refused).contains("root:"), "{}", text(&refused));
+    let _ = client.cancel().await;
+}

@@ -1,0 +1,230 @@
+//! Corral's own ops as MCP tools, with the official Rust SDK (`rmcp`).
+//!
+//! `tools/list` shows only the ops the caller may call (`Engine::mounted_ops`, the same
+//! evaluator as `GET /ops`); `tools/call` goes through `corral_guard::Gateway::call` like
+//! `POST /ops/{id}`. A refusal is a tool error (`isError: true`) whose text carries corral's
+//! code and message; `confirmation.required` carries the action id, the arguments and how a
+//! person approves.
+//!
+//! The caller is fixed for stdio (`corral mcp`); over HTTP the server authenticates each
+//! request and puts the `Caller` in the request's extensions, which `rmcp` hands to the handler.
+
+pub mod schema;
+
+use std::sync::Arc;
+
+use corral_guard::{Call, Caller, Gateway, Refusal, Reply};
+use corral_policy::{Effect, OpSpec, Tier};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+
+pub use rmcp;
+
+/// Largest download returned as tool text; bigger ones are refused (use `POST /ops/{id}`).
+const MAX_STREAM_BYTES: u64 = 1 << 20;
+
+/// The MCP server handler.
+#[derive(Debug, Clone)]
+pub struct CorralMcp {
+    gateway: Arc<Gateway>,
+    /// `Some` for stdio; `None` over HTTP, where each request carries its own `Caller`.
+    caller: Option<Caller>,
+}
+
+impl CorralMcp {
+    /// A handler serving one fixed caller (stdio).
+    pub fn for_caller(gateway: Arc<Gateway>, caller: Caller) -> Self {
+        Self {
+            gateway,
+            caller: Some(caller),
+        }
+    }
+
+    /// A handler whose caller comes from each HTTP request's extensions (put there by the
+    /// server's authentication).
+    pub fn per_request(gateway: Arc<Gateway>) -> Self {
+        Self {
+            gateway,
+            caller: None,
+        }
+    }
+
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+        if let Some(c) = &self.caller {
+            return Ok(c.clone());
+        }
+        ctx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Caller>())
+            .cloned()
+            .ok_or_else(|| ErrorData::invalid_request("the request is not authenticated", None))
+    }
+}
+
+/// One op as an MCP tool.
+pub fn tool(op: &OpSpec) -> Tool {
+    let tier = op.tier();
+    let effects = op.effective_effects();
+    let net = effects.iter().any(|e| e == Effect::Net);
+    let annotations = ToolAnnotations::new()
+        .read_only(tier == Tier::Read)
+        .destructive(tier == Tier::Destructive)
+        .open_world(net);
+    let mut t = Tool::new(
+        op.id.as_str().to_owned(),
+        op.summary.clone(),
+        Arc::new(schema::input_schema(op)),
+    )
+    .with_annotations(annotations);
+    t.title = Some(op.summary.clone());
+    t
+}
+
+/// The text of a refusal: code, message, and for `confirmation.required` the action, its
+/// arguments and how a person approves it.
+pub fn refusal_text(r: &Refusal) -> String {
+    let mut text = format!("{}: {}", r.code, r.message);
+    if let Some(d) = &r.details {
+        if let Some(id) = d.get("action_id").and_then(Value::as_str) {
+            text.push_str(&format!("\naction_id: {id}"));
+            if let Some(args) = d.get("args") {
+                text.push_str(&format!("\nargs: {args}"));
+            }
+            text.push_str(&format!(
+                "\nto approve, a person (the requester, as a human principal) sends `POST /confirmations/{id}/decision` with {{\"decision\": \"approve\"}}; then retry the same call with the same arguments"
+            ));
+        }
+        text.push_str(&format!("\ndetails: {d}"));
+    }
+    text
+}
+
+fn refused(r: &Refusal, request_id: &str) -> CallToolResult {
+    let mut structured = json!({
+        "code": r.code, "type": r.kind(), "error": r.message, "status": r.status, "request_id": request_id,
+    });
+    if let (Some(Value::Object(d)), Some(s)) = (&r.details, structured.as_object_mut()) {
+        for (k, v) in d {
+            s.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    let mut res = CallToolResult::error(vec![ContentBlock::text(refusal_text(r))]);
+    res.structured_content = Some(structured);
+    res
+}
+
+impl ServerHandler for CorralMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+            "corral: each tool is one op, checked by corral's policy and guardrails on every call",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let caller = self.caller(&ctx)?;
+        let d = self.gateway.deployment();
+        let tools = d
+            .engine
+            .mounted_ops(&caller.principal)
+            .into_iter()
+            .map(tool)
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let caller = self.caller(&ctx)?;
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let request_id = uuid::Uuid::now_v7().to_string();
+        let reply = self
+            .gateway
+            .call(Call {
+                caller,
+                op: request.name.to_string(),
+                args,
+                request_id: request_id.clone(),
+            })
+            .await;
+        let result = match reply {
+            Reply::Json(v) => {
+                let text = serde_json::to_string(&v).unwrap_or_default();
+                let mut res = CallToolResult::success(vec![ContentBlock::text(text)]);
+                if v.is_object() {
+                    res.structured_content = Some(v);
+                }
+                res
+            }
+            Reply::Stream(s) => {
+                if s.len > MAX_STREAM_BYTES {
+                    CallToolResult::error(vec![ContentBlock::text(format!(
+                        "the download is {} bytes, over the {MAX_STREAM_BYTES} bytes an MCP tool result carries; use `POST /ops/{}`",
+                        s.len, request.name
+                    ))])
+                } else {
+                    let mut buf = Vec::new();
+                    let mut body = s.body.take(MAX_STREAM_BYTES);
+                    match body.read_to_end(&mut buf).await {
+                        Ok(_) => match String::from_utf8(buf) {
+                            Ok(t) => CallToolResult::success(vec![ContentBlock::text(t)]),
+                            Err(_) => CallToolResult::error(vec![ContentBlock::text(format!(
+                                "the download is binary ({}); use `POST /ops/{}`",
+                                s.content_type, request.name
+                            ))]),
+                        },
+                        Err(e) => CallToolResult::error(vec![ContentBlock::text(format!(
+                            "the download failed: {e}"
+                        ))]),
+                    }
+                }
+            }
+            Reply::Refused(r) => refused(&r, &request_id),
+        };
+        Ok(result.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_a_tool_error_with_its_code_and_message() {
+        let r = Refusal::new(403, "rbac.denied", "ask an operator");
+        let res = refused(&r, "rid-1");
+        assert_eq!(res.is_error, Some(true));
+        let text = refusal_text(&r);
+        assert_eq!(text, "rbac.denied: ask an operator");
+        let s = res.structured_content.unwrap_or_default();
+        assert_eq!(s["code"], json!("rbac.denied"));
+        assert_eq!(s["request_id"], json!("rid-1"));
+    }
+
+    #[test]
+    fn confirmation_required_says_which_action_and_how_to_approve() {
+        let mut r = Refusal::new(202, "confirmation.required", "a person must approve this");
+        r.details = Some(json!({"action_id": "act-9", "args": {"path": "/w/x"}}));
+        let text = refusal_text(&r);
+        assert!(text.contains("action_id: act-9"), "{text}");
+        assert!(text.contains(r#"args: {"path":"/w/x"}"#), "{text}");
+        assert!(
+            text.contains("POST /confirmations/act-9/decision"),
+            "{text}"
+        );
+        let s = refused(&r, "rid").structured_content.unwrap_or_default();
+        assert_eq!(s["action_id"], json!("act-9"));
+    }
+}

@@ -1,0 +1,46 @@
+//! `/mcp`: corral's ops as MCP tools over streamable HTTP (stateless, JSON answers), behind the
+//! same authentication as every other route.
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use corral_mcp::CorralMcp;
+use corral_mcp::rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use corral_mcp::rmcp::transport::streamable_http_server::{
+    StreamableHttpServerConfig, StreamableHttpService,
+};
+
+use super::meta::authed;
+use crate::AppState;
+
+/// The MCP service: a fresh handler per request; the caller comes from the request.
+pub(crate) fn service(state: &AppState) -> StreamableHttpService<CorralMcp, NeverSessionManager> {
+    let gateway = state.0.gateway.clone();
+    let mut config = StreamableHttpServerConfig::default();
+    config.legacy_session_mode = false;
+    config.json_response = true;
+    config.sse_keep_alive = None;
+    config.max_request_body_bytes = state.0.max_body_bytes;
+    StreamableHttpService::new(
+        move || Ok(CorralMcp::per_request(gateway.clone())),
+        std::sync::Arc::new(NeverSessionManager::default()),
+        config,
+    )
+}
+
+/// Authenticates an MCP request like any route (401 without valid credentials), and hands the
+/// `Caller` to the MCP handler through the request's extensions.
+pub(crate) async fn authenticate(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let rid = super::request_id();
+    match authed(&state, request.headers(), "/mcp", &rid).await {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(e) => e.into_response(),
+    }
+}

@@ -1,0 +1,200 @@
+//! `/mcp`: an rmcp client over real HTTP lists exactly the ops its principal may call, calls an
+//! allowed one, gets a denied one as a tool error with corral's code, gets
+//! `confirmation.required` with the action id and how to approve, and is refused without a
+//! token like every route.
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+
+use crate::common::{ADMIN_TOKEN, AGENT_TOKEN, Server, Workspace};
+
+/// The jail, plus `http.fetch` mounted for role `admin` only.
+async fn server(ws: &Workspace) -> Server {
+    ws.write("notes.txt", "hello from mcp");
+    let yaml = ws.jail_yaml(
+        "rules:
+  - allow: [http.fetch]
+    principals: [role:admin]
+    urls: {hosts: [example.com]}
+",
+    );
+    Server::start(&ws.load(&yaml, &crate::common::token_env())).await
+}
+
+async fn client(s: &Server, token: &str) -> RunningService<RoleClient, ()> {
+    let config = StreamableHttpClientTransportConfig::with_uri(s.url("/mcp")).auth_header(token);
+    let transport = StreamableHttpClientTransport::from_config(config);
+    ().serve(transport).await.unwrap()
+}
+
+fn find<'a>(tools: &'a [Tool], name: &str) -> Option<&'a Tool> {
+    tools.iter().find(|t| t.name == name)
+}
+
+async fn call(c: &RunningService<RoleClient, ()>, op: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("args are an object")
+    };
+    c.call_tool(CallToolRequestParams::new(op.to_owned()).with_arguments(args))
+        .await
+        .unwrap()
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn tools_list_is_filtered_per_principal_with_corral_annotations() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let agent = client(&s, AGENT_TOKEN).await;
+    let admin = client(&s, ADMIN_TOKEN).await;
+    let agent_tools = agent.list_all_tools().await.unwrap();
+    let admin_tools = admin.list_all_tools().await.unwrap();
+
+    // Exactly what `GET /ops` shows each of them.
+    for (token, tools) in [(AGENT_TOKEN, &agent_tools), (ADMIN_TOKEN, &admin_tools)] {
+        let r: Value = s
+            .client()
+            .get(s.url("/ops"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let mut want: Vec<String> = r["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["id"].as_str().unwrap().to_owned())
+            .collect();
+        let mut got: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want);
+    }
+    assert!(find(&agent_tools, "http.fetch").is_none());
+    let fetch = find(&admin_tools, "http.fetch").unwrap();
+    let a = fetch.annotations.as_ref().unwrap();
+    assert_eq!(a.open_world_hint, Some(true));
+
+    let read = find(&agent_tools, "files.read").unwrap();
+    let a = read.annotations.as_ref().unwrap();
+    assert_eq!(
+        (a.read_only_hint, a.destructive_hint, a.open_world_hint),
+        (Some(true), Some(false), Some(false))
+    );
+    assert_eq!(read.input_schema["type"], json!("object"));
+    assert_eq!(
+        read.input_schema["properties"]["path"]["type"],
+        json!("string")
+    );
+    assert!(
+        read.input_schema["required"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("path"))
+    );
+    let delete = find(&admin_tools, "files.delete").unwrap();
+    assert_eq!(
+        delete.annotations.as_ref().unwrap().destructive_hint,
+        Some(true)
+    );
+    agent.cancel().await.unwrap();
+    admin.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_allowed_call_returns_the_result_and_a_denied_one_is_a_tool_error_with_its_code() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let agent = client(&s, AGENT_TOKEN).await;
+
+    let ok = call(&agent, "files.read", json!({"path": ws.at("notes.txt")})).await;
+    assert_eq!(ok.is_error, Some(false), "{ok:?}");
+    assert!(text(&ok).contains("hello from mcp"), "{}", text(&ok));
+
+    // Not mounted for the agent: the same code as `POST /ops/http.fetch`.
+    let denied = call(&agent, "http.fetch", json!({"url": "https://example.com/"})).await;
+    assert_eq!(denied.is_error, Some(true));
+    assert!(
+        text(&denied).starts_with("op.not_enabled: "),
+        "{}",
+        text(&denied)
+    );
+
+    // Outside the jail: a policy refusal, with its code.
+    let outside = call(&agent, "files.read", json!({"path": "/etc/hostname"})).await;
+    assert_eq!(outside.is_error, Some(true));
+    let code = outside.structured_content.as_ref().unwrap()["code"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        text(&outside).starts_with(&format!("{code}: ")),
+        "{}",
+        text(&outside)
+    );
+    assert!(!code.is_empty());
+    agent.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_destructive_call_needs_confirmation_and_says_how_to_approve() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    ws.write("gone.txt", "bye");
+    let admin = client(&s, ADMIN_TOKEN).await;
+    let r = call(&admin, "files.delete", json!({"path": ws.at("gone.txt")})).await;
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let t = text(&r);
+    assert!(t.starts_with("confirmation.required: "), "{t}");
+    let action_id = r.structured_content.as_ref().unwrap()["action_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(t.contains(&format!("action_id: {action_id}")), "{t}");
+    assert!(
+        t.contains(&format!("/confirmations/{action_id}/decision")),
+        "{t}"
+    );
+    assert!(t.contains("gone.txt"), "the arguments: {t}");
+    assert!(ws.root.join("gone.txt").exists());
+    admin.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn mcp_without_credentials_is_refused_like_every_route() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let r = reqwest::Client::new()
+        .post(s.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["code"], json!("auth.missing"));
+
+    let r = reqwest::Client::new()
+        .post(s.url("/mcp"))
+        .bearer_auth("not-a-token")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+}
