@@ -184,6 +184,23 @@ enum Command {
         #[arg(long, value_name = "ID")]
         principal: Option<String>,
     },
+    /// Approve (or deny) a pending guarded call, as the person who raised it.
+    Confirm {
+        /// The action id from the `confirmation.required` answer.
+        action_id: String,
+        /// Deny instead of approving.
+        #[arg(long)]
+        deny: bool,
+        /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+        /// The environment variable holding the token (default: CORRAL_TOKEN, if set).
+        #[arg(long, value_name = "NAME")]
+        token_env: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
     /// Check a server's `/healthz`: exit 0 when healthy, 1 when not or unreachable.
     Healthcheck {
         /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
@@ -281,6 +298,13 @@ pub fn run_cli(cli: Cli) -> Exit {
             config: config.config,
             principal,
         }),
+        Command::Confirm {
+            action_id,
+            deny,
+            server,
+            token_env,
+            format,
+        } => cmd::confirm::run(&action_id, deny, server, token_env.as_deref(), format),
         Command::Healthcheck {
             server,
             timeout_ms,

@@ -303,6 +303,26 @@ impl Client {
         self.get_json("me").await
     }
 
+    /// `POST /confirmations/{action_id}/decision`: approves (or denies) a pending action; only
+    /// the human who raised it may approve. Returns the server's answer (the action's state).
+    pub async fn decide(
+        &self,
+        action_id: &str,
+        approve: bool,
+    ) -> Result<serde_json::Value, ClientError> {
+        let url = self.url(&format!(
+            "confirmations/{}/decision",
+            encode_segment(action_id)
+        ))?;
+        let decision = if approve { "approve" } else { "deny" };
+        let rb = self
+            .request(Method::POST, url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::json!({ "decision": decision }).to_string());
+        let resp = self.send(rb).await?;
+        decode_json(resp).await
+    }
+
     /// `GET /healthz` (needs no token): the server's status, version and mode.
     pub async fn healthz(&self) -> Result<Health, ClientError> {
         self.get_json("healthz").await

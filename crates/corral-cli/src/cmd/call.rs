@@ -182,7 +182,7 @@ async fn copy_to_stdout(body: &mut (dyn tokio::io::AsyncRead + Send + Unpin)) ->
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
+pub fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -208,24 +208,31 @@ pub fn run(a: Args) -> Exit {
     }
 }
 
-fn run_remote(a: &Args, args: Value) -> Exit {
-    let server = server_url(a.server.clone());
-    let token = match &a.token_env {
+/// A client for `server` (flag, `$CORRAL_SERVER`, default) with the token from `token_env`
+/// (default `$CORRAL_TOKEN`, if set).
+pub fn remote_client(server: Option<String>, token_env: Option<&str>) -> Result<Client, Exit> {
+    let server = server_url(server);
+    let token = match token_env {
         Some(name) => match std::env::var(name) {
             Ok(t) if !t.is_empty() => Some(t),
             _ => {
                 eprintln!("error: `--token-env {name}` names a variable that is unset or empty");
-                return Exit::Error;
+                return Err(Exit::Error);
             }
         },
         None => std::env::var("CORRAL_TOKEN").ok().filter(|t| !t.is_empty()),
     };
-    let client = match Client::new(&server, token) {
+    Client::new(&server, token).map_err(|e| {
+        eprintln!("error: {e}");
+        Exit::Error
+    })
+}
+
+fn run_remote(a: &Args, args: Value) -> Exit {
+    let server = server_url(a.server.clone());
+    let client = match remote_client(a.server.clone(), a.token_env.as_deref()) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::Error;
-        }
+        Err(code) => return code,
     };
     let rt = match runtime() {
         Ok(rt) => rt,

@@ -2,6 +2,7 @@
 
 pub mod call;
 pub mod check_config;
+pub mod confirm;
 pub mod describe;
 pub mod doctor;
 pub mod explain;

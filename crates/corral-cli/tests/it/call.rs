@@ -271,3 +271,46 @@ fn call_and_healthcheck_against_a_running_server() {
     );
     assert_eq!(code, 2, "{err}");
 }
+
+#[test]
+fn a_write_waits_for_corral_confirm_then_runs_once() {
+    let dir = workspace(None);
+    let served = serve(dir.path());
+    let url = served.url.clone();
+    let write = [
+        "call",
+        "--server",
+        &url,
+        "files.write",
+        "path=approved.txt",
+        "content=hi",
+    ];
+
+    let (code, _, err) = corral(dir.path(), &write);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("confirmation.required"), "{err}");
+    assert!(!dir.path().join("ws").join("approved.txt").exists());
+    let Some(action_id) = err
+        .split("/confirmations/")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+    else {
+        unreachable!("the refusal names the action: {err}")
+    };
+
+    let (code, out, err) = corral(dir.path(), &["confirm", action_id, "--server", &url]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("approved action"), "{out}");
+
+    let (code, out, err) = corral(dir.path(), &write);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ws").join("approved.txt")).unwrap_or_default(),
+        "hi"
+    );
+
+    // An unknown action is refused with its code, and exits 1.
+    let (code, _, err) = corral(dir.path(), &["confirm", "no-such-action", "--server", &url]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("confirmation."), "{err}");
+}

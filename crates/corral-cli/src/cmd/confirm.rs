@@ -1,0 +1,49 @@
+//! `corral confirm ACTION_ID [--deny]`: a person approves (or denies) a pending guarded call.
+
+use corral_client::ClientError;
+
+use crate::{Exit, Format};
+
+/// Sends the decision and reports the action's new state.
+pub fn run(
+    action_id: &str,
+    deny: bool,
+    server: Option<String>,
+    token_env: Option<&str>,
+    format: Format,
+) -> Exit {
+    let client = match super::call::remote_client(server, token_env) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let rt = match super::call::runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(client.decide(action_id, !deny)) {
+        Ok(v) => {
+            match format {
+                Format::Json => crate::output::print_json(&v),
+                Format::Human => {
+                    let op = v["action"]["op"].as_str().unwrap_or("?");
+                    if deny {
+                        println!("denied action {action_id} ({op})");
+                    } else {
+                        println!(
+                            "approved action {action_id} ({op}): retry the same call with the same arguments to run it, once"
+                        );
+                    }
+                }
+            }
+            Exit::Ok
+        }
+        Err(ClientError::Api { code, message, .. }) => {
+            eprintln!("error[{code}]: {message}");
+            Exit::Findings
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Exit::Error
+        }
+    }
+}
