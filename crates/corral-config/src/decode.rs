@@ -22,6 +22,27 @@ use crate::model::{
 };
 use crate::yaml::{Key, Node, Span, Value};
 
+/// Every key the decoder knows, list by list (the no-panic test draws documents from them).
+#[cfg(test)]
+pub(crate) const ALL_KEYS: &[&[&str]] = &[
+    TOP_KEYS,
+    AUTONOMY_KEYS,
+    PIN_KEYS,
+    ROLES_KEYS,
+    GUARDRAILS_KEYS,
+    BUDGET_KEYS,
+    RULE_KEYS,
+    PATH_KEYS,
+    COMMAND_KEYS,
+    URL_KEYS,
+    LIMIT_KEYS,
+    CUSTOM_KEYS,
+    PARAM_KEYS,
+    JWT_KEYS,
+    TOKEN_KEYS,
+    PRESET_KEYS,
+];
+
 const TOP_KEYS: &[&str] = &[
     "version",
     "preset",
@@ -1349,9 +1370,8 @@ impl Decoder {
                         token_env,
                     });
                 }
-                (id, env) => {
+                (id, _) => {
                     let missing = if id.is_none() { "id" } else { "token_env" };
-                    let _ = env;
                     self.err_fix(
                         codes::CONFIG_MISSING_KEY,
                         format!("a token needs `{missing}`"),

@@ -8,7 +8,6 @@ use corral_policy::{
 };
 
 use crate::Loaded;
-use crate::build::placeholders;
 use crate::diag::{Diagnostic, Severity};
 use crate::model::{CustomOpConfig, RuleConfig};
 use crate::yaml::Span;
@@ -676,7 +675,6 @@ impl<'a> Linter<'a> {
                 Some(c.id.span),
             ));
         }
-        let _ = placeholders;
     }
 
     fn state_only(&mut self) {

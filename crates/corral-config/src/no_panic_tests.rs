@@ -8,61 +8,17 @@ use proptest::prelude::*;
 
 use crate::{Diagnostic, lint, load_str};
 
-const KEYS: &[&str] = &[
-    "version",
-    "preset",
-    "root",
-    "state_dir",
-    "enable",
-    "disable",
-    "rules",
-    "custom",
-    "auth",
-    "audit",
-    "storage",
-    "limits",
-    "state_only",
-    "tiers",
-    "allow",
-    "deny",
-    "name",
-    "principals",
-    "paths",
-    "commands",
-    "urls",
-    "reason",
-    "roots",
-    "readonly",
-    "symlinks",
-    "max_bytes",
-    "unsafe",
-    "shell",
-    "cwd",
-    "env_pass",
-    "env_set",
-    "timeout",
-    "hosts",
-    "schemes",
-    "ports",
-    "block_private",
-    "rate",
-    "argv",
-    "params",
-    "effects",
-    "type",
-    "tokens",
-    "id",
-    "roles",
-    "token_env",
-    "token",
-    "sink",
-    "url",
-    "memory",
-    "tier",
-    "contained",
-    "writable",
-    "values",
-];
+/// The decoder's keys, plus a few it does not know (so unknown-key paths are hit too).
+fn keys() -> Vec<&'static str> {
+    let mut k: Vec<&'static str> = crate::decode::ALL_KEYS
+        .iter()
+        .flat_map(|l| l.iter().copied())
+        .collect();
+    k.extend(["token", "rot", "allwo"]);
+    k.sort_unstable();
+    k.dedup();
+    k
+}
 
 const SCALARS: &[&str] = &[
     "1",
@@ -142,7 +98,7 @@ fn yaml_value(depth: u32) -> BoxedStrategy<String> {
         1 => proptest::collection::vec(yaml_value(depth - 1), 0..4)
             .prop_map(|items| format!("[{}]", items.join(", "))),
         2 => proptest::collection::vec(
-            (proptest::sample::select(KEYS), yaml_value(depth - 1)),
+            (proptest::sample::select(keys()), yaml_value(depth - 1)),
             0..5,
         )
         .prop_map(|entries| {
@@ -198,7 +154,7 @@ proptest! {
 
     #[test]
     fn config_shaped_documents_never_panic(doc in proptest::collection::vec(
-        (proptest::sample::select(KEYS), yaml_value(3)), 0..8)
+        (proptest::sample::select(keys()), yaml_value(3)), 0..8)
     ) {
         let mut source = String::from("version: 1\n");
         for (k, v) in doc {
