@@ -19,5 +19,6 @@ mod http_fetch;
 mod jwt;
 mod limits;
 mod mcp;
+#[path = "../../../corral-store/tests/support/pg_schema.rs"]
 mod pg;
 mod routes;

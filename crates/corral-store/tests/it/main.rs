@@ -8,6 +8,8 @@
 mod common;
 mod confirmations;
 mod errors;
+#[path = "../support/pg_schema.rs"]
+mod pg_schema;
 mod postgres;
 mod sqlite;
 mod writer;

@@ -1,84 +1,13 @@
 //! The PostgreSQL backend, against the server in `CORRAL_TEST_POSTGRES_URL`, one fresh schema
 //! per test.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use corral_store::{STORE_UNAVAILABLE, Store};
+use sqlx::Connection;
 use sqlx::postgres::PgConnection;
-use sqlx::{Connection, Executor};
 
 use crate::common;
 
-pub const URL_ENV: &str = "CORRAL_TEST_POSTGRES_URL";
-
-/// The server's URL; `None` (after a notice) outside CI when unset. In CI (`CI=true`) an unset
-/// URL fails the test.
-pub fn server_url() -> Option<String> {
-    match std::env::var(URL_ENV) {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ => {
-            let how = format!(
-                "{URL_ENV} is unset, so the PostgreSQL tests cannot run. Start a throwaway server \
-                 with `eval \"$(scripts/postgres-test-server | tail -n1)\"` (from the workspace \
-                 root; installs Debian's postgresql if needed), or set {URL_ENV} to \
-                 postgres://USER:PASSWORD@HOST:PORT/DB of a role that may create schemas"
-            );
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{how}");
-            }
-            eprintln!("notice: skipping a PostgreSQL test: {how}");
-            None
-        }
-    }
-}
-
-/// A fresh schema on the test server, and a store URL whose `search_path` is that schema.
-pub struct Schema {
-    server: String,
-    name: String,
-    pub url: String,
-}
-
-impl Schema {
-    pub async fn create(test: &str) -> Option<Schema> {
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let server = server_url()?;
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let name = format!(
-            "corral_test_{test}_{}_{}_{}",
-            std::process::id(),
-            nanos % 1_000_000_000,
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        assert!(name.len() <= 63, "schema name too long: {name}");
-        let mut conn = PgConnection::connect(&server).await.unwrap();
-        conn.execute(format!("CREATE SCHEMA {name}").as_str())
-            .await
-            .unwrap();
-        conn.close().await.unwrap();
-        let mut url = url::Url::parse(&server).unwrap();
-        url.query_pairs_mut()
-            .append_pair("options[search_path]", &name);
-        Some(Schema {
-            server,
-            name,
-            url: url.to_string(),
-        })
-    }
-
-    /// Drops the schema (only reached when the test passed; a failed run leaves it to inspect).
-    pub async fn drop(self) {
-        let mut conn = PgConnection::connect(&self.server).await.unwrap();
-        conn.execute(format!("DROP SCHEMA {} CASCADE", self.name).as_str())
-            .await
-            .unwrap();
-        conn.close().await.unwrap();
-    }
-}
+pub use crate::pg_schema::{Schema, server_url};
 
 #[tokio::test]
 async fn round_trip_every_field() {

@@ -1,5 +1,5 @@
-//! The PostgreSQL server in `CORRAL_TEST_POSTGRES_URL`, one fresh schema per test (the same
-//! approach as corral-store's tests).
+//! The PostgreSQL server in `CORRAL_TEST_POSTGRES_URL`, one fresh schema per test. Shared by
+//! corral-store's and corral-server's integration tests (each includes this file with `#[path]`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -21,7 +21,7 @@ pub fn server_url() -> Option<String> {
                  root; installs Debian's postgresql if needed), or set {URL_ENV} to \
                  postgres://USER:PASSWORD@HOST:PORT/DB of a role that may create schemas"
             );
-            if crate::common::in_ci() {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!("{how}");
             }
             eprintln!("notice: skipping a PostgreSQL test: {how}");
@@ -46,7 +46,7 @@ impl Schema {
             .unwrap()
             .as_nanos();
         let name = format!(
-            "corral_srv_{test}_{}_{}_{}",
+            "corral_t_{test}_{}_{}_{}",
             std::process::id(),
             nanos % 1_000_000_000,
             SEQ.fetch_add(1, Ordering::Relaxed)
@@ -68,6 +68,10 @@ impl Schema {
     }
 
     /// Every audit row of the schema, each as the JSON text of all its columns.
+    #[allow(
+        dead_code,
+        reason = "used by corral-server's tests, not corral-store's"
+    )]
     pub async fn audit_rows_as_json(&self) -> Vec<String> {
         let mut conn = PgConnection::connect(&self.url).await.unwrap();
         let rows: Vec<String> =
