@@ -20,7 +20,7 @@ macro_rules! columns {
     };
 }
 
-const INSERT_EVENT: &str = concat!(
+pub(crate) const INSERT_EVENT: &str = concat!(
     "INSERT INTO audit_events (",
     columns!(),
     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
@@ -108,14 +108,14 @@ impl TryFrom<EventRow> for AuditEvent {
 }
 
 /// The JSON-encoded columns of an event.
-struct Encoded {
-    act_chain: String,
-    args_shape: String,
-    attestation: Option<String>,
+pub(crate) struct Encoded {
+    pub(crate) act_chain: String,
+    pub(crate) args_shape: String,
+    pub(crate) attestation: Option<String>,
 }
 
 impl Encoded {
-    fn new(event: &AuditEvent) -> Result<Self, StoreError> {
+    pub(crate) fn new(event: &AuditEvent) -> Result<Self, StoreError> {
         Ok(Self {
             act_chain: serde_json::to_string(&event.act_chain).map_err(encode_failed)?,
             args_shape: serde_json::to_string(&event.args_shape).map_err(encode_failed)?,
@@ -184,9 +184,17 @@ impl Store {
             .iter()
             .map(Encoded::new)
             .collect::<Result<Vec<_>, _>>()?;
+        self.insert_encoded(events.iter().zip(&encoded)).await
+    }
+
+    /// One multi-row `INSERT` of events already encoded (the rows must not be empty).
+    pub(crate) async fn insert_encoded<'e>(
+        &self,
+        rows: impl Iterator<Item = (&'e AuditEvent, &'e Encoded)>,
+    ) -> Result<(), StoreError> {
         on_pool!(&self.pool, p => {
             let mut qb = sqlx::QueryBuilder::new(concat!("INSERT INTO audit_events (", columns!(), ") "));
-            qb.push_values(events.iter().zip(&encoded), |mut b, (event, e)| {
+            qb.push_values(rows, |mut b, (event, e)| {
                 b.push_bind(event.request_id.as_str())
                     .push_bind(event.tenant.as_str())
                     .push_bind(event.ts_ms)

@@ -37,12 +37,15 @@ fn is_json(ct: &HeaderValue) -> bool {
 pub async fn call(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     let rid = super::request_id();
+    // Borrowed, not extracted: a `HeaderMap` extractor would copy every header per call.
+    let headers = request.headers();
     // Authenticate before reading a byte of the body.
-    let caller = authed(&state, &headers, &id, &rid).await?;
+    let caller = authed(&state, headers, &id, &rid).await?;
+    let json_content = headers.get(header::CONTENT_TYPE).is_none_or(is_json);
+    let opts = super::confirmations::call_options(headers);
     let gw = &state.0.gateway;
     let body: Result<Bytes, BytesRejection> = Bytes::from_request(request, &()).await;
     let body = match body {
@@ -65,10 +68,7 @@ pub async fn call(
             return Err(ApiError::new(status, code, msg, Some(&id), &rid));
         }
     };
-    if let Some(ct) = headers.get(header::CONTENT_TYPE)
-        && !is_json(ct)
-        && !body.is_empty()
-    {
+    if !json_content && !body.is_empty() {
         gw.audit_rejected(&caller, &id, &rid, codes::ARGS_MALFORMED, 400)
             .await;
         return Err(ApiError::new(
@@ -97,7 +97,7 @@ pub async fn call(
             }
         }
     };
-    let opts = match super::confirmations::call_options(&headers) {
+    let opts = match opts {
         Ok(o) => o,
         Err(msg) => {
             let code = super::confirmations::INVALID_HEADER;
