@@ -180,9 +180,14 @@ enum Command {
     Mcp {
         #[command(flatten)]
         config: ConfigArg,
-        /// Serve as the token with this id (default: anonymous, when the config has no tokens).
+        /// Serve as the token with this id (default: the caller whose token is in the
+        /// `--token-env` variable; else anonymous, when the config has no auth).
         #[arg(long, value_name = "ID")]
         principal: Option<String>,
+        /// The variable holding this caller's token, a static token or a JWT, checked like the
+        /// server checks a bearer token.
+        #[arg(long, value_name = "NAME", default_value = "CORRAL_TOKEN")]
+        token_env: String,
     },
     /// Approve (or deny) a pending guarded call, as the person who raised it.
     Confirm {
@@ -294,9 +299,14 @@ pub fn run_cli(cli: Cli) -> Exit {
             config,
             principal,
         }),
-        Command::Mcp { config, principal } => cmd::mcp::run(cmd::mcp::Args {
+        Command::Mcp {
+            config,
+            principal,
+            token_env,
+        } => cmd::mcp::run(cmd::mcp::Args {
             config: config.config,
             principal,
+            token_env,
         }),
         Command::Confirm {
             action_id,

@@ -188,6 +188,27 @@ fn custom_op(c: &CustomOpConfig, d: &mut Vec<Diagnostic>) -> Option<OpSpec> {
     (d.len() == before).then_some(spec)
 }
 
+/// The op of a declared tool of an upstream MCP server, as the config alone says it:
+/// `mcp.<server>.<tool>`, the declared effects (none declared: `admin`, explicit-only), a raised
+/// tier. Its params and description come from the upstream's own list once it runs.
+pub fn upstream_tool_spec(
+    server: &str,
+    tool: &crate::model::McpToolConfig,
+) -> Result<OpSpec, corral_policy::PolicyError> {
+    let id = OpId::parse(&format!("mcp.{server}.{}", tool.name.value))?;
+    let effects = tool.effects.clone().unwrap_or_default();
+    let summary = format!(
+        "tool `{}` of the upstream MCP server `{server}`",
+        tool.name.value
+    );
+    let mut spec = OpSpec::new(id, &effects, &summary);
+    if let Some(t) = tool.tier {
+        spec.raise_tier(t)?;
+    }
+    spec.groups.push("mcp".to_owned());
+    Ok(spec)
+}
+
 /// An op id that names no op in the catalog: a did-you-mean, or, for an op `disabled_ops`
 /// removed, says so (a reference to a removed op stops start-up).
 fn unknown_op(
@@ -246,6 +267,22 @@ pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diag
             && let Err(e) = catalog.add_custom(spec)
         {
             err(d, &e, &format!("custom.{}", op.id.value), op.id.span);
+        }
+    }
+    for server in &c.mcp_servers {
+        for tool in &server.tools {
+            let at = format!(
+                "mcp_servers.{}.tools.{}",
+                server.name.value, tool.name.value
+            );
+            match upstream_tool_spec(&server.name.value, tool) {
+                Ok(spec) => {
+                    if let Err(e) = catalog.add_upstream(spec) {
+                        err(d, &e, &at, tool.name.span);
+                    }
+                }
+                Err(e) => err(d, &e, &at, tool.name.span),
+            }
         }
     }
     // `disabled_ops` removes ops before anything is built from the catalog: the engine, the

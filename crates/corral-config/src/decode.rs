@@ -17,8 +17,8 @@ use crate::diag::Diagnostic;
 use crate::model::{
     AuditConfig, AuditSink, AuthConfig, AutonomyConfig, AutonomyPin, BackendKind, BudgetsConfig,
     Config, ConfirmationBackend, CustomOpConfig, GuardrailsConfig, GuardrailsMode, JwtSpec,
-    NetworkMode, ParamConfig, PresetUse, RolesConfig, RuleConfig, Spanned, StateOnlyEntry,
-    StorageConfig, TokenConfig,
+    McpServerConfig, McpToolConfig, NetworkMode, ParamConfig, PresetUse, RolesConfig, RuleConfig,
+    Spanned, StateOnlyEntry, StorageConfig, TokenConfig,
 };
 use crate::yaml::{Key, Node, Span, Value};
 
@@ -37,6 +37,8 @@ pub(crate) const ALL_KEYS: &[&[&str]] = &[
     URL_KEYS,
     LIMIT_KEYS,
     CUSTOM_KEYS,
+    MCP_SERVER_KEYS,
+    MCP_TOOL_KEYS,
     PARAM_KEYS,
     JWT_KEYS,
     TOKEN_KEYS,
@@ -64,7 +66,18 @@ const TOP_KEYS: &[&str] = &[
     "guardrails",
     "budgets",
     "disabled_ops",
+    "mcp_servers",
 ];
+const MCP_SERVER_KEYS: &[&str] = &[
+    "command",
+    "env_pass",
+    "read_paths",
+    "write_paths",
+    "cwd",
+    "call_timeout",
+    "tools",
+];
+const MCP_TOOL_KEYS: &[&str] = &["effects", "tier", "idempotent"];
 const AUTONOMY_KEYS: &[&str] = &["level", "pins"];
 const PIN_KEYS: &[&str] = &["principal", "level"];
 const ROLES_KEYS: &[&str] = &["overrides"];
@@ -468,6 +481,9 @@ impl Decoder {
         }
         if let Some(n) = m.get("custom") {
             c.custom = self.custom(n);
+        }
+        if let Some(n) = m.get("mcp_servers") {
+            c.mcp_servers = self.mcp_servers(n);
         }
         if let Some(n) = m.get("auth") {
             c.auth = self.auth(n);
@@ -1209,22 +1225,7 @@ impl Decoder {
                     }
                 }
             }
-            let effects = m.get("effects").map(|e| {
-                let at = m.at("effects");
-                let opts = Effect::ALL.map(|e| (e.as_str(), e));
-                match &e.value {
-                    Value::Seq(items) => items
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(i, n)| self.choice(n, &format!("{at}[{i}]"), &opts))
-                        .collect(),
-                    Value::Str(_) => self.choice(e, &at, &opts).into_iter().collect(),
-                    _ => {
-                        self.wrong_type(e, &at, "a list of effects");
-                        Vec::new()
-                    }
-                }
-            });
+            let effects = m.get("effects").map(|e| self.effects(e, &m.at("effects")));
             let tier = m.get("tier").and_then(|t| {
                 let opts = Tier::ALL.map(|t| (t.as_str(), t));
                 self.choice(t, &m.at("tier"), &opts)
@@ -1251,6 +1252,114 @@ impl Decoder {
                     .get("summary")
                     .and_then(|s| self.string(s, &m.at("summary")))
                     .unwrap_or_default(),
+            });
+        }
+        out
+    }
+
+    /// `effects: [read, write]` (or one effect as a string).
+    fn effects(&mut self, e: &Node, at: &str) -> Vec<Effect> {
+        let opts = Effect::ALL.map(|e| (e.as_str(), e));
+        match &e.value {
+            Value::Seq(items) => items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, n)| self.choice(n, &format!("{at}[{i}]"), &opts))
+                .collect(),
+            Value::Str(_) => self.choice(e, at, &opts).into_iter().collect(),
+            _ => {
+                self.wrong_type(e, at, "a list of effects");
+                Vec::new()
+            }
+        }
+    }
+
+    fn mcp_servers(&mut self, node: &Node) -> Vec<McpServerConfig> {
+        let Some(entries) = self.map_any(node, "mcp_servers") else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, n) in entries {
+            let at = format!("mcp_servers.{}", k.name);
+            if !is_mcp_name(&k.name) {
+                self.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    format!("`{}` is not a valid upstream name", k.name),
+                    &at,
+                    k.span,
+                    "use letters, digits, `_` and `-`, starting with a letter (it becomes the middle of op ids `mcp.<name>.<tool>`)".to_owned(),
+                );
+                continue;
+            }
+            let Some(m) = self.map(n, &at, MCP_SERVER_KEYS) else {
+                continue;
+            };
+            let command = match m.get("command") {
+                Some(c) => self.strings(c, &m.at("command")),
+                None => Vec::new(),
+            };
+            if command.is_empty() {
+                self.err_fix(
+                    codes::CONFIG_MISSING_KEY,
+                    format!("upstream MCP server `{}` has no `command`", k.name),
+                    &at,
+                    k.span,
+                    "add `command: [program, arg, ...]` (run without a shell)".to_owned(),
+                );
+            }
+            let list = |this: &mut Self, key: &str| match m.get(key) {
+                Some(v) => this.strings(v, &m.at(key)),
+                None => Vec::new(),
+            };
+            let env_pass = list(self, "env_pass");
+            let read_paths = list(self, "read_paths");
+            let write_paths = list(self, "write_paths");
+            let mut tools = Vec::new();
+            if let Some(t) = m.get("tools")
+                && let Some(tentries) = self.map_any(t, &m.at("tools"))
+            {
+                for (tk, tn) in tentries {
+                    let tat = format!("{at}.tools.{}", tk.name);
+                    let (effects, tier, idempotent) = match &tn.value {
+                        Value::Null => (None, None, false),
+                        _ => match self.map(tn, &tat, MCP_TOOL_KEYS) {
+                            Some(tm) => (
+                                tm.get("effects")
+                                    .map(|e| self.effects(e, &tm.at("effects"))),
+                                tm.get("tier").and_then(|t| {
+                                    let opts = Tier::ALL.map(|t| (t.as_str(), t));
+                                    self.choice(t, &tm.at("tier"), &opts)
+                                }),
+                                tm.get("idempotent")
+                                    .and_then(|b| self.bool(b, &tm.at("idempotent")))
+                                    .unwrap_or(false),
+                            ),
+                            None => continue,
+                        },
+                    };
+                    tools.push(McpToolConfig {
+                        name: Spanned::new(tk.name.clone(), tk.span),
+                        effects,
+                        tier,
+                        idempotent,
+                    });
+                }
+            }
+            out.push(McpServerConfig {
+                name: Spanned::new(k.name.clone(), k.span),
+                command,
+                env_pass,
+                read_paths,
+                write_paths,
+                cwd: m.get("cwd").and_then(|c| {
+                    self.string(c, &m.at("cwd"))
+                        .map(|v| Spanned::new(v, c.span))
+                }),
+                call_timeout: m
+                    .get("call_timeout")
+                    .and_then(|t| self.duration(t, &m.at("call_timeout"))),
+                tools,
+                span: k.span,
             });
         }
         out
@@ -1466,4 +1575,11 @@ impl Decoder {
         };
         AuditConfig { sink }
     }
+}
+
+/// An upstream's name: `[A-Za-z][A-Za-z0-9_-]*`, so `mcp.<name>.<tool>` stays one op id.
+pub(crate) fn is_mcp_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }

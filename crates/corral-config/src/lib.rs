@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use corral_policy::{Catalog, Engine, Policy, codes};
 
-pub use build::{Env, ProcessEnv, ResolvedToken, RuleOrigin};
+pub use build::{Env, ProcessEnv, ResolvedToken, RuleOrigin, upstream_tool_spec};
 pub use diag::{Diagnostic, Severity, render};
 pub use model::{Config, Secret};
 
@@ -47,9 +47,16 @@ pub struct Loaded {
     pub jwt_key: Option<model::JwtKey>,
     /// Corral's state directory, absolute.
     pub state_dir: PathBuf,
+    /// The directory relative paths in the config are resolved against.
+    pub base_dir: PathBuf,
 }
 
 impl Loaded {
+    /// A path of the config, absolute and lexically normalized (relative to `base_dir`).
+    pub fn absolute(&self, p: &str) -> PathBuf {
+        build::absolutize(&self.base_dir, p)
+    }
+
     /// The environment variables that hold secrets (token and JWT secrets): never passed to
     /// a child process.
     pub fn secret_envs(&self) -> Vec<String> {
@@ -170,5 +177,9 @@ pub fn load_str(
         tokens: built.tokens,
         jwt_key: built.jwt_key,
         state_dir: built.state_dir,
+        base_dir: build::absolutize(
+            &std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            &base_dir.to_string_lossy(),
+        ),
     })
 }

@@ -267,6 +267,9 @@ impl<'a> Linter<'a> {
         for c in &self.l.config.custom {
             self.custom_op(c);
         }
+        for s in &self.l.config.mcp_servers {
+            self.mcp_server(s);
+        }
         self.state_only();
         self.auth();
         self.guardrails();
@@ -674,6 +677,45 @@ impl<'a> Linter<'a> {
                 at,
                 Some(c.id.span),
             ));
+        }
+    }
+
+    /// Upstream tools without declared effects are `admin` and explicit-only, and a server
+    /// with no declared tool offers nothing any rule can name.
+    fn mcp_server(&mut self, s: &crate::model::McpServerConfig) {
+        let at = format!("mcp_servers.{}", s.name.value);
+        if s.tools.is_empty() {
+            self.push(
+                Diagnostic::warning(
+                    codes::LINT_UPSTREAM_TOOL_UNDECLARED,
+                    format!(
+                        "upstream MCP server `{}` declares no tools: every tool it lists is treated as admin and explicit-only, and no rule can name one",
+                        s.name.value
+                    ),
+                    at.clone(),
+                    Some(s.name.span),
+                )
+                .with_fix(format!(
+                    "declare each tool you want under `{at}.tools.<tool>: {{effects: [read]}}` and allow `mcp.{}.<tool>` in a rule",
+                    s.name.value
+                )),
+            );
+        }
+        for t in &s.tools {
+            if t.effects.as_ref().is_none_or(Vec::is_empty) {
+                self.push(
+                    Diagnostic::warning(
+                        codes::LINT_UPSTREAM_TOOL_UNDECLARED,
+                        format!(
+                            "tool `{}` of upstream MCP server `{}` declares no effects, so it is treated as admin and explicit-only",
+                            t.name.value, s.name.value
+                        ),
+                        format!("{at}.tools.{}", t.name.value),
+                        Some(t.name.span),
+                    )
+                    .with_fix("declare what it does: `effects: [read]`, `[write]`, `[net]`, ... (corral never takes them from the upstream)"),
+                );
+            }
         }
     }
 

@@ -71,6 +71,45 @@ pub struct Config {
     pub budgets: BudgetsConfig,
     /// `disabled_ops:` ops removed from the catalog before anything is built from it.
     pub disabled_ops: Vec<Spanned<String>>,
+    /// `mcp_servers:` upstream MCP servers corral runs in its sandbox; their tools become ops
+    /// `mcp.<name>.<tool>`.
+    pub mcp_servers: Vec<McpServerConfig>,
+}
+
+/// One upstream MCP server as written under `mcp_servers:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerConfig {
+    /// Its name, the middle of its tools' op ids.
+    pub name: Spanned<String>,
+    /// The program and its arguments (no shell), run in the configured isolation backend.
+    pub command: Vec<Spanned<String>>,
+    /// Variables of corral's environment passed to it (nothing else is).
+    pub env_pass: Vec<Spanned<String>>,
+    /// Directories it may read (besides the sandbox's system view), absolute after loading.
+    pub read_paths: Vec<Spanned<String>>,
+    /// Directories it may write, absolute after loading.
+    pub write_paths: Vec<Spanned<String>>,
+    /// Its working directory (default: the first write path, else the first read path, else `/`).
+    pub cwd: Option<Spanned<String>>,
+    /// How long one tool call may take (default 60 s).
+    pub call_timeout: Option<Duration>,
+    /// The tools corral declares, with their effects; tools not declared here are `admin`.
+    pub tools: Vec<McpToolConfig>,
+    /// Where the entry starts.
+    pub span: Span,
+}
+
+/// One declared tool of an upstream MCP server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpToolConfig {
+    /// The tool's name as the upstream lists it.
+    pub name: Spanned<String>,
+    /// Its effects; `None` when omitted (treated as admin, explicit-only).
+    pub effects: Option<Vec<Effect>>,
+    /// A raised tier.
+    pub tier: Option<Tier>,
+    /// Whether calling it twice with the same arguments does what calling it once does.
+    pub idempotent: bool,
 }
 
 /// `autonomy:` either a level (`autonomy: L2`) or `{level, pins}`.

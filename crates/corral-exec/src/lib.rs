@@ -126,6 +126,28 @@ impl ExecError {
     }
 }
 
+/// The pipes of a long-lived process started by [`Backend::run_attached`], and what was
+/// applied to it: the caller talks to the process over its stdin and stdout.
+pub struct Attached {
+    /// The process's stdin.
+    pub stdin: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+    /// The process's stdout.
+    pub stdout: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    /// What the backend applied (`destroyed` is `false`: the process is running).
+    pub attestation: Attestation,
+}
+
+impl fmt::Debug for Attached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Attached")
+            .field("attestation", &self.attestation)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where [`Backend::run_attached`] sends the process's pipes once it started.
+pub type AttachTx = tokio::sync::oneshot::Sender<Attached>;
+
 /// A boxed future, so `Backend` stays object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -137,4 +159,24 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn preflight(&self) -> Result<(), ExecError>;
     /// Runs one command.
     fn run(&self, req: ExecRequest) -> BoxFuture<'_, Result<ExecOutput, ExecError>>;
+    /// Runs a long-lived process whose stdin and stdout the caller talks over (an upstream MCP
+    /// server), under the same isolation as [`Backend::run`]: once the process started, its
+    /// pipes go to `attach` (`req.stdin` is ignored; stdout is the caller's, stderr is captured
+    /// with the usual cap). Resolves when the process ended or `req.timeout` passed; dropping the
+    /// future kills the process and destroys its sandbox. A backend that cannot host such a
+    /// process returns `ExecError::Unavailable`.
+    fn run_attached(
+        &self,
+        req: ExecRequest,
+        attach: AttachTx,
+    ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
+        let _ = (req, attach);
+        let backend = self.name();
+        Box::pin(async move {
+            Err(ExecError::Unavailable {
+                backend,
+                missing: "this backend cannot host a long-lived process".to_owned(),
+            })
+        })
+    }
 }

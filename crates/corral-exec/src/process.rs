@@ -31,7 +31,10 @@ use crate::common::{
     Captured, Exit, RlimitSpec, capture, describe_spawn_error, exited, feed, kill_group,
     rlimit_plan, validate,
 };
-use crate::{Attestation, Backend, BoxFuture, ExecError, ExecOutput, ExecRequest, ResourceLimits};
+use crate::{
+    AttachTx, Attached, Attestation, Backend, BoxFuture, ExecError, ExecOutput, ExecRequest,
+    ResourceLimits,
+};
 
 /// The backend's name, in attestations and errors.
 const NAME: &str = "process";
@@ -63,7 +66,15 @@ impl Backend for ProcessBackend {
     }
 
     fn run(&self, req: ExecRequest) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
-        Box::pin(run(req))
+        Box::pin(run(req, None))
+    }
+
+    fn run_attached(
+        &self,
+        req: ExecRequest,
+        attach: AttachTx,
+    ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
+        Box::pin(run(req, Some(attach)))
     }
 }
 
@@ -114,7 +125,7 @@ impl ChildSetup {
     }
 }
 
-async fn run(req: ExecRequest) -> Result<ExecOutput, ExecError> {
+async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, ExecError> {
     validate(&req)?;
     let ExecRequest {
         argv,
@@ -155,7 +166,7 @@ async fn run(req: ExecRequest) -> Result<ExecOutput, ExecError> {
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(&cwd)
-        .stdin(if stdin.is_some() {
+        .stdin(if stdin.is_some() || attach.is_some() {
             Stdio::piped()
         } else {
             Stdio::null()
@@ -197,12 +208,32 @@ async fn run(req: ExecRequest) -> Result<ExecOutput, ExecError> {
     let (timed_out, status, duration) = {
         let (stdin_pipe, stdout_pipe, stderr_pipe) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let attestation = Attestation {
+            backend: NAME,
+            isolated: false,
+            destroyed: false,
+            primitives: primitives.clone(),
+        };
         let io = async {
-            tokio::join!(
-                feed(stdin_pipe, None, stdin),
-                capture(stdout_pipe, max_output_bytes, &mut out),
-                capture(stderr_pipe, max_output_bytes, &mut err),
-            );
+            match attach {
+                Some(tx) => {
+                    if let (Some(stdin), Some(stdout)) = (stdin_pipe, stdout_pipe) {
+                        let _ = tx.send(Attached {
+                            stdin: Box::new(stdin),
+                            stdout: Box::new(stdout),
+                            attestation,
+                        });
+                    }
+                    capture(stderr_pipe, max_output_bytes, &mut err).await;
+                }
+                None => {
+                    tokio::join!(
+                        feed(stdin_pipe, None, stdin),
+                        capture(stdout_pipe, max_output_bytes, &mut out),
+                        capture(stderr_pipe, max_output_bytes, &mut err),
+                    );
+                }
+            }
         };
         let mut io = std::pin::pin!(io);
         let mut io_done = false;

@@ -65,6 +65,7 @@ pub fn parse_args(spec: &OpSpec, json: &serde_json::Value) -> Result<Args, ArgsR
             (ParamKind::Int, _) => return Err(bad("an integer")),
             (ParamKind::Bool, serde_json::Value::Bool(b)) => ArgValue::Bool(*b),
             (ParamKind::Bool, _) => return Err(bad("`true` or `false`")),
+            (ParamKind::Json, v) => ArgValue::Json(v.to_string()),
             (
                 ParamKind::Path { .. }
                 | ParamKind::Cwd

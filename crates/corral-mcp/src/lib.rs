@@ -10,6 +10,7 @@
 //! request and puts the `Caller` in the request's extensions, which `rmcp` hands to the handler.
 
 pub mod schema;
+pub mod upstream;
 
 use std::sync::Arc;
 
@@ -97,7 +98,7 @@ pub fn refusal_text(r: &Refusal) -> String {
                 text.push_str(&format!("\nargs: {args}"));
             }
             text.push_str(&format!(
-                "\nto approve, a person (the requester, as a human principal) sends `POST /confirmations/{id}/decision` with {{\"decision\": \"approve\"}}; then retry the same call with the same arguments"
+                "\nto approve, a person (the requester, as a human principal) sends `POST /confirmations/{id}/decision` with {{\"decision\": \"approve\"}}, or runs `corral confirm {id}`; then retry the same call with the same arguments"
             ));
         }
         text.push_str(&format!("\ndetails: {d}"));
@@ -224,6 +225,7 @@ mod tests {
             text.contains("POST /confirmations/act-9/decision"),
             "{text}"
         );
+        assert!(text.contains("`corral confirm act-9`"), "{text}");
         let s = refused(&r, "rid").structured_content.unwrap_or_default();
         assert_eq!(s["action_id"], json!("act-9"));
     }

@@ -9,6 +9,7 @@ pub fn param_schema(kind: &ParamKind) -> Value {
         ParamKind::Argv => json!({"type": "array", "items": {"type": "string"}}),
         ParamKind::Int => json!({"type": "integer"}),
         ParamKind::Bool => json!({"type": "boolean"}),
+        ParamKind::Json => json!({}),
         ParamKind::Enum(values) => json!({"type": "string", "enum": values}),
         ParamKind::Word => json!({"type": "string", "pattern": "^[A-Za-z0-9_][A-Za-z0-9_.-]*$"}),
         ParamKind::Url => json!({"type": "string", "format": "uri"}),

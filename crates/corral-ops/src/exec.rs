@@ -229,7 +229,7 @@ impl CustomOp {
                     ArgValue::Str(s) => Some(s.clone()),
                     ArgValue::Int(i) => Some(i.to_string()),
                     ArgValue::Bool(b) => Some(b.to_string()),
-                    ArgValue::List(_) => None,
+                    ArgValue::List(_) | ArgValue::Json(_) => None,
                 }
             };
         let mut out = Vec::with_capacity(self.argv.len());

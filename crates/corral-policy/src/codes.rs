@@ -142,6 +142,12 @@ catalog! {
     EXEC_INVALID = "exec.invalid", 400,
         "the command is empty or contains NUL bytes",
         "pass a non-empty argv";
+    UPSTREAM_UNAVAILABLE = "upstream.unavailable", 503,
+        "the upstream MCP server behind this op is not running (it crashed, or did not start)",
+        "retry after the delay in the message (corral restarts it with backoff); `corral serve`'s log says why it stopped";
+    UPSTREAM_FAILED = "upstream.failed", 502,
+        "the upstream MCP server answered the call with a protocol error, or did not answer in time",
+        "check the arguments against the tool's schema (`GET /ops`); the server's log has the upstream's stderr";
     ISOLATION_UNAVAILABLE = "isolation.unavailable", 503,
         "the configured isolation backend cannot run on this host; corral never falls back",
         "run `corral doctor` and install the missing primitive, or configure another backend";
@@ -325,6 +331,9 @@ catalog! {
     LINT_CUSTOM_OP_WITHOUT_EFFECTS = "lint.custom_op_without_effects", 0,
         "a custom op declares no effects, so it is treated as admin and explicit-only",
         "declare `effects:`, e.g. `[exec]`";
+    LINT_UPSTREAM_TOOL_UNDECLARED = "lint.upstream_tool_undeclared", 0,
+        "an upstream MCP server's tool has no declared effects, so it is treated as admin and explicit-only",
+        "declare it under `mcp_servers.<name>.tools.<tool>` with `effects:`; corral never takes effects from the upstream";
     LINT_OPEN_MODE = "lint.open_mode", 0,
         "no auth tokens are configured: any local process can call the server",
         "add `auth.tokens`; open mode is refused when exec or admin ops are mounted";

@@ -542,7 +542,8 @@ impl Engine {
                 | ParamKind::Int
                 | ParamKind::Word
                 | ParamKind::String
-                | ParamKind::Enum(_) => {}
+                | ParamKind::Enum(_)
+                | ParamKind::Json => {}
             }
         }
         p

@@ -8,7 +8,7 @@ use crate::error::PolicyError;
 /// Namespaces that belong to corral's built-in ops; custom ops may not use them.
 pub const RESERVED_NAMESPACES: &[&str] = &[
     "core", "files", "commands", "process", "terminal", "system", "http", "agents", "ext",
-    "sandbox", "learning",
+    "sandbox", "learning", "mcp",
 ];
 
 /// A validated op id: dotted, 1-128 chars of `A-Za-z0-9_.-`, no empty segment.
@@ -270,6 +270,9 @@ pub enum ParamKind {
     Enum(Vec<String>),
     /// `true` or `false`.
     Bool,
+    /// Any JSON value, passed on as is and never interpreted by the policy (the arguments of
+    /// an upstream MCP server's tool, whose sandbox is what confines them).
+    Json,
 }
 
 impl ParamKind {
@@ -286,6 +289,7 @@ impl ParamKind {
             ParamKind::String => "string",
             ParamKind::Enum(_) => "enum",
             ParamKind::Bool => "bool",
+            ParamKind::Json => "json",
         }
     }
 
@@ -300,7 +304,8 @@ impl ParamKind {
             | ParamKind::Word
             | ParamKind::String
             | ParamKind::Enum(_)
-            | ParamKind::Bool => None,
+            | ParamKind::Bool
+            | ParamKind::Json => None,
         }
     }
 }
@@ -469,6 +474,24 @@ impl Catalog {
             c.ops.insert(spec.id.to_string(), spec);
         }
         c
+    }
+
+    /// Adds a tool of an upstream MCP server: its id must be `mcp.<server>.<tool>` (the `mcp`
+    /// namespace is reserved for them).
+    pub fn add_upstream(&mut self, spec: OpSpec) -> Result<(), PolicyError> {
+        if spec.id.namespace() != "mcp" || spec.id.as_str().split('.').count() < 3 {
+            return Err(PolicyError::InvalidOpId {
+                id: spec.id.to_string(),
+                why: "an upstream tool's id is `mcp.<server>.<tool>`".to_owned(),
+            });
+        }
+        if self.ops.contains_key(spec.id.as_str()) {
+            return Err(PolicyError::DuplicateOp {
+                op: spec.id.to_string(),
+            });
+        }
+        self.ops.insert(spec.id.to_string(), spec);
+        Ok(())
     }
 
     /// Adds a custom op. Its id may not be in a reserved namespace nor already taken.

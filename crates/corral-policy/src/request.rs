@@ -17,6 +17,8 @@ pub enum ArgValue {
     Bool(bool),
     /// A list of strings (an argv).
     List(Vec<String>),
+    /// A JSON value as compact JSON text, for a `json` param (never interpreted by the policy).
+    Json(String),
 }
 
 /// The arguments of a call, by name.
@@ -49,7 +51,8 @@ impl Args {
     pub fn get_str(&self, name: &str) -> Option<&str> {
         match self.0.get(name) {
             Some(ArgValue::Str(s)) => Some(s),
-            Some(ArgValue::Int(_) | ArgValue::Bool(_) | ArgValue::List(_)) | None => None,
+            Some(ArgValue::Int(_) | ArgValue::Bool(_) | ArgValue::List(_) | ArgValue::Json(_))
+            | None => None,
         }
     }
 }
@@ -96,7 +99,8 @@ pub fn validate_args(op: &OpSpec, args: &Args) -> Result<(), ArgError> {
         let ok = match (&p.kind, value) {
             (ParamKind::Int, ArgValue::Int(_))
             | (ParamKind::Bool, ArgValue::Bool(_))
-            | (ParamKind::Argv, ArgValue::List(_)) => true,
+            | (ParamKind::Argv, ArgValue::List(_))
+            | (ParamKind::Json, ArgValue::Json(_)) => true,
             (ParamKind::Word, ArgValue::Str(s)) => is_word(s),
             (ParamKind::Enum(values), ArgValue::Str(s)) => values.contains(s),
             (

@@ -119,7 +119,14 @@ impl Authenticator {
 
     /// Authenticates a request by its headers.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthError> {
-        let Some(token) = Self::credential(headers)? else {
+        let token = Self::credential(headers)?;
+        self.authenticate_token(token.as_deref())
+    }
+
+    /// Authenticates a presented token (`None`: none presented; the anonymous caller in open
+    /// mode, else `auth.missing`).
+    pub fn authenticate_token(&self, token: Option<&str>) -> Result<Caller, AuthError> {
+        let Some(token) = token else {
             if self.open {
                 return Ok(Caller {
                     principal: Principal::anonymous(),
@@ -132,7 +139,7 @@ impl Authenticator {
                     .to_owned(),
             });
         };
-        let presented = digest(&token);
+        let presented = digest(token);
         // Compare against every token, always, so timing does not tell which one is close.
         let mut found: Option<&Principal> = None;
         for (d, p) in &self.tokens {
@@ -149,7 +156,7 @@ impl Authenticator {
         if let Some(jwt) = &self.jwt
             && token.matches('.').count() == 2
         {
-            return verify_jwt(jwt, &token);
+            return verify_jwt(jwt, token);
         }
         Err(AuthError {
             code: codes::AUTH_INVALID,

@@ -8,22 +8,23 @@ use corral_config::Loaded;
 use corral_config::model::{GuardrailsMode, JwtKey};
 use corral_guard::Deployment;
 use corral_guard::guardrails::{Budgets, GuardPolicy, Mode};
+use corral_mcp::upstream::{DEFAULT_CALL_TIMEOUT, UpstreamSpec, Upstreams};
 use corral_ops::exec::{CommandsRun, CustomOp};
 use corral_ops::files::{FileOp, FileOpKind};
 use corral_ops::health::Health;
 use corral_ops::http::{FetchConfig, HttpFetch};
 use corral_ops::{Op, Registry};
-use corral_policy::{OpSpec, ParamKind};
+use corral_policy::{Catalog, OpSpec, ParamKind};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use serde_json::json;
 
 use crate::auth::{Authenticator, JwtConfig};
 
-/// The handlers for every op in the config's catalog.
-pub fn registry(loaded: &Loaded) -> Registry {
+/// The handlers for every op in `catalog` (the config's, completed by the upstreams').
+pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Registry {
     let secret_envs = loaded.secret_envs();
     let mut ops: Vec<Arc<dyn Op>> = Vec::new();
-    for spec in loaded.catalog.iter() {
+    for spec in catalog.iter() {
         let spec = spec.clone();
         let file = |k| -> Arc<dyn Op> { Arc::new(FileOp::new(spec.clone(), k)) };
         let op: Arc<dyn Op> = match spec.id.as_str() {
@@ -36,6 +37,16 @@ pub fn registry(loaded: &Loaded) -> Registry {
             "files.download" => file(FileOpKind::Download),
             "commands.run" => Arc::new(CommandsRun::new(spec.clone(), secret_envs.clone())),
             "http.fetch" => Arc::new(HttpFetch::new(spec.clone(), FetchConfig::default())),
+            id if id.starts_with("mcp.") => match upstreams.handler(&spec) {
+                Some(op) => op,
+                None => {
+                    tracing::error!(
+                        op = id,
+                        "upstream op has no running server; it will answer 500"
+                    );
+                    continue;
+                }
+            },
             id => match loaded.config.custom.iter().find(|c| c.id.value == id) {
                 Some(c) => Arc::new(CustomOp::new(
                     spec.clone(),
@@ -55,17 +66,73 @@ pub fn registry(loaded: &Loaded) -> Registry {
         };
         ops.push(op);
     }
-    Registry::new(loaded.catalog.clone(), ops)
+    Registry::new(catalog.clone(), ops)
 }
 
-/// The deployment of a loaded config.
-pub fn deployment(loaded: &Loaded) -> Deployment {
+/// How long start-up waits for each upstream MCP server's first tool list.
+const UPSTREAM_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The deployment of a loaded config, with the tools its upstream MCP servers listed.
+pub async fn deployment(loaded: &Loaded, upstreams: &Upstreams) -> Deployment {
+    let mut catalog = loaded.catalog.clone();
+    upstreams
+        .complete_catalog(&mut catalog, UPSTREAM_LIST_WAIT)
+        .await;
     Deployment {
-        engine: loaded.engine(),
-        registry: registry(loaded),
+        engine: corral_policy::Engine::new(catalog.clone(), loaded.policy.clone()),
+        registry: registry(loaded, &catalog, upstreams),
         protected: vec![PathBuf::from(&loaded.state_dir)],
-        guard: guard_policy(loaded),
+        guard: guard_policy(loaded, &catalog),
     }
+}
+
+/// How to run each `mcp_servers:` entry: paths made absolute against the config's directory,
+/// the environment exactly `env_pass` (never a secret's variable) plus a default `PATH`.
+pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {
+    let secrets = loaded.secret_envs();
+    loaded
+        .config
+        .mcp_servers
+        .iter()
+        .map(|s| {
+            let paths = |v: &[corral_config::model::Spanned<String>]| -> Vec<PathBuf> {
+                v.iter().map(|p| loaded.absolute(&p.value)).collect()
+            };
+            let read_paths = paths(&s.read_paths);
+            let write_paths = paths(&s.write_paths);
+            let mut env: Vec<(String, String)> = s
+                .env_pass
+                .iter()
+                .filter(|n| !secrets.contains(&n.value))
+                .filter_map(|n| std::env::var(&n.value).ok().map(|v| (n.value.clone(), v)))
+                .collect();
+            if !env.iter().any(|(k, _)| k == "PATH") {
+                env.push(("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned()));
+            }
+            let cwd = s
+                .cwd
+                .as_ref()
+                .map(|c| loaded.absolute(&c.value))
+                .or_else(|| write_paths.first().cloned())
+                .or_else(|| read_paths.first().cloned())
+                .unwrap_or_else(|| PathBuf::from("/"));
+            let mut argv: Vec<String> = s.command.iter().map(|c| c.value.clone()).collect();
+            if let Some(program) = argv.first_mut()
+                && program.contains('/')
+            {
+                *program = loaded.absolute(program).to_string_lossy().into_owned();
+            }
+            UpstreamSpec {
+                name: s.name.value.clone(),
+                argv,
+                env,
+                cwd,
+                read_paths,
+                write_paths,
+                call_timeout: s.call_timeout.unwrap_or(DEFAULT_CALL_TIMEOUT),
+            }
+        })
+        .collect()
 }
 
 /// An op's version: a digest of what it is (effects, tier, params) and, for a custom op, what it
@@ -110,7 +177,7 @@ pub fn op_version(spec: &OpSpec, loaded: &Loaded) -> String {
 
 /// The guard steps' settings of a loaded config (autonomy, RBAC, mode, confirmation, budgets,
 /// op versions).
-pub fn guard_policy(loaded: &Loaded) -> GuardPolicy {
+pub fn guard_policy(loaded: &Loaded, catalog: &Catalog) -> GuardPolicy {
     let c = &loaded.config;
     let mut g = GuardPolicy::new();
     if let Some(a) = &c.autonomy {
@@ -150,8 +217,7 @@ pub fn guard_policy(loaded: &Loaded) -> GuardPolicy {
         max_wall_time: c.budgets.max_wall_time,
         max_output_bytes: c.budgets.max_output_bytes,
     };
-    g.op_versions = loaded
-        .catalog
+    g.op_versions = catalog
         .iter()
         .map(|spec| (spec.id.to_string(), op_version(spec, loaded)))
         .collect();

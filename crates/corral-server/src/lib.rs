@@ -26,6 +26,8 @@ pub struct AppState(pub Arc<App>);
 pub struct App {
     /// The guard chain.
     pub gateway: Arc<Gateway>,
+    /// The upstream MCP servers started with the first config (kept across reloads).
+    pub upstreams: corral_mcp::upstream::Upstreams,
     /// Who may call, and how they prove it. Swapped with the deployment on reload.
     pub auth: std::sync::RwLock<Arc<auth::Authenticator>>,
     /// `open` or `auth`, for `/healthz`.

@@ -185,12 +185,15 @@ pub async fn build_state(
             Arc::new(MemoryConfirmations::new())
         }
     };
+    let upstreams =
+        corral_mcp::upstream::Upstreams::start(compose::upstream_specs(loaded), &backend);
+    let deployment = compose::deployment(loaded, &upstreams).await;
     let gateway = Arc::new(
-        Gateway::new(compose::deployment(loaded), backend, sinks, "default")
-            .with_confirmations(confirmations),
+        Gateway::new(deployment, backend, sinks, "default").with_confirmations(confirmations),
     );
     let state = AppState(Arc::new(App {
         gateway,
+        upstreams,
         auth: std::sync::RwLock::new(Arc::new(auth)),
         mode,
         storage: store.backend_name(),
@@ -237,7 +240,13 @@ fn spawn_reloader(state: AppState, path: PathBuf) {
             match corral_config::load_file(&path) {
                 Ok(loaded) => match compose::authenticator(&loaded) {
                     Ok(auth) => {
-                        state.0.gateway.replace(compose::deployment(&loaded));
+                        if !state.0.upstreams.matches(&compose::upstream_specs(&loaded)) {
+                            tracing::warn!(
+                                "`mcp_servers` changed: the running upstream servers are kept; restart corral to apply the change"
+                            );
+                        }
+                        let deployment = compose::deployment(&loaded, &state.0.upstreams).await;
+                        state.0.gateway.replace(deployment);
                         match state.0.auth.write() {
                             Ok(mut a) => *a = Arc::new(auth),
                             Err(p) => *p.into_inner() = Arc::new(auth),

@@ -106,7 +106,8 @@ fn sqlite_writer(file: &std::path::Path, redactor: &Redactor, mut rx: mpsc::Rece
         match commit_sqlite(&conn, &jobs, &mut results) {
             Ok(()) => {
                 for (job, result) in jobs.drain(..).zip(results.drain(..)) {
-                    let result = result.map_err(|e| sqlite_error(redactor, "append audit event", e));
+                    let result =
+                        result.map_err(|e| sqlite_error(redactor, "append audit event", e));
                     let _ = job.done.send(result);
                 }
             }

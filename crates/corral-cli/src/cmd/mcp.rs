@@ -1,6 +1,7 @@
-//! `corral mcp`: serve the config's ops as MCP tools over stdio, for one local principal (the
-//! token `--principal` names, or anonymous when the config has no auth). Every call goes
-//! through the same guard chain and audit as `corral serve`.
+//! `corral mcp`: serve the config's ops as MCP tools over stdio, for one local principal: the
+//! token `--principal` names; else the caller whose token (static or JWT) is in `$CORRAL_TOKEN`
+//! (`--token-env`), checked like a bearer token; else anonymous when the config has no auth.
+//! Every call goes through the same guard chain and audit as `corral serve`.
 
 use std::path::PathBuf;
 
@@ -14,6 +15,7 @@ use crate::Exit;
 pub struct Args {
     pub config: Option<PathBuf>,
     pub principal: Option<String>,
+    pub token_env: String,
 }
 
 pub fn run(a: Args) -> Exit {
@@ -25,12 +27,39 @@ pub fn run(a: Args) -> Exit {
             return Exit::Error;
         }
     };
-    let principal = match super::call::local_principal(&loaded, a.principal.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::Error;
+    let token = std::env::var(&a.token_env)
+        .ok()
+        .filter(|t| !t.trim().is_empty());
+    let caller = match (&a.principal, token) {
+        (None, Some(token)) => {
+            let auth = match corral_server::compose::authenticator(&loaded) {
+                Ok(auth) => auth,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Exit::Error;
+                }
+            };
+            match auth.authenticate_token(Some(token.trim())) {
+                Ok(caller) => caller,
+                Err(e) => {
+                    eprintln!(
+                        "error[{}]: the token in ${}: {}; fix the variable, or pass `--principal ID`",
+                        e.code, a.token_env, e.message
+                    );
+                    return Exit::Error;
+                }
+            }
         }
+        _ => match super::call::local_principal(&loaded, a.principal.as_deref()) {
+            Ok(principal) => corral_guard::Caller {
+                principal,
+                act_chain: Vec::new(),
+            },
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Exit::Error;
+            }
+        },
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -50,13 +79,7 @@ pub fn run(a: Args) -> Exit {
                 return Exit::Error;
             }
         };
-        let handler = CorralMcp::for_caller(
-            state.0.gateway.clone(),
-            corral_guard::Caller {
-                principal,
-                act_chain: Vec::new(),
-            },
-        );
+        let handler = CorralMcp::for_caller(state.0.gateway.clone(), caller);
         let code = match handler.serve(corral_mcp::rmcp::transport::stdio()).await {
             Ok(running) => match running.waiting().await {
                 Ok(_) => Exit::Ok,

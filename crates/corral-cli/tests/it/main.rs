@@ -5,6 +5,7 @@ mod docs;
 mod mcp;
 mod offline;
 mod sandbox;
+mod upstream;
 
 use std::path::Path;
 use std::process::Command;

@@ -73,3 +73,29 @@ async fn corral_mcp_serves_the_ops_over_stdio() {
     assert!(!text(&refused).contains("root:"), "{}", text(&refused));
     let _ = client.cancel().await;
 }
+
+#[test]
+fn corral_mcp_refuses_a_wrong_token_in_the_environment() {
+    let dir = workspace(Some(
+        "version: 1\npreset: workspace_jail\nroot: $WS\nauth:\n  tokens:\n    - {id: agent, token_env: CORRAL_IT_AGENT_TOKEN}\n",
+    ));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
+        .arg("mcp")
+        .current_dir(dir.path())
+        .env_remove("CORRAL_CONFIG")
+        .env("CORRAL_IT_AGENT_TOKEN", "it-agent-secret-0123456789")
+        .env("CORRAL_TOKEN", "not-the-agent-token-at-all")
+        .stdin(std::process::Stdio::null())
+        .output();
+    let Ok(out) = out else {
+        unreachable!("the corral binary runs")
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("auth.invalid"), "{stderr}");
+    assert!(stderr.contains("$CORRAL_TOKEN"), "{stderr}");
+    assert!(
+        !stderr.contains("not-the-agent-token"),
+        "the token is never echoed: {stderr}"
+    );
+}

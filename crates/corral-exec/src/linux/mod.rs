@@ -45,9 +45,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
+use tokio::sync::oneshot;
 
 use crate::common::{Captured, capture, feed, kill_group, rlimit_plan, validate};
-use crate::{Attestation, Backend, BoxFuture, ExecError, ExecOutput, ExecRequest};
+use crate::{
+    AttachTx, Attached, Attestation, Backend, BoxFuture, ExecError, ExecOutput, ExecRequest,
+};
 
 pub use helper::{HELPER_ARG, helper_main};
 pub use probe::{Primitive, probe};
@@ -258,7 +261,15 @@ impl Backend for LinuxBackend {
     }
 
     fn run(&self, req: ExecRequest) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
-        Box::pin(self.run_one(req))
+        Box::pin(self.run_one(req, None))
+    }
+
+    fn run_attached(
+        &self,
+        req: ExecRequest,
+        attach: AttachTx,
+    ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
+        Box::pin(self.run_one(req, Some(attach)))
     }
 }
 
@@ -416,9 +427,11 @@ fn parse_reports(bytes: &[u8]) -> Reports {
 }
 
 /// Reads the status pipe to its end (on a blocking thread: its writers are the helper and the
-/// sandbox's init, which both die with the run).
-async fn read_status(fd: OwnedFd) -> Vec<u8> {
+/// sandbox's init, which both die with the run). `ready` gets the helper's primitives as soon as
+/// its `Ready` report arrives (the target is about to be `execve`d under all of them).
+async fn read_status(fd: OwnedFd, ready: Option<oneshot::Sender<Vec<String>>>) -> Vec<u8> {
     tokio::task::spawn_blocking(move || {
+        let mut ready = ready;
         let mut out = Vec::new();
         let mut buf = [0u8; 4096];
         loop {
@@ -428,6 +441,18 @@ async fn read_status(fd: OwnedFd) -> Vec<u8> {
                 Err(rustix::io::Errno::INTR) => {}
                 Err(_) => break,
             }
+            // Complete lines only: a report cut by the read's boundary is parsed next time.
+            let complete = out
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |end| end + 1);
+            if ready.is_some()
+                && let Some(primitives) =
+                    parse_reports(out.get(..complete).unwrap_or_default()).ready
+                && let Some(tx) = ready.take()
+            {
+                let _ = tx.send(primitives);
+            }
         }
         out
     })
@@ -436,7 +461,11 @@ async fn read_status(fd: OwnedFd) -> Vec<u8> {
 }
 
 impl LinuxBackend {
-    async fn run_one(&self, req: ExecRequest) -> Result<ExecOutput, ExecError> {
+    async fn run_one(
+        &self,
+        req: ExecRequest,
+        attach: Option<AttachTx>,
+    ) -> Result<ExecOutput, ExecError> {
         self.check()?;
         validate(&req)?;
         let program = req.argv.first().cloned().unwrap_or_default();
@@ -509,7 +538,10 @@ impl LinuxBackend {
             None => Err(unavailable("the sandbox went missing")),
         };
         let result = match result {
-            Ok(()) => self.drive(&req, encoded, &mut taken, &spawn_error).await,
+            Ok(()) => {
+                self.drive(&req, encoded, attach, &mut taken, &spawn_error)
+                    .await
+            }
             Err(e) => Err(e),
         };
         let destroyed = taken.destroy().await;
@@ -544,6 +576,7 @@ impl LinuxBackend {
         &self,
         req: &ExecRequest,
         encoded: Vec<u8>,
+        attach: Option<AttachTx>,
         taken: &mut Taken<'_>,
         spawn_error: &(dyn Fn(String) -> ExecError + Sync),
     ) -> Result<ExecOutput, ExecError> {
@@ -574,7 +607,22 @@ impl LinuxBackend {
             .pidfd
             .try_clone()
             .map_err(|e| unavailable(format!("pidfd: {e}")))?;
-        let status_task = sb.status.take().map(|fd| tokio::spawn(read_status(fd)));
+        let (ready_tx, ready_rx) = match attach {
+            Some(_) => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
+        let status_task = sb
+            .status
+            .take()
+            .map(|fd| tokio::spawn(read_status(fd, ready_tx)));
+        let cgroup_primitives: Vec<String> = sb
+            .cgroups
+            .as_ref()
+            .map(|cg| cg.primitives().map(String::from).collect())
+            .unwrap_or_default();
 
         let start = Instant::now();
         let mut out = Captured::default();
@@ -582,11 +630,28 @@ impl LinuxBackend {
         let backup = req.timeout.saturating_add(HELPER_GRACE);
         let (killed, duration) = {
             let io = async {
-                tokio::join!(
-                    feed(stdin_pipe, Some(encoded), req.stdin.clone()),
-                    capture(stdout_pipe, req.max_output_bytes, &mut out),
-                    capture(stderr_pipe, req.max_output_bytes, &mut err),
-                );
+                match (attach, ready_rx) {
+                    (Some(tx), Some(ready)) => {
+                        tokio::join!(
+                            hand_over(
+                                stdin_pipe,
+                                stdout_pipe,
+                                encoded,
+                                ready,
+                                cgroup_primitives,
+                                tx
+                            ),
+                            capture(stderr_pipe, req.max_output_bytes, &mut err),
+                        );
+                    }
+                    _ => {
+                        tokio::join!(
+                            feed(stdin_pipe, Some(encoded), req.stdin.clone()),
+                            capture(stdout_pipe, req.max_output_bytes, &mut out),
+                            capture(stderr_pipe, req.max_output_bytes, &mut err),
+                        );
+                    }
+                }
             };
             let mut io = std::pin::pin!(io);
             let mut io_done = false;
@@ -684,6 +749,43 @@ impl LinuxBackend {
             },
         })
     }
+}
+
+/// Attached mode: sends the spec, waits for the helper's `Ready` (every primitive applied, the
+/// target about to start), then gives the target's stdin and stdout to the caller. No `Ready`
+/// (the helper refused the run): the caller gets nothing, and the run's error says why.
+async fn hand_over(
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: Option<tokio::process::ChildStdout>,
+    spec: Vec<u8>,
+    ready: oneshot::Receiver<Vec<String>>,
+    cgroup_primitives: Vec<String>,
+    attach: AttachTx,
+) {
+    use tokio::io::AsyncWriteExt;
+    let (Some(mut stdin), Some(stdout)) = (stdin, stdout) else {
+        return;
+    };
+    if let Err(e) = stdin.write_all(&spec).await {
+        tracing::debug!(error = %e, "the sandbox helper stopped reading its spec");
+        return;
+    }
+    let Ok(from_helper) = ready.await else {
+        return;
+    };
+    let mut primitives: Vec<String> = vec!["env:clear".into()];
+    primitives.extend(from_helper);
+    primitives.extend(cgroup_primitives);
+    let _ = attach.send(Attached {
+        stdin: Box::new(stdin),
+        stdout: Box::new(stdout),
+        attestation: Attestation {
+            backend: NAME,
+            isolated: true,
+            destroyed: false,
+            primitives,
+        },
+    });
 }
 
 /// How often the helper's state is re-checked even without a `SIGCHLD` (belt and braces).

@@ -1,6 +1,7 @@
 //! `/mcp`: an rmcp client over real HTTP lists exactly the ops its principal may call, calls an
 //! allowed one, gets a denied one as a tool error with corral's code, gets
-//! `confirmation.required` with the action id and how to approve, and is refused without a
+//! `confirmation.required` with the action id and how to approve (and, once a person approved,
+//! the retried call runs), and is refused without a
 //! token like every route.
 
 use rmcp::ServiceExt;
@@ -170,6 +171,27 @@ async fn a_destructive_call_needs_confirmation_and_says_how_to_approve() {
         "{t}"
     );
     assert!(t.contains("gone.txt"), "the arguments: {t}");
+    assert!(t.contains(&format!("corral confirm {action_id}")), "{t}");
+    assert!(ws.root.join("gone.txt").exists());
+
+    // A person (the requester) approves over HTTP; the agent retries the same call over MCP.
+    let d = s
+        .decide_as(
+            Some(ADMIN_TOKEN),
+            &action_id,
+            json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(d.status, 200, "{}", d.text);
+    let retried = call(&admin, "files.delete", json!({"path": ws.at("gone.txt")})).await;
+    assert_eq!(retried.is_error, Some(false), "{retried:?}");
+    assert!(!ws.root.join("gone.txt").exists());
+    // The approval was consumed once: a later retry gets the stored outcome, and the op does
+    // not run again (the file written since stays).
+    ws.write("gone.txt", "again");
+    let again = call(&admin, "files.delete", json!({"path": ws.at("gone.txt")})).await;
+    assert_eq!(again.is_error, Some(false), "{again:?}");
+    assert_eq!(text(&again), text(&retried));
     assert!(ws.root.join("gone.txt").exists());
     admin.cancel().await.unwrap();
 }

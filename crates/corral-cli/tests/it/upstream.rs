@@ -1,0 +1,221 @@
+//! An upstream MCP server (the workspace's `corral-test-mcp-server` fixture) mounted under
+//! `mcp_servers:` and reached through `corral mcp` over stdio: its declared tools appear as
+//! `mcp.fx.*`, the read tool works, the write tool needs a person's confirmation, the tool the
+//! config does not declare is not offered, it runs inside the linux backend (it cannot read
+//! outside its scope, it sees its own pid namespace), and a crash is `upstream.unavailable`
+//! until corral has started it again.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+use crate::workspace;
+
+/// The fixture binary, built by `cargo test` next to `corral` (its package has a test of its own).
+fn fixture() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_BIN_EXE_corral")).with_file_name("corral-test-mcp-server");
+    assert!(
+        path.exists(),
+        "{} is missing: run the workspace's tests (`cargo test`), or `cargo build -p corral-test-mcp-server` first",
+        path.display()
+    );
+    path
+}
+
+fn config() -> String {
+    let fx = fixture();
+    let bin_dir = fx
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    format!(
+        r#"version: 1
+state_dir: .corral
+auth:
+  tokens:
+    - {{id: agent, roles: [operator], token_env: CORRAL_IT_AGENT_TOKEN}}
+mcp_servers:
+  fx:
+    command: ["{fx}"]
+    read_paths: ["{bin_dir}", "$WS"]
+    tools:
+      read_file: {{effects: [read]}}
+      write_note: {{effects: [write]}}
+      whoami: {{effects: [read]}}
+      crash: {{effects: [read]}}
+rules:
+  - allow: [mcp.fx.read_file, mcp.fx.write_note, mcp.fx.whoami, mcp.fx.crash]
+"#,
+        fx = fx.display()
+    )
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn call(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        unreachable!("arguments are an object")
+    };
+    let r = client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
+        .await;
+    match r {
+        Ok(r) => r,
+        Err(e) => unreachable!("tools/call {tool}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn an_upstream_mcp_server_runs_sandboxed_behind_the_policy() {
+    let dir = workspace(Some(&config()));
+    let ws = dir.path().join("ws");
+    let _ = std::fs::write(ws.join("notes.txt"), "upstream can read this\n");
+    let secret = dir.path().join("secret.txt");
+    let _ = std::fs::write(&secret, "outside-the-scope\n");
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_corral"));
+    // The principal comes from the agent's own token in the environment, as for a local agent.
+    cmd.arg("mcp")
+        .current_dir(dir.path())
+        .env_remove("CORRAL_CONFIG")
+        .env("CORRAL_IT_AGENT_TOKEN", "it-agent-secret-0123456789")
+        .env("CORRAL_TOKEN", "it-agent-secret-0123456789");
+    let Ok(transport) = TokioChildProcess::new(cmd) else {
+        unreachable!("`corral mcp` starts")
+    };
+    let client = match ().serve(transport).await {
+        Ok(c) => c,
+        Err(e) => unreachable!("the MCP handshake: {e}"),
+    };
+
+    let tools = client.list_all_tools().await.unwrap_or_default();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    for want in ["mcp.fx.read_file", "mcp.fx.write_note", "mcp.fx.whoami"] {
+        assert!(names.contains(&want), "{want} listed: {names:?}");
+    }
+    assert!(
+        !names.iter().any(|n| n.contains("undeclared_tool")),
+        "an undeclared tool is admin and explicit-only: {names:?}"
+    );
+    let write = tools.iter().find(|t| t.name == "mcp.fx.write_note");
+    let write_hints = write.and_then(|t| t.annotations.clone());
+    assert_eq!(
+        write_hints.and_then(|a| a.read_only_hint),
+        Some(false),
+        "the upstream claims write_note is read-only; corral's config says write"
+    );
+    let read_schema = tools
+        .iter()
+        .find(|t| t.name == "mcp.fx.read_file")
+        .map(|t| Value::Object((*t.input_schema).clone()))
+        .unwrap_or_default();
+    assert_eq!(
+        read_schema["properties"]["path"]["type"], "string",
+        "{read_schema}"
+    );
+
+    let read = call(
+        &client,
+        "mcp.fx.read_file",
+        json!({"path": ws.join("notes.txt")}),
+    )
+    .await;
+    assert_eq!(read.is_error, Some(false), "{read:?}");
+    assert!(
+        text(&read).contains("upstream can read this"),
+        "{}",
+        text(&read)
+    );
+
+    let escape = call(&client, "mcp.fx.read_file", json!({"path": secret})).await;
+    assert!(
+        !text(&escape).contains("outside-the-scope"),
+        "the sandbox keeps the upstream out of the rest of the host: {}",
+        text(&escape)
+    );
+    assert!(text(&escape).contains("cannot read"), "{}", text(&escape));
+
+    let who = call(&client, "mcp.fx.whoami", json!({})).await;
+    let pid: u32 = text(&who)
+        .split('"')
+        .flat_map(|s| s.split_whitespace())
+        .skip_while(|w| *w != "pid")
+        .nth(1)
+        .and_then(|p| p.trim_matches(|c: char| !c.is_ascii_digit()).parse().ok())
+        .unwrap_or(u32::MAX);
+    assert!(
+        pid < 10,
+        "the upstream runs in its own pid namespace: {}",
+        text(&who)
+    );
+
+    let note = call(
+        &client,
+        "mcp.fx.write_note",
+        json!({"path": ws.join("note.txt"), "text": "hi"}),
+    )
+    .await;
+    assert_eq!(note.is_error, Some(true), "{note:?}");
+    assert!(
+        text(&note).starts_with("confirmation.required"),
+        "{}",
+        text(&note)
+    );
+    assert!(!ws.join("note.txt").exists());
+
+    let crash = call(&client, "mcp.fx.crash", json!({})).await;
+    assert_eq!(crash.is_error, Some(true), "{crash:?}");
+    assert!(
+        text(&crash).starts_with("upstream.unavailable"),
+        "{}",
+        text(&crash)
+    );
+    let down = call(
+        &client,
+        "mcp.fx.read_file",
+        json!({"path": ws.join("notes.txt")}),
+    )
+    .await;
+    assert!(
+        text(&down).starts_with("upstream.unavailable"),
+        "{}",
+        text(&down)
+    );
+
+    // Restarted with backoff (1 s after a quick failure): it answers again.
+    let mut back = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let r = call(
+            &client,
+            "mcp.fx.read_file",
+            json!({"path": ws.join("notes.txt")}),
+        )
+        .await;
+        if r.is_error == Some(false) {
+            back = Some(r);
+            break;
+        }
+    }
+    let Some(back) = back else {
+        unreachable!("the upstream was not restarted within 10 s")
+    };
+    assert!(
+        text(&back).contains("upstream can read this"),
+        "{}",
+        text(&back)
+    );
+    let _ = client.cancel().await;
+}

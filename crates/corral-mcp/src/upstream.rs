@@ -1,0 +1,502 @@
+//! Upstream MCP servers: each one runs inside the configured isolation backend, supervised
+//! (restarted with backoff when it dies), and its tools are mounted as ops
+//! `mcp.<server>.<tool>` governed by corral's policy like its own.
+//!
+//! Trust: everything an upstream says is data. Its tools' effects and tier come from corral's
+//! config (`mcp_servers.<name>.tools`); a tool the config does not declare is `admin` and
+//! explicit-only. The upstream's annotations may only *raise* a tier (`destructiveHint: true`,
+//! `readOnlyHint: false`), never lower it. Its input schema becomes the op's params (top-level
+//! properties; anything that is not a string, integer or boolean is passed on as JSON).
+//!
+//! Liveness: a call to an upstream that is not running is `upstream.unavailable` at once (with
+//! the reason and when the next start is due), never a hang; a call that outlives the server's
+//! `call_timeout` is `upstream.failed`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use corral_exec::{Attestation, Backend, BoxFuture, ExecOutput, ExecRequest};
+use corral_ops::{Op, OpCtx, OpError, OpOutput};
+use corral_policy::{ArgValue, Catalog, OpId, OpSpec, ParamKind, Tier, codes};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, Tool};
+use rmcp::service::{Peer, RoleClient, RunningService};
+use serde_json::{Value, json};
+use tokio::sync::{oneshot, watch};
+
+/// How long an upstream has to start and answer `initialize` and `tools/list`.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// First restart delay; doubled after each quick failure up to `MAX_BACKOFF`.
+const MIN_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest restart delay.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A run that lasted this long resets the backoff.
+const HEALTHY_RUN: Duration = Duration::from_secs(60);
+/// The most an upstream process lives before corral starts a fresh one.
+const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+/// Bytes of the upstream's stderr kept (its last lines go to corral's log when it stops).
+const STDERR_CAP: u64 = 64 * 1024;
+/// Default time one tool call may take.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How to run one upstream server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamSpec {
+    /// Its name (`mcp.<name>.<tool>`).
+    pub name: String,
+    /// Program and arguments, no shell.
+    pub argv: Vec<String>,
+    /// Its whole environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// Directories it may read.
+    pub read_paths: Vec<PathBuf>,
+    /// Directories it may write.
+    pub write_paths: Vec<PathBuf>,
+    /// How long one tool call may take.
+    pub call_timeout: Duration,
+}
+
+/// What the supervisor knows right now.
+#[derive(Debug, Clone)]
+enum State {
+    /// Being started (the first time, or again after a stop).
+    Starting,
+    /// Running and listed.
+    Up {
+        peer: Peer<RoleClient>,
+        tools: Arc<Vec<Tool>>,
+        attestation: Attestation,
+    },
+    /// Stopped; the next start is due at `retry_at`.
+    Down { reason: String, retry_at: Instant },
+}
+
+/// One supervised upstream server.
+#[derive(Debug)]
+pub struct Upstream {
+    spec: UpstreamSpec,
+    state: watch::Receiver<State>,
+    supervisor: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        // Dropping the run's future kills the process and destroys its sandbox.
+        self.supervisor.abort();
+    }
+}
+
+impl Upstream {
+    /// Starts supervising `spec` on the current tokio runtime.
+    pub fn start(spec: UpstreamSpec, backend: Arc<dyn Backend>) -> Arc<Self> {
+        let (tx, rx) = watch::channel(State::Starting);
+        let supervisor = tokio::spawn(supervise(spec.clone(), backend, tx));
+        Arc::new(Self {
+            spec,
+            state: rx,
+            supervisor,
+        })
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Waits until the first start succeeded or failed (at most `timeout`); the tools it
+    /// listed, if it is up.
+    pub async fn listed(&self, timeout: Duration) -> Option<Arc<Vec<Tool>>> {
+        let mut rx = self.state.clone();
+        let settled =
+            tokio::time::timeout(timeout, rx.wait_for(|s| !matches!(s, State::Starting))).await;
+        match settled {
+            Ok(Ok(s)) => match &*s {
+                State::Up { tools, .. } => Some(Arc::clone(tools)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Calls one tool. `upstream.unavailable` when the server is not running (at once),
+    /// `upstream.failed` when it broke the protocol or overran the call timeout.
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: serde_json::Map<String, Value>,
+    ) -> Result<(Value, Attestation), OpError> {
+        let (peer, attestation) = match &*self.state.borrow() {
+            State::Up {
+                peer, attestation, ..
+            } => (peer.clone(), attestation.clone()),
+            State::Starting => return Err(self.unavailable("it is starting", None)),
+            State::Down { reason, retry_at } => {
+                return Err(self.unavailable(reason, Some(*retry_at)));
+            }
+        };
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let answer = tokio::time::timeout(self.spec.call_timeout, peer.call_tool(params)).await;
+        match answer {
+            Ok(Ok(result)) => {
+                let value = json!({
+                    "content": result.content,
+                    "structured_content": result.structured_content,
+                    "is_error": result.is_error.unwrap_or(false),
+                });
+                Ok((value, attestation))
+            }
+            Ok(Err(e)) if peer.is_transport_closed() => {
+                Err(self.unavailable(&format!("it stopped during the call ({e})"), None))
+            }
+            Ok(Err(e)) => Err(OpError::new(
+                codes::UPSTREAM_FAILED,
+                502,
+                format!(
+                    "the upstream MCP server `{}` refused the call: {e}",
+                    self.spec.name
+                ),
+            )),
+            Err(_) => Err(OpError::new(
+                codes::UPSTREAM_FAILED,
+                502,
+                format!(
+                    "the upstream MCP server `{}` did not answer within {} s (`mcp_servers.{}.call_timeout`)",
+                    self.spec.name,
+                    self.spec.call_timeout.as_secs(),
+                    self.spec.name
+                ),
+            )),
+        }
+    }
+
+    fn unavailable(&self, reason: &str, retry_at: Option<Instant>) -> OpError {
+        let retry = retry_at
+            .map(|t| t.saturating_duration_since(Instant::now()))
+            .map_or_else(
+                || "retry in a few seconds".to_owned(),
+                |d| format!("corral starts it again in {} s", d.as_secs().max(1)),
+            );
+        OpError::new(
+            codes::UPSTREAM_UNAVAILABLE,
+            503,
+            format!(
+                "the upstream MCP server `{}` is not running: {reason}; {retry}",
+                self.spec.name
+            ),
+        )
+    }
+}
+
+/// Starts the server, keeps it listed while it runs, and starts it again when it stops.
+async fn supervise(spec: UpstreamSpec, backend: Arc<dyn Backend>, state: watch::Sender<State>) {
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        state.send_replace(State::Starting);
+        let started = Instant::now();
+        let reason = run_once(&spec, &backend, &state).await;
+        let lived = started.elapsed();
+        if lived >= HEALTHY_RUN {
+            backoff = MIN_BACKOFF;
+        }
+        tracing::warn!(
+            upstream = %spec.name,
+            reason = %reason,
+            restart_in_s = backoff.as_secs(),
+            "upstream MCP server stopped"
+        );
+        state.send_replace(State::Down {
+            reason,
+            retry_at: Instant::now() + backoff,
+        });
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// One life of the server: start it in the backend, initialize, list, serve until it stops.
+/// Returns why it stopped.
+async fn run_once(
+    spec: &UpstreamSpec,
+    backend: &Arc<dyn Backend>,
+    state: &watch::Sender<State>,
+) -> String {
+    let req = ExecRequest {
+        argv: spec.argv.clone(),
+        cwd: spec.cwd.clone(),
+        env: spec.env.clone(),
+        stdin: None,
+        timeout: MAX_LIFETIME,
+        max_output_bytes: STDERR_CAP,
+        limits: corral_exec::ResourceLimits::default(),
+        read_paths: spec.read_paths.clone(),
+        write_paths: spec.write_paths.clone(),
+    };
+    let (attach_tx, attach_rx) = oneshot::channel();
+    let run_backend = Arc::clone(backend);
+    let run = tokio::spawn(async move { run_backend.run_attached(req, attach_tx).await });
+    // Aborting the task drops the run's future, which kills the process.
+    let run = AbortOnDrop(run);
+
+    let attached = match tokio::time::timeout(START_TIMEOUT, attach_rx).await {
+        Ok(Ok(a)) => a,
+        Ok(Err(_)) => return ended(run).await,
+        Err(_) => {
+            return format!("it did not start within {} s", START_TIMEOUT.as_secs());
+        }
+    };
+    let attestation = attached.attestation.clone();
+    let transport = (attached.stdout, attached.stdin);
+    let client: RunningService<RoleClient, ()> =
+        match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return format!("the MCP handshake failed: {e}"),
+            Err(_) => return "it did not answer `initialize` in time".to_owned(),
+        };
+    let tools = match tokio::time::timeout(START_TIMEOUT, client.list_all_tools()).await {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => return format!("`tools/list` failed: {e}"),
+        Err(_) => return "it did not answer `tools/list` in time".to_owned(),
+    };
+    tracing::info!(
+        upstream = %spec.name,
+        tools = tools.len(),
+        backend = attestation.backend,
+        isolated = attestation.isolated,
+        "upstream MCP server started"
+    );
+    state.send_replace(State::Up {
+        peer: client.peer().clone(),
+        tools: Arc::new(tools),
+        attestation,
+    });
+    let reason = ended(run).await;
+    drop(client);
+    reason
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<Result<ExecOutput, corral_exec::ExecError>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Waits for the run to end and says how it ended.
+async fn ended(mut run: AbortOnDrop) -> String {
+    match (&mut run.0).await {
+        Ok(Ok(out)) => {
+            let how = match (out.exit_code, out.signal, out.timed_out) {
+                (_, _, true) => "it reached its maximum lifetime".to_owned(),
+                (Some(c), _, _) => format!("it exited with status {c}"),
+                (None, Some(s), _) => format!("it was killed by signal {s}"),
+                (None, None, false) => "it ended".to_owned(),
+            };
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+            match last {
+                Some(line) => format!("{how} (last stderr line: {})", line.trim()),
+                None => how,
+            }
+        }
+        Ok(Err(e)) => format!("it could not be started: {} ({})", e, e.code()),
+        Err(e) => format!("its supervisor task failed: {e}"),
+    }
+}
+
+/// Every configured upstream, by name.
+#[derive(Debug, Clone, Default)]
+pub struct Upstreams {
+    servers: BTreeMap<String, Arc<Upstream>>,
+}
+
+impl Upstreams {
+    /// Starts supervising every spec.
+    pub fn start(specs: Vec<UpstreamSpec>, backend: &Arc<dyn Backend>) -> Self {
+        let servers = specs
+            .into_iter()
+            .map(|s| (s.name.clone(), Upstream::start(s, Arc::clone(backend))))
+            .collect();
+        Self { servers }
+    }
+
+    /// Whether these are the upstreams `specs` describe (a reload with other `mcp_servers`
+    /// needs a restart).
+    pub fn matches(&self, specs: &[UpstreamSpec]) -> bool {
+        self.servers.len() == specs.len()
+            && specs
+                .iter()
+                .all(|s| self.servers.get(&s.name).is_some_and(|u| &u.spec == s))
+    }
+
+    /// Completes the catalog from what the upstreams listed (waiting up to `timeout` for each
+    /// first start): a declared tool gets its params and description, and a tier its
+    /// annotations raise; a listed tool the config does not declare is added as `admin`,
+    /// explicit-only.
+    pub async fn complete_catalog(&self, catalog: &mut Catalog, timeout: Duration) {
+        for (name, upstream) in &self.servers {
+            let Some(tools) = upstream.listed(timeout).await else {
+                tracing::warn!(
+                    upstream = %name,
+                    "upstream MCP server is not up; its declared tools answer `upstream.unavailable` until it is"
+                );
+                continue;
+            };
+            let mut undeclared = Vec::new();
+            for tool in tools.iter() {
+                let Ok(id) = OpId::parse(&format!("mcp.{name}.{}", tool.name)) else {
+                    tracing::warn!(upstream = %name, tool = %tool.name, "tool name cannot be an op id; not mounted");
+                    continue;
+                };
+                match catalog.get_mut(id.as_str()) {
+                    Some(spec) => refine(spec, tool),
+                    None => {
+                        let summary = tool_summary(name, tool);
+                        let mut spec = OpSpec::new(id, &[], &summary);
+                        spec.groups.push("mcp".to_owned());
+                        refine(&mut spec, tool);
+                        if catalog.add_upstream(spec).is_ok() {
+                            undeclared.push(tool.name.to_string());
+                        }
+                    }
+                }
+            }
+            if !undeclared.is_empty() {
+                tracing::warn!(
+                    upstream = %name,
+                    tools = %undeclared.join(", "),
+                    "upstream MCP server lists tools the config does not declare: they are admin and explicit-only; declare them under `mcp_servers.{name}.tools` with their effects to use them"
+                );
+            }
+        }
+    }
+
+    /// The handler of an upstream tool's op, `mcp.<server>.<tool>`.
+    pub fn handler(&self, spec: &OpSpec) -> Option<Arc<dyn Op>> {
+        let rest = spec.id.as_str().strip_prefix("mcp.")?;
+        let (server, tool) = rest.split_once('.')?;
+        let upstream = self.servers.get(server)?;
+        Some(Arc::new(UpstreamTool {
+            spec: spec.clone(),
+            upstream: Arc::clone(upstream),
+            tool: tool.to_owned(),
+        }))
+    }
+}
+
+fn tool_summary(server: &str, tool: &Tool) -> String {
+    match tool.description.as_deref().or(tool.title.as_deref()) {
+        Some(d) if !d.trim().is_empty() => {
+            let first = d.lines().next().unwrap_or_default().trim();
+            format!(
+                "{first} (tool `{}` of upstream MCP server `{server}`)",
+                tool.name
+            )
+        }
+        _ => format!("tool `{}` of upstream MCP server `{server}`", tool.name),
+    }
+}
+
+/// Params from the tool's input schema, the summary from its description, and a tier the
+/// annotations raise (never lower).
+fn refine(spec: &mut OpSpec, tool: &Tool) {
+    let server = spec
+        .id
+        .as_str()
+        .split('.')
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    spec.summary = tool_summary(&server, tool);
+    let schema = &tool.input_schema;
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    spec.params = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|props| {
+            props
+                .iter()
+                .map(|(name, p)| {
+                    corral_policy::ParamSpec::new(
+                        name,
+                        param_kind(p),
+                        required.contains(&name.as_str()),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(a) = &tool.annotations {
+        let mut raised = spec.tier();
+        if a.destructive_hint == Some(true) && a.read_only_hint != Some(true) {
+            raised = raised.max(Tier::Destructive);
+        }
+        if a.read_only_hint == Some(false) {
+            raised = raised.max(Tier::Confirm);
+        }
+        if raised > spec.tier() {
+            let _ = spec.raise_tier(raised);
+        }
+    }
+}
+
+fn param_kind(p: &Value) -> ParamKind {
+    let strings = |v: &Value| -> Option<Vec<String>> {
+        v.as_array()?
+            .iter()
+            .map(|x| x.as_str().map(str::to_owned))
+            .collect()
+    };
+    match p.get("type").and_then(Value::as_str) {
+        Some("string") => match p.get("enum").and_then(strings) {
+            Some(values) if !values.is_empty() => ParamKind::Enum(values),
+            _ => ParamKind::String,
+        },
+        Some("integer") => ParamKind::Int,
+        Some("boolean") => ParamKind::Bool,
+        _ => ParamKind::Json,
+    }
+}
+
+/// An upstream tool as an op.
+#[derive(Debug)]
+struct UpstreamTool {
+    spec: OpSpec,
+    upstream: Arc<Upstream>,
+    tool: String,
+}
+
+impl Op for UpstreamTool {
+    fn spec(&self) -> &OpSpec {
+        &self.spec
+    }
+
+    fn call(&self, ctx: OpCtx) -> BoxFuture<'_, Result<OpOutput, OpError>> {
+        Box::pin(async move {
+            let mut arguments = serde_json::Map::new();
+            for (name, value) in &ctx.args.0 {
+                let v = match value {
+                    ArgValue::Str(s) => Value::String(s.clone()),
+                    ArgValue::Int(i) => json!(i),
+                    ArgValue::Bool(b) => Value::Bool(*b),
+                    ArgValue::List(l) => json!(l),
+                    ArgValue::Json(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+                };
+                arguments.insert(name.clone(), v);
+            }
+            let (value, attestation) = self.upstream.call(&self.tool, arguments).await?;
+            Ok(OpOutput::Json {
+                value,
+                attestation: Some(attestation),
+            })
+        })
+    }
+}
