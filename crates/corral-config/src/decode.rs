@@ -17,7 +17,7 @@ use crate::diag::Diagnostic;
 use crate::model::{
     AuditConfig, AuditSink, AuthConfig, AutonomyConfig, AutonomyPin, BackendKind, BudgetsConfig,
     Config, ConfirmationBackend, CustomOpConfig, GuardrailsConfig, GuardrailsMode, JwtSpec,
-    McpServerConfig, McpToolConfig, NetworkMode, ParamConfig, PresetUse, RolesConfig, RuleConfig,
+    McpConfig, McpServerConfig, McpToolConfig, NetworkMode, ParamConfig, PresetUse, RolesConfig, RuleConfig,
     Spanned, StateOnlyEntry, StorageConfig, TokenConfig,
 };
 use crate::yaml::{Key, Node, Span, Value};
@@ -37,6 +37,7 @@ pub(crate) const ALL_KEYS: &[&[&str]] = &[
     URL_KEYS,
     LIMIT_KEYS,
     CUSTOM_KEYS,
+    MCP_KEYS,
     MCP_SERVER_KEYS,
     MCP_TOOL_KEYS,
     PARAM_KEYS,
@@ -67,7 +68,9 @@ const TOP_KEYS: &[&str] = &[
     "budgets",
     "disabled_ops",
     "mcp_servers",
+    "mcp",
 ];
+const MCP_KEYS: &[&str] = &["allowed_hosts", "allowed_origins"];
 const MCP_SERVER_KEYS: &[&str] = &[
     "command",
     "env_pass",
@@ -484,6 +487,27 @@ impl Decoder {
         }
         if let Some(n) = m.get("mcp_servers") {
             c.mcp_servers = self.mcp_servers(n);
+        }
+        if let Some(n) = m.get("mcp")
+            && let Some(mm) = self.map(n, "mcp", MCP_KEYS)
+        {
+            let mut mcp = McpConfig::default();
+            if let Some(h) = mm.get("allowed_hosts") {
+                mcp.allowed_hosts = self.strings(h, &mm.at("allowed_hosts"));
+                if mcp.allowed_hosts.is_empty() {
+                    self.err_fix(
+                        codes::CONFIG_INVALID_VALUE,
+                        "`mcp.allowed_hosts` is empty, which would let any `Host` reach `/mcp`".to_owned(),
+                        "mcp.allowed_hosts",
+                        h.span,
+                        "list the names clients use (`[corral.example.com, \"corral.example.com:9000\"]`), or remove the key for loopback only".to_owned(),
+                    );
+                }
+            }
+            if let Some(o) = mm.get("allowed_origins") {
+                mcp.allowed_origins = self.strings(o, &mm.at("allowed_origins"));
+            }
+            c.mcp = mcp;
         }
         if let Some(n) = m.get("auth") {
             c.auth = self.auth(n);

@@ -74,6 +74,28 @@ pub struct Config {
     /// `mcp_servers:` upstream MCP servers corral runs in its sandbox; their tools become ops
     /// `mcp.<name>.<tool>`.
     pub mcp_servers: Vec<McpServerConfig>,
+    /// `mcp:` the `/mcp` endpoint's `Host` and `Origin` allow-lists.
+    pub mcp: McpConfig,
+}
+
+/// `mcp:` who may reach `/mcp` by which name. Defaults: loopback hosts only, no Origin check.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct McpConfig {
+    /// `Host` values (`name` or `name:port`) `/mcp` answers; empty: the loopback names.
+    pub allowed_hosts: Vec<Spanned<String>>,
+    /// Browser `Origin`s (`scheme://host[:port]`) `/mcp` answers; empty: no Origin check.
+    pub allowed_origins: Vec<Spanned<String>>,
+}
+
+impl McpConfig {
+    /// The `Host` allow-list in force: the configured one, else the loopback names (DNS
+    /// rebinding protection for a server on a developer's machine).
+    pub fn hosts(&self) -> Vec<String> {
+        if self.allowed_hosts.is_empty() {
+            return vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+        }
+        self.allowed_hosts.iter().map(|h| h.value.clone()).collect()
+    }
 }
 
 /// One upstream MCP server as written under `mcp_servers:`.

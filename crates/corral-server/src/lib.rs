@@ -36,6 +36,10 @@ pub struct App {
     pub storage: &'static str,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
+    /// `Host` values `/mcp` answers (`mcp.allowed_hosts`; loopback by default).
+    pub mcp_allowed_hosts: Vec<String>,
+    /// Browser `Origin`s `/mcp` answers (`mcp.allowed_origins`; empty: no Origin check).
+    pub mcp_allowed_origins: Vec<String>,
 }
 
 impl App {

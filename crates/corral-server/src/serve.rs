@@ -198,6 +198,14 @@ pub async fn build_state(
         mode,
         storage: store.backend_name(),
         max_body_bytes,
+        mcp_allowed_hosts: loaded.config.mcp.hosts(),
+        mcp_allowed_origins: loaded
+            .config
+            .mcp
+            .allowed_origins
+            .iter()
+            .map(|o| o.value.clone())
+            .collect(),
     }));
     Ok((state, store))
 }

@@ -679,3 +679,40 @@ fn a_diagnostic_without_a_location_or_span_says_the_config() {
         )
     );
 }
+
+#[test]
+fn an_empty_mcp_host_allow_list_is_refused_rather_than_admitting_every_host() {
+    let d = error(
+        "version: 1\nmcp:\n  allowed_hosts: []\n",
+        codes::CONFIG_INVALID_VALUE,
+    );
+    assert_eq!(d.location, "mcp.allowed_hosts");
+    assert!(d.fix.contains("remove the key"), "{d}");
+}
+
+#[test]
+fn an_upstream_server_needs_a_command_and_a_name_fit_for_an_op_id() {
+    let d = error(
+        "version: 1\nmcp_servers:\n  notes:\n    tools: {search: {effects: [read]}}\n",
+        codes::CONFIG_MISSING_KEY,
+    );
+    assert_eq!(d.location, "mcp_servers.notes");
+    let d = error(
+        "version: 1\nmcp_servers:\n  \"no.dots\":\n    command: [x]\n",
+        codes::CONFIG_INVALID_VALUE,
+    );
+    assert_eq!(d.location, "mcp_servers.no.dots");
+}
+
+#[test]
+fn a_custom_op_may_not_take_the_upstream_namespace() {
+    let e = load_err(
+        "corral.yaml",
+        "version: 1\ncustom:\n  mcp.fake.tool:\n    argv: [\"true\"]\n    effects: [read]\n",
+    );
+    assert!(
+        e.diagnostics.iter().any(|d| d.message.contains("mcp")),
+        "{}",
+        list(&e.diagnostics)
+    );
+}

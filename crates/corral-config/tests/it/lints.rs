@@ -1418,3 +1418,49 @@ rules:
         list(&all)
     );
 }
+
+// ---------------------------------------------------------------- lint.upstream_tool_undeclared
+
+#[test]
+fn an_upstream_tool_without_effects_is_admin_and_a_warning_at_the_tool() {
+    let yaml = with_auth(
+        "version: 1
+mcp_servers:
+  notes:
+    command: [/opt/notes-mcp]
+    tools:
+      search: {effects: [read]}
+      purge: {}
+",
+    );
+    let d = finds(
+        &yaml,
+        codes::LINT_UPSTREAM_TOOL_UNDECLARED,
+        Severity::Warning,
+        "purge",
+    );
+    assert!(d.message.contains("`purge`"), "{d}");
+    let loaded = load(&yaml);
+    let purge = loaded.catalog.get("mcp.notes.purge").unwrap();
+    assert!(purge.explicit_only);
+    assert_eq!(purge.tier(), corral_policy::Tier::Destructive);
+    let search = loaded.catalog.get("mcp.notes.search").unwrap();
+    assert_eq!(search.tier(), corral_policy::Tier::Read);
+}
+
+#[test]
+fn an_upstream_server_with_no_declared_tools_is_a_warning_and_declared_ones_are_not() {
+    let none = with_auth("version: 1\nmcp_servers:\n  notes:\n    command: [/opt/notes-mcp]\n");
+    finds(
+        &none,
+        codes::LINT_UPSTREAM_TOOL_UNDECLARED,
+        Severity::Warning,
+        "notes:",
+    );
+    misses(
+        &with_auth(
+            "version: 1\nmcp_servers:\n  notes:\n    command: [/opt/notes-mcp]\n    tools:\n      search: {effects: [read]}\n",
+        ),
+        codes::LINT_UPSTREAM_TOOL_UNDECLARED,
+    );
+}

@@ -21,6 +21,11 @@ pub(crate) fn service(state: &AppState) -> StreamableHttpService<CorralMcp, Neve
     config.json_response = true;
     config.sse_keep_alive = None;
     config.max_request_body_bytes = state.0.max_body_bytes;
+    // Never empty (an empty list would admit every Host): the config refuses `[]`, and the
+    // default is the loopback names.
+    config = config
+        .with_allowed_hosts(state.0.mcp_allowed_hosts.clone())
+        .with_allowed_origins(state.0.mcp_allowed_origins.clone());
     StreamableHttpService::new(
         move || Ok(CorralMcp::per_request(gateway.clone())),
         std::sync::Arc::new(NeverSessionManager::default()),

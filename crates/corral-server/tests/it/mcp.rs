@@ -220,3 +220,32 @@ async fn mcp_without_credentials_is_refused_like_every_route() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 401);
 }
+
+/// `tools/list` over raw HTTP with a chosen `Host` header; the status.
+async fn list_with_host(s: &Server, host: &str) -> u16 {
+    reqwest::Client::new()
+        .post(s.url("/mcp"))
+        .bearer_auth(AGENT_TOKEN)
+        .header("host", host)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn mcp_answers_loopback_host_names_only_unless_the_config_lists_others() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    // A DNS-rebinding page reaches the server by the attacker's name: refused, even with a token.
+    assert_eq!(list_with_host(&s, "evil.example.com").await, 403);
+    assert_eq!(list_with_host(&s, "localhost").await, 200);
+
+    let yaml = ws.jail_yaml("mcp:\n  allowed_hosts: [corral.example.com]\n");
+    let s = Server::start(&ws.load(&yaml, &crate::common::token_env())).await;
+    assert_eq!(list_with_host(&s, "corral.example.com").await, 200);
+    assert_eq!(list_with_host(&s, "evil.example.com").await, 403);
+}
