@@ -206,6 +206,7 @@ pub fn upstream_tool_spec(
         spec.raise_tier(t)?;
     }
     spec.groups.push("mcp".to_owned());
+    spec.idempotent = tool.idempotent;
     Ok(spec)
 }
 

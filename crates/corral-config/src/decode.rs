@@ -17,8 +17,8 @@ use crate::diag::Diagnostic;
 use crate::model::{
     AuditConfig, AuditSink, AuthConfig, AutonomyConfig, AutonomyPin, BackendKind, BudgetsConfig,
     Config, ConfirmationBackend, CustomOpConfig, GuardrailsConfig, GuardrailsMode, JwtSpec,
-    McpConfig, McpServerConfig, McpToolConfig, NetworkMode, ParamConfig, PresetUse, RolesConfig, RuleConfig,
-    Spanned, StateOnlyEntry, StorageConfig, TokenConfig,
+    McpConfig, McpServerConfig, McpToolConfig, NetworkMode, ParamConfig, PresetUse, RolesConfig,
+    RuleConfig, Spanned, StateOnlyEntry, StorageConfig, TokenConfig,
 };
 use crate::yaml::{Key, Node, Span, Value};
 

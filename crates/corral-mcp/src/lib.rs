@@ -14,7 +14,7 @@ pub mod upstream;
 
 use std::sync::Arc;
 
-use corral_guard::{Call, Caller, Gateway, Refusal, Reply};
+use corral_guard::{Call, CallOptions, Caller, Gateway, Refusal, Reply};
 use corral_policy::{Effect, OpSpec, Tier};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
@@ -76,7 +76,8 @@ pub fn tool(op: &OpSpec) -> Tool {
     let annotations = ToolAnnotations::new()
         .read_only(tier == Tier::Read)
         .destructive(tier == Tier::Destructive)
-        .open_world(net);
+        .open_world(net)
+        .idempotent(op.idempotent);
     let mut t = Tool::new(
         op.id.as_str().to_owned(),
         op.summary.clone(),
@@ -149,16 +150,26 @@ impl ServerHandler for CorralMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = self.caller(&ctx)?;
+        // Over HTTP, the request's guardrail headers (run, autonomy, dry-run); none on stdio.
+        let opts = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<CallOptions>())
+            .cloned()
+            .unwrap_or_default();
         let args = Value::Object(request.arguments.unwrap_or_default());
         let request_id = uuid::Uuid::now_v7().to_string();
         let reply = self
             .gateway
-            .call(Call {
-                caller,
-                op: request.name.to_string(),
-                args,
-                request_id: request_id.clone(),
-            })
+            .call_with(
+                Call {
+                    caller,
+                    op: request.name.to_string(),
+                    args,
+                    request_id: request_id.clone(),
+                },
+                opts,
+            )
             .await;
         let result = match reply {
             Reply::Json(v) => {

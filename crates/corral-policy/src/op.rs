@@ -374,6 +374,9 @@ pub struct OpSpec {
     pub groups: Vec<String>,
     /// One line for `describe`.
     pub summary: String,
+    /// Calling it twice with the same arguments does what calling it once does (declared by
+    /// config; MCP clients see it as `idempotentHint`).
+    pub idempotent: bool,
 }
 
 impl OpSpec {
@@ -389,6 +392,7 @@ impl OpSpec {
             params: Vec::new(),
             groups: Vec::new(),
             summary: summary.to_owned(),
+            idempotent: false,
         }
     }
 

@@ -45,7 +45,7 @@ mcp_servers:
     command: ["{fx}"]
     read_paths: ["{bin_dir}", "$WS"]
     tools:
-      read_file: {{effects: [read]}}
+      read_file: {{effects: [read], idempotent: true}}
       write_note: {{effects: [write]}}
       whoami: {{effects: [read]}}
       crash: {{effects: [read]}}
@@ -115,6 +115,15 @@ async fn an_upstream_mcp_server_runs_sandboxed_behind_the_policy() {
         write_hints.and_then(|a| a.read_only_hint),
         Some(false),
         "the upstream claims write_note is read-only; corral's config says write"
+    );
+    let read_hints = tools
+        .iter()
+        .find(|t| t.name == "mcp.fx.read_file")
+        .and_then(|t| t.annotations.clone());
+    assert_eq!(
+        read_hints.and_then(|a| a.idempotent_hint),
+        Some(true),
+        "idempotent because the config says so"
     );
     let read_schema = tools
         .iter()

@@ -33,8 +33,9 @@ pub(crate) fn service(state: &AppState) -> StreamableHttpService<CorralMcp, Neve
     )
 }
 
-/// Authenticates an MCP request like any route (401 without valid credentials), and hands the
-/// `Caller` to the MCP handler through the request's extensions.
+/// Authenticates an MCP request like any route (401 without valid credentials), reads its
+/// guardrail headers (`X-Corral-Run`, `X-Corral-Autonomy`, `X-Corral-Dry-Run`), and hands the
+/// `Caller` and the `CallOptions` to the MCP handler through the request's extensions.
 pub(crate) async fn authenticate(
     State(state): State<AppState>,
     mut request: Request,
@@ -43,7 +44,16 @@ pub(crate) async fn authenticate(
     let rid = super::request_id();
     match authed(&state, request.headers(), "/mcp", &rid).await {
         Ok(caller) => {
+            // The guardrail headers apply to every tool call of the request, as on `POST /ops`.
+            let opts = match super::confirmations::call_options(request.headers()) {
+                Ok(o) => o,
+                Err(msg) => {
+                    let code = super::confirmations::INVALID_HEADER;
+                    return crate::error::ApiError::new(400, code, msg, None, &rid).into_response();
+                }
+            };
             request.extensions_mut().insert(caller);
+            request.extensions_mut().insert(opts);
             next.run(request).await
         }
         Err(e) => e.into_response(),

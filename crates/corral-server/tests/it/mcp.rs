@@ -249,3 +249,37 @@ async fn mcp_answers_loopback_host_names_only_unless_the_config_lists_others() {
     assert_eq!(list_with_host(&s, "corral.example.com").await, 200);
     assert_eq!(list_with_host(&s, "evil.example.com").await, 403);
 }
+
+#[tokio::test]
+async fn the_guardrail_headers_apply_to_mcp_calls_like_to_post_ops() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    ws.write("kept.txt", "stays");
+    let mut headers = std::collections::HashMap::new();
+    headers.insert(
+        axum::http::HeaderName::from_static("x-corral-dry-run"),
+        axum::http::HeaderValue::from_static("true"),
+    );
+    let config = StreamableHttpClientTransportConfig::with_uri(s.url("/mcp"))
+        .auth_header(ADMIN_TOKEN)
+        .custom_headers(headers);
+    let dry = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
+    let r = call(&dry, "files.delete", json!({"path": ws.at("kept.txt")})).await;
+    assert_eq!(r.is_error, Some(false), "{r:?}");
+    let v = r.structured_content.clone().unwrap_or_default();
+    assert_eq!(v["status"], "dry_run", "{v}");
+    assert!(ws.root.join("kept.txt").exists(), "a dry run runs nothing");
+    dry.cancel().await.unwrap();
+
+    // A malformed guardrail header is a 400 for the whole request, as on `POST /ops`.
+    let r = reqwest::Client::new()
+        .post(s.url("/mcp"))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("x-corral-run", "not a run id!")
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+}
