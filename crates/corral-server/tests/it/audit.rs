@@ -240,6 +240,15 @@ async fn an_audit_row_never_holds_an_argument_value_on_sqlite() {
     // Nor anywhere in the database files, whatever the columns.
     let store = s.stop().await;
     store.close().await;
+    // The audit writer's own connection closes when its last sender is gone; SQLite removes
+    // the WAL once every connection closed (after checkpointing it into the database file).
+    let wal = ws.state.join("corral.db-wal");
+    for _ in 0..100 {
+        if !wal.exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let mut files = 0;
     for entry in std::fs::read_dir(&ws.state).unwrap() {
         let path = entry.unwrap().path();
