@@ -134,7 +134,7 @@ fn open_beneath(
     } else {
         jp.relative()
     };
-    let fd = rustix::fs::openat2(
+    let fd = openat2_retrying(
         &root,
         rel,
         flags | OFlags::CLOEXEC,
@@ -151,6 +151,28 @@ fn open_beneath(
         ));
     }
     Ok(Opened { fd, shown })
+}
+
+/// `openat2`, retried while it answers `EAGAIN`: with `RESOLVE_BENEATH` the kernel refuses a
+/// lookup through `..` that raced *any* rename or mount on the system, and asks the caller to
+/// try again (openat2(2)). A handful of retries absorb that; a lookup that keeps racing still
+/// fails closed.
+fn openat2_retrying<Fd: rustix::fd::AsFd>(
+    dir: Fd,
+    path: &str,
+    flags: OFlags,
+    mode: Mode,
+    resolve: rustix::fs::ResolveFlags,
+) -> Result<rustix::fd::OwnedFd, Errno> {
+    const ATTEMPTS: usize = 16;
+    let mut last = Errno::AGAIN;
+    for _ in 0..ATTEMPTS {
+        match rustix::fs::openat2(dir.as_fd(), path, flags, mode, resolve) {
+            Err(Errno::AGAIN) => last = Errno::AGAIN,
+            other => return other,
+        }
+    }
+    Err(last)
 }
 
 fn file_type_name(t: FileType) -> &'static str {
@@ -452,7 +474,7 @@ fn create_beneath(
         Mode::empty(),
     )
     .map_err(|e| errno_error(e, jp.root()))?;
-    let dir = rustix::fs::openat2(
+    let dir = openat2_retrying(
         &root,
         if parent.is_empty() { "." } else { parent },
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -468,7 +490,7 @@ fn create_beneath(
             format!("`{shown}` leads into a protected location"),
         ));
     }
-    match rustix::fs::openat2(
+    match openat2_retrying(
         &dir,
         name,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::CLOEXEC,
@@ -554,7 +576,7 @@ fn delete(
     )
     .map_err(|e| errno_error(e, jp.root()))?;
     let parent_rel = if parent.is_empty() { "." } else { parent };
-    let dir = rustix::fs::openat2(
+    let dir = openat2_retrying(
         &root,
         parent_rel,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
