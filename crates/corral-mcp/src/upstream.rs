@@ -83,6 +83,9 @@ pub struct Upstream {
     supervisor: tokio::task::JoinHandle<()>,
 }
 
+/// Bumped each time any upstream (re)starts and lists its tools.
+type Listings = Arc<watch::Sender<u64>>;
+
 impl Drop for Upstream {
     fn drop(&mut self) {
         // Dropping the run's future kills the process and destroys its sandbox.
@@ -92,9 +95,9 @@ impl Drop for Upstream {
 
 impl Upstream {
     /// Starts supervising `spec` on the current tokio runtime.
-    pub fn start(spec: UpstreamSpec, backend: Arc<dyn Backend>) -> Arc<Self> {
+    fn start(spec: UpstreamSpec, backend: Arc<dyn Backend>, listings: Listings) -> Arc<Self> {
         let (tx, rx) = watch::channel(State::Starting);
-        let supervisor = tokio::spawn(supervise(spec.clone(), backend, tx));
+        let supervisor = tokio::spawn(supervise(spec.clone(), backend, tx, listings));
         Arc::new(Self {
             spec,
             state: rx,
@@ -192,12 +195,17 @@ impl Upstream {
 }
 
 /// Starts the server, keeps it listed while it runs, and starts it again when it stops.
-async fn supervise(spec: UpstreamSpec, backend: Arc<dyn Backend>, state: watch::Sender<State>) {
+async fn supervise(
+    spec: UpstreamSpec,
+    backend: Arc<dyn Backend>,
+    state: watch::Sender<State>,
+    listings: Listings,
+) {
     let mut backoff = MIN_BACKOFF;
     loop {
         state.send_replace(State::Starting);
         let started = Instant::now();
-        let reason = run_once(&spec, &backend, &state).await;
+        let reason = run_once(&spec, &backend, &state, &listings).await;
         let lived = started.elapsed();
         if lived >= HEALTHY_RUN {
             backoff = MIN_BACKOFF;
@@ -223,6 +231,7 @@ async fn run_once(
     spec: &UpstreamSpec,
     backend: &Arc<dyn Backend>,
     state: &watch::Sender<State>,
+    listings: &Listings,
 ) -> String {
     let req = ExecRequest {
         argv: spec.argv.clone(),
@@ -273,6 +282,7 @@ async fn run_once(
         tools: Arc::new(tools),
         attestation,
     });
+    listings.send_modify(|n| *n = n.wrapping_add(1));
     let reason = ended(run).await;
     drop(client);
     reason
@@ -309,19 +319,44 @@ async fn ended(mut run: AbortOnDrop) -> String {
 }
 
 /// Every configured upstream, by name.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Upstreams {
     servers: BTreeMap<String, Arc<Upstream>>,
+    listings: Listings,
+}
+
+impl Default for Upstreams {
+    fn default() -> Self {
+        Self {
+            servers: BTreeMap::new(),
+            listings: Arc::new(watch::channel(0).0),
+        }
+    }
 }
 
 impl Upstreams {
     /// Starts supervising every spec.
     pub fn start(specs: Vec<UpstreamSpec>, backend: &Arc<dyn Backend>) -> Self {
+        let listings: Listings = Arc::new(watch::channel(0).0);
         let servers = specs
             .into_iter()
-            .map(|s| (s.name.clone(), Upstream::start(s, Arc::clone(backend))))
+            .map(|s| {
+                let up = Upstream::start(s, Arc::clone(backend), Arc::clone(&listings));
+                (up.spec.name.clone(), up)
+            })
             .collect();
-        Self { servers }
+        Self { servers, listings }
+    }
+
+    /// Whether there is any upstream.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// Changes each time an upstream (re)started and listed its tools: the catalog built from
+    /// the earlier lists may be incomplete (it was down at start-up) or stale.
+    pub fn listings(&self) -> watch::Receiver<u64> {
+        self.listings.subscribe()
     }
 
     /// Whether these are the upstreams `specs` describe (a reload with other `mcp_servers`

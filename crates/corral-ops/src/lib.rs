@@ -146,4 +146,9 @@ impl Registry {
     pub fn get(&self, id: &str) -> Option<&Arc<dyn Op>> {
         self.ops.get(id)
     }
+
+    /// Every handler.
+    pub fn handlers(&self) -> impl Iterator<Item = &Arc<dyn Op>> {
+        self.ops.values()
+    }
 }

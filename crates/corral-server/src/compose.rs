@@ -86,6 +86,37 @@ pub async fn deployment(loaded: &Loaded, upstreams: &Upstreams) -> Deployment {
     }
 }
 
+/// The running deployment with its upstream tools taken again from the upstreams' current lists
+/// (one came up after start-up, or restarted): the same policy and guard settings, the catalog
+/// completed again, fresh handlers and versions for the `mcp.*` ops, every other handler kept.
+pub async fn refresh_upstream_tools(current: &Deployment, upstreams: &Upstreams) -> Deployment {
+    let mut catalog = current.registry.catalog().clone();
+    upstreams
+        .complete_catalog(&mut catalog, std::time::Duration::ZERO)
+        .await;
+    let mut ops: Vec<Arc<dyn Op>> = current
+        .registry
+        .handlers()
+        .filter(|h| !h.spec().id.as_str().starts_with("mcp."))
+        .cloned()
+        .collect();
+    let mut guard = current.guard.clone();
+    for spec in catalog.iter().filter(|s| s.id.as_str().starts_with("mcp.")) {
+        if let Some(h) = upstreams.handler(spec) {
+            ops.push(h);
+        }
+        guard
+            .op_versions
+            .insert(spec.id.to_string(), spec_version(spec, None));
+    }
+    Deployment {
+        engine: corral_policy::Engine::new(catalog.clone(), current.engine.policy().clone()),
+        registry: Registry::new(catalog, ops),
+        protected: current.protected.clone(),
+        guard,
+    }
+}
+
 /// How to run each `mcp_servers:` entry: paths made absolute against the config's directory,
 /// the environment exactly `env_pass` (never a secret's variable) plus a default `PATH`.
 pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {
@@ -139,18 +170,6 @@ pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {
 /// runs (argv template, cwd, timeout). Part of a confirmation's key, so an approval given for one
 /// definition of an op never runs another (a reload that changes the argv needs a new approval).
 pub fn op_version(spec: &OpSpec, loaded: &Loaded) -> String {
-    let params: Vec<serde_json::Value> = spec
-        .params
-        .iter()
-        .map(|p| {
-            let extra = match &p.kind {
-                ParamKind::Path { root } => json!(root),
-                ParamKind::Enum(values) => json!(values),
-                _ => serde_json::Value::Null,
-            };
-            json!({"name": p.name, "type": p.kind.name(), "required": p.required, "extra": extra})
-        })
-        .collect();
     let custom = loaded
         .config
         .custom
@@ -163,6 +182,23 @@ pub fn op_version(spec: &OpSpec, loaded: &Loaded) -> String {
                 "timeout_ms": c.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
             })
         });
+    spec_version(spec, custom)
+}
+
+/// `op_version` from the spec and, for a custom op, what it runs.
+fn spec_version(spec: &OpSpec, custom: Option<serde_json::Value>) -> String {
+    let params: Vec<serde_json::Value> = spec
+        .params
+        .iter()
+        .map(|p| {
+            let extra = match &p.kind {
+                ParamKind::Path { root } => json!(root),
+                ParamKind::Enum(values) => json!(values),
+                _ => serde_json::Value::Null,
+            };
+            json!({"name": p.name, "type": p.kind.name(), "required": p.required, "extra": extra})
+        })
+        .collect();
     let digest = corral_guard::canonical::digest(&json!({
         "id": spec.id.as_str(),
         "effects": spec.effective_effects().to_string(),

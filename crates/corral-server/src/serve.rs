@@ -191,6 +191,7 @@ pub async fn build_state(
     let gateway = Arc::new(
         Gateway::new(deployment, backend, sinks, "default").with_confirmations(confirmations),
     );
+    spawn_upstream_refresher(&gateway, &upstreams);
     let state = AppState(Arc::new(App {
         gateway,
         upstreams,
@@ -208,6 +209,28 @@ pub async fn build_state(
             .collect(),
     }));
     Ok((state, store))
+}
+
+/// Completes the deployment again each time an upstream MCP server (re)starts and lists its
+/// tools: one that was down at start-up gets its params, one that changed its list gets the new
+/// one. Stops with the gateway.
+fn spawn_upstream_refresher(gateway: &Arc<Gateway>, upstreams: &corral_mcp::upstream::Upstreams) {
+    if upstreams.is_empty() {
+        return;
+    }
+    let gateway = Arc::downgrade(gateway);
+    let upstreams = upstreams.clone();
+    let mut listings = upstreams.listings();
+    listings.borrow_and_update();
+    tokio::spawn(async move {
+        while listings.changed().await.is_ok() {
+            let Some(gw) = gateway.upgrade() else { return };
+            let current = gw.deployment();
+            let refreshed = compose::refresh_upstream_tools(&current, &upstreams).await;
+            gw.replace(refreshed);
+            tracing::debug!("deployment completed with the upstreams' current tool lists");
+        }
+    });
 }
 
 fn corral_config_path(loaded: &Loaded, p: &str) -> PathBuf {

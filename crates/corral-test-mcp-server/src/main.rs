@@ -4,6 +4,9 @@
 //! Tools: `read_file {path}` (the file's text), `write_note {path, text}` (writes the file),
 //! `whoami {}` (its pid and working directory), `crash {}` (exits at once with status 3, to test
 //! corral's restart), `undeclared_tool {}` (which corral's test config does not declare).
+//!
+//! `--fail-if-exists PATH`: when PATH exists, remove it and exit with status 2 before serving
+//! (a server that is down at corral's start-up and comes up on the restart).
 
 use std::sync::Arc;
 
@@ -126,6 +129,14 @@ impl ServerHandler for Fixture {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--fail-if-exists")
+        && let Some(marker) = args.get(i + 1)
+        && std::fs::remove_file(marker).is_ok()
+    {
+        eprintln!("fixture: {marker} existed; failing this start");
+        std::process::exit(2);
+    }
     let Ok(service) = Fixture.serve(rmcp::transport::io::stdio()).await else {
         std::process::exit(1);
     };

@@ -228,3 +228,84 @@ async fn an_upstream_mcp_server_runs_sandboxed_behind_the_policy() {
     );
     let _ = client.cancel().await;
 }
+
+#[tokio::test]
+async fn an_upstream_that_is_down_at_start_up_gets_its_tools_once_it_comes_up() {
+    let fx = fixture();
+    let bin_dir = fx
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let config = format!(
+        r#"version: 1
+state_dir: .corral
+mcp_servers:
+  fx:
+    command: ["{fx}", --fail-if-exists, "$WS/down"]
+    read_paths: ["{bin_dir}"]
+    write_paths: ["$WS"]
+    tools:
+      read_file: {{effects: [read]}}
+rules:
+  - allow: [mcp.fx.read_file]
+"#,
+        fx = fx.display()
+    );
+    let dir = workspace(Some(&config));
+    let ws = dir.path().join("ws");
+    let _ = std::fs::write(ws.join("down"), "");
+    let _ = std::fs::write(ws.join("notes.txt"), "after the restart\n");
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_corral"));
+    cmd.arg("mcp")
+        .current_dir(dir.path())
+        .env_remove("CORRAL_CONFIG");
+    let Ok(transport) = TokioChildProcess::new(cmd) else {
+        unreachable!("`corral mcp` starts")
+    };
+    let client = match ().serve(transport).await {
+        Ok(c) => c,
+        Err(e) => unreachable!("the MCP handshake: {e}"),
+    };
+    // Declared, so listed, but its params are unknown until the server has listed them.
+    let tools = client.list_all_tools().await.unwrap_or_default();
+    let read = tools.iter().find(|t| t.name == "mcp.fx.read_file");
+    let props = read.and_then(|t| t.input_schema.get("properties").cloned());
+    assert_eq!(props, Some(json!({})), "{tools:?}");
+    assert!(
+        !ws.join("down").exists(),
+        "the first start failed and took the marker"
+    );
+
+    let mut answered = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let r = call(
+            &client,
+            "mcp.fx.read_file",
+            json!({"path": ws.join("notes.txt")}),
+        )
+        .await;
+        if r.is_error == Some(false) {
+            answered = Some(r);
+            break;
+        }
+    }
+    let Some(answered) = answered else {
+        unreachable!("the upstream's tools were not completed within 10 s of its restart")
+    };
+    assert!(
+        text(&answered).contains("after the restart"),
+        "{}",
+        text(&answered)
+    );
+    let tools = client.list_all_tools().await.unwrap_or_default();
+    let read = tools.iter().find(|t| t.name == "mcp.fx.read_file");
+    let props = read.and_then(|t| t.input_schema.get("properties").cloned());
+    assert_eq!(
+        props,
+        Some(json!({"path": {"type": "string"}})),
+        "{tools:?}"
+    );
+    let _ = client.cancel().await;
+}
