@@ -47,6 +47,27 @@ pub struct Deployment {
     pub guard: GuardPolicy,
 }
 
+impl Deployment {
+    /// The ops `principal` may call, as `GET /ops` and MCP's `tools/list` show them: mounted
+    /// for them by the policy, permitted by their autonomy level (process-wide and pins), and
+    /// within their role's tier when RBAC is on. (Arguments, scopes, limits, budgets and
+    /// confirmation are still decided per call.)
+    pub fn callable_ops(&self, principal: &Principal) -> Vec<&OpSpec> {
+        let level = self.guard.effective_level(principal, None).map(|(l, _)| l);
+        let role = Role::highest_of(&principal.roles);
+        self.engine
+            .mounted_ops(principal)
+            .into_iter()
+            .filter(|op| level.is_none_or(|l| l.permits(op)))
+            .filter(|op| {
+                self.guard
+                    .required_role(op)
+                    .is_none_or(|need| role.is_some_and(|have| have >= need))
+            })
+            .collect()
+    }
+}
+
 /// Who is calling, as authenticated by the surface.
 #[derive(Debug, Clone)]
 pub struct Caller {

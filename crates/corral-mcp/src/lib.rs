@@ -1,6 +1,6 @@
 //! Corral's own ops as MCP tools, with the official Rust SDK (`rmcp`).
 //!
-//! `tools/list` shows only the ops the caller may call (`Engine::mounted_ops`, the same
+//! `tools/list` shows only the ops the caller may call (`Deployment::callable_ops`, the same
 //! evaluator as `GET /ops`); `tools/call` goes through `corral_guard::Gateway::call` like
 //! `POST /ops/{id}`. A refusal is a tool error (`isError: true`) whose text carries corral's
 //! code and message; `confirmation.required` carries the action id, the arguments and how a
@@ -136,8 +136,7 @@ impl ServerHandler for CorralMcp {
         let caller = self.caller(&ctx)?;
         let d = self.gateway.deployment();
         let tools = d
-            .engine
-            .mounted_ops(&caller.principal)
+            .callable_ops(&caller.principal)
             .into_iter()
             .map(tool)
             .collect();

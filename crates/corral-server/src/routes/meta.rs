@@ -81,7 +81,7 @@ pub async fn openapi(
     let rid = super::request_id();
     let c = authed(&state, &headers, "GET /openapi.json", &rid).await?;
     let d = state.0.gateway.deployment();
-    let ops = d.engine.mounted_ops(&c.principal);
+    let ops = d.callable_ops(&c.principal);
     Ok(axum::Json(crate::openapi::document(&ops)).into_response())
 }
 

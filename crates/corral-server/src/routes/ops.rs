@@ -143,8 +143,7 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<R
     let c = authed(&state, &headers, "GET /ops", &rid).await?;
     let d = state.0.gateway.deployment();
     let ops: Vec<_> = d
-        .engine
-        .mounted_ops(&c.principal)
+        .callable_ops(&c.principal)
         .into_iter()
         .map(op_json)
         .collect();
@@ -160,8 +159,7 @@ pub async fn capabilities(
     let c = authed(&state, &headers, "GET /capabilities", &rid).await?;
     let d = state.0.gateway.deployment();
     let ops: Vec<_> = d
-        .engine
-        .mounted_ops(&c.principal)
+        .callable_ops(&c.principal)
         .into_iter()
         .map(|op| {
             let mut v = op_json(op);

@@ -362,3 +362,58 @@ async fn principal_kind_by_decision() {
     }
     assert_eq!(f.ledger_lines(), ["w0"]);
 }
+
+/// The ids `GET /ops` lists for a token.
+async fn listed(s: &crate::common::Server, token: &str) -> Vec<String> {
+    let r = crate::common::send(s.client().get(s.url("/ops")).bearer_auth(token)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let mut ids: Vec<String> = r.json()["ops"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|o| o["id"].as_str().map(str::to_owned))
+                .filter(|id| id.starts_with("ledger."))
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn get_ops_lists_only_what_the_callers_role_and_autonomy_level_let_them_call() {
+    let f = Fixture::new();
+    let s = f
+        .start(&f.yaml(
+            "",
+            "roles: {}\nautonomy: {pins: [{principal: \"kind:service\", level: L1}]}\n",
+        ))
+        .await;
+    // RBAC by tier: read for viewers, confirm for operators, destructive for admins.
+    assert_eq!(
+        listed(&s, &human("ada", &["viewer"])).await,
+        ["ledger.peek"]
+    );
+    assert_eq!(
+        listed(&s, &human("ada", &["operator"])).await,
+        ["ledger.append", "ledger.peek"]
+    );
+    assert_eq!(
+        listed(&s, &human("ada", &["admin"])).await,
+        ["ledger.append", "ledger.drop", "ledger.peek"]
+    );
+    // An admin service pinned to L1 (reads only) is offered the reads only.
+    assert_eq!(
+        listed(&s, &service("batch", &["admin"])).await,
+        ["ledger.peek"]
+    );
+    // What is listed is what the chain lets through: the viewer's unlisted op is refused.
+    let r = plain(
+        &s,
+        &human("ada", &["viewer"]),
+        "ledger.append",
+        json!({"word": "w"}),
+    )
+    .await;
+    r.assert_error(403, "rbac.denied");
+}
