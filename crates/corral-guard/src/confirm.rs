@@ -195,7 +195,19 @@ pub trait ConfirmationStore: Send + Sync + std::fmt::Debug {
         requester: Option<&'a str>,
         now_ms: i64,
     ) -> BoxFuture<'a, Result<Vec<Action>, ConfirmationError>>;
+
+    /// Removes what expired: approvals and key entries at once (neither can be used after
+    /// `expires_ms`), actions once they have been expired for `keep_ms` (so a late decision
+    /// still gets "expired" rather than "not found" for a while). The number of actions removed.
+    fn purge<'a>(
+        &'a self,
+        now_ms: i64,
+        keep_ms: i64,
+    ) -> BoxFuture<'a, Result<u64, ConfirmationError>>;
 }
+
+/// How long an expired action is kept before `purge` removes it.
+pub const KEEP_EXPIRED_MS: i64 = 24 * 3600 * 1000;
 
 #[derive(Debug, Default)]
 struct MemInner {
@@ -234,6 +246,27 @@ fn ready<'a, T: Send + 'a>(v: T) -> BoxFuture<'a, T> {
 impl ConfirmationStore for MemoryConfirmations {
     fn backend(&self) -> &'static str {
         "memory"
+    }
+
+    fn purge<'a>(
+        &'a self,
+        now_ms: i64,
+        keep_ms: i64,
+    ) -> BoxFuture<'a, Result<u64, ConfirmationError>> {
+        ready(self.with(|m| {
+            m.approvals.retain(|_, (_, expires)| *expires > now_ms);
+            let live: std::collections::HashSet<String> = m
+                .actions
+                .values()
+                .filter(|a| a.expires_ms > now_ms)
+                .map(|a| a.action_id.clone())
+                .collect();
+            m.keys.retain(|_, id| live.contains(id));
+            let before = m.actions.len();
+            m.actions
+                .retain(|_, a| a.expires_ms > now_ms.saturating_sub(keep_ms));
+            u64::try_from(before - m.actions.len()).unwrap_or(u64::MAX)
+        }))
     }
 
     fn consume<'a>(

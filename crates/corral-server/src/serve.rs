@@ -188,6 +188,7 @@ pub async fn build_state(
     let upstreams =
         corral_mcp::upstream::Upstreams::start(compose::upstream_specs(loaded), &backend);
     let deployment = compose::deployment(loaded, &upstreams).await;
+    spawn_confirmation_purger(&confirmations);
     let gateway = Arc::new(
         Gateway::new(deployment, backend, sinks, "default").with_confirmations(confirmations),
     );
@@ -209,6 +210,33 @@ pub async fn build_state(
             .collect(),
     }));
     Ok((state, store))
+}
+
+/// How often expired confirmations are purged.
+const PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Purges expired approvals, keys and (a day after expiry) actions, at start and every
+/// `PURGE_EVERY`. Stops when the store is the only holder left (the server has gone).
+fn spawn_confirmation_purger(confirmations: &Arc<dyn ConfirmationStore>) {
+    let store = Arc::downgrade(confirmations);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PURGE_EVERY);
+        loop {
+            tick.tick().await;
+            let Some(store) = store.upgrade() else { return };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            match store
+                .purge(now, corral_guard::confirm::KEEP_EXPIRED_MS)
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(actions = n, "purged expired confirmations"),
+                Err(e) => tracing::warn!(error = %e, "purging expired confirmations failed"),
+            }
+        }
+    });
 }
 
 /// Completes the deployment again each time an upstream MCP server (re)starts and lists its

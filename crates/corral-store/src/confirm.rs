@@ -40,6 +40,9 @@ macro_rules! qualified_action_columns {
     };
 }
 
+const PURGE_APPROVALS: &str = "DELETE FROM confirmation_approvals WHERE expires_ms <= $1";
+const PURGE_KEYS: &str = "DELETE FROM confirmation_keys WHERE expires_ms <= $1";
+const PURGE_ACTIONS: &str = "DELETE FROM confirmations WHERE expires_ms <= $1";
 const PG_CONSUME: &str = concat!(
     "WITH used AS (DELETE FROM confirmation_approvals WHERE key_hash = $1 AND expires_ms > $2 \
      RETURNING action_id) \
@@ -253,6 +256,21 @@ macro_rules! decide_in {
 }
 
 impl Store {
+    /// Deletes expired approvals and key entries, and actions expired for over `keep_ms`, in one
+    /// transaction; the number of actions deleted.
+    pub async fn purge_confirmations(&self, now_ms: i64, keep_ms: i64) -> Result<u64, StoreError> {
+        let q = |e| self.redactor.query("purge expired confirmations", e);
+        let cutoff = now_ms.saturating_sub(keep_ms);
+        on_pool!(&self.pool, p => {
+            let mut tx = p.begin().await.map_err(q)?;
+            sqlx::query(PURGE_APPROVALS).bind(now_ms).execute(&mut *tx).await.map_err(q)?;
+            sqlx::query(PURGE_KEYS).bind(now_ms).execute(&mut *tx).await.map_err(q)?;
+            let gone = sqlx::query(PURGE_ACTIONS).bind(cutoff).execute(&mut *tx).await.map_err(q)?;
+            tx.commit().await.map_err(q)?;
+            Ok(gone.rows_affected())
+        })
+    }
+
     /// Consumes the live approval of `key` (see the module doc), returning its action.
     pub async fn consume_confirmation(
         &self,
@@ -397,6 +415,18 @@ impl Store {
 impl ConfirmationStore for Store {
     fn backend(&self) -> &'static str {
         self.backend_name()
+    }
+
+    fn purge<'a>(
+        &'a self,
+        now_ms: i64,
+        keep_ms: i64,
+    ) -> BoxFuture<'a, Result<u64, ConfirmationError>> {
+        Box::pin(async move {
+            self.purge_confirmations(now_ms, keep_ms)
+                .await
+                .map_err(port_error)
+        })
     }
 
     fn consume<'a>(

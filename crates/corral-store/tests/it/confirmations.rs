@@ -1,6 +1,6 @@
 //! The confirmation tables through the `ConfirmationStore` port, on SQLite and PostgreSQL: the
 //! life of an action, one live action per key, exactly one consumer among many concurrent ones,
-//! expiry, and survival across reopening.
+//! expiry, purging what expired, and survival across reopening.
 
 use std::sync::Arc;
 
@@ -179,6 +179,31 @@ async fn survives_reopen(url: &str) {
     store.close().await;
 }
 
+/// `purge` removes expired approvals and keys at once and expired actions after `keep_ms`;
+/// nothing live. Run after `lifecycle` on the same store (whose actions expired long before).
+async fn purging(store: &dyn ConfirmationStore) {
+    let old = action("p-old", "pk-old", 100_000, 1_000);
+    let live = action("p-live", "pk-live", 100_000, 1_000_000);
+    assert!(store.raise(&old, 100_000).await.unwrap());
+    assert!(store.raise(&live, 100_000).await.unwrap());
+    assert!(store.decide("p-old", true, "ada", 100_500).await.unwrap());
+    // A day's grace: the expired action is still there (a late decision hears "expired").
+    assert_eq!(store.purge(200_000, 86_400_000).await.unwrap(), 0);
+    assert!(store.get("acme", "p-old").await.unwrap().is_some());
+    // No grace: it goes with its approval; the live action stays, still its key's.
+    assert!(store.purge(200_000, 0).await.unwrap() >= 1);
+    assert_eq!(store.get("acme", "p-old").await.unwrap(), None);
+    assert_eq!(store.consume("pk-old", 100_900).await.unwrap(), None);
+    assert_eq!(
+        store.current("pk-live", 200_000).await.unwrap(),
+        Some(live.clone())
+    );
+    assert!(store.get("acme", "p-live").await.unwrap().is_some());
+    // The purged key is free for a new action.
+    let again = action("p-again", "pk-old", 200_000, 1_000);
+    assert!(store.raise(&again, 200_000).await.unwrap());
+}
+
 #[tokio::test]
 async fn sqlite_lifecycle() {
     let dir = tempfile::tempdir().unwrap();
@@ -187,6 +212,7 @@ async fn sqlite_lifecycle() {
         .unwrap();
     assert_eq!(ConfirmationStore::backend(&store), "sqlite");
     lifecycle(&store).await;
+    purging(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -211,6 +237,7 @@ async fn sqlite_approvals_survive_reopening() {
 async fn memory_lifecycle_and_races() {
     let store = corral_guard::confirm::MemoryConfirmations::new();
     lifecycle(&store).await;
+    purging(&store).await;
     let store: Arc<dyn ConfirmationStore> =
         Arc::new(corral_guard::confirm::MemoryConfirmations::new());
     one_consumer_wins(Arc::clone(&store), 64).await;
@@ -224,6 +251,7 @@ async fn postgres_lifecycle() {
     };
     let store = Store::connect(&schema.url).await.unwrap();
     lifecycle(&store).await;
+    purging(&store).await;
     store.close().await;
     schema.drop().await;
 }
