@@ -32,7 +32,7 @@ use crate::confirm::{
 use crate::guardrails::{GuardPolicy, Mode};
 use crate::limiter::{Limited, Limiter};
 use crate::metrics::Metrics;
-use crate::runs::{RunKey, RunLedger, RunPurpose};
+use crate::runs::{RunKey, RunLedger, RunPurpose, RunStore, RunStoreError};
 
 /// What a config produces: swapped whole on reload, so a call sees one consistent version.
 #[derive(Debug)]
@@ -167,7 +167,7 @@ pub struct Gateway {
     limiter: Limiter,
     tenant: String,
     confirmations: Arc<dyn ConfirmationStore>,
-    runs: RunLedger,
+    runs: Arc<dyn RunStore>,
     /// Call metrics, for `/metrics`.
     pub metrics: Metrics,
 }
@@ -211,7 +211,7 @@ impl Gateway {
             limiter: Limiter::default(),
             tenant: tenant.to_owned(),
             confirmations: Arc::new(MemoryConfirmations::new()),
-            runs: RunLedger::default(),
+            runs: Arc::new(RunLedger::default()),
             metrics: Metrics::default(),
         }
     }
@@ -220,6 +220,18 @@ impl Gateway {
     pub fn with_confirmations(mut self, store: Arc<dyn ConfirmationStore>) -> Self {
         self.confirmations = store;
         self
+    }
+
+    /// Keeps run records in `store` instead of this process's memory (the default): replicas
+    /// sharing the store then share each run's budgets.
+    pub fn with_runs(mut self, store: Arc<dyn RunStore>) -> Self {
+        self.runs = store;
+        self
+    }
+
+    /// Where run records live: `memory`, `sqlite` or `postgres`.
+    pub fn runs_backend(&self) -> &'static str {
+        self.runs.backend()
     }
 
     /// Where confirmations live: `memory`, `sqlite` or `postgres`.
@@ -642,16 +654,25 @@ impl Gateway {
             }
         };
         // The run: what it did to itself (a lowered level, dry-run) applies from here on.
-        let run = opts.run_id.as_ref().map(|id| {
-            let key = RunKey {
-                tenant: principal.tenant.as_deref().unwrap_or(&self.tenant),
-                principal: &principal.id,
-                purpose: RunPurpose::Live,
-                run_id: id,
-            };
-            let record = self.runs.enter(&key, now_ms(), opts.autonomy, opts.dry_run);
-            (key, record)
-        });
+        let run = match opts.run_id.as_ref() {
+            None => None,
+            Some(id) => {
+                let key = RunKey {
+                    tenant: principal.tenant.as_deref().unwrap_or(&self.tenant),
+                    principal: &principal.id,
+                    purpose: RunPurpose::Live,
+                    run_id: id,
+                };
+                match self
+                    .runs
+                    .enter(&key, now_ms(), opts.autonomy, opts.dry_run)
+                    .await
+                {
+                    Ok(record) => Some((key, record)),
+                    Err(e) => return run_store_failed(&e),
+                }
+            }
+        };
         let (run_level, run_dry) = match &run {
             Some((_, r)) => (r.level, r.dry_run),
             None => (opts.autonomy, opts.dry_run),
@@ -787,9 +808,10 @@ impl Gateway {
         if let Some((key, _)) = &run
             && g.budgets.any()
         {
-            match self.runs.charge(key, &call.op, &g.budgets, now_ms()) {
-                Ok(()) => charged = Some(key),
-                Err(e) => {
+            match self.runs.charge(key, &call.op, &g.budgets, now_ms()).await {
+                Err(e) => return run_store_failed(&e),
+                Ok(Ok(())) => charged = Some(key),
+                Ok(Err(e)) => {
                     event.detail = Some(e.budget.clone());
                     return (
                         Outcome::BudgetRefused,
@@ -817,10 +839,12 @@ impl Gateway {
                         Reply::Stream(s) => s.len,
                         Reply::Refused(_) => 0,
                     };
-                    self.runs.add_output(key, bytes);
+                    if let Err(e) = self.runs.add_output(key, bytes).await {
+                        tracing::warn!(error = %e, run = key.run_id, "a run's output was not metered");
+                    }
                 }
-            } else {
-                self.runs.refund(key, &call.op);
+            } else if let Err(e) = self.runs.refund(key, &call.op).await {
+                tracing::warn!(error = %e, run = key.run_id, "a run's unused charge was not refunded");
             }
         }
         (outcome, reply)
@@ -1317,4 +1341,17 @@ fn url_check(
             )),
         }
     })
+}
+
+/// A run store that failed refuses the call (fail closed): its budgets cannot be checked.
+fn run_store_failed(e: &RunStoreError) -> (Outcome, Reply) {
+    tracing::error!(error = %e, "the run store failed; refusing the call");
+    (
+        Outcome::OpError,
+        Reply::Refused(Refusal::new(
+            503,
+            codes::STORE_QUERY_FAILED,
+            "the run's budgets cannot be checked right now (the store failed); retry",
+        )),
+    )
 }

@@ -5,13 +5,15 @@
 //!
 //! A run's record counts its calls (in all, and per op), its result bytes and its start, and
 //! holds what the run did to itself: a lowered autonomy level, dry-run. Both only ever tighten.
-//! The ledger is in this process's memory: with several replicas each meters the calls it
-//! serves (a shared ledger in the store is future work).
+//! Where records live is the `RunStore` port: `RunLedger` in this process's memory (one
+//! replica: the SQLite default), or corral-store's tables (PostgreSQL, shared by every replica,
+//! each charge one atomic check-and-increment).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use corral_exec::BoxFuture;
 use corral_policy::AutonomyLevel;
 
 use crate::guardrails::Budgets;
@@ -201,42 +203,17 @@ impl RunLedger {
         let Some(r) = find(&mut runs, key) else {
             return Ok(());
         };
-        let elapsed = u64::try_from(now_ms.saturating_sub(r.started_ms)).unwrap_or(0);
-        if !budgets.max_wall_time.is_zero()
-            && Duration::from_millis(elapsed) >= budgets.max_wall_time
-        {
-            return Err(Exhausted {
-                budget: "budgets.max_wall_time".to_owned(),
-                detail: format!(
-                    "the run started {} s ago; its wall-time budget is {} s",
-                    elapsed / 1000,
-                    budgets.max_wall_time.as_secs()
-                ),
-            });
-        }
-        if budgets.max_output_bytes > 0 && r.output_bytes >= budgets.max_output_bytes {
-            return Err(Exhausted {
-                budget: "budgets.max_output_bytes".to_owned(),
-                detail: format!(
-                    "the run's results total {} bytes; its budget is {} bytes",
-                    r.output_bytes, budgets.max_output_bytes
-                ),
-            });
-        }
-        if budgets.max_calls > 0 && r.calls >= budgets.max_calls {
-            return Err(Exhausted {
-                budget: "budgets.max_calls".to_owned(),
-                detail: format!("the run has made its {} calls", budgets.max_calls),
-            });
-        }
         let used = r.per_op.get(op).copied().unwrap_or(0);
-        if let Some(max) = budgets.max_calls_per_op.get(op).filter(|m| **m > 0)
-            && used >= *max
-        {
-            return Err(Exhausted {
-                budget: format!("budgets.max_calls_per_op.{op}"),
-                detail: format!("the run has made its {max} calls to `{op}`"),
-            });
+        if let Some(e) = over_budget(
+            r.started_ms,
+            r.calls,
+            r.output_bytes,
+            used,
+            op,
+            budgets,
+            now_ms,
+        ) {
+            return Err(e);
         }
         r.calls += 1;
         match r.per_op.get_mut(op) {
@@ -272,6 +249,143 @@ impl RunLedger {
     /// A run's record, if the ledger has it.
     pub fn get(&self, key: &RunKey<'_>) -> Option<RunRecord> {
         find(&mut *self.runs.lock().ok()?, key).cloned()
+    }
+}
+
+/// The budget a run has used up, if any, before charging one more call to `op`: `calls`,
+/// `output_bytes` and `op_calls` (its calls to `op`) are what it used so far. Shared by every
+/// `RunStore`, so the refusals read the same whichever holds the records.
+pub fn over_budget(
+    started_ms: i64,
+    calls: u64,
+    output_bytes: u64,
+    op_calls: u64,
+    op: &str,
+    budgets: &Budgets,
+    now_ms: i64,
+) -> Option<Exhausted> {
+    let elapsed = u64::try_from(now_ms.saturating_sub(started_ms)).unwrap_or(0);
+    if !budgets.max_wall_time.is_zero() && Duration::from_millis(elapsed) >= budgets.max_wall_time {
+        return Some(Exhausted {
+            budget: "budgets.max_wall_time".to_owned(),
+            detail: format!(
+                "the run started {} s ago; its wall-time budget is {} s",
+                elapsed / 1000,
+                budgets.max_wall_time.as_secs()
+            ),
+        });
+    }
+    if budgets.max_output_bytes > 0 && output_bytes >= budgets.max_output_bytes {
+        return Some(Exhausted {
+            budget: "budgets.max_output_bytes".to_owned(),
+            detail: format!(
+                "the run's results total {output_bytes} bytes; its budget is {} bytes",
+                budgets.max_output_bytes
+            ),
+        });
+    }
+    if budgets.max_calls > 0 && calls >= budgets.max_calls {
+        return Some(Exhausted {
+            budget: "budgets.max_calls".to_owned(),
+            detail: format!("the run has made its {} calls", budgets.max_calls),
+        });
+    }
+    if let Some(max) = budgets.max_calls_per_op.get(op).filter(|m| **m > 0)
+        && op_calls >= *max
+    {
+        return Some(Exhausted {
+            budget: format!("budgets.max_calls_per_op.{op}"),
+            detail: format!("the run has made its {max} calls to `{op}`"),
+        });
+    }
+    None
+}
+
+/// A run store failed; the call is refused (fail closed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("run store: {0}")]
+pub struct RunStoreError(pub String);
+
+/// Where run records live. `charge` must be atomic across every replica sharing the store:
+/// of concurrent charges to one run, no more than its budget succeed.
+pub trait RunStore: Send + Sync + std::fmt::Debug {
+    /// `memory`, `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+    /// See [`RunLedger::enter`].
+    fn enter<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        now_ms: i64,
+        lower_to: Option<AutonomyLevel>,
+        dry_run: bool,
+    ) -> BoxFuture<'a, Result<RunView, RunStoreError>>;
+    /// See [`RunLedger::charge`]; the outer error is the store's.
+    fn charge<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        op: &'a str,
+        budgets: &'a Budgets,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Result<(), Exhausted>, RunStoreError>>;
+    /// See [`RunLedger::refund`].
+    fn refund<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        op: &'a str,
+    ) -> BoxFuture<'a, Result<(), RunStoreError>>;
+    /// See [`RunLedger::add_output`].
+    fn add_output<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        bytes: u64,
+    ) -> BoxFuture<'a, Result<(), RunStoreError>>;
+}
+
+impl RunStore for RunLedger {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    fn enter<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        now_ms: i64,
+        lower_to: Option<AutonomyLevel>,
+        dry_run: bool,
+    ) -> BoxFuture<'a, Result<RunView, RunStoreError>> {
+        Box::pin(std::future::ready(Ok(RunLedger::enter(
+            self, key, now_ms, lower_to, dry_run,
+        ))))
+    }
+
+    fn charge<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        op: &'a str,
+        budgets: &'a Budgets,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Result<(), Exhausted>, RunStoreError>> {
+        Box::pin(std::future::ready(Ok(RunLedger::charge(
+            self, key, op, budgets, now_ms,
+        ))))
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        op: &'a str,
+    ) -> BoxFuture<'a, Result<(), RunStoreError>> {
+        RunLedger::refund(self, key, op);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn add_output<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        bytes: u64,
+    ) -> BoxFuture<'a, Result<(), RunStoreError>> {
+        RunLedger::add_output(self, key, bytes);
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 

@@ -189,9 +189,14 @@ pub async fn build_state(
         corral_mcp::upstream::Upstreams::start(compose::upstream_specs(loaded), &backend);
     let deployment = compose::deployment(loaded, &upstreams).await;
     spawn_confirmation_purger(&confirmations);
-    let gateway = Arc::new(
-        Gateway::new(deployment, backend, sinks, "default").with_confirmations(confirmations),
-    );
+    let mut gateway =
+        Gateway::new(deployment, backend, sinks, "default").with_confirmations(confirmations);
+    // Run budgets: in PostgreSQL, shared by the replicas on it; with the SQLite default (one
+    // node) in this process's memory, which meters the same without a write per call.
+    if store.backend_name() == "postgres" {
+        gateway = gateway.with_runs(store.clone());
+    }
+    let gateway = Arc::new(gateway);
     spawn_upstream_refresher(&gateway, &upstreams);
     let state = AppState(Arc::new(App {
         gateway,
@@ -349,6 +354,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         mode = state.0.mode,
         storage = state.0.storage,
         confirmations = state.0.gateway.confirmations_backend(),
+        runs = state.0.gateway.runs_backend(),
         backend = state.0.gateway.backend().name(),
         "corral serving"
     );

@@ -26,6 +26,10 @@
 //!
 //! The crate has no `UPDATE` or `DELETE` statement for `audit_events`.
 //!
+//! # Runs
+//!
+//! `impl RunStore for Store` (`runs.rs`): run records and their budgets, shared by replicas.
+//!
 //! # Confirmations
 //!
 //! `impl ConfirmationStore for Store` (`confirm.rs`): pending actions, approvals and stored
@@ -63,6 +67,7 @@ macro_rules! on_pool {
 mod audit;
 mod confirm;
 mod error;
+mod runs;
 mod writer;
 
 /// The schema, embedded from `crates/corral-store/migrations/` (shared by both backends).

@@ -1,7 +1,8 @@
 //! Confirmations shared by replicas and kept across restarts: two servers on one PostgreSQL,
 //! an approval given on one, 1,000 concurrent retries spread over both: one execution, every
 //! other retry gets the stored outcome. And a restart between the approval and the retry
-//! (SQLite and PostgreSQL) still runs the approved call, once.
+//! (SQLite and PostgreSQL) still runs the approved call, once. A run's budget is shared by
+//! the replicas: its calls spread over both, exactly the budget's number pass.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::common::{Server, send};
-use crate::guard_fixture::{Fixture, action_id, approve, human, plain};
+use crate::guard_fixture::{Fixture, Opts, action_id, approve, call, human, plain};
 use crate::pg::Schema;
 
 const RETRIES: usize = 1_000;
@@ -181,4 +182,49 @@ async fn memory_confirmations_are_lost_on_restart_so_nothing_runs_without_a_new_
     let again = action_id(&plain(&s, &ada, "ledger.append", args).await);
     assert_ne!(again, id);
     assert!(f.ledger_lines().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runs_budget_is_shared_by_two_replicas_on_one_postgres() {
+    let Some(schema) = Schema::create("runbudget").await else {
+        return;
+    };
+    let f = Fixture::new();
+    let yaml = f.yaml(
+        "",
+        &format!(
+            "storage: {{url: \"{}\"}}\nbudgets: {{max_calls: 5}}\n",
+            schema.url
+        ),
+    );
+    let loaded = f.load(&yaml);
+    let a = Arc::new(Server::start(&loaded).await);
+    let b = Arc::new(Server::start(&loaded).await);
+    let ada = human("ada", &[]);
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let s = Arc::clone(if i % 2 == 0 { &a } else { &b });
+        let token = ada.clone();
+        tasks.push(tokio::spawn(async move {
+            let o = Opts {
+                run: Some("shared-run"),
+                ..Opts::default()
+            };
+            let r = call(&s, &token, "ledger.peek", json!({}), o).await;
+            (r.status, r.code())
+        }));
+    }
+    let mut by: BTreeMap<(u16, String), usize> = BTreeMap::new();
+    for t in tasks {
+        let (status, code) = t.await.unwrap();
+        *by.entry((status, code)).or_default() += 1;
+    }
+    assert_eq!(by.get(&(200, String::new())), Some(&5), "{by:?}");
+    assert_eq!(
+        by.get(&(429, "budget.exhausted".to_owned())),
+        Some(&35),
+        "{by:?}"
+    );
+    drop((a, b));
+    schema.drop().await;
 }

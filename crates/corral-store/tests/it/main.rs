@@ -11,5 +11,6 @@ mod errors;
 #[path = "../support/pg_schema.rs"]
 mod pg_schema;
 mod postgres;
+mod runs;
 mod sqlite;
 mod writer;

@@ -1,0 +1,268 @@
+//! The run tables (migration 0003): `impl RunStore for Store`, so replicas sharing a database
+//! share each run's budgets.
+//!
+//! A charge is one transaction that reads the run's usage, checks it against the budgets with
+//! the same `over_budget` as the in-memory ledger, and increments it; concurrent charges to one
+//! run are serialised on its row (PostgreSQL: `SELECT ... FOR UPDATE`; SQLite: `BEGIN
+//! IMMEDIATE` takes the write lock before anything is read), so no more than the budget pass.
+
+use corral_exec::BoxFuture;
+use corral_guard::guardrails::Budgets;
+use corral_guard::runs::{Exhausted, RunKey, RunStore, RunStoreError, RunView, over_budget};
+use corral_policy::AutonomyLevel;
+
+use crate::{Pool, Store, StoreError};
+
+const WHERE_RUN: &str = "tenant = $1 AND principal = $2 AND purpose = $3 AND run_id = $4";
+
+const INSERT_RUN: &str = "INSERT INTO runs (tenant, principal, purpose, run_id, started_ms, \
+    last_ms, calls, output_bytes, level, dry_run) VALUES ($1, $2, $3, $4, $5, $5, 0, 0, NULL, 0) \
+    ON CONFLICT (tenant, principal, purpose, run_id) DO NOTHING";
+
+fn enter_sql() -> String {
+    format!(
+        "UPDATE runs SET last_ms = $5, \
+         level = CASE WHEN $6 < 0 THEN level WHEN level IS NULL OR level > $6 THEN $6 ELSE level END, \
+         dry_run = CASE WHEN $7 = 1 THEN 1 ELSE dry_run END \
+         WHERE {WHERE_RUN} RETURNING level, dry_run"
+    )
+}
+
+fn usage_sql(lock: bool) -> String {
+    let lock = if lock { " FOR UPDATE" } else { "" };
+    format!("SELECT started_ms, calls, output_bytes FROM runs WHERE {WHERE_RUN}{lock}")
+}
+
+fn op_calls_sql() -> String {
+    format!("SELECT calls FROM run_op_calls WHERE {WHERE_RUN} AND op = $5")
+}
+
+fn charge_sql() -> String {
+    format!("UPDATE runs SET calls = calls + 1 WHERE {WHERE_RUN}")
+}
+
+const CHARGE_OP: &str = "INSERT INTO run_op_calls (tenant, principal, purpose, run_id, op, calls) \
+    VALUES ($1, $2, $3, $4, $5, 1) ON CONFLICT (tenant, principal, purpose, run_id, op) \
+    DO UPDATE SET calls = run_op_calls.calls + 1";
+
+fn refund_sql() -> String {
+    format!(
+        "UPDATE runs SET calls = CASE WHEN calls > 0 THEN calls - 1 ELSE 0 END WHERE {WHERE_RUN}"
+    )
+}
+
+fn refund_op_sql() -> String {
+    format!(
+        "UPDATE run_op_calls SET calls = CASE WHEN calls > 0 THEN calls - 1 ELSE 0 END \
+         WHERE {WHERE_RUN} AND op = $5"
+    )
+}
+
+fn output_sql() -> String {
+    format!("UPDATE runs SET output_bytes = output_bytes + $5 WHERE {WHERE_RUN}")
+}
+
+fn level_number(l: AutonomyLevel) -> i32 {
+    match l {
+        AutonomyLevel::L0 => 0,
+        AutonomyLevel::L1 => 1,
+        AutonomyLevel::L2 => 2,
+        AutonomyLevel::L3 => 3,
+        AutonomyLevel::L4 => 4,
+    }
+}
+
+fn level_of(n: i32) -> Option<AutonomyLevel> {
+    match n {
+        0 => Some(AutonomyLevel::L0),
+        1 => Some(AutonomyLevel::L1),
+        2 => Some(AutonomyLevel::L2),
+        3 => Some(AutonomyLevel::L3),
+        4 => Some(AutonomyLevel::L4),
+        _ => None,
+    }
+}
+
+fn port_error(e: StoreError) -> RunStoreError {
+    RunStoreError(format!("{}: {e}", e.code()))
+}
+
+/// Binds a run key's four columns, in `WHERE_RUN` order.
+macro_rules! bind_key {
+    ($q:expr, $k:expr) => {
+        $q.bind($k.tenant)
+            .bind($k.principal)
+            .bind($k.purpose.as_str())
+            .bind($k.run_id)
+    };
+}
+
+/// The charge's transaction body, for either pool's transaction type.
+macro_rules! charge_in {
+    ($tx:expr, $q:expr, $key:expr, $op:expr, $budgets:expr, $now:expr, $lock:expr) => {{
+        let mut tx = $tx.map_err($q)?;
+        let usage: Option<(i64, i64, i64)> = bind_key!(sqlx::query_as(&usage_sql($lock)), $key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err($q)?;
+        let Some((started_ms, calls, output_bytes)) = usage else {
+            // A run the store never saw (its `enter` failed): nothing to meter against.
+            return Ok(Ok(()));
+        };
+        let op_calls: Option<i64> = bind_key!(sqlx::query_scalar(&op_calls_sql()), $key)
+            .bind($op)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err($q)?;
+        let as_u64 = |v: i64| u64::try_from(v).unwrap_or(0);
+        if let Some(e) = over_budget(
+            started_ms,
+            as_u64(calls),
+            as_u64(output_bytes),
+            as_u64(op_calls.unwrap_or(0)),
+            $op,
+            $budgets,
+            $now,
+        ) {
+            tx.rollback().await.map_err($q)?;
+            return Ok(Err(e));
+        }
+        bind_key!(sqlx::query(&charge_sql()), $key)
+            .execute(&mut *tx)
+            .await
+            .map_err($q)?;
+        bind_key!(sqlx::query(CHARGE_OP), $key)
+            .bind($op)
+            .execute(&mut *tx)
+            .await
+            .map_err($q)?;
+        tx.commit().await.map_err($q)?;
+        Ok(Ok(()))
+    }};
+}
+
+impl Store {
+    /// Opens (or creates) a run and applies what the call asks of it; see `RunStore::enter`.
+    pub async fn enter_run(
+        &self,
+        key: &RunKey<'_>,
+        now_ms: i64,
+        lower_to: Option<AutonomyLevel>,
+        dry_run: bool,
+    ) -> Result<RunView, StoreError> {
+        let q = |e| self.redactor.query("open a run", e);
+        let lower = lower_to.map_or(-1, level_number);
+        let (level, dry): (Option<i32>, i32) = on_pool!(&self.pool, p => {
+            bind_key!(sqlx::query(INSERT_RUN), key).bind(now_ms).execute(p).await.map_err(q)?;
+            bind_key!(sqlx::query_as(&enter_sql()), key)
+                .bind(now_ms)
+                .bind(lower)
+                .bind(i32::from(dry_run))
+                .fetch_one(p)
+                .await
+                .map_err(q)?
+        });
+        Ok(RunView {
+            level: level.and_then(level_of),
+            dry_run: dry == 1,
+        })
+    }
+
+    /// Charges one call to `op` unless a budget is used up; see `RunStore::charge`.
+    pub async fn charge_run(
+        &self,
+        key: &RunKey<'_>,
+        op: &str,
+        budgets: &Budgets,
+        now_ms: i64,
+    ) -> Result<Result<(), Exhausted>, StoreError> {
+        let q = |e| self.redactor.query("charge a run", e);
+        match &self.pool {
+            Pool::Postgres(p) => charge_in!(p.begin().await, q, key, op, budgets, now_ms, true),
+            Pool::Sqlite(p) => {
+                charge_in!(
+                    p.begin_with("BEGIN IMMEDIATE").await,
+                    q,
+                    key,
+                    op,
+                    budgets,
+                    now_ms,
+                    false
+                )
+            }
+        }
+    }
+
+    /// Gives back a charged call that did not run.
+    pub async fn refund_run(&self, key: &RunKey<'_>, op: &str) -> Result<(), StoreError> {
+        let q = |e| self.redactor.query("refund a run's call", e);
+        on_pool!(&self.pool, p => {
+            let mut tx = p.begin().await.map_err(q)?;
+            bind_key!(sqlx::query(&refund_sql()), key).execute(&mut *tx).await.map_err(q)?;
+            bind_key!(sqlx::query(&refund_op_sql()), key).bind(op).execute(&mut *tx).await.map_err(q)?;
+            tx.commit().await.map_err(q)
+        })
+    }
+
+    /// Adds result bytes to a run.
+    pub async fn add_run_output(&self, key: &RunKey<'_>, bytes: u64) -> Result<(), StoreError> {
+        let q = |e| self.redactor.query("meter a run's output", e);
+        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        on_pool!(&self.pool, p => bind_key!(sqlx::query(&output_sql()), key)
+            .bind(bytes)
+            .execute(p)
+            .await
+            .map(|_| ())
+            .map_err(q))
+    }
+}
+
+impl RunStore for Store {
+    fn backend(&self) -> &'static str {
+        self.backend_name()
+    }
+
+    fn enter<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        now_ms: i64,
+        lower_to: Option<AutonomyLevel>,
+        dry_run: bool,
+    ) -> BoxFuture<'a, Result<RunView, RunStoreError>> {
+        Box::pin(async move {
+            self.enter_run(key, now_ms, lower_to, dry_run)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn charge<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        op: &'a str,
+        budgets: &'a Budgets,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Result<(), Exhausted>, RunStoreError>> {
+        Box::pin(async move {
+            self.charge_run(key, op, budgets, now_ms)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        op: &'a str,
+    ) -> BoxFuture<'a, Result<(), RunStoreError>> {
+        Box::pin(async move { self.refund_run(key, op).await.map_err(port_error) })
+    }
+
+    fn add_output<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        bytes: u64,
+    ) -> BoxFuture<'a, Result<(), RunStoreError>> {
+        Box::pin(async move { self.add_run_output(key, bytes).await.map_err(port_error) })
+    }
+}

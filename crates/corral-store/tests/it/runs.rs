@@ -1,0 +1,178 @@
+//! Run records in the store, through the `RunStore` port, on SQLite and PostgreSQL: a run's
+//! level and dry-run only tighten; each budget refuses once used up with the same words as the
+//! in-memory ledger; a refund gives a call back; and of many concurrent charges to one run
+//! (on PostgreSQL from two pools, as two replicas), exactly the budget's number pass.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use corral_guard::guardrails::Budgets;
+use corral_guard::runs::{RunKey, RunLedger, RunPurpose, RunStore};
+use corral_policy::AutonomyLevel;
+use corral_store::Store;
+
+use crate::postgres::Schema;
+
+fn key(run: &str) -> RunKey<'_> {
+    RunKey {
+        tenant: "acme",
+        principal: "ada",
+        purpose: RunPurpose::Live,
+        run_id: run,
+    }
+}
+
+fn budgets(max_calls: u64, per_op: &[(&str, u64)], max_output_bytes: u64) -> Budgets {
+    Budgets {
+        max_calls,
+        max_calls_per_op: per_op.iter().map(|(o, n)| ((*o).to_owned(), *n)).collect(),
+        max_wall_time: Duration::ZERO,
+        max_output_bytes,
+    }
+}
+
+/// Level, dry-run, each budget, refunds; the same answers from `store` as from the ledger.
+async fn budgets_and_settings(store: &dyn RunStore) {
+    let memory = RunLedger::default();
+    let k = key("r1");
+    for s in [store, &memory as &dyn RunStore] {
+        let v = s.enter(&k, 1_000, None, false).await.unwrap();
+        assert_eq!((v.level, v.dry_run), (None, false), "{}", s.backend());
+        let v = s
+            .enter(&k, 1_001, Some(AutonomyLevel::L2), false)
+            .await
+            .unwrap();
+        assert_eq!(v.level, Some(AutonomyLevel::L2));
+        // Never raised again, and dry-run sticks.
+        let v = s
+            .enter(&k, 1_002, Some(AutonomyLevel::L4), true)
+            .await
+            .unwrap();
+        assert_eq!((v.level, v.dry_run), (Some(AutonomyLevel::L2), true));
+        let v = s.enter(&k, 1_003, None, false).await.unwrap();
+        assert_eq!((v.level, v.dry_run), (Some(AutonomyLevel::L2), true));
+    }
+    let b = budgets(3, &[("files.write", 1)], 0);
+    let mut answers = Vec::new();
+    for s in [store, &memory as &dyn RunStore] {
+        let mut got = Vec::new();
+        for op in [
+            "files.write",
+            "files.write",
+            "files.read",
+            "files.read",
+            "files.read",
+        ] {
+            got.push(s.charge(&k, op, &b, 2_000).await.unwrap());
+        }
+        answers.push(got);
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "the store answers as the ledger does"
+    );
+    let got = &answers[0];
+    assert!(got[0].is_ok());
+    assert_eq!(
+        got[1].as_ref().unwrap_err().budget,
+        "budgets.max_calls_per_op.files.write"
+    );
+    assert!(got[2].is_ok() && got[3].is_ok());
+    let e = got[4].as_ref().unwrap_err();
+    assert_eq!(e.budget, "budgets.max_calls");
+    assert_eq!(e.detail, "the run has made its 3 calls");
+    // A refunded call (it did not run) can be made again.
+    store.refund(&k, "files.read").await.unwrap();
+    assert!(
+        store
+            .charge(&k, "files.read", &b, 2_000)
+            .await
+            .unwrap()
+            .is_ok()
+    );
+    assert!(
+        store
+            .charge(&k, "files.read", &b, 2_000)
+            .await
+            .unwrap()
+            .is_err()
+    );
+    // Output bytes.
+    let k2 = key("r2");
+    store.enter(&k2, 1_000, None, false).await.unwrap();
+    let ob = budgets(0, &[], 100);
+    assert!(
+        store
+            .charge(&k2, "files.read", &ob, 1_000)
+            .await
+            .unwrap()
+            .is_ok()
+    );
+    store.add_output(&k2, 150).await.unwrap();
+    let e = store
+        .charge(&k2, "files.read", &ob, 1_000)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(e.budget, "budgets.max_output_bytes");
+    // Another principal's run of the same id is another run.
+    let theirs = RunKey {
+        principal: "bob",
+        ..key("r1")
+    };
+    store.enter(&theirs, 3_000, None, false).await.unwrap();
+    assert!(
+        store
+            .charge(&theirs, "files.write", &b, 3_000)
+            .await
+            .unwrap()
+            .is_ok()
+    );
+}
+
+/// `tasks` concurrent charges to one run with a budget of 10, spread over `stores`.
+async fn exactly_the_budget_passes(stores: &[Arc<dyn RunStore>], tasks: usize) {
+    let b = Arc::new(budgets(10, &[], 0));
+    stores[0]
+        .enter(&key("race"), 1_000, None, false)
+        .await
+        .unwrap();
+    let mut handles = Vec::new();
+    for i in 0..tasks {
+        let s = Arc::clone(&stores[i % stores.len()]);
+        let b = Arc::clone(&b);
+        handles.push(tokio::spawn(async move {
+            s.charge(&key("race"), "files.read", &b, 1_000)
+                .await
+                .unwrap()
+                .is_ok()
+        }));
+    }
+    let mut passed = 0;
+    for h in handles {
+        passed += usize::from(h.await.unwrap());
+    }
+    assert_eq!(passed, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_run_budgets() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::connect(&Store::default_sqlite_url(dir.path()))
+        .await
+        .unwrap();
+    budgets_and_settings(&store).await;
+    exactly_the_budget_passes(&[Arc::new(store)], 64).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_run_budgets_shared_by_two_pools() {
+    let Some(schema) = Schema::create("runs").await else {
+        return;
+    };
+    let a = Store::connect(&schema.url).await.unwrap();
+    budgets_and_settings(&a).await;
+    let b = Store::connect(&schema.url).await.unwrap();
+    exactly_the_budget_passes(&[Arc::new(a), Arc::new(b)], 64).await;
+    schema.drop().await;
+}
