@@ -125,6 +125,17 @@ impl ChildSetup {
     }
 }
 
+/// Kills a process group when dropped, unless taken first.
+struct GroupKill(Option<Pid>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            kill_group(pgid);
+        }
+    }
+}
+
 async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, ExecError> {
     validate(&req)?;
     let ExecRequest {
@@ -202,6 +213,9 @@ async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, E
         // Only possible if the child was already reaped, which nothing here has done.
         return Err(spawn_error("the child has no process id".into()));
     };
+    // Declared after `child`, so dropped before it: a run abandoned mid-way (an upstream MCP
+    // server's supervisor gave up on it) kills the whole group while the child still pins it.
+    let mut group = GroupKill(Some(pgid));
 
     let mut out = Captured::default();
     let mut err = Captured::default();
@@ -260,7 +274,9 @@ async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, E
             }
             Err(_elapsed) => (true, None),
         };
-        kill_group(pgid);
+        if let Some(pgid) = group.0.take() {
+            kill_group(pgid);
+        }
         if reaped.is_none() {
             // In case the child left its group; a no-op if it already exited.
             if let Err(e) = child.start_kill() {

@@ -205,14 +205,18 @@ async fn supervise(
     loop {
         state.send_replace(State::Starting);
         let started = Instant::now();
-        let reason = run_once(&spec, &backend, &state, &listings).await;
+        let Stopped { reason, stderr } = run_once(&spec, &backend, &state, &listings).await;
         let lived = started.elapsed();
         if lived >= HEALTHY_RUN {
             backoff = MIN_BACKOFF;
         }
+        // Its stderr goes to corral's log only (never to callers), with the values of the
+        // variables it was given masked.
+        let stderr = stderr.map(|line| redact(&line, &spec.env));
         tracing::warn!(
             upstream = %spec.name,
             reason = %reason,
+            stderr = stderr.as_deref().unwrap_or(""),
             restart_in_s = backoff.as_secs(),
             "upstream MCP server stopped"
         );
@@ -225,14 +229,50 @@ async fn supervise(
     }
 }
 
-/// One life of the server: start it in the backend, initialize, list, serve until it stops.
-/// Returns why it stopped.
+/// Why a life of the server ended: `reason` is safe to show callers; `stderr` (a line the
+/// process wrote) is for corral's log only.
+struct Stopped {
+    reason: String,
+    stderr: Option<String>,
+}
+
+impl From<String> for Stopped {
+    fn from(reason: String) -> Self {
+        Self {
+            reason,
+            stderr: None,
+        }
+    }
+}
+
+/// Masks the values of the variables an upstream was given (its secrets, often) in a line it
+/// wrote, and caps the line's length.
+fn redact(line: &str, env: &[(String, String)]) -> String {
+    let mut out = line.to_owned();
+    for (k, v) in env {
+        if k != "PATH" && v.len() >= 6 {
+            out = out.replace(v.as_str(), "[redacted]");
+        }
+    }
+    if out.len() > 500 {
+        let mut cut = 500;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push_str("...");
+    }
+    out
+}
+
+/// One life of the server: start it in the backend, initialize, list, serve until it stops
+/// (the process ends, or its MCP session does). Returns why it stopped.
 async fn run_once(
     spec: &UpstreamSpec,
     backend: &Arc<dyn Backend>,
     state: &watch::Sender<State>,
     listings: &Listings,
-) -> String {
+) -> Stopped {
     let req = ExecRequest {
         argv: spec.argv.clone(),
         cwd: spec.cwd.clone(),
@@ -248,13 +288,13 @@ async fn run_once(
     let run_backend = Arc::clone(backend);
     let run = tokio::spawn(async move { run_backend.run_attached(req, attach_tx).await });
     // Aborting the task drops the run's future, which kills the process.
-    let run = AbortOnDrop(run);
+    let mut run = AbortOnDrop(run);
 
     let attached = match tokio::time::timeout(START_TIMEOUT, attach_rx).await {
         Ok(Ok(a)) => a,
-        Ok(Err(_)) => return ended(run).await,
+        Ok(Err(_)) => return ended(&mut run).await,
         Err(_) => {
-            return format!("it did not start within {} s", START_TIMEOUT.as_secs());
+            return format!("it did not start within {} s", START_TIMEOUT.as_secs()).into();
         }
     };
     let attestation = attached.attestation.clone();
@@ -262,13 +302,13 @@ async fn run_once(
     let client: RunningService<RoleClient, ()> =
         match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return format!("the MCP handshake failed: {e}"),
-            Err(_) => return "it did not answer `initialize` in time".to_owned(),
+            Ok(Err(e)) => return format!("the MCP handshake failed: {e}").into(),
+            Err(_) => return "it did not answer `initialize` in time".to_owned().into(),
         };
     let tools = match tokio::time::timeout(START_TIMEOUT, client.list_all_tools()).await {
         Ok(Ok(t)) => t,
-        Ok(Err(e)) => return format!("`tools/list` failed: {e}"),
-        Err(_) => return "it did not answer `tools/list` in time".to_owned(),
+        Ok(Err(e)) => return format!("`tools/list` failed: {e}").into(),
+        Err(_) => return "it did not answer `tools/list` in time".to_owned().into(),
     };
     tracing::info!(
         upstream = %spec.name,
@@ -283,9 +323,14 @@ async fn run_once(
         attestation,
     });
     listings.send_modify(|n| *n = n.wrapping_add(1));
-    let reason = ended(run).await;
-    drop(client);
-    reason
+    // Whichever ends first: the process, or the MCP session on its pipes (a server that closed
+    // its output but lingers is killed and started again, not left `Up` with a dead peer).
+    tokio::select! {
+        stopped = ended(&mut run) => stopped,
+        _ = client.waiting() => {
+            "its MCP session ended (it closed its output or broke the protocol)".to_owned().into()
+        }
+    }
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<Result<ExecOutput, corral_exec::ExecError>>);
@@ -297,24 +342,28 @@ impl Drop for AbortOnDrop {
 }
 
 /// Waits for the run to end and says how it ended.
-async fn ended(mut run: AbortOnDrop) -> String {
+async fn ended(run: &mut AbortOnDrop) -> Stopped {
     match (&mut run.0).await {
         Ok(Ok(out)) => {
-            let how = match (out.exit_code, out.signal, out.timed_out) {
+            let reason = match (out.exit_code, out.signal, out.timed_out) {
                 (_, _, true) => "it reached its maximum lifetime".to_owned(),
                 (Some(c), _, _) => format!("it exited with status {c}"),
                 (None, Some(s), _) => format!("it was killed by signal {s}"),
                 (None, None, false) => "it ended".to_owned(),
             };
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
-            match last {
-                Some(line) => format!("{how} (last stderr line: {})", line.trim()),
-                None => how,
-            }
+            // The last line of what was kept (the first `STDERR_CAP` bytes).
+            let stderr = String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(|l| l.trim().to_owned());
+            Stopped { reason, stderr }
         }
-        Ok(Err(e)) => format!("it could not be started: {} ({})", e, e.code()),
-        Err(e) => format!("its supervisor task failed: {e}"),
+        Ok(Err(e)) => Stopped {
+            reason: format!("it could not be started ({})", e.code()),
+            stderr: Some(e.to_string()),
+        },
+        Err(e) => format!("its supervisor task failed: {e}").into(),
     }
 }
 
@@ -323,6 +372,8 @@ async fn ended(mut run: AbortOnDrop) -> String {
 pub struct Upstreams {
     servers: BTreeMap<String, Arc<Upstream>>,
     listings: Listings,
+    /// Op ids `disabled_ops` removed: never mounted, declared or not.
+    disabled: Vec<String>,
 }
 
 impl Default for Upstreams {
@@ -330,13 +381,18 @@ impl Default for Upstreams {
         Self {
             servers: BTreeMap::new(),
             listings: Arc::new(watch::channel(0).0),
+            disabled: Vec::new(),
         }
     }
 }
 
 impl Upstreams {
-    /// Starts supervising every spec.
-    pub fn start(specs: Vec<UpstreamSpec>, backend: &Arc<dyn Backend>) -> Self {
+    /// Starts supervising every spec; `disabled` are op ids never to mount.
+    pub fn start(
+        specs: Vec<UpstreamSpec>,
+        backend: &Arc<dyn Backend>,
+        disabled: Vec<String>,
+    ) -> Self {
         let listings: Listings = Arc::new(watch::channel(0).0);
         let servers = specs
             .into_iter()
@@ -345,7 +401,11 @@ impl Upstreams {
                 (up.spec.name.clone(), up)
             })
             .collect();
-        Self { servers, listings }
+        Self {
+            servers,
+            listings,
+            disabled,
+        }
     }
 
     /// Whether there is any upstream.
@@ -373,8 +433,12 @@ impl Upstreams {
     /// annotations raise; a listed tool the config does not declare is added as `admin`,
     /// explicit-only.
     pub async fn complete_catalog(&self, catalog: &mut Catalog, timeout: Duration) {
+        // One deadline for all: they start together, so waiting for each in turn costs at most
+        // `timeout` in all.
+        let deadline = Instant::now() + timeout;
         for (name, upstream) in &self.servers {
-            let Some(tools) = upstream.listed(timeout).await else {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(tools) = upstream.listed(left).await else {
                 tracing::warn!(
                     upstream = %name,
                     "upstream MCP server is not up; its declared tools answer `upstream.unavailable` until it is"
@@ -387,6 +451,9 @@ impl Upstreams {
                     tracing::warn!(upstream = %name, tool = %tool.name, "tool name cannot be an op id; not mounted");
                     continue;
                 };
+                if self.disabled.iter().any(|d| d == id.as_str()) {
+                    continue;
+                }
                 match catalog.get_mut(id.as_str()) {
                     Some(spec) => refine(spec, tool),
                     None => {
@@ -533,5 +600,39 @@ impl Op for UpstreamTool {
                 attestation: Some(attestation),
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upstreams_stderr_is_logged_with_its_variables_masked_and_capped() {
+        let env = vec![
+            ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+            ("GITHUB_TOKEN".to_owned(), "ghp_secret123".to_owned()),
+            ("SHORT".to_owned(), "ab".to_owned()),
+        ];
+        let line = redact("auth failed with ghp_secret123 on /usr/bin:/bin (ab)", &env);
+        assert_eq!(line, "auth failed with [redacted] on /usr/bin:/bin (ab)");
+        let long = redact(&"é".repeat(400), &env);
+        assert!(long.ends_with("...") && long.len() <= 503, "{}", long.len());
+    }
+
+    #[test]
+    fn a_tier_is_raised_by_annotations_never_lowered() {
+        let id = OpId::parse("mcp.fx.t").unwrap_or_else(|_| unreachable!());
+        let schema = Arc::new(serde_json::Map::new());
+        let claims_read_only = Tool::new("t", "d", Arc::clone(&schema))
+            .with_annotations(rmcp::model::ToolAnnotations::new().read_only(true));
+        let mut write = OpSpec::new(id.clone(), &[corral_policy::Effect::Write], "s");
+        refine(&mut write, &claims_read_only);
+        assert_eq!(write.tier(), Tier::Confirm);
+        let says_destructive = Tool::new("t", "d", schema)
+            .with_annotations(rmcp::model::ToolAnnotations::new().destructive(true));
+        let mut read = OpSpec::new(id, &[corral_policy::Effect::Read], "s");
+        refine(&mut read, &says_destructive);
+        assert_eq!(read.tier(), Tier::Destructive);
     }
 }

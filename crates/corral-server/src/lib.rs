@@ -28,6 +28,9 @@ pub struct App {
     pub gateway: Arc<Gateway>,
     /// The upstream MCP servers started with the first config (kept across reloads).
     pub upstreams: corral_mcp::upstream::Upstreams,
+    /// Held while a new deployment is computed and swapped in (a reload, an upstream refresh),
+    /// so one never overwrites the other with a deployment built from a stale one.
+    pub deploy_lock: Arc<tokio::sync::Mutex<()>>,
     /// Who may call, and how they prove it. Swapped with the deployment on reload.
     pub auth: std::sync::RwLock<Arc<auth::Authenticator>>,
     /// `open` or `auth`, for `/healthz`.

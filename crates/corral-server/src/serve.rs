@@ -185,8 +185,20 @@ pub async fn build_state(
             Arc::new(MemoryConfirmations::new())
         }
     };
+    let disabled: Vec<String> = loaded
+        .config
+        .disabled_ops
+        .iter()
+        .map(|o| o.value.clone())
+        .collect();
+    if !loaded.config.mcp_servers.is_empty() && backend.name() != "linux" {
+        tracing::warn!(
+            backend = backend.name(),
+            "upstream MCP servers run without isolation: `read_paths`/`write_paths` confine nothing outside the `linux` backend"
+        );
+    }
     let upstreams =
-        corral_mcp::upstream::Upstreams::start(compose::upstream_specs(loaded), &backend);
+        corral_mcp::upstream::Upstreams::start(compose::upstream_specs(loaded), &backend, disabled);
     let deployment = compose::deployment(loaded, &upstreams).await;
     spawn_confirmation_purger(&confirmations);
     let mut gateway =
@@ -195,12 +207,15 @@ pub async fn build_state(
     // node) in this process's memory, which meters the same without a write per call.
     if store.backend_name() == "postgres" {
         gateway = gateway.with_runs(store.clone());
+        spawn_run_purger(&store);
     }
     let gateway = Arc::new(gateway);
-    spawn_upstream_refresher(&gateway, &upstreams);
+    let deploy_lock = Arc::new(tokio::sync::Mutex::new(()));
+    spawn_upstream_refresher(&gateway, &upstreams, &deploy_lock);
     let state = AppState(Arc::new(App {
         gateway,
         upstreams,
+        deploy_lock,
         auth: std::sync::RwLock::new(Arc::new(auth)),
         mode,
         storage: store.backend_name(),
@@ -217,47 +232,92 @@ pub async fn build_state(
     Ok((state, store))
 }
 
+/// Milliseconds since the Unix epoch.
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// How often expired confirmations are purged.
 const PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// Purges expired approvals, keys and (a day after expiry) actions, at start and every
-/// `PURGE_EVERY`. Stops when the store is the only holder left (the server has gone).
-fn spawn_confirmation_purger(confirmations: &Arc<dyn ConfirmationStore>) {
-    let store = Arc::downgrade(confirmations);
+/// Runs `purge(target, now_ms)` every `PURGE_EVERY` (the first at once) until `target` is gone,
+/// and logs what it removed.
+fn spawn_purger<T, F, Fut>(target: std::sync::Weak<T>, what: &'static str, purge: F)
+where
+    T: ?Sized + Send + Sync + 'static,
+    F: Fn(Arc<T>, i64) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<u64, String>> + Send,
+{
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(PURGE_EVERY);
         loop {
             tick.tick().await;
-            let Some(store) = store.upgrade() else { return };
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-            match store
-                .purge(now, corral_guard::confirm::KEEP_EXPIRED_MS)
-                .await
-            {
+            let Some(target) = target.upgrade() else {
+                return;
+            };
+            match purge(target, unix_ms()).await {
                 Ok(0) => {}
-                Ok(n) => tracing::info!(actions = n, "purged expired confirmations"),
-                Err(e) => tracing::warn!(error = %e, "purging expired confirmations failed"),
+                Ok(n) => tracing::info!(removed = n, what, "purged"),
+                Err(e) => tracing::warn!(error = %e, what, "purging failed"),
             }
         }
     });
 }
 
+/// Expired approvals and keys at once, expired actions a day after expiry.
+fn spawn_confirmation_purger(confirmations: &Arc<dyn ConfirmationStore>) {
+    spawn_purger(
+        Arc::downgrade(confirmations),
+        "expired confirmations",
+        |store, now| async move {
+            store
+                .purge(now, corral_guard::confirm::KEEP_EXPIRED_MS)
+                .await
+                .map_err(|e| e.to_string())
+        },
+    );
+}
+
+/// Runs idle this long are forgotten (their budgets start afresh if the id is used again), as
+/// the in-memory ledger does.
+const RUN_IDLE_FORGET_MS: i64 = 24 * 3600 * 1000;
+
+/// Idle runs in the store.
+fn spawn_run_purger(store: &Arc<Store>) {
+    spawn_purger(
+        Arc::downgrade(store),
+        "idle runs",
+        |store, now| async move {
+            store
+                .purge_runs(now.saturating_sub(RUN_IDLE_FORGET_MS))
+                .await
+                .map_err(|e| e.to_string())
+        },
+    );
+}
+
 /// Completes the deployment again each time an upstream MCP server (re)starts and lists its
 /// tools: one that was down at start-up gets its params, one that changed its list gets the new
 /// one. Stops with the gateway.
-fn spawn_upstream_refresher(gateway: &Arc<Gateway>, upstreams: &corral_mcp::upstream::Upstreams) {
+fn spawn_upstream_refresher(
+    gateway: &Arc<Gateway>,
+    upstreams: &corral_mcp::upstream::Upstreams,
+    deploy_lock: &Arc<tokio::sync::Mutex<()>>,
+) {
     if upstreams.is_empty() {
         return;
     }
     let gateway = Arc::downgrade(gateway);
     let upstreams = upstreams.clone();
+    let deploy_lock = Arc::clone(deploy_lock);
     let mut listings = upstreams.listings();
     listings.borrow_and_update();
     tokio::spawn(async move {
         while listings.changed().await.is_ok() {
             let Some(gw) = gateway.upgrade() else { return };
+            let _held = deploy_lock.lock().await;
             let current = gw.deployment();
             let refreshed = compose::refresh_upstream_tools(&current, &upstreams).await;
             gw.replace(refreshed);
@@ -304,6 +364,7 @@ fn spawn_reloader(state: AppState, path: PathBuf) {
             match corral_config::load_file(&path) {
                 Ok(loaded) => match compose::authenticator(&loaded) {
                     Ok(auth) => {
+                        let _held = state.0.deploy_lock.lock().await;
                         if !state.0.upstreams.matches(&compose::upstream_specs(&loaded)) {
                             tracing::warn!(
                                 "`mcp_servers` changed: the running upstream servers are kept; restart corral to apply the change"

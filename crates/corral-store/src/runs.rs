@@ -106,8 +106,13 @@ macro_rules! charge_in {
             .await
             .map_err($q)?;
         let Some((started_ms, calls, output_bytes)) = usage else {
-            // A run the store never saw (its `enter` failed): nothing to meter against.
-            return Ok(Ok(()));
+            // Every call opens its run before it is charged: a missing row is an error (fail
+            // closed), never a free call.
+            return Err(StoreError::QueryFailed {
+                what: "charge a run",
+                reason: "the run has no record (it was not opened, or was purged mid-call)"
+                    .to_owned(),
+            });
         };
         let op_calls: Option<i64> = bind_key!(sqlx::query_scalar(&op_calls_sql()), $key)
             .bind($op)
@@ -141,7 +146,24 @@ macro_rules! charge_in {
     }};
 }
 
+const PURGE_RUN_OPS: &str = "DELETE FROM run_op_calls WHERE EXISTS (SELECT 1 FROM runs r \
+    WHERE r.tenant = run_op_calls.tenant AND r.principal = run_op_calls.principal \
+    AND r.purpose = run_op_calls.purpose AND r.run_id = run_op_calls.run_id AND r.last_ms < $1)";
+const PURGE_RUNS: &str = "DELETE FROM runs WHERE last_ms < $1";
+
 impl Store {
+    /// Deletes the runs idle since before `idle_before_ms` (and their per-op counts); how many.
+    pub async fn purge_runs(&self, idle_before_ms: i64) -> Result<u64, StoreError> {
+        let q = |e| self.redactor.query("purge idle runs", e);
+        on_pool!(&self.pool, p => {
+            let mut tx = p.begin().await.map_err(q)?;
+            sqlx::query(PURGE_RUN_OPS).bind(idle_before_ms).execute(&mut *tx).await.map_err(q)?;
+            let gone = sqlx::query(PURGE_RUNS).bind(idle_before_ms).execute(&mut *tx).await.map_err(q)?;
+            tx.commit().await.map_err(q)?;
+            Ok(gone.rows_affected())
+        })
+    }
+
     /// Opens (or creates) a run and applies what the call asks of it; see `RunStore::enter`.
     pub async fn enter_run(
         &self,

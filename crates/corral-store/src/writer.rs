@@ -239,6 +239,14 @@ async fn pooled_writer(store: Store, mut rx: mpsc::Receiver<Job>) {
                     let _ = job.done.send(Ok(()));
                 }
             }
+            Err(down @ StoreError::Unavailable { .. }) => {
+                // The database is unreachable: one by one would wait out the pool's timeout for
+                // each event while calls hang; every call of the batch fails now instead.
+                tracing::warn!(error = %down, events = jobs.len(), "audit batch not committed");
+                for job in jobs.drain(..) {
+                    let _ = job.done.send(Err(down.clone()));
+                }
+            }
             Err(batch_err) => {
                 // One bad event (a duplicate request id) must not fail its neighbours: commit
                 // them one by one so each call gets its own answer.

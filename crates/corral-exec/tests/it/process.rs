@@ -481,3 +481,40 @@ async fn runs_in_parallel_do_not_mix_their_output() {
         assert_eq!(stdout(&out), format!("run {i}\n"));
     }
 }
+
+/// `run_attached`: the caller talks to the process over its pipes; dropping the run's future
+/// (a supervisor giving up on an upstream) kills its whole group, grandchildren included.
+#[tokio::test]
+async fn an_attached_run_talks_over_its_pipes_and_dropping_it_kills_the_group() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let backend = Arc::new(ProcessBackend::new());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let b = Arc::clone(&backend);
+    // Echoes one line back, after naming a background grandchild.
+    let req = shell("sleep 300 & echo \"grandchild $!\"; read line; echo \"got $line\"; wait");
+    let run = tokio::spawn(async move { b.run_attached(req, tx).await });
+    let attached = rx.await.expect("the pipes are handed over");
+    assert!(!attached.attestation.isolated);
+    let mut out = BufReader::new(attached.stdout).lines();
+    let first = out.next_line().await.unwrap().unwrap_or_default();
+    let pid: i32 = first
+        .strip_prefix("grandchild ")
+        .and_then(|p| p.parse().ok())
+        .expect("the grandchild's pid");
+    let mut stdin = attached.stdin;
+    stdin.write_all(b"hello\n").await.unwrap();
+    assert_eq!(out.next_line().await.unwrap().as_deref(), Some("got hello"));
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    run.abort();
+    let _ = run.await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let gone = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.split(") ").nth(1).is_some_and(|r| r.starts_with('Z'))
+        })
+    };
+    while !gone(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone(pid), "the grandchild {pid} outlived the dropped run");
+}

@@ -115,6 +115,13 @@ async fn budgets_and_settings(store: &dyn RunStore) {
         .unwrap()
         .unwrap_err();
     assert_eq!(e.budget, "budgets.max_output_bytes");
+    // A run that was never opened cannot be charged (fail closed, not a free call).
+    assert!(
+        store
+            .charge(&key("never"), "files.read", &b, 2_000)
+            .await
+            .is_err()
+    );
     // Another principal's run of the same id is another run.
     let theirs = RunKey {
         principal: "bob",
@@ -162,6 +169,7 @@ async fn sqlite_run_budgets() {
         .await
         .unwrap();
     budgets_and_settings(&store).await;
+    purging_idle_runs(&store).await;
     exactly_the_budget_passes(&[Arc::new(store)], 64).await;
 }
 
@@ -172,7 +180,48 @@ async fn postgres_run_budgets_shared_by_two_pools() {
     };
     let a = Store::connect(&schema.url).await.unwrap();
     budgets_and_settings(&a).await;
+    purging_idle_runs(&a).await;
     let b = Store::connect(&schema.url).await.unwrap();
     exactly_the_budget_passes(&[Arc::new(a), Arc::new(b)], 64).await;
     schema.drop().await;
+}
+
+/// Idle runs are purged with their per-op counts; a used id then starts afresh.
+async fn purging_idle_runs(store: &Store) {
+    let b = budgets(1, &[], 0);
+    let old = key("idle");
+    store.enter(&old, 1_000, None, false).await.unwrap();
+    assert!(
+        store
+            .charge(&old, "files.read", &b, 1_000)
+            .await
+            .unwrap()
+            .is_ok()
+    );
+    assert!(
+        store
+            .charge(&old, "files.read", &b, 1_000)
+            .await
+            .unwrap()
+            .is_err()
+    );
+    let fresh = key("busy");
+    store.enter(&fresh, 9_000, None, false).await.unwrap();
+    assert!(store.purge_runs(5_000).await.unwrap() >= 1);
+    // The busy run is kept; the idle id starts afresh.
+    assert!(
+        store
+            .charge(&fresh, "files.read", &b, 9_000)
+            .await
+            .unwrap()
+            .is_ok()
+    );
+    store.enter(&old, 10_000, None, false).await.unwrap();
+    assert!(
+        store
+            .charge(&old, "files.read", &b, 10_000)
+            .await
+            .unwrap()
+            .is_ok()
+    );
 }
