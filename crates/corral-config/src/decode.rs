@@ -78,6 +78,8 @@ const MCP_SERVER_KEYS: &[&str] = &[
     "write_paths",
     "cwd",
     "call_timeout",
+    "memory",
+    "processes",
     "tools",
 ];
 const MCP_TOOL_KEYS: &[&str] = &["effects", "tier", "idempotent"];
@@ -1382,6 +1384,11 @@ impl Decoder {
                 call_timeout: m
                     .get("call_timeout")
                     .and_then(|t| self.duration(t, &m.at("call_timeout"))),
+                memory: m.get("memory").and_then(|n| self.size(n, &m.at("memory"))),
+                processes: m
+                    .get("processes")
+                    .and_then(|n| self.uint(n, &m.at("processes")))
+                    .and_then(|v| u32::try_from(v).ok()),
                 tools,
                 span: k.span,
             });

@@ -115,6 +115,10 @@ pub struct McpServerConfig {
     pub cwd: Option<Spanned<String>>,
     /// How long one tool call may take (default 60 s).
     pub call_timeout: Option<Duration>,
+    /// Memory limit of the server process, bytes (a cgroup in the linux backend).
+    pub memory: Option<u64>,
+    /// Process limit of the server (default: the backend's, 1024 in the linux backend).
+    pub processes: Option<u32>,
     /// The tools corral declares, with their effects; tools not declared here are `admin`.
     pub tools: Vec<McpToolConfig>,
     /// Where the entry starts.

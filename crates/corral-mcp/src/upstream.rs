@@ -58,6 +58,8 @@ pub struct UpstreamSpec {
     pub write_paths: Vec<PathBuf>,
     /// How long one tool call may take.
     pub call_timeout: Duration,
+    /// The process's limits (memory, processes).
+    pub limits: corral_exec::ResourceLimits,
 }
 
 /// What the supervisor knows right now.
@@ -280,7 +282,7 @@ async fn run_once(
         stdin: None,
         timeout: MAX_LIFETIME,
         max_output_bytes: STDERR_CAP,
-        limits: corral_exec::ResourceLimits::default(),
+        limits: spec.limits,
         read_paths: spec.read_paths.clone(),
         write_paths: spec.write_paths.clone(),
     };

@@ -161,6 +161,11 @@ pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {
                 read_paths,
                 write_paths,
                 call_timeout: s.call_timeout.unwrap_or(DEFAULT_CALL_TIMEOUT),
+                limits: corral_exec::ResourceLimits {
+                    memory: s.memory,
+                    processes: s.processes,
+                    ..corral_exec::ResourceLimits::default()
+                },
             }
         })
         .collect()

@@ -67,6 +67,18 @@ fn tools() -> Vec<Tool> {
     ]
 }
 
+/// The soft `Max address space` of `/proc/self/limits` (`unlimited` or bytes).
+fn address_space_limit() -> String {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            l.lines()
+                .find(|x| x.starts_with("Max address space"))
+                .and_then(|x| x.split_whitespace().nth(3).map(str::to_owned))
+        })
+        .unwrap_or_default()
+}
+
 fn text(s: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(s.into())])
 }
@@ -108,11 +120,12 @@ impl ServerHandler for Fixture {
                 Err(e) => failed(format!("cannot write {}: {e}", arg(&args, "path"))),
             },
             "whoami" => text(format!(
-                "pid {} cwd {}",
+                "pid {} cwd {} address-space {}",
                 std::process::id(),
                 std::env::current_dir()
                     .map(|d| d.display().to_string())
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                address_space_limit()
             )),
             "crash" => std::process::exit(3),
             "undeclared_tool" => text("ran"),

@@ -44,6 +44,8 @@ mcp_servers:
   fx:
     command: ["{fx}"]
     read_paths: ["{bin_dir}", "$WS"]
+    memory: 512MB
+    processes: 64
     tools:
       read_file: {{effects: [read], idempotent: true}}
       write_note: {{effects: [write]}}
@@ -167,6 +169,11 @@ async fn an_upstream_mcp_server_runs_sandboxed_behind_the_policy() {
     assert!(
         pid < 10,
         "the upstream runs in its own pid namespace: {}",
+        text(&who)
+    );
+    assert!(
+        text(&who).contains("address-space 512000000"),
+        "`memory: 512MB` limits it: {}",
         text(&who)
     );
 
