@@ -79,6 +79,37 @@ async fn call(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) 
     }
 }
 
+/// `corral mcp` in `dir` as a child, with `env` added; the connected rmcp client.
+async fn corral_mcp(dir: &std::path::Path, env: &[(&str, &str)]) -> RunningService<RoleClient, ()> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_corral"));
+    cmd.arg("mcp").current_dir(dir).env_remove("CORRAL_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let Ok(transport) = TokioChildProcess::new(cmd) else {
+        unreachable!("`corral mcp` starts")
+    };
+    match ().serve(transport).await {
+        Ok(c) => c,
+        Err(e) => unreachable!("the MCP handshake: {e}"),
+    }
+}
+
+/// Calls `mcp.fx.read_file` on `path` every 100 ms until it succeeds (at most 10 s).
+async fn read_once_up(
+    client: &RunningService<RoleClient, ()>,
+    path: &std::path::Path,
+) -> Option<CallToolResult> {
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let r = call(client, "mcp.fx.read_file", json!({"path": path})).await;
+        if r.is_error == Some(false) {
+            return Some(r);
+        }
+    }
+    None
+}
+
 #[tokio::test]
 async fn an_upstream_mcp_server_runs_sandboxed_behind_the_policy() {
     let dir = workspace(Some(&config()));
@@ -87,20 +118,15 @@ async fn an_upstream_mcp_server_runs_sandboxed_behind_the_policy() {
     let secret = dir.path().join("secret.txt");
     let _ = std::fs::write(&secret, "outside-the-scope\n");
 
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_corral"));
     // The principal comes from the agent's own token in the environment, as for a local agent.
-    cmd.arg("mcp")
-        .current_dir(dir.path())
-        .env_remove("CORRAL_CONFIG")
-        .env("CORRAL_IT_AGENT_TOKEN", "it-agent-secret-0123456789")
-        .env("CORRAL_TOKEN", "it-agent-secret-0123456789");
-    let Ok(transport) = TokioChildProcess::new(cmd) else {
-        unreachable!("`corral mcp` starts")
-    };
-    let client = match ().serve(transport).await {
-        Ok(c) => c,
-        Err(e) => unreachable!("the MCP handshake: {e}"),
-    };
+    let client = corral_mcp(
+        dir.path(),
+        &[
+            ("CORRAL_IT_AGENT_TOKEN", "it-agent-secret-0123456789"),
+            ("CORRAL_TOKEN", "it-agent-secret-0123456789"),
+        ],
+    )
+    .await;
 
     let tools = client.list_all_tools().await.unwrap_or_default();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
@@ -211,20 +237,7 @@ async fn an_upstream_mcp_server_runs_sandboxed_behind_the_policy() {
     );
 
     // Restarted with backoff (1 s after a quick failure): it answers again.
-    let mut back = None;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let r = call(
-            &client,
-            "mcp.fx.read_file",
-            json!({"path": ws.join("notes.txt")}),
-        )
-        .await;
-        if r.is_error == Some(false) {
-            back = Some(r);
-            break;
-        }
-    }
+    let back = read_once_up(&client, &ws.join("notes.txt")).await;
     let Some(back) = back else {
         unreachable!("the upstream was not restarted within 10 s")
     };
@@ -263,17 +276,7 @@ rules:
     let _ = std::fs::write(ws.join("down"), "");
     let _ = std::fs::write(ws.join("notes.txt"), "after the restart\n");
 
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_corral"));
-    cmd.arg("mcp")
-        .current_dir(dir.path())
-        .env_remove("CORRAL_CONFIG");
-    let Ok(transport) = TokioChildProcess::new(cmd) else {
-        unreachable!("`corral mcp` starts")
-    };
-    let client = match ().serve(transport).await {
-        Ok(c) => c,
-        Err(e) => unreachable!("the MCP handshake: {e}"),
-    };
+    let client = corral_mcp(dir.path(), &[]).await;
     // Declared, so listed, but its params are unknown until the server has listed them.
     let tools = client.list_all_tools().await.unwrap_or_default();
     let read = tools.iter().find(|t| t.name == "mcp.fx.read_file");
@@ -284,20 +287,7 @@ rules:
         "the first start failed and took the marker"
     );
 
-    let mut answered = None;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let r = call(
-            &client,
-            "mcp.fx.read_file",
-            json!({"path": ws.join("notes.txt")}),
-        )
-        .await;
-        if r.is_error == Some(false) {
-            answered = Some(r);
-            break;
-        }
-    }
+    let answered = read_once_up(&client, &ws.join("notes.txt")).await;
     let Some(answered) = answered else {
         unreachable!("the upstream's tools were not completed within 10 s of its restart")
     };
