@@ -54,16 +54,11 @@ impl Deployment {
     /// confirmation are still decided per call.)
     pub fn callable_ops(&self, principal: &Principal) -> Vec<&OpSpec> {
         let level = self.guard.effective_level(principal, None).map(|(l, _)| l);
-        let role = Role::highest_of(&principal.roles);
         self.engine
             .mounted_ops(principal)
             .into_iter()
             .filter(|op| level.is_none_or(|l| l.permits(op)))
-            .filter(|op| {
-                self.guard
-                    .required_role(op)
-                    .is_none_or(|need| role.is_some_and(|have| have >= need))
-            })
+            .filter(|op| self.guard.missing_role(op, principal).is_none())
             .collect()
     }
 }
@@ -190,7 +185,8 @@ fn truncated_op(op: &str) -> String {
     }
 }
 
-fn now_ms() -> i64 {
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -699,33 +695,31 @@ impl Gateway {
             );
         }
         // 4. RBAC by tier: who may call it, before anyone is asked to approve it.
-        if let Some(need) = g.required_role(spec) {
+        if let Some(need) = g.missing_role(spec, principal) {
             let have = Role::highest_of(&principal.roles);
-            if have.is_none_or(|h| h < need) {
-                event.detail = Some(need.as_str().to_owned());
-                let why = if g
-                    .rbac
-                    .as_ref()
-                    .is_some_and(|o| o.contains_key(call.op.as_str()))
-                {
-                    "`roles.overrides`".to_owned()
-                } else {
-                    format!("its {} tier: {}", spec.tier(), tier_reason(spec))
-                };
-                let have =
-                    have.map_or_else(|| "no tier role".to_owned(), |h| format!("the role `{h}`"));
-                return (
-                    Outcome::RbacDenied,
-                    Reply::Refused(Refusal::new(
-                        403,
-                        codes::RBAC_DENIED,
-                        format!(
-                            "`{}` needs the role `{need}` ({why}); you have {have}; call as a principal with the role `{need}` or higher",
-                            call.op
-                        ),
-                    )),
-                );
-            }
+            event.detail = Some(need.as_str().to_owned());
+            let why = if g
+                .rbac
+                .as_ref()
+                .is_some_and(|o| o.contains_key(call.op.as_str()))
+            {
+                "`roles.overrides`".to_owned()
+            } else {
+                format!("its {} tier: {}", spec.tier(), tier_reason(spec))
+            };
+            let have =
+                have.map_or_else(|| "no tier role".to_owned(), |h| format!("the role `{h}`"));
+            return (
+                Outcome::RbacDenied,
+                Reply::Refused(Refusal::new(
+                    403,
+                    codes::RBAC_DENIED,
+                    format!(
+                        "`{}` needs the role `{need}` ({why}); you have {have}; call as a principal with the role `{need}` or higher",
+                        call.op
+                    ),
+                )),
+            );
         }
         // 5. Policy.
         let decision = d.engine.decide(&Request {

@@ -160,6 +160,14 @@ impl GuardPolicy {
         )
     }
 
+    /// The role `principal` lacks to call `op` (RBAC on and their highest tier role below the
+    /// one it needs), or `None` when RBAC lets them.
+    pub fn missing_role(&self, op: &OpSpec, principal: &Principal) -> Option<Role> {
+        let need = self.required_role(op)?;
+        let have = Role::highest_of(&principal.roles);
+        have.is_none_or(|h| h < need).then_some(need)
+    }
+
     /// The op's version (`0` for an op the composition root did not version).
     pub fn op_version(&self, op: &str) -> &str {
         self.op_versions.get(op).map_or("0", String::as_str)

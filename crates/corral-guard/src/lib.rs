@@ -11,4 +11,6 @@ pub mod limiter;
 pub mod metrics;
 pub mod runs;
 
-pub use gateway::{Call, CallOptions, Caller, Deployment, Gateway, Refusal, Reply, valid_run_id};
+pub use gateway::{
+    Call, CallOptions, Caller, Deployment, Gateway, Refusal, Reply, now_ms, valid_run_id,
+};

@@ -457,12 +457,12 @@ impl Upstreams {
                     continue;
                 }
                 match catalog.get_mut(id.as_str()) {
-                    Some(spec) => refine(spec, tool),
+                    Some(spec) => refine(spec, name, tool),
                     None => {
-                        let summary = tool_summary(name, tool);
-                        let mut spec = OpSpec::new(id, &[], &summary);
+                        // No effects: admin, explicit-only. `refine` writes the summary.
+                        let mut spec = OpSpec::new(id, &[], "");
                         spec.groups.push("mcp".to_owned());
-                        refine(&mut spec, tool);
+                        refine(&mut spec, name, tool);
                         if catalog.add_upstream(spec).is_ok() {
                             undeclared.push(tool.name.to_string());
                         }
@@ -507,15 +507,8 @@ fn tool_summary(server: &str, tool: &Tool) -> String {
 
 /// Params from the tool's input schema, the summary from its description, and a tier the
 /// annotations raise (never lower).
-fn refine(spec: &mut OpSpec, tool: &Tool) {
-    let server = spec
-        .id
-        .as_str()
-        .split('.')
-        .nth(1)
-        .unwrap_or_default()
-        .to_owned();
-    spec.summary = tool_summary(&server, tool);
+fn refine(spec: &mut OpSpec, server: &str, tool: &Tool) {
+    spec.summary = tool_summary(server, tool);
     let schema = &tool.input_schema;
     let required: Vec<&str> = schema
         .get("required")
@@ -629,12 +622,12 @@ mod tests {
         let claims_read_only = Tool::new("t", "d", Arc::clone(&schema))
             .with_annotations(rmcp::model::ToolAnnotations::new().read_only(true));
         let mut write = OpSpec::new(id.clone(), &[corral_policy::Effect::Write], "s");
-        refine(&mut write, &claims_read_only);
+        refine(&mut write, "fx", &claims_read_only);
         assert_eq!(write.tier(), Tier::Confirm);
         let says_destructive = Tool::new("t", "d", schema)
             .with_annotations(rmcp::model::ToolAnnotations::new().destructive(true));
         let mut read = OpSpec::new(id, &[corral_policy::Effect::Read], "s");
-        refine(&mut read, &says_destructive);
+        refine(&mut read, "fx", &says_destructive);
         assert_eq!(read.tier(), Tier::Destructive);
     }
 }

@@ -232,13 +232,6 @@ pub async fn build_state(
     Ok((state, store))
 }
 
-/// Milliseconds since the Unix epoch.
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// How often expired confirmations are purged.
 const PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -257,7 +250,7 @@ where
             let Some(target) = target.upgrade() else {
                 return;
             };
-            match purge(target, unix_ms()).await {
+            match purge(target, corral_guard::now_ms()).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(removed = n, what, "purged"),
                 Err(e) => tracing::warn!(error = %e, what, "purging failed"),

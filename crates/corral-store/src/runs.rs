@@ -13,54 +13,64 @@ use corral_policy::AutonomyLevel;
 
 use crate::{Pool, Store, StoreError};
 
-const WHERE_RUN: &str = "tenant = $1 AND principal = $2 AND purpose = $3 AND run_id = $4";
+/// The condition naming one run (a macro so `concat!` can use it): its key is `$1`-`$4`.
+macro_rules! where_run {
+    () => {
+        "tenant = $1 AND principal = $2 AND purpose = $3 AND run_id = $4"
+    };
+}
 
 const INSERT_RUN: &str = "INSERT INTO runs (tenant, principal, purpose, run_id, started_ms, \
     last_ms, calls, output_bytes, level, dry_run) VALUES ($1, $2, $3, $4, $5, $5, 0, 0, NULL, 0) \
     ON CONFLICT (tenant, principal, purpose, run_id) DO NOTHING";
 
-fn enter_sql() -> String {
-    format!(
-        "UPDATE runs SET last_ms = $5, \
-         level = CASE WHEN $6 < 0 THEN level WHEN level IS NULL OR level > $6 THEN $6 ELSE level END, \
-         dry_run = CASE WHEN $7 = 1 THEN 1 ELSE dry_run END \
-         WHERE {WHERE_RUN} RETURNING level, dry_run"
-    )
-}
+const ENTER: &str = concat!(
+    "UPDATE runs SET last_ms = $5, ",
+    "level = CASE WHEN $6 < 0 THEN level WHEN level IS NULL OR level > $6 THEN $6 ELSE level END, ",
+    "dry_run = CASE WHEN $7 = 1 THEN 1 ELSE dry_run END WHERE ",
+    where_run!(),
+    " RETURNING level, dry_run"
+);
 
-fn usage_sql(lock: bool) -> String {
-    let lock = if lock { " FOR UPDATE" } else { "" };
-    format!("SELECT started_ms, calls, output_bytes FROM runs WHERE {WHERE_RUN}{lock}")
-}
+/// A run's usage; PostgreSQL locks the row (`FOR UPDATE`), SQLite's `BEGIN IMMEDIATE` already
+/// holds the write lock.
+const USAGE: &str = concat!(
+    "SELECT started_ms, calls, output_bytes FROM runs WHERE ",
+    where_run!()
+);
+const USAGE_LOCKED: &str = concat!(
+    "SELECT started_ms, calls, output_bytes FROM runs WHERE ",
+    where_run!(),
+    " FOR UPDATE"
+);
 
-fn op_calls_sql() -> String {
-    format!("SELECT calls FROM run_op_calls WHERE {WHERE_RUN} AND op = $5")
-}
+const OP_CALLS: &str = concat!(
+    "SELECT calls FROM run_op_calls WHERE ",
+    where_run!(),
+    " AND op = $5"
+);
 
-fn charge_sql() -> String {
-    format!("UPDATE runs SET calls = calls + 1 WHERE {WHERE_RUN}")
-}
+const CHARGE: &str = concat!("UPDATE runs SET calls = calls + 1 WHERE ", where_run!());
 
 const CHARGE_OP: &str = "INSERT INTO run_op_calls (tenant, principal, purpose, run_id, op, calls) \
     VALUES ($1, $2, $3, $4, $5, 1) ON CONFLICT (tenant, principal, purpose, run_id, op) \
     DO UPDATE SET calls = run_op_calls.calls + 1";
 
-fn refund_sql() -> String {
-    format!(
-        "UPDATE runs SET calls = CASE WHEN calls > 0 THEN calls - 1 ELSE 0 END WHERE {WHERE_RUN}"
-    )
-}
+const REFUND: &str = concat!(
+    "UPDATE runs SET calls = CASE WHEN calls > 0 THEN calls - 1 ELSE 0 END WHERE ",
+    where_run!()
+);
 
-fn refund_op_sql() -> String {
-    format!(
-        "UPDATE run_op_calls SET calls = CASE WHEN calls > 0 THEN calls - 1 ELSE 0 END \
-         WHERE {WHERE_RUN} AND op = $5"
-    )
-}
+const REFUND_OP: &str = concat!(
+    "UPDATE run_op_calls SET calls = CASE WHEN calls > 0 THEN calls - 1 ELSE 0 END WHERE ",
+    where_run!(),
+    " AND op = $5"
+);
 
-fn output_sql() -> String {
-    format!("UPDATE runs SET output_bytes = output_bytes + $5 WHERE {WHERE_RUN}")
-}
+const OUTPUT: &str = concat!(
+    "UPDATE runs SET output_bytes = output_bytes + $5 WHERE ",
+    where_run!()
+);
 
 fn level_number(l: AutonomyLevel) -> i32 {
     match l {
@@ -99,9 +109,9 @@ macro_rules! bind_key {
 
 /// The charge's transaction body, for either pool's transaction type.
 macro_rules! charge_in {
-    ($tx:expr, $q:expr, $key:expr, $op:expr, $budgets:expr, $now:expr, $lock:expr) => {{
+    ($tx:expr, $q:expr, $key:expr, $op:expr, $budgets:expr, $now:expr, $usage:expr) => {{
         let mut tx = $tx.map_err($q)?;
-        let usage: Option<(i64, i64, i64)> = bind_key!(sqlx::query_as(&usage_sql($lock)), $key)
+        let usage: Option<(i64, i64, i64)> = bind_key!(sqlx::query_as($usage), $key)
             .fetch_optional(&mut *tx)
             .await
             .map_err($q)?;
@@ -114,7 +124,7 @@ macro_rules! charge_in {
                     .to_owned(),
             });
         };
-        let op_calls: Option<i64> = bind_key!(sqlx::query_scalar(&op_calls_sql()), $key)
+        let op_calls: Option<i64> = bind_key!(sqlx::query_scalar(OP_CALLS), $key)
             .bind($op)
             .fetch_optional(&mut *tx)
             .await
@@ -132,7 +142,7 @@ macro_rules! charge_in {
             tx.rollback().await.map_err($q)?;
             return Ok(Err(e));
         }
-        bind_key!(sqlx::query(&charge_sql()), $key)
+        bind_key!(sqlx::query(CHARGE), $key)
             .execute(&mut *tx)
             .await
             .map_err($q)?;
@@ -176,7 +186,7 @@ impl Store {
         let lower = lower_to.map_or(-1, level_number);
         let (level, dry): (Option<i32>, i32) = on_pool!(&self.pool, p => {
             bind_key!(sqlx::query(INSERT_RUN), key).bind(now_ms).execute(p).await.map_err(q)?;
-            bind_key!(sqlx::query_as(&enter_sql()), key)
+            bind_key!(sqlx::query_as(ENTER), key)
                 .bind(now_ms)
                 .bind(lower)
                 .bind(i32::from(dry_run))
@@ -200,7 +210,9 @@ impl Store {
     ) -> Result<Result<(), Exhausted>, StoreError> {
         let q = |e| self.redactor.query("charge a run", e);
         match &self.pool {
-            Pool::Postgres(p) => charge_in!(p.begin().await, q, key, op, budgets, now_ms, true),
+            Pool::Postgres(p) => {
+                charge_in!(p.begin().await, q, key, op, budgets, now_ms, USAGE_LOCKED)
+            }
             Pool::Sqlite(p) => {
                 charge_in!(
                     p.begin_with("BEGIN IMMEDIATE").await,
@@ -209,7 +221,7 @@ impl Store {
                     op,
                     budgets,
                     now_ms,
-                    false
+                    USAGE
                 )
             }
         }
@@ -220,8 +232,8 @@ impl Store {
         let q = |e| self.redactor.query("refund a run's call", e);
         on_pool!(&self.pool, p => {
             let mut tx = p.begin().await.map_err(q)?;
-            bind_key!(sqlx::query(&refund_sql()), key).execute(&mut *tx).await.map_err(q)?;
-            bind_key!(sqlx::query(&refund_op_sql()), key).bind(op).execute(&mut *tx).await.map_err(q)?;
+            bind_key!(sqlx::query(REFUND), key).execute(&mut *tx).await.map_err(q)?;
+            bind_key!(sqlx::query(REFUND_OP), key).bind(op).execute(&mut *tx).await.map_err(q)?;
             tx.commit().await.map_err(q)
         })
     }
@@ -230,7 +242,7 @@ impl Store {
     pub async fn add_run_output(&self, key: &RunKey<'_>, bytes: u64) -> Result<(), StoreError> {
         let q = |e| self.redactor.query("meter a run's output", e);
         let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
-        on_pool!(&self.pool, p => bind_key!(sqlx::query(&output_sql()), key)
+        on_pool!(&self.pool, p => bind_key!(sqlx::query(OUTPUT), key)
             .bind(bytes)
             .execute(p)
             .await
