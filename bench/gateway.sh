@@ -6,6 +6,8 @@
 # Both run side by side in one invocation, with the same load generator settings, and the
 # script prints both, the ratio, and whether the targets are met:
 #   corral throughput >= 60% of bare, corral p99 < 5 ms.
+# It also prints the fsync latency of the disk under corral's state dir (bench/fsync-probe.py):
+# each call waits for the fsync of the commit that covers it, so that is a floor under p99.
 #
 # Usage: bench/gateway.sh
 # Environment (all optional):
@@ -191,6 +193,11 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: applicat
 [[ $code == 401 ]] || die "corral answered $code without a token; auth is not on"
 say "corral without a token: 401 (auth is on)"
 
+# The disk's own fsync latency, where corral's SQLite file lives: every call waits for the fsync
+# of the commit that covers it, so this is a floor under corral's latency (bench/fsync-probe.py).
+FSYNC=$(python3 bench/fsync-probe.py "$WORK" 300 2>&1 || true)
+say "$FSYNC"
+
 CLK=$(getconf CLK_TCK)
 declare -A RPS P99 OK BAD CPU
 for round in $(seq 1 "$ROUNDS"); do
@@ -234,5 +241,6 @@ print(f"ratio corral / bare throughput: {ratio * 100:.1f}%")
 print(f"target throughput >= 60% of bare: {'MET' if ratio >= 0.6 else 'MISSED'}")
 print(f"target corral p99 < 5 ms: {'MET' if p99 < 5 else 'MISSED'} ({p99:.2f} ms)")
 PY
+echo "this disk (corral's state dir): $FSYNC"
 [[ -n $audited ]] && echo "audit events in corral's SQLite store after the run: $audited"
 exit 0

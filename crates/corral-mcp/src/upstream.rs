@@ -369,6 +369,26 @@ async fn ended(run: &mut AbortOnDrop) -> Stopped {
     }
 }
 
+/// What [`Upstreams::reconcile`] did, by server name.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Unchanged: still the same running server.
+    pub kept: Vec<String>,
+    /// New in the config: started.
+    pub started: Vec<String>,
+    /// Changed in the config: a new one started, the old one stops.
+    pub restarted: Vec<String>,
+    /// Gone from the config: stops.
+    pub stopped: Vec<String>,
+}
+
+impl Reconciled {
+    /// Whether anything started or stops.
+    pub fn changed(&self) -> bool {
+        !(self.started.is_empty() && self.restarted.is_empty() && self.stopped.is_empty())
+    }
+}
+
 /// Every configured upstream, by name.
 #[derive(Debug, Clone)]
 pub struct Upstreams {
@@ -421,13 +441,50 @@ impl Upstreams {
         self.listings.subscribe()
     }
 
-    /// Whether these are the upstreams `specs` describe (a reload with other `mcp_servers`
-    /// needs a restart).
-    pub fn matches(&self, specs: &[UpstreamSpec]) -> bool {
-        self.servers.len() == specs.len()
-            && specs
-                .iter()
-                .all(|s| self.servers.get(&s.name).is_some_and(|u| &u.spec == s))
+    /// The upstreams `specs` describe, for a reloaded config: a server whose spec is unchanged
+    /// keeps running (the same process, the same supervisor); a new server starts; a removed or
+    /// changed one is left out, and its process stops once nothing uses it any more (the
+    /// deployment that mounted it has been replaced and its calls in flight have ended). The
+    /// result shares this one's listing counter, so a refresher watching it keeps working.
+    pub fn reconcile(
+        &self,
+        specs: Vec<UpstreamSpec>,
+        backend: &Arc<dyn Backend>,
+        disabled: Vec<String>,
+    ) -> (Self, Reconciled) {
+        let mut changes = Reconciled::default();
+        let mut servers = BTreeMap::new();
+        for spec in specs {
+            let name = spec.name.clone();
+            let kept = self.servers.get(&name).filter(|u| u.spec == spec);
+            let upstream = match kept {
+                Some(running) => {
+                    changes.kept.push(name.clone());
+                    Arc::clone(running)
+                }
+                None => {
+                    if self.servers.contains_key(&name) {
+                        changes.restarted.push(name.clone());
+                    } else {
+                        changes.started.push(name.clone());
+                    }
+                    Upstream::start(spec, Arc::clone(backend), Arc::clone(&self.listings))
+                }
+            };
+            servers.insert(name, upstream);
+        }
+        changes.stopped = self
+            .servers
+            .keys()
+            .filter(|n| !servers.contains_key(*n))
+            .cloned()
+            .collect();
+        let next = Self {
+            servers,
+            listings: Arc::clone(&self.listings),
+            disabled,
+        };
+        (next, changes)
     }
 
     /// Completes the catalog from what the upstreams listed (waiting up to `timeout` for each

@@ -117,6 +117,16 @@ pub async fn refresh_upstream_tools(current: &Deployment, upstreams: &Upstreams)
     }
 }
 
+/// The op ids `disabled_ops` removes (never mounted, upstream tools included).
+pub fn disabled_ops(loaded: &Loaded) -> Vec<String> {
+    loaded
+        .config
+        .disabled_ops
+        .iter()
+        .map(|o| o.value.clone())
+        .collect()
+}
+
 /// How to run each `mcp_servers:` entry: paths made absolute against the config's directory,
 /// the environment exactly `env_pass` (never a secret's variable) plus a default `PATH`.
 pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {

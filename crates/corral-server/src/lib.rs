@@ -26,8 +26,9 @@ pub struct AppState(pub Arc<App>);
 pub struct App {
     /// The guard chain.
     pub gateway: Arc<Gateway>,
-    /// The upstream MCP servers started with the first config (kept across reloads).
-    pub upstreams: corral_mcp::upstream::Upstreams,
+    /// The upstream MCP servers of the current config (reconciled on reload: unchanged ones
+    /// keep running, new ones start, removed ones stop).
+    pub upstreams: Arc<std::sync::RwLock<corral_mcp::upstream::Upstreams>>,
     /// Held while a new deployment is computed and swapped in (a reload, an upstream refresh),
     /// so one never overwrites the other with a deployment built from a stale one.
     pub deploy_lock: Arc<tokio::sync::Mutex<()>>,
@@ -46,6 +47,14 @@ pub struct App {
 }
 
 impl App {
+    /// The current upstream MCP servers.
+    pub fn upstreams(&self) -> corral_mcp::upstream::Upstreams {
+        match self.upstreams.read() {
+            Ok(u) => u.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
     /// The current authenticator.
     pub fn authenticator(&self) -> Arc<auth::Authenticator> {
         match self.auth.read() {

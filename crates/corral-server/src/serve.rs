@@ -185,20 +185,12 @@ pub async fn build_state(
             Arc::new(MemoryConfirmations::new())
         }
     };
-    let disabled: Vec<String> = loaded
-        .config
-        .disabled_ops
-        .iter()
-        .map(|o| o.value.clone())
-        .collect();
-    if !loaded.config.mcp_servers.is_empty() && backend.name() != "linux" {
-        tracing::warn!(
-            backend = backend.name(),
-            "upstream MCP servers run without isolation: `read_paths`/`write_paths` confine nothing outside the `linux` backend"
-        );
-    }
-    let upstreams =
-        corral_mcp::upstream::Upstreams::start(compose::upstream_specs(loaded), &backend, disabled);
+    warn_if_unisolated(loaded, &backend);
+    let upstreams = corral_mcp::upstream::Upstreams::start(
+        compose::upstream_specs(loaded),
+        &backend,
+        compose::disabled_ops(loaded),
+    );
     let deployment = compose::deployment(loaded, &upstreams).await;
     spawn_confirmation_purger(&confirmations);
     let mut gateway =
@@ -211,6 +203,7 @@ pub async fn build_state(
     }
     let gateway = Arc::new(gateway);
     let deploy_lock = Arc::new(tokio::sync::Mutex::new(()));
+    let upstreams = Arc::new(std::sync::RwLock::new(upstreams));
     spawn_upstream_refresher(&gateway, &upstreams, &deploy_lock);
     let state = AppState(Arc::new(App {
         gateway,
@@ -291,28 +284,39 @@ fn spawn_run_purger(store: &Arc<Store>) {
     );
 }
 
+/// Upstream servers outside the `linux` backend run unconfined: said once per start or reload.
+fn warn_if_unisolated(loaded: &Loaded, backend: &Arc<dyn corral_exec::Backend>) {
+    if !loaded.config.mcp_servers.is_empty() && backend.name() != "linux" {
+        tracing::warn!(
+            backend = backend.name(),
+            "upstream MCP servers run without isolation: `read_paths`/`write_paths` confine nothing outside the `linux` backend"
+        );
+    }
+}
+
 /// Completes the deployment again each time an upstream MCP server (re)starts and lists its
 /// tools: one that was down at start-up gets its params, one that changed its list gets the new
-/// one. Stops with the gateway.
+/// one. Follows the upstreams a reload put in place (they share the listing counter). Stops
+/// with the gateway.
 fn spawn_upstream_refresher(
     gateway: &Arc<Gateway>,
-    upstreams: &corral_mcp::upstream::Upstreams,
+    upstreams: &Arc<std::sync::RwLock<corral_mcp::upstream::Upstreams>>,
     deploy_lock: &Arc<tokio::sync::Mutex<()>>,
 ) {
-    if upstreams.is_empty() {
-        return;
-    }
     let gateway = Arc::downgrade(gateway);
-    let upstreams = upstreams.clone();
+    let upstreams = Arc::clone(upstreams);
     let deploy_lock = Arc::clone(deploy_lock);
-    let mut listings = upstreams.listings();
+    let current = move || match upstreams.read() {
+        Ok(u) => u.clone(),
+        Err(p) => p.into_inner().clone(),
+    };
+    let mut listings = current().listings();
     listings.borrow_and_update();
     tokio::spawn(async move {
         while listings.changed().await.is_ok() {
             let Some(gw) = gateway.upgrade() else { return };
             let _held = deploy_lock.lock().await;
-            let current = gw.deployment();
-            let refreshed = compose::refresh_upstream_tools(&current, &upstreams).await;
+            let refreshed = compose::refresh_upstream_tools(&gw.deployment(), &current()).await;
             gw.replace(refreshed);
             tracing::debug!("deployment completed with the upstreams' current tool lists");
         }
@@ -358,12 +362,26 @@ fn spawn_reloader(state: AppState, path: PathBuf) {
                 Ok(loaded) => match compose::authenticator(&loaded) {
                     Ok(auth) => {
                         let _held = state.0.deploy_lock.lock().await;
-                        if !state.0.upstreams.matches(&compose::upstream_specs(&loaded)) {
-                            tracing::warn!(
-                                "`mcp_servers` changed: the running upstream servers are kept; restart corral to apply the change"
+                        let backend = state.0.gateway.backend();
+                        let (upstreams, changes) = state.0.upstreams().reconcile(
+                            compose::upstream_specs(&loaded),
+                            backend,
+                            compose::disabled_ops(&loaded),
+                        );
+                        if changes.changed() {
+                            warn_if_unisolated(&loaded, backend);
+                            tracing::info!(
+                                started = ?changes.started,
+                                restarted = ?changes.restarted,
+                                stopped = ?changes.stopped,
+                                "upstream MCP servers follow the reloaded `mcp_servers`"
                             );
                         }
-                        let deployment = compose::deployment(&loaded, &state.0.upstreams).await;
+                        let deployment = compose::deployment(&loaded, &upstreams).await;
+                        match state.0.upstreams.write() {
+                            Ok(mut u) => *u = upstreams,
+                            Err(p) => *p.into_inner() = upstreams,
+                        }
                         state.0.gateway.replace(deployment);
                         match state.0.auth.write() {
                             Ok(mut a) => *a = Arc::new(auth),

@@ -141,9 +141,9 @@ fn local_call_as_a_token_principal() {
 }
 
 /// A `corral serve` child process, killed on drop.
-struct Served {
-    child: Child,
-    url: String,
+pub(crate) struct Served {
+    pub(crate) child: Child,
+    pub(crate) url: String,
 }
 
 impl Drop for Served {
@@ -164,17 +164,33 @@ fn free_port() -> u16 {
 }
 
 fn serve(dir: &Path) -> Served {
-    let port = free_port();
-    let ws = dir.join("ws");
-    let listen = format!("127.0.0.1:{port}");
+    let ws = dir.join("ws").to_string_lossy().into_owned();
+    serve_with(
+        dir,
+        &["--preset", "workspace_jail", "--root", &ws],
+        &[],
+        Stdio::null(),
+    )
+}
+
+/// `corral serve ARGS --listen 127.0.0.1:<free port>` in `dir` with `env` added and its log to
+/// `stderr`, once `/healthz` answers (at most 30 s).
+pub(crate) fn serve_with(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    stderr: Stdio,
+) -> Served {
+    let listen = format!("127.0.0.1:{}", free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_corral"))
-        .args(["serve", "--preset", "workspace_jail", "--root"])
-        .arg(&ws)
+        .arg("serve")
+        .args(args)
         .args(["--listen", &listen])
         .current_dir(dir)
         .env_remove("CORRAL_CONFIG")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn();
     let Ok(child) = child else {
         unreachable!("corral serve starts")

@@ -4,6 +4,7 @@ mod call;
 mod docs;
 mod mcp;
 mod offline;
+mod reload;
 mod sandbox;
 mod upstream;
 

@@ -18,7 +18,7 @@ use tokio::process::Command;
 use crate::workspace;
 
 /// The fixture binary, built by `cargo test` next to `corral` (its package has a test of its own).
-fn fixture() -> PathBuf {
+pub(crate) fn fixture() -> PathBuf {
     let path = PathBuf::from(env!("CARGO_BIN_EXE_corral")).with_file_name("corral-test-mcp-server");
     assert!(
         path.exists(),
