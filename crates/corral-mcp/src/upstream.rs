@@ -659,6 +659,67 @@ impl Op for UpstreamTool {
 mod tests {
     use super::*;
 
+    fn spec(name: &str, argv: &str) -> UpstreamSpec {
+        UpstreamSpec {
+            name: name.to_owned(),
+            argv: vec![argv.to_owned()],
+            env: Vec::new(),
+            cwd: PathBuf::from("/"),
+            read_paths: Vec::new(),
+            write_paths: Vec::new(),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            limits: corral_exec::ResourceLimits::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reload_keeps_unchanged_servers_and_replaces_changed_removed_and_new_ones() {
+        let backend: Arc<dyn Backend> = Arc::new(corral_exec::mock::MockBackend::default());
+        let first = Upstreams::start(
+            vec![
+                spec("a", "/bin/a"),
+                spec("b", "/bin/b"),
+                spec("gone", "/bin/g"),
+            ],
+            &backend,
+            Vec::new(),
+        );
+        let specs = vec![
+            spec("a", "/bin/a"),
+            spec("b", "/bin/b2"),
+            spec("new", "/bin/n"),
+        ];
+        let (second, changes) = first.reconcile(specs, &backend, vec!["mcp.a.t".to_owned()]);
+        assert_eq!(
+            changes,
+            Reconciled {
+                kept: vec!["a".to_owned()],
+                started: vec!["new".to_owned()],
+                restarted: vec!["b".to_owned()],
+                stopped: vec!["gone".to_owned()],
+            }
+        );
+        assert!(changes.changed());
+        // The unchanged server is the same supervised process; the changed one is a new one.
+        assert!(Arc::ptr_eq(&first.servers["a"], &second.servers["a"]));
+        assert!(!Arc::ptr_eq(&first.servers["b"], &second.servers["b"]));
+        assert_eq!(second.servers.keys().collect::<Vec<_>>(), ["a", "b", "new"]);
+        assert_eq!(second.disabled, ["mcp.a.t"]);
+        // One listing counter across reloads, so the refresher keeps following it.
+        assert!(Arc::ptr_eq(&first.listings, &second.listings));
+        let (same, changes) = second.reconcile(
+            vec![
+                spec("a", "/bin/a"),
+                spec("b", "/bin/b2"),
+                spec("new", "/bin/n"),
+            ],
+            &backend,
+            Vec::new(),
+        );
+        assert!(!changes.changed(), "{changes:?}");
+        assert_eq!(same.servers.len(), 3);
+    }
+
     #[test]
     fn an_upstreams_stderr_is_logged_with_its_variables_masked_and_capped() {
         let env = vec![

@@ -175,12 +175,7 @@ fn serve(dir: &Path) -> Served {
 
 /// `corral serve ARGS --listen 127.0.0.1:<free port>` in `dir` with `env` added and its log to
 /// `stderr`, once `/healthz` answers (at most 30 s).
-pub(crate) fn serve_with(
-    dir: &Path,
-    args: &[&str],
-    env: &[(&str, &str)],
-    stderr: Stdio,
-) -> Served {
+pub(crate) fn serve_with(dir: &Path, args: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Served {
     let listen = format!("127.0.0.1:{}", free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_corral"))
         .arg("serve")

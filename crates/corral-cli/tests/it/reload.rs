@@ -118,7 +118,9 @@ fn sighup_applies_a_new_policy_and_new_mcp_servers_and_keeps_the_last_good_confi
     );
     let url = served.url.clone();
 
-    let up = eventually(15, || read_file(root, &url, "mcp.fx.read_file", &notes).0 == 0);
+    let up = eventually(15, || {
+        read_file(root, &url, "mcp.fx.read_file", &notes).0 == 0
+    });
     assert!(up, "mcp.fx.read_file never worked before the reload");
     assert!(running(&fx_marker), "the fx server runs");
 
@@ -129,7 +131,10 @@ fn sighup_applies_a_new_policy_and_new_mcp_servers_and_keeps_the_last_good_confi
         let (code, out, _) = read_file(root, &url, "mcp.fy.read_file", &notes);
         code == 0 && out.contains("reloaded notes")
     });
-    assert!(fy_up, "mcp.fy.read_file did not work within 15 s of the reload");
+    assert!(
+        fy_up,
+        "mcp.fy.read_file did not work within 15 s of the reload"
+    );
     let (code, _, err) = read_file(root, &url, "mcp.fx.read_file", &notes);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("op.not_enabled"), "{err}");
@@ -150,6 +155,9 @@ fn sighup_applies_a_new_policy_and_new_mcp_servers_and_keeps_the_last_good_confi
     let (code, out, err) = read_file(root, &url, "mcp.fy.read_file", &notes);
     assert_eq!(code, 0, "the last good config was not kept: {err}");
     assert!(out.contains("reloaded notes"), "{out}");
-    assert!(running(&fy_marker), "the last good config's server still runs");
+    assert!(
+        running(&fy_marker),
+        "the last good config's server still runs"
+    );
     drop(served);
 }
