@@ -39,6 +39,8 @@ pub struct ResolvedToken {
     pub principal: Principal,
     /// The secret.
     pub secret: Secret,
+    /// The run every call with this token belongs to (`auth.tokens[].run`), if scoped.
+    pub run: Option<String>,
 }
 
 /// Reads environment variables (a trait so tests can give their own).
@@ -656,6 +658,7 @@ fn resolve_tokens(c: &Config, env: &dyn Env, d: &mut Vec<Diagnostic>) -> Vec<Res
         principal.roles = t.roles.clone();
         out.push(ResolvedToken {
             principal,
+            run: t.run.as_ref().map(|r| r.value.clone()),
             secret: Secret::new(secret),
         });
     }

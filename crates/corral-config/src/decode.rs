@@ -155,8 +155,9 @@ const JWT_KEYS: &[&str] = &[
     "roles_claim",
     "tenant_claim",
     "service_claim",
+    "run_claim",
 ];
-const TOKEN_KEYS: &[&str] = &["id", "roles", "kind", "token_env", "token"];
+const TOKEN_KEYS: &[&str] = &["id", "roles", "kind", "token_env", "token", "run"];
 const PRESET_KEYS: &[&str] = &[
     "name",
     "root",
@@ -1492,6 +1493,23 @@ impl Decoder {
                 .get("kind")
                 .and_then(|k| self.choice(k, &tm.at("kind"), &kinds))
                 .unwrap_or(PrincipalKind::Human);
+            let run = tm
+                .get("run")
+                .and_then(|r| self.spanned_string(r, &tm.at("run")))
+                .filter(|r| {
+                    let ok = corral_policy::valid_run_id(&r.value);
+                    if !ok {
+                        self.err_fix(
+                            codes::CONFIG_INVALID_VALUE,
+                            format!("`{}` is not a run id", r.value),
+                            &tm.at("run"),
+                            r.span,
+                            "use 1-128 characters of letters, digits, `_`, `-`, `.` and `:`"
+                                .to_owned(),
+                        );
+                    }
+                    ok
+                });
             match (id, token_env) {
                 (Some(id), Some(token_env)) => {
                     if id.value == "anonymous" {
@@ -1508,6 +1526,7 @@ impl Decoder {
                         roles,
                         kind,
                         token_env,
+                        run,
                     });
                 }
                 (id, _) => {
@@ -1562,6 +1581,7 @@ impl Decoder {
             audience: get_s(self, "audience"),
             roles_claim: get_s(self, "roles_claim").unwrap_or_else(|| "roles".to_owned()),
             tenant_claim: get_s(self, "tenant_claim").unwrap_or_else(|| "tenant".to_owned()),
+            run_claim: get_s(self, "run_claim").unwrap_or_else(|| "run".to_owned()),
             service_claim,
             span: node.span,
         };

@@ -334,6 +334,8 @@ pub struct JwtSpec {
     pub tenant_claim: String,
     /// A claim and value that mark a service principal.
     pub service_claim: Option<(String, String)>,
+    /// The claim holding the run a token is scoped to (default `run`).
+    pub run_claim: String,
     /// Where `jwt:` was written.
     pub span: Span,
 }
@@ -367,6 +369,8 @@ pub struct TokenConfig {
     pub kind: PrincipalKind,
     /// The environment variable that holds the secret.
     pub token_env: Spanned<String>,
+    /// A run-scoped token: every call it makes belongs to this run (its budgets always apply).
+    pub run: Option<Spanned<String>>,
 }
 
 /// Where audit events go.

@@ -70,6 +70,27 @@ pub struct Caller {
     pub principal: Principal,
     /// For delegated callers, the actors behind the call (outermost first).
     pub act_chain: Vec<String>,
+    /// The run every call of this caller belongs to (a run-scoped token): its budgets apply
+    /// whether or not `X-Corral-Run` is sent, and the header may only repeat it.
+    pub run: Option<String>,
+}
+
+impl Caller {
+    /// A caller with no actors behind it and no run scope.
+    pub fn new(principal: Principal) -> Self {
+        Self {
+            principal,
+            act_chain: Vec::new(),
+            run: None,
+        }
+    }
+
+    /// Scoped to `run` (a run-scoped token), or not.
+    #[must_use]
+    pub fn with_run(mut self, run: Option<String>) -> Self {
+        self.run = run;
+        self
+    }
 }
 
 /// One call.
@@ -98,14 +119,7 @@ pub struct CallOptions {
     pub dry_run: bool,
 }
 
-/// Whether a run id is well-formed: 1-128 characters of `A-Za-z0-9_-.:`.
-pub fn valid_run_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
-}
+pub use corral_policy::valid_run_id;
 
 /// A refusal or failure, as the surface should answer it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -575,8 +589,23 @@ impl Gateway {
 
     /// Decides and runs one call with the surface's options (run, level, dry-run), and audits
     /// it before returning.
-    pub async fn call_with(&self, call: Call, opts: CallOptions) -> Reply {
+    pub async fn call_with(&self, call: Call, mut opts: CallOptions) -> Reply {
         let started = Instant::now();
+        // A run-scoped caller's run applies to every call it makes; `X-Corral-Run` may only
+        // repeat it (naming another run would step outside the run's budgets).
+        let scope_mismatch = match (&call.caller.run, &opts.run_id) {
+            (Some(bound), Some(named)) if bound != named => Some(Refusal::new(
+                403,
+                codes::RUN_SCOPE_MISMATCH,
+                format!(
+                    "this token is scoped to run `{bound}`, and `X-Corral-Run` names `{named}`; drop the header (the token's run applies), or use a token of run `{named}`"
+                ),
+            )),
+            _ => None,
+        };
+        if let Some(bound) = &call.caller.run {
+            opts.run_id = Some(bound.clone());
+        }
         let d = self.deployment();
         let known = d.engine.catalog().get(&call.op).is_some();
         let mut event = AuditEvent {
@@ -604,7 +633,10 @@ impl Gateway {
             run_id: opts.run_id.clone(),
             detail: None,
         };
-        let (outcome, reply) = self.decide_and_run(&d, &call, &opts, &mut event).await;
+        let (outcome, reply) = match scope_mismatch {
+            Some(refusal) => (Outcome::Denied, Reply::Refused(refusal)),
+            None => self.decide_and_run(&d, &call, &opts, &mut event).await,
+        };
         event.outcome = outcome;
         event.duration_us = i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX);
         match &reply {

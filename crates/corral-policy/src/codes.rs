@@ -160,6 +160,9 @@ catalog! {
     BUDGET_EXHAUSTED = "budget.exhausted", 429,
         "the run has used up one of its budgets (calls, calls per op, wall time, output bytes)",
         "start a new run (another `X-Corral-Run`), or raise the budget the error names";
+    RUN_SCOPE_MISMATCH = "run.scope_mismatch", 403,
+        "the token is scoped to one run and `X-Corral-Run` names another",
+        "drop `X-Corral-Run` (the token's run applies to every call it makes), or use a token of the run you named";
     RUN_INVALID_HEADER = "run.invalid_header", 400,
         "`X-Corral-Run`, `X-Corral-Autonomy` or `X-Corral-Dry-Run` is malformed",
         "send a run id of 1-128 characters of letters, digits, `_`, `-`, `.` and `:`; a level `L0`-`L4`; dry-run `true` or `false`";

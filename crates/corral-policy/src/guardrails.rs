@@ -1,6 +1,7 @@
 //! The guardrails' vocabulary, shared by the config and the guard chain: the roles of RBAC by
 //! tier (`viewer < operator < admin`) and the autonomy levels (`L0` to `L4`). Pure: which role
 //! a tier needs and which ops a level lets run are functions of the op's spec.
+//! Also what a run id may look like.
 
 use std::fmt;
 
@@ -137,6 +138,16 @@ impl fmt::Display for AutonomyLevel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Whether a run id is well-formed: 1-128 characters of `A-Za-z0-9_-.:` (an `X-Corral-Run`
+/// header, a run-scoped token's `run`).
+pub fn valid_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ pub mod units;
 pub use decision::{Allowed, Candidate, Decision, Explanation, RuleRef, TraceOutcome, TraceStep};
 pub use engine::Engine;
 pub use error::PolicyError;
-pub use guardrails::{AutonomyLevel, Role};
+pub use guardrails::{AutonomyLevel, Role, valid_run_id};
 pub use hook::{Authorize, FnHook, HookCtx, HookOutcome};
 pub use limits::Limits;
 pub use op::{

@@ -26,6 +26,8 @@ pub struct JwtConfig {
     pub tenant_claim: String,
     /// A claim and value that make the principal a `service`.
     pub service_claim: Option<(String, String)>,
+    /// The claim holding the run the token is scoped to.
+    pub run_claim: String,
 }
 
 impl std::fmt::Debug for JwtConfig {
@@ -41,8 +43,9 @@ impl std::fmt::Debug for JwtConfig {
 /// Who may call.
 #[derive(Debug)]
 pub struct Authenticator {
-    /// SHA-256 of each static token's secret, and its principal.
-    tokens: Vec<([u8; 32], Principal)>,
+    /// SHA-256 of each static token's secret, and who it authenticates (its principal, and its
+    /// run if it is run-scoped).
+    tokens: Vec<([u8; 32], Caller)>,
     jwt: Option<JwtConfig>,
     open: bool,
 }
@@ -62,7 +65,7 @@ fn digest(s: &str) -> [u8; 32] {
 
 impl Authenticator {
     /// Static tokens and optional JWT. With neither, the server is in open mode.
-    pub fn new(tokens: Vec<(String, Principal)>, jwt: Option<JwtConfig>) -> Self {
+    pub fn new(tokens: Vec<(String, Caller)>, jwt: Option<JwtConfig>) -> Self {
         let open = tokens.is_empty() && jwt.is_none();
         Self {
             tokens: tokens.into_iter().map(|(s, p)| (digest(&s), p)).collect(),
@@ -128,10 +131,7 @@ impl Authenticator {
     pub fn authenticate_token(&self, token: Option<&str>) -> Result<Caller, AuthError> {
         let Some(token) = token else {
             if self.open {
-                return Ok(Caller {
-                    principal: Principal::anonymous(),
-                    act_chain: Vec::new(),
-                });
+                return Ok(Caller::new(Principal::anonymous()));
             }
             return Err(AuthError {
                 code: codes::AUTH_MISSING,
@@ -141,17 +141,14 @@ impl Authenticator {
         };
         let presented = digest(token);
         // Compare against every token, always, so timing does not tell which one is close.
-        let mut found: Option<&Principal> = None;
-        for (d, p) in &self.tokens {
+        let mut found: Option<&Caller> = None;
+        for (d, c) in &self.tokens {
             if bool::from(d.ct_eq(&presented)) {
-                found = Some(p);
+                found = Some(c);
             }
         }
-        if let Some(p) = found {
-            return Ok(Caller {
-                principal: p.clone(),
-                act_chain: Vec::new(),
-            });
+        if let Some(c) = found {
+            return Ok(c.clone());
         }
         if let Some(jwt) = &self.jwt
             && token.matches('.').count() == 2
@@ -235,8 +232,22 @@ fn verify_jwt(cfg: &JwtConfig, token: &str) -> Result<Caller, AuthError> {
         .get(&cfg.tenant_claim)
         .and_then(|t| t.as_str())
         .map(str::to_owned);
+    let run = match claims.get(&cfg.run_claim) {
+        None => None,
+        Some(serde_json::Value::String(r)) if corral_policy::valid_run_id(r) => Some(r.clone()),
+        Some(_) => {
+            return Err(AuthError {
+                code: codes::AUTH_INVALID,
+                message: format!(
+                    "the token's `{}` claim is not a run id (1-128 characters of letters, digits, `_`, `-`, `.` and `:`)",
+                    cfg.run_claim
+                ),
+            });
+        }
+    };
     Ok(Caller {
         principal: p,
         act_chain: chain,
+        run,
     })
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use corral_config::Loaded;
 use corral_config::model::{GuardrailsMode, JwtKey};
-use corral_guard::Deployment;
 use corral_guard::guardrails::{Budgets, GuardPolicy, Mode};
+use corral_guard::{Caller, Deployment};
 use corral_mcp::upstream::{DEFAULT_CALL_TIMEOUT, UpstreamSpec, Upstreams};
 use corral_ops::exec::{CommandsRun, CustomOp};
 use corral_ops::files::{FileOp, FileOpKind};
@@ -280,7 +280,10 @@ pub fn authenticator(loaded: &Loaded) -> Result<Authenticator, String> {
     let tokens = loaded
         .tokens
         .iter()
-        .map(|t| (t.secret.expose().to_owned(), t.principal.clone()))
+        .map(|t| {
+            let caller = Caller::new(t.principal.clone()).with_run(t.run.clone());
+            (t.secret.expose().to_owned(), caller)
+        })
         .collect();
     let jwt = match (&loaded.config.auth.jwt, &loaded.jwt_key) {
         (Some(spec), Some(key)) => {
@@ -303,6 +306,7 @@ pub fn authenticator(loaded: &Loaded) -> Result<Authenticator, String> {
                 roles_claim: spec.roles_claim.clone(),
                 tenant_claim: spec.tenant_claim.clone(),
                 service_claim: spec.service_claim.clone(),
+                run_claim: spec.run_claim.clone(),
             })
         }
         _ => None,

@@ -276,12 +276,12 @@ fn run_remote(a: &Args, args: Value) -> Exit {
     }
 }
 
-/// The principal of a local call: the token `--principal` names, or anonymous when the config
-/// has no auth.
-pub(crate) fn local_principal(
+/// The caller of a local call: the token `--principal` names (its principal, and its run if it
+/// is run-scoped), or anonymous when the config has no auth.
+pub(crate) fn local_caller(
     loaded: &corral_config::Loaded,
     wanted: Option<&str>,
-) -> Result<corral_policy::Principal, String> {
+) -> Result<corral_guard::Caller, String> {
     let ids = || {
         loaded
             .tokens
@@ -295,7 +295,7 @@ pub(crate) fn local_principal(
             .tokens
             .iter()
             .find(|t| t.principal.id == id)
-            .map(|t| t.principal.clone())
+            .map(|t| corral_guard::Caller::new(t.principal.clone()).with_run(t.run.clone()))
             .ok_or_else(|| {
                 if loaded.tokens.is_empty() {
                     format!(
@@ -309,7 +309,7 @@ pub(crate) fn local_principal(
                 }
             }),
         None if loaded.tokens.is_empty() && loaded.config.auth.jwt.is_none() => {
-            Ok(corral_policy::Principal::anonymous())
+            Ok(corral_guard::Caller::new(corral_policy::Principal::anonymous()))
         }
         None if loaded.tokens.is_empty() => Err(
             "the config authenticates with JWT only, so there is no anonymous caller; add a static token and pass `--principal ID`, or call the server".to_owned(),
@@ -330,7 +330,7 @@ fn run_local(a: &Args, args: Value) -> Exit {
             return Exit::Error;
         }
     };
-    let principal = match local_principal(&loaded, a.principal.as_deref()) {
+    let caller = match local_caller(&loaded, a.principal.as_deref()) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
@@ -354,10 +354,7 @@ fn run_local(a: &Args, args: Value) -> Exit {
             .0
             .gateway
             .call(corral_guard::Call {
-                caller: corral_guard::Caller {
-                    principal,
-                    act_chain: Vec::new(),
-                },
+                caller,
                 op: a.op.clone(),
                 args,
                 request_id: request_id.clone(),

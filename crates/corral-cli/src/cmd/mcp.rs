@@ -50,11 +50,8 @@ pub fn run(a: Args) -> Exit {
                 }
             }
         }
-        _ => match super::call::local_principal(&loaded, a.principal.as_deref()) {
-            Ok(principal) => corral_guard::Caller {
-                principal,
-                act_chain: Vec::new(),
-            },
+        _ => match super::call::local_caller(&loaded, a.principal.as_deref()) {
+            Ok(caller) => caller,
             Err(e) => {
                 eprintln!("error: {e}");
                 return Exit::Error;

@@ -302,6 +302,42 @@ fn bad_budgets_are_refused_with_their_place() {
     assert_eq!(d.fix, "did you mean `max_calls`?");
 }
 
+#[test]
+fn a_token_may_be_scoped_to_a_run_and_a_malformed_run_is_refused_where_it_is() {
+    let l = load(
+        "version: 1
+auth:
+  tokens:
+    - {id: agent, token_env: CORRAL_AGENT_TOKEN, run: \"eval-7:task.1\"}
+    - {id: admin, token_env: CORRAL_ADMIN_TOKEN}
+  jwt: {hs256_secret_env: CORRAL_JWT_SECRET, run_claim: corral_run}
+",
+    );
+    let runs: Vec<_> = l.tokens.iter().map(|t| t.run.as_deref()).collect();
+    assert_eq!(runs, [Some("eval-7:task.1"), None]);
+    let jwt = l.config.auth.jwt.as_ref().map(|j| j.run_claim.as_str());
+    assert_eq!(jwt, Some("corral_run"));
+    let default_claim = load("version: 1\nauth:\n  jwt: {hs256_secret_env: CORRAL_JWT_SECRET}\n");
+    let jwt = default_claim
+        .config
+        .auth
+        .jwt
+        .as_ref()
+        .map(|j| j.run_claim.as_str());
+    assert_eq!(jwt, Some("run"));
+
+    let yaml = "version: 1
+auth:
+  tokens:
+    - {id: agent, token_env: CORRAL_AGENT_TOKEN, run: \"two words\"}
+";
+    let d = error(yaml, codes::CONFIG_INVALID_VALUE);
+    assert_eq!(d.location, "auth.tokens[0].run");
+    assert!(d.message.contains("two words"), "{d}");
+    assert!(d.fix.contains("1-128 characters"), "{d}");
+    assert_eq!(span_line(&d), 4);
+}
+
 // ---------------------------------------------------------------- disabled_ops
 
 #[test]

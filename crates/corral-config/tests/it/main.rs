@@ -28,6 +28,10 @@ pub fn env() -> HashMap<String, String> {
         ("CORRAL_ADMIN_TOKEN", ADMIN_SECRET),
         ("CORRAL_SHORT_TOKEN", "fifteen-chars!!"),
         ("CORRAL_EMPTY_TOKEN", ""),
+        (
+            "CORRAL_JWT_SECRET",
+            "jwt-secret-0123456789abcdef-0123456789",
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))

@@ -43,7 +43,7 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
     .into_response()
 }
 
-/// `GET /me`: the caller's principal.
+/// `GET /me`: the caller's principal (and the run its token is scoped to, if any).
 pub async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     let rid = super::request_id();
     let c = authed(&state, &headers, "GET /me", &rid).await?;
@@ -55,6 +55,7 @@ pub async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
         "tenant": p.tenant,
         "authenticated": p.authenticated,
         "act_chain": c.act_chain,
+        "run": c.run,
     }))
     .into_response())
 }

@@ -562,10 +562,7 @@ async fn an_approved_call_whose_request_is_dropped_mid_run_is_never_run_again() 
         .await
         .unwrap();
     let gw = state.0.gateway.clone();
-    let caller = Caller {
-        principal: corral_policy::Principal::new("ada", &[]),
-        act_chain: Vec::new(),
-    };
+    let caller = Caller::new(corral_policy::Principal::new("ada", &[]));
     let call = |rid: &str| Call {
         caller: caller.clone(),
         op: "ledger.slow".to_owned(),

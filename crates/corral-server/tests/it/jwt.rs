@@ -150,6 +150,45 @@ async fn an_act_claim_makes_a_delegated_principal_with_its_chain() {
 }
 
 #[tokio::test]
+async fn a_run_claim_scopes_the_token_to_that_run_and_a_malformed_one_is_invalid() {
+    let ws = Workspace::new();
+    let s = server(
+        &ws,
+        &format!("{{hs256_secret_env: {SECRET_ENV}, run_claim: corral_run}}"),
+        &[(SECRET_ENV, SECRET)],
+    )
+    .await;
+    let scoped = hs256(
+        &json!({"sub": "agent-9", "corral_run": "eval-2026-11:task-3", "exp": now() + 600}),
+        SECRET,
+    );
+    let r = me(&s, &scoped).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["run"], "eval-2026-11:task-3");
+    let other_run = crate::common::send(
+        s.client()
+            .post(s.url("/ops/files.list"))
+            .bearer_auth(&scoped)
+            .header("X-Corral-Run", "task-4")
+            .json(&json!({"path": "."})),
+    )
+    .await;
+    other_run.assert_error(403, "run.scope_mismatch");
+    // The default claim name (`run`) is not read when another one is configured.
+    let unscoped = hs256(&json!({"sub": "a", "run": "x", "exp": now() + 600}), SECRET);
+    assert_eq!(me(&s, &unscoped).await.json()["run"], Value::Null);
+    for bad in [json!(42), json!("has spaces"), json!(""), json!(["a"])] {
+        let token = hs256(
+            &json!({"sub": "agent-9", "corral_run": bad, "exp": now() + 600}),
+            SECRET,
+        );
+        let r = me(&s, &token).await;
+        r.assert_error(401, "auth.invalid");
+        assert!(r.text.contains("`corral_run`"), "{bad}: {}", r.text);
+    }
+}
+
+#[tokio::test]
 async fn expired_wrong_key_unsigned_and_incomplete_tokens_are_invalid() {
     let ws = Workspace::new();
     let s = server(

@@ -22,3 +22,4 @@ mod mcp;
 #[path = "../../../corral-store/tests/support/pg_schema.rs"]
 mod pg;
 mod routes;
+mod run_tokens;
