@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 use corral_exec::{Attestation, Backend, BoxFuture, ExecOutput, ExecRequest};
 use corral_ops::{Op, OpCtx, OpError, OpOutput};
 use corral_policy::{ArgValue, Catalog, OpId, OpSpec, ParamKind, Tier, codes};
-use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, Tool};
-use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 
 /// How long an upstream has to start and answer `initialize` and `tools/list`.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -40,6 +40,12 @@ const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 const STDERR_CAP: u64 = 64 * 1024;
 /// Default time one tool call may take.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// After an upstream says its tool list changed, corral waits this long for more of the same
+/// before it lists the tools again, and lists them at most once per `RELIST_EVERY`: a server
+/// that floods `tools/list_changed` costs one `tools/list` a second, not one per notification.
+const RELIST_SETTLE: Duration = Duration::from_millis(200);
+/// See `RELIST_SETTLE`.
+const RELIST_EVERY: Duration = Duration::from_secs(1);
 
 /// How to run one upstream server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,8 +307,10 @@ async fn run_once(
     };
     let attestation = attached.attestation.clone();
     let transport = (attached.stdout, attached.stdin);
-    let client: RunningService<RoleClient, ()> =
-        match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
+    let changed = Arc::new(Notify::new());
+    let handler = ListChanged(Arc::clone(&changed));
+    let client: RunningService<RoleClient, ListChanged> =
+        match tokio::time::timeout(START_TIMEOUT, handler.serve(transport)).await {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => return format!("the MCP handshake failed: {e}").into(),
             Err(_) => return "it did not answer `initialize` in time".to_owned().into(),
@@ -319,18 +327,70 @@ async fn run_once(
         isolated = attestation.isolated,
         "upstream MCP server started"
     );
+    let peer = client.peer().clone();
     state.send_replace(State::Up {
-        peer: client.peer().clone(),
+        peer: peer.clone(),
         tools: Arc::new(tools),
         attestation,
     });
     listings.send_modify(|n| *n = n.wrapping_add(1));
     // Whichever ends first: the process, or the MCP session on its pipes (a server that closed
     // its output but lingers is killed and started again, not left `Up` with a dead peer).
-    tokio::select! {
-        stopped = ended(&mut run) => stopped,
-        _ = client.waiting() => {
-            "its MCP session ended (it closed its output or broke the protocol)".to_owned().into()
+    // Meanwhile, a changed tool list is listed again.
+    let session = client.waiting();
+    tokio::pin!(session);
+    let mut last_listed = Instant::now();
+    loop {
+        tokio::select! {
+            stopped = ended(&mut run) => return stopped,
+            _ = &mut session => {
+                return "its MCP session ended (it closed its output or broke the protocol)".to_owned().into();
+            }
+            () = changed.notified() => {}
+        }
+        // Settle, and keep to one `tools/list` per `RELIST_EVERY`.
+        let wait = RELIST_SETTLE.max(RELIST_EVERY.saturating_sub(last_listed.elapsed()));
+        tokio::time::sleep(wait).await;
+        last_listed = Instant::now();
+        relist(spec, &peer, state, listings).await;
+    }
+}
+
+/// corral's side of an upstream session: notes the server's `notifications/tools/list_changed`.
+/// (corral starts each session with `initialize`, so the server sends them unscoped; the
+/// `subscriptions/listen` of sessions without `initialize` does not apply.)
+#[derive(Debug, Clone)]
+struct ListChanged(Arc<Notify>);
+
+impl ClientHandler for ListChanged {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.0.notify_one();
+    }
+}
+
+/// Lists the tools again and publishes them (the refresher completes the deployment from the
+/// new list); on failure the last list stays.
+async fn relist(
+    spec: &UpstreamSpec,
+    peer: &Peer<RoleClient>,
+    state: &watch::Sender<State>,
+    listings: &Listings,
+) {
+    match tokio::time::timeout(START_TIMEOUT, peer.list_all_tools()).await {
+        Ok(Ok(tools)) => {
+            tracing::info!(upstream = %spec.name, tools = tools.len(), "upstream MCP server changed its tool list");
+            state.send_modify(|s| {
+                if let State::Up { tools: listed, .. } = s {
+                    *listed = Arc::new(tools);
+                }
+            });
+            listings.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(upstream = %spec.name, error = %e, "listing the changed tools failed; keeping the last list");
+        }
+        Err(_) => {
+            tracing::warn!(upstream = %spec.name, "listing the changed tools timed out; keeping the last list");
         }
     }
 }

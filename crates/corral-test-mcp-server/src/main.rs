@@ -3,12 +3,15 @@
 //!
 //! Tools: `read_file {path}` (the file's text), `write_note {path, text}` (writes the file),
 //! `whoami {}` (its pid and working directory), `crash {}` (exits at once with status 3, to test
-//! corral's restart), `undeclared_tool {}` (which corral's test config does not declare).
+//! corral's restart), `undeclared_tool {}` (which corral's test config does not declare),
+//! `grow {}` (from then on it also lists `late {word}`, and sends
+//! `notifications/tools/list_changed`).
 //!
 //! `--fail-if-exists PATH`: when PATH exists, remove it and exit with status 2 before serving
 //! (a server that is down at corral's start-up and comes up on the restart).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
@@ -21,13 +24,16 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, Copy)]
 struct Fixture;
 
+/// Set by `grow`: `late` is listed from then on.
+static GROWN: AtomicBool = AtomicBool::new(false);
+
 fn schema(props: Value, required: &[&str]) -> Arc<serde_json::Map<String, Value>> {
     let v = json!({"type": "object", "properties": props, "required": required});
     Arc::new(v.as_object().cloned().unwrap_or_default())
 }
 
 fn tools() -> Vec<Tool> {
-    vec![
+    let mut tools = vec![
         Tool::new(
             "read_file",
             "Reads a text file",
@@ -64,7 +70,16 @@ fn tools() -> Vec<Tool> {
             ),
         )
         .with_annotations(ToolAnnotations::new().destructive(true)),
-    ]
+        Tool::new("grow", "Lists `late` from now on", schema(json!({}), &[])),
+    ];
+    if GROWN.load(Ordering::SeqCst) {
+        tools.push(Tool::new(
+            "late",
+            "A tool listed only after `grow`",
+            schema(json!({"word": {"type": "string"}}), &["word"]),
+        ));
+    }
+    tools
 }
 
 /// The soft `Max address space` of `/proc/self/limits` (`unlimited` or bytes).
@@ -93,7 +108,12 @@ fn arg<'a>(args: &'a serde_json::Map<String, Value>, name: &str) -> &'a str {
 
 impl ServerHandler for Fixture {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
     }
 
     async fn list_tools(
@@ -107,7 +127,7 @@ impl ServerHandler for Fixture {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
@@ -129,6 +149,12 @@ impl ServerHandler for Fixture {
             )),
             "crash" => std::process::exit(3),
             "undeclared_tool" => text("ran"),
+            "grow" => {
+                GROWN.store(true, Ordering::SeqCst);
+                let _ = ctx.peer.notify_tool_list_changed().await;
+                text("grown")
+            }
+            "late" if GROWN.load(Ordering::SeqCst) => text(format!("late {}", arg(&args, "word"))),
             other => {
                 return Err(ErrorData::invalid_params(
                     format!("no tool `{other}`"),

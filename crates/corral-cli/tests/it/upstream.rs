@@ -306,3 +306,61 @@ rules:
     );
     let _ = client.cancel().await;
 }
+
+#[tokio::test]
+async fn a_changed_tool_list_is_followed_without_a_restart() {
+    let fx = fixture();
+    let bin_dir = fx
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let config = format!(
+        r#"version: 1
+state_dir: .corral
+mcp_servers:
+  fx:
+    command: ["{fx}"]
+    read_paths: ["{bin_dir}"]
+    tools:
+      grow: {{effects: [read]}}
+      late: {{effects: [read]}}
+rules:
+  - allow: [mcp.fx.grow, mcp.fx.late]
+"#,
+        fx = fx.display()
+    );
+    let dir = workspace(Some(&config));
+    let client = corral_mcp(dir.path(), &[]).await;
+    let late_props = |tools: &[rmcp::model::Tool]| {
+        tools
+            .iter()
+            .find(|t| t.name == "mcp.fx.late")
+            .and_then(|t| t.input_schema.get("properties").cloned())
+    };
+    // Declared but not listed by the server yet: no params known.
+    let tools = client.list_all_tools().await.unwrap_or_default();
+    assert_eq!(late_props(&tools), Some(json!({})), "{tools:?}");
+
+    let grown = call(&client, "mcp.fx.grow", json!({})).await;
+    assert_eq!(grown.is_error, Some(false), "{}", text(&grown));
+
+    // The server announced the change: corral lists its tools again, without a restart.
+    let mut props = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let tools = client.list_all_tools().await.unwrap_or_default();
+        props = late_props(&tools);
+        if props != Some(json!({})) {
+            break;
+        }
+    }
+    assert_eq!(
+        props,
+        Some(json!({"word": {"type": "string"}})),
+        "the new tool list was not followed within 10 s"
+    );
+    let late = call(&client, "mcp.fx.late", json!({"word": "hi"})).await;
+    assert_eq!(late.is_error, Some(false), "{}", text(&late));
+    assert!(text(&late).contains("late hi"), "{}", text(&late));
+    let _ = client.cancel().await;
+}
