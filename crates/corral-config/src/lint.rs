@@ -3,8 +3,8 @@
 
 use corral_policy::scope::{ArgPattern, NormPath, SymlinkMode};
 use corral_policy::{
-    Effect, OpSpec, ParamKind, Principal, PrincipalSelector, Role, Rule, RuleEffect, ScopeKind,
-    Selector, Tier, codes,
+    Effect, OpSpec, ParamKind, Principal, PrincipalKind, PrincipalSelector, Role, Rule, RuleEffect,
+    ScopeKind, Selector, Tier, codes,
 };
 
 use crate::Loaded;
@@ -878,6 +878,24 @@ impl<'a> Linter<'a> {
                     "auth",
                     None,
                 ));
+            }
+        }
+        for (i, t) in tokens.iter().enumerate() {
+            if let Some(run) = &t.run
+                && t.kind == PrincipalKind::Human
+            {
+                self.push(
+                    Diagnostic::warning(
+                        codes::LINT_RUN_TOKEN_HUMAN,
+                        format!(
+                            "token `{}` is scoped to run `{}`, so an agent calls with it; as kind `human` it may approve its own confirmations",
+                            t.id.value, run.value
+                        ),
+                        format!("auth.tokens[{i}]"),
+                        Some(t.id.span),
+                    )
+                    .with_fix("add `kind: service` (or `delegated`) to the token"),
+                );
             }
         }
         let rules: Vec<&RuleConfig> = self.l.config.rules.iter().collect();

@@ -370,7 +370,7 @@ impl Gateway {
             duration_us: 0,
             attestation: None,
             action_id: None,
-            run_id: None,
+            run_id: caller.and_then(|c| c.run.clone()),
             detail: None,
         };
         let _ = self.audit(&event).await;

@@ -495,6 +495,11 @@ impl Upstreams {
         self.servers.is_empty()
     }
 
+    /// How the server `name` is run, if it is one of these.
+    pub fn spec(&self, name: &str) -> Option<&UpstreamSpec> {
+        self.servers.get(name).map(|u| &u.spec)
+    }
+
     /// Changes each time an upstream (re)started and listed its tools: the catalog built from
     /// the earlier lists may be incomplete (it was down at start-up) or stale.
     pub fn listings(&self) -> watch::Receiver<u64> {

@@ -337,6 +337,9 @@ catalog! {
     LINT_UPSTREAM_TOOL_UNDECLARED = "lint.upstream_tool_undeclared", 0,
         "an upstream MCP server's tool has no declared effects, so it is treated as admin and explicit-only",
         "declare it under `mcp_servers.<name>.tools.<tool>` with `effects:`; corral never takes effects from the upstream";
+    LINT_RUN_TOKEN_HUMAN = "lint.run_token_human", 0,
+        "a run-scoped token (an agent's) is of kind human, so it may approve its own confirmations",
+        "set `kind: service` (or `delegated`) on the token: only a human principal's approval counts";
     LINT_OPEN_MODE = "lint.open_mode", 0,
         "no auth tokens are configured: any local process can call the server",
         "add `auth.tokens`; open mode is refused when exec or admin ops are mounted";

@@ -69,20 +69,24 @@ pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Re
     Registry::new(catalog.clone(), ops)
 }
 
-/// How long start-up waits for each upstream MCP server's first tool list.
-const UPSTREAM_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+/// How long start-up waits for the upstream MCP servers' first tool lists.
+pub const UPSTREAM_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// The deployment of a loaded config, with the tools its upstream MCP servers listed.
-pub async fn deployment(loaded: &Loaded, upstreams: &Upstreams) -> Deployment {
+/// The deployment of a loaded config, with the tools its upstream MCP servers listed, waiting
+/// up to `wait` for servers that are still starting (start-up waits; a reload does not, so the
+/// old deployment is replaced at once and the refresher completes the new one when they list).
+pub async fn deployment(
+    loaded: &Loaded,
+    upstreams: &Upstreams,
+    wait: std::time::Duration,
+) -> Deployment {
     let mut catalog = loaded.catalog.clone();
-    upstreams
-        .complete_catalog(&mut catalog, UPSTREAM_LIST_WAIT)
-        .await;
+    upstreams.complete_catalog(&mut catalog, wait).await;
     Deployment {
         engine: corral_policy::Engine::new(catalog.clone(), loaded.policy.clone()),
         registry: registry(loaded, &catalog, upstreams),
         protected: vec![PathBuf::from(&loaded.state_dir)],
-        guard: guard_policy(loaded, &catalog),
+        guard: guard_policy(loaded, &catalog, upstreams),
     }
 }
 
@@ -105,9 +109,10 @@ pub async fn refresh_upstream_tools(current: &Deployment, upstreams: &Upstreams)
         if let Some(h) = upstreams.handler(spec) {
             ops.push(h);
         }
-        guard
-            .op_versions
-            .insert(spec.id.to_string(), spec_version(spec, None));
+        guard.op_versions.insert(
+            spec.id.to_string(),
+            spec_version(spec, upstream_runs(spec, upstreams)),
+        );
     }
     Deployment {
         engine: corral_policy::Engine::new(catalog.clone(), current.engine.policy().clone()),
@@ -181,10 +186,12 @@ pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {
         .collect()
 }
 
-/// An op's version: a digest of what it is (effects, tier, params) and, for a custom op, what it
-/// runs (argv template, cwd, timeout). Part of a confirmation's key, so an approval given for one
-/// definition of an op never runs another (a reload that changes the argv needs a new approval).
-pub fn op_version(spec: &OpSpec, loaded: &Loaded) -> String {
+/// An op's version: a digest of what it is (effects, tier, params) and what it runs: for a
+/// custom op its argv template, cwd and timeout; for an upstream tool its server's command,
+/// paths, variable names and limits. Part of a confirmation's key, so an approval given for one
+/// definition of an op never runs another (a reload that changes the argv, or points an upstream
+/// server at another program, needs a new approval).
+pub fn op_version(spec: &OpSpec, loaded: &Loaded, upstreams: &Upstreams) -> String {
     let custom = loaded
         .config
         .custom
@@ -197,7 +204,26 @@ pub fn op_version(spec: &OpSpec, loaded: &Loaded) -> String {
                 "timeout_ms": c.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
             })
         });
-    spec_version(spec, custom)
+    spec_version(spec, custom.or_else(|| upstream_runs(spec, upstreams)))
+}
+
+/// For an upstream tool (`mcp.<server>.<tool>`): how its server is run. Variable names only:
+/// their values may be secrets, and must not end up in a digest that is stored.
+fn upstream_runs(spec: &OpSpec, upstreams: &Upstreams) -> Option<serde_json::Value> {
+    let server = spec.id.as_str().strip_prefix("mcp.")?.split_once('.')?.0;
+    let u = upstreams.spec(server)?;
+    Some(json!({
+        "upstream": {
+            "argv": u.argv,
+            "cwd": u.cwd,
+            "env": u.env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            "read_paths": u.read_paths,
+            "write_paths": u.write_paths,
+            "call_timeout_ms": u64::try_from(u.call_timeout.as_millis()).unwrap_or(u64::MAX),
+            "memory": u.limits.memory,
+            "processes": u.limits.processes,
+        }
+    }))
 }
 
 /// `op_version` from the spec and, for a custom op, what it runs.
@@ -228,7 +254,7 @@ fn spec_version(spec: &OpSpec, custom: Option<serde_json::Value>) -> String {
 
 /// The guard steps' settings of a loaded config (autonomy, RBAC, mode, confirmation, budgets,
 /// op versions).
-pub fn guard_policy(loaded: &Loaded, catalog: &Catalog) -> GuardPolicy {
+pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> GuardPolicy {
     let c = &loaded.config;
     let mut g = GuardPolicy::new();
     if let Some(a) = &c.autonomy {
@@ -270,7 +296,7 @@ pub fn guard_policy(loaded: &Loaded, catalog: &Catalog) -> GuardPolicy {
     };
     g.op_versions = catalog
         .iter()
-        .map(|spec| (spec.id.to_string(), op_version(spec, loaded)))
+        .map(|spec| (spec.id.to_string(), op_version(spec, loaded, upstreams)))
         .collect();
     g
 }
@@ -312,4 +338,53 @@ pub fn authenticator(loaded: &Loaded) -> Result<Authenticator, String> {
         _ => None,
     };
     Ok(Authenticator::new(tokens, jwt))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(argv: &str) -> UpstreamSpec {
+        UpstreamSpec {
+            name: "notes".to_owned(),
+            argv: vec![argv.to_owned()],
+            env: vec![("NOTES_TOKEN".to_owned(), "s3cret-value".to_owned())],
+            cwd: PathBuf::from("/"),
+            read_paths: Vec::new(),
+            write_paths: Vec::new(),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            limits: corral_exec::ResourceLimits::default(),
+        }
+    }
+
+    fn op(id: &str) -> OpSpec {
+        let id = corral_policy::OpId::parse(id).unwrap_or_else(|_| unreachable!());
+        OpSpec::new(id, &[corral_policy::Effect::Write], "s")
+    }
+
+    #[tokio::test]
+    async fn an_upstream_tools_version_changes_when_its_server_runs_another_program() {
+        let backend: Arc<dyn corral_exec::Backend> =
+            Arc::new(corral_exec::mock::MockBackend::default());
+        let start = |argv: &str| Upstreams::start(vec![server(argv)], &backend, Vec::new());
+        let append = op("mcp.notes.append");
+        let version = |u: &Upstreams| spec_version(&append, upstream_runs(&append, u));
+        let (a, also_a, b) = (start("/opt/a"), start("/opt/a"), start("/opt/b"));
+        assert_eq!(version(&a), version(&also_a));
+        // An approval given while `notes` ran /opt/a does not run the tool on /opt/b.
+        assert_ne!(version(&a), version(&b));
+        // Variable names only: a value (often a secret) never goes into the digest's input.
+        let input = upstream_runs(&append, &a).map(|v| v.to_string());
+        assert!(
+            input.as_deref().is_some_and(|i| i.contains("NOTES_TOKEN")),
+            "{input:?}"
+        );
+        assert!(
+            input.as_deref().is_some_and(|i| !i.contains("s3cret")),
+            "{input:?}"
+        );
+        // Not an upstream tool, or another server's: no upstream part.
+        assert!(upstream_runs(&op("files.write"), &a).is_none());
+        assert!(upstream_runs(&op("mcp.other.append"), &a).is_none());
+    }
 }

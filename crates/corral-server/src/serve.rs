@@ -191,7 +191,7 @@ pub async fn build_state(
         &backend,
         compose::disabled_ops(loaded),
     );
-    let deployment = compose::deployment(loaded, &upstreams).await;
+    let deployment = compose::deployment(loaded, &upstreams, compose::UPSTREAM_LIST_WAIT).await;
     spawn_confirmation_purger(&confirmations);
     let mut gateway =
         Gateway::new(deployment, backend, sinks, "default").with_confirmations(confirmations);
@@ -377,7 +377,9 @@ fn spawn_reloader(state: AppState, path: PathBuf) {
                                 "upstream MCP servers follow the reloaded `mcp_servers`"
                             );
                         }
-                        let deployment = compose::deployment(&loaded, &upstreams).await;
+                        let deployment =
+                            compose::deployment(&loaded, &upstreams, std::time::Duration::ZERO)
+                                .await;
                         match state.0.upstreams.write() {
                             Ok(mut u) => *u = upstreams,
                             Err(p) => *p.into_inner() = upstreams,

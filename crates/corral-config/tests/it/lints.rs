@@ -1464,3 +1464,34 @@ fn an_upstream_server_with_no_declared_tools_is_a_warning_and_declared_ones_are_
         codes::LINT_UPSTREAM_TOOL_UNDECLARED,
     );
 }
+
+// ---------------------------------------------------------------- lint.run_token_human
+
+#[test]
+fn a_run_scoped_token_of_kind_human_is_a_warning_and_a_service_one_is_not() {
+    let human = "version: 1
+auth:
+  tokens:
+    - {id: eval-agent, token_env: CORRAL_AGENT_TOKEN, run: eval-7}
+";
+    let d = finds(
+        human,
+        codes::LINT_RUN_TOKEN_HUMAN,
+        Severity::Warning,
+        "eval-agent",
+    );
+    assert!(
+        d.message.contains("`eval-agent`") && d.message.contains("`eval-7`"),
+        "{d}"
+    );
+    assert!(d.fix.contains("kind: service"), "{d}");
+    misses(
+        "version: 1
+auth:
+  tokens:
+    - {id: eval-agent, kind: service, token_env: CORRAL_AGENT_TOKEN, run: eval-7}
+    - {id: ada, token_env: CORRAL_ADMIN_TOKEN}
+",
+        codes::LINT_RUN_TOKEN_HUMAN,
+    );
+}
