@@ -28,7 +28,8 @@ async fn the_fixture_lists_its_tools_and_reads_a_file() {
             "write_note",
             "whoami",
             "crash",
-            "undeclared_tool"
+            "undeclared_tool",
+            "grow"
         ]
     );
     let mut args = serde_json::Map::new();

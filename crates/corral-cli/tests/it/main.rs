@@ -1,6 +1,7 @@
 //! End-to-end tests of the `corral` binary: real processes, real files.
 
 mod call;
+mod crash;
 mod docs;
 mod mcp;
 mod offline;

@@ -1,0 +1,107 @@
+//! A crash loses no audited call: `corral serve` (SQLite default) is killed with SIGKILL in the
+//! middle of a burst of calls, and every call that had been answered has its audit event in the
+//! file; the server then starts again on the same file.
+
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use corral_client::{Client, Reply};
+use serde_json::json;
+
+use crate::call::serve_with;
+use crate::workspace;
+
+const TOKEN: &str = "crash-test-token-0123456789";
+
+const CONFIG: &str = "version: 1
+preset: workspace_jail
+root: $WS
+state_dir: .corral
+auth:
+  tokens:
+    - {id: agent, token_env: CORRAL_IT_CRASH_TOKEN}
+";
+
+/// Calls `files.list` until `stop`; the request ids of the calls that were answered.
+async fn caller(url: String, stop: Arc<AtomicBool>) -> Vec<String> {
+    let Ok(client) = Client::new(&url, Some(TOKEN.to_owned())) else {
+        unreachable!("the client builds")
+    };
+    let mut answered = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        match client.call_reply("files.list", json!({"path": "."})).await {
+            Ok(Reply::Json { request_id, .. }) => answered.push(request_id),
+            Ok(Reply::Bytes { .. }) => unreachable!("files.list answers JSON"),
+            // The server is gone (killed mid-call): that call was never answered.
+            Err(_) => break,
+        }
+    }
+    answered
+}
+
+/// The request ids in the store's audit table.
+async fn audited(db: &std::path::Path) -> HashSet<String> {
+    let url = format!("sqlite://{}", db.display());
+    let store = match corral_store::Store::connect(&url).await {
+        Ok(s) => s,
+        Err(e) => unreachable!("the store opens after the crash: {e}"),
+    };
+    let events = match store.audit_recent(None, u32::MAX).await {
+        Ok(e) => e,
+        Err(e) => unreachable!("the audit table reads: {e}"),
+    };
+    store.close().await;
+    events.into_iter().map(|e| e.request_id).collect()
+}
+
+/// Serves `root`, calls from 16 clients for `burst`, kills the server with SIGKILL mid-burst;
+/// the request ids of the calls that were answered.
+async fn burst_then_kill(root: &std::path::Path, burst: Duration) -> Vec<String> {
+    let env = [("CORRAL_IT_CRASH_TOKEN", TOKEN)];
+    let mut served = serve_with(root, &["--config", "corral.yaml"], &env, Stdio::null());
+    let stop = Arc::new(AtomicBool::new(false));
+    let callers: Vec<_> = (0..16)
+        .map(|_| tokio::spawn(caller(served.url.clone(), Arc::clone(&stop))))
+        .collect();
+    tokio::time::sleep(burst).await;
+    // SIGKILL: no drain, no shutdown hook, no final commit.
+    assert!(served.child.kill().is_ok(), "the server could be killed");
+    let _ = served.child.wait();
+    stop.store(true, Ordering::SeqCst);
+    let mut answered = Vec::new();
+    for c in callers {
+        answered.extend(c.await.unwrap_or_default());
+    }
+    answered
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_mid_burst_loses_no_answered_calls_audit_event() {
+    let dir = workspace(Some(CONFIG));
+    let root = dir.path();
+    let db = root.join(".corral/corral.db");
+    let mut answered = Vec::new();
+    // Three crashes on the same file: each time the server starts again on what the last one
+    // left, and every call answered so far is still audited.
+    for (round, burst_ms) in [(1, 1200), (2, 700), (3, 900)] {
+        let this_round = burst_then_kill(root, Duration::from_millis(burst_ms)).await;
+        assert!(
+            this_round.len() >= 50,
+            "round {round}: only {} calls were answered before the kill",
+            this_round.len()
+        );
+        answered.extend(this_round);
+        let rows = audited(&db).await;
+        let missing: Vec<&String> = answered.iter().filter(|id| !rows.contains(*id)).collect();
+        assert!(
+            missing.is_empty(),
+            "round {round}: {} of {} answered calls have no audit event after the crash, e.g. {:?}",
+            missing.len(),
+            answered.len(),
+            missing.first()
+        );
+    }
+}
