@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use corral_exec::{Attestation, Backend, BoxFuture, ExecOutput, ExecRequest};
 use corral_ops::{Op, OpCtx, OpError, OpOutput};
 use corral_policy::{ArgValue, Catalog, OpId, OpSpec, ParamKind, Tier, codes};
-use rmcp::model::{CallToolRequestParams, Tool};
+use rmcp::model::{CallToolRequestParams, PaginatedRequestParams, Tool};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
@@ -46,6 +46,12 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 const RELIST_SETTLE: Duration = Duration::from_millis(200);
 /// See `RELIST_SETTLE`.
 const RELIST_EVERY: Duration = Duration::from_secs(1);
+/// The most tools of one server corral mounts; the rest of its list is ignored (and logged).
+const MAX_TOOLS: usize = 1024;
+/// The most parameters one upstream tool gets from its input schema.
+const MAX_PARAMS: usize = 128;
+/// The longest summary taken from a tool's description, in characters.
+const MAX_SUMMARY: usize = 200;
 
 /// How to run one upstream server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +87,16 @@ enum State {
     },
     /// Stopped; the next start is due at `retry_at`.
     Down { reason: String, retry_at: Instant },
+}
+
+impl State {
+    /// The tools listed, when it is up.
+    fn listed_tools(&self) -> Option<&Arc<Vec<Tool>>> {
+        match self {
+            State::Up { tools, .. } => Some(tools),
+            _ => None,
+        }
+    }
 }
 
 /// One supervised upstream server.
@@ -125,10 +141,7 @@ impl Upstream {
         let settled =
             tokio::time::timeout(timeout, rx.wait_for(|s| !matches!(s, State::Starting))).await;
         match settled {
-            Ok(Ok(s)) => match &*s {
-                State::Up { tools, .. } => Some(Arc::clone(tools)),
-                _ => None,
-            },
+            Ok(Ok(s)) => s.listed_tools().cloned(),
             _ => None,
         }
     }
@@ -315,11 +328,12 @@ async fn run_once(
             Ok(Err(e)) => return format!("the MCP handshake failed: {e}").into(),
             Err(_) => return "it did not answer `initialize` in time".to_owned().into(),
         };
-    let tools = match tokio::time::timeout(START_TIMEOUT, client.list_all_tools()).await {
-        Ok(Ok(t)) => t,
-        Ok(Err(e)) => return format!("`tools/list` failed: {e}").into(),
-        Err(_) => return "it did not answer `tools/list` in time".to_owned().into(),
-    };
+    let tools =
+        match tokio::time::timeout(START_TIMEOUT, list_tools(client.peer(), &spec.name)).await {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => return format!("`tools/list` failed: {e}").into(),
+            Err(_) => return "it did not answer `tools/list` in time".to_owned().into(),
+        };
     tracing::info!(
         upstream = %spec.name,
         tools = tools.len(),
@@ -368,6 +382,27 @@ impl ClientHandler for ListChanged {
     }
 }
 
+/// The server's tools, page by page, at most `MAX_TOOLS` of them (a server that lists more,
+/// or pages without end, gets the first `MAX_TOOLS` mounted and a warning).
+async fn list_tools(peer: &Peer<RoleClient>, name: &str) -> Result<Vec<Tool>, rmcp::ServiceError> {
+    let mut tools: Vec<Tool> = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let page = peer.list_tools(Some(params)).await?;
+        tools.extend(page.tools);
+        if tools.len() > MAX_TOOLS {
+            tracing::warn!(upstream = %name, max = MAX_TOOLS, "upstream MCP server lists more tools than corral mounts; the rest are ignored");
+            tools.truncate(MAX_TOOLS);
+            return Ok(tools);
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(tools),
+        }
+    }
+}
+
 /// Lists the tools again and publishes them (the refresher completes the deployment from the
 /// new list); on failure the last list stays.
 async fn relist(
@@ -376,7 +411,10 @@ async fn relist(
     state: &watch::Sender<State>,
     listings: &Listings,
 ) {
-    match tokio::time::timeout(START_TIMEOUT, peer.list_all_tools()).await {
+    match tokio::time::timeout(START_TIMEOUT, list_tools(peer, &spec.name)).await {
+        Ok(Ok(tools)) if state.borrow().listed_tools().is_some_and(|t| **t == tools) => {
+            tracing::debug!(upstream = %spec.name, "upstream MCP server announced a change but lists the same tools");
+        }
         Ok(Ok(tools)) => {
             tracing::info!(upstream = %spec.name, tools = tools.len(), "upstream MCP server changed its tool list");
             state.send_modify(|s| {
@@ -456,6 +494,9 @@ pub struct Upstreams {
     listings: Listings,
     /// Op ids `disabled_ops` removed: never mounted, declared or not.
     disabled: Vec<String>,
+    /// The `mcp.*` ops the config declares, as the config has them: each completion starts
+    /// from these, so a tool a server stopped listing does not linger.
+    declared: Vec<OpSpec>,
 }
 
 impl Default for Upstreams {
@@ -464,16 +505,19 @@ impl Default for Upstreams {
             servers: BTreeMap::new(),
             listings: Arc::new(watch::channel(0).0),
             disabled: Vec::new(),
+            declared: Vec::new(),
         }
     }
 }
 
 impl Upstreams {
-    /// Starts supervising every spec; `disabled` are op ids never to mount.
+    /// Starts supervising every spec; `disabled` are op ids never to mount, `declared` the
+    /// `mcp.*` ops the config declares.
     pub fn start(
         specs: Vec<UpstreamSpec>,
         backend: &Arc<dyn Backend>,
         disabled: Vec<String>,
+        declared: Vec<OpSpec>,
     ) -> Self {
         let listings: Listings = Arc::new(watch::channel(0).0);
         let servers = specs
@@ -487,6 +531,7 @@ impl Upstreams {
             servers,
             listings,
             disabled,
+            declared,
         }
     }
 
@@ -516,6 +561,7 @@ impl Upstreams {
         specs: Vec<UpstreamSpec>,
         backend: &Arc<dyn Backend>,
         disabled: Vec<String>,
+        declared: Vec<OpSpec>,
     ) -> (Self, Reconciled) {
         let mut changes = Reconciled::default();
         let mut servers = BTreeMap::new();
@@ -548,6 +594,7 @@ impl Upstreams {
             servers,
             listings: Arc::clone(&self.listings),
             disabled,
+            declared,
         };
         (next, changes)
     }
@@ -557,16 +604,34 @@ impl Upstreams {
     /// annotations raise; a listed tool the config does not declare is added as `admin`,
     /// explicit-only.
     pub async fn complete_catalog(&self, catalog: &mut Catalog, timeout: Duration) {
+        // The `mcp.*` part is rebuilt from the config's declarations each time: what a server
+        // listed before and no longer lists goes away.
+        let listed_before: Vec<String> = catalog
+            .iter()
+            .filter(|s| s.id.namespace() == "mcp")
+            .map(|s| s.id.to_string())
+            .collect();
+        for id in listed_before {
+            catalog.remove(&id);
+        }
+        for spec in &self.declared {
+            let _ = catalog.add_upstream(spec.clone());
+        }
         // One deadline for all: they start together, so waiting for each in turn costs at most
         // `timeout` in all.
         let deadline = Instant::now() + timeout;
         for (name, upstream) in &self.servers {
             let left = deadline.saturating_duration_since(Instant::now());
             let Some(tools) = upstream.listed(left).await else {
-                tracing::warn!(
-                    upstream = %name,
-                    "upstream MCP server is not up; its declared tools answer `upstream.unavailable` until it is"
-                );
+                if timeout.is_zero() {
+                    // A reload's deployment: the refresher completes it once the server lists.
+                    tracing::debug!(upstream = %name, "upstream MCP server not listed yet");
+                } else {
+                    tracing::warn!(
+                        upstream = %name,
+                        "upstream MCP server is not up; its declared tools answer `upstream.unavailable` until it is"
+                    );
+                }
                 continue;
             };
             let mut undeclared = Vec::new();
@@ -618,6 +683,10 @@ fn tool_summary(server: &str, tool: &Tool) -> String {
     match tool.description.as_deref().or(tool.title.as_deref()) {
         Some(d) if !d.trim().is_empty() => {
             let first = d.lines().next().unwrap_or_default().trim();
+            let first = match first.char_indices().nth(MAX_SUMMARY) {
+                Some((cut, _)) => format!("{}...", &first[..cut]),
+                None => first.to_owned(),
+            };
             format!(
                 "{first} (tool `{}` of upstream MCP server `{server}`)",
                 tool.name
@@ -643,6 +712,7 @@ fn refine(spec: &mut OpSpec, server: &str, tool: &Tool) {
         .map(|props| {
             props
                 .iter()
+                .take(MAX_PARAMS)
                 .map(|(name, p)| {
                     corral_policy::ParamSpec::new(
                         name,
@@ -748,13 +818,15 @@ mod tests {
             ],
             &backend,
             Vec::new(),
+            Vec::new(),
         );
         let specs = vec![
             spec("a", "/bin/a"),
             spec("b", "/bin/b2"),
             spec("new", "/bin/n"),
         ];
-        let (second, changes) = first.reconcile(specs, &backend, vec!["mcp.a.t".to_owned()]);
+        let (second, changes) =
+            first.reconcile(specs, &backend, vec!["mcp.a.t".to_owned()], Vec::new());
         assert_eq!(
             changes,
             Reconciled {
@@ -779,6 +851,7 @@ mod tests {
                 spec("new", "/bin/n"),
             ],
             &backend,
+            Vec::new(),
             Vec::new(),
         );
         assert!(!changes.changed(), "{changes:?}");

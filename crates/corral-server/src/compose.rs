@@ -90,9 +90,10 @@ pub async fn deployment(
     }
 }
 
-/// The running deployment with its upstream tools taken again from the upstreams' current lists
-/// (one came up after start-up, or restarted): the same policy and guard settings, the catalog
-/// completed again, fresh handlers and versions for the `mcp.*` ops, every other handler kept.
+/// The running deployment with its upstream tools taken again from the config's declarations
+/// and the upstreams' current lists (one came up after start-up, restarted, or changed its list):
+/// the same policy and guard settings, fresh `mcp.*` ops (a tool no longer listed goes away),
+/// handlers and versions, every other handler kept.
 pub async fn refresh_upstream_tools(current: &Deployment, upstreams: &Upstreams) -> Deployment {
     let mut catalog = current.registry.catalog().clone();
     upstreams
@@ -105,6 +106,7 @@ pub async fn refresh_upstream_tools(current: &Deployment, upstreams: &Upstreams)
         .cloned()
         .collect();
     let mut guard = current.guard.clone();
+    guard.op_versions.retain(|id, _| !id.starts_with("mcp."));
     for spec in catalog.iter().filter(|s| s.id.as_str().starts_with("mcp.")) {
         if let Some(h) = upstreams.handler(spec) {
             ops.push(h);
@@ -120,6 +122,17 @@ pub async fn refresh_upstream_tools(current: &Deployment, upstreams: &Upstreams)
         protected: current.protected.clone(),
         guard,
     }
+}
+
+/// The upstream tools (`mcp.*` ops) the config declares, before any server's list completes
+/// them.
+pub fn declared_upstream_tools(loaded: &Loaded) -> Vec<OpSpec> {
+    loaded
+        .catalog
+        .iter()
+        .filter(|s| s.id.namespace() == "mcp")
+        .cloned()
+        .collect()
 }
 
 /// The op ids `disabled_ops` removes (never mounted, upstream tools included).
@@ -228,9 +241,11 @@ fn upstream_runs(spec: &OpSpec, upstreams: &Upstreams) -> Option<serde_json::Val
 
 /// `op_version` from the spec and, for a custom op, what it runs.
 fn spec_version(spec: &OpSpec, custom: Option<serde_json::Value>) -> String {
-    let params: Vec<serde_json::Value> = spec
-        .params
-        .iter()
+    // By name: the order an upstream's schema lists its properties in is not part of the op.
+    let mut ordered: Vec<&corral_policy::ParamSpec> = spec.params.iter().collect();
+    ordered.sort_by(|a, b| a.name.cmp(&b.name));
+    let params: Vec<serde_json::Value> = ordered
+        .into_iter()
         .map(|p| {
             let extra = match &p.kind {
                 ParamKind::Path { root } => json!(root),
@@ -366,7 +381,8 @@ mod tests {
     async fn an_upstream_tools_version_changes_when_its_server_runs_another_program() {
         let backend: Arc<dyn corral_exec::Backend> =
             Arc::new(corral_exec::mock::MockBackend::default());
-        let start = |argv: &str| Upstreams::start(vec![server(argv)], &backend, Vec::new());
+        let start =
+            |argv: &str| Upstreams::start(vec![server(argv)], &backend, Vec::new(), Vec::new());
         let append = op("mcp.notes.append");
         let version = |u: &Upstreams| spec_version(&append, upstream_runs(&append, u));
         let (a, also_a, b) = (start("/opt/a"), start("/opt/a"), start("/opt/b"));

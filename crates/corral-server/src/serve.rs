@@ -190,6 +190,7 @@ pub async fn build_state(
         compose::upstream_specs(loaded),
         &backend,
         compose::disabled_ops(loaded),
+        compose::declared_upstream_tools(loaded),
     );
     let deployment = compose::deployment(loaded, &upstreams, compose::UPSTREAM_LIST_WAIT).await;
     spawn_confirmation_purger(&confirmations);
@@ -367,6 +368,7 @@ fn spawn_reloader(state: AppState, path: PathBuf) {
                             compose::upstream_specs(&loaded),
                             backend,
                             compose::disabled_ops(&loaded),
+                            compose::declared_upstream_tools(&loaded),
                         );
                         if changes.changed() {
                             warn_if_unisolated(&loaded, backend);

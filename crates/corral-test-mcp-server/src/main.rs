@@ -5,7 +5,7 @@
 //! `whoami {}` (its pid and working directory), `crash {}` (exits at once with status 3, to test
 //! corral's restart), `undeclared_tool {}` (which corral's test config does not declare),
 //! `grow {}` (from then on it also lists `late {word}`, and sends
-//! `notifications/tools/list_changed`).
+//! `notifications/tools/list_changed`), `shrink {}` (stops listing `late`, and says so).
 //!
 //! `--fail-if-exists PATH`: when PATH exists, remove it and exit with status 2 before serving
 //! (a server that is down at corral's start-up and comes up on the restart).
@@ -71,6 +71,7 @@ fn tools() -> Vec<Tool> {
         )
         .with_annotations(ToolAnnotations::new().destructive(true)),
         Tool::new("grow", "Lists `late` from now on", schema(json!({}), &[])),
+        Tool::new("shrink", "Stops listing `late`", schema(json!({}), &[])),
     ];
     if GROWN.load(Ordering::SeqCst) {
         tools.push(Tool::new(
@@ -149,10 +150,10 @@ impl ServerHandler for Fixture {
             )),
             "crash" => std::process::exit(3),
             "undeclared_tool" => text("ran"),
-            "grow" => {
-                GROWN.store(true, Ordering::SeqCst);
+            "grow" | "shrink" => {
+                GROWN.store(request.name == "grow", Ordering::SeqCst);
                 let _ = ctx.peer.notify_tool_list_changed().await;
-                text("grown")
+                text("done")
             }
             "late" if GROWN.load(Ordering::SeqCst) => text(format!("late {}", arg(&args, "word"))),
             other => {

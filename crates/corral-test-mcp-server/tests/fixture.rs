@@ -29,7 +29,8 @@ async fn the_fixture_lists_its_tools_and_reads_a_file() {
             "whoami",
             "crash",
             "undeclared_tool",
-            "grow"
+            "grow",
+            "shrink"
         ]
     );
     let mut args = serde_json::Map::new();

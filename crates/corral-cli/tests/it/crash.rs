@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use corral_client::{Client, Reply};
@@ -25,15 +25,23 @@ auth:
     - {id: agent, token_env: CORRAL_IT_CRASH_TOKEN}
 ";
 
-/// Calls `files.list` until `stop`; the request ids of the calls that were answered.
-async fn caller(url: String, stop: Arc<AtomicBool>) -> Vec<String> {
+/// Calls `files.list` until `stop`; the request ids of the calls that were answered (each also
+/// counted in `answered_so_far`).
+async fn caller(
+    url: String,
+    stop: Arc<AtomicBool>,
+    answered_so_far: Arc<AtomicUsize>,
+) -> Vec<String> {
     let Ok(client) = Client::new(&url, Some(TOKEN.to_owned())) else {
         unreachable!("the client builds")
     };
     let mut answered = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         match client.call_reply("files.list", json!({"path": "."})).await {
-            Ok(Reply::Json { request_id, .. }) => answered.push(request_id),
+            Ok(Reply::Json { request_id, .. }) => {
+                answered.push(request_id);
+                answered_so_far.fetch_add(1, Ordering::SeqCst);
+            }
             Ok(Reply::Bytes { .. }) => unreachable!("files.list answers JSON"),
             // The server is gone (killed mid-call): that call was never answered.
             Err(_) => break,
@@ -57,23 +65,35 @@ async fn audited(db: &std::path::Path) -> HashSet<String> {
     events.into_iter().map(|e| e.request_id).collect()
 }
 
-/// Serves `root`, calls from 16 clients for `burst`, kills the server with SIGKILL mid-burst;
-/// the request ids of the calls that were answered.
-async fn burst_then_kill(root: &std::path::Path, burst: Duration) -> Vec<String> {
+/// Serves `root`, calls from 16 clients until `target` calls were answered (at most 30 s) and
+/// `then` more, and kills the server with SIGKILL mid-burst; the request ids of the calls that
+/// were answered.
+async fn burst_then_kill(root: &std::path::Path, target: usize, then: Duration) -> Vec<String> {
     let env = [("CORRAL_IT_CRASH_TOKEN", TOKEN)];
     let mut served = serve_with(root, &["--config", "corral.yaml"], &env, Stdio::null());
     let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicUsize::new(0));
     let callers: Vec<_> = (0..16)
-        .map(|_| tokio::spawn(caller(served.url.clone(), Arc::clone(&stop))))
+        .map(|_| {
+            let url = served.url.clone();
+            tokio::spawn(caller(url, Arc::clone(&stop), Arc::clone(&count)))
+        })
         .collect();
-    tokio::time::sleep(burst).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while count.load(Ordering::SeqCst) < target && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(then).await;
     // SIGKILL: no drain, no shutdown hook, no final commit.
     assert!(served.child.kill().is_ok(), "the server could be killed");
     let _ = served.child.wait();
     stop.store(true, Ordering::SeqCst);
     let mut answered = Vec::new();
     for c in callers {
-        answered.extend(c.await.unwrap_or_default());
+        match c.await {
+            Ok(ids) => answered.extend(ids),
+            Err(e) => unreachable!("a caller task failed: {e}"),
+        }
     }
     answered
 }
@@ -86,8 +106,8 @@ async fn a_sigkill_mid_burst_loses_no_answered_calls_audit_event() {
     let mut answered = Vec::new();
     // Three crashes on the same file: each time the server starts again on what the last one
     // left, and every call answered so far is still audited.
-    for (round, burst_ms) in [(1, 1200), (2, 700), (3, 900)] {
-        let this_round = burst_then_kill(root, Duration::from_millis(burst_ms)).await;
+    for (round, then_ms) in [(1, 300), (2, 37), (3, 120)] {
+        let this_round = burst_then_kill(root, 200, Duration::from_millis(then_ms)).await;
         assert!(
             this_round.len() >= 50,
             "round {round}: only {} calls were answered before the kill",

@@ -323,9 +323,10 @@ mcp_servers:
     read_paths: ["{bin_dir}"]
     tools:
       grow: {{effects: [read]}}
+      shrink: {{effects: [read]}}
       late: {{effects: [read]}}
 rules:
-  - allow: [mcp.fx.grow, mcp.fx.late]
+  - allow: [mcp.fx.grow, mcp.fx.shrink, mcp.fx.late]
 "#,
         fx = fx.display()
     );
@@ -362,5 +363,23 @@ rules:
     let late = call(&client, "mcp.fx.late", json!({"word": "hi"})).await;
     assert_eq!(late.is_error, Some(false), "{}", text(&late));
     assert!(text(&late).contains("late hi"), "{}", text(&late));
+
+    // The server stops listing it: what corral took from the old list goes away again.
+    let shrunk = call(&client, "mcp.fx.shrink", json!({})).await;
+    assert_eq!(shrunk.is_error, Some(false), "{}", text(&shrunk));
+    let mut props = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let tools = client.list_all_tools().await.unwrap_or_default();
+        props = late_props(&tools);
+        if props == Some(json!({})) {
+            break;
+        }
+    }
+    assert_eq!(
+        props,
+        Some(json!({})),
+        "the tool the server no longer lists kept its old params"
+    );
     let _ = client.cancel().await;
 }
