@@ -206,6 +206,21 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// Show the most recent audit events of a running server (role admin), newest first.
+    Audit {
+        /// How many events (1 to 1000).
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        limit: u32,
+        /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+        /// The environment variable holding the token (default: CORRAL_TOKEN, if set).
+        #[arg(long, value_name = "NAME")]
+        token_env: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
     /// Check a server's `/healthz`: exit 0 when healthy, 1 when not or unreachable.
     Healthcheck {
         /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
@@ -315,6 +330,12 @@ pub fn run_cli(cli: Cli) -> Exit {
             token_env,
             format,
         } => cmd::confirm::run(&action_id, deny, server, token_env.as_deref(), format),
+        Command::Audit {
+            limit,
+            server,
+            token_env,
+            format,
+        } => cmd::audit::run(limit, server, token_env.as_deref(), format),
         Command::Healthcheck {
             server,
             timeout_ms,

@@ -298,6 +298,12 @@ impl Client {
         self.get_json("capabilities").await
     }
 
+    /// `GET /audit?limit=N`: the most recent audit events of the caller's tenant, newest first
+    /// (role admin only). Returns the server's answer: `{"tenant", "events": [...]}`.
+    pub async fn audit(&self, limit: u32) -> Result<serde_json::Value, ClientError> {
+        self.get_json(&format!("audit?limit={limit}")).await
+    }
+
     /// `GET /me`: who the server thinks this caller is.
     pub async fn me(&self) -> Result<Me, ClientError> {
         self.get_json("me").await

@@ -249,6 +249,11 @@ impl Gateway {
         self.confirmations.backend()
     }
 
+    /// The tenant of callers whose principal names none.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
     /// The current deployment.
     pub fn deployment(&self) -> Arc<Deployment> {
         match self.deployment.read() {

@@ -160,6 +160,9 @@ catalog! {
     BUDGET_EXHAUSTED = "budget.exhausted", 429,
         "the run has used up one of its budgets (calls, calls per op, wall time, output bytes)",
         "start a new run (another `X-Corral-Run`), or raise the budget the error names";
+    AUDIT_NOT_PERMITTED = "audit.not_permitted", 403,
+        "reading the audit log (`GET /audit`, `corral audit`) needs role admin",
+        "call with a token whose roles include `admin`";
     RUN_SCOPE_MISMATCH = "run.scope_mismatch", 403,
         "the token is scoped to one run and `X-Corral-Run` names another",
         "drop `X-Corral-Run` (the token's run applies to every call it makes), or use a token of the run you named";

@@ -38,6 +38,8 @@ pub struct App {
     pub mode: &'static str,
     /// The storage backend's name, for `/healthz`.
     pub storage: &'static str,
+    /// The store: where the audit events are read back from (`GET /audit`).
+    pub store: Arc<corral_store::Store>,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
     /// `Host` values `/mcp` answers (`mcp.allowed_hosts`; loopback by default).

@@ -48,6 +48,19 @@ pub fn document(ops: &[&OpSpec]) -> Value {
     }
     let err = json!({"$ref": "#/components/schemas/Error"});
     paths.insert(
+        "/audit".to_owned(),
+        json!({"get": {
+            "operationId": "audit.list",
+            "summary": "the most recent audit events of the caller's tenant, newest first (role admin)",
+            "parameters": [{"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}}],
+            "responses": {
+                "200": {"description": "`{tenant, events: [...]}`", "content": {"application/json": {"schema": {"type": "object"}}}},
+                "403": {"description": "`audit.not_permitted`: the caller is not an admin", "content": {"application/json": {"schema": err}}}
+            },
+            "security": [{"bearer": []}]
+        }}),
+    );
+    paths.insert(
         "/confirmations".to_owned(),
         json!({"get": {
             "operationId": "confirmations.list",

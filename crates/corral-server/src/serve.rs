@@ -213,6 +213,7 @@ pub async fn build_state(
         auth: std::sync::RwLock::new(Arc::new(auth)),
         mode,
         storage: store.backend_name(),
+        store: Arc::clone(&store),
         max_body_bytes,
         mcp_allowed_hosts: loaded.config.mcp.hosts(),
         mcp_allowed_origins: loaded

@@ -1,5 +1,6 @@
 //! One module per subcommand, plus the config loading they share.
 
+pub mod audit;
 pub mod call;
 pub mod check_config;
 pub mod confirm;

@@ -325,3 +325,80 @@ fn a_write_waits_for_corral_confirm_then_runs_once() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("confirmation."), "{err}");
 }
+
+#[test]
+fn corral_audit_shows_an_admin_the_newest_events_and_refuses_anyone_else() {
+    let config = "version: 1
+preset: workspace_jail
+root: $WS
+state_dir: .corral
+auth:
+  tokens:
+    - {id: agent, token_env: CORRAL_IT_AGENT}
+    - {id: boss, roles: [admin], token_env: CORRAL_IT_BOSS}
+";
+    let dir = workspace(Some(config));
+    write_notes(dir.path());
+    let env = [
+        ("CORRAL_IT_AGENT", "agent-token-0123456789abcdef"),
+        ("CORRAL_IT_BOSS", "boss-token-0123456789abcdef"),
+    ];
+    let served = serve_with(
+        dir.path(),
+        &["--config", "corral.yaml"],
+        &env,
+        Stdio::null(),
+    );
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_corral"))
+            .args(args)
+            .args(["--server", &served.url])
+            .envs(env.iter().copied())
+            .current_dir(dir.path())
+            .env_remove("CORRAL_CONFIG")
+            .output();
+        let Ok(out) = out else {
+            unreachable!("the corral binary runs")
+        };
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, err) = run(&[
+        "call",
+        "files.list",
+        "path=.",
+        "--token-env",
+        "CORRAL_IT_AGENT",
+    ]);
+    assert_eq!(code, 0, "{err}");
+
+    let (code, out, err) = run(&["audit", "--limit", "5", "--token-env", "CORRAL_IT_BOSS"]);
+    assert_eq!(code, 0, "{err}");
+    let first = out.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("  agent  files.list  ok  200  "),
+        "the newest event is the agent's call: {out}"
+    );
+
+    let (code, out, _) = run(&[
+        "audit",
+        "--limit",
+        "1",
+        "--format",
+        "json",
+        "--token-env",
+        "CORRAL_IT_BOSS",
+    ]);
+    assert_eq!(code, 0);
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) else {
+        unreachable!("--format json prints JSON: {out}")
+    };
+    assert_eq!(v["events"][0]["op"], "files.list");
+
+    let (code, _, err) = run(&["audit", "--token-env", "CORRAL_IT_AGENT"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("audit.not_permitted"), "{err}");
+}

@@ -1,5 +1,6 @@
 //! The route table. Every route but `/healthz` authenticates first.
 
+mod audit;
 mod confirmations;
 mod mcp;
 mod meta;
@@ -19,6 +20,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ops", get(ops::list))
         .route("/ops/{id}", post(ops::call))
         .route("/capabilities", get(ops::capabilities))
+        .route("/audit", get(audit::list))
         .route("/confirmations", get(confirmations::list))
         .route(
             "/confirmations/{action_id}/decision",

@@ -283,3 +283,66 @@ async fn an_audit_row_never_holds_an_argument_value_on_postgres() {
     store.close().await;
     schema.drop().await;
 }
+
+#[tokio::test]
+async fn get_audit_shows_an_admin_the_tenants_newest_events_without_argument_values() {
+    let ws = Workspace::new();
+    ws.write("notes.txt", "value-that-must-not-show");
+    let s = Server::start(&ws.load(&ws.jail_yaml(""), &token_env())).await;
+    let read = s
+        .call_as(
+            AGENT_TOKEN,
+            "files.read",
+            json!({"path": ws.at("notes.txt")}),
+        )
+        .await;
+    assert_eq!(read.status, 200, "{}", read.text);
+    let refused = s
+        .call_as(AGENT_TOKEN, "files.read", json!({"path": "/etc/hostname"}))
+        .await;
+    assert_eq!(refused.status, 403, "{}", refused.text);
+    let rid = |r: &crate::common::Reply| r.json()["request_id"].as_str().unwrap().to_owned();
+
+    // Not an admin: refused, with its code.
+    let r = send(s.client().get(s.url("/audit")).bearer_auth(AGENT_TOKEN)).await;
+    r.assert_error(403, "audit.not_permitted");
+    assert!(r.text.contains("role admin"), "{}", r.text);
+
+    let r = send(
+        s.client()
+            .get(s.url("/audit?limit=2"))
+            .bearer_auth(crate::common::ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["tenant"], "default");
+    let events = v["events"].as_array().unwrap();
+    let ids: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["request_id"].as_str())
+        .collect();
+    assert_eq!(ids, [rid(&refused), rid(&read)], "newest first: {}", r.text);
+    assert_eq!(events[0]["outcome"], "denied");
+    assert_eq!(events[0]["principal_id"], "agent");
+    assert_eq!(events[1]["outcome"], "ok");
+    assert_eq!(events[1]["args_shape"], json!({"path": "string"}));
+    for secret in ["value-that-must-not-show", "/etc/hostname", "notes.txt"] {
+        assert!(!r.text.contains(secret), "`{secret}` in {}", r.text);
+    }
+
+    for (query, code) in [
+        ("limit=0", "args.invalid"),
+        ("limit=1001", "args.invalid"),
+        ("limit=ten", "args.invalid"),
+        ("since=1", "args.unknown"),
+    ] {
+        let r = send(
+            s.client()
+                .get(s.url(&format!("/audit?{query}")))
+                .bearer_auth(crate::common::ADMIN_TOKEN),
+        )
+        .await;
+        r.assert_error(400, code);
+    }
+}

@@ -29,6 +29,7 @@ fn route_table(ws: &Workspace) -> Vec<(Method, &'static str, Option<Value>)> {
         (Method::GET, "/ops", None),
         (Method::GET, "/capabilities", None),
         (Method::GET, "/me", None),
+        (Method::GET, "/audit", None),
         (Method::GET, "/metrics", None),
         (Method::GET, "/openapi.json", None),
         (

@@ -1,0 +1,72 @@
+//! `corral audit [--limit N]`: the most recent audit events of a running server, newest first
+//! (the caller needs role admin).
+
+use corral_client::ClientError;
+use serde_json::Value;
+
+use crate::{Exit, Format};
+
+/// Fetches the events and prints them, one line each (or the server's JSON).
+pub fn run(limit: u32, server: Option<String>, token_env: Option<&str>, format: Format) -> Exit {
+    let client = match super::call::remote_client(server, token_env) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let rt = match super::call::runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(client.audit(limit)) {
+        Ok(v) => {
+            match format {
+                Format::Json => crate::output::print_json(&v),
+                Format::Human => print_lines(&v),
+            }
+            Exit::Ok
+        }
+        Err(ClientError::Api { code, message, .. }) => {
+            eprintln!("error[{code}]: {message}");
+            Exit::Findings
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Exit::Error
+        }
+    }
+}
+
+/// One line per event: time (ms since the epoch), principal, op, outcome, status, code or rule,
+/// run, request id.
+fn print_lines(v: &Value) {
+    let events = v["events"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if events.is_empty() {
+        println!(
+            "no audit events in tenant `{}`",
+            v["tenant"].as_str().unwrap_or("?")
+        );
+        return;
+    }
+    let s = |e: &Value, k: &str| e[k].as_str().unwrap_or("-").to_owned();
+    for e in events {
+        let principal = match s(e, "principal_id").as_str() {
+            "" => "(unauthenticated)".to_owned(),
+            p => p.to_owned(),
+        };
+        let why = e["code"]
+            .as_str()
+            .or_else(|| e["rule"].as_str())
+            .unwrap_or("-");
+        println!(
+            "{}  {principal}  {}  {}  {}  {why}  run={}  {}",
+            e["ts_ms"].as_i64().unwrap_or_default(),
+            s(e, "op"),
+            s(e, "outcome"),
+            e["status"].as_u64().unwrap_or_default(),
+            s(e, "run_id"),
+            s(e, "request_id"),
+        );
+    }
+}
