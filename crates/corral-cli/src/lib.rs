@@ -196,30 +196,16 @@ enum Command {
         /// Deny instead of approving.
         #[arg(long)]
         deny: bool,
-        /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
-        #[arg(long, value_name = "URL")]
-        server: Option<String>,
-        /// The environment variable holding the token (default: CORRAL_TOKEN, if set).
-        #[arg(long, value_name = "NAME")]
-        token_env: Option<String>,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t)]
-        format: Format,
+        #[command(flatten)]
+        remote: Remote,
     },
     /// Show the most recent audit events of a running server (role admin), newest first.
     Audit {
         /// How many events (1 to 1000).
         #[arg(long, value_name = "N", default_value_t = 20)]
         limit: u32,
-        /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
-        #[arg(long, value_name = "URL")]
-        server: Option<String>,
-        /// The environment variable holding the token (default: CORRAL_TOKEN, if set).
-        #[arg(long, value_name = "NAME")]
-        token_env: Option<String>,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t)]
-        format: Format,
+        #[command(flatten)]
+        remote: Remote,
     },
     /// Check a server's `/healthz`: exit 0 when healthy, 1 when not or unreachable.
     Healthcheck {
@@ -233,6 +219,21 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+}
+
+/// Where a command that talks to a running server sends its request, as whom, and how it
+/// prints the answer.
+#[derive(Debug, clap::Args)]
+struct Remote {
+    /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    /// The environment variable holding the token (default: CORRAL_TOKEN, if set).
+    #[arg(long, value_name = "NAME")]
+    token_env: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
 }
 
 /// Parses the command line, runs the subcommand, and returns its exit code.
@@ -326,16 +327,20 @@ pub fn run_cli(cli: Cli) -> Exit {
         Command::Confirm {
             action_id,
             deny,
-            server,
-            token_env,
-            format,
-        } => cmd::confirm::run(&action_id, deny, server, token_env.as_deref(), format),
-        Command::Audit {
+            remote,
+        } => cmd::confirm::run(
+            &action_id,
+            deny,
+            remote.server,
+            remote.token_env.as_deref(),
+            remote.format,
+        ),
+        Command::Audit { limit, remote } => cmd::audit::run(
             limit,
-            server,
-            token_env,
-            format,
-        } => cmd::audit::run(limit, server, token_env.as_deref(), format),
+            remote.server,
+            remote.token_env.as_deref(),
+            remote.format,
+        ),
         Command::Healthcheck {
             server,
             timeout_ms,

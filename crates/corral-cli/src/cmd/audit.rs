@@ -1,7 +1,6 @@
 //! `corral audit [--limit N]`: the most recent audit events of a running server, newest first
 //! (the caller needs role admin).
 
-use corral_client::ClientError;
 use serde_json::Value;
 
 use crate::{Exit, Format};
@@ -24,14 +23,7 @@ pub fn run(limit: u32, server: Option<String>, token_env: Option<&str>, format: 
             }
             Exit::Ok
         }
-        Err(ClientError::Api { code, message, .. }) => {
-            eprintln!("error[{code}]: {message}");
-            Exit::Findings
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            Exit::Error
-        }
+        Err(e) => super::call::report_remote_error(e),
     }
 }
 

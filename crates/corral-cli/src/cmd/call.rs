@@ -208,6 +208,21 @@ pub fn run(a: Args) -> Exit {
     }
 }
 
+/// Reports a failed request to a server: a refusal with its code (exit 1), anything else (the
+/// server unreachable, a malformed answer) exit 2.
+pub(crate) fn report_remote_error(e: corral_client::ClientError) -> Exit {
+    match e {
+        corral_client::ClientError::Api { code, message, .. } => {
+            eprintln!("error[{code}]: {message}");
+            Exit::Findings
+        }
+        e => {
+            eprintln!("error: {e}");
+            Exit::Error
+        }
+    }
+}
+
 /// A client for `server` (flag, `$CORRAL_SERVER`, default) with the token from `token_env`
 /// (default `$CORRAL_TOKEN`, if set).
 pub fn remote_client(server: Option<String>, token_env: Option<&str>) -> Result<Client, Exit> {

@@ -1,7 +1,5 @@
 //! `corral confirm ACTION_ID [--deny]`: a person approves (or denies) a pending guarded call.
 
-use corral_client::ClientError;
-
 use crate::{Exit, Format};
 
 /// Sends the decision and reports the action's new state.
@@ -37,13 +35,6 @@ pub fn run(
             }
             Exit::Ok
         }
-        Err(ClientError::Api { code, message, .. }) => {
-            eprintln!("error[{code}]: {message}");
-            Exit::Findings
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            Exit::Error
-        }
+        Err(e) => super::call::report_remote_error(e),
     }
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{corral, workspace};
+use crate::{corral, corral_with_env, workspace};
 
 const JAIL: &str = "version: 1\npreset: workspace_jail\nroot: $WS\n";
 
@@ -350,21 +350,9 @@ auth:
         Stdio::null(),
     );
     let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_corral"))
-            .args(args)
-            .args(["--server", &served.url])
-            .envs(env.iter().copied())
-            .current_dir(dir.path())
-            .env_remove("CORRAL_CONFIG")
-            .output();
-        let Ok(out) = out else {
-            unreachable!("the corral binary runs")
-        };
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let mut args = args.to_vec();
+        args.extend(["--server", &served.url]);
+        corral_with_env(dir.path(), &args, &env)
     };
     let (code, _, err) = run(&[
         "call",

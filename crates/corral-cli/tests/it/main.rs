@@ -14,10 +14,16 @@ use std::process::Command;
 
 /// Runs `corral` in `dir` with `args`; returns (exit code, stdout, stderr).
 pub fn corral(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    corral_with_env(dir, args, &[])
+}
+
+/// Runs `corral` in `dir` with `args` and `env` added; returns (exit code, stdout, stderr).
+pub fn corral_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_corral"))
         .args(args)
         .current_dir(dir)
         .env_remove("CORRAL_CONFIG")
+        .envs(env.iter().copied())
         .output();
     let Ok(out) = out else {
         unreachable!("the corral binary runs")

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::call::{Served, serve_with};
 use crate::upstream::fixture;
-use crate::workspace;
+use crate::{corral_with_env, workspace};
 
 const TOKEN: &str = "reload-test-token-0123456789";
 
@@ -43,21 +43,16 @@ rules:
 /// `corral call OP path=PATH --server URL` with the agent's token: (exit code, stdout, stderr).
 fn read_file(dir: &Path, url: &str, op: &str, path: &Path) -> (i32, String, String) {
     let arg = format!("path={}", path.display());
-    let out = Command::new(env!("CARGO_BIN_EXE_corral"))
-        .args(["call", op, &arg, "--server", url])
-        .args(["--token-env", "CORRAL_IT_RELOAD_TOKEN"])
-        .env("CORRAL_IT_RELOAD_TOKEN", TOKEN)
-        .env_remove("CORRAL_CONFIG")
-        .current_dir(dir)
-        .output();
-    let Ok(out) = out else {
-        unreachable!("the corral binary runs")
-    };
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let args = [
+        "call",
+        op,
+        &arg,
+        "--server",
+        url,
+        "--token-env",
+        "CORRAL_IT_RELOAD_TOKEN",
+    ];
+    corral_with_env(dir, &args, &[("CORRAL_IT_RELOAD_TOKEN", TOKEN)])
 }
 
 /// Whether a process whose command line contains `marker` is running.
