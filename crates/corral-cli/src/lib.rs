@@ -204,6 +204,15 @@ enum Command {
         /// How many events (1 to 1000).
         #[arg(long, value_name = "N", default_value_t = 20)]
         limit: u32,
+        /// Only the calls of this run.
+        #[arg(long, value_name = "RUN")]
+        run: Option<String>,
+        /// Only the calls of this op.
+        #[arg(long, value_name = "OP")]
+        op: Option<String>,
+        /// Only the calls of this principal.
+        #[arg(long, value_name = "ID")]
+        principal: Option<String>,
         #[command(flatten)]
         remote: Remote,
     },
@@ -335,8 +344,15 @@ pub fn run_cli(cli: Cli) -> Exit {
             remote.token_env.as_deref(),
             remote.format,
         ),
-        Command::Audit { limit, remote } => cmd::audit::run(
+        Command::Audit {
             limit,
+            run,
+            op,
+            principal,
+            remote,
+        } => cmd::audit::run(
+            limit,
+            &[("run", run), ("op", op), ("principal", principal)],
             remote.server,
             remote.token_env.as_deref(),
             remote.format,

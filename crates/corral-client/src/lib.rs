@@ -298,10 +298,23 @@ impl Client {
         self.get_json("capabilities").await
     }
 
-    /// `GET /audit?limit=N`: the most recent audit events of the caller's tenant, newest first
-    /// (role admin only). Returns the server's answer: `{"tenant", "events": [...]}`.
-    pub async fn audit(&self, limit: u32) -> Result<serde_json::Value, ClientError> {
-        self.get_json(&format!("audit?limit={limit}")).await
+    /// `GET /audit?limit=N&run=..&op=..&principal=..`: the most recent audit events of the
+    /// caller's tenant, newest first, those `filters` (name, value) match (role admin only).
+    /// Returns the server's answer: `{"tenant", "events": [...]}`.
+    pub async fn audit(
+        &self,
+        limit: u32,
+        filters: &[(&str, &str)],
+    ) -> Result<serde_json::Value, ClientError> {
+        let mut url = self.url("audit")?;
+        url.query_pairs_mut()
+            .append_pair("limit", &limit.to_string())
+            .extend_pairs(filters);
+        let rb = self
+            .request(Method::GET, url)
+            .header(ACCEPT, "application/json");
+        let resp = self.send(rb).await?;
+        decode_json(resp).await
     }
 
     /// `GET /me`: who the server thinks this caller is.

@@ -25,16 +25,56 @@ pub(crate) const INSERT_EVENT: &str = concat!(
     columns!(),
     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
 );
+/// The optional filters of the recent-events queries: a `NULL` parameter matches every row.
+/// (`CAST(.. AS TEXT)` gives PostgreSQL the parameter's type when it is `NULL`; SQLite reads it
+/// the same.)
+macro_rules! matching {
+    ($run:literal, $op:literal, $principal:literal) => {
+        concat!(
+            " (CAST(",
+            $run,
+            " AS TEXT) IS NULL OR run_id = ",
+            $run,
+            ")",
+            " AND (CAST(",
+            $op,
+            " AS TEXT) IS NULL OR op = ",
+            $op,
+            ")",
+            " AND (CAST(",
+            $principal,
+            " AS TEXT) IS NULL OR principal_id = ",
+            $principal,
+            ")"
+        )
+    };
+}
+
 const RECENT_ALL: &str = concat!(
     "SELECT ",
     columns!(),
-    " FROM audit_events ORDER BY ts_ms DESC, request_id DESC LIMIT $1"
+    " FROM audit_events WHERE",
+    matching!("$1", "$2", "$3"),
+    " ORDER BY ts_ms DESC, request_id DESC LIMIT $4"
 );
 const RECENT_TENANT: &str = concat!(
     "SELECT ",
     columns!(),
-    " FROM audit_events WHERE tenant = $1 ORDER BY ts_ms DESC, request_id DESC LIMIT $2"
+    " FROM audit_events WHERE tenant = $1 AND",
+    matching!("$2", "$3", "$4"),
+    " ORDER BY ts_ms DESC, request_id DESC LIMIT $5"
 );
+
+/// Narrows [`Store::audit_matching`]: each field that is set must match exactly.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    /// The run (`run_id`).
+    pub run_id: Option<String>,
+    /// The op id as called.
+    pub op: Option<String>,
+    /// The caller's principal id.
+    pub principal_id: Option<String>,
+}
 
 /// One stored row, as the drivers decode it.
 #[derive(sqlx::FromRow)]
@@ -235,10 +275,30 @@ impl Store {
         tenant: Option<&str>,
         limit: u32,
     ) -> Result<Vec<AuditEvent>, StoreError> {
+        self.audit_matching(tenant, &AuditFilter::default(), limit)
+            .await
+    }
+
+    /// Like [`Store::audit_recent`], only the events `filter` matches.
+    pub async fn audit_matching(
+        &self,
+        tenant: Option<&str>,
+        filter: &AuditFilter,
+        limit: u32,
+    ) -> Result<Vec<AuditEvent>, StoreError> {
         let limit = i64::from(limit);
+        let (run, op, who) = (
+            filter.run_id.as_deref(),
+            filter.op.as_deref(),
+            filter.principal_id.as_deref(),
+        );
         let rows: Vec<EventRow> = on_pool!(&self.pool, p => match tenant {
-            Some(t) => sqlx::query_as(RECENT_TENANT).bind(t).bind(limit).fetch_all(p).await,
-            None => sqlx::query_as(RECENT_ALL).bind(limit).fetch_all(p).await,
+            Some(t) => sqlx::query_as(RECENT_TENANT)
+                .bind(t).bind(run).bind(op).bind(who).bind(limit)
+                .fetch_all(p).await,
+            None => sqlx::query_as(RECENT_ALL)
+                .bind(run).bind(op).bind(who).bind(limit)
+                .fetch_all(p).await,
         })
         .map_err(|e| self.redactor.query("read audit events", e))?;
         rows.into_iter().map(AuditEvent::try_from).collect()

@@ -1,12 +1,23 @@
-//! `corral audit [--limit N]`: the most recent audit events of a running server, newest first
-//! (the caller needs role admin).
+//! `corral audit [--limit N] [--run R] [--op OP] [--principal ID]`: the most recent audit events
+//! of a running server, newest first (the caller needs role admin).
 
 use serde_json::Value;
 
 use crate::{Exit, Format};
 
-/// Fetches the events and prints them, one line each (or the server's JSON).
-pub fn run(limit: u32, server: Option<String>, token_env: Option<&str>, format: Format) -> Exit {
+/// Fetches the events `filters` (name, value if given) match and prints them, one line each (or
+/// the server's JSON).
+pub fn run(
+    limit: u32,
+    filters: &[(&str, Option<String>)],
+    server: Option<String>,
+    token_env: Option<&str>,
+    format: Format,
+) -> Exit {
+    let filters: Vec<(&str, &str)> = filters
+        .iter()
+        .filter_map(|(name, v)| v.as_deref().map(|v| (*name, v)))
+        .collect();
     let client = match super::call::remote_client(server, token_env) {
         Ok(c) => c,
         Err(code) => return code,
@@ -15,7 +26,7 @@ pub fn run(limit: u32, server: Option<String>, token_env: Option<&str>, format: 
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match rt.block_on(client.audit(limit)) {
+    match rt.block_on(client.audit(limit, &filters)) {
         Ok(v) => {
             match format {
                 Format::Json => crate::output::print_json(&v),

@@ -386,6 +386,19 @@ auth:
     };
     assert_eq!(v["events"][0]["op"], "files.list");
 
+    let (code, out, err) = run(&[
+        "audit",
+        "--op",
+        "files.read",
+        "--token-env",
+        "CORRAL_IT_BOSS",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("no audit events"),
+        "only files.list was called: {out}"
+    );
+
     let (code, _, err) = run(&["audit", "--token-env", "CORRAL_IT_AGENT"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("audit.not_permitted"), "{err}");

@@ -1,12 +1,13 @@
-//! `GET /audit`: the most recent audit events of the caller's tenant, newest first, for a
-//! principal with role `admin`. The events hold argument hashes and shapes, never values.
+//! `GET /audit`: the most recent audit events of the caller's tenant, newest first, optionally
+//! only one run's, op's or principal's, for a principal with role `admin`. The events hold argument hashes and shapes, never values.
 
 use std::collections::HashMap;
 
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use corral_policy::{Role, codes};
+use corral_policy::{Role, codes, valid_run_id};
+use corral_store::AuditFilter;
 use serde_json::json;
 
 use super::meta::authed;
@@ -17,8 +18,10 @@ use crate::error::ApiError;
 const DEFAULT_LIMIT: u32 = 50;
 /// The most events one request may ask for.
 const MAX_LIMIT: u32 = 1000;
+/// The longest value of a filter (`op`, `principal`), in bytes.
+const MAX_FILTER: usize = 256;
 
-/// `GET /audit?limit=N`.
+/// `GET /audit?limit=N&run=R&op=OP&principal=ID` (every filter optional).
 pub async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -43,13 +46,37 @@ pub async fn list(
             &rid,
         ));
     }
-    if let Some(unknown) = query.keys().find(|k| k.as_str() != "limit") {
+    let params = ["limit", "run", "op", "principal"];
+    if let Some(unknown) = query.keys().find(|k| !params.contains(&k.as_str())) {
         return Err(ApiError::new(
             400,
             codes::ARGS_UNKNOWN,
-            format!("`{unknown}` is not a parameter of GET /audit; it takes `limit`"),
+            format!(
+                "`{unknown}` is not a parameter of GET /audit; it takes `limit`, `run`, `op` and `principal`"
+            ),
             None,
             &rid,
+        ));
+    }
+    let invalid = |message: String| ApiError::new(400, codes::ARGS_INVALID, message, None, &rid);
+    // A filter's value, if given; the message says what is wrong with it.
+    let text = |name: &str| -> Result<Option<String>, String> {
+        match query.get(name) {
+            None => Ok(None),
+            Some(v) if !v.is_empty() && v.len() <= MAX_FILTER => Ok(Some(v.clone())),
+            Some(_) => Err(format!("`{name}` must be 1 to {MAX_FILTER} bytes")),
+        }
+    };
+    let filter = AuditFilter {
+        run_id: text("run").map_err(invalid)?,
+        op: text("op").map_err(invalid)?,
+        principal_id: text("principal").map_err(invalid)?,
+    };
+    if let Some(run) = &filter.run_id
+        && !valid_run_id(run)
+    {
+        return Err(invalid(
+            "`run` must be 1-128 characters of letters, digits, `_`, `-`, `.` and `:`".to_owned(),
         ));
     }
     let limit = match query.get("limit") {
@@ -57,13 +84,9 @@ pub async fn list(
         Some(l) => match l.parse::<u32>() {
             Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
             _ => {
-                return Err(ApiError::new(
-                    400,
-                    codes::ARGS_INVALID,
-                    format!("`limit` must be a whole number from 1 to {MAX_LIMIT}, not {l:?}"),
-                    None,
-                    &rid,
-                ));
+                return Err(invalid(format!(
+                    "`limit` must be a whole number from 1 to {MAX_LIMIT}, not {l:?}"
+                )));
             }
         },
     };
@@ -75,7 +98,7 @@ pub async fn list(
     let events = state
         .0
         .store
-        .audit_recent(Some(&tenant), limit)
+        .audit_matching(Some(&tenant), &filter, limit)
         .await
         .map_err(|e| ApiError::new(503, e.code(), e.to_string(), None, &rid))?;
     Ok(axum::Json(json!({"tenant": tenant, "events": events})).into_response())

@@ -331,10 +331,44 @@ async fn get_audit_shows_an_admin_the_tenants_newest_events_without_argument_val
         assert!(!r.text.contains(secret), "`{secret}` in {}", r.text);
     }
 
+    // One run's calls, one op's, one principal's.
+    let in_run = send(
+        s.client()
+            .post(s.url("/ops/files.list"))
+            .bearer_auth(AGENT_TOKEN)
+            .header("X-Corral-Run", "eval-7")
+            .json(&json!({"path": "."})),
+    )
+    .await;
+    assert_eq!(in_run.status, 200, "{}", in_run.text);
+    let admin_get = |q: &str| {
+        send(
+            s.client()
+                .get(s.url(&format!("/audit?{q}")))
+                .bearer_auth(crate::common::ADMIN_TOKEN),
+        )
+    };
+    let only = |r: &crate::common::Reply| -> Vec<String> {
+        r.json()["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["request_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(only(&admin_get("run=eval-7").await), [rid(&in_run)]);
+    assert_eq!(
+        only(&admin_get("op=files.read&principal=agent").await),
+        [rid(&refused), rid(&read)]
+    );
+    assert!(only(&admin_get("principal=nobody").await).is_empty());
+
     for (query, code) in [
         ("limit=0", "args.invalid"),
         ("limit=1001", "args.invalid"),
         ("limit=ten", "args.invalid"),
+        ("run=has%20space", "args.invalid"),
+        ("op=", "args.invalid"),
         ("since=1", "args.unknown"),
     ] {
         let r = send(

@@ -199,3 +199,65 @@ pub async fn survives_reopen(url: &str) {
     assert_eq!(store.audit_count(None).await.unwrap(), 51);
     store.close().await;
 }
+
+/// `audit_matching`: each filter narrows the recent events to exact matches, within the tenant
+/// asked for; no filter is `audit_recent`.
+pub async fn filters_match_exactly(store: &Store) {
+    use corral_store::AuditFilter;
+    let mut events = Vec::new();
+    for (i, (tenant, run, op, who)) in [
+        ("t1", Some("r1"), "files.read", "ada"),
+        ("t1", Some("r1"), "files.write", "ada"),
+        ("t1", Some("r2"), "files.read", "bob"),
+        ("t1", None, "files.read", "ada"),
+        ("t2", Some("r1"), "files.read", "ada"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut e = event(format!("flt-{i}"), tenant, 1_000 + i as i64);
+        e.run_id = run.map(str::to_owned);
+        e.op = op.to_owned();
+        e.principal_id = who.to_owned();
+        events.push(e);
+    }
+    store.append_audit_batch(&events).await.unwrap();
+    let ids = |v: Vec<AuditEvent>| v.into_iter().map(|e| e.request_id).collect::<Vec<_>>();
+    let only = |run: Option<&str>, op: Option<&str>, who: Option<&str>| AuditFilter {
+        run_id: run.map(str::to_owned),
+        op: op.map(str::to_owned),
+        principal_id: who.map(str::to_owned),
+    };
+    let t1 = Some("t1");
+    let r1 = store
+        .audit_matching(t1, &only(Some("r1"), None, None), 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(r1), ["flt-1", "flt-0"]);
+    let read_r1 = only(Some("r1"), Some("files.read"), None);
+    let r = store.audit_matching(t1, &read_r1, 10).await.unwrap();
+    assert_eq!(ids(r), ["flt-0"]);
+    let bob = store
+        .audit_matching(t1, &only(None, None, Some("bob")), 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(bob), ["flt-2"]);
+    let all_tenants = store
+        .audit_matching(None, &only(Some("r1"), None, None), 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(all_tenants), ["flt-4", "flt-1", "flt-0"]);
+    let none = store
+        .audit_matching(t1, &only(Some("r9"), None, None), 10)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    let unfiltered = store
+        .audit_matching(t1, &AuditFilter::default(), 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(unfiltered),
+        ids(store.audit_recent(t1, 2).await.unwrap())
+    );
+}

@@ -10,6 +10,17 @@ use crate::common;
 pub use crate::pg_schema::{Schema, server_url};
 
 #[tokio::test]
+async fn recent_events_filtered_by_run_op_and_principal() {
+    let Some(schema) = Schema::create("flt").await else {
+        return;
+    };
+    let store = Store::connect(&schema.url).await.unwrap();
+    common::filters_match_exactly(&store).await;
+    store.close().await;
+    schema.drop().await;
+}
+
+#[tokio::test]
 async fn round_trip_every_field() {
     let Some(schema) = Schema::create("rt").await else {
         return;

@@ -16,6 +16,12 @@ async fn fresh() -> (tempfile::TempDir, String, Store) {
 }
 
 #[tokio::test]
+async fn recent_events_filtered_by_run_op_and_principal() {
+    let (_dir, _url, store) = fresh().await;
+    common::filters_match_exactly(&store).await;
+}
+
+#[tokio::test]
 async fn round_trip_every_field() {
     let (_dir, _url, store) = fresh().await;
     assert_eq!(store.backend_name(), "sqlite");
