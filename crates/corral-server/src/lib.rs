@@ -34,8 +34,6 @@ pub struct App {
     pub deploy_lock: Arc<tokio::sync::Mutex<()>>,
     /// Who may call, and how they prove it. Swapped with the deployment on reload.
     pub auth: std::sync::RwLock<Arc<auth::Authenticator>>,
-    /// `open` or `auth`, for `/healthz`.
-    pub mode: &'static str,
     /// The storage backend's name, for `/healthz`.
     pub storage: &'static str,
     /// The store: where the audit events are read back from (`GET /audit`).
@@ -54,6 +52,15 @@ impl App {
         match self.upstreams.read() {
             Ok(u) => u.clone(),
             Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// `open` (no tokens, no JWT) or `auth`, as the current config has it.
+    pub fn mode(&self) -> &'static str {
+        if self.authenticator().is_open() {
+            "open"
+        } else {
+            "auth"
         }
     }
 

@@ -175,7 +175,6 @@ pub async fn build_state(
         corral_config::model::AuditSink::Store | corral_config::model::AuditSink::Off => {}
     }
     let auth = compose::authenticator(loaded).map_err(ServeError::Auth)?;
-    let mode = if auth.is_open() { "open" } else { "auth" };
     let confirmations: Arc<dyn ConfirmationStore> = match loaded.config.guardrails.confirmations {
         ConfirmationBackend::Store => store.clone(),
         ConfirmationBackend::Memory => {
@@ -211,7 +210,6 @@ pub async fn build_state(
         upstreams,
         deploy_lock,
         auth: std::sync::RwLock::new(Arc::new(auth)),
-        mode,
         storage: store.backend_name(),
         store: Arc::clone(&store),
         max_body_bytes,
@@ -352,59 +350,131 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: draining in-flight calls");
 }
 
-fn spawn_reloader(state: AppState, path: PathBuf) {
+/// Reloads the config file on SIGHUP (a server started from flags has none: SIGHUP is logged and
+/// ignored rather than ending the process). A file that does not load, or that would leave the
+/// server open where start-up would refuse to be, is refused and the last good config stays.
+fn spawn_reloader(state: AppState, reload: Option<Reload>) {
     use tokio::signal::unix::{SignalKind, signal};
     tokio::spawn(async move {
         let Ok(mut hup) = signal(SignalKind::hangup()) else {
             tracing::warn!("SIGHUP handler unavailable; config reload disabled");
             return;
         };
+        let Some(mut reload) = reload else {
+            while hup.recv().await.is_some() {
+                tracing::warn!(
+                    "SIGHUP ignored: this server was started from flags (--preset), so there is no config file to reload; start it with --config FILE to reload on SIGHUP"
+                );
+            }
+            return;
+        };
         while hup.recv().await.is_some() {
-            match corral_config::load_file(&path) {
-                Ok(loaded) => match compose::authenticator(&loaded) {
-                    Ok(auth) => {
-                        let _held = state.0.deploy_lock.lock().await;
-                        let backend = state.0.gateway.backend();
-                        let (upstreams, changes) = state.0.upstreams().reconcile(
-                            compose::upstream_specs(&loaded),
-                            backend,
-                            compose::disabled_ops(&loaded),
-                            compose::declared_upstream_tools(&loaded),
-                        );
-                        if changes.changed() {
-                            warn_if_unisolated(&loaded, backend);
-                            tracing::info!(
-                                started = ?changes.started,
-                                restarted = ?changes.restarted,
-                                stopped = ?changes.stopped,
-                                "upstream MCP servers follow the reloaded `mcp_servers`"
-                            );
-                        }
-                        let deployment =
-                            compose::deployment(&loaded, &upstreams, std::time::Duration::ZERO)
-                                .await;
-                        match state.0.upstreams.write() {
-                            Ok(mut u) => *u = upstreams,
-                            Err(p) => *p.into_inner() = upstreams,
-                        }
-                        state.0.gateway.replace(deployment);
-                        match state.0.auth.write() {
-                            Ok(mut a) => *a = Arc::new(auth),
-                            Err(p) => *p.into_inner() = Arc::new(auth),
-                        }
-                        tracing::info!(config = %path.display(), "config reloaded");
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "config reload refused; keeping the last good config")
-                    }
-                },
-                Err(e) => tracing::error!(
-                    diagnostics = %e.diagnostics.iter().map(ToString::to_string).collect::<Vec<_>>().join(" | "),
-                    "config reload refused; keeping the last good config"
-                ),
+            match reload.apply(&state).await {
+                Ok(()) => tracing::info!(config = %reload.path.display(), "config reloaded"),
+                Err(why) => {
+                    tracing::error!(error = %why, "config reload refused; keeping the last good config");
+                }
             }
         }
     });
+}
+
+/// What a reload needs besides the app: the file, the listener's address and `--allow-open`
+/// (the same open-mode check as start-up), and the config in force (to say which changes need a
+/// restart).
+struct Reload {
+    path: PathBuf,
+    listen: SocketAddr,
+    allow_open: bool,
+    current: corral_config::model::Config,
+}
+
+impl Reload {
+    /// Loads the file and, if it is good, swaps in its auth, deployment and upstreams.
+    async fn apply(&mut self, state: &AppState) -> Result<(), String> {
+        let loaded = corral_config::load_file(&self.path).map_err(|e| {
+            e.diagnostics
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })?;
+        let auth = compose::authenticator(&loaded)?;
+        check_open_mode(&loaded, auth.is_open(), self.listen, self.allow_open)
+            .map_err(|e| e.to_string())?;
+        let restart = needs_restart(&self.current, &loaded.config);
+        if !restart.is_empty() {
+            tracing::warn!(
+                settings = %restart.join(", "),
+                "these settings changed but apply only when corral starts; restart it to apply them"
+            );
+        }
+        let _held = state.0.deploy_lock.lock().await;
+        let backend = state.0.gateway.backend();
+        let (upstreams, changes) = state.0.upstreams().reconcile(
+            compose::upstream_specs(&loaded),
+            backend,
+            compose::disabled_ops(&loaded),
+            compose::declared_upstream_tools(&loaded),
+        );
+        if changes.changed() {
+            warn_if_unisolated(&loaded, backend);
+            tracing::info!(
+                started = ?changes.started,
+                restarted = ?changes.restarted,
+                stopped = ?changes.stopped,
+                "upstream MCP servers follow the reloaded `mcp_servers`"
+            );
+        }
+        let deployment = compose::deployment(&loaded, &upstreams, std::time::Duration::ZERO).await;
+        match state.0.upstreams.write() {
+            Ok(mut u) => *u = upstreams,
+            Err(p) => *p.into_inner() = upstreams,
+        }
+        state.0.gateway.replace(deployment);
+        match state.0.auth.write() {
+            Ok(mut a) => *a = Arc::new(auth),
+            Err(p) => *p.into_inner() = Arc::new(auth),
+        }
+        self.current = loaded.config;
+        Ok(())
+    }
+}
+
+/// The settings that differ between `old` and `new` but are read only at start-up.
+fn needs_restart(
+    old: &corral_config::model::Config,
+    new: &corral_config::model::Config,
+) -> Vec<&'static str> {
+    let value =
+        |s: &Option<corral_config::model::Spanned<String>>| s.as_ref().map(|v| v.value.clone());
+    let origins = |c: &corral_config::model::Config| -> Vec<String> {
+        c.mcp
+            .allowed_origins
+            .iter()
+            .map(|o| o.value.clone())
+            .collect()
+    };
+    let mut changed = Vec::new();
+    if old.storage != new.storage {
+        changed.push("storage");
+    }
+    if value(&old.state_dir) != value(&new.state_dir) {
+        changed.push("state_dir");
+    }
+    if old.isolation != new.isolation {
+        changed.push("isolation");
+    }
+    if old.audit != new.audit {
+        changed.push("audit");
+    }
+    if old.guardrails.confirmations != new.guardrails.confirmations {
+        changed.push("guardrails.confirmations");
+    }
+    if old.mcp.hosts() != new.mcp.hosts() || origins(old) != origins(new) {
+        changed.push("mcp");
+    }
+    changed
 }
 
 /// Runs the server until SIGINT or SIGTERM, then drains in-flight calls.
@@ -423,12 +493,16 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
             reason: e.to_string(),
         })?;
     let local = listener.local_addr().unwrap_or(opts.listen);
-    if let Some(path) = opts.config_path.clone() {
-        spawn_reloader(state.clone(), path);
-    }
+    let reload = opts.config_path.clone().map(|path| Reload {
+        path,
+        listen: opts.listen,
+        allow_open: opts.allow_open,
+        current: opts.loaded.config.clone(),
+    });
+    spawn_reloader(state.clone(), reload);
     tracing::info!(
         listen = %local,
-        mode = state.0.mode,
+        mode = state.0.mode(),
         storage = state.0.storage,
         confirmations = state.0.gateway.confirmations_backend(),
         runs = state.0.gateway.runs_backend(),
@@ -437,7 +511,8 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     );
     eprintln!(
         "corral listening on http://{local} (mode: {}, storage: {})",
-        state.0.mode, state.0.storage
+        state.0.mode(),
+        state.0.storage
     );
     let app = crate::app(state);
     let served = axum::serve(listener, app)

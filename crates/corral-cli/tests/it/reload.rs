@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::call::{Served, serve_with};
 use crate::upstream::fixture;
-use crate::{corral_with_env, workspace};
+use crate::{corral, corral_with_env, workspace};
 
 const TOKEN: &str = "reload-test-token-0123456789";
 
@@ -139,14 +139,41 @@ fn sighup_applies_a_new_policy_and_new_mcp_servers_and_keeps_the_last_good_confi
     );
     assert!(running(&fy_marker), "the added server runs");
 
+    // A file that would leave the server open with an op that runs programs: refused like
+    // start-up would refuse it, and the tokens stay required.
+    write_config(
+        "version: 1
+custom:
+  tools.hello:
+    argv: [/bin/echo, hello]
+    effects: [exec]
+rules:
+  - allow: [tools.hello]
+",
+    );
+    sighup(&served);
+    let log = || std::fs::read_to_string(root.join("serve.log")).unwrap_or_default();
+    let refused_open = eventually(10, || log().contains("no auth is configured"));
+    assert!(
+        refused_open,
+        "the reload to open mode was not refused: {}",
+        log()
+    );
+    let (code, _, err) = corral(root, &["call", "tools.hello", "--server", &url]);
+    assert_eq!(
+        code, 1,
+        "a call without a token must still be refused: {err}"
+    );
+    assert!(err.contains("auth.missing"), "{err}");
+
     // An invalid file: refused, logged with its reason, and the last good config stays.
+    let refusals = log().matches("config reload refused").count();
     write_config("version: 1\nrules:\n  - allow: 42\n");
     sighup(&served);
     let logged = eventually(10, || {
-        std::fs::read_to_string(root.join("serve.log"))
-            .is_ok_and(|l| l.contains("config reload refused"))
+        log().matches("config reload refused").count() > refusals
     });
-    assert!(logged, "no `config reload refused` in the log");
+    assert!(logged, "no second `config reload refused` in the log");
     let (code, out, err) = read_file(root, &url, "mcp.fy.read_file", &notes);
     assert_eq!(code, 0, "the last good config was not kept: {err}");
     assert!(out.contains("reloaded notes"), "{out}");
@@ -155,4 +182,23 @@ fn sighup_applies_a_new_policy_and_new_mcp_servers_and_keeps_the_last_good_confi
         "the last good config's server still runs"
     );
     drop(served);
+}
+
+#[test]
+fn sighup_does_not_stop_a_server_started_from_flags() {
+    let dir = workspace(None);
+    let ws = dir.path().join("ws").to_string_lossy().into_owned();
+    let served = serve_with(
+        dir.path(),
+        &["--preset", "workspace_jail", "--root", &ws],
+        &[],
+        Stdio::null(),
+    );
+    sighup(&served);
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, _, err) = corral(dir.path(), &["healthcheck", "--server", &served.url]);
+    assert_eq!(
+        code, 0,
+        "SIGHUP stopped a server that has no config file to reload: {err}"
+    );
 }

@@ -35,7 +35,7 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
     axum::Json(json!({
         "status": "ok",
         "version": env!("CARGO_PKG_VERSION"),
-        "mode": state.0.mode,
+        "mode": state.0.mode(),
         "backend": state.0.gateway.backend().name(),
         "storage": state.0.storage,
         "confirmations": state.0.gateway.confirmations_backend(),
