@@ -360,7 +360,7 @@ fn spawn_reloader(state: AppState, reload: Option<Reload>) {
             tracing::warn!("SIGHUP handler unavailable; config reload disabled");
             return;
         };
-        let Some(mut reload) = reload else {
+        let Some(reload) = reload else {
             while hup.recv().await.is_some() {
                 tracing::warn!(
                     "SIGHUP ignored: this server was started from flags (--preset), so there is no config file to reload; start it with --config FILE to reload on SIGHUP"
@@ -380,18 +380,18 @@ fn spawn_reloader(state: AppState, reload: Option<Reload>) {
 }
 
 /// What a reload needs besides the app: the file, the listener's address and `--allow-open`
-/// (the same open-mode check as start-up), and the config in force (to say which changes need a
-/// restart).
+/// (the same open-mode check as start-up), and the config the server started with (what the
+/// settings read only at start-up still are).
 struct Reload {
     path: PathBuf,
     listen: SocketAddr,
     allow_open: bool,
-    current: corral_config::model::Config,
+    started: corral_config::model::Config,
 }
 
 impl Reload {
     /// Loads the file and, if it is good, swaps in its auth, deployment and upstreams.
-    async fn apply(&mut self, state: &AppState) -> Result<(), String> {
+    async fn apply(&self, state: &AppState) -> Result<(), String> {
         let loaded = corral_config::load_file(&self.path).map_err(|e| {
             e.diagnostics
                 .iter()
@@ -402,7 +402,16 @@ impl Reload {
         let auth = compose::authenticator(&loaded)?;
         check_open_mode(&loaded, auth.is_open(), self.listen, self.allow_open)
             .map_err(|e| e.to_string())?;
-        let restart = needs_restart(&self.current, &loaded.config);
+        // The running store lives in the start-up state dir, which every deployment protects:
+        // a deployment built for another one would leave the live database writable.
+        let dir = |c: &corral_config::model::Config| c.state_dir.as_ref().map(|d| d.value.clone());
+        if dir(&self.started) != dir(&loaded.config) {
+            return Err(
+                "`state_dir` changed: corral's store stays where it started, so the reload is refused; restart corral to move its state"
+                    .to_owned(),
+            );
+        }
+        let restart = needs_restart(&self.started, &loaded.config);
         if !restart.is_empty() {
             tracing::warn!(
                 settings = %restart.join(", "),
@@ -436,18 +445,16 @@ impl Reload {
             Ok(mut a) => *a = Arc::new(auth),
             Err(p) => *p.into_inner() = Arc::new(auth),
         }
-        self.current = loaded.config;
         Ok(())
     }
 }
 
-/// The settings that differ between `old` and `new` but are read only at start-up.
+/// The settings that differ between `old` and `new` but are read only at start-up (`state_dir`
+/// is not among them: a reload that changes it is refused).
 fn needs_restart(
     old: &corral_config::model::Config,
     new: &corral_config::model::Config,
 ) -> Vec<&'static str> {
-    let value =
-        |s: &Option<corral_config::model::Spanned<String>>| s.as_ref().map(|v| v.value.clone());
     let origins = |c: &corral_config::model::Config| -> Vec<String> {
         c.mcp
             .allowed_origins
@@ -458,9 +465,6 @@ fn needs_restart(
     let mut changed = Vec::new();
     if old.storage != new.storage {
         changed.push("storage");
-    }
-    if value(&old.state_dir) != value(&new.state_dir) {
-        changed.push("state_dir");
     }
     if old.isolation != new.isolation {
         changed.push("isolation");
@@ -497,7 +501,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         path,
         listen: opts.listen,
         allow_open: opts.allow_open,
-        current: opts.loaded.config.clone(),
+        started: opts.loaded.config.clone(),
     });
     spawn_reloader(state.clone(), reload);
     tracing::info!(

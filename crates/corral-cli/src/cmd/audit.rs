@@ -52,16 +52,20 @@ fn print_lines(v: &Value) {
         );
         return;
     }
-    let s = |e: &Value, k: &str| e[k].as_str().unwrap_or("-").to_owned();
+    // Stored values are printed with control characters escaped: an op id or principal id is
+    // whatever a caller sent, and must not forge lines or drive the terminal.
+    let s = |e: &Value, k: &str| printable(e[k].as_str().unwrap_or("-"));
     for e in events {
         let principal = match s(e, "principal_id").as_str() {
             "" => "(unauthenticated)".to_owned(),
             p => p.to_owned(),
         };
-        let why = e["code"]
-            .as_str()
-            .or_else(|| e["rule"].as_str())
-            .unwrap_or("-");
+        let why = printable(
+            e["code"]
+                .as_str()
+                .or_else(|| e["rule"].as_str())
+                .unwrap_or("-"),
+        );
         println!(
             "{}  {principal}  {}  {}  {}  {why}  run={}  {}",
             e["ts_ms"].as_i64().unwrap_or_default(),
@@ -71,5 +75,33 @@ fn print_lines(v: &Value) {
             s(e, "run_id"),
             s(e, "request_id"),
         );
+    }
+}
+
+/// `s` with control characters (newlines, escape sequences) shown as escapes.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn control_characters_in_stored_values_are_escaped() {
+        assert_eq!(printable("files.read"), "files.read");
+        assert_eq!(
+            printable("x\n1  alice  commands.run"),
+            "x\\n1  alice  commands.run"
+        );
+        assert_eq!(printable("\u{1b}[2Kx"), "\\u{1b}[2Kx");
     }
 }

@@ -63,8 +63,14 @@ pub async fn list(
     let text = |name: &str| -> Result<Option<String>, String> {
         match query.get(name) {
             None => Ok(None),
-            Some(v) if !v.is_empty() && v.len() <= MAX_FILTER => Ok(Some(v.clone())),
-            Some(_) => Err(format!("`{name}` must be 1 to {MAX_FILTER} bytes")),
+            Some(v)
+                if !v.is_empty() && v.len() <= MAX_FILTER && !v.chars().any(char::is_control) =>
+            {
+                Ok(Some(v.clone()))
+            }
+            Some(_) => Err(format!(
+                "`{name}` must be 1 to {MAX_FILTER} bytes with no control characters"
+            )),
         }
     };
     let filter = AuditFilter {

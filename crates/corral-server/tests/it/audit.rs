@@ -369,6 +369,7 @@ async fn get_audit_shows_an_admin_the_tenants_newest_events_without_argument_val
         ("limit=ten", "args.invalid"),
         ("run=has%20space", "args.invalid"),
         ("op=", "args.invalid"),
+        ("principal=a%0Ab", "args.invalid"),
         ("since=1", "args.unknown"),
     ] {
         let r = send(
