@@ -170,7 +170,11 @@ rules:
     write_config(&config("fy", &fy_marker).replace("state_dir: .corral", "state_dir: .corral2"));
     sighup(&served);
     let refused_move = eventually(10, || log().contains("`state_dir` changed"));
-    assert!(refused_move, "the state_dir change was not refused: {}", log());
+    assert!(
+        refused_move,
+        "the state_dir change was not refused: {}",
+        log()
+    );
 
     // An invalid file: refused, logged with its reason, and the last good config stays.
     let refusals = log().matches("config reload refused").count();
