@@ -228,10 +228,21 @@ fn verify_jwt(cfg: &JwtConfig, token: &str) -> Result<Caller, AuthError> {
     };
     let mut p = Principal::new(sub, &[]).with_kind(kind);
     p.roles = claim_strings(claims.get(&cfg.roles_claim));
-    p.tenant = claims
-        .get(&cfg.tenant_claim)
-        .and_then(|t| t.as_str())
-        .map(str::to_owned);
+    // A tenant claim that is there but unusable fails the token: read as "no tenant" it would
+    // put the caller in the default tenant, with its data.
+    p.tenant = match claims.get(&cfg.tenant_claim) {
+        None => None,
+        Some(serde_json::Value::String(t)) if !t.is_empty() => Some(t.clone()),
+        Some(_) => {
+            return Err(AuthError {
+                code: codes::AUTH_INVALID,
+                message: format!(
+                    "the token's `{}` claim is not a tenant name (a non-empty string)",
+                    cfg.tenant_claim
+                ),
+            });
+        }
+    };
     let run = match claims.get(&cfg.run_claim) {
         None => None,
         Some(serde_json::Value::String(r)) if corral_policy::valid_run_id(r) => Some(r.clone()),

@@ -177,6 +177,21 @@ async fn a_run_claim_scopes_the_token_to_that_run_and_a_malformed_one_is_invalid
     // The default claim name (`run`) is not read when another one is configured.
     let unscoped = hs256(&json!({"sub": "a", "run": "x", "exp": now() + 600}), SECRET);
     assert_eq!(me(&s, &unscoped).await.json()["run"], Value::Null);
+    // A tenant claim that is not a tenant name fails the token instead of landing in `default`.
+    for bad in [json!(7), json!(""), json!(null), json!({"id": "t1"})] {
+        let token = hs256(
+            &json!({"sub": "agent-9", "tenant": bad, "exp": now() + 600}),
+            SECRET,
+        );
+        let r = me(&s, &token).await;
+        r.assert_error(401, "auth.invalid");
+        assert!(r.text.contains("`tenant`"), "{bad}: {}", r.text);
+    }
+    let tenant = hs256(
+        &json!({"sub": "a", "tenant": "t1", "exp": now() + 600}),
+        SECRET,
+    );
+    assert_eq!(me(&s, &tenant).await.json()["tenant"], "t1");
     for bad in [json!(42), json!("has spaces"), json!(""), json!(["a"])] {
         let token = hs256(
             &json!({"sub": "agent-9", "corral_run": bad, "exp": now() + 600}),
