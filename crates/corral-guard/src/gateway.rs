@@ -171,6 +171,8 @@ pub enum Reply {
 #[derive(Debug)]
 pub struct Gateway {
     deployment: RwLock<Arc<Deployment>>,
+    /// Bumped each time the deployment is replaced (a reload, an upstream's new tool list).
+    replaced: tokio::sync::watch::Sender<u64>,
     backend: Arc<dyn Backend>,
     sinks: Vec<Arc<dyn AuditSink>>,
     limiter: Limiter,
@@ -216,6 +218,7 @@ impl Gateway {
     ) -> Self {
         Self {
             deployment: RwLock::new(Arc::new(deployment)),
+            replaced: tokio::sync::watch::Sender::new(0),
             backend,
             sinks,
             limiter: Limiter::default(),
@@ -268,6 +271,13 @@ impl Gateway {
             Ok(mut g) => *g = Arc::new(d),
             Err(poisoned) => *poisoned.into_inner() = Arc::new(d),
         }
+        self.replaced.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Changes each time the deployment is replaced: what callers are offered may have changed
+    /// (MCP sessions tell their clients `tools/list_changed`).
+    pub fn deployment_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.replaced.subscribe()
     }
 
     /// The backend commands run in.

@@ -18,9 +18,10 @@ use corral_guard::{Call, CallOptions, Caller, Gateway, Refusal, Reply};
 use corral_policy::{Effect, OpSpec, Tier};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    ToolAnnotations,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
@@ -121,11 +122,57 @@ fn refused(r: &Refusal, request_id: &str) -> CallToolResult {
     res
 }
 
+impl CorralMcp {
+    /// Tells a stdio client each time the deployment is replaced (a reload, an upstream server's
+    /// new tool list) that the tool list changed, until the session ends. For sessions that
+    /// began with `initialize` (the notification is unscoped); a client on the subscription
+    /// protocol asks with `subscriptions/listen` instead (see `listen`).
+    pub async fn announce_changes(&self, peer: rmcp::Peer<RoleServer>) {
+        let mut replaced = self.gateway.deployment_changes();
+        replaced.borrow_and_update();
+        while replaced.changed().await.is_ok() {
+            if peer.notify_tool_list_changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
 impl ServerHandler for CorralMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+        let tools = ServerCapabilities::builder().enable_tools();
+        // Only a stdio session lasts long enough to be told; over HTTP every request is its own.
+        let capabilities = if self.caller.is_some() {
+            tools.enable_tool_list_changed().build()
+        } else {
+            tools.build()
+        };
+        ServerConfig::new(capabilities).with_instructions(
             "corral: each tool is one op, checked by corral's policy and guardrails on every call",
         )
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        (self.caller.is_some() && requested.tools_list_changed == Some(true))
+            .then(|| SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut replaced = self.gateway.deployment_changes();
+        replaced.borrow_and_update();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = replaced.changed() => {
+                    if changed.is_err() || context.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
     }
 
     async fn list_tools(

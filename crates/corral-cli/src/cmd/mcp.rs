@@ -77,14 +77,26 @@ pub fn run(a: Args) -> Exit {
             }
         };
         let handler = CorralMcp::for_caller(state.0.gateway.clone(), caller);
-        let code = match handler.serve(corral_mcp::rmcp::transport::stdio()).await {
-            Ok(running) => match running.waiting().await {
-                Ok(_) => Exit::Ok,
-                Err(e) => {
-                    eprintln!("error: the MCP session failed: {e}");
-                    Exit::Error
+        let code = match handler
+            .clone()
+            .serve(corral_mcp::rmcp::transport::stdio())
+            .await
+        {
+            Ok(running) => {
+                let announcer = tokio::spawn({
+                    let peer = running.peer().clone();
+                    async move { handler.announce_changes(peer).await }
+                });
+                let ended = running.waiting().await;
+                announcer.abort();
+                match ended {
+                    Ok(_) => Exit::Ok,
+                    Err(e) => {
+                        eprintln!("error: the MCP session failed: {e}");
+                        Exit::Error
+                    }
                 }
-            },
+            }
             Err(e) => {
                 eprintln!("error: the MCP session did not start: {e}");
                 Exit::Error

@@ -3,9 +3,7 @@
 
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::transport::TokioChildProcess;
 use serde_json::json;
-use tokio::process::Command;
 
 use crate::workspace;
 
@@ -30,13 +28,7 @@ fn args(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
 async fn corral_mcp_serves_the_ops_over_stdio() {
     let dir = workspace(Some(JAIL));
     let _ = std::fs::write(dir.path().join("ws/notes.txt"), "hello over stdio\n");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_corral"));
-    cmd.arg("mcp")
-        .current_dir(dir.path())
-        .env_remove("CORRAL_CONFIG");
-    let Ok(transport) = TokioChildProcess::new(cmd) else {
-        unreachable!("`corral mcp` starts")
-    };
+    let transport = crate::upstream::corral_mcp_process(dir.path(), &[]);
     let client = match ().serve(transport).await {
         Ok(c) => c,
         Err(e) => unreachable!("the MCP handshake: {e}"),

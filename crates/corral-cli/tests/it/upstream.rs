@@ -8,10 +8,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::NotificationContext;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -66,7 +67,11 @@ fn text(r: &CallToolResult) -> String {
         .join("\n")
 }
 
-async fn call(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> CallToolResult {
+async fn call<H: ClientHandler>(
+    client: &RunningService<RoleClient, H>,
+    tool: &str,
+    args: Value,
+) -> CallToolResult {
     let Value::Object(args) = args else {
         unreachable!("arguments are an object")
     };
@@ -81,17 +86,41 @@ async fn call(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) 
 
 /// `corral mcp` in `dir` as a child, with `env` added; the connected rmcp client.
 async fn corral_mcp(dir: &std::path::Path, env: &[(&str, &str)]) -> RunningService<RoleClient, ()> {
+    corral_mcp_with(dir, env, ()).await
+}
+
+/// `corral mcp` in `dir` as a child, with `env` added, and `handler` as the client's side.
+async fn corral_mcp_with<H: ClientHandler>(
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+    handler: H,
+) -> RunningService<RoleClient, H> {
+    match handler.serve(corral_mcp_process(dir, env)).await {
+        Ok(c) => c,
+        Err(e) => unreachable!("the MCP handshake: {e}"),
+    }
+}
+
+/// `corral mcp` in `dir` as a child with `env` added: the transport to its stdio.
+pub(crate) fn corral_mcp_process(dir: &std::path::Path, env: &[(&str, &str)]) -> TokioChildProcess {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_corral"));
     cmd.arg("mcp").current_dir(dir).env_remove("CORRAL_CONFIG");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let Ok(transport) = TokioChildProcess::new(cmd) else {
-        unreachable!("`corral mcp` starts")
-    };
-    match ().serve(transport).await {
-        Ok(c) => c,
-        Err(e) => unreachable!("the MCP handshake: {e}"),
+    match TokioChildProcess::new(cmd) {
+        Ok(t) => t,
+        Err(e) => unreachable!("`corral mcp` starts: {e}"),
+    }
+}
+
+/// A client that notes corral's `notifications/tools/list_changed`.
+#[derive(Debug, Clone, Default)]
+struct Told(std::sync::Arc<tokio::sync::Notify>);
+
+impl ClientHandler for Told {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.0.notify_one();
     }
 }
 
@@ -307,14 +336,14 @@ rules:
     let _ = client.cancel().await;
 }
 
-#[tokio::test]
-async fn a_changed_tool_list_is_followed_without_a_restart() {
+/// The fixture as server `fx`, its `grow`, `shrink` and `late` tools declared and allowed.
+fn grow_config() -> String {
     let fx = fixture();
     let bin_dir = fx
         .parent()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    let config = format!(
+    format!(
         r#"version: 1
 state_dir: .corral
 mcp_servers:
@@ -329,9 +358,15 @@ rules:
   - allow: [mcp.fx.grow, mcp.fx.shrink, mcp.fx.late]
 "#,
         fx = fx.display()
-    );
+    )
+}
+
+#[tokio::test]
+async fn a_changed_tool_list_is_followed_without_a_restart() {
+    let config = grow_config();
     let dir = workspace(Some(&config));
-    let client = corral_mcp(dir.path(), &[]).await;
+    let told = Told::default();
+    let client = corral_mcp_with(dir.path(), &[], told.clone()).await;
     let late_props = |tools: &[rmcp::model::Tool]| {
         tools
             .iter()
@@ -344,6 +379,12 @@ rules:
 
     let grown = call(&client, "mcp.fx.grow", json!({})).await;
     assert_eq!(grown.is_error, Some(false), "{}", text(&grown));
+    // corral tells its own client that its tools changed, as the upstream told corral.
+    let notified = tokio::time::timeout(Duration::from_secs(10), told.0.notified()).await;
+    assert!(
+        notified.is_ok(),
+        "corral mcp sent no tools/list_changed within 10 s"
+    );
 
     // The server announced the change: corral lists its tools again, without a restart.
     let mut props = None;
@@ -380,6 +421,47 @@ rules:
         props,
         Some(json!({})),
         "the tool the server no longer lists kept its old params"
+    );
+    let _ = client.cancel().await;
+}
+
+#[tokio::test]
+async fn a_client_on_the_subscription_protocol_hears_of_changed_tools_on_its_subscription() {
+    use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+    let config = grow_config();
+    let dir = workspace(Some(&config));
+    let transport = corral_mcp_process(dir.path(), &[]);
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    let client = match ().serve_with_lifecycle(transport, lifecycle).await {
+        Ok(c) => c,
+        Err(e) => unreachable!("the discover handshake: {e}"),
+    };
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let mut subscription = match client.peer().listen(filter).await {
+        Ok(s) => s,
+        Err(e) => unreachable!("corral accepts a tools/list_changed subscription: {e}"),
+    };
+    assert_eq!(subscription.acknowledged().tools_list_changed, Some(true));
+
+    let grown = call(&client, "mcp.fx.grow", json!({})).await;
+    assert_eq!(grown.is_error, Some(false), "{}", text(&grown));
+    let heard = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match subscription.next().await {
+                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => return true,
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return false,
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        heard,
+        Ok(true),
+        "no tools/list_changed on the subscription within 10 s"
     );
     let _ = client.cancel().await;
 }
