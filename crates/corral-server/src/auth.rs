@@ -231,7 +231,7 @@ fn verify_jwt(cfg: &JwtConfig, token: &str) -> Result<Caller, AuthError> {
     // A tenant claim that is there but unusable fails the token: read as "no tenant" it would
     // put the caller in the default tenant, with its data.
     p.tenant = match claims.get(&cfg.tenant_claim) {
-        None => None,
+        None | Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::String(t)) if !t.is_empty() => Some(t.clone()),
         Some(_) => {
             return Err(AuthError {

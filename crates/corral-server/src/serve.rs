@@ -316,9 +316,19 @@ fn spawn_upstream_refresher(
         while listings.changed().await.is_ok() {
             let Some(gw) = gateway.upgrade() else { return };
             let _held = deploy_lock.lock().await;
-            let refreshed = compose::refresh_upstream_tools(&gw.deployment(), &current()).await;
-            gw.replace(refreshed);
-            tracing::debug!("deployment completed with the upstreams' current tool lists");
+            let running = gw.deployment();
+            let refreshed = compose::refresh_upstream_tools(&running, &current()).await;
+            // A server that restarted and listed the same tools changes nothing: no swap, and no
+            // `tools/list_changed` for MCP clients.
+            let same = running
+                .registry
+                .catalog()
+                .iter()
+                .eq(refreshed.registry.catalog().iter());
+            if !same {
+                gw.replace(refreshed);
+                tracing::debug!("deployment completed with the upstreams' current tool lists");
+            }
         }
     });
 }
@@ -387,6 +397,8 @@ struct Reload {
     listen: SocketAddr,
     allow_open: bool,
     started: corral_config::model::Config,
+    /// The state dir the store was opened in (resolved against the config's directory).
+    state_dir: PathBuf,
 }
 
 impl Reload {
@@ -404,8 +416,7 @@ impl Reload {
             .map_err(|e| e.to_string())?;
         // The running store lives in the start-up state dir, which every deployment protects:
         // a deployment built for another one would leave the live database writable.
-        let dir = |c: &corral_config::model::Config| c.state_dir.as_ref().map(|d| d.value.clone());
-        if dir(&self.started) != dir(&loaded.config) {
+        if loaded.state_dir != self.state_dir {
             return Err(
                 "`state_dir` changed: corral's store stays where it started, so the reload is refused; restart corral to move its state"
                     .to_owned(),
@@ -502,6 +513,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         listen: opts.listen,
         allow_open: opts.allow_open,
         started: opts.loaded.config.clone(),
+        state_dir: opts.loaded.state_dir.clone(),
     });
     spawn_reloader(state.clone(), reload);
     tracing::info!(

@@ -47,8 +47,8 @@ fn print_lines(v: &Value) {
         .unwrap_or_default();
     if events.is_empty() {
         println!(
-            "no audit events in tenant `{}`",
-            v["tenant"].as_str().unwrap_or("?")
+            "no audit events in tenant {}",
+            printable(v["tenant"].as_str().unwrap_or("?"))
         );
         return;
     }
@@ -78,17 +78,18 @@ fn print_lines(v: &Value) {
     }
 }
 
-/// `s` with control characters (newlines, escape sequences) shown as escapes.
+/// `s` as printed in a column: as is when it is plain; quoted, with escapes, when it holds
+/// whitespace (which would fake columns), a quote or backslash, or anything Rust would escape
+/// for debugging (control characters, bidi overrides, zero-width and other invisible ones).
 fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    let plain = s
+        .chars()
+        .all(|c| !c.is_whitespace() && c != '"' && c != '\\' && c.escape_debug().count() == 1);
+    if plain {
+        s.to_owned()
+    } else {
+        format!("{s:?}")
+    }
 }
 
 #[cfg(test)]
@@ -100,8 +101,10 @@ mod tests {
         assert_eq!(printable("files.read"), "files.read");
         assert_eq!(
             printable("x\n1  alice  commands.run"),
-            "x\\n1  alice  commands.run"
+            "\"x\\n1  alice  commands.run\""
         );
-        assert_eq!(printable("\u{1b}[2Kx"), "\\u{1b}[2Kx");
+        assert_eq!(printable("\u{1b}[2Kx"), "\"\\u{1b}[2Kx\"");
+        assert_eq!(printable("evil\u{202e}nur.sh"), "\"evil\\u{202e}nur.sh\"");
+        assert_eq!(printable("a b"), "\"a b\"");
     }
 }

@@ -83,12 +83,17 @@ pub fn run(a: Args) -> Exit {
             .await
         {
             Ok(running) => {
-                let announcer = tokio::spawn({
+                // Unscoped notifications are for sessions that began with `initialize` (rmcp
+                // knows their client's info); a client on the subscription protocol asks with
+                // `subscriptions/listen` instead.
+                let announcer = running.peer().peer_info().is_some().then(|| {
                     let peer = running.peer().clone();
-                    async move { handler.announce_changes(peer).await }
+                    tokio::spawn(async move { handler.announce_changes(peer).await })
                 });
                 let ended = running.waiting().await;
-                announcer.abort();
+                if let Some(a) = announcer {
+                    a.abort();
+                }
                 match ended {
                     Ok(_) => Exit::Ok,
                     Err(e) => {

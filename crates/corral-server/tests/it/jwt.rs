@@ -178,7 +178,7 @@ async fn a_run_claim_scopes_the_token_to_that_run_and_a_malformed_one_is_invalid
     let unscoped = hs256(&json!({"sub": "a", "run": "x", "exp": now() + 600}), SECRET);
     assert_eq!(me(&s, &unscoped).await.json()["run"], Value::Null);
     // A tenant claim that is not a tenant name fails the token instead of landing in `default`.
-    for bad in [json!(7), json!(""), json!(null), json!({"id": "t1"})] {
+    for bad in [json!(7), json!(""), json!({"id": "t1"})] {
         let token = hs256(
             &json!({"sub": "agent-9", "tenant": bad, "exp": now() + 600}),
             SECRET,
@@ -192,6 +192,12 @@ async fn a_run_claim_scopes_the_token_to_that_run_and_a_malformed_one_is_invalid
         SECRET,
     );
     assert_eq!(me(&s, &tenant).await.json()["tenant"], "t1");
+    // `null` is "no tenant", like an absent claim.
+    let null = hs256(
+        &json!({"sub": "a", "tenant": null, "exp": now() + 600}),
+        SECRET,
+    );
+    assert_eq!(me(&s, &null).await.json()["tenant"], Value::Null);
     for bad in [json!(42), json!("has spaces"), json!(""), json!(["a"])] {
         let token = hs256(
             &json!({"sub": "agent-9", "corral_run": bad, "exp": now() + 600}),
