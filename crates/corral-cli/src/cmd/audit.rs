@@ -18,12 +18,8 @@ pub fn run(
         .iter()
         .filter_map(|(name, v)| v.as_deref().map(|v| (*name, v)))
         .collect();
-    let client = match super::call::remote_client(server, token_env) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let rt = match super::call::runtime() {
-        Ok(rt) => rt,
+    let (client, rt) = match super::call::remote(server, token_env) {
+        Ok(pair) => pair,
         Err(code) => return code,
     };
     match rt.block_on(client.audit(limit, &filters)) {

@@ -243,14 +243,19 @@ pub fn remote_client(server: Option<String>, token_env: Option<&str>) -> Result<
     })
 }
 
+/// A client of `server` with the token from `token_env`, and a runtime to drive it: what every
+/// command that talks to a running server starts with.
+pub(crate) fn remote(
+    server: Option<String>,
+    token_env: Option<&str>,
+) -> Result<(Client, tokio::runtime::Runtime), Exit> {
+    Ok((remote_client(server, token_env)?, runtime()?))
+}
+
 fn run_remote(a: &Args, args: Value) -> Exit {
     let server = server_url(a.server.clone());
-    let client = match remote_client(a.server.clone(), a.token_env.as_deref()) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let rt = match runtime() {
-        Ok(rt) => rt,
+    let (client, rt) = match remote(a.server.clone(), a.token_env.as_deref()) {
+        Ok(pair) => pair,
         Err(code) => return code,
     };
     match rt.block_on(client.call_reply(&a.op, args)) {

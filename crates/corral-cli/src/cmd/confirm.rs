@@ -10,12 +10,8 @@ pub fn run(
     token_env: Option<&str>,
     format: Format,
 ) -> Exit {
-    let client = match super::call::remote_client(server, token_env) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let rt = match super::call::runtime() {
-        Ok(rt) => rt,
+    let (client, rt) = match super::call::remote(server, token_env) {
+        Ok(pair) => pair,
         Err(code) => return code,
     };
     match rt.block_on(client.decide(action_id, !deny)) {

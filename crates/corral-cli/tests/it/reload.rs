@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::call::{Served, serve_with};
-use crate::upstream::fixture;
+use crate::upstream::fixture_and_dir;
 use crate::{corral, corral_with_env, workspace};
 
 const TOKEN: &str = "reload-test-token-0123456789";
@@ -15,11 +15,7 @@ const TOKEN: &str = "reload-test-token-0123456789";
 /// A config with one upstream server `name` (the fixture), whose `read_file` is allowed.
 /// `marker` is a path that never exists, passed to the fixture so its process can be found.
 fn config(name: &str, marker: &Path) -> String {
-    let fx = fixture();
-    let bin_dir = fx
-        .parent()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
+    let (fx, bin_dir) = fixture_and_dir();
     format!(
         r#"version: 1
 state_dir: .corral
@@ -35,7 +31,7 @@ mcp_servers:
 rules:
   - allow: [mcp.{name}.read_file]
 "#,
-        fx = fx.display(),
+        fx = fx,
         marker = marker.display(),
     )
 }

@@ -29,12 +29,18 @@ pub(crate) fn fixture() -> PathBuf {
     path
 }
 
-fn config() -> String {
+/// The fixture's path, and its directory (which a sandboxed server must be able to read).
+pub(crate) fn fixture_and_dir() -> (String, String) {
     let fx = fixture();
-    let bin_dir = fx
+    let dir = fx
         .parent()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
+    (fx.display().to_string(), dir)
+}
+
+fn config() -> String {
+    let (fx, bin_dir) = fixture_and_dir();
     format!(
         r#"version: 1
 state_dir: .corral
@@ -55,7 +61,7 @@ mcp_servers:
 rules:
   - allow: [mcp.fx.read_file, mcp.fx.write_note, mcp.fx.whoami, mcp.fx.crash]
 "#,
-        fx = fx.display()
+        fx = fx
     )
 }
 
@@ -280,11 +286,7 @@ async fn an_upstream_mcp_server_runs_sandboxed_behind_the_policy() {
 
 #[tokio::test]
 async fn an_upstream_that_is_down_at_start_up_gets_its_tools_once_it_comes_up() {
-    let fx = fixture();
-    let bin_dir = fx
-        .parent()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
+    let (fx, bin_dir) = fixture_and_dir();
     let config = format!(
         r#"version: 1
 state_dir: .corral
@@ -298,7 +300,7 @@ mcp_servers:
 rules:
   - allow: [mcp.fx.read_file]
 "#,
-        fx = fx.display()
+        fx = fx
     );
     let dir = workspace(Some(&config));
     let ws = dir.path().join("ws");
@@ -338,11 +340,7 @@ rules:
 
 /// The fixture as server `fx`, its `grow`, `shrink` and `late` tools declared and allowed.
 fn grow_config() -> String {
-    let fx = fixture();
-    let bin_dir = fx
-        .parent()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
+    let (fx, bin_dir) = fixture_and_dir();
     format!(
         r#"version: 1
 state_dir: .corral
@@ -357,7 +355,7 @@ mcp_servers:
 rules:
   - allow: [mcp.fx.grow, mcp.fx.shrink, mcp.fx.late]
 "#,
-        fx = fx.display()
+        fx = fx
     )
 }
 
