@@ -9,7 +9,8 @@ use crate::workspace;
 
 const JAIL: &str = "version: 1\npreset: workspace_jail\nroot: $WS\n";
 
-fn text(r: &CallToolResult) -> String {
+/// The text blocks of a tool result, joined by newlines.
+pub(crate) fn text(r: &CallToolResult) -> String {
     r.content
         .iter()
         .filter_map(|c| c.as_text().map(|t| t.text.clone()))

@@ -16,6 +16,7 @@ use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
+use crate::mcp::text;
 use crate::workspace;
 
 /// The fixture binary, built by `cargo test` next to `corral` (its package has a test of its own).
@@ -63,14 +64,6 @@ rules:
 "#,
         fx = fx
     )
-}
-
-fn text(r: &CallToolResult) -> String {
-    r.content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 async fn call<H: ClientHandler>(
