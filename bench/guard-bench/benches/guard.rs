@@ -114,10 +114,7 @@ fn principal() -> Principal {
 
 fn call() -> Call {
     Call {
-        caller: Caller {
-            principal: principal(),
-            act_chain: Vec::new(),
-        },
+        caller: Caller::new(principal()),
         op: "files.read".to_owned(),
         args: json!({"path": PATH}),
         request_id: "bench".to_owned(),

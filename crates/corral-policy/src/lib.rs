@@ -15,6 +15,7 @@ pub mod limits;
 pub mod op;
 pub mod presets;
 pub mod principal;
+pub mod protect;
 pub mod request;
 pub mod rule;
 pub mod scope;
@@ -32,6 +33,7 @@ pub use op::{
     Catalog, Effect, EffectSet, OpId, OpSpec, ParamKind, ParamSpec, Safety, ScopeKind, Tier,
 };
 pub use principal::{Principal, PrincipalKind, PrincipalSelector};
+pub use protect::{Protected, ProtectedHit, ProtectedSpec};
 pub use request::{ArgError, ArgValue, Args, Request, validate_args};
 pub use rule::{Policy, Rule, RuleEffect};
 pub use selector::Selector;

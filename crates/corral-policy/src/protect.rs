@@ -1,0 +1,240 @@
+//! Protected locations: what no agent may create, change, rename or delete, through any op or
+//! any sandboxed program (issue 11: `.git`, corral's state, its config and key files).
+//!
+//! Three kinds of protection, all matched against an absolute, normalized path that the caller
+//! has already **resolved** (no symlink left in it): a path component with a protected name
+//! (`.git` and `.corral` always), a protected absolute path and everything beneath it (the state
+//! directory, the config file, key and token files), and a glob from the config's `protected:`
+//! list (a pattern without `/` matches a name at any depth, and every pattern also covers what
+//! lies beneath a match, as deny globs do).
+
+use globset::GlobSet;
+
+use crate::error::PolicyError;
+use crate::scope::path::{compile_deny_globs, normalize};
+
+/// Names protected wherever they appear as a path component, in every deployment.
+pub const ALWAYS_PROTECTED_NAMES: &[&str] = &[".git", ".corral"];
+
+/// What is protected, as written (before compiling the globs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProtectedSpec {
+    /// Extra path components protected at any depth (the always-protected names are added by
+    /// [`Protected::compile`]).
+    pub names: Vec<String>,
+    /// Absolute, resolved host paths protected with everything beneath them.
+    pub paths: Vec<String>,
+    /// The config's `protected:` globs.
+    pub globs: Vec<String>,
+}
+
+/// Why a path is protected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProtectedHit {
+    /// A component of the path has a protected name.
+    Name(String),
+    /// The path is, or lies under, a protected path.
+    Path(String),
+    /// The path matches a `protected:` glob.
+    Glob,
+}
+
+impl ProtectedHit {
+    /// A phrase for error messages: "`.git` is a protected name", ...
+    pub fn describe(&self) -> String {
+        match self {
+            ProtectedHit::Name(n) => format!("`{n}` is a protected name"),
+            ProtectedHit::Path(p) => format!("`{p}` is protected (corral's own state or config)"),
+            ProtectedHit::Glob => "it matches the config's `protected:` list".to_owned(),
+        }
+    }
+}
+
+/// The compiled protection. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Protected {
+    // INVARIANT (always-names): `names` holds every entry of ALWAYS_PROTECTED_NAMES.
+    names: Vec<String>,
+    // INVARIANT (normalized-paths): every entry is the normalized components of an absolute path.
+    paths: Vec<Vec<String>>,
+    globs: GlobSet,
+    spec: ProtectedSpec,
+}
+
+impl Default for Protected {
+    fn default() -> Self {
+        // An empty glob list always compiles.
+        Self::compile(ProtectedSpec::default()).unwrap_or_else(|_| Protected {
+            names: ALWAYS_PROTECTED_NAMES
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            paths: Vec::new(),
+            globs: GlobSet::empty(),
+            spec: ProtectedSpec::default(),
+        })
+    }
+}
+
+impl Protected {
+    /// Compiles `spec`. Paths that are not absolute, names with a `/`, and invalid globs are
+    /// refused.
+    pub fn compile(spec: ProtectedSpec) -> Result<Self, PolicyError> {
+        let mut names: Vec<String> = ALWAYS_PROTECTED_NAMES
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        for n in &spec.names {
+            if n.is_empty() || n.contains('/') || n == "." || n == ".." {
+                return Err(PolicyError::InvalidScope {
+                    what: format!("protected name `{n}` is not a file name"),
+                    fix: "write a single name such as `.env`, or a glob in `protected:`".into(),
+                });
+            }
+            if !names.contains(n) {
+                names.push(n.clone());
+            }
+        }
+        let mut paths = Vec::with_capacity(spec.paths.len());
+        for p in &spec.paths {
+            let parts = match normalize(p) {
+                Some(parts) if p.starts_with('/') && !parts.is_empty() => parts,
+                _ => {
+                    return Err(PolicyError::InvalidScope {
+                        what: format!("protected path `{p}` is not an absolute path below `/`"),
+                        fix: "give the absolute, resolved path".into(),
+                    });
+                }
+            };
+            paths.push(parts.into_iter().map(str::to_owned).collect());
+        }
+        let globs = compile_deny_globs(&spec.globs)?;
+        Ok(Protected {
+            names,
+            paths,
+            globs,
+            spec,
+        })
+    }
+
+    /// What was compiled.
+    pub fn spec(&self) -> &ProtectedSpec {
+        &self.spec
+    }
+
+    /// The protected names, the always-protected ones first.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Why the absolute, resolved path `abs` is protected, or `None`. A path that is not
+    /// absolute or cannot be normalized is reported as protected (fail closed).
+    pub fn hit(&self, abs: &str) -> Option<ProtectedHit> {
+        let Some(parts) = normalize(abs).filter(|_| abs.starts_with('/')) else {
+            return Some(ProtectedHit::Path(abs.to_owned()));
+        };
+        if let Some(n) = parts.iter().find(|c| self.names.iter().any(|n| n == *c)) {
+            return Some(ProtectedHit::Name((*n).to_owned()));
+        }
+        if let Some(p) = self
+            .paths
+            .iter()
+            .find(|root| root.len() <= parts.len() && root.iter().zip(&parts).all(|(a, b)| a == b))
+        {
+            return Some(ProtectedHit::Path(format!("/{}", p.join("/"))));
+        }
+        let joined = format!("/{}", parts.join("/"));
+        if !self.globs.is_empty() && self.globs.is_match(&joined) {
+            return Some(ProtectedHit::Glob);
+        }
+        None
+    }
+
+    /// Whether a protected path lies strictly beneath the absolute, resolved directory `abs`
+    /// (so deleting or renaming `abs` would take it along). Protected names and globs beneath a
+    /// directory are found by walking it; this covers the protected paths, which may not exist
+    /// yet.
+    pub fn path_beneath(&self, abs: &str) -> Option<String> {
+        let parts = normalize(abs).filter(|_| abs.starts_with('/'))?;
+        self.paths
+            .iter()
+            .find(|p| p.len() > parts.len() && p.iter().zip(&parts).all(|(a, b)| a == b))
+            .map(|p| format!("/{}", p.join("/")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn protected(names: &[&str], paths: &[&str], globs: &[&str]) -> Protected {
+        let own = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect();
+        Protected::compile(ProtectedSpec {
+            names: own(names),
+            paths: own(paths),
+            globs: own(globs),
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn git_and_corral_are_protected_at_any_depth_by_default() {
+        let p = Protected::default();
+        assert_eq!(
+            p.hit("/ws/.git/config"),
+            Some(ProtectedHit::Name(".git".into()))
+        );
+        assert_eq!(
+            p.hit("/ws/vendor/lib/.git"),
+            Some(ProtectedHit::Name(".git".into()))
+        );
+        assert_eq!(
+            p.hit("/ws/.corral/corral.db-shm"),
+            Some(ProtectedHit::Name(".corral".into()))
+        );
+        assert_eq!(p.hit("/ws/.gitignore"), None);
+        assert_eq!(p.hit("/ws/src/git"), None);
+    }
+
+    #[test]
+    fn paths_protect_themselves_and_what_is_beneath_them() {
+        let p = protected(&[], &["/srv/corral.yaml", "/srv/state"], &[]);
+        assert!(p.hit("/srv/corral.yaml").is_some());
+        assert!(p.hit("/srv/state/corral.db").is_some());
+        assert!(p.hit("/srv/./state/../state/x").is_some());
+        assert_eq!(p.hit("/srv/corral.yaml.bak"), None);
+        assert_eq!(p.path_beneath("/srv"), Some("/srv/corral.yaml".into()));
+        assert_eq!(p.path_beneath("/srv/state"), None);
+        assert_eq!(p.path_beneath("/other"), None);
+    }
+
+    #[test]
+    fn globs_match_names_at_any_depth_and_what_lies_beneath() {
+        let p = protected(&[], &[], &["*.pem", "/ws/secrets"]);
+        assert_eq!(p.hit("/ws/a/b/key.pem"), Some(ProtectedHit::Glob));
+        assert_eq!(p.hit("/ws/secrets/x"), Some(ProtectedHit::Glob));
+        assert_eq!(p.hit("/ws/a/b/key.txt"), None);
+    }
+
+    #[test]
+    fn a_relative_path_counts_as_protected() {
+        assert!(Protected::default().hit("ws/x").is_some());
+    }
+
+    #[test]
+    fn bad_entries_are_refused() {
+        let bad = |names: &[&str], paths: &[&str], globs: &[&str]| {
+            let own = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect();
+            Protected::compile(ProtectedSpec {
+                names: own(names),
+                paths: own(paths),
+                globs: own(globs),
+            })
+            .is_err()
+        };
+        assert!(bad(&["a/b"], &[], &[]));
+        assert!(bad(&[], &["relative"], &[]));
+        assert!(bad(&[], &["/"], &[]));
+        assert!(bad(&[], &[], &["[unclosed"]));
+    }
+}
