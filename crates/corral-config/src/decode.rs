@@ -139,6 +139,8 @@ const CUSTOM_KEYS: &[&str] = &[
     "argv",
     "params",
     "cwd",
+    "read_paths",
+    "write_paths",
     "timeout",
     "effects",
     "contained",
@@ -146,7 +148,7 @@ const CUSTOM_KEYS: &[&str] = &[
     "tier",
     "summary",
 ];
-const PARAM_KEYS: &[&str] = &["type", "root", "values", "required"];
+const PARAM_KEYS: &[&str] = &["type", "root", "values", "required", "writable"];
 const JWT_KEYS: &[&str] = &[
     "hs256_secret_env",
     "rs256_public_key_file",
@@ -1236,18 +1238,21 @@ impl Decoder {
                 for (pk, pn) in pentries {
                     let pat = format!("{at}.params.{}", pk.name);
                     if let Some(kind) = self.param(pn, &pat) {
-                        let required = match &pn.value {
+                        let mut flag = |key: &str, default: bool| match &pn.value {
                             Value::Map(e) => e
                                 .iter()
-                                .find(|(k, _)| k.name == "required")
-                                .and_then(|(_, v)| self.bool(v, &format!("{pat}.required")))
-                                .unwrap_or(true),
-                            _ => true,
+                                .find(|(k, _)| k.name == key)
+                                .and_then(|(_, v)| self.bool(v, &format!("{pat}.{key}")))
+                                .unwrap_or(default),
+                            _ => default,
                         };
+                        let required = flag("required", true);
+                        let writable = flag("writable", false);
                         params.push(ParamConfig {
                             name: Spanned::new(pk.name.clone(), pk.span),
                             kind,
                             required,
+                            writable,
                         });
                     }
                 }
@@ -1262,6 +1267,14 @@ impl Decoder {
                 argv,
                 params,
                 cwd: m.get("cwd").and_then(|c| self.string(c, &m.at("cwd"))),
+                read_paths: m
+                    .get("read_paths")
+                    .map(|p| self.strings(p, &m.at("read_paths")))
+                    .unwrap_or_default(),
+                write_paths: m
+                    .get("write_paths")
+                    .map(|p| self.strings(p, &m.at("write_paths")))
+                    .unwrap_or_default(),
                 timeout: m
                     .get("timeout")
                     .and_then(|t| self.duration(t, &m.at("timeout"))),

@@ -630,7 +630,53 @@ impl<'a> Linter<'a> {
                 Some(c.id.span),
             ));
         }
+        let root = self.l.config.root.as_ref().map(|r| r.value.as_str());
+        if c.writes() && c.write_paths.is_empty() && !c.params.iter().any(|p| p.writable) {
+            let (what, fix) = match c.workdir(root) {
+                Some(cwd) => (
+                    format!("so its cwd `{cwd}` is writable"),
+                    format!("declare `write_paths: [{cwd}]` or a narrower directory"),
+                ),
+                None => (
+                    "and has no cwd, so it can write nowhere but its private `/tmp`".to_owned(),
+                    "declare `write_paths:` (or `cwd:`) for where it writes".to_owned(),
+                ),
+            };
+            self.push(
+                Diagnostic::warning(
+                    codes::LINT_CUSTOM_WRITE_IMPLICIT,
+                    format!(
+                        "custom op `{}` has the write effect and declares no write path, {what}",
+                        c.id.value
+                    ),
+                    at.clone(),
+                    Some(c.id.span),
+                )
+                .with_fix(fix),
+            );
+        }
+        let mut visible: Vec<String> = c.workdir(root).into_iter().collect();
+        visible.extend(c.read_paths.iter().map(|p| p.value.clone()));
+        visible.extend(c.write_paths.iter().map(|p| p.value.clone()));
         for p in &c.params {
+            if let ParamKind::Path { root: Some(r) } = &p.kind
+                && !visible
+                    .iter()
+                    .any(|v| std::path::Path::new(r).starts_with(v))
+            {
+                self.push(
+                    Diagnostic::warning(
+                        codes::LINT_CUSTOM_PARAM_OUTSIDE_PATHS,
+                        format!(
+                            "param `{}` of `{}` has root `{r}`, outside its cwd and declared paths: the program sees only the file each call passes",
+                            p.name.value, c.id.value
+                        ),
+                        format!("{at}.params.{}.root", p.name.value),
+                        Some(p.name.span),
+                    )
+                    .with_fix(format!("add `{r}` to `read_paths:` if the program needs the rest of it")),
+                );
+            }
             let typed_path = matches!(p.kind, ParamKind::Path { .. });
             if typed_path {
                 continue;
@@ -855,10 +901,7 @@ impl<'a> Linter<'a> {
             let risky: Vec<String> = engine
                 .mounted_ops(&anon)
                 .into_iter()
-                .filter(|op| {
-                    let e = op.effective_effects();
-                    e.contains(Effect::Exec) || e.contains(Effect::Admin)
-                })
+                .filter(|op| op.can_run_programs())
                 .map(|op| format!("`{}`", op.id))
                 .collect();
             if risky.is_empty() {

@@ -183,33 +183,83 @@ impl Op for CommandsRun {
     }
 }
 
+/// Where a custom op without a working directory runs: in an isolating backend, the run's own
+/// empty tmpfs.
+pub const PRIVATE_TMP: &str = "/tmp";
+
+/// What a `custom:` op runs, and what its sandbox may see, as the config says it.
+#[derive(Debug, Clone, Default)]
+pub struct CustomRun {
+    /// The argv template.
+    pub argv: Vec<String>,
+    /// The working directory (bound read-only unless it is a write path); `None`: the
+    /// sandbox's private, empty `/tmp`, with no host directory bound for it.
+    pub cwd: Option<PathBuf>,
+    /// Other paths the program may read.
+    pub read_paths: Vec<PathBuf>,
+    /// Paths the program may write (already empty unless the op has the `write` effect).
+    pub write_paths: Vec<PathBuf>,
+    /// Path params whose jailed path is bound read-write (the op has the `write` effect).
+    pub writable_params: Vec<String>,
+    /// The op's own timeout.
+    pub timeout: Option<Duration>,
+}
+
 /// A `custom:` op: a fixed argv whose `{param}` placeholders are filled with the call's typed
-/// arguments (paths with their jailed absolute form). No shell.
+/// arguments (paths with their jailed absolute form). No shell. Its sandbox sees its cwd, its
+/// declared paths and the jailed path of each path param, nothing else.
 #[derive(Debug)]
 pub struct CustomOp {
     spec: OpSpec,
-    argv: Vec<String>,
-    cwd: Option<String>,
-    timeout: Option<Duration>,
+    run: CustomRun,
     secret_envs: Vec<String>,
 }
 
 impl CustomOp {
     /// A custom op.
-    pub fn new(
-        spec: OpSpec,
-        argv: Vec<String>,
-        cwd: Option<String>,
-        timeout: Option<Duration>,
-        secret_envs: Vec<String>,
-    ) -> Self {
+    pub fn new(spec: OpSpec, run: CustomRun, secret_envs: Vec<String>) -> Self {
         Self {
             spec,
-            argv,
-            cwd,
-            timeout,
+            run,
             secret_envs,
         }
+    }
+
+    /// The paths the sandbox binds: (read, write). A path param's jailed path is bound when it
+    /// exists, read-write for a writable param; a writable param whose file does not exist yet
+    /// gets its parent directory (within the param's root) so the program can create it.
+    pub fn bound_paths(&self, ctx: &OpCtx) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let mut read: Vec<PathBuf> = self.run.cwd.iter().cloned().collect();
+        read.extend(self.run.read_paths.iter().cloned());
+        let mut write: Vec<PathBuf> = self.run.write_paths.clone();
+        for (name, jp) in &ctx.grant.paths {
+            let path = PathBuf::from(jp.absolute());
+            let writable = self.run.writable_params.iter().any(|w| w == name);
+            let bound = if path.symlink_metadata().is_ok() {
+                Some(path)
+            } else if writable {
+                // The nearest existing ancestor that is still inside the jail.
+                let root = PathBuf::from(jp.root());
+                path.ancestors()
+                    .skip(1)
+                    .take_while(|a| a.starts_with(&root))
+                    .find(|a| a.is_dir())
+                    .map(PathBuf::from)
+            } else {
+                None
+            };
+            match (bound, writable) {
+                (Some(p), true) => write.push(p),
+                (Some(p), false) => read.push(p),
+                (None, _) => {}
+            }
+        }
+        for w in &write {
+            if !read.contains(w) {
+                read.push(w.clone());
+            }
+        }
+        (read, write)
     }
 
     /// Fills the template. Every placeholder must have a value; a path param takes its jailed
@@ -232,8 +282,8 @@ impl CustomOp {
                     ArgValue::List(_) | ArgValue::Json(_) => None,
                 }
             };
-        let mut out = Vec::with_capacity(self.argv.len());
-        for tok in &self.argv {
+        let mut out = Vec::with_capacity(self.run.argv.len());
+        for tok in &self.run.argv {
             let mut s = String::new();
             let mut rest = tok.as_str();
             while let Some(start) = rest.find('{') {
@@ -268,18 +318,22 @@ impl Op for CustomOp {
         Box::pin(async move {
             let argv = self.render(&ctx)?;
             let (timeout, max_output, limits) = limits_of(&ctx);
-            let timeout = self.timeout.map_or(timeout, |t| t.min(timeout));
-            let cwd = PathBuf::from(self.cwd.clone().unwrap_or_else(|| "/".to_owned()));
+            let timeout = self.run.timeout.map_or(timeout, |t| t.min(timeout));
+            let (read_paths, write_paths) = self.bound_paths(&ctx);
             let req = ExecRequest {
                 argv,
-                cwd: cwd.clone(),
+                cwd: self
+                    .run
+                    .cwd
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(PRIVATE_TMP)),
                 env: child_env(&[], &[], &self.secret_envs),
                 stdin: None,
                 timeout,
                 max_output_bytes: max_output,
                 limits,
-                read_paths: vec![cwd],
-                write_paths: Vec::new(),
+                read_paths,
+                write_paths,
             };
             run(&ctx, req).await
         })

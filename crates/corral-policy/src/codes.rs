@@ -337,6 +337,12 @@ catalog! {
     LINT_CUSTOM_OP_WITHOUT_EFFECTS = "lint.custom_op_without_effects", 0,
         "a custom op declares no effects, so it is treated as admin and explicit-only",
         "declare `effects:`, e.g. `[exec]`";
+    LINT_CUSTOM_WRITE_IMPLICIT = "lint.custom_write_implicit", 0,
+        "a custom op has the write effect but declares no write path, so its cwd is writable (or, without a cwd, it can write nowhere)",
+        "declare `write_paths:` (or a path param with `writable: true`) to say exactly where it writes";
+    LINT_CUSTOM_PARAM_OUTSIDE_PATHS = "lint.custom_param_outside_paths", 0,
+        "a custom op's path param has a root outside its cwd and declared paths, so its program sees only the one file passed",
+        "add the param's root to `read_paths:` (or `write_paths:`) if the program needs more of it";
     LINT_UPSTREAM_TOOL_UNDECLARED = "lint.upstream_tool_undeclared", 0,
         "an upstream MCP server's tool has no declared effects, so it is treated as admin and explicit-only",
         "declare it under `mcp_servers.<name>.tools.<tool>` with `effects:`; corral never takes effects from the upstream";

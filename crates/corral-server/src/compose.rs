@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use corral_config::Loaded;
-use corral_config::model::{GuardrailsMode, JwtKey};
+use corral_config::model::{CustomOpConfig, GuardrailsMode, JwtKey};
 use corral_guard::guardrails::{Budgets, GuardPolicy, Mode};
 use corral_guard::{Caller, Deployment};
 use corral_mcp::upstream::{DEFAULT_CALL_TIMEOUT, UpstreamSpec, Upstreams};
-use corral_ops::exec::{CommandsRun, CustomOp};
+use corral_ops::exec::{CommandsRun, CustomOp, CustomRun};
 use corral_ops::files::{FileOp, FileOpKind};
 use corral_ops::health::Health;
 use corral_ops::http::{FetchConfig, HttpFetch};
@@ -50,9 +50,7 @@ pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Re
             id => match loaded.config.custom.iter().find(|c| c.id.value == id) {
                 Some(c) => Arc::new(CustomOp::new(
                     spec.clone(),
-                    c.argv.iter().map(|t| t.value.clone()).collect(),
-                    c.cwd.clone(),
-                    c.timeout,
+                    custom_run(c, loaded),
                     secret_envs.clone(),
                 )),
                 None => {
@@ -67,6 +65,32 @@ pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Re
         ops.push(op);
     }
     Registry::new(catalog.clone(), ops)
+}
+
+/// What a custom op runs and may see, from its config.
+fn custom_run(c: &CustomOpConfig, loaded: &Loaded) -> CustomRun {
+    let root = loaded.config.root.as_ref().map(|r| r.value.as_str());
+    CustomRun {
+        argv: c.argv.iter().map(|t| t.value.clone()).collect(),
+        cwd: c.workdir(root).map(PathBuf::from),
+        read_paths: c
+            .read_paths
+            .iter()
+            .map(|p| PathBuf::from(&p.value))
+            .collect(),
+        write_paths: c
+            .declared_write_paths(root)
+            .into_iter()
+            .map(PathBuf::from)
+            .collect(),
+        writable_params: c
+            .params
+            .iter()
+            .filter(|p| p.writable && c.writes())
+            .map(|p| p.name.value.clone())
+            .collect(),
+        timeout: c.timeout,
+    }
 }
 
 /// How long start-up waits for the upstream MCP servers' first tool lists.
@@ -211,9 +235,13 @@ pub fn op_version(spec: &OpSpec, loaded: &Loaded, upstreams: &Upstreams) -> Stri
         .iter()
         .find(|c| c.id.value == spec.id.as_str())
         .map(|c| {
+            let run = custom_run(c, loaded);
             json!({
-                "argv": c.argv.iter().map(|t| t.value.as_str()).collect::<Vec<_>>(),
-                "cwd": c.cwd,
+                "argv": run.argv,
+                "cwd": run.cwd,
+                "read_paths": run.read_paths,
+                "write_paths": run.write_paths,
+                "writable_params": run.writable_params,
                 "timeout_ms": c.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
             })
         });

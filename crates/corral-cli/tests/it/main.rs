@@ -2,6 +2,7 @@
 
 mod call;
 mod crash;
+mod custom_ops;
 mod docs;
 mod mcp;
 mod offline;
