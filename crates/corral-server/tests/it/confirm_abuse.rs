@@ -255,7 +255,7 @@ async fn a_static_human_token_and_a_jwt_with_its_id_are_different_people() {
         .await
         .assert_error(404, "confirmation.not_found");
     let listed = list(&s, ADA_TOKEN, "").await;
-    assert_eq!(ids(&listed), [id.clone()]);
+    assert_eq!(ids(&listed), std::slice::from_ref(&id));
     assert_eq!(
         listed.json()["confirmations"][0]["requester_identity"],
         "token:person:ada"

@@ -45,10 +45,10 @@ fn action(id: &str, key: &str, created_ms: i64, ttl_ms: i64) -> Action {
 /// The whole life of an action, and the rules around it.
 async fn lifecycle(store: &dyn ConfirmationStore) {
     let a = action("a-1", "k-1", 1_000, 10_000);
-    assert!(raise(&*store, &a, 1_000).await);
+    assert!(raise(store, &a, 1_000).await);
     // A live action holds its key: a second raise changes nothing.
     let b = action("a-2", "k-1", 1_500, 10_000);
-    assert!(!raise(&*store, &b, 1_500).await);
+    assert!(!raise(store, &b, 1_500).await);
     assert_eq!(store.current("k-1", 2_000).await.unwrap(), Some(a.clone()));
     assert_eq!(store.get("acme", "a-2").await.unwrap(), None);
     // Another tenant does not see it.
@@ -80,7 +80,7 @@ async fn lifecycle(store: &dyn ConfirmationStore) {
     // Expired: gone from `current` and `list`, and the key can be raised again.
     assert_eq!(store.current("k-1", 11_000).await.unwrap(), None);
     let c = action("a-3", "k-1", 11_000, 30_000);
-    assert!(raise(&*store, &c, 11_000).await);
+    assert!(raise(store, &c, 11_000).await);
     assert_eq!(
         store
             .current("k-1", 11_001)
@@ -92,7 +92,7 @@ async fn lifecycle(store: &dyn ConfirmationStore) {
 
     // Deny; an approval that expired is never consumed.
     let d = action("a-4", "k-2", 20_000, 1_000);
-    assert!(raise(&*store, &d, 20_000).await);
+    assert!(raise(store, &d, 20_000).await);
     assert!(store.decide("a-4", false, "bob", 20_100).await.unwrap());
     assert_eq!(
         store.get("acme", "a-4").await.unwrap().unwrap().state,
@@ -100,7 +100,7 @@ async fn lifecycle(store: &dyn ConfirmationStore) {
     );
     assert_eq!(store.consume("k-2", 20_200).await.unwrap(), None);
     let e = action("a-5", "k-3", 30_000, 1_000);
-    assert!(raise(&*store, &e, 30_000).await);
+    assert!(raise(store, &e, 30_000).await);
     assert!(store.decide("a-5", true, "ada", 30_100).await.unwrap());
     assert_eq!(store.consume("k-3", 31_000).await.unwrap(), None, "expired");
 
@@ -108,7 +108,7 @@ async fn lifecycle(store: &dyn ConfirmationStore) {
     let mut f = action("a-6", "k-4", 30_500, 10_000);
     f.requester = "bob".to_owned();
     f.requester_identity = "jwt::person:bob".to_owned();
-    assert!(raise(&*store, &f, 30_500).await);
+    assert!(raise(store, &f, 30_500).await);
     let mine: Vec<String> = store
         .list("acme", Some("jwt::person:ada"), 30_600, None, 100)
         .await
@@ -206,8 +206,8 @@ async fn survives_reopen(url: &str) {
 async fn purging(store: &dyn ConfirmationStore) {
     let old = action("p-old", "pk-old", 100_000, 1_000);
     let live = action("p-live", "pk-live", 100_000, 1_000_000);
-    assert!(raise(&*store, &old, 100_000).await);
-    assert!(raise(&*store, &live, 100_000).await);
+    assert!(raise(store, &old, 100_000).await);
+    assert!(raise(store, &live, 100_000).await);
     assert!(store.decide("p-old", true, "ada", 100_500).await.unwrap());
     // A day's grace: the expired action is still there (a late decision hears "expired").
     assert_eq!(store.purge(200_000, 86_400_000).await.unwrap(), 0);
@@ -223,7 +223,7 @@ async fn purging(store: &dyn ConfirmationStore) {
     assert!(store.get("acme", "p-live").await.unwrap().is_some());
     // The purged key is free for a new action.
     let again = action("p-again", "pk-old", 200_000, 1_000);
-    assert!(raise(&*store, &again, 200_000).await);
+    assert!(raise(store, &again, 200_000).await);
 }
 
 /// issue 11 item 6 (a flood of confirmations): one requester gets at most `max` pending
