@@ -198,6 +198,8 @@ pub struct GuardrailsConfig {
     pub confirmation_ttl: Duration,
     /// Where confirmations live.
     pub confirmations: ConfirmationBackend,
+    /// How many pending actions one principal may have at once (20 by default).
+    pub max_pending: u64,
     /// How many replicas of `corral serve` share this config (declared; 1 by default).
     pub replicas: u64,
 }
@@ -208,6 +210,7 @@ impl Default for GuardrailsConfig {
             mode: GuardrailsMode::Enforce,
             confirmation_ttl: Duration::from_secs(300),
             confirmations: ConfirmationBackend::Store,
+            max_pending: 20,
             replicas: 1,
         }
     }

@@ -87,6 +87,8 @@ pub struct GuardPolicy {
     pub mode: Mode,
     /// How long a pending action, its approval and its stored outcome live.
     pub confirmation_ttl: Duration,
+    /// How many pending actions one principal may have at once (`guardrails.max_pending`).
+    pub max_pending: u64,
     /// Indices (in the policy's rule list) of allow rules with `confirm: never`.
     pub confirm_never_rules: HashSet<usize>,
     /// Per-run budgets.
@@ -111,6 +113,7 @@ impl GuardPolicy {
             rbac: None,
             mode: Mode::Enforce,
             confirmation_ttl: Duration::from_secs(300),
+            max_pending: crate::confirm::DEFAULT_MAX_PENDING,
             confirm_never_rules: HashSet::new(),
             budgets: Budgets::default(),
             op_versions: HashMap::new(),

@@ -193,6 +193,15 @@ catalog! {
     CONFIRMATION_NOT_REPLAYABLE = "confirmation.not_replayable", 409,
         "the approved call already ran and its result (a byte stream) is not stored",
         "call again after the action expires; a new approval is needed";
+    CONFIRMATION_FUTURE_DECISION = "confirmation.future_decision", 400,
+        "the decision is dated (`decided_at_ms`) further in the future than the allowed clock skew (5 minutes)",
+        "send the decision without `decided_at_ms`, or fix the client's clock";
+    CONFIRMATION_ARGS_TOO_LARGE = "confirmation.args_too_large", 413,
+        "the call's arguments are too large (over 64 KiB as canonical JSON) for a person to review as a pending action",
+        "call with smaller arguments (put large content in a file and pass its path), or get the op exempted with `confirm: never` (confirm tier only)";
+    CONFIRMATION_TOO_MANY_PENDING = "confirmation.too_many_pending", 429,
+        "the caller already has as many pending actions as `guardrails.max_pending` allows",
+        "have a person decide the pending ones (`GET /confirmations` lists them), let them expire (`guardrails.confirmation_ttl`), or raise `guardrails.max_pending`";
     CONFIRMATION_INVALID_DECISION = "confirmation.invalid_decision", 400,
         "the decision body is not `{\"decision\": \"approve\"|\"deny\"}` (with an optional `decided_at_ms`)",
         "send `{\"decision\": \"approve\"}` or `{\"decision\": \"deny\"}` as JSON";

@@ -319,6 +319,7 @@ pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -
         GuardrailsMode::DryRun => Mode::DryRun,
     };
     g.confirmation_ttl = c.guardrails.confirmation_ttl;
+    g.max_pending = c.guardrails.max_pending;
     g.confirm_never_rules = loaded
         .origins
         .iter()

@@ -194,6 +194,27 @@ guardrails: {mode: dry_run, confirmation_ttl: 2m, confirmations: memory, replica
     assert_eq!(g.replicas, 3);
 }
 
+// issue 11 item 6: the pending actions a requester may have at once are capped (20 by
+// default), a setting; a cap of 0 would ask nobody and does not load.
+#[test]
+fn max_pending_defaults_to_20_is_a_setting_and_zero_does_not_load() {
+    assert_eq!(load("version: 1\n").config.guardrails.max_pending, 20);
+    let g = load("version: 1\nguardrails: {max_pending: 3}\n")
+        .config
+        .guardrails;
+    assert_eq!(g.max_pending, 3);
+    let d = error(
+        "version: 1\nguardrails: {max_pending: 0}\n",
+        codes::CONFIG_INVALID_VALUE,
+    );
+    assert_eq!(d.location, "guardrails.max_pending");
+    assert!(d.fix.contains("`20`"), "{d}");
+    error(
+        "version: 1\nguardrails: {max_pending: many}\n",
+        codes::CONFIG_INVALID_VALUE,
+    );
+}
+
 #[test]
 fn memory_confirmations_with_more_than_one_replica_do_not_load() {
     let yaml = "version: 1\nguardrails:\n  replicas: 2\n  confirmations: memory\n";
