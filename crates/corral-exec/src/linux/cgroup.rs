@@ -535,7 +535,13 @@ impl RunCgroups {
                         self.groups.push(g);
                         self.groups.len() - 1
                     }
-                    Err(e) if needed => return Err(e),
+                    Err(e) if needed => {
+                        return Err(format!(
+                            "cannot make the run's `{}` cgroup: {e}; fix: {}",
+                            c.name(),
+                            fix(c, support)
+                        ));
+                    }
                     Err(e) => {
                         tracing::debug!(error = %e, "no {} cgroup for this sandbox", c.name());
                         continue;
@@ -644,7 +650,10 @@ pub(crate) fn fix(c: Controller, support: &Support) -> String {
         Mode::V1 => format!(
             "run corral with write access to its own cgroup in the v1 `{name}` hierarchy (or mount it: `mount -t cgroup -o {name} cgroup /sys/fs/cgroup/{name}`)"
         ),
-        Mode::Unified | Mode::Hybrid | Mode::None => format!(
+        Mode::Hybrid => format!(
+            "give corral's user write access to its own cgroup in the v1 `{name}` hierarchy; or, where the unified hierarchy has the controller, run corral in a cgroup delegated to it: `systemd-run --user --scope -p Delegate=yes corral serve ...`, or a systemd unit with `Delegate=yes` (docs/isolation.md), or set `isolation.cgroup_parent` to a writable v2 cgroup whose parent enables `{name}`"
+        ),
+        Mode::Unified | Mode::None => format!(
             "run corral in a cgroup delegated to it: `systemd-run --user --scope -p Delegate=yes corral serve ...`, or a systemd unit with `Delegate=yes` (docs/isolation.md); or set `isolation.cgroup_parent` to a v2 cgroup corral's user may write whose parent enables `{name}` (`echo +{name} > .../cgroup.subtree_control`)"
         ),
     }
