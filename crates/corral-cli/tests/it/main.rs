@@ -3,6 +3,7 @@
 mod call;
 mod crash;
 mod docs;
+mod doctor;
 mod mcp;
 mod offline;
 mod reload;

@@ -244,7 +244,8 @@ fn limits(cgroup_parent: Option<&Path>) -> Vec<Primitive> {
         available: pids.is_ok() || memory.is_ok(),
         required: false,
         detail: cg.describe(),
-        fix: cgroup::fix(Controller::Pids, &cg),
+        // The fixes are on `cgroup:pids` and `cgroup:memory`.
+        fix: String::new(),
     };
     vec![
         layout,
