@@ -11,7 +11,10 @@ fn is_root() -> bool {
 
 fn doctor_json(dir: &std::path::Path) -> (i32, serde_json::Value, String) {
     let (code, out, err) = corral(dir, &["doctor", "--format", "json"]);
-    let v = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let parsed = serde_json::from_str(&out);
+    let Ok(v) = parsed else {
+        unreachable!("doctor prints JSON: {parsed:?}: {out}\n{err}")
+    };
     (code, v, err)
 }
 
@@ -19,7 +22,7 @@ fn primitive<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value 
     v["primitives"]
         .as_array()
         .and_then(|a| a.iter().find(|p| p["name"] == name))
-        .unwrap_or_else(|| panic!("doctor lists `{name}`: {v}"))
+        .unwrap_or_else(|| unreachable!("doctor lists `{name}`: {v}"))
 }
 
 // issue 12 items 1 and 2: a normal user without a writable cgroup is no longer refused (RLIMIT_NPROC
