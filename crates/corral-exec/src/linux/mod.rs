@@ -1,7 +1,9 @@
 //! The `linux` backend: each run in fresh user, mount, pid, net, ipc and uts namespaces, on a
 //! minimal root view, under landlock, seccomp, `no_new_privs`, no capabilities, rlimits and
-//! per-run cgroups (always `pids`; `memory` when the request limits memory: a run whose limit has
-//! no cgroup to enforce it is refused). It attests `isolated: true` only when the helper
+//! per-run cgroups (v2 or v1, see `cgroup.rs`). Every run has a process limit: the pids cgroup,
+//! or for a caller other than host root RLIMIT_NPROC in the run's own user namespace; a run that
+//! asks for a memory limit needs the memory cgroup (refused without it), and the default memory
+//! cap uses it when there is one, else RLIMIT_AS. It attests `isolated: true` only when the helper
 //! reported every one of those applied; when the host lacks a required primitive, every run is
 //! refused with `ExecError::Unavailable` naming it, never run weaker.
 //!
