@@ -538,8 +538,23 @@ impl Decoder {
             c.limits = self.limits(n, "limits");
         }
         if let Some(n) = m.get("isolation")
-            && let Some(im) = self.map(n, "isolation", &["backend", "network"])
+            && let Some(im) = self.map(n, "isolation", &["backend", "network", "cgroup_parent"])
         {
+            if let Some(p) = im.get("cgroup_parent")
+                && let Some(v) = self.string(p, "isolation.cgroup_parent")
+            {
+                if v.starts_with('/') {
+                    c.isolation.cgroup_parent = Some(std::path::PathBuf::from(v));
+                } else {
+                    self.err_fix(
+                        codes::CONFIG_INVALID_VALUE,
+                        format!("`isolation.cgroup_parent` `{v}` is not an absolute path"),
+                        "isolation.cgroup_parent",
+                        p.span,
+                        "give the cgroup v2 directory's full path, e.g. `/sys/fs/cgroup/corral.slice`".to_owned(),
+                    );
+                }
+            }
             if let Some(b) = im.get("backend") {
                 c.isolation.backend = self
                     .choice(

@@ -468,6 +468,9 @@ pub struct IsolationConfig {
     pub backend: BackendKind,
     /// Network inside the sandbox.
     pub network: NetworkMode,
+    /// `cgroup_parent`: a cgroup v2 directory per-run cgroups go under, instead of corral's own
+    /// cgroup (absolute).
+    pub cgroup_parent: Option<std::path::PathBuf>,
 }
 
 /// `storage:`

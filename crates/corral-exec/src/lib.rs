@@ -17,13 +17,23 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
+/// The memory cap of a run whose config sets none (`commands.run`, custom ops, upstream MCP
+/// servers): 1 GiB. Raising it is explicit in config (`limits.memory`).
+pub const DEFAULT_MEMORY: u64 = 1 << 30;
+
 /// Resource limits applied to the child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ResourceLimits {
     /// `RLIMIT_CPU`, seconds.
     pub cpu_seconds: Option<u64>,
-    /// `RLIMIT_AS`, bytes.
+    /// A memory limit asked for explicitly, bytes: `RLIMIT_AS`, and in the `linux` backend a
+    /// memory cgroup too (a run whose limit has no cgroup to enforce it is refused).
     pub memory: Option<u64>,
+    /// The cap that applies when `memory` is `None` (corral's safe default, see
+    /// [`DEFAULT_MEMORY`], not the config's): enforced by a memory cgroup where the backend
+    /// has one, else by `RLIMIT_AS` only, and attested as whichever enforced it
+    /// (`cgroup:memory` or `rlimit:as`). It never makes a run fail for want of a cgroup.
+    pub default_memory: Option<u64>,
     /// `RLIMIT_NPROC` (and, where a backend can, a cgroup `pids.max`).
     pub processes: Option<u32>,
     /// `RLIMIT_FSIZE`, bytes.

@@ -88,6 +88,8 @@ fn limits_of(ctx: &OpCtx) -> (Duration, u64, ResourceLimits) {
         ResourceLimits {
             cpu_seconds: l.cpu_seconds,
             memory: l.memory,
+            // 1 GiB unless the config sets `limits.memory` (issue 11 item 5).
+            default_memory: Some(corral_exec::DEFAULT_MEMORY),
             processes: l.processes,
             file_size: l.max_bytes,
             open_files: Some(1024),

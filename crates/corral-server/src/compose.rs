@@ -215,6 +215,8 @@ pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {
                 call_timeout: s.call_timeout.unwrap_or(DEFAULT_CALL_TIMEOUT),
                 limits: corral_exec::ResourceLimits {
                     memory: s.memory,
+                    // 1 GiB unless the server's entry sets `memory` (issue 11 item 5).
+                    default_memory: Some(corral_exec::DEFAULT_MEMORY),
                     processes: s.processes,
                     ..corral_exec::ResourceLimits::default()
                 },

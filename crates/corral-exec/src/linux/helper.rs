@@ -35,6 +35,10 @@ use super::spec::{FailKind, MAX_SPEC_BYTES, Network, Prep, Spec, Status};
 /// argv[1] of the helper.
 pub const HELPER_ARG: &str = "__sandbox-exec";
 
+/// The attestation of `RLIMIT_NPROC` applied to a caller it binds (not host uid 0), inside the
+/// run's fresh user namespace, where it counts only the sandbox's processes.
+pub(crate) const NPROC_USERNS: &str = "rlimit:nproc-userns";
+
 /// Exit code of a helper whose set-up failed.
 const EXIT_SETUP: i32 = 125;
 /// Exit code of a target that could not be executed.
@@ -276,13 +280,19 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
 }
 
 /// Moves this (single-threaded) process into each of the run's cgroups, and checks it is
-/// there: nothing it forks afterwards can be outside them.
+/// there: nothing it forks afterwards can be outside them. A v1 cgroup is joined through
+/// `tasks`, a v2 one (which has no `tasks`) through `cgroup.procs`.
 fn join_cgroups(dirs: &[std::path::PathBuf]) -> Result<(), StepError> {
     let me = rustix::process::getpid().as_raw_nonzero().get().to_string();
     for dir in dirs {
-        let tasks = dir.join("tasks");
+        let v1 = dir.join("tasks");
+        let tasks = if v1.exists() {
+            v1
+        } else {
+            dir.join("cgroup.procs")
+        };
         let step = format!("join the cgroup {}", dir.display());
-        // `0` is the writing task itself: no global lock, unlike moving a pid from outside.
+        // `0` is the writing task itself: in v1 no global lock, unlike moving a pid from outside.
         std::fs::write(&tasks, "0").map_err(|e| StepError::unavailable(&step, e))?;
         let members =
             std::fs::read_to_string(&tasks).map_err(|e| StepError::unavailable(&step, e))?;
@@ -478,10 +488,14 @@ fn target(
         if let Err(e) = r.apply() {
             fail(FailKind::Unavailable, r.kind.primitive(), e.to_string());
         }
-        // Set, but not attested where the kernel ignores it (processes of host uid 0 are exempt
-        // from RLIMIT_NPROC, namespace or not): the pids cgroup is what bounds them there.
-        if !(ids.host_root && r.kind == crate::common::RlimitKind::Nproc) {
-            primitives.push(r.kind.primitive().into());
+        // RLIMIT_NPROC is set, but not attested where the kernel ignores it (processes of host
+        // uid 0 are exempt, namespace or not: the pids cgroup is what bounds them there). For
+        // anyone else it counts, since Linux 5.14, the processes of this fresh user namespace
+        // only: its own primitive, a process limit without any cgroup.
+        match r.kind {
+            crate::common::RlimitKind::Nproc if ids.host_root => {}
+            crate::common::RlimitKind::Nproc => primitives.push(NPROC_USERNS.into()),
+            _ => primitives.push(r.kind.primitive().into()),
         }
     }
     if let Err(e) = rustix::process::chdir(&spec.cwd) {

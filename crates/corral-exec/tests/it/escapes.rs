@@ -63,6 +63,34 @@ fn host_has(path: &str) -> bool {
     false
 }
 
+/// Whether this test runs as root; a test that truly needs root says why and is skipped for a
+/// normal user (CI runs the suite as both).
+fn root_or_skip(why: &str) -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("notice: this test needs root ({why}); skipping as a normal user");
+    false
+}
+
+/// Whether corral's user has a memory cgroup here (root does on this host; a normal user does
+/// not): an explicit memory limit needs one, the default cap falls back to RLIMIT_AS.
+fn memory_cgroup() -> bool {
+    corral_exec::linux::probe()
+        .iter()
+        .any(|p| p.name == "cgroup:memory" && p.available)
+}
+
+/// Sets a memory cap of `bytes` the way this user can have one: an explicit limit with a memory
+/// cgroup, else the default cap (RLIMIT_AS).
+fn cap_memory(req: &mut ExecRequest, bytes: u64) {
+    if memory_cgroup() {
+        req.limits.memory = Some(bytes);
+    } else {
+        req.limits.default_memory = Some(bytes);
+    }
+}
+
 fn backend() -> LinuxBackend {
     let backend = crate::with_test_pool(LinuxBackend::new(PathBuf::from(env!(
         "CARGO_BIN_EXE_corral-sandbox-helper"
@@ -344,10 +372,18 @@ struct World {
     host_far: TempDir,
 }
 
+/// Under the target dir, or, for a user who may not write there (CI runs this suite as a normal
+/// user too), under `$HOME`: either is outside the temp dir.
 fn tempdir_far() -> TempDir {
     let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(base).unwrap();
-    tempfile::tempdir_in(base).unwrap()
+    match std::fs::create_dir_all(base).and_then(|()| tempfile::tempdir_in(base)) {
+        Ok(dir) => dir,
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            let home = std::env::var_os("HOME").expect("HOME is set");
+            tempfile::tempdir_in(home).unwrap()
+        }
+        Err(e) => panic!("{}: {e}", base.display()),
+    }
 }
 
 fn write(path: &Path, content: &str) {
@@ -583,6 +619,9 @@ done
 
 #[tokio::test]
 async fn overwriting_an_existing_file_in_a_system_directory_fails() {
+    if !root_or_skip("it plants a file in /usr/local/share") {
+        return;
+    }
     let world = World::new();
     let path = Path::new("/usr/local/share").join(format!("corral-escape-{}", nonce()));
     let _cleanup = Cleanup(vec![path.clone()]);
@@ -973,6 +1012,9 @@ leak list-ssh sh -c 'ls -A "$HOST_HOME/.ssh" | grep corral-escape'
 
 #[tokio::test]
 async fn listing_the_root_home_reveals_none_of_its_entries() {
+    if !root_or_skip("only root can list the host's /root to compare") {
+        return;
+    }
     let world = World::new();
     let host: BTreeSet<String> = std::fs::read_dir("/root")
         .map(|d| {
@@ -2400,7 +2442,7 @@ for ctl, knob, value in (('pids', 'pids.max', 'max'), ('memory', 'memory.limit_i
     attempt(f'mkdir-{ctl}', mkdir)
 "#);
     req.limits.processes = Some(64);
-    req.limits.memory = Some(1 << 30);
+    cap_memory(&mut req, 1 << 30);
     let out = run(req).await;
     assert_denied(
         &out,
@@ -2840,12 +2882,16 @@ print('forked', n, flush=True)
         describe(&out)
     );
 
+    // As root only the pids cgroup binds; a normal user's RLIMIT_NPROC binds in the run's own
+    // user namespace (issue 12 item 2).
+    let limit = if rustix::process::getuid().is_root() {
+        "cgroup:pids"
+    } else {
+        "rlimit:nproc-userns"
+    };
     assert!(
-        out.attestation
-            .primitives
-            .iter()
-            .any(|p| p == "cgroup:pids"),
-        "no pids cgroup: RLIMIT_NPROC alone does not bind uid 0, so the real bomb is not run: {}",
+        out.attestation.primitives.iter().any(|p| p == limit),
+        "no {limit}: RLIMIT_NPROC alone does not bind uid 0, so the real bomb is not run: {}",
         describe(&out)
     );
 
@@ -2959,7 +3005,7 @@ for i in range(64):
     chunks.append(b'x' * (64 << 20))   # touched, not just reserved
 print('ALLOCATED', len(chunks) * 64, 'MiB', flush=True)
 "#);
-    req.limits.memory = Some(256 << 20);
+    cap_memory(&mut req, 256 << 20);
     req.timeout = Duration::from_secs(60);
     let out = run(req).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
