@@ -48,6 +48,7 @@ fn request() -> ExecRequest {
         limits: ResourceLimits::default(),
         read_paths: Vec::new(),
         write_paths: Vec::new(),
+        protected: Default::default(),
     }
 }
 

@@ -304,6 +304,7 @@ async fn run_once(
         limits: spec.limits,
         read_paths: spec.read_paths.clone(),
         write_paths: spec.write_paths.clone(),
+        protected: Default::default(),
     };
     let (attach_tx, attach_rx) = oneshot::channel();
     let run_backend = Arc::clone(backend);
@@ -802,6 +803,7 @@ mod tests {
             cwd: PathBuf::from("/"),
             read_paths: Vec::new(),
             write_paths: Vec::new(),
+            protected: Default::default(),
             call_timeout: DEFAULT_CALL_TIMEOUT,
             limits: corral_exec::ResourceLimits::default(),
         }

@@ -105,6 +105,7 @@ async fn limits_are_attested_as_applied() {
         processes: Some(64),
         file_size: Some(1024 * 1024),
         open_files: Some(64),
+        write_quota: None,
     };
     let out = run(req).await;
     assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
