@@ -208,6 +208,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// with the usual cap). Resolves when the process ended or `req.timeout` passed; dropping the
     /// future kills the process and destroys its sandbox. A backend that cannot host such a
     /// process returns `ExecError::Unavailable`.
+    ///
+    /// Unlike [`Backend::run`], an attached process's writes are live: its write paths are
+    /// bound read-write, with no copy-on-write layer, so no write quota and no protection check
+    /// of its changes (`ExecOutput::changes` is `None`). What still holds there: the read-only
+    /// binds of metadata that exists when it starts, and the `linux` backend's seccomp filter
+    /// (no setuid or setgid bit, no extended attribute, so no file capability).
     fn run_attached(
         &self,
         req: ExecRequest,

@@ -21,6 +21,9 @@
 //!   per-run directory (the mount point of the sandbox's root tmpfs, which only the sandbox's
 //!   mount namespace sees) and per-run cgroups, which the helper joins before it forks anything;
 //! - sets the run's `pids.max`, then sends the spec;
+//! - gives a one-shot run's write paths a copy-on-write layer (`ResourceLimits::write_quota`
+//!   sized), which the helper applies to the host after the run, change by change, against
+//!   `ExecRequest::protected` (`apply.rs`); an attached run gets read-write binds instead;
 //! - captures output with the same caps as the `process` backend; the helper kills the sandbox's
 //!   pid 1 (so the whole pid namespace) when the timeout passes, and the parent kills the helper's
 //!   process group if the helper itself overstays;
