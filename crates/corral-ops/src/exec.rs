@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corral_exec::BoxFuture;
-use corral_exec::{ExecError, ExecOutput, ExecRequest, ResourceLimits};
-use corral_policy::{ArgValue, OpSpec, codes};
+use corral_exec::{DEFAULT_WRITE_QUOTA, ExecError, ExecOutput, ExecRequest, ResourceLimits};
+use corral_policy::{ArgValue, OpSpec, Protected, ProtectedSpec, codes};
 use serde_json::json;
 
 use crate::{Op, OpCtx, OpError, OpOutput};
@@ -77,6 +77,36 @@ fn result_json(out: &ExecOutput) -> serde_json::Value {
             "destroyed": out.attestation.destroyed,
             "primitives": out.attestation.primitives,
         },
+        // What the run's copy-on-write layer brought back to the host (null: the backend wrote
+        // straight to it, e.g. `process`).
+        "changes": out.changes.as_ref().map(|c| json!({
+            "applied": c.applied,
+            "bytes": c.bytes,
+            "refused": c.refused.iter().map(|r| json!({"path": r.path, "reason": r.reason})).collect::<Vec<_>>(),
+            "refused_unlisted": c.refused_unlisted,
+        })),
+    })
+}
+
+/// What no command may change: `.git` and `.corral` at any depth, and the directories the
+/// context protects (corral's state). Fails closed: a protection that does not compile refuses
+/// the run.
+fn protection(ctx: &OpCtx) -> Result<Protected, OpError> {
+    let paths = ctx
+        .protected
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    Protected::compile(ProtectedSpec {
+        paths,
+        ..ProtectedSpec::default()
+    })
+    .map_err(|e| {
+        OpError::new(
+            codes::EXEC_INVALID,
+            400,
+            format!("the protected paths cannot be used: {e}"),
+        )
     })
 }
 
@@ -93,6 +123,8 @@ fn limits_of(ctx: &OpCtx) -> (Duration, u64, ResourceLimits) {
             processes: l.processes,
             file_size: l.max_bytes,
             open_files: Some(1024),
+            // The config key (`limits.write_quota`) is not wired yet: every run gets the default.
+            write_quota: Some(DEFAULT_WRITE_QUOTA),
         },
     )
 }
@@ -179,6 +211,7 @@ impl Op for CommandsRun {
                 limits,
                 read_paths,
                 write_paths,
+                protected: protection(&ctx)?,
             };
             run(&ctx, req).await
         })
@@ -336,6 +369,7 @@ impl Op for CustomOp {
                 limits,
                 read_paths,
                 write_paths,
+                protected: protection(&ctx)?,
             };
             run(&ctx, req).await
         })

@@ -57,6 +57,13 @@ fn a_writable_workspace_can_be_written_from_the_sandbox() {
     assert_eq!(code, 0, "{all}");
     assert_eq!(v["result"]["exit_code"], 0, "{all}");
     assert!(dir.path().join("ws").join("made").exists());
+    // The run wrote into its copy-on-write layer; the result says what reached the host.
+    assert_eq!(v["result"]["changes"]["applied"], 1, "{all}");
+    assert_eq!(
+        v["result"]["changes"]["refused"],
+        serde_json::json!([]),
+        "{all}"
+    );
 }
 
 // issue 11 item 5: with no `limits.memory` in the config, a command still has a memory cap (1 GiB),

@@ -23,12 +23,16 @@
 //!   per-run directory (the mount point of the sandbox's root tmpfs, which only the sandbox's
 //!   mount namespace sees) and per-run cgroups, which the helper joins before it forks anything;
 //! - sets the run's `pids.max`, then sends the spec;
+//! - gives a one-shot run's write paths a copy-on-write layer (`ResourceLimits::write_quota`
+//!   sized), which the helper applies to the host after the run, change by change, against
+//!   `ExecRequest::protected` (`apply.rs`); an attached run gets read-write binds instead;
 //! - captures output with the same caps as the `process` backend; the helper kills the sandbox's
 //!   pid 1 (so the whole pid namespace) when the timeout passes, and the parent kills the helper's
 //!   process group if the helper itself overstays;
 //! - removes the directory and the cgroups, and attests `destroyed: true` only when the helper
 //!   reported the pid namespace empty and both removals are checked.
 
+mod apply;
 mod cgroup;
 mod etc;
 mod helper;
@@ -51,7 +55,8 @@ use tokio::sync::oneshot;
 
 use crate::common::{Captured, RlimitSpec, capture, feed, kill_group, rlimit_plan, validate};
 use crate::{
-    AttachTx, Attached, Attestation, Backend, BoxFuture, ExecError, ExecOutput, ExecRequest,
+    AttachTx, Attached, Attestation, Backend, BoxFuture, Changes, DEFAULT_WRITE_QUOTA, ExecError,
+    ExecOutput, ExecRequest, RefusedChange,
 };
 
 pub use helper::{HELPER_ARG, helper_main};
@@ -60,7 +65,7 @@ pub use spec::Network;
 
 use cgroup::Controller;
 use pool::{Etc, Launch, Pool, Sandbox, Want};
-use spec::{FailKind, Spec, Status};
+use spec::{CowSpec, FailKind, ProtectedWire, Spec, Status};
 
 /// The backend's name, in attestations and errors.
 const NAME: &str = "linux";
@@ -68,6 +73,9 @@ const NAME: &str = "linux";
 /// How long the helper may overstay the request's timeout (set-up and tear-down) before the
 /// parent kills its process group.
 const HELPER_GRACE: Duration = Duration::from_secs(5);
+/// How fast the helper is assumed to apply a run's copy-on-write layer at worst, bytes per
+/// second: the helper's grace grows by the quota's worth of it.
+const APPLY_BYTES_PER_SEC: u64 = 32 * 1024 * 1024;
 /// How long the pipes are still read after the helper exited.
 const PIPE_GRACE: Duration = Duration::from_millis(1000);
 /// How long the run's cgroups may take to empty after the helper exited.
@@ -359,6 +367,18 @@ fn sandbox_paths(paths: &[PathBuf], what: &str) -> Result<Vec<PathBuf>, ExecErro
         .collect()
 }
 
+/// The run's protection on the wire, with the metadata names the backend always keeps
+/// read-only (`.hg`, `.jj`, `.svn` besides `.git` and `.corral`) added: a new one is refused too.
+fn protected_wire(protected: &corral_policy::Protected) -> ProtectedWire {
+    let mut wire = ProtectedWire::of(protected.spec());
+    for name in mounts::PROTECTED_NAMES {
+        if !wire.names.iter().any(|n| n == name) {
+            wire.names.push((*name).to_owned());
+        }
+    }
+    wire
+}
+
 /// `/dev/shm/corral-sandbox-<uid>` when `/dev/shm` is a memory filesystem (per-run directories
 /// are made and removed all the time, and a busy disk makes each of those cost up to a
 /// millisecond), else `$TMPDIR/corral-sandbox-<uid>`.
@@ -442,6 +462,7 @@ struct Reports {
     ready: Option<Vec<String>>,
     failed: Option<(FailKind, String, String)>,
     exited: Option<(Option<i32>, Option<i32>)>,
+    changes: Option<Changes>,
     done: Option<bool>,
 }
 
@@ -456,6 +477,7 @@ fn parse_reports(bytes: &[u8]) -> Reports {
                 }
             }
             Ok(Status::Exited { code, signal }) => r.exited = Some((code, signal)),
+            Ok(Status::Changes { changes }) => r.changes = Some(changes),
             Ok(Status::Done { timed_out }) => r.done = Some(timed_out),
             Err(e) => tracing::warn!(error = %e, "unreadable report from the sandbox helper"),
         }
@@ -539,6 +561,24 @@ impl LinuxBackend {
             Etc::Snapshot(self.etc_snapshot()?)
         };
 
+        if write_paths.len() > helper::MAX_WRITE_PATHS {
+            return Err(ExecError::Invalid(format!(
+                "{} write paths are more than a sandbox takes ({}); write to fewer, wider roots",
+                write_paths.len(),
+                helper::MAX_WRITE_PATHS
+            )));
+        }
+        // A one-shot run writes into a copy-on-write layer applied after it; an attached one
+        // (a long-lived upstream server, whose writes must be live) gets read-write binds.
+        let cow = match attach {
+            Some(_) => None,
+            None => Some(CowSpec {
+                quota: req.limits.write_quota.unwrap_or(DEFAULT_WRITE_QUOTA),
+                protected: protected_wire(&req.protected),
+            }),
+        };
+        let cow_quota = cow.as_ref().map(|c| c.quota);
+
         let pool = self.pool()?;
         let want = Want {
             etc,
@@ -561,6 +601,7 @@ impl LinuxBackend {
                     rlimits,
                     timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
                     tmp_bytes: memory.map_or(DEFAULT_TMP_BYTES, |m| m.min(DEFAULT_TMP_BYTES)),
+                    cow: cow.clone(),
                 };
                 spec::encode(&spec).map_err(ExecError::Invalid)
             }),
@@ -568,7 +609,7 @@ impl LinuxBackend {
         };
         let result = match prepared {
             Ok(encoded) => {
-                self.drive(&req, encoded, attach, &mut taken, &spawn_error)
+                self.drive(&req, encoded, attach, cow_quota, &mut taken, &spawn_error)
                     .await
             }
             Err(e) => Err(e),
@@ -640,6 +681,7 @@ impl LinuxBackend {
         req: &ExecRequest,
         encoded: Vec<u8>,
         attach: Option<AttachTx>,
+        cow_quota: Option<u64>,
         taken: &mut Taken<'_>,
         spawn_error: &(dyn Fn(String) -> ExecError + Sync),
     ) -> Result<ExecOutput, ExecError> {
@@ -690,7 +732,12 @@ impl LinuxBackend {
         let start = Instant::now();
         let mut out = Captured::default();
         let mut err = Captured::default();
-        let backup = req.timeout.saturating_add(HELPER_GRACE);
+        // The helper applies the run's layer after the timeout too: its grace covers that.
+        let apply_grace = Duration::from_secs(cow_quota.map_or(0, |q| q / APPLY_BYTES_PER_SEC));
+        let backup = req
+            .timeout
+            .saturating_add(HELPER_GRACE)
+            .saturating_add(apply_grace);
         let (killed, duration) = {
             let io = async {
                 match (attach, ready_rx) {
@@ -790,6 +837,21 @@ impl LinuxBackend {
         let ns_gone = reports.done.is_some()
             || cgroups.is_some_and(|cg| cg.has(Controller::Pids) && cg.empty());
 
+        // A run with a layer always says what came of it: no report means the helper did not
+        // get to the end of applying it.
+        let changes = match (cow_quota, reports.changes) {
+            (Some(_), Some(changes)) => Some(changes),
+            (Some(_), None) if primitives_from_helper.iter().any(|p| p == "cow:overlay") => {
+                Some(Changes {
+                    refused: vec![RefusedChange {
+                        path: String::new(),
+                        reason: "the sandbox ended before the run's changes were applied: none, or only some, reached the host".into(),
+                    }],
+                    ..Changes::default()
+                })
+            }
+            _ => None,
+        };
         let mut primitives: Vec<String> = vec!["env:clear".into()];
         primitives.extend(primitives_from_helper);
         if let Some(cg) = cgroups {
@@ -810,6 +872,7 @@ impl LinuxBackend {
                 destroyed: ns_gone,
                 primitives,
             },
+            changes,
         })
     }
 }

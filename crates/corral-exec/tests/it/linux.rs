@@ -124,6 +124,7 @@ async fn limits_are_attested_as_applied() {
         file_size: Some(1024 * 1024),
         open_files: Some(64),
         default_memory: None,
+        write_quota: None,
     };
     if !memory_cgroup() {
         // An explicit memory limit needs the memory cgroup: no weaker limit stands in for it.
@@ -665,4 +666,70 @@ fn concurrent_runs_on_one_backend_each_get_their_own_sandbox() {
         assert_eq!(stdout(&out), format!("{i}\n1\n"));
         assert!(out.attestation.destroyed);
     }
+}
+
+#[tokio::test]
+async fn a_run_with_write_paths_attests_its_copy_on_write_layer_and_quota() {
+    let (_keep, dir) = tempdir();
+    let mut req = shell("echo x > f");
+    req.cwd = dir.clone();
+    req.write_paths = vec![dir.clone()];
+    req.limits.write_quota = Some(8 << 20);
+    let out = run(req).await;
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    let p = &out.attestation.primitives;
+    assert!(p.iter().any(|x| x == "cow:overlay"), "{p:?}");
+    assert!(p.iter().any(|x| x == "quota:8388608"), "{p:?}");
+    let changes = out.changes.expect("a run with a layer reports its changes");
+    assert_eq!((changes.applied, changes.bytes), (1, 2));
+    // Without write paths there is no layer, and nothing claims one.
+    let out = run(request(&["/bin/true"])).await;
+    assert!(
+        !out.attestation
+            .primitives
+            .iter()
+            .any(|x| x.starts_with("cow:") || x.starts_with("quota:")),
+        "{:?}",
+        out.attestation.primitives
+    );
+}
+
+#[tokio::test]
+async fn an_attached_run_writes_live_but_still_cannot_set_a_setuid_bit() {
+    // Upstream servers keep read-write binds (their writes must be live): no layer, no quota,
+    // but the seccomp filter of issue 11 item 1 holds there too.
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let (_keep, dir) = tempdir();
+    let mut req = shell(
+        "echo live > f; chmod 4755 f 2>/dev/null && echo chmod-ALLOWED || echo chmod-denied; read x",
+    );
+    req.cwd = dir.clone();
+    req.write_paths = vec![dir.clone()];
+    let backend = std::sync::Arc::new(backend());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let b = std::sync::Arc::clone(&backend);
+    let run = tokio::spawn(async move { b.run_attached(req, tx).await });
+    let attached = rx.await.expect("the pipes are handed over");
+    assert!(
+        !attached
+            .attestation
+            .primitives
+            .iter()
+            .any(|x| x == "cow:overlay"),
+        "an attached run claims no layer: {:?}",
+        attached.attestation.primitives
+    );
+    let mut lines = BufReader::new(attached.stdout).lines();
+    assert_eq!(
+        lines.next_line().await.unwrap().as_deref(),
+        Some("chmod-denied")
+    );
+    // Live: on the host while the process still runs.
+    assert_eq!(
+        std::fs::read_to_string(dir.join("f")).ok().as_deref(),
+        Some("live\n")
+    );
+    drop(attached.stdin);
+    let out = run.await.unwrap().expect("the attached run ends");
+    assert!(out.changes.is_none(), "{:?}", out.changes);
 }
