@@ -759,8 +759,8 @@ impl<'a> Linter<'a> {
         self.out.extend(found);
     }
 
-    /// `confirm: never` (a warning on every rule that sets it) and RBAC by tier that is off
-    /// while tokens carry tier roles (a note).
+    /// `confirm: never` (a warning on every rule that sets it) and a token without a tier role
+    /// while RBAC by tier is on (a warning).
     fn guardrails(&mut self) {
         let mut preset_ops: Vec<Vec<String>> = vec![Vec::new(); self.l.config.presets.len()];
         for (i, r) in self.l.policy.rules.iter().enumerate() {
@@ -829,13 +829,15 @@ impl<'a> Linter<'a> {
                 Some(span),
             ));
         }
-        if self.l.config.roles.is_none() {
+        // issue 11 item 7: RBAC by tier is on whenever a principal can carry a tier role, and
+        // then a token without one is refused every call.
+        if let Some(cause) = self.l.rbac_cause() {
             for (i, t) in self.l.config.auth.tokens.iter().enumerate() {
-                if let Some(role) = t.roles.iter().find(|r| Role::parse(r).is_some()) {
-                    self.push(Diagnostic::note(
-                        codes::LINT_RBAC_INACTIVE,
+                if Role::highest_of(&t.roles).is_none() {
+                    self.push(Diagnostic::warning(
+                        codes::LINT_RBAC_NO_TIER_ROLE,
                         format!(
-                            "token `{}` has the role `{role}`, but without `roles:` RBAC by tier is off and the role only matters to rules that name it",
+                            "token `{}` has no tier role, and RBAC by tier is on ({cause}), so every call it makes is refused with `rbac.denied`",
                             t.id.value
                         ),
                         format!("auth.tokens[{i}]"),

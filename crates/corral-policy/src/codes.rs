@@ -367,9 +367,9 @@ catalog! {
     LINT_CONFIRM_NEVER = "lint.confirm_never", 0,
         "a rule sets `confirm: never`: its confirm-tier calls run without a human's approval",
         "keep it only for unattended automation; remove it to have a person approve each call";
-    LINT_RBAC_INACTIVE = "lint.rbac_inactive", 0,
-        "a token carries a tier role (viewer, operator, admin) but the config has no `roles:`, so RBAC by tier is off",
-        "add `roles: {}` (or `roles: {overrides: ...}`) to turn RBAC by tier on";
+    LINT_RBAC_NO_TIER_ROLE = "lint.rbac_no_tier_role", 0,
+        "RBAC by tier is on (a `roles:` block, a token with a tier role, or `auth.jwt`) and a token carries no tier role, so every call it makes is refused",
+        "add the tier role its calls need (`viewer`, `operator` or `admin`) to the token's roles";
     LINT_FULL_ACCESS = "lint.full_access", 0,
         "the full_access preset (or an `unsafe: true` scope) is in use",
         "use a narrower preset such as workspace_jail";
