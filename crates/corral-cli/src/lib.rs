@@ -93,6 +93,10 @@ enum Command {
         force: bool,
     },
     /// Check a config: load errors, then the lint.
+    ///
+    /// Exit codes: 0 ok; 1 lint findings (a `lint.*` error, or a warning with `--strict`);
+    /// 2 a config error: the file does not load, or an error that is not a lint finding (such
+    /// as `policy.scope_required`, a rule that refuses every call).
     CheckConfig {
         #[command(flatten)]
         config: ConfigArg,

@@ -1048,6 +1048,15 @@ pub fn lint(loaded: &Loaded) -> Vec<Diagnostic> {
     .run()
 }
 
+/// Whether the findings hold a config error rather than a lint finding: an error whose code is
+/// not a `lint.*` code (such as `policy.scope_required`: the config loads, but a rule refuses
+/// every call). `check-config` exits 2 for these, as for a file that does not load.
+pub fn has_config_error(findings: &[Diagnostic]) -> bool {
+    findings
+        .iter()
+        .any(|d| d.severity == Severity::Error && !d.code.starts_with("lint."))
+}
+
 /// Whether findings fail the check: any error, or any warning under `--strict`.
 pub fn fails(findings: &[Diagnostic], strict: bool) -> bool {
     findings.iter().any(|d| match d.severity {
