@@ -526,7 +526,7 @@ pub fn run(a: Args) -> Exit {
                     let c = guard.confirmation_step(spec, grant.rule.index, a.dry_run);
                     out.confirmation = Some(c.as_str());
                     out.guard
-                        .push(confirmation_line(c, spec, &grant.rule.name.to_string()));
+                        .push(confirmation_line(c, spec, grant.rule.name.as_ref()));
                 }
                 Decision::Denied { .. } | Decision::NotPermitted { .. } | Decision::NotMounted => {
                     out.guard.push(StepOut {
