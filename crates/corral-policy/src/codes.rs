@@ -223,6 +223,9 @@ catalog! {
     ARGS_MALFORMED = "args.malformed", 400,
         "the request body is not a JSON object",
         "send a JSON object of arguments with `Content-Type: application/json`";
+    ARGS_UNSUPPORTED_MEDIA_TYPE = "args.unsupported_media_type", 415,
+        "the body of an MCP message (`POST /mcp`) is not sent as `application/json`",
+        "send the JSON-RPC message with `Content-Type: application/json`";
     SERVER_INTERNAL = "server.internal", 500,
         "the server failed; the details are in its log under the request id",
         "retry; report the request id if it persists";
