@@ -262,6 +262,19 @@ fn explain_refuses_a_viewer_deleting_at_the_rbac_step_with_or_without_a_roles_bl
 }
 
 #[test]
+fn describe_effective_offers_a_viewer_only_the_read_tier() {
+    // issue 11 item 7: a viewer token was shown (and given) `files.delete`.
+    let dir = viewer_config("");
+    let (code, out, err) = corral_with_env(dir.path(), &["describe", "--effective"], &[AGENT_ENV]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("files.read"), "{out}");
+    assert!(
+        !out.contains("files.delete") && !out.contains("files.write"),
+        "{out}"
+    );
+}
+
+#[test]
 fn explain_shows_every_guard_step_in_the_gateway_order_as_json() {
     // issue 11 item 7: explain runs RBAC, autonomy and confirmation (as a dry-run).
     let dir = viewer_config("autonomy: L3\n");
