@@ -19,7 +19,7 @@ use corral_exec::Backend;
 use corral_ops::{OpCtx, OpError, OpOutput, Registry, Stream};
 use corral_policy::{
     ArgValue, Args, AutonomyLevel, Decision, Engine, Limits, OpSpec, Principal, PrincipalKind,
-    Request, Role, Tier, codes,
+    Request, Role, codes,
 };
 use serde_json::json;
 
@@ -30,7 +30,7 @@ use crate::confirm::{
     Action, ActionState, ConfirmationError, ConfirmationStore, Cursor, MAX_ACTION_ARGS_BYTES,
     MemoryConfirmations, Raised, StoredOutcome,
 };
-use crate::guardrails::{GuardPolicy, Mode};
+use crate::guardrails::{Confirmation, GuardPolicy, tier_reason};
 use crate::limiter::{Limited, Limiter};
 use crate::metrics::Metrics;
 use crate::runs::{RunKey, RunLedger, RunPurpose, RunStore, RunStoreError};
@@ -767,51 +767,19 @@ impl Gateway {
             None => (opts.autonomy, opts.dry_run),
         };
         // 3. Autonomy: what may run at all, before anyone's role is looked at.
-        if let Some((level, source)) = g.effective_level(principal, run_level)
-            && !level.permits(spec)
-        {
-            event.detail = Some(level.as_str().to_owned());
-            let needed = AutonomyLevel::lowest_for(spec);
+        if let Err(r) = g.check_autonomy(spec, principal, run_level) {
+            event.detail = Some(r.detail);
             return (
                 Outcome::AutonomyBlocked,
-                Reply::Refused(Refusal::new(
-                    403,
-                    codes::AUTONOMY_BLOCKED,
-                    format!(
-                        "`{}` ({} tier, effects {}) needs autonomy {needed} or higher; {source} is {level}, which lets {} run",
-                        call.op,
-                        spec.tier(),
-                        spec.effective_effects(),
-                        level.describe()
-                    ),
-                )),
+                Reply::Refused(Refusal::new(403, r.code, r.message)),
             );
         }
         // 4. RBAC by tier: who may call it, before anyone is asked to approve it.
-        if let Some(need) = g.missing_role(spec, principal) {
-            let have = Role::highest_of(&principal.roles);
-            event.detail = Some(need.as_str().to_owned());
-            let why = if g
-                .rbac
-                .as_ref()
-                .is_some_and(|o| o.contains_key(call.op.as_str()))
-            {
-                "`roles.overrides`".to_owned()
-            } else {
-                format!("its {} tier: {}", spec.tier(), tier_reason(spec))
-            };
-            let have =
-                have.map_or_else(|| "no tier role".to_owned(), |h| format!("the role `{h}`"));
+        if let Err(r) = g.check_role(spec, principal) {
+            event.detail = Some(r.detail);
             return (
                 Outcome::RbacDenied,
-                Reply::Refused(Refusal::new(
-                    403,
-                    codes::RBAC_DENIED,
-                    format!(
-                        "`{}` needs the role `{need}` ({why}); you have {have}; call as a principal with the role `{need}` or higher",
-                        call.op
-                    ),
-                )),
+                Reply::Refused(Refusal::new(403, r.code, r.message)),
             );
         }
         // 5. Policy.
@@ -951,17 +919,16 @@ impl Gateway {
         executed: &mut bool,
     ) -> (Outcome, Reply) {
         let g = &d.guard;
-        let tier = spec.tier();
         let mut action = None;
-        if tier != Tier::Read {
+        match g.confirmation_step(spec, grant.rule.index, run_dry) {
+            Confirmation::NotGuarded | Confirmation::Waived => {}
             // 7. Dry-run: guarded ops are described, never run, and nobody is asked.
-            if g.mode == Mode::DryRun || run_dry {
+            Confirmation::DryRun => {
                 *executed = true;
                 return (Outcome::DryRun, Reply::Json(dry_run_payload(call, spec)));
             }
             // 8. Confirmation, unless a confirm-tier op's allow rule says `confirm: never`.
-            let exempt = tier == Tier::Confirm && g.confirm_never_rules.contains(&grant.rule.index);
-            if !exempt {
+            Confirmation::Required => {
                 // Boxed: the confirmation step's state is large and most calls never reach it,
                 // so it must not grow every call's future.
                 match Box::pin(self.confirmation(d, call, spec, event)).await {
@@ -1305,29 +1272,6 @@ enum Confirmed {
     Run(Box<Action>),
     /// Answer this, without running.
     Answer(Outcome, Reply),
-}
-
-/// Why an op of a guarded tier needs a person: its summary, tier and effects.
-fn tier_reason(spec: &OpSpec) -> String {
-    let what = match spec.tier() {
-        Tier::Read => "reads only",
-        Tier::Confirm => "changes something",
-        Tier::Destructive => "is irreversible or administrative",
-    };
-    let summary = spec.summary.trim().trim_end_matches('.');
-    if summary.is_empty() {
-        format!(
-            "`{}` {what} (effects: {})",
-            spec.id,
-            spec.effective_effects()
-        )
-    } else {
-        format!(
-            "{summary}: `{}` {what} (effects: {})",
-            spec.id,
-            spec.effective_effects()
-        )
-    }
 }
 
 /// `202 confirmation.required`, with the action and how to approve it.

@@ -232,6 +232,9 @@ catalog! {
     ARGS_MALFORMED = "args.malformed", 400,
         "the request body is not a JSON object",
         "send a JSON object of arguments with `Content-Type: application/json`";
+    ARGS_UNSUPPORTED_MEDIA_TYPE = "args.unsupported_media_type", 415,
+        "the body of an MCP message (`POST /mcp`) is not sent as `application/json`",
+        "send the JSON-RPC message with `Content-Type: application/json`";
     SERVER_INTERNAL = "server.internal", 500,
         "the server failed; the details are in its log under the request id",
         "retry; report the request id if it persists";
@@ -382,9 +385,9 @@ catalog! {
     LINT_CONFIRM_NEVER = "lint.confirm_never", 0,
         "a rule sets `confirm: never`: its confirm-tier calls run without a human's approval",
         "keep it only for unattended automation; remove it to have a person approve each call";
-    LINT_RBAC_INACTIVE = "lint.rbac_inactive", 0,
-        "a token carries a tier role (viewer, operator, admin) but the config has no `roles:`, so RBAC by tier is off",
-        "add `roles: {}` (or `roles: {overrides: ...}`) to turn RBAC by tier on";
+    LINT_RBAC_NO_TIER_ROLE = "lint.rbac_no_tier_role", 0,
+        "RBAC by tier is on (a `roles:` block, a token with a tier role, or `auth.jwt`) and a token carries no tier role, so every call it makes is refused",
+        "add the tier role its calls need (`viewer`, `operator` or `admin`) to the token's roles";
     LINT_FULL_ACCESS = "lint.full_access", 0,
         "the full_access preset (or an `unsafe: true` scope) is in use",
         "use a narrower preset such as workspace_jail";

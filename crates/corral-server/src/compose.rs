@@ -300,6 +300,17 @@ fn spec_version(spec: &OpSpec, custom: Option<serde_json::Value>) -> String {
 /// The guard steps' settings of a loaded config (autonomy, RBAC, mode, confirmation, budgets,
 /// op versions).
 pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> GuardPolicy {
+    let mut g = guard_settings(loaded);
+    g.op_versions = catalog
+        .iter()
+        .map(|spec| (spec.id.to_string(), op_version(spec, loaded, upstreams)))
+        .collect();
+    g
+}
+
+/// The guard steps' settings a config alone decides (all but the op versions, which need the
+/// upstreams): what `corral explain` runs offline.
+pub fn guard_settings(loaded: &Loaded) -> GuardPolicy {
     let c = &loaded.config;
     let mut g = GuardPolicy::new();
     if let Some(a) = &c.autonomy {
@@ -310,9 +321,12 @@ pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -
             .map(|p| (p.principal.clone(), p.level))
             .collect();
     }
-    g.rbac = c.roles.as_ref().map(|r| {
-        r.overrides
+    // On whenever a principal can carry a tier role (issue 11 item 7), with the overrides of
+    // `roles:` when there is one.
+    g.rbac = loaded.rbac_cause().map(|_| {
+        c.roles
             .iter()
+            .flat_map(|r| r.overrides.iter())
             .map(|(op, role)| (op.value.clone(), *role))
             .collect()
     });
@@ -340,10 +354,6 @@ pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -
         max_wall_time: c.budgets.max_wall_time,
         max_output_bytes: c.budgets.max_output_bytes,
     };
-    g.op_versions = catalog
-        .iter()
-        .map(|spec| (spec.id.to_string(), op_version(spec, loaded, upstreams)))
-        .collect();
     g
 }
 
