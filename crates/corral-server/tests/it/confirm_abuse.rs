@@ -57,7 +57,7 @@ fn now_ms() -> i64 {
 async fn a_flood_of_distinct_guarded_calls_stops_at_twenty_pending_actions() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     for i in 0..20 {
         pending(&plain(&s, &ada, "files.write", write(&format!("f{i}.txt"), "x")).await);
     }
@@ -78,7 +78,7 @@ async fn a_flood_of_distinct_guarded_calls_stops_at_twenty_pending_actions() {
     let all = ids(&list(&s, &ada, "?limit=200").await);
     assert_eq!(all.len(), 20);
     // Another person is not held by ada's flood.
-    pending(&plain(&s, &human("bob", &[]), "files.write", write("b.txt", "x")).await);
+    pending(&plain(&s, &human("bob", &["operator"]), "files.write", write("b.txt", "x")).await);
 }
 
 // issue 11 item 6: the cap is a setting; a decision frees a place; the same call again (its
@@ -87,7 +87,7 @@ async fn a_flood_of_distinct_guarded_calls_stops_at_twenty_pending_actions() {
 async fn the_pending_cap_is_guardrails_max_pending_and_a_decision_frees_a_place() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "guardrails: {max_pending: 2}\n")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let first = action_id(&plain(&s, &ada, "files.write", write("a.txt", "1")).await);
     pending(&plain(&s, &ada, "files.write", write("b.txt", "2")).await);
     let r = plain(&s, &ada, "files.write", write("c.txt", "3")).await;
@@ -113,7 +113,7 @@ async fn the_pending_cap_is_guardrails_max_pending_and_a_decision_frees_a_place(
 async fn a_guarded_call_with_over_64_kib_of_arguments_is_refused_and_nothing_is_stored() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let big = "x".repeat(64 * 1024);
     let r = plain(&s, &ada, "files.write", write("big.txt", &big)).await;
     r.assert_error(413, "confirmation.args_too_large");
@@ -133,7 +133,7 @@ async fn a_guarded_call_with_over_64_kib_of_arguments_is_refused_and_nothing_is_
 async fn the_listing_is_paged_with_a_cursor_and_bounded_limits() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let mut raised = Vec::new();
     for i in 0..7 {
         raised.push(action_id(
@@ -181,8 +181,8 @@ async fn the_listing_is_paged_with_a_cursor_and_bounded_limits() {
 async fn tokens_and_jwt(f: &Fixture) -> Server {
     let extra = format!(
         "  tokens:
-    - {{id: agent, kind: service, token_env: {SVC_ENV}}}
-    - {{id: ada, token_env: {ADA_ENV}}}
+    - {{id: agent, kind: service, roles: [operator], token_env: {SVC_ENV}}}
+    - {{id: ada, roles: [operator], token_env: {ADA_ENV}}}
 autonomy: {{pins: [{{principal: \"id:agent\", level: L4}}]}}
 "
     );
@@ -209,7 +209,7 @@ async fn a_jwt_with_the_sub_of_a_static_token_cannot_approve_or_see_its_action()
     assert_eq!(p["requester"], "agent");
     let theirs = p["action_id"].as_str().unwrap().to_owned();
 
-    let impostor = human("agent", &[]);
+    let impostor = human("agent", &["operator"]);
     let r = decide(&s, &impostor, &theirs, json!({"decision": "approve"})).await;
     r.assert_error(404, "confirmation.not_found");
     let unknown = "00000000-0000-4000-8000-000000000000";
@@ -250,7 +250,7 @@ async fn a_static_human_token_and_a_jwt_with_its_id_are_different_people() {
     let args = json!({"word": "tok"});
     let p = pending(&plain(&s, ADA_TOKEN, "ledger.append", args.clone()).await);
     let id = p["action_id"].as_str().unwrap().to_owned();
-    let jwt_ada = human("ada", &[]);
+    let jwt_ada = human("ada", &["operator"]);
     decide(&s, &jwt_ada, &id, json!({"decision": "approve"}))
         .await
         .assert_error(404, "confirmation.not_found");
@@ -271,7 +271,7 @@ async fn a_static_human_token_and_a_jwt_with_its_id_are_different_people() {
 async fn a_decision_dated_in_the_future_beyond_clock_skew_is_refused() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let id = action_id(&plain(&s, &ada, "ledger.append", json!({"word": "x"})).await);
     for at in [9_999_999_999_999_i64, now_ms() + 10 * 60 * 1000] {
         let r = decide(
