@@ -276,3 +276,25 @@ pub(crate) fn check_writable(
 fn is_absolute_plain(p: &Path) -> bool {
     p.is_absolute() && !p.components().any(|c| matches!(c, Component::ParentDir))
 }
+
+/// [`OwnFile`]s of `loaded` resolved again now (the state directory may have been created, or a
+/// symlink changed, since the config was loaded).
+pub fn resolved_again(loaded: &crate::Loaded) -> Vec<OwnFile> {
+    loaded
+        .own_files
+        .iter()
+        .map(|f| OwnFile::new(f.what, f.key, f.span, f.path.clone()))
+        .collect()
+}
+
+/// The load check again, on paths resolved now: an error for each of corral's own files that
+/// lies inside a root some caller can write. The server runs it before it opens the store.
+pub fn writable_conflicts(loaded: &crate::Loaded) -> Vec<Diagnostic> {
+    check_writable(
+        &resolved_again(loaded),
+        &loaded.policy,
+        &loaded.catalog,
+        &loaded.config,
+        &loaded.base_dir,
+    )
+}
