@@ -8,8 +8,8 @@ use corral_policy::presets::{self, PresetOptions};
 use corral_policy::scope::path::DEFAULT_SECRET_DENY;
 use corral_policy::scope::{CommandScope, PathScope, PathScopeSpec, UrlScope};
 use corral_policy::{
-    Catalog, OpId, OpSpec, ParamKind, Policy, Principal, PrincipalSelector, Rule, RuleEffect,
-    ScopeKind, Selector, Tier,
+    Catalog, OpId, OpSpec, ParamKind, Policy, Principal, PrincipalOrigin, PrincipalSelector, Rule,
+    RuleEffect, ScopeKind, Selector, Tier,
 };
 
 use crate::diag::Diagnostic;
@@ -92,6 +92,22 @@ pub(crate) fn placeholders(token: &str) -> Vec<&str> {
     out
 }
 
+/// Checks a directory a custom op names (`cwd`, `read_paths`, `write_paths`): absolute, not `/`.
+fn custom_dir(path: &str, at: &str, span: Option<crate::yaml::Span>, d: &mut Vec<Diagnostic>) {
+    let normal = absolutize(Path::new("/"), path);
+    if !Path::new(path).is_absolute() || normal == Path::new("/") {
+        d.push(
+            Diagnostic::error(
+                codes::CONFIG_INVALID_VALUE,
+                format!("`{path}` is not an absolute directory below `/`"),
+                at.to_owned(),
+                span,
+            )
+            .with_fix("give an absolute path such as `/workspace/tools`"),
+        );
+    }
+}
+
 fn custom_op(c: &CustomOpConfig, d: &mut Vec<Diagnostic>) -> Option<OpSpec> {
     let at = format!("custom.{}", c.id.value);
     let id = match OpId::parse(&c.id.value) {
@@ -105,7 +121,56 @@ fn custom_op(c: &CustomOpConfig, d: &mut Vec<Diagnostic>) -> Option<OpSpec> {
     let mut spec = OpSpec::new(id, &effects, &c.summary);
     spec.contained = c.contained;
     spec.explicit_only |= c.explicit_only;
+    // Whatever its declared effects, a custom op runs a program (open mode refuses it).
+    spec.runs_program = true;
     let before = d.len();
+    if let Some(cwd) = &c.cwd {
+        custom_dir(cwd, &format!("{at}.cwd"), Some(c.id.span), d);
+    }
+    for (key, list) in [
+        ("read_paths", &c.read_paths),
+        ("write_paths", &c.write_paths),
+    ] {
+        for (i, p) in list.iter().enumerate() {
+            custom_dir(&p.value, &format!("{at}.{key}[{i}]"), Some(p.span), d);
+        }
+    }
+    if !c.write_paths.is_empty() && !c.writes() {
+        d.push(
+            Diagnostic::error(
+                codes::CONFIG_INVALID_OP,
+                format!(
+                    "custom op `{}` declares `write_paths` but not the `write` effect",
+                    c.id.value
+                ),
+                format!("{at}.write_paths"),
+                c.write_paths.first().map(|p| p.span),
+            )
+            .with_fix(
+                "add `write` to its `effects` (its tier rises to confirm), or drop `write_paths`",
+            ),
+        );
+    }
+    for p in c.params.iter().filter(|p| p.writable) {
+        let problem = if !matches!(p.kind, ParamKind::Path { .. }) {
+            Some("only a path param can be writable")
+        } else if !c.writes() {
+            Some("the op does not declare the `write` effect")
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            d.push(
+                Diagnostic::error(
+                    codes::CONFIG_INVALID_OP,
+                    format!("param `{}` is `writable: true` but {problem}", p.name.value),
+                    format!("{at}.params.{}.writable", p.name.value),
+                    Some(p.name.span),
+                )
+                .with_fix("add `write` to the op's `effects`, or remove `writable`"),
+            );
+        }
+    }
     for (i, tok) in c.argv.iter().enumerate() {
         let names = placeholders(&tok.value);
         if i == 0 && (!names.is_empty() || tok.value.is_empty()) {
@@ -686,7 +751,9 @@ fn resolve_tokens(c: &Config, env: &dyn Env, d: &mut Vec<Diagnostic>) -> Vec<Res
             );
             continue;
         }
-        let mut principal = Principal::new(&t.id.value, &[]).with_kind(t.kind);
+        let mut principal = Principal::new(&t.id.value, &[])
+            .with_kind(t.kind)
+            .with_origin(PrincipalOrigin::StaticToken);
         principal.roles = t.roles.clone();
         out.push(ResolvedToken {
             principal,

@@ -87,7 +87,13 @@ const MCP_TOOL_KEYS: &[&str] = &["effects", "tier", "idempotent"];
 const AUTONOMY_KEYS: &[&str] = &["level", "pins"];
 const PIN_KEYS: &[&str] = &["principal", "level"];
 const ROLES_KEYS: &[&str] = &["overrides"];
-const GUARDRAILS_KEYS: &[&str] = &["mode", "confirmation_ttl", "confirmations", "replicas"];
+const GUARDRAILS_KEYS: &[&str] = &[
+    "mode",
+    "confirmation_ttl",
+    "confirmations",
+    "max_pending",
+    "replicas",
+];
 const BUDGET_KEYS: &[&str] = &[
     "max_calls",
     "max_calls_per_op",
@@ -140,6 +146,8 @@ const CUSTOM_KEYS: &[&str] = &[
     "argv",
     "params",
     "cwd",
+    "read_paths",
+    "write_paths",
     "timeout",
     "effects",
     "contained",
@@ -147,7 +155,7 @@ const CUSTOM_KEYS: &[&str] = &[
     "tier",
     "summary",
 ];
-const PARAM_KEYS: &[&str] = &["type", "root", "values", "required"];
+const PARAM_KEYS: &[&str] = &["type", "root", "values", "required", "writable"];
 const JWT_KEYS: &[&str] = &[
     "hs256_secret_env",
     "rs256_public_key_file",
@@ -531,8 +539,23 @@ impl Decoder {
             c.limits = self.limits(n, "limits");
         }
         if let Some(n) = m.get("isolation")
-            && let Some(im) = self.map(n, "isolation", &["backend", "network"])
+            && let Some(im) = self.map(n, "isolation", &["backend", "network", "cgroup_parent"])
         {
+            if let Some(p) = im.get("cgroup_parent")
+                && let Some(v) = self.string(p, "isolation.cgroup_parent")
+            {
+                if v.starts_with('/') {
+                    c.isolation.cgroup_parent = Some(std::path::PathBuf::from(v));
+                } else {
+                    self.err_fix(
+                        codes::CONFIG_INVALID_VALUE,
+                        format!("`isolation.cgroup_parent` `{v}` is not an absolute path"),
+                        "isolation.cgroup_parent",
+                        p.span,
+                        "give the cgroup v2 directory's full path, e.g. `/sys/fs/cgroup/corral.slice`".to_owned(),
+                    );
+                }
+            }
             if let Some(b) = im.get("backend") {
                 c.isolation.backend = self
                     .choice(
@@ -758,6 +781,22 @@ impl Decoder {
                     ],
                 )
                 .unwrap_or_default();
+        }
+        if let Some(n) = m.get("max_pending")
+            && let Some(max) = self.uint(n, "guardrails.max_pending")
+        {
+            if max == 0 {
+                self.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    "`max_pending` is 0, so no call that needs a person's approval could ever be asked"
+                        .to_owned(),
+                    "guardrails.max_pending",
+                    n.span,
+                    "write a positive number such as `20` (the default)".to_owned(),
+                );
+            } else {
+                g.max_pending = max;
+            }
         }
         if let Some(n) = m.get("replicas")
             && let Some(r) = self.uint(n, "guardrails.replicas")
@@ -1240,18 +1279,21 @@ impl Decoder {
                 for (pk, pn) in pentries {
                     let pat = format!("{at}.params.{}", pk.name);
                     if let Some(kind) = self.param(pn, &pat) {
-                        let required = match &pn.value {
+                        let mut flag = |key: &str, default: bool| match &pn.value {
                             Value::Map(e) => e
                                 .iter()
-                                .find(|(k, _)| k.name == "required")
-                                .and_then(|(_, v)| self.bool(v, &format!("{pat}.required")))
-                                .unwrap_or(true),
-                            _ => true,
+                                .find(|(k, _)| k.name == key)
+                                .and_then(|(_, v)| self.bool(v, &format!("{pat}.{key}")))
+                                .unwrap_or(default),
+                            _ => default,
                         };
+                        let required = flag("required", true);
+                        let writable = flag("writable", false);
                         params.push(ParamConfig {
                             name: Spanned::new(pk.name.clone(), pk.span),
                             kind,
                             required,
+                            writable,
                         });
                     }
                 }
@@ -1266,6 +1308,14 @@ impl Decoder {
                 argv,
                 params,
                 cwd: m.get("cwd").and_then(|c| self.string(c, &m.at("cwd"))),
+                read_paths: m
+                    .get("read_paths")
+                    .map(|p| self.strings(p, &m.at("read_paths")))
+                    .unwrap_or_default(),
+                write_paths: m
+                    .get("write_paths")
+                    .map(|p| self.strings(p, &m.at("write_paths")))
+                    .unwrap_or_default(),
                 timeout: m
                     .get("timeout")
                     .and_then(|t| self.duration(t, &m.at("timeout"))),

@@ -630,7 +630,53 @@ impl<'a> Linter<'a> {
                 Some(c.id.span),
             ));
         }
+        let root = self.l.config.root.as_ref().map(|r| r.value.as_str());
+        if c.writes() && c.write_paths.is_empty() && !c.params.iter().any(|p| p.writable) {
+            let (what, fix) = match c.workdir(root) {
+                Some(cwd) => (
+                    format!("so its cwd `{cwd}` is writable"),
+                    format!("declare `write_paths: [{cwd}]` or a narrower directory"),
+                ),
+                None => (
+                    "and has no cwd, so it can write nowhere but its private `/tmp`".to_owned(),
+                    "declare `write_paths:` (or `cwd:`) for where it writes".to_owned(),
+                ),
+            };
+            self.push(
+                Diagnostic::warning(
+                    codes::LINT_CUSTOM_WRITE_IMPLICIT,
+                    format!(
+                        "custom op `{}` has the write effect and declares no write path, {what}",
+                        c.id.value
+                    ),
+                    at.clone(),
+                    Some(c.id.span),
+                )
+                .with_fix(fix),
+            );
+        }
+        let mut visible: Vec<String> = c.workdir(root).into_iter().collect();
+        visible.extend(c.read_paths.iter().map(|p| p.value.clone()));
+        visible.extend(c.write_paths.iter().map(|p| p.value.clone()));
         for p in &c.params {
+            if let ParamKind::Path { root: Some(r) } = &p.kind
+                && !visible
+                    .iter()
+                    .any(|v| std::path::Path::new(r).starts_with(v))
+            {
+                self.push(
+                    Diagnostic::warning(
+                        codes::LINT_CUSTOM_PARAM_OUTSIDE_PATHS,
+                        format!(
+                            "param `{}` of `{}` has root `{r}`, outside its cwd and declared paths: the program sees only the file each call passes",
+                            p.name.value, c.id.value
+                        ),
+                        format!("{at}.params.{}.root", p.name.value),
+                        Some(p.name.span),
+                    )
+                    .with_fix(format!("add `{r}` to `read_paths:` if the program needs the rest of it")),
+                );
+            }
             let typed_path = matches!(p.kind, ParamKind::Path { .. });
             if typed_path {
                 continue;
@@ -759,8 +805,8 @@ impl<'a> Linter<'a> {
         self.out.extend(found);
     }
 
-    /// `confirm: never` (a warning on every rule that sets it) and RBAC by tier that is off
-    /// while tokens carry tier roles (a note).
+    /// `confirm: never` (a warning on every rule that sets it) and a token without a tier role
+    /// while RBAC by tier is on (a warning).
     fn guardrails(&mut self) {
         let mut preset_ops: Vec<Vec<String>> = vec![Vec::new(); self.l.config.presets.len()];
         for (i, r) in self.l.policy.rules.iter().enumerate() {
@@ -829,13 +875,15 @@ impl<'a> Linter<'a> {
                 Some(span),
             ));
         }
-        if self.l.config.roles.is_none() {
+        // issue 11 item 7: RBAC by tier is on whenever a principal can carry a tier role, and
+        // then a token without one is refused every call.
+        if let Some(cause) = self.l.rbac_cause() {
             for (i, t) in self.l.config.auth.tokens.iter().enumerate() {
-                if let Some(role) = t.roles.iter().find(|r| Role::parse(r).is_some()) {
-                    self.push(Diagnostic::note(
-                        codes::LINT_RBAC_INACTIVE,
+                if Role::highest_of(&t.roles).is_none() {
+                    self.push(Diagnostic::warning(
+                        codes::LINT_RBAC_NO_TIER_ROLE,
                         format!(
-                            "token `{}` has the role `{role}`, but without `roles:` RBAC by tier is off and the role only matters to rules that name it",
+                            "token `{}` has no tier role, and RBAC by tier is on ({cause}), so every call it makes is refused with `rbac.denied`",
                             t.id.value
                         ),
                         format!("auth.tokens[{i}]"),
@@ -855,10 +903,7 @@ impl<'a> Linter<'a> {
             let risky: Vec<String> = engine
                 .mounted_ops(&anon)
                 .into_iter()
-                .filter(|op| {
-                    let e = op.effective_effects();
-                    e.contains(Effect::Exec) || e.contains(Effect::Admin)
-                })
+                .filter(|op| op.can_run_programs())
                 .map(|op| format!("`{}`", op.id))
                 .collect();
             if risky.is_empty() {
@@ -1044,6 +1089,15 @@ pub fn lint(loaded: &Loaded) -> Vec<Diagnostic> {
         out: Vec::new(),
     }
     .run()
+}
+
+/// Whether the findings hold a config error rather than a lint finding: an error whose code is
+/// not a `lint.*` code (such as `policy.scope_required`: the config loads, but a rule refuses
+/// every call). `check-config` exits 2 for these, as for a file that does not load.
+pub fn has_config_error(findings: &[Diagnostic]) -> bool {
+    findings
+        .iter()
+        .any(|d| d.severity == Severity::Error && !d.code.starts_with("lint."))
 }
 
 /// Whether findings fail the check: any error, or any warning under `--strict`.

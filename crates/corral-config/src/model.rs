@@ -202,6 +202,8 @@ pub struct GuardrailsConfig {
     pub confirmation_ttl: Duration,
     /// Where confirmations live.
     pub confirmations: ConfirmationBackend,
+    /// How many pending actions one principal may have at once (20 by default).
+    pub max_pending: u64,
     /// How many replicas of `corral serve` share this config (declared; 1 by default).
     pub replicas: u64,
 }
@@ -212,6 +214,7 @@ impl Default for GuardrailsConfig {
             mode: GuardrailsMode::Enforce,
             confirmation_ttl: Duration::from_secs(300),
             confirmations: ConfirmationBackend::Store,
+            max_pending: 20,
             replicas: 1,
         }
     }
@@ -285,8 +288,13 @@ pub struct CustomOpConfig {
     pub argv: Vec<Spanned<String>>,
     /// Declared params, in order.
     pub params: Vec<ParamConfig>,
-    /// Working directory.
+    /// Working directory; when omitted, see [`CustomOpConfig::workdir`].
     pub cwd: Option<String>,
+    /// Directories (or files) the program may read besides its cwd.
+    pub read_paths: Vec<Spanned<String>>,
+    /// Directories (or files) the program may write. With the `write` effect and none declared
+    /// (and no writable path param), the cwd is writable.
+    pub write_paths: Vec<Spanned<String>>,
     /// Timeout.
     pub timeout: Option<Duration>,
     /// Effects; `None` when omitted (treated as admin, explicit-only).
@@ -301,6 +309,43 @@ pub struct CustomOpConfig {
     pub summary: String,
 }
 
+impl CustomOpConfig {
+    /// The working directory the op runs in: its `cwd`, else the config's `root`, else the
+    /// root of its first path param. `None` when there is none of them: the program then runs
+    /// in its sandbox's private, empty `/tmp`, and sees no host directory but its paths.
+    pub fn workdir(&self, config_root: Option<&str>) -> Option<String> {
+        self.cwd
+            .clone()
+            .or_else(|| config_root.map(str::to_owned))
+            .or_else(|| {
+                self.params.iter().find_map(|p| match &p.kind {
+                    ParamKind::Path { root: Some(r) } => Some(r.clone()),
+                    _ => None,
+                })
+            })
+    }
+
+    /// Whether the op declares the `write` effect.
+    pub fn writes(&self) -> bool {
+        self.effects
+            .as_ref()
+            .is_some_and(|e| e.contains(&Effect::Write))
+    }
+
+    /// Where the program may write, as the config says it: the declared `write_paths`; with the
+    /// `write` effect and none declared (and no writable path param), the working directory.
+    pub fn declared_write_paths(&self, config_root: Option<&str>) -> Vec<String> {
+        if !self.writes() {
+            return Vec::new();
+        }
+        let declared: Vec<String> = self.write_paths.iter().map(|p| p.value.clone()).collect();
+        if declared.is_empty() && !self.params.iter().any(|p| p.writable) {
+            return self.workdir(config_root).into_iter().collect();
+        }
+        declared
+    }
+}
+
 /// One custom op param.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParamConfig {
@@ -310,6 +355,8 @@ pub struct ParamConfig {
     pub kind: ParamKind,
     /// Whether a call must give it.
     pub required: bool,
+    /// A path param the program may write (bound read-write; needs the op's `write` effect).
+    pub writable: bool,
 }
 
 /// `auth:`
@@ -425,6 +472,9 @@ pub struct IsolationConfig {
     pub backend: BackendKind,
     /// Network inside the sandbox.
     pub network: NetworkMode,
+    /// `cgroup_parent`: a cgroup v2 directory per-run cgroups go under, instead of corral's own
+    /// cgroup (absolute).
+    pub cgroup_parent: Option<std::path::PathBuf>,
 }
 
 /// `storage:`

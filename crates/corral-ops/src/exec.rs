@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corral_exec::BoxFuture;
-use corral_exec::{ExecError, ExecOutput, ExecRequest, ResourceLimits};
-use corral_policy::{ArgValue, OpSpec, codes};
+use corral_exec::{DEFAULT_WRITE_QUOTA, ExecError, ExecOutput, ExecRequest, ResourceLimits};
+use corral_policy::{ArgValue, OpSpec, Protected, ProtectedSpec, codes};
 use serde_json::json;
 
 use crate::{Op, OpCtx, OpError, OpOutput};
@@ -77,6 +77,36 @@ fn result_json(out: &ExecOutput) -> serde_json::Value {
             "destroyed": out.attestation.destroyed,
             "primitives": out.attestation.primitives,
         },
+        // What the run's copy-on-write layer brought back to the host (null: the backend wrote
+        // straight to it, e.g. `process`).
+        "changes": out.changes.as_ref().map(|c| json!({
+            "applied": c.applied,
+            "bytes": c.bytes,
+            "refused": c.refused.iter().map(|r| json!({"path": r.path, "reason": r.reason})).collect::<Vec<_>>(),
+            "refused_unlisted": c.refused_unlisted,
+        })),
+    })
+}
+
+/// What no command may change: `.git` and `.corral` at any depth, and the directories the
+/// context protects (corral's state). Fails closed: a protection that does not compile refuses
+/// the run.
+fn protection(ctx: &OpCtx) -> Result<Protected, OpError> {
+    let paths = ctx
+        .protected
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    Protected::compile(ProtectedSpec {
+        paths,
+        ..ProtectedSpec::default()
+    })
+    .map_err(|e| {
+        OpError::new(
+            codes::EXEC_INVALID,
+            400,
+            format!("the protected paths cannot be used: {e}"),
+        )
     })
 }
 
@@ -88,9 +118,13 @@ fn limits_of(ctx: &OpCtx) -> (Duration, u64, ResourceLimits) {
         ResourceLimits {
             cpu_seconds: l.cpu_seconds,
             memory: l.memory,
+            // 1 GiB unless the config sets `limits.memory` (issue 11 item 5).
+            default_memory: Some(corral_exec::DEFAULT_MEMORY),
             processes: l.processes,
             file_size: l.max_bytes,
             open_files: Some(1024),
+            // The config key (`limits.write_quota`) is not wired yet: every run gets the default.
+            write_quota: Some(DEFAULT_WRITE_QUOTA),
         },
     )
 }
@@ -177,39 +211,90 @@ impl Op for CommandsRun {
                 limits,
                 read_paths,
                 write_paths,
+                protected: protection(&ctx)?,
             };
             run(&ctx, req).await
         })
     }
 }
 
+/// Where a custom op without a working directory runs: in an isolating backend, the run's own
+/// empty tmpfs.
+pub const PRIVATE_TMP: &str = "/tmp";
+
+/// What a `custom:` op runs, and what its sandbox may see, as the config says it.
+#[derive(Debug, Clone, Default)]
+pub struct CustomRun {
+    /// The argv template.
+    pub argv: Vec<String>,
+    /// The working directory (bound read-only unless it is a write path); `None`: the
+    /// sandbox's private, empty `/tmp`, with no host directory bound for it.
+    pub cwd: Option<PathBuf>,
+    /// Other paths the program may read.
+    pub read_paths: Vec<PathBuf>,
+    /// Paths the program may write (already empty unless the op has the `write` effect).
+    pub write_paths: Vec<PathBuf>,
+    /// Path params whose jailed path is bound read-write (the op has the `write` effect).
+    pub writable_params: Vec<String>,
+    /// The op's own timeout.
+    pub timeout: Option<Duration>,
+}
+
 /// A `custom:` op: a fixed argv whose `{param}` placeholders are filled with the call's typed
-/// arguments (paths with their jailed absolute form). No shell.
+/// arguments (paths with their jailed absolute form). No shell. Its sandbox sees its cwd, its
+/// declared paths and the jailed path of each path param, nothing else.
 #[derive(Debug)]
 pub struct CustomOp {
     spec: OpSpec,
-    argv: Vec<String>,
-    cwd: Option<String>,
-    timeout: Option<Duration>,
+    run: CustomRun,
     secret_envs: Vec<String>,
 }
 
 impl CustomOp {
     /// A custom op.
-    pub fn new(
-        spec: OpSpec,
-        argv: Vec<String>,
-        cwd: Option<String>,
-        timeout: Option<Duration>,
-        secret_envs: Vec<String>,
-    ) -> Self {
+    pub fn new(spec: OpSpec, run: CustomRun, secret_envs: Vec<String>) -> Self {
         Self {
             spec,
-            argv,
-            cwd,
-            timeout,
+            run,
             secret_envs,
         }
+    }
+
+    /// The paths the sandbox binds: (read, write). A path param's jailed path is bound when it
+    /// exists, read-write for a writable param; a writable param whose file does not exist yet
+    /// gets its parent directory (within the param's root) so the program can create it.
+    pub fn bound_paths(&self, ctx: &OpCtx) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let mut read: Vec<PathBuf> = self.run.cwd.iter().cloned().collect();
+        read.extend(self.run.read_paths.iter().cloned());
+        let mut write: Vec<PathBuf> = self.run.write_paths.clone();
+        for (name, jp) in &ctx.grant.paths {
+            let path = PathBuf::from(jp.absolute());
+            let writable = self.run.writable_params.iter().any(|w| w == name);
+            let bound = if path.symlink_metadata().is_ok() {
+                Some(path)
+            } else if writable {
+                // The nearest existing ancestor that is still inside the jail.
+                let root = PathBuf::from(jp.root());
+                path.ancestors()
+                    .skip(1)
+                    .take_while(|a| a.starts_with(&root))
+                    .find(|a| a.is_dir())
+                    .map(PathBuf::from)
+            } else {
+                None
+            };
+            match (bound, writable) {
+                (Some(p), true) => write.push(p),
+                (Some(p), false) => read.push(p),
+                (None, _) => {}
+            }
+        }
+        for w in &write {
+            if !read.contains(w) {
+                read.push(w.clone());
+            }
+        }
+        (read, write)
     }
 
     /// Fills the template. Every placeholder must have a value; a path param takes its jailed
@@ -232,8 +317,8 @@ impl CustomOp {
                     ArgValue::List(_) | ArgValue::Json(_) => None,
                 }
             };
-        let mut out = Vec::with_capacity(self.argv.len());
-        for tok in &self.argv {
+        let mut out = Vec::with_capacity(self.run.argv.len());
+        for tok in &self.run.argv {
             let mut s = String::new();
             let mut rest = tok.as_str();
             while let Some(start) = rest.find('{') {
@@ -268,18 +353,23 @@ impl Op for CustomOp {
         Box::pin(async move {
             let argv = self.render(&ctx)?;
             let (timeout, max_output, limits) = limits_of(&ctx);
-            let timeout = self.timeout.map_or(timeout, |t| t.min(timeout));
-            let cwd = PathBuf::from(self.cwd.clone().unwrap_or_else(|| "/".to_owned()));
+            let timeout = self.run.timeout.map_or(timeout, |t| t.min(timeout));
+            let (read_paths, write_paths) = self.bound_paths(&ctx);
             let req = ExecRequest {
                 argv,
-                cwd: cwd.clone(),
+                cwd: self
+                    .run
+                    .cwd
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(PRIVATE_TMP)),
                 env: child_env(&[], &[], &self.secret_envs),
                 stdin: None,
                 timeout,
                 max_output_bytes: max_output,
                 limits,
-                read_paths: vec![cwd],
-                write_paths: Vec::new(),
+                read_paths,
+                write_paths,
+                protected: protection(&ctx)?,
             };
             run(&ctx, req).await
         })

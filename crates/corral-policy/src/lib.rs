@@ -33,7 +33,7 @@ pub use limits::Limits;
 pub use op::{
     Catalog, Effect, EffectSet, OpId, OpSpec, ParamKind, ParamSpec, Safety, ScopeKind, Tier,
 };
-pub use principal::{Principal, PrincipalKind, PrincipalSelector};
+pub use principal::{Principal, PrincipalKind, PrincipalOrigin, PrincipalSelector};
 pub use protect::{Access, Protected, ProtectedHit, ProtectedSpec};
 pub use request::{ArgError, ArgValue, Args, Request, path_too_long, validate_args};
 pub use resolved::{ResolvedCheck, ResolvedRefusal};

@@ -377,6 +377,9 @@ pub struct OpSpec {
     /// Calling it twice with the same arguments does what calling it once does (declared by
     /// config; MCP clients see it as `idempotentHint`).
     pub idempotent: bool,
+    /// The op runs a program whatever its declared effects (a `custom:` op): open mode refuses
+    /// it like an `exec` op.
+    pub runs_program: bool,
 }
 
 impl OpSpec {
@@ -393,6 +396,7 @@ impl OpSpec {
             groups: Vec::new(),
             summary: summary.to_owned(),
             idempotent: false,
+            runs_program: false,
         }
     }
 
@@ -435,6 +439,13 @@ impl OpSpec {
         } else {
             Safety::Unsafe
         }
+    }
+
+    /// Whether calling it runs a program: the `exec` effect (or `admin`, which may do anything),
+    /// or a custom op whatever it declares. Open mode refuses such ops.
+    pub fn can_run_programs(&self) -> bool {
+        let e = self.effective_effects();
+        self.runs_program || e.contains(Effect::Exec) || e.contains(Effect::Admin)
     }
 
     /// The effects as used for decisions: undeclared means `admin`.

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use corral_config::Loaded;
-use corral_config::model::{GuardrailsMode, JwtKey};
+use corral_config::model::{CustomOpConfig, GuardrailsMode, JwtKey};
 use corral_guard::guardrails::{Budgets, GuardPolicy, Mode};
 use corral_guard::{Caller, Deployment};
 use corral_mcp::upstream::{DEFAULT_CALL_TIMEOUT, UpstreamSpec, Upstreams};
-use corral_ops::exec::{CommandsRun, CustomOp};
+use corral_ops::exec::{CommandsRun, CustomOp, CustomRun};
 use corral_ops::files::{FileOp, FileOpKind};
 use corral_ops::health::Health;
 use corral_ops::http::{FetchConfig, HttpFetch};
@@ -50,9 +50,7 @@ pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Re
             id => match loaded.config.custom.iter().find(|c| c.id.value == id) {
                 Some(c) => Arc::new(CustomOp::new(
                     spec.clone(),
-                    c.argv.iter().map(|t| t.value.clone()).collect(),
-                    c.cwd.clone(),
-                    c.timeout,
+                    custom_run(c, loaded),
                     secret_envs.clone(),
                 )),
                 None => {
@@ -67,6 +65,32 @@ pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Re
         ops.push(op);
     }
     Registry::new(catalog.clone(), ops)
+}
+
+/// What a custom op runs and may see, from its config.
+fn custom_run(c: &CustomOpConfig, loaded: &Loaded) -> CustomRun {
+    let root = loaded.config.root.as_ref().map(|r| r.value.as_str());
+    CustomRun {
+        argv: c.argv.iter().map(|t| t.value.clone()).collect(),
+        cwd: c.workdir(root).map(PathBuf::from),
+        read_paths: c
+            .read_paths
+            .iter()
+            .map(|p| PathBuf::from(&p.value))
+            .collect(),
+        write_paths: c
+            .declared_write_paths(root)
+            .into_iter()
+            .map(PathBuf::from)
+            .collect(),
+        writable_params: c
+            .params
+            .iter()
+            .filter(|p| p.writable && c.writes())
+            .map(|p| p.name.value.clone())
+            .collect(),
+        timeout: c.timeout,
+    }
 }
 
 /// How long start-up waits for the upstream MCP servers' first tool lists.
@@ -216,6 +240,8 @@ pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {
                 call_timeout: s.call_timeout.unwrap_or(DEFAULT_CALL_TIMEOUT),
                 limits: corral_exec::ResourceLimits {
                     memory: s.memory,
+                    // 1 GiB unless the server's entry sets `memory` (issue 11 item 5).
+                    default_memory: Some(corral_exec::DEFAULT_MEMORY),
                     processes: s.processes,
                     ..corral_exec::ResourceLimits::default()
                 },
@@ -236,9 +262,13 @@ pub fn op_version(spec: &OpSpec, loaded: &Loaded, upstreams: &Upstreams) -> Stri
         .iter()
         .find(|c| c.id.value == spec.id.as_str())
         .map(|c| {
+            let run = custom_run(c, loaded);
             json!({
-                "argv": c.argv.iter().map(|t| t.value.as_str()).collect::<Vec<_>>(),
-                "cwd": c.cwd,
+                "argv": run.argv,
+                "cwd": run.cwd,
+                "read_paths": run.read_paths,
+                "write_paths": run.write_paths,
+                "writable_params": run.writable_params,
                 "timeout_ms": c.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
             })
         });
@@ -295,6 +325,17 @@ fn spec_version(spec: &OpSpec, custom: Option<serde_json::Value>) -> String {
 /// The guard steps' settings of a loaded config (autonomy, RBAC, mode, confirmation, budgets,
 /// op versions).
 pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> GuardPolicy {
+    let mut g = guard_settings(loaded);
+    g.op_versions = catalog
+        .iter()
+        .map(|spec| (spec.id.to_string(), op_version(spec, loaded, upstreams)))
+        .collect();
+    g
+}
+
+/// The guard steps' settings a config alone decides (all but the op versions, which need the
+/// upstreams): what `corral explain` runs offline.
+pub fn guard_settings(loaded: &Loaded) -> GuardPolicy {
     let c = &loaded.config;
     let mut g = GuardPolicy::new();
     if let Some(a) = &c.autonomy {
@@ -305,9 +346,12 @@ pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -
             .map(|p| (p.principal.clone(), p.level))
             .collect();
     }
-    g.rbac = c.roles.as_ref().map(|r| {
-        r.overrides
+    // On whenever a principal can carry a tier role (issue 11 item 7), with the overrides of
+    // `roles:` when there is one.
+    g.rbac = loaded.rbac_cause().map(|_| {
+        c.roles
             .iter()
+            .flat_map(|r| r.overrides.iter())
             .map(|(op, role)| (op.value.clone(), *role))
             .collect()
     });
@@ -316,6 +360,7 @@ pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -
         GuardrailsMode::DryRun => Mode::DryRun,
     };
     g.confirmation_ttl = c.guardrails.confirmation_ttl;
+    g.max_pending = c.guardrails.max_pending;
     g.confirm_never_rules = loaded
         .origins
         .iter()
@@ -334,10 +379,6 @@ pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -
         max_wall_time: c.budgets.max_wall_time,
         max_output_bytes: c.budgets.max_output_bytes,
     };
-    g.op_versions = catalog
-        .iter()
-        .map(|spec| (spec.id.to_string(), op_version(spec, loaded, upstreams)))
-        .collect();
     g
 }
 

@@ -12,7 +12,7 @@ use corral_exec::process::ProcessBackend;
 use corral_guard::Gateway;
 use corral_guard::audit::AuditSink;
 use corral_guard::confirm::{ConfirmationStore, MemoryConfirmations};
-use corral_policy::{Effect, Principal};
+use corral_policy::Principal;
 use corral_store::Store;
 
 use crate::{App, AppState, compose};
@@ -85,10 +85,7 @@ fn check_open_mode(
     let risky: Vec<String> = engine
         .mounted_ops(&Principal::anonymous())
         .into_iter()
-        .filter(|op| {
-            let e = op.effective_effects();
-            e.contains(Effect::Exec) || e.contains(Effect::Admin)
-        })
+        .filter(|op| op.can_run_programs())
         .map(|op| format!("`{}`", op.id))
         .collect();
     let problem = if !listen.ip().is_loopback() {
@@ -130,7 +127,9 @@ fn backend(loaded: &Loaded) -> Arc<dyn Backend> {
             };
             // The running binary is the helper (`corral __sandbox-exec`); `/proc/self/exe`
             // names it even if the file on disk was replaced since.
-            let linux = LinuxBackend::new(PathBuf::from("/proc/self/exe")).with_network(network);
+            let linux = LinuxBackend::new(PathBuf::from("/proc/self/exe"))
+                .with_network(network)
+                .with_cgroup_parent(loaded.config.isolation.cgroup_parent.clone());
             if let Err(e) = linux.preflight() {
                 tracing::error!(
                     code = e.code(),

@@ -2,7 +2,9 @@
 
 mod call;
 mod crash;
+mod custom_ops;
 mod docs;
+mod doctor;
 mod mcp;
 mod offline;
 mod reload;

@@ -7,5 +7,6 @@ mod commands;
 mod deny_beats_allow;
 mod differential;
 mod hooks_and_presets;
+mod identity;
 mod paths;
 mod support;
