@@ -72,6 +72,7 @@ pub(crate) struct Built {
     pub origins: Vec<RuleOrigin>,
     pub tokens: Vec<ResolvedToken>,
     pub state_dir: PathBuf,
+    pub own: Vec<crate::protect::OwnFile>,
 }
 
 fn err(d: &mut Vec<Diagnostic>, e: &corral_policy::PolicyError, at: &str, span: Span) {
@@ -328,7 +329,13 @@ pub(crate) fn absolutize(base: &Path, p: &str) -> PathBuf {
     out
 }
 
-pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diagnostic>) -> Built {
+pub(crate) fn build(
+    c: &Config,
+    base_dir: &Path,
+    config_file: Option<&Path>,
+    env: &dyn Env,
+    d: &mut Vec<Diagnostic>,
+) -> Built {
     let mut catalog = Catalog::builtin();
     for op in &c.custom {
         if let Some(spec) = custom_op(op, d)
@@ -577,7 +584,31 @@ pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diag
         base_dir,
         c.state_dir.as_ref().map_or(".corral", |s| s.value.as_str()),
     );
-    policy = policy.protect(&state_dir.to_string_lossy());
+    // Corral's own files are protected as configured and resolved (a symlinked config
+    // directory must not leave the real state directory open: issue 11 item 3).
+    let own = crate::protect::own_files(c, base_dir, &state_dir, config_file);
+    for f in &own {
+        for form in f.forms() {
+            policy = policy.protect(&form.to_string_lossy());
+        }
+    }
+    let state_dir = crate::protect::resolve_path(&state_dir);
+    let globs: Vec<String> = c.protected.iter().map(|g| g.value.clone()).collect();
+    match corral_policy::Protected::compile(corral_policy::ProtectedSpec {
+        globs,
+        ..corral_policy::ProtectedSpec::default()
+    }) {
+        Ok(p) => policy = policy.protect_all(&p),
+        Err(e) => err(
+            d,
+            &e,
+            "protected",
+            c.protected.first().map(|g| g.span).unwrap_or_default(),
+        ),
+    }
+    d.extend(crate::protect::check_writable(
+        &own, &policy, &catalog, c, base_dir,
+    ));
 
     let tokens = resolve_tokens(c, env, d);
     let jwt_key = c
@@ -592,6 +623,7 @@ pub(crate) fn build(c: &Config, base_dir: &Path, env: &dyn Env, d: &mut Vec<Diag
         origins,
         tokens,
         state_dir,
+        own,
     }
 }
 

@@ -67,6 +67,7 @@ const TOP_KEYS: &[&str] = &[
     "guardrails",
     "budgets",
     "disabled_ops",
+    "protected",
     "mcp_servers",
     "mcp",
 ];
@@ -622,6 +623,9 @@ impl Decoder {
         }
         if let Some(n) = m.get("budgets") {
             c.budgets = self.budgets(n);
+        }
+        if let Some(n) = m.get("protected") {
+            c.protected = self.strings(n, "protected");
         }
         if let Some(n) = m.get("disabled_ops") {
             c.disabled_ops = self.strings(n, "disabled_ops");

@@ -10,6 +10,7 @@ mod decode;
 pub mod diag;
 pub mod lint;
 pub mod model;
+pub mod protect;
 pub mod starter;
 pub mod yaml;
 
@@ -45,8 +46,11 @@ pub struct Loaded {
     pub tokens: Vec<ResolvedToken>,
     /// The JWT verification key, when `auth.jwt` is configured.
     pub jwt_key: Option<model::JwtKey>,
-    /// Corral's state directory, absolute.
+    /// Corral's state directory, absolute and resolved (no symlink left in it).
     pub state_dir: PathBuf,
+    /// Corral's own files (state directory, config file, key files, ...): no op reads or
+    /// changes them, and none may lie inside a root some caller can write.
+    pub own_files: Vec<protect::OwnFile>,
     /// The directory relative paths in the config are resolved against.
     pub base_dir: PathBuf,
 }
@@ -180,7 +184,8 @@ pub fn load_file(path: &Path) -> Result<Loaded, LoadError> {
         .filter(|p| !p.as_os_str().is_empty())
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let base = std::path::absolute(&base).unwrap_or(base);
-    load_str(&file_name, &source, &base, &ProcessEnv)
+    let config_file = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    load_inner(&file_name, &source, &base, Some(&config_file), &ProcessEnv)
 }
 
 /// Loads a config from text. `base_dir` anchors relative paths (the state directory).
@@ -188,6 +193,16 @@ pub fn load_str(
     file_name: &str,
     source: &str,
     base_dir: &Path,
+    env: &dyn Env,
+) -> Result<Loaded, LoadError> {
+    load_inner(file_name, source, base_dir, None, env)
+}
+
+fn load_inner(
+    file_name: &str,
+    source: &str,
+    base_dir: &Path,
+    config_file: Option<&Path>,
     env: &dyn Env,
 ) -> Result<Loaded, LoadError> {
     let fail = |diagnostics| LoadError {
@@ -212,7 +227,7 @@ pub fn load_str(
     if diags.iter().any(|d| d.severity == Severity::Error) {
         return Err(fail(diags));
     }
-    let built = build::build(&config, base_dir, env, &mut diags);
+    let built = build::build(&config, base_dir, config_file, env, &mut diags);
     if diags.iter().any(|d| d.severity == Severity::Error) {
         return Err(fail(diags));
     }
@@ -227,6 +242,7 @@ pub fn load_str(
         tokens: built.tokens,
         jwt_key: built.jwt_key,
         state_dir: built.state_dir,
+        own_files: built.own,
         base_dir: build::absolutize(
             &std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             &base_dir.to_string_lossy(),

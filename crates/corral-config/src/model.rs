@@ -71,6 +71,10 @@ pub struct Config {
     pub budgets: BudgetsConfig,
     /// `disabled_ops:` ops removed from the catalog before anything is built from it.
     pub disabled_ops: Vec<Spanned<String>>,
+    /// `protected:` globs no op may create, change or delete (beside `.git`, `.corral` and
+    /// corral's own state, config and key files, which are always protected). A pattern
+    /// without `/` matches a name at any depth.
+    pub protected: Vec<Spanned<String>>,
     /// `mcp_servers:` upstream MCP servers corral runs in its sandbox; their tools become ops
     /// `mcp.<name>.<tool>`.
     pub mcp_servers: Vec<McpServerConfig>,

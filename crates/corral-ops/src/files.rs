@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use corral_exec::BoxFuture;
 use corral_policy::codes;
+use corral_policy::protect::Access;
 use corral_policy::scope::{JailedPath, SymlinkMode};
-use corral_policy::{ArgValue, OpSpec};
+use corral_policy::{ArgValue, OpSpec, ResolvedCheck};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use serde_json::json;
@@ -87,6 +88,93 @@ struct Opened {
     shown: String,
 }
 
+/// Entries `files.delete` looks at beneath a directory before removing it; a bigger tree is
+/// refused (fails closed) rather than removed unchecked.
+pub const MAX_DELETE_WALK: usize = 10_000;
+
+/// What every open re-checks on the real path the kernel resolved (issue 11 items 2, 3, 9):
+/// the symlink mode, corral's protected directories, and the grant's checks (protected
+/// locations, deny patterns, deny rules) for this kind of access.
+#[derive(Clone)]
+struct Checks {
+    symlinks: SymlinkMode,
+    protected: Vec<PathBuf>,
+    resolved: ResolvedCheck,
+    access: Access,
+}
+
+impl Checks {
+    /// Refuses `real` (where `shown` really leads, `real_root` the real path of the jail's
+    /// root) when it is protected or a deny pattern or deny rule covers it. The forms judged:
+    /// the real path, and the same path re-anchored at the root as configured (the config's
+    /// patterns are written against that one).
+    fn verify(
+        &self,
+        jp: &JailedPath,
+        shown: &str,
+        real: &Path,
+        real_root: &Path,
+    ) -> Result<(), OpError> {
+        if under_any(real, &self.protected) {
+            return Err(OpError::new(
+                codes::POLICY_PATH_DENIED,
+                403,
+                format!(
+                    "`{shown}` leads into a protected location (/proc, /sys, /dev or corral's \
+                     state directory); call with another path"
+                ),
+            ));
+        }
+        let real_s = real.to_string_lossy().into_owned();
+        let mut forms = vec![real_s];
+        if let Ok(rest) = real.strip_prefix(real_root) {
+            let rest = rest.to_string_lossy();
+            let anchored = if rest.is_empty() {
+                jp.root().to_owned()
+            } else {
+                format!("{}/{rest}", jp.root().trim_end_matches('/'))
+            };
+            if !forms.contains(&anchored) {
+                forms.push(anchored);
+            }
+        }
+        let forms: Vec<&str> = forms.iter().map(String::as_str).collect();
+        self.resolved
+            .check(shown, &forms, self.access)
+            .map_err(|r| OpError::new(r.code, 403, r.message))
+    }
+}
+
+/// The root of `jp`, opened as a path, and its real path.
+fn open_root(jp: &JailedPath) -> Result<(OwnedFd, PathBuf), OpError> {
+    let root = rustix::fs::open(
+        jp.root(),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| errno_error(e, jp.root()))?;
+    let real = real_path(&root)?;
+    Ok((root, real))
+}
+
+/// A path the kernel cannot take (too long in all or in one component), refused before any
+/// syscall with the limit named.
+fn check_length(jp: &JailedPath) -> Result<(), OpError> {
+    match corral_policy::path_too_long(&jp.absolute()) {
+        Some(why) => Err(OpError::new(
+            codes::ARGS_PATH_TOO_LONG,
+            400,
+            format!("the path `{}...` {why}", prefix(&jp.absolute(), 64)),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The first `n` characters of `s` (for messages about very long paths).
+fn prefix(s: &str, n: usize) -> &str {
+    s.char_indices().nth(n).map_or(s, |(i, _)| &s[..i])
+}
+
 fn resolve_flags(mode: SymlinkMode) -> ResolveFlags {
     match mode {
         SymlinkMode::Within => ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
@@ -114,21 +202,15 @@ fn real_path(fd: &OwnedFd) -> Result<PathBuf, OpError> {
     })
 }
 
-/// Opens `jp` beneath its root. Refuses anything that ends up under a protected directory.
+/// Opens `jp` beneath its root. Refuses anything whose real path is protected or denied.
 fn open_beneath(
     jp: &JailedPath,
     flags: OFlags,
     mode: Mode,
-    symlinks: SymlinkMode,
-    protected: &[PathBuf],
+    checks: &Checks,
 ) -> Result<Opened, OpError> {
     let shown = jp.absolute();
-    let root = rustix::fs::open(
-        jp.root(),
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| errno_error(e, jp.root()))?;
+    let (root, real_root) = open_root(jp)?;
     let rel = if jp.relative().is_empty() {
         "."
     } else {
@@ -139,17 +221,11 @@ fn open_beneath(
         rel,
         flags | OFlags::CLOEXEC,
         mode,
-        resolve_flags(symlinks),
+        resolve_flags(checks.symlinks),
     )
     .map_err(|e| errno_error(e, &shown))?;
     let real = real_path(&fd)?;
-    if under_any(&real, protected) {
-        return Err(OpError::new(
-            codes::POLICY_PATH_DENIED,
-            403,
-            format!("`{shown}` leads into a protected location"),
-        ));
-    }
+    checks.verify(jp, &shown, &real, &real_root)?;
     Ok(Opened { fd, shown })
 }
 
@@ -259,44 +335,48 @@ impl Op for FileOp {
         let kind = self.kind;
         Box::pin(async move {
             let jp = the_path(&ctx)?.clone();
-            let symlinks = ctx.grant.symlinks;
-            let protected = ctx.protected.clone();
+            check_length(&jp)?;
+            let access = match kind {
+                FileOpKind::List | FileOpKind::Stat | FileOpKind::Read | FileOpKind::Download => {
+                    Access::Read
+                }
+                FileOpKind::Write | FileOpKind::Delete => Access::Change,
+            };
+            let checks = Checks {
+                symlinks: ctx.grant.symlinks,
+                protected: ctx.protected.clone(),
+                resolved: ctx.grant.resolved.clone(),
+                access,
+            };
             let limit = max_bytes(&ctx);
             match kind {
                 FileOpKind::List => {
                     let max = ctx.grant.limits.max_entries.unwrap_or(DEFAULT_MAX_ENTRIES);
-                    blocking(move || list(&jp, symlinks, &protected, max)).await
+                    blocking(move || list(&jp, &checks, max)).await
                 }
-                FileOpKind::Stat => blocking(move || stat(&jp, symlinks, &protected)).await,
-                FileOpKind::Read => blocking(move || read(&jp, symlinks, &protected, limit)).await,
+                FileOpKind::Stat => blocking(move || stat(&jp, &checks)).await,
+                FileOpKind::Read => blocking(move || read(&jp, &checks, limit)).await,
                 FileOpKind::Write => {
                     let content = match ctx.args.get("content") {
                         Some(ArgValue::Str(s)) => s.clone(),
                         _ => String::new(),
                     };
                     let append = matches!(ctx.args.get("append"), Some(ArgValue::Bool(true)));
-                    blocking(move || write(&jp, symlinks, &protected, limit, &content, append))
-                        .await
+                    blocking(move || write(&jp, &checks, limit, &content, append)).await
                 }
-                FileOpKind::Delete => blocking(move || delete(&jp, symlinks, &protected)).await,
-                FileOpKind::Download => download(&jp, symlinks, &protected, limit).await,
+                FileOpKind::Delete => blocking(move || delete(&jp, &checks)).await,
+                FileOpKind::Download => download(&jp, checks, limit).await,
             }
         })
     }
 }
 
-fn list(
-    jp: &JailedPath,
-    symlinks: SymlinkMode,
-    protected: &[PathBuf],
-    max: u64,
-) -> Result<OpOutput, OpError> {
+fn list(jp: &JailedPath, checks: &Checks, max: u64) -> Result<OpOutput, OpError> {
     let o = open_beneath(
         jp,
         OFlags::RDONLY | OFlags::DIRECTORY,
         Mode::empty(),
-        symlinks,
-        protected,
+        checks,
     )?;
     let dir = rustix::fs::Dir::read_from(&o.fd).map_err(|e| errno_error(e, &o.shown))?;
     let mut entries = Vec::new();
@@ -329,12 +409,8 @@ fn list(
     })
 }
 
-fn stat(
-    jp: &JailedPath,
-    symlinks: SymlinkMode,
-    protected: &[PathBuf],
-) -> Result<OpOutput, OpError> {
-    let o = open_beneath(jp, OFlags::PATH, Mode::empty(), symlinks, protected)?;
+fn stat(jp: &JailedPath, checks: &Checks) -> Result<OpOutput, OpError> {
+    let o = open_beneath(jp, OFlags::PATH, Mode::empty(), checks)?;
     let st = rustix::fs::fstat(&o.fd).map_err(|e| errno_error(e, &o.shown))?;
     Ok(OpOutput::Json {
         value: json!({
@@ -368,19 +444,13 @@ fn too_large(shown: &str, size: u64, limit: u64) -> OpError {
     )
 }
 
-fn read(
-    jp: &JailedPath,
-    symlinks: SymlinkMode,
-    protected: &[PathBuf],
-    limit: u64,
-) -> Result<OpOutput, OpError> {
+fn read(jp: &JailedPath, checks: &Checks, limit: u64) -> Result<OpOutput, OpError> {
     use std::io::Read;
     let o = open_beneath(
         jp,
         OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK,
         Mode::empty(),
-        symlinks,
-        protected,
+        checks,
     )?;
     let size = regular_size(&o)?;
     if size > limit {
@@ -414,12 +484,7 @@ fn read(
 /// it. An existing file is opened as it is and truncated only once its real path and type are
 /// checked; a new one is created with `O_EXCL` (which never follows a symlink) in a parent
 /// directory whose real path was checked first.
-fn open_for_write(
-    jp: &JailedPath,
-    symlinks: SymlinkMode,
-    protected: &[PathBuf],
-    append: bool,
-) -> Result<Opened, OpError> {
+fn open_for_write(jp: &JailedPath, checks: &Checks, append: bool) -> Result<Opened, OpError> {
     let append_flag = if append {
         OFlags::APPEND
     } else {
@@ -431,8 +496,7 @@ fn open_for_write(
             jp,
             OFlags::WRONLY | OFlags::NOCTTY | OFlags::NONBLOCK | append_flag,
             Mode::empty(),
-            symlinks,
-            protected,
+            checks,
         ) {
             Ok(o) => {
                 regular_size(&o)?;
@@ -444,7 +508,7 @@ fn open_for_write(
             Err(e) if e.code == codes::FILES_NOT_FOUND => {}
             Err(e) => return Err(e),
         }
-        if let Some(o) = create_beneath(jp, symlinks, protected)? {
+        if let Some(o) = create_beneath(jp, checks)? {
             return Ok(o);
         }
     }
@@ -458,44 +522,30 @@ fn open_for_write(
     ))
 }
 
-/// Creates `jp` exclusively, in its parent opened beneath the root and checked against the
-/// protected directories. `None` when a file of that name appeared in the meantime.
-fn create_beneath(
-    jp: &JailedPath,
-    symlinks: SymlinkMode,
-    protected: &[PathBuf],
-) -> Result<Option<Opened>, OpError> {
+/// Creates `jp` exclusively, in its parent opened beneath the root, once the parent's real
+/// path joined with the new name passed the checks. `None` when a file of that name appeared
+/// in the meantime.
+fn create_beneath(jp: &JailedPath, checks: &Checks) -> Result<Option<Opened>, OpError> {
     let shown = jp.absolute();
     let rel = jp.relative();
     let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
-    let root = rustix::fs::open(
-        jp.root(),
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| errno_error(e, jp.root()))?;
+    let (root, real_root) = open_root(jp)?;
     let dir = openat2_retrying(
         &root,
         if parent.is_empty() { "." } else { parent },
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
-        resolve_flags(symlinks),
+        resolve_flags(checks.symlinks),
     )
     .map_err(|e| errno_error(e, &shown))?;
     let real_parent = real_path(&dir)?;
-    if under_any(&real_parent, protected) || under_any(&real_parent.join(name), protected) {
-        return Err(OpError::new(
-            codes::POLICY_PATH_DENIED,
-            403,
-            format!("`{shown}` leads into a protected location"),
-        ));
-    }
+    checks.verify(jp, &shown, &real_parent.join(name), &real_root)?;
     match openat2_retrying(
         &dir,
         name,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o644),
-        resolve_flags(symlinks),
+        resolve_flags(checks.symlinks),
     ) {
         Ok(fd) => Ok(Some(Opened { fd, shown })),
         Err(Errno::EXIST) => {
@@ -519,8 +569,7 @@ fn create_beneath(
 
 fn write(
     jp: &JailedPath,
-    symlinks: SymlinkMode,
-    protected: &[PathBuf],
+    checks: &Checks,
     limit: u64,
     content: &str,
     append: bool,
@@ -536,7 +585,7 @@ fn write(
             "the root itself is a directory",
         ));
     }
-    let o = open_for_write(jp, symlinks, protected, append)?;
+    let o = open_for_write(jp, checks, append)?;
     let mut f = std::fs::File::from(o.fd);
     f.write_all(content.as_bytes())
         .and_then(|()| f.sync_data())
@@ -547,11 +596,7 @@ fn write(
     })
 }
 
-fn delete(
-    jp: &JailedPath,
-    symlinks: SymlinkMode,
-    protected: &[PathBuf],
-) -> Result<OpOutput, OpError> {
+fn delete(jp: &JailedPath, checks: &Checks) -> Result<OpOutput, OpError> {
     let rel = jp.relative();
     let Some((parent, name)) = (match rel.rsplit_once('/') {
         Some((p, n)) => Some((p, n)),
@@ -569,33 +614,48 @@ fn delete(
     } else {
         format!("{}/{parent}", jp.root().trim_end_matches('/'))
     };
-    let root = rustix::fs::open(
-        jp.root(),
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| errno_error(e, jp.root()))?;
+    let (root, real_root) = open_root(jp)?;
     let parent_rel = if parent.is_empty() { "." } else { parent };
     let dir = openat2_retrying(
         &root,
         parent_rel,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
-        resolve_flags(symlinks),
+        resolve_flags(checks.symlinks),
     )
     .map_err(|e| errno_error(e, &parent_jp_abs))?;
     let real_parent = real_path(&dir)?;
     let shown = jp.absolute();
-    if under_any(&real_parent.join(name), protected) || under_any(&real_parent, protected) {
-        return Err(OpError::new(
-            codes::POLICY_PATH_DENIED,
-            403,
-            format!("`{shown}` is in a protected location"),
-        ));
-    }
+    let real = real_parent.join(name);
+    checks.verify(jp, &shown, &real, &real_root)?;
     let st = rustix::fs::statat(dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW)
         .map_err(|e| errno_error(e, &shown))?;
     let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+    if is_dir {
+        if let Some(p) = checks
+            .resolved
+            .protected()
+            .path_beneath(&real.to_string_lossy())
+        {
+            return Err(OpError::new(
+                codes::POLICY_PATH_DENIED,
+                403,
+                format!(
+                    "`{shown}` holds `{p}`, which is protected (corral's own state or config); \
+                     it can't be deleted through corral"
+                ),
+            ));
+        }
+        let sub = rustix::fs::openat(
+            dir.as_fd(),
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| errno_error(e, &shown))?;
+        let mut seen = 0;
+        walk_beneath(jp, checks, &sub, &real, &real_root, &shown, 0, &mut seen)?;
+    }
     let flags = if is_dir {
         AtFlags::REMOVEDIR
     } else {
@@ -606,6 +666,68 @@ fn delete(
         value: json!({"path": shown, "deleted": true, "type": if is_dir { "dir" } else { "file" }}),
         attestation: None,
     })
+}
+
+/// Checks everything beneath the directory `fd` (real path `real`) before it is deleted: a
+/// protected name or a denied path anywhere below refuses the delete. Never follows a symlink
+/// (a symlink is judged by its own path; only real directories are entered, opened with
+/// `O_NOFOLLOW`), and refuses a tree of more than [`MAX_DELETE_WALK`] entries or deeper than
+/// 256 levels.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one recursive walk; the arguments are its state"
+)]
+fn walk_beneath(
+    jp: &JailedPath,
+    checks: &Checks,
+    fd: &OwnedFd,
+    real: &Path,
+    real_root: &Path,
+    shown: &str,
+    depth: usize,
+    seen: &mut usize,
+) -> Result<(), OpError> {
+    let too_big = || {
+        OpError::new(
+            codes::LIMIT_TOO_LARGE,
+            413,
+            format!(
+                "`{shown}` holds more than {MAX_DELETE_WALK} entries (or 256 levels); corral \
+                 checks every entry for protected names before deleting a directory: delete \
+                 what it holds first"
+            ),
+        )
+    };
+    if depth >= 256 {
+        return Err(too_big());
+    }
+    let dir = rustix::fs::Dir::read_from(fd).map_err(|e| errno_error(e, shown))?;
+    for entry in dir {
+        let entry = entry.map_err(|e| errno_error(e, shown))?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        *seen += 1;
+        if *seen > MAX_DELETE_WALK {
+            return Err(too_big());
+        }
+        let child = real.join(OsStr::from_bytes(name));
+        checks.verify(jp, shown, &child, real_root)?;
+        let st = rustix::fs::statat(fd, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| errno_error(e, shown))?;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            let sub = rustix::fs::openat(
+                fd,
+                OsStr::from_bytes(name),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| errno_error(e, shown))?;
+            walk_beneath(jp, checks, &sub, &child, real_root, shown, depth + 1, seen)?;
+        }
+    }
+    Ok(())
 }
 
 /// The MIME type for a file name, by extension.
@@ -635,20 +757,14 @@ pub fn content_type(name: &str) -> &'static str {
     }
 }
 
-async fn download(
-    jp: &JailedPath,
-    symlinks: SymlinkMode,
-    protected: &[PathBuf],
-    limit: u64,
-) -> Result<OpOutput, OpError> {
-    let (jp2, protected) = (jp.clone(), protected.to_vec());
+async fn download(jp: &JailedPath, checks: Checks, limit: u64) -> Result<OpOutput, OpError> {
+    let jp2 = jp.clone();
     let (fd, size, shown) = blocking(move || {
         let o = open_beneath(
             &jp2,
             OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK,
             Mode::empty(),
-            symlinks,
-            &protected,
+            &checks,
         )?;
         let size = regular_size(&o)?;
         if size > limit {

@@ -51,7 +51,7 @@ catalog! {
         "call with a path under one of the roots, or add a root";
     POLICY_PATH_DENIED = "policy.path_denied", 403,
         "the path matches a deny pattern or a protected location",
-        "call with another path; /proc, /sys, /dev and the state directory are always denied";
+        "call with another path; /proc, /sys, /dev and corral's state, config and key files are always denied, and `.git`, `.corral` and the config's `protected:` list can't be changed";
     POLICY_PATH_INVALID = "policy.path_invalid", 403,
         "the path argument cannot be checked (empty, NUL byte, or not absolute after anchoring)",
         "pass a plain absolute path, or a path relative to the first root";
@@ -109,6 +109,9 @@ catalog! {
     ARGS_UNKNOWN = "args.unknown", 400,
         "the op has no parameter of this name",
         "remove the argument or fix its name";
+    ARGS_PATH_TOO_LONG = "args.path_too_long", 400,
+        "a path argument is longer than the system allows (4096 bytes in all, 255 per component)",
+        "shorten the path: at most 4096 bytes (PATH_MAX) and 255 bytes per name (NAME_MAX)";
     POLICY_PATH_ESCAPE = "policy.path_escape", 403,
         "the path resolves outside its root (a symlink or `..` pointing out)",
         "call with a path whose every component stays under the root";
@@ -313,6 +316,9 @@ catalog! {
     CONFIG_INVALID_OP = "config.invalid_op", 0,
         "a custom op is malformed (reserved namespace, duplicate id, bad param, lowered tier)",
         "fix the custom op as the message says";
+    CONFIG_PROTECTED_WRITABLE = "config.protected_writable", 0,
+        "corral's state directory, config file or a key file lies inside a root that a rule lets callers write",
+        "move `state_dir` (or the file) out of every writable root, or make that root read-only (`readonly: true`)";
     CONFIG_UNSAFE_REQUIRED = "config.unsafe_required", 0,
         "the setting disables a protection and needs `unsafe: true`",
         "do not; if you must, add `unsafe: true` next to it (it stays a lint error)";

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::limits::Limits;
+use crate::resolved::ResolvedCheck;
 use crate::rule::RuleEffect;
 use crate::scope::{CommandGrant, JailedPath, SymlinkMode, UrlGrant};
 
@@ -37,6 +38,9 @@ pub struct Allowed {
     /// Whether the deciding rule's path scope is read-only (a sandbox binds its roots
     /// read-only, and the command's cwd too).
     pub readonly: bool,
+    /// What the op re-checks on the path it really opened: the protected locations and the
+    /// deny patterns and deny rules that reach this call (a symlink may lead elsewhere).
+    pub resolved: ResolvedCheck,
 }
 
 /// An allow rule that reached the call but whose scope refused it.

@@ -15,9 +15,11 @@ use crate::hook::{HookCtx, HookOutcome, run_hook};
 use crate::limits::Limits;
 use crate::op::{Catalog, OpSpec, ParamKind, ScopeKind};
 use crate::principal::{Principal, PrincipalSelector};
+use crate::protect::{Access, Protected};
 use crate::request::{ArgValue, Request};
+use crate::resolved::ResolvedCheck;
 use crate::rule::{Policy, Rule, RuleEffect};
-use crate::scope::path::{NormPath, PathScope, PathScopeSpec, is_protected, normalize};
+use crate::scope::path::{NormPath, PathScope, PathScopeSpec, is_protected};
 use crate::scope::{CommandRefusal, PathRefusal, SymlinkMode, UrlRefusal};
 
 const HEALTH_OP: &str = "core.health";
@@ -107,7 +109,7 @@ impl ByPrincipal {
 pub struct Engine {
     catalog: Catalog,
     policy: Policy,
-    protected: Vec<Vec<String>>,
+    protected: Arc<Protected>,
     index: HashMap<String, OpIndex>,
 }
 
@@ -236,7 +238,9 @@ impl Failure {
             Failure::Protected(i) => {
                 let (n, v) = path(i);
                 format!(
-                    "argument `{n}` = `{v}` is in /proc, /sys, /dev or corral's state directory"
+                    "argument `{n}` = `{v}` is in a protected location (/proc, /sys, /dev; \
+                     corral's state, config and key files; and for an op that changes files, \
+                     `.git`, `.corral` and the config's `protected:` list)"
                 )
             }
             Failure::OwnRoot(i) => {
@@ -328,11 +332,7 @@ impl Tracer for FullTrace {
 impl Engine {
     /// Compiles a policy over a catalog.
     pub fn new(catalog: Catalog, policy: Policy) -> Self {
-        let protected = policy
-            .protected
-            .iter()
-            .filter_map(|p| normalize(p).map(|v| v.into_iter().map(str::to_owned).collect()))
-            .collect();
+        let protected = Arc::new(policy.protected.clone());
         let mut index = HashMap::with_capacity(catalog.len());
         for spec in catalog.iter() {
             let mut deny = Vec::new();
@@ -598,7 +598,14 @@ impl Engine {
             scope
                 .admit(&path, principal)
                 .map_err(|r| Failure::Path(i, r))?;
-            if is_protected(&path.parts, &self.protected) {
+            let access = if ix.spec.effective_effects().mutates_files() {
+                Access::Change
+            } else {
+                Access::Read
+            };
+            if is_protected(&path.parts, &[])
+                || self.protected.hit_for(&path.absolute, access).is_some()
+            {
                 return Err(Failure::Protected(i));
             }
             if let (Some(_), Some(Ok(own))) = (&rule.paths, own) {
@@ -695,6 +702,7 @@ impl Engine {
             readonly: r
                 .and_then(|r| r.paths.as_ref())
                 .is_some_and(|p| p.spec().readonly),
+            resolved: ResolvedCheck::new(self.protected.clone(), principal.clone()),
         };
         (allowed, resolved)
     }
@@ -996,6 +1004,29 @@ impl Engine {
             && let Some(w) = winner
         {
             t.outcome(w, TraceOutcome::Decided);
+        }
+        // The op re-checks where each path really leads: the deciding rule's deny patterns,
+        // every other reaching allow rule's, and the path-scoped deny rules that reach the
+        // caller (`resolved` of the grant).
+        if !prep.paths.is_empty() {
+            for &i in reaching.iter() {
+                if let Some(scope) = &rules[i].paths {
+                    allowed.resolved.allow_patterns(
+                        rules[i].name.clone(),
+                        scope,
+                        Some(i) == winner,
+                    );
+                }
+            }
+            for &i in ix.deny_by.reaching(rules, principal).iter() {
+                if let Some(scope) = &rules[i].paths {
+                    allowed.resolved.deny_rule(
+                        rules[i].name.clone(),
+                        scope,
+                        rules[i].reason.clone(),
+                    );
+                }
+            }
         }
 
         // 4. Hooks: the deciding rule's, then the global ones. They may deny or narrow.

@@ -17,6 +17,7 @@ pub mod presets;
 pub mod principal;
 pub mod protect;
 pub mod request;
+pub mod resolved;
 pub mod rule;
 pub mod scope;
 pub mod selector;
@@ -33,7 +34,8 @@ pub use op::{
     Catalog, Effect, EffectSet, OpId, OpSpec, ParamKind, ParamSpec, Safety, ScopeKind, Tier,
 };
 pub use principal::{Principal, PrincipalKind, PrincipalOrigin, PrincipalSelector};
-pub use protect::{Protected, ProtectedHit, ProtectedSpec};
-pub use request::{ArgError, ArgValue, Args, Request, validate_args};
+pub use protect::{Access, Protected, ProtectedHit, ProtectedSpec};
+pub use request::{ArgError, ArgValue, Args, Request, path_too_long, validate_args};
+pub use resolved::{ResolvedCheck, ResolvedRefusal};
 pub use rule::{Policy, Rule, RuleEffect};
 pub use selector::Selector;

@@ -28,6 +28,15 @@ pub struct ProtectedSpec {
     pub globs: Vec<String>,
 }
 
+/// What a call does at a path, for [`Protected::hit_for`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Reads, lists, stats or downloads.
+    Read,
+    /// Creates, writes, appends, renames or deletes.
+    Change,
+}
+
 /// Why a path is protected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProtectedHit {
@@ -136,18 +145,73 @@ impl Protected {
         if let Some(n) = parts.iter().find(|c| self.names.iter().any(|n| n == *c)) {
             return Some(ProtectedHit::Name((*n).to_owned()));
         }
-        if let Some(p) = self
-            .paths
-            .iter()
-            .find(|root| root.len() <= parts.len() && root.iter().zip(&parts).all(|(a, b)| a == b))
-        {
-            return Some(ProtectedHit::Path(format!("/{}", p.join("/"))));
+        if let Some(hit) = self.path_hit(&parts) {
+            return Some(hit);
         }
         let joined = format!("/{}", parts.join("/"));
         if !self.globs.is_empty() && self.globs.is_match(&joined) {
             return Some(ProtectedHit::Glob);
         }
         None
+    }
+
+    /// Why the absolute, resolved path `abs` may not be reached with `access`: a change is
+    /// refused at every protected location; a read only at corral's own files (the protected
+    /// paths: state directory, config, key and token files). Reading `.git` is the policy's
+    /// business; reading corral's database or keys never is. Fails closed like [`Self::hit`].
+    pub fn hit_for(&self, abs: &str, access: Access) -> Option<ProtectedHit> {
+        match access {
+            Access::Change => self.hit(abs),
+            Access::Read => {
+                let Some(parts) = normalize(abs).filter(|_| abs.starts_with('/')) else {
+                    return Some(ProtectedHit::Path(abs.to_owned()));
+                };
+                self.path_hit(&parts)
+            }
+        }
+    }
+
+    fn path_hit(&self, parts: &[&str]) -> Option<ProtectedHit> {
+        self.paths
+            .iter()
+            .find(|root| root.len() <= parts.len() && root.iter().zip(parts).all(|(a, b)| a == b))
+            .map(|p| ProtectedHit::Path(format!("/{}", p.join("/"))))
+    }
+
+    /// Adds an absolute path (protected with what lies beneath it). A path that is not absolute,
+    /// or is `/`, cannot be checked against: it protects everything (fails closed), where
+    /// [`Self::compile`] refuses it.
+    pub fn add_path(&mut self, p: &str) {
+        let parts: Vec<String> = normalize(p)
+            .filter(|_| p.starts_with('/'))
+            .map(|v| v.into_iter().map(str::to_owned).collect())
+            .unwrap_or_default();
+        if !self.paths.contains(&parts) {
+            self.paths.push(parts);
+            self.spec.paths.push(p.to_owned());
+        }
+    }
+
+    /// Everything `self` or `other` protects. Globs that no longer compile together (they each
+    /// compiled alone) protect everything (fails closed).
+    pub fn union(mut self, other: &Protected) -> Self {
+        for n in &other.names {
+            if !self.names.contains(n) {
+                self.names.push(n.clone());
+                self.spec.names.push(n.clone());
+            }
+        }
+        for p in &other.spec.paths {
+            self.add_path(p);
+        }
+        if !other.spec.globs.is_empty() {
+            self.spec.globs.extend(other.spec.globs.iter().cloned());
+            match compile_deny_globs(&self.spec.globs) {
+                Ok(g) => self.globs = g,
+                Err(_) => self.paths.push(Vec::new()),
+            }
+        }
+        self
     }
 
     /// Whether a protected path lies strictly beneath the absolute, resolved directory `abs`
@@ -217,6 +281,37 @@ mod tests {
         assert_eq!(p.hit("/ws/a/b/key.pem"), Some(ProtectedHit::Glob));
         assert_eq!(p.hit("/ws/secrets/x"), Some(ProtectedHit::Glob));
         assert_eq!(p.hit("/ws/a/b/key.txt"), None);
+    }
+
+    #[test]
+    fn reads_are_refused_only_at_corrals_own_files() {
+        let p = protected(&[], &["/ws/.corral", "/srv/corral.yaml"], &["*.pem"]);
+        assert_eq!(p.hit_for("/ws/.git/config", Access::Read), None);
+        assert_eq!(p.hit_for("/ws/a/key.pem", Access::Read), None);
+        assert_eq!(
+            p.hit_for("/ws/.corral/corral.db", Access::Read),
+            Some(ProtectedHit::Path("/ws/.corral".into()))
+        );
+        assert!(p.hit_for("/srv/corral.yaml", Access::Read).is_some());
+        assert!(p.hit_for("/ws/.git/config", Access::Change).is_some());
+        assert!(p.hit_for("/ws/a/key.pem", Access::Change).is_some());
+        assert!(p.hit_for("relative", Access::Read).is_some());
+    }
+
+    #[test]
+    fn added_and_united_paths_are_protected_and_a_bad_one_protects_everything() {
+        let mut p = Protected::default();
+        p.add_path("/srv/state");
+        assert!(p.hit_for("/srv/state/x", Access::Read).is_some());
+        let q = protected(&["secrets"], &["/etc/corral.yaml"], &["*.pem"]);
+        let u = p.clone().union(&q);
+        assert!(u.hit("/srv/state/x").is_some());
+        assert!(u.hit("/etc/corral.yaml").is_some());
+        assert!(u.hit("/ws/secrets/a").is_some());
+        assert!(u.hit("/ws/k.pem").is_some());
+        assert_eq!(u.hit("/ws/k.txt"), None);
+        p.add_path("not/absolute");
+        assert!(p.hit_for("/anything", Access::Read).is_some());
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub struct Request<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ArgError {
-    /// `args.missing`, `args.invalid` or `args.unknown`.
+    /// `args.missing`, `args.invalid`, `args.unknown` or `args.path_too_long`.
     pub code: &'static str,
     /// The argument's name.
     pub param: String,
@@ -80,7 +80,31 @@ pub struct ArgError {
     pub message: String,
 }
 
-/// Checks arguments against the op's parameters: names, types, required ones, and that a
+/// The longest path the kernel takes (`PATH_MAX`, with its final NUL).
+pub const PATH_MAX: usize = 4096;
+/// The longest file name the kernel takes (`NAME_MAX`).
+pub const NAME_MAX: usize = 255;
+
+/// Why `path` is too long for the kernel (`PATH_MAX` in all, `NAME_MAX` for a component), in
+/// words; `None` when it fits. Checked before any syscall, so the caller gets a 400 that names
+/// the limit instead of the system's "File name too long".
+pub fn path_too_long(path: &str) -> Option<String> {
+    if path.len() >= PATH_MAX {
+        return Some(format!(
+            "is {} bytes long; a path may be at most {} bytes (PATH_MAX)",
+            path.len(),
+            PATH_MAX - 1
+        ));
+    }
+    path.split('/').find(|c| c.len() > NAME_MAX).map(|c| {
+        format!(
+            "has a component of {} bytes; a file name may be at most {NAME_MAX} bytes (NAME_MAX)",
+            c.len()
+        )
+    })
+}
+
+/// Checks arguments against the op's parameters: names, types, required ones, path lengths, and that a
 /// command is given as exactly one of `argv` or `command`.
 pub fn validate_args(op: &OpSpec, args: &Args) -> Result<(), ArgError> {
     let err = |code, param: &str, message: String| ArgError {
@@ -122,6 +146,21 @@ pub fn validate_args(op: &OpSpec, args: &Args) -> Result<(), ArgError> {
                 codes::ARGS_INVALID,
                 name,
                 format!("argument `{name}` of `{}` must be {expected}", op.id),
+            ));
+        }
+    }
+    for (name, value) in &args.0 {
+        let is_path = op
+            .params
+            .iter()
+            .any(|p| &p.name == name && matches!(p.kind, ParamKind::Path { .. } | ParamKind::Cwd));
+        if let (true, ArgValue::Str(s)) = (is_path, value)
+            && let Some(why) = path_too_long(s)
+        {
+            return Err(err(
+                codes::ARGS_PATH_TOO_LONG,
+                name,
+                format!("argument `{name}` of `{}` {why}", op.id),
             ));
         }
     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::hook::Authorize;
 use crate::limits::Limits;
 use crate::principal::{Principal, PrincipalSelector};
+use crate::protect::Protected;
 use crate::scope::{CommandScope, PathScope, UrlScope};
 use crate::selector::Selector;
 
@@ -162,8 +163,9 @@ pub struct Policy {
     pub hooks: Vec<Arc<dyn Authorize>>,
     /// Limits that apply to every call.
     pub limits: Limits,
-    /// Absolute directories no path may reach (corral's own state directory).
-    pub protected: Vec<String>,
+    /// Locations no op may change (`.git`, `.corral`, corral's state, config and key files,
+    /// the config's `protected:` list), and of those, corral's own files may not be read.
+    pub protected: Protected,
 }
 
 impl Policy {
@@ -198,9 +200,16 @@ impl Policy {
         self
     }
 
-    /// Protects a directory from every path scope.
+    /// Protects an absolute, resolved path (a directory with what is beneath it, or a file)
+    /// from every path scope, reads included.
     pub fn protect(mut self, dir: &str) -> Self {
-        self.protected.push(dir.to_owned());
+        self.protected.add_path(dir);
+        self
+    }
+
+    /// Protects everything `p` protects, too.
+    pub fn protect_all(mut self, p: &Protected) -> Self {
+        self.protected = self.protected.union(p);
         self
     }
 }
@@ -214,7 +223,7 @@ impl Add for Policy {
         self.rules.extend(rhs.rules);
         self.hooks.extend(rhs.hooks);
         self.limits = self.limits.min(&rhs.limits);
-        self.protected.extend(rhs.protected);
+        self.protected = self.protected.union(&rhs.protected);
         self
     }
 }

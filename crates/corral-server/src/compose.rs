@@ -106,12 +106,37 @@ pub async fn deployment(
 ) -> Deployment {
     let mut catalog = loaded.catalog.clone();
     upstreams.complete_catalog(&mut catalog, wait).await;
+    let (policy, protected) = protected_policy(loaded);
     Deployment {
-        engine: corral_policy::Engine::new(catalog.clone(), loaded.policy.clone()),
+        engine: corral_policy::Engine::new(catalog.clone(), policy),
         registry: registry(loaded, &catalog, upstreams),
-        protected: vec![PathBuf::from(&loaded.state_dir)],
+        protected,
         guard: guard_policy(loaded, &catalog, upstreams),
     }
+}
+
+/// The config's policy with corral's own files protected as they resolve now, and those files
+/// (resolved) for the file ops' own check: every protected path is compared in its resolved
+/// form (issue 11 item 3). The state directory is created first (as the store does), so a
+/// symlink in its path is resolved too.
+pub fn protected_policy(loaded: &Loaded) -> (corral_policy::Policy, Vec<PathBuf>) {
+    if let Err(e) = std::fs::create_dir_all(&loaded.state_dir) {
+        tracing::warn!(
+            state_dir = %loaded.state_dir.display(),
+            "cannot create the state directory: {e}"
+        );
+    }
+    let mut policy = loaded.policy.clone();
+    let mut protected = Vec::new();
+    for f in corral_config::protect::resolved_again(loaded) {
+        for form in f.forms() {
+            policy = policy.protect(&form.to_string_lossy());
+            if !protected.iter().any(|p: &PathBuf| p == form) {
+                protected.push(form.to_path_buf());
+            }
+        }
+    }
+    (policy, protected)
 }
 
 /// The running deployment with its upstream tools taken again from the config's declarations

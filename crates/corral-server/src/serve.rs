@@ -52,6 +52,10 @@ pub enum ServeError {
     /// Auth config unusable.
     #[error("auth: {0}")]
     Auth(String),
+    /// Corral's state directory (or config, or a key file) lies inside a root callers can
+    /// write: the store refuses to start there.
+    #[error("{0}")]
+    Protected(String),
 }
 
 impl ServeError {
@@ -62,6 +66,7 @@ impl ServeError {
             ServeError::Store(_) => corral_policy::codes::STORE_UNAVAILABLE,
             ServeError::Bind { .. } => corral_policy::codes::SERVER_INTERNAL,
             ServeError::Auth(_) => corral_policy::codes::CONFIG_INVALID_VALUE,
+            ServeError::Protected(_) => corral_policy::codes::CONFIG_PROTECTED_WRITABLE,
         }
     }
 }
@@ -147,6 +152,11 @@ pub async fn build_state(
     loaded: &Loaded,
     max_body_bytes: usize,
 ) -> Result<(AppState, Arc<Store>), ServeError> {
+    // The store never starts inside a root that callers can write (issue 11 item 3): checked
+    // at load, and again here on the paths as they resolve now.
+    if let Some(d) = corral_config::protect::writable_conflicts(loaded).first() {
+        return Err(ServeError::Protected(d.to_string()));
+    }
     let url = loaded
         .config
         .storage

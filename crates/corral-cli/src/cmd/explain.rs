@@ -479,6 +479,11 @@ pub fn run(a: Args) -> Exit {
         args: &args,
     });
     let mut out = to_out(op, &who, &explanation);
+    if let Decision::Allowed(a) = &explanation.decision
+        && let Some(spec) = spec
+    {
+        resolved_steps(spec, a, &mut out);
+    }
     if spec.is_none()
         && let Some(n) = near.first()
     {
@@ -490,7 +495,8 @@ pub fn run(a: Args) -> Exit {
             "RBAC by tier is on: {cause}; every caller needs a tier role"
         ));
     }
-    let mut allowed = explanation.decision.is_allowed();
+    // A resolved path the file op would refuse (issue 11 item 9) refuses here too.
+    let mut allowed = explanation.decision.is_allowed() && out.decision != "denied";
     // The gateway's order: an op the caller cannot see is a 404 before any guard step.
     if let Some(spec) = spec
         && !matches!(explanation.decision, Decision::NotMounted)
@@ -544,4 +550,76 @@ pub fn run(a: Args) -> Exit {
         Format::Human => print_human(&out),
     }
     if allowed { Exit::Ok } else { Exit::Findings }
+}
+
+/// For each granted path that exists on disk: resolves it (as the file op will, following
+/// symlinks) and re-checks the resolved path against the protected locations, deny patterns
+/// and deny rules, with a trace step saying where it leads and what was found (issue 11 item
+/// 9). A refusal turns the answer into the one the op would give.
+fn resolved_steps(spec: &OpSpec, a: &corral_policy::Allowed, out: &mut ExplainOut) {
+    let access = if spec.effective_effects().mutates_files() {
+        corral_policy::protect::Access::Change
+    } else {
+        corral_policy::protect::Access::Read
+    };
+    for (name, jp) in &a.paths {
+        let shown = jp.absolute();
+        // A new file: its parent resolved, plus its name.
+        let real = std::fs::canonicalize(&shown).or_else(|e| {
+            let p = std::path::Path::new(&shown);
+            match (p.parent(), p.file_name()) {
+                (Some(parent), Some(file)) if std::fs::symlink_metadata(p).is_err() => {
+                    std::fs::canonicalize(parent).map(|r| r.join(file))
+                }
+                _ => Err(e),
+            }
+        });
+        let Ok(real) = real else {
+            continue;
+        };
+        let real_s = real.to_string_lossy().into_owned();
+        let mut forms = vec![real_s.clone()];
+        if let Ok(real_root) = std::fs::canonicalize(jp.root())
+            && let Ok(rest) = real.strip_prefix(&real_root)
+        {
+            let rest = rest.to_string_lossy();
+            let anchored = if rest.is_empty() {
+                jp.root().to_owned()
+            } else {
+                format!("{}/{rest}", jp.root().trim_end_matches('/'))
+            };
+            if !forms.contains(&anchored) {
+                forms.push(anchored);
+            }
+        }
+        let form_refs: Vec<&str> = forms.iter().map(String::as_str).collect();
+        let (outcome, detail) = match a.resolved.check(&shown, &form_refs, access) {
+            Ok(()) => (
+                "not_matched",
+                format!(
+                    "`{name}` = `{shown}` resolves to `{real_s}`: no protected location, deny pattern or deny rule covers it"
+                ),
+            ),
+            Err(r) => {
+                out.decision = "denied";
+                out.code = Some(r.code);
+                out.rule = Some("resolved path".to_owned());
+                out.reason = Some(r.message.clone());
+                out.paths.clear();
+                out.argv = None;
+                out.limits = None;
+                ("decided", format!("{} [{}]", r.message, r.code))
+            }
+        };
+        out.trace.push(TraceOut {
+            index: usize::MAX,
+            rule: format!("resolved path of `{name}`"),
+            effect: "deny",
+            outcome,
+            detail,
+        });
+        if out.decision == "denied" {
+            return;
+        }
+    }
 }

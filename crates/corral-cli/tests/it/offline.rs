@@ -202,6 +202,69 @@ fn explain_as_a_token_principal_and_as_a_role() {
     assert_eq!(code, Some(2));
 }
 
+#[test]
+fn check_config_fails_with_exit_2_when_the_config_lies_in_a_writable_root() {
+    // issue 11 item 4: an agent that can write corral.yaml rewrites its own policy.
+    let dir = workspace(None);
+    let ws = dir.path().join("ws");
+    let _ = std::fs::write(
+        ws.join("corral.yaml"),
+        format!(
+            "version: 1\nroot: {}\nstate_dir: {}\nenable: [files.read, files.write]\n",
+            ws.display(),
+            dir.path().join("state").display()
+        ),
+    );
+    let (code, out, err) = corral(
+        dir.path(),
+        &[
+            "check-config",
+            "--config",
+            &ws.join("corral.yaml").to_string_lossy(),
+        ],
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    let all = format!("{out}{err}");
+    assert!(all.contains("config.protected_writable"), "{all}");
+    assert!(all.contains("the config file"), "{all}");
+}
+
+#[test]
+fn explain_follows_a_symlink_and_refuses_what_a_deny_pattern_covers() {
+    // issue 11 item 9: `data/link-to-env` -> `.env` passed `**/.env` when only the path asked
+    // for was matched.
+    let dir = workspace(Some(
+        "version: 1\nroot: $WS\npreset: files_readonly\nstate_dir: .corral\n",
+    ));
+    let ws = dir.path().join("ws");
+    let _ = std::fs::create_dir(ws.join("data"));
+    let _ = std::fs::write(ws.join(".env"), "SECRET=1\n");
+    let _ = std::fs::write(ws.join("ok.txt"), "fine\n");
+    let _ = std::os::unix::fs::symlink("../.env", ws.join("data/link-to-env"));
+    let _ = std::os::unix::fs::symlink("../ok.txt", ws.join("data/link-to-ok"));
+    let explain = |rel: &str| {
+        corral(
+            dir.path(),
+            &[
+                "explain",
+                "--op",
+                "files.read",
+                "--arg",
+                &format!("path={}/{rel}", ws.display()),
+            ],
+        )
+    };
+    let (code, out, _) = explain("data/link-to-env");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("DENIED [policy.path_denied]"), "{out}");
+    assert!(out.contains("resolved path of `path`"), "{out}");
+    assert!(out.contains(".env"), "{out}");
+    // The near miss: a symlink to an allowed file is still allowed, with the step shown.
+    let (code, out, _) = explain("data/link-to-ok");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("resolves to"), "{out}");
+}
+
 /// A config in which the token `agent` carries only `viewer`, without a `roles:` block (issue
 /// 11's reproduction), plus `extra` top-level keys.
 fn viewer_config(extra: &str) -> tempfile::TempDir {

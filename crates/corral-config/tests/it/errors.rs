@@ -654,7 +654,7 @@ fn every_diagnostic_reads_what_where_fix_and_doc() {
         "version: 1
 rules:
   - allow: [\"*\"]
-    paths: {roots: [/], unsafe: true, symlinks: follow}
+    paths: {roots: [/], unsafe: true, symlinks: follow, readonly: true}
     commands: {allow: [\"python3 ...\", \"cat {path}\"], shell: true, env_set: {MY_TOKEN: x}}
     urls: {hosts: [example.com], block_private: false}
     principals: [\"role:nobody\"]

@@ -7,6 +7,7 @@ mod errors;
 mod guardrails;
 mod lints;
 mod policy_from_config;
+mod protect;
 mod snapshots;
 mod starter;
 

@@ -175,9 +175,7 @@ rules:
 #[test]
 fn the_default_state_dir_under_the_root_is_refused() {
     let base = crate::BASE;
-    let l = load(&format!(
-        "version: 1\nroot: {base}\nenable: [files.read, files.write]\n"
-    ));
+    let l = load(&format!("version: 1\nroot: {base}\nenable: [files.read]\n"));
     assert_eq!(l.state_dir, std::path::Path::new(base).join(".corral"));
     let d = decide(&l, &anyone(), "files.read", &format!("{base}/README.md"));
     assert!(d.is_allowed(), "{d:?}");
@@ -190,9 +188,35 @@ fn the_default_state_dir_under_the_root_is_refused() {
         let d = decide(&l, &anyone(), "files.read", &p);
         assert!(!d.is_allowed(), "{p}: {d:?}");
         assert_eq!(d.code(), Some(codes::POLICY_PATH_DENIED), "{p}: {d:?}");
-        let d = decide(&l, &anyone(), "files.write", &p);
-        assert!(!d.is_allowed(), "{p}: {d:?}");
     }
+}
+
+#[test]
+fn a_state_dir_inside_a_writable_root_does_not_load() {
+    // issue 11 item 3: the store refuses to start inside a root a rule lets callers write.
+    let base = crate::BASE;
+    for extra in [
+        "enable: [files.read, files.write]\n",
+        "enable: [files.delete]\n",
+        "preset: {name: ci_runner, commands: [\"make ...\"], writable: true}\n",
+    ] {
+        let e = crate::load_err("corral.yaml", &format!("version: 1\nroot: {base}\n{extra}"));
+        let d = e
+            .diagnostics
+            .iter()
+            .find(|d| d.code == codes::CONFIG_PROTECTED_WRITABLE);
+        assert!(d.is_some(), "{extra}: {:?}", e.diagnostics);
+        let text = d.map(ToString::to_string).unwrap_or_default();
+        assert!(text.contains("the state directory"), "{text}");
+        assert!(text.contains("state_dir"), "{text}");
+    }
+    // Read-only, or the state dir elsewhere: loads.
+    load(&format!(
+        "version: 1\nroot: {base}/ws\nenable: [files.read, files.write]\n"
+    ));
+    load(&format!(
+        "version: 1\nroot: {base}\npreset: files_readonly\n"
+    ));
 }
 
 #[test]

@@ -14,7 +14,7 @@ use corral_exec::{Backend, BoxFuture, ExecError, ExecOutput, ExecRequest};
 use corral_ops::http::{FetchConfig, HttpFetch, UrlCheck};
 use corral_ops::{Op, OpCtx, OpError, OpOutput};
 use corral_policy::scope::{SymlinkMode, UrlGrant, UrlScope, UrlScopeSpec};
-use corral_policy::{Allowed, Args, Catalog, Limits, Principal, RuleRef, codes};
+use corral_policy::{Allowed, Args, Catalog, Limits, Principal, ResolvedCheck, RuleRef, codes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -269,6 +269,7 @@ impl Call {
                 symlinks: SymlinkMode::default(),
                 roots: Vec::new(),
                 readonly: false,
+                resolved: ResolvedCheck::new(Arc::default(), Principal::new("tester", &[])),
             },
             backend: Arc::new(NoBackend),
             protected: Vec::new(),
@@ -360,6 +361,7 @@ async fn a_call_without_an_admitted_url_is_refused() -> TestResult {
             symlinks: SymlinkMode::default(),
             roots: Vec::new(),
             readonly: false,
+            resolved: ResolvedCheck::new(Arc::default(), Principal::new("tester", &[])),
         },
         backend: Arc::new(NoBackend),
         protected: Vec::new(),

@@ -1,5 +1,7 @@
 //! `PathScope`: the directories an op may touch, matched by path components.
 
+use std::sync::Arc;
+
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 use crate::codes;
@@ -67,14 +69,15 @@ enum RootPart {
     PrincipalId,
 }
 
-/// A compiled path scope.
+/// A compiled path scope. Cheap to clone (a grant carries the scopes whose deny patterns the
+/// op re-checks on the path it really opened).
 #[derive(Debug, Clone)]
 pub struct PathScope {
-    spec: PathScopeSpec,
+    spec: Arc<PathScopeSpec>,
     // INVARIANT (normalized-roots): every root is absolute and free of `.`, `..` and globs; it
     // is `/` (no parts) only when `spec.unsafe_` is set.
-    roots: Vec<Vec<RootPart>>,
-    deny: GlobSet,
+    roots: Arc<[Vec<RootPart>]>,
+    deny: Arc<GlobSet>,
 }
 
 /// Why a path was refused.
@@ -333,7 +336,11 @@ impl PathScope {
             roots.push(parts);
         }
         let deny = compile_deny_globs(&spec.deny)?;
-        Ok(Self { spec, roots, deny })
+        Ok(Self {
+            spec: Arc::new(spec),
+            roots: Arc::from(roots),
+            deny: Arc::new(deny),
+        })
     }
 
     /// Compiles the path scope of a deny rule: `/` is a valid root there (deny everything), and
@@ -348,9 +355,9 @@ impl PathScope {
             }
             let deny = compile_deny_globs(&spec.deny)?;
             return Ok(Self {
-                spec,
-                roots: Vec::new(),
-                deny,
+                spec: Arc::new(spec),
+                roots: Arc::from(Vec::new()),
+                deny: Arc::new(deny),
             });
         }
         spec.unsafe_ = true;
@@ -439,6 +446,12 @@ impl PathScope {
             .iter()
             .find(|r| Self::root_matches(r, &path.parts, p))
             .map(Vec::len)
+    }
+
+    /// Whether the path matches one of the scope's deny patterns, wherever it lies (a path
+    /// the op resolved is checked with this: the patterns must hold for where a symlink led).
+    pub fn denies(&self, path: &NormPath<'_>) -> bool {
+        !self.spec.deny.is_empty() && self.deny.is_match(&path.absolute)
     }
 
     /// For a deny rule: whether the path lies under a root or matches a deny pattern.

@@ -186,6 +186,23 @@ async fn a_fifo_in_the_root_is_refused_without_blocking() {
     }
 }
 
+#[tokio::test]
+async fn a_path_too_long_for_the_kernel_is_a_400_that_names_the_limit() {
+    // issue 11, wrong errors: a 6 KB path gave `500 files.io` "File name too long".
+    let ws = Workspace::new();
+    let s = Server::start(&ws.load(&ws.jail_yaml(""), &token_env()))
+        .await
+        .with_token(AGENT_TOKEN);
+    let long = format!("{}/{}", ws.root.display(), "a/".repeat(3000));
+    let r = s.call("files.read", json!({ "path": long })).await;
+    r.assert_error(400, "args.path_too_long");
+    assert!(r.text.contains("4095 bytes (PATH_MAX)"), "{}", r.text);
+    let name = format!("{}/{}", ws.root.display(), "n".repeat(300));
+    let r = s.call("files.stat", json!({ "path": name })).await;
+    r.assert_error(400, "args.path_too_long");
+    assert!(r.text.contains("255 bytes (NAME_MAX)"), "{}", r.text);
+}
+
 /// `POST /mcp` with a raw body and content type, as the agent.
 async fn raw_mcp(s: &Server, body: impl Into<reqwest::Body>, content_type: Option<&str>) -> Reply {
     let mut rb = s

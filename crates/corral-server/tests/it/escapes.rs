@@ -193,11 +193,39 @@ async fn files_write_creates_overwrites_and_appends_inside_the_root() {
 }
 
 #[tokio::test]
-async fn corral_state_inside_the_root_is_never_reachable() {
+async fn corral_state_inside_a_writable_root_does_not_start() {
+    // issue 11 item 3: the store refuses to start inside a root that a rule lets callers write.
     let ws = Workspace::new();
-    let state = ws.root.join(".corral");
     let yaml = format!(
         "version: 1\npreset: {{name: workspace_jail, confirm: never}}\nroot: {}\nstate_dir: {}\n{}",
+        ws.root.display(),
+        ws.root.join(".corral").display(),
+        crate::common::TOKENS_YAML
+    );
+    let env: std::collections::HashMap<String, String> = token_env()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let e = corral_config::load_str("corral.yaml", &yaml, &ws.base(), &env).unwrap_err();
+    assert!(
+        e.diagnostics
+            .iter()
+            .any(|d| d.code == "config.protected_writable"),
+        "{}",
+        e.render()
+    );
+    assert!(!ws.root.join(".corral").exists(), "no store was opened");
+}
+
+#[tokio::test]
+async fn corral_state_is_never_reachable_through_a_symlink() {
+    // The state directory lies outside the root (a writable root may not hold it), and a rule
+    // that follows symlinks anywhere (`unsafe`) reaches it only through links: the real path
+    // the kernel opened is refused.
+    let ws = Workspace::new();
+    let state = ws.state.clone();
+    let yaml = format!(
+        "version: 1\nroot: {0}\nstate_dir: {1}\n{2}rules:\n  - allow: [files.read, files.stat, files.list, files.download, files.write]\n    confirm: never\n    paths: {{roots: [{0}], symlinks: follow, unsafe: true}}\n  - allow: [files.delete]\n    paths: {{roots: [{0}], symlinks: follow, unsafe: true}}\n",
         ws.root.display(),
         state.display(),
         crate::common::TOKENS_YAML
@@ -214,10 +242,10 @@ async fn corral_state_inside_the_root_is_never_reachable() {
     assert!(db.exists(), "the store lives in {}", state.display());
     let rows_before = s.store.audit_count(None).await.unwrap();
 
-    symlink(".corral", ws.root.join("st")).unwrap();
-    symlink(".corral/corral.db", ws.root.join("db")).unwrap();
+    symlink(&state, ws.root.join("st")).unwrap();
+    symlink(&db, ws.root.join("db")).unwrap();
     std::fs::create_dir(ws.root.join("sub")).unwrap();
-    symlink("../.corral/corral.db", ws.root.join("sub/db")).unwrap();
+    symlink("../db", ws.root.join("sub/db")).unwrap();
 
     // Directly: refused by the policy.
     for op in ["files.read", "files.stat", "files.list", "files.download"] {

@@ -22,5 +22,6 @@ mod limits;
 mod mcp;
 #[path = "../../../corral-store/tests/support/pg_schema.rs"]
 mod pg;
+mod protected;
 mod routes;
 mod run_tokens;
