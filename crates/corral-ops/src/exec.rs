@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use corral_exec::BoxFuture;
 use corral_exec::{DEFAULT_WRITE_QUOTA, ExecError, ExecOutput, ExecRequest, ResourceLimits};
-use corral_policy::{ArgValue, OpSpec, Protected, ProtectedSpec, codes};
+use corral_policy::{ArgValue, OpSpec, Protected, codes};
 use serde_json::json;
 
 use crate::{Op, OpCtx, OpError, OpOutput};
@@ -92,22 +92,13 @@ fn result_json(out: &ExecOutput) -> serde_json::Value {
 /// context protects (corral's state). Fails closed: a protection that does not compile refuses
 /// the run.
 fn protection(ctx: &OpCtx) -> Result<Protected, OpError> {
-    let paths = ctx
-        .protected
-        .iter()
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect();
-    Protected::compile(ProtectedSpec {
-        paths,
-        ..ProtectedSpec::default()
-    })
-    .map_err(|e| {
-        OpError::new(
-            codes::EXEC_INVALID,
-            400,
-            format!("the protected paths cannot be used: {e}"),
-        )
-    })
+    // The policy's own protection (names, corral's files, the config's `protected:` globs),
+    // plus the deployment's protected directories.
+    let mut protected = ctx.grant.resolved.protected().clone();
+    for p in &ctx.protected {
+        protected.add_path(&p.to_string_lossy());
+    }
+    Ok(protected)
 }
 
 fn limits_of(ctx: &OpCtx) -> (Duration, u64, ResourceLimits) {
