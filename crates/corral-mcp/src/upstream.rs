@@ -304,6 +304,7 @@ async fn run_once(
         limits: spec.limits,
         read_paths: spec.read_paths.clone(),
         write_paths: spec.write_paths.clone(),
+        network: None,
     };
     let (attach_tx, attach_rx) = oneshot::channel();
     let run_backend = Arc::clone(backend);

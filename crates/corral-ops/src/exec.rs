@@ -177,6 +177,7 @@ impl Op for CommandsRun {
                 limits,
                 read_paths,
                 write_paths,
+                network: None,
             };
             run(&ctx, req).await
         })
@@ -334,6 +335,7 @@ impl Op for CustomOp {
                 limits,
                 read_paths,
                 write_paths,
+                network: None,
             };
             run(&ctx, req).await
         })

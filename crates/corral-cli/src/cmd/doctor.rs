@@ -137,6 +137,7 @@ fn smoke_run(network: Network) -> Result<String, String> {
         limits: ResourceLimits::default(),
         read_paths: Vec::new(),
         write_paths: Vec::new(),
+        network: None,
     };
     let out = rt.block_on(backend.run(req)).map_err(|e| e.to_string())?;
     let a = &out.attestation;

@@ -28,6 +28,8 @@
 //!   reported the pid namespace empty and both removals are checked.
 
 mod cgroup;
+mod egress;
+mod egress_bridge;
 mod etc;
 mod helper;
 mod landlock_rules;
@@ -50,8 +52,10 @@ use tokio::sync::oneshot;
 use crate::common::{Captured, capture, feed, kill_group, rlimit_plan, validate};
 use crate::{
     AttachTx, Attached, Attestation, Backend, BoxFuture, ExecError, ExecOutput, ExecRequest,
+    RunNetwork,
 };
 
+pub use egress::{PROXY_PORT, proxy_env};
 pub use helper::{HELPER_ARG, helper_main};
 pub use probe::{Primitive, probe};
 pub use spec::Network;
@@ -75,6 +79,9 @@ pub const DEFAULT_PIDS_MAX: u64 = 1024;
 const OWN_PIDS: u64 = 2;
 /// Size of the per-run `/tmp` (and `/dev/shm`) tmpfs, unless the memory limit is smaller.
 const DEFAULT_TMP_BYTES: u64 = 512 * 1024 * 1024;
+
+/// Numbers the egress proxies started by this process.
+static EGRESS_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Warm sandboxes a backend keeps ready by default (see [`LinuxBackend::with_warm_pool`]).
 pub const DEFAULT_WARM_POOL: usize = 1;
@@ -191,6 +198,8 @@ impl LinuxBackend {
                 etc: Etc::Snapshot(snap),
                 memory: None,
                 cgroups: self.cgroups().into_owned(),
+                network: None,
+                egress_socket: None,
             });
             Ok(())
         });
@@ -502,10 +511,35 @@ impl LinuxBackend {
             Etc::Snapshot(self.etc_snapshot()?)
         };
 
+        // The run's network, when it is not the backend's; with an allow-list, the run's proxy.
+        let (network, egress) = match &req.network {
+            None => (None, None),
+            Some(RunNetwork::None) => (Some(Network::None), None),
+            Some(RunNetwork::Loopback) => (Some(Network::Loopback), None),
+            Some(RunNetwork::Egress(e)) => (Some(Network::Egress), Some(e.clone())),
+        };
+        let network = network.filter(|n| *n != self.network);
+        let mut proxy = match &egress {
+            Some(_) => {
+                ensure_dir(&self.runtime_dir)?;
+                let id = format!(
+                    "{}-e{}",
+                    std::process::id(),
+                    EGRESS_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                );
+                Some(egress::Proxy::bind(&self.runtime_dir, &id)?)
+            }
+            None => None,
+        };
+
         let rlimits: Vec<_> = rlimit_plan(&req.limits).into_iter().flatten().collect();
         let spec = Spec {
             argv: req.argv.clone(),
-            env: req.env.clone(),
+            env: if egress.is_some() {
+                egress::with_proxy_env(&req.env)
+            } else {
+                req.env.clone()
+            },
             cwd,
             read_paths,
             write_paths,
@@ -528,6 +562,8 @@ impl LinuxBackend {
             etc,
             memory: req.limits.memory,
             cgroups: self.cgroups().into_owned(),
+            network,
+            egress_socket: proxy.as_ref().map(|p| p.path().to_path_buf()),
         };
         let mut taken = Taken {
             sandbox: Some(pool.take(want).await?),
@@ -537,6 +573,13 @@ impl LinuxBackend {
             Some(sb) => self.prepare_limits(sb, &req, pids_max),
             None => Err(unavailable("the sandbox went missing")),
         };
+        // The proxy takes the sandbox's listening socket before the spec (so the target) goes.
+        let result = match (result, proxy.as_mut(), egress, &taken.sandbox) {
+            (Ok(()), Some(p), Some(e), Some(sb)) => {
+                p.start(sb.pgid.as_raw_nonzero().get(), e).await
+            }
+            (r, ..) => r,
+        };
         let result = match result {
             Ok(()) => {
                 self.drive(&req, encoded, attach, &mut taken, &spawn_error)
@@ -545,6 +588,9 @@ impl LinuxBackend {
             Err(e) => Err(e),
         };
         let destroyed = taken.destroy().await;
+        if let Some(p) = proxy {
+            p.finish().await;
+        }
         let mut out = result?;
         out.attestation.destroyed &= destroyed;
         Ok(out)

@@ -81,11 +81,18 @@ pub(crate) struct Want {
     /// The run's memory limit: a sandbox with one is started for the run, never taken warm.
     pub(crate) memory: Option<u64>,
     pub(crate) cgroups: Support,
+    /// The run's network when it is not the backend's: a sandbox is started for the run.
+    pub(crate) network: Option<Network>,
+    /// With `Network::Egress`: the run's proxy hand-over socket.
+    pub(crate) egress_socket: Option<PathBuf>,
 }
 
 impl Want {
     fn warm_ok(&self) -> bool {
-        self.memory.is_none() && matches!(self.etc, Etc::Snapshot(_))
+        self.memory.is_none()
+            && self.network.is_none()
+            && self.egress_socket.is_none()
+            && matches!(self.etc, Etc::Snapshot(_))
     }
 }
 
@@ -205,9 +212,10 @@ fn start(launch: &Launch, want: &Want) -> Result<Sandbox, ExecError> {
     let prep = Prep {
         root_dir: root_dir.clone(),
         etc: want.etc.source(),
-        network: launch.network,
+        network: want.network.unwrap_or(launch.network),
         cgroups: cgroups.dirs().map(PathBuf::from).collect(),
         parent_pid: rustix::process::getpid().as_raw_nonzero().get(),
+        egress_socket: want.egress_socket.clone(),
     };
     let cleanup = |cgroups: RunCgroups, root_dir: &PathBuf| {
         cgroups.remove(CGROUP_GRACE);

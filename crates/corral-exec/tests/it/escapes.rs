@@ -416,6 +416,7 @@ impl World {
             limits: ResourceLimits::default(),
             read_paths: vec![self.ro().to_path_buf()],
             write_paths: vec![self.w().to_path_buf()],
+            network: None,
         }
     }
 

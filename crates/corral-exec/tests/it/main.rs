@@ -1,6 +1,7 @@
 //! Integration tests for corral-exec's backends, against real processes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod egress;
 mod escapes;
 mod linux;
 mod mock;
@@ -33,6 +34,7 @@ pub fn request(argv: &[&str]) -> ExecRequest {
         limits: ResourceLimits::default(),
         read_paths: Vec::new(),
         write_paths: Vec::new(),
+        network: None,
     }
 }
 
