@@ -32,6 +32,20 @@ pub enum NetworkSpec {
     Allow(EgressAllowList),
 }
 
+impl NetworkSpec {
+    /// As written, in one line: `none`, `loopback` or `allow: a:443, *.b.org:443`.
+    pub fn summary(&self) -> String {
+        match self {
+            NetworkSpec::None => "none".to_owned(),
+            NetworkSpec::Loopback => "loopback".to_owned(),
+            NetworkSpec::Allow(l) => {
+                let entries: Vec<&str> = l.entries().iter().map(|e| e.written.as_str()).collect();
+                format!("allow: {}", entries.join(", "))
+            }
+        }
+    }
+}
+
 /// The host part of an entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum HostPattern {
