@@ -87,7 +87,7 @@ fn a_command_reaches_only_what_its_network_allow_list_names_and_each_connection_
     let allowed = http_server("allowed body");
     let other = http_server("other body");
     let config = format!(
-        "version: 1\nroot: $WS\nstate_dir: .corral\nrules:\n  - allow: [commands.run]\n    principals: [agent]\n    confirm: never\n    commands:\n      allow: [\"curl ...\"]\n      cwd: $WS\n      network: {{allow: [\"127.0.0.1:{allowed}\"]}}\nauth:\n  tokens:\n    - {{id: agent, roles: [operator], token_env: CORRAL_IT_AGENT_TOKEN}}\n"
+        "version: 1\nroot: $WS\nstate_dir: .corral\nrules:\n  - allow: [commands.run]\n    principals: [\"id:agent\"]\n    confirm: never\n    commands:\n      allow: [\"curl ...\"]\n      cwd: $WS\n      network: {{allow: [\"127.0.0.1:{allowed}\"]}}\nauth:\n  tokens:\n    - {{id: agent, roles: [operator], token_env: CORRAL_IT_AGENT_TOKEN}}\n"
     );
     let dir = workspace(Some(&config));
     let argv = serde_json::json!([
