@@ -13,6 +13,8 @@
 //! - `EXEC_BENCH_WARM=n` sets the `linux` variant's warm pool size; `EXEC_BENCH_GAP_MS=n` idles
 //!   n ms after each run of the loop (untimed), so that background work a run leaves behind (a
 //!   warm pool's refill, a network namespace's teardown) is not charged to the next variant.
+//! - `EXEC_BENCH_WRITE_DIR=dir` gives every run `dir` as its cwd and write path (for the
+//!   `linux` backend: the cost of a run's copy-on-write layer and its apply).
 //! - `exec-bench __sandbox-exec ...`: the linux backend's helper. The backend re-executes this
 //!   binary, as `corral` re-executes itself.
 
@@ -38,16 +40,19 @@ const BWRAP: &[&str] = &[
 const WARMUP: usize = 20;
 
 fn request() -> ExecRequest {
+    let write_dir = std::env::var_os("EXEC_BENCH_WRITE_DIR").map(PathBuf::from);
     ExecRequest {
         argv: vec!["/bin/true".into()],
-        cwd: PathBuf::from("/"),
+        cwd: write_dir.clone().unwrap_or_else(|| PathBuf::from("/")),
         env: Vec::new(),
         stdin: None,
         timeout: Duration::from_secs(10),
         max_output_bytes: 64 * 1024,
         limits: ResourceLimits::default(),
         read_paths: Vec::new(),
-        write_paths: Vec::new(),
+        write_paths: write_dir.into_iter().collect(),
+        protected: Default::default(),
+        network: None,
     }
 }
 

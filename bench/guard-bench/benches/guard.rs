@@ -286,6 +286,7 @@ fn action(i: usize, now: i64) -> Action {
         key: format!("key-{i:06}"),
         tenant: "default".to_owned(),
         requester: "ada".to_owned(),
+        requester_identity: "token:person:ada".to_owned(),
         requester_kind: "human".to_owned(),
         op: "files.write".to_owned(),
         op_version: "v1".to_owned(),
@@ -306,7 +307,10 @@ async fn consume_latency(store: &dyn ConfirmationStore) -> Stats {
     let now = now_ms();
     for i in 0..CONSUMES {
         let a = action(i, now);
-        assert!(store.raise(&a, now).await.unwrap());
+        assert_eq!(
+            store.raise(&a, now, u64::MAX).await.unwrap(),
+            corral_guard::confirm::Raised::Raised
+        );
         assert!(store.decide(&a.action_id, true, "ada", now).await.unwrap());
     }
     let mut took = Vec::with_capacity(CONSUMES);

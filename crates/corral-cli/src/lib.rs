@@ -93,6 +93,10 @@ enum Command {
         force: bool,
     },
     /// Check a config: load errors, then the lint.
+    ///
+    /// Exit codes: 0 ok; 1 lint findings (a `lint.*` error, or a warning with `--strict`);
+    /// 2 a config error: the file does not load, or an error that is not a lint finding (such
+    /// as `policy.scope_required`, a rule that refuses every call).
     CheckConfig {
         #[command(flatten)]
         config: ConfigArg,
@@ -125,7 +129,11 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
-    /// Decide one call without running it, and show every rule considered.
+    /// Decide one call without running it: the guard steps (autonomy, RBAC, the policy with
+    /// every rule considered, confirmation as a dry-run) in the gateway's order.
+    ///
+    /// Exit codes: 0 when the call would be allowed (even if it would wait for a person's
+    /// approval), 1 when a step would refuse it, 2 for a usage or config error.
     Explain {
         #[command(flatten)]
         config: ConfigArg,
@@ -135,12 +143,27 @@ enum Command {
         /// An argument as `name=value` (repeatable). Lists (argv) take JSON or shell words.
         #[arg(long = "arg", value_name = "NAME=VALUE")]
         args: Vec<String>,
-        /// Call as the token with this id.
-        #[arg(long, conflicts_with = "role")]
-        principal: Option<String>,
-        /// Call as an authenticated principal with this role.
+        /// Call as the token with this id; with `--role`, as a principal with this id and those
+        /// roles (what a JWT with this `sub` and roles claim gives).
         #[arg(long)]
-        role: Option<String>,
+        principal: Option<String>,
+        /// A role of the caller (repeatable); without `--principal`, an authenticated principal
+        /// `role:<ROLE>` with these roles.
+        #[arg(long = "role", value_name = "ROLE")]
+        roles: Vec<String>,
+        /// The kind of a `--role` principal: human, delegated or service.
+        #[arg(long, value_name = "KIND", requires = "roles")]
+        kind: Option<String>,
+        /// Call as the caller whose token (static or JWT) is in this environment variable,
+        /// checked as the server checks a bearer token.
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["principal", "roles"])]
+        token_env: Option<String>,
+        /// The autonomy level the run lowered itself to (as `X-Corral-Autonomy`).
+        #[arg(long, value_name = "LEVEL")]
+        autonomy: Option<String>,
+        /// Explain the call as a dry-run one (as `X-Corral-Dry-Run: true`).
+        #[arg(long)]
+        dry_run: bool,
         /// Output format.
         #[arg(long, value_enum, default_value_t)]
         format: Format,
@@ -302,9 +325,24 @@ pub fn run_cli(cli: Cli) -> Exit {
             op,
             args,
             principal,
-            role,
+            roles,
+            kind,
+            token_env,
+            autonomy,
+            dry_run,
             format,
-        } => cmd::explain::run(config.config, &op, &args, principal, role, format),
+        } => cmd::explain::run(cmd::explain::Args {
+            config: config.config,
+            op,
+            args,
+            principal,
+            roles,
+            kind,
+            token_env,
+            autonomy,
+            dry_run,
+            format,
+        }),
         Command::Call {
             op,
             args,

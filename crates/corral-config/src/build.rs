@@ -8,8 +8,8 @@ use corral_policy::presets::{self, PresetOptions};
 use corral_policy::scope::path::DEFAULT_SECRET_DENY;
 use corral_policy::scope::{CommandScope, PathScope, PathScopeSpec, UrlScope};
 use corral_policy::{
-    Catalog, OpId, OpSpec, ParamKind, Policy, Principal, PrincipalSelector, Rule, RuleEffect,
-    ScopeKind, Selector, Tier,
+    Catalog, OpId, OpSpec, ParamKind, Policy, Principal, PrincipalOrigin, PrincipalSelector, Rule,
+    RuleEffect, ScopeKind, Selector, Tier,
 };
 
 use crate::diag::Diagnostic;
@@ -719,7 +719,9 @@ fn resolve_tokens(c: &Config, env: &dyn Env, d: &mut Vec<Diagnostic>) -> Vec<Res
             );
             continue;
         }
-        let mut principal = Principal::new(&t.id.value, &[]).with_kind(t.kind);
+        let mut principal = Principal::new(&t.id.value, &[])
+            .with_kind(t.kind)
+            .with_origin(PrincipalOrigin::StaticToken);
         principal.roles = t.roles.clone();
         out.push(ResolvedToken {
             principal,

@@ -90,7 +90,13 @@ const MCP_TOOL_KEYS: &[&str] = &["effects", "tier", "idempotent"];
 const AUTONOMY_KEYS: &[&str] = &["level", "pins"];
 const PIN_KEYS: &[&str] = &["principal", "level"];
 const ROLES_KEYS: &[&str] = &["overrides"];
-const GUARDRAILS_KEYS: &[&str] = &["mode", "confirmation_ttl", "confirmations", "replicas"];
+const GUARDRAILS_KEYS: &[&str] = &[
+    "mode",
+    "confirmation_ttl",
+    "confirmations",
+    "max_pending",
+    "replicas",
+];
 const BUDGET_KEYS: &[&str] = &[
     "max_calls",
     "max_calls_per_op",
@@ -538,8 +544,23 @@ impl Decoder {
             c.limits = self.limits(n, "limits");
         }
         if let Some(n) = m.get("isolation")
-            && let Some(im) = self.map(n, "isolation", &["backend", "network"])
+            && let Some(im) = self.map(n, "isolation", &["backend", "network", "cgroup_parent"])
         {
+            if let Some(p) = im.get("cgroup_parent")
+                && let Some(v) = self.string(p, "isolation.cgroup_parent")
+            {
+                if v.starts_with('/') {
+                    c.isolation.cgroup_parent = Some(std::path::PathBuf::from(v));
+                } else {
+                    self.err_fix(
+                        codes::CONFIG_INVALID_VALUE,
+                        format!("`isolation.cgroup_parent` `{v}` is not an absolute path"),
+                        "isolation.cgroup_parent",
+                        p.span,
+                        "give the cgroup v2 directory's full path, e.g. `/sys/fs/cgroup/corral.slice`".to_owned(),
+                    );
+                }
+            }
             if let Some(b) = im.get("backend") {
                 c.isolation.backend = self
                     .choice(
@@ -762,6 +783,22 @@ impl Decoder {
                     ],
                 )
                 .unwrap_or_default();
+        }
+        if let Some(n) = m.get("max_pending")
+            && let Some(max) = self.uint(n, "guardrails.max_pending")
+        {
+            if max == 0 {
+                self.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    "`max_pending` is 0, so no call that needs a person's approval could ever be asked"
+                        .to_owned(),
+                    "guardrails.max_pending",
+                    n.span,
+                    "write a positive number such as `20` (the default)".to_owned(),
+                );
+            } else {
+                g.max_pending = max;
+            }
         }
         if let Some(n) = m.get("replicas")
             && let Some(r) = self.uint(n, "guardrails.replicas")

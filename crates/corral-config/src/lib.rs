@@ -18,7 +18,7 @@ mod no_panic_tests;
 
 use std::path::{Path, PathBuf};
 
-use corral_policy::{Catalog, Engine, Policy, codes};
+use corral_policy::{Catalog, Engine, Policy, Role, codes};
 
 pub use build::{Env, ProcessEnv, ResolvedToken, RuleOrigin, upstream_tool_spec};
 pub use diag::{Diagnostic, Severity, render};
@@ -75,6 +75,26 @@ impl Loaded {
         v
     }
 
+    /// Why RBAC by tier is on for this config, or `None` when it is off: on whenever any
+    /// principal can carry a tier role (`viewer`, `operator`, `admin`), so such a role always
+    /// means what it says. Checked in this order: a `roles:` block, a static token with a tier
+    /// role, `auth.jwt` (a JWT's roles claim can carry one).
+    pub fn rbac_cause(&self) -> Option<RbacCause> {
+        if self.config.roles.is_some() {
+            return Some(RbacCause::RolesBlock);
+        }
+        let token = self.config.auth.tokens.iter().find_map(|t| {
+            t.roles
+                .iter()
+                .find_map(|r| Role::parse(r))
+                .map(|role| RbacCause::TokenTierRole {
+                    token: t.id.value.clone(),
+                    role,
+                })
+        });
+        token.or_else(|| self.config.auth.jwt.as_ref().map(|_| RbacCause::Jwt))
+    }
+
     /// Compiles the policy into an engine.
     pub fn engine(&self) -> Engine {
         Engine::new(self.catalog.clone(), self.policy.clone())
@@ -83,6 +103,36 @@ impl Loaded {
     /// Renders diagnostics against this file.
     pub fn render(&self, diags: &[Diagnostic]) -> String {
         render(diags, &self.file_name, &self.source)
+    }
+}
+
+/// Why RBAC by tier is on (see `Loaded::rbac_cause`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RbacCause {
+    /// The config has a `roles:` block.
+    RolesBlock,
+    /// A static token carries a tier role.
+    TokenTierRole {
+        /// The token's id.
+        token: String,
+        /// Its (first) tier role.
+        role: Role,
+    },
+    /// `auth.jwt` is configured: a JWT's roles claim can carry a tier role.
+    Jwt,
+}
+
+impl std::fmt::Display for RbacCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RbacCause::RolesBlock => f.write_str("the config has a `roles:` block"),
+            RbacCause::TokenTierRole { token, role } => {
+                write!(f, "token `{token}` carries the tier role `{role}`")
+            }
+            RbacCause::Jwt => {
+                f.write_str("`auth.jwt` is set, and a JWT's roles claim can carry a tier role")
+            }
+        }
     }
 }
 

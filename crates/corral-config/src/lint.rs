@@ -805,8 +805,8 @@ impl<'a> Linter<'a> {
         self.out.extend(found);
     }
 
-    /// `confirm: never` (a warning on every rule that sets it) and RBAC by tier that is off
-    /// while tokens carry tier roles (a note).
+    /// `confirm: never` (a warning on every rule that sets it) and a token without a tier role
+    /// while RBAC by tier is on (a warning).
     fn guardrails(&mut self) {
         let mut preset_ops: Vec<Vec<String>> = vec![Vec::new(); self.l.config.presets.len()];
         for (i, r) in self.l.policy.rules.iter().enumerate() {
@@ -875,13 +875,15 @@ impl<'a> Linter<'a> {
                 Some(span),
             ));
         }
-        if self.l.config.roles.is_none() {
+        // issue 11 item 7: RBAC by tier is on whenever a principal can carry a tier role, and
+        // then a token without one is refused every call.
+        if let Some(cause) = self.l.rbac_cause() {
             for (i, t) in self.l.config.auth.tokens.iter().enumerate() {
-                if let Some(role) = t.roles.iter().find(|r| Role::parse(r).is_some()) {
-                    self.push(Diagnostic::note(
-                        codes::LINT_RBAC_INACTIVE,
+                if Role::highest_of(&t.roles).is_none() {
+                    self.push(Diagnostic::warning(
+                        codes::LINT_RBAC_NO_TIER_ROLE,
                         format!(
-                            "token `{}` has the role `{role}`, but without `roles:` RBAC by tier is off and the role only matters to rules that name it",
+                            "token `{}` has no tier role, and RBAC by tier is on ({cause}), so every call it makes is refused with `rbac.denied`",
                             t.id.value
                         ),
                         format!("auth.tokens[{i}]"),
@@ -1087,6 +1089,15 @@ pub fn lint(loaded: &Loaded) -> Vec<Diagnostic> {
         out: Vec::new(),
     }
     .run()
+}
+
+/// Whether the findings hold a config error rather than a lint finding: an error whose code is
+/// not a `lint.*` code (such as `policy.scope_required`: the config loads, but a rule refuses
+/// every call). `check-config` exits 2 for these, as for a file that does not load.
+pub fn has_config_error(findings: &[Diagnostic]) -> bool {
+    findings
+        .iter()
+        .any(|d| d.severity == Severity::Error && !d.code.starts_with("lint."))
 }
 
 /// Whether findings fail the check: any error, or any warning under `--strict`.

@@ -200,6 +200,8 @@ pub struct GuardrailsConfig {
     pub confirmation_ttl: Duration,
     /// Where confirmations live.
     pub confirmations: ConfirmationBackend,
+    /// How many pending actions one principal may have at once (20 by default).
+    pub max_pending: u64,
     /// How many replicas of `corral serve` share this config (declared; 1 by default).
     pub replicas: u64,
 }
@@ -210,6 +212,7 @@ impl Default for GuardrailsConfig {
             mode: GuardrailsMode::Enforce,
             confirmation_ttl: Duration::from_secs(300),
             confirmations: ConfirmationBackend::Store,
+            max_pending: 20,
             replicas: 1,
         }
     }
@@ -469,6 +472,9 @@ pub struct IsolationConfig {
     pub backend: BackendKind,
     /// Network inside the sandbox.
     pub network: NetworkMode,
+    /// `cgroup_parent`: a cgroup v2 directory per-run cgroups go under, instead of corral's own
+    /// cgroup (absolute).
+    pub cgroup_parent: Option<std::path::PathBuf>,
 }
 
 /// `storage:`

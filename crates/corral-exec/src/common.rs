@@ -127,7 +127,10 @@ pub(crate) fn rlimit_plan(limits: &ResourceLimits) -> [Option<RlimitSpec>; 5] {
         limits
             .cpu_seconds
             .and_then(|s| soft_hard(RlimitKind::Cpu, s, s.saturating_add(1))),
-        limits.memory.and_then(|m| same(RlimitKind::As, m)),
+        limits
+            .memory
+            .or(limits.default_memory)
+            .and_then(|m| same(RlimitKind::As, m)),
         limits
             .processes
             .and_then(|p| same(RlimitKind::Nproc, u64::from(p))),

@@ -17,23 +17,42 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
+/// The memory cap of a run whose config sets none (`commands.run`, custom ops, upstream MCP
+/// servers): 1 GiB. Raising it is explicit in config (`limits.memory`).
+pub const DEFAULT_MEMORY: u64 = 1 << 30;
+
+/// The write quota of a run when the request sets none: what one run may add to its writable
+/// roots, bytes (see [`ResourceLimits::write_quota`]).
+pub const DEFAULT_WRITE_QUOTA: u64 = 1 << 30;
+
 /// Resource limits applied to the child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ResourceLimits {
     /// `RLIMIT_CPU`, seconds.
     pub cpu_seconds: Option<u64>,
-    /// `RLIMIT_AS`, bytes.
+    /// A memory limit asked for explicitly, bytes: `RLIMIT_AS`, and in the `linux` backend a
+    /// memory cgroup too (a run whose limit has no cgroup to enforce it is refused).
     pub memory: Option<u64>,
+    /// The cap that applies when `memory` is `None` (corral's safe default, see
+    /// [`DEFAULT_MEMORY`], not the config's): enforced by a memory cgroup where the backend
+    /// has one, else by `RLIMIT_AS` only, and attested as whichever enforced it
+    /// (`cgroup:memory` or `rlimit:as`). It never makes a run fail for want of a cgroup.
+    pub default_memory: Option<u64>,
     /// `RLIMIT_NPROC` (and, where a backend can, a cgroup `pids.max`).
     pub processes: Option<u32>,
     /// `RLIMIT_FSIZE`, bytes.
     pub file_size: Option<u64>,
     /// `RLIMIT_NOFILE`.
     pub open_files: Option<u64>,
+    /// What one run may write into its writable roots in total, bytes (`None`:
+    /// [`DEFAULT_WRITE_QUOTA`]). A backend with a copy-on-write layer enforces it (the `linux`
+    /// backend: the size and inode count of the layer's tmpfs, attested as `quota:<bytes>`);
+    /// the `process` backend cannot, and never attests it.
+    pub write_quota: Option<u64>,
 }
 
 /// What to run. Built by an op from a policy grant; never from raw caller input.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ExecRequest {
     /// Program and arguments; no shell unless argv says `sh -c` explicitly.
     pub argv: Vec<String>,
@@ -53,6 +72,11 @@ pub struct ExecRequest {
     pub read_paths: Vec<PathBuf>,
     /// Directories the command may write (used by isolating backends).
     pub write_paths: Vec<PathBuf>,
+    /// What no change of the run may create, change or delete in `write_paths` (`.git` and
+    /// `.corral` at any depth always). A backend with a copy-on-write layer checks every change
+    /// against it before applying it to the host, and reports the refused ones in
+    /// [`ExecOutput::changes`].
+    pub protected: corral_policy::Protected,
     /// The network of this run; `None`: the backend's own setting. A backend that cannot
     /// confine the network as asked refuses the run.
     pub network: Option<RunNetwork>,
@@ -166,6 +190,35 @@ pub struct ExecOutput {
     pub duration: Duration,
     /// What was applied.
     pub attestation: Attestation,
+    /// What the run changed in its writable roots, when the backend gathered its writes in a
+    /// copy-on-write layer and applied them afterwards (`None`: the writes went straight to the
+    /// host, as with the `process` backend and [`Backend::run_attached`]).
+    pub changes: Option<Changes>,
+}
+
+/// Most refused changes listed one by one in [`Changes::refused`]; the rest are counted.
+pub const MAX_REFUSED_LISTED: usize = 100;
+
+/// What a run's copy-on-write layer brought back to the host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Changes {
+    /// Entries created, changed or deleted on the host.
+    pub applied: u64,
+    /// Bytes of file content written to the host.
+    pub bytes: u64,
+    /// Changes that were not applied, and why (at most [`MAX_REFUSED_LISTED`]).
+    pub refused: Vec<RefusedChange>,
+    /// Refused changes beyond the listed ones.
+    pub refused_unlisted: u64,
+}
+
+/// One change that did not reach the host.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RefusedChange {
+    /// The host path it was for.
+    pub path: String,
+    /// Why it was refused.
+    pub reason: String,
 }
 
 /// A run that did not happen.
@@ -242,6 +295,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// with the usual cap). Resolves when the process ended or `req.timeout` passed; dropping the
     /// future kills the process and destroys its sandbox. A backend that cannot host such a
     /// process returns `ExecError::Unavailable`.
+    ///
+    /// Unlike [`Backend::run`], an attached process's writes are live: its write paths are
+    /// bound read-write, with no copy-on-write layer, so no write quota and no protection check
+    /// of its changes (`ExecOutput::changes` is `None`). What still holds there: the read-only
+    /// binds of metadata that exists when it starts, and the `linux` backend's seccomp filter
+    /// (no setuid or setgid bit, no extended attribute, so no file capability).
     fn run_attached(
         &self,
         req: ExecRequest,

@@ -112,6 +112,7 @@ impl Backend for MockBackend {
                     destroyed: true,
                     primitives: vec!["mock:table".to_owned()],
                 },
+                changes: None,
             })
         })
     }

@@ -325,5 +325,6 @@ async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, E
             destroyed: false,
             primitives,
         },
+        changes: None,
     })
 }

@@ -16,12 +16,90 @@
 //! others find the action `running` (and wait for its outcome) or `done` (and get the stored
 //! outcome). Everything expires with the action (`expires_ms` = raised + TTL); an expired key
 //! raises a new action. SQL implementations live in corral-store.
+//!
+//! An action belongs to its requester's full identity (`Principal::identity`: where the
+//! credential came from, person or service, and the id), never to the id alone. What one
+//! caller can make the store keep is bounded: the canonical arguments of an action are at most
+//! `MAX_ACTION_ARGS_BYTES`, a requester has at most `GuardPolicy::max_pending` pending actions
+//! (counted by the store, atomically with raising), and a listing is a page.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use corral_exec::BoxFuture;
 use serde::{Deserialize, Serialize};
+
+/// The most bytes of canonical JSON arguments an action may hold: what a person can review,
+/// and what one pending action may make the store keep.
+pub const MAX_ACTION_ARGS_BYTES: usize = 64 * 1024;
+
+/// How many pending actions one principal may have at once, unless `guardrails.max_pending`
+/// says otherwise.
+pub const DEFAULT_MAX_PENDING: u64 = 20;
+
+/// What `ConfirmationStore::raise` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Raised {
+    /// The action is now its key's live action.
+    Raised,
+    /// The key already has a live action; nothing changed.
+    KeyTaken,
+    /// The requester already has `pending` (at least the cap) pending actions; nothing changed.
+    TooManyPending {
+        /// How many the requester has.
+        pending: u64,
+        /// When the first of them expires (ms since the epoch).
+        first_expiry_ms: Option<i64>,
+    },
+}
+
+/// Where a page of `ConfirmationStore::list` starts: after this action, in the listing's order
+/// (newest first: `created_ms` descending, then `action_id` descending). Shown to clients as an
+/// opaque `next` string, `<created_ms>.<action_id>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// The last listed action's `created_ms`.
+    pub created_ms: i64,
+    /// The last listed action's id.
+    pub action_id: String,
+}
+
+impl Cursor {
+    /// The cursor after `a`.
+    pub fn after(a: &Action) -> Self {
+        Self {
+            created_ms: a.created_ms,
+            action_id: a.action_id.clone(),
+        }
+    }
+
+    /// Parses what `Display` wrote; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (ms, id) = s.split_once('.')?;
+        let valid_id = !id.is_empty()
+            && id.len() <= 64
+            && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+        if !valid_id || ms.is_empty() || !ms.chars().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        Some(Self {
+            created_ms: ms.parse().ok()?,
+            action_id: id.to_owned(),
+        })
+    }
+
+    /// Whether `a` comes after this cursor in the listing's order.
+    pub fn precedes(&self, a: &Action) -> bool {
+        a.created_ms < self.created_ms
+            || (a.created_ms == self.created_ms && a.action_id < self.action_id)
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.created_ms, self.action_id)
+    }
+}
 
 /// Where an action is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,8 +179,12 @@ pub struct Action {
     pub key: String,
     /// The tenant.
     pub tenant: String,
-    /// Who raised it (the principal id: for a delegated caller, the person it acts for).
+    /// Who raised it (the principal id: for a delegated caller, the person it acts for), as
+    /// shown to people and in the audit.
     pub requester: String,
+    /// Who raised it, fully (`Principal::identity`): what a decision and a listing compare.
+    /// Empty for an action stored before identities were (it then matches nobody).
+    pub requester_identity: String,
     /// `human`, `delegated` or `service`.
     pub requester_kind: String,
     /// The op id.
@@ -156,12 +238,15 @@ pub trait ConfirmationStore: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<Option<Action>, ConfirmationError>>;
 
     /// Registers `action` (pending) as its key's live action, unless the key already has a live
-    /// one: then nothing changes and the answer is `false`.
+    /// one (`KeyTaken`) or its requester (tenant and identity) already has `max_pending` live
+    /// pending actions (`TooManyPending`): then nothing changes. The count and the insert are
+    /// one atomic unit, so concurrent raises never go past the cap.
     fn raise<'a>(
         &'a self,
         action: &'a Action,
         now_ms: i64,
-    ) -> BoxFuture<'a, Result<bool, ConfirmationError>>;
+        max_pending: u64,
+    ) -> BoxFuture<'a, Result<Raised, ConfirmationError>>;
 
     /// An action of `tenant` by id, expired or not.
     fn get<'a>(
@@ -188,12 +273,15 @@ pub trait ConfirmationStore: Send + Sync + std::fmt::Debug {
         now_ms: i64,
     ) -> BoxFuture<'a, Result<(), ConfirmationError>>;
 
-    /// The live actions of a tenant (of one requester, or all), newest first.
+    /// The live actions of a tenant (of one requester identity, or all), newest first: at most
+    /// `limit`, those after `after` when it is given.
     fn list<'a>(
         &'a self,
         tenant: &'a str,
-        requester: Option<&'a str>,
+        requester_identity: Option<&'a str>,
         now_ms: i64,
+        after: Option<&'a Cursor>,
+        limit: u32,
     ) -> BoxFuture<'a, Result<Vec<Action>, ConfirmationError>>;
 
     /// Removes what expired: approvals and key entries at once (neither can be used after
@@ -301,7 +389,8 @@ impl ConfirmationStore for MemoryConfirmations {
         &'a self,
         action: &'a Action,
         now_ms: i64,
-    ) -> BoxFuture<'a, Result<bool, ConfirmationError>> {
+        max_pending: u64,
+    ) -> BoxFuture<'a, Result<Raised, ConfirmationError>> {
         ready(self.with(|m| {
             let live = m
                 .keys
@@ -309,7 +398,25 @@ impl ConfirmationStore for MemoryConfirmations {
                 .and_then(|id| m.actions.get(id))
                 .is_some_and(|a| a.expires_ms > now_ms);
             if live {
-                return false;
+                return Raised::KeyTaken;
+            }
+            let mut pending = 0u64;
+            let mut first_expiry_ms: Option<i64> = None;
+            for a in m.actions.values().filter(|a| {
+                a.state == ActionState::Pending
+                    && a.expires_ms > now_ms
+                    && a.tenant == action.tenant
+                    && a.requester_identity == action.requester_identity
+            }) {
+                pending += 1;
+                first_expiry_ms =
+                    Some(first_expiry_ms.map_or(a.expires_ms, |e| e.min(a.expires_ms)));
+            }
+            if pending >= max_pending {
+                return Raised::TooManyPending {
+                    pending,
+                    first_expiry_ms,
+                };
             }
             m.approvals.remove(&action.key);
             m.keys.insert(action.key.clone(), action.action_id.clone());
@@ -321,7 +428,7 @@ impl ConfirmationStore for MemoryConfirmations {
                 let actions = &m.actions;
                 m.keys.retain(|_, id| actions.contains_key(id));
             }
-            true
+            Raised::Raised
         }))
     }
 
@@ -387,26 +494,32 @@ impl ConfirmationStore for MemoryConfirmations {
     fn list<'a>(
         &'a self,
         tenant: &'a str,
-        requester: Option<&'a str>,
+        requester_identity: Option<&'a str>,
         now_ms: i64,
+        after: Option<&'a Cursor>,
+        limit: u32,
     ) -> BoxFuture<'a, Result<Vec<Action>, ConfirmationError>> {
         ready(self.with(|m| {
-            let mut v: Vec<Action> = m
+            let mut v: Vec<&Action> = m
                 .actions
                 .values()
                 .filter(|a| {
                     a.tenant == tenant
                         && a.expires_ms > now_ms
-                        && requester.is_none_or(|r| a.requester == r)
+                        && requester_identity
+                            .is_none_or(|r| !r.is_empty() && a.requester_identity == r)
+                        && after.is_none_or(|c| c.precedes(a))
                 })
-                .cloned()
                 .collect();
             v.sort_by(|a, b| {
                 b.created_ms
                     .cmp(&a.created_ms)
                     .then_with(|| b.action_id.cmp(&a.action_id))
             });
-            v
+            v.into_iter()
+                .take(usize::try_from(limit).unwrap_or(usize::MAX))
+                .cloned()
+                .collect()
         }))
     }
 }

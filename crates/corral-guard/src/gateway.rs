@@ -19,7 +19,7 @@ use corral_exec::Backend;
 use corral_ops::{OpCtx, OpError, OpOutput, Registry, Stream};
 use corral_policy::{
     ArgValue, Args, AutonomyLevel, Decision, Engine, Limits, OpSpec, Principal, PrincipalKind,
-    Request, Role, Tier, codes,
+    Request, Role, codes,
 };
 use serde_json::json;
 
@@ -27,9 +27,10 @@ use crate::args::{args_hash, parse_args};
 use crate::audit::{AttestationRecord, AuditEvent, AuditSink, Outcome, args_shape};
 use crate::canonical::{canonical, digest};
 use crate::confirm::{
-    Action, ActionState, ConfirmationError, ConfirmationStore, MemoryConfirmations, StoredOutcome,
+    Action, ActionState, ConfirmationError, ConfirmationStore, Cursor, MAX_ACTION_ARGS_BYTES,
+    MemoryConfirmations, Raised, StoredOutcome,
 };
-use crate::guardrails::{GuardPolicy, Mode};
+use crate::guardrails::{Confirmation, GuardPolicy, tier_reason};
 use crate::limiter::{Limited, Limiter};
 use crate::metrics::Metrics;
 use crate::runs::{RunKey, RunLedger, RunPurpose, RunStore, RunStoreError};
@@ -393,19 +394,51 @@ impl Gateway {
             .record("unknown", outcome.as_str(), Duration::ZERO);
     }
 
-    /// `GET /confirmations`: the caller's live actions, or, for a caller with the role
-    /// `admin`, every live action of its tenant; newest first.
+    /// `GET /confirmations`: the caller's live actions (its full identity's), or, for a caller
+    /// with the role `admin`, every live action of its tenant; newest first, one page of at
+    /// most `limit` (1 to `LIST_MAX_LIMIT`) actions after `after`, and at most `LIST_MAX_BYTES`.
     pub async fn list_confirmations(
         &self,
         caller: &Caller,
         request_id: &str,
-    ) -> Result<Vec<serde_json::Value>, Refusal> {
+        after: Option<&Cursor>,
+        limit: u32,
+    ) -> Result<ConfirmationsPage, Refusal> {
         let p = &caller.principal;
         let tenant = p.tenant.clone().unwrap_or_else(|| self.tenant.clone());
         let admin = p.roles.iter().any(|r| r == Role::Admin.as_str());
-        let requester = (!admin).then_some(p.id.as_str());
-        match self.confirmations.list(&tenant, requester, now_ms()).await {
-            Ok(v) => Ok(v.iter().map(action_view).collect()),
+        let identity = p.identity();
+        let requester = (!admin).then_some(identity.as_str());
+        let limit = limit.clamp(1, LIST_MAX_LIMIT);
+        // One more than the page, to know whether there is a next one.
+        let listed = self
+            .confirmations
+            .list(&tenant, requester, now_ms(), after, limit + 1)
+            .await;
+        match listed {
+            Ok(v) => {
+                let mut page = ConfirmationsPage {
+                    confirmations: Vec::new(),
+                    next: None,
+                };
+                let mut bytes = 0usize;
+                for (i, a) in v.iter().enumerate() {
+                    let view = action_view(a);
+                    let size = serde_json::to_string(&view).map_or(0, |s| s.len());
+                    let full = i >= usize::try_from(limit).unwrap_or(usize::MAX)
+                        || (!page.confirmations.is_empty()
+                            && bytes.saturating_add(size) > LIST_MAX_BYTES);
+                    if full {
+                        page.next = v
+                            .get(i.wrapping_sub(1))
+                            .map(|l| Cursor::after(l).to_string());
+                        break;
+                    }
+                    bytes = bytes.saturating_add(size);
+                    page.confirmations.push(view);
+                }
+                Ok(page)
+            }
             Err(e) => {
                 tracing::error!(request_id, error = %e, "confirmation store failed");
                 Err(Refusal::new(
@@ -539,7 +572,10 @@ impl Gateway {
         }
         if approve {
             // Someone else's action is not theirs to see: the same answer as an unknown one.
-            if a.requester != p.id {
+            // "Someone else" is decided on the full identity (origin, person or service, id):
+            // a JWT with `sub: agent` is not the static token `agent`. An action stored
+            // without an identity matches nobody.
+            if a.requester_identity.is_empty() || a.requester_identity != p.identity() {
                 return Err(not_found());
             }
             if p.kind != PrincipalKind::Human || !caller.act_chain.is_empty() {
@@ -561,6 +597,16 @@ impl Gateway {
             ));
         }
         let at = decided_at.unwrap_or(now);
+        if at > now.saturating_add(DECISION_CLOCK_SKEW_MS) {
+            return Err(Refusal::new(
+                400,
+                codes::CONFIRMATION_FUTURE_DECISION,
+                format!(
+                    "the decision is dated {at} ms, more than {} s after the server's clock ({now} ms); send it without `decided_at_ms`, or fix the client's clock",
+                    DECISION_CLOCK_SKEW_MS / 1000
+                ),
+            ));
+        }
         if at < a.created_ms {
             return Err(Refusal::new(
                 409,
@@ -721,51 +767,19 @@ impl Gateway {
             None => (opts.autonomy, opts.dry_run),
         };
         // 3. Autonomy: what may run at all, before anyone's role is looked at.
-        if let Some((level, source)) = g.effective_level(principal, run_level)
-            && !level.permits(spec)
-        {
-            event.detail = Some(level.as_str().to_owned());
-            let needed = AutonomyLevel::lowest_for(spec);
+        if let Err(r) = g.check_autonomy(spec, principal, run_level) {
+            event.detail = Some(r.detail);
             return (
                 Outcome::AutonomyBlocked,
-                Reply::Refused(Refusal::new(
-                    403,
-                    codes::AUTONOMY_BLOCKED,
-                    format!(
-                        "`{}` ({} tier, effects {}) needs autonomy {needed} or higher; {source} is {level}, which lets {} run",
-                        call.op,
-                        spec.tier(),
-                        spec.effective_effects(),
-                        level.describe()
-                    ),
-                )),
+                Reply::Refused(Refusal::new(403, r.code, r.message)),
             );
         }
         // 4. RBAC by tier: who may call it, before anyone is asked to approve it.
-        if let Some(need) = g.missing_role(spec, principal) {
-            let have = Role::highest_of(&principal.roles);
-            event.detail = Some(need.as_str().to_owned());
-            let why = if g
-                .rbac
-                .as_ref()
-                .is_some_and(|o| o.contains_key(call.op.as_str()))
-            {
-                "`roles.overrides`".to_owned()
-            } else {
-                format!("its {} tier: {}", spec.tier(), tier_reason(spec))
-            };
-            let have =
-                have.map_or_else(|| "no tier role".to_owned(), |h| format!("the role `{h}`"));
+        if let Err(r) = g.check_role(spec, principal) {
+            event.detail = Some(r.detail);
             return (
                 Outcome::RbacDenied,
-                Reply::Refused(Refusal::new(
-                    403,
-                    codes::RBAC_DENIED,
-                    format!(
-                        "`{}` needs the role `{need}` ({why}); you have {have}; call as a principal with the role `{need}` or higher",
-                        call.op
-                    ),
-                )),
+                Reply::Refused(Refusal::new(403, r.code, r.message)),
             );
         }
         // 5. Policy.
@@ -905,17 +919,16 @@ impl Gateway {
         executed: &mut bool,
     ) -> (Outcome, Reply) {
         let g = &d.guard;
-        let tier = spec.tier();
         let mut action = None;
-        if tier != Tier::Read {
+        match g.confirmation_step(spec, grant.rule.index, run_dry) {
+            Confirmation::NotGuarded | Confirmation::Waived => {}
             // 7. Dry-run: guarded ops are described, never run, and nobody is asked.
-            if g.mode == Mode::DryRun || run_dry {
+            Confirmation::DryRun => {
                 *executed = true;
                 return (Outcome::DryRun, Reply::Json(dry_run_payload(call, spec)));
             }
             // 8. Confirmation, unless a confirm-tier op's allow rule says `confirm: never`.
-            let exempt = tier == Tier::Confirm && g.confirm_never_rules.contains(&grant.rule.index);
-            if !exempt {
+            Confirmation::Required => {
                 // Boxed: the confirmation step's state is large and most calls never reach it,
                 // so it must not grow every call's future.
                 match Box::pin(self.confirmation(d, call, spec, event)).await {
@@ -986,13 +999,33 @@ impl Gateway {
             other => other.clone(),
         };
         let op_version = d.guard.op_version(&call.op).to_owned();
+        let identity = principal.identity();
+        // The full identity, not the id: a JWT `sub: agent` never finds (nor consumes the
+        // approval of) the action of the static token `agent`.
         let key = digest(&json!({
             "tenant": event.tenant,
-            "requester": principal.id,
+            "requester": identity,
             "op": call.op,
             "op_version": op_version,
             "args": args,
         }));
+        let args_canonical = canonical(&args);
+        // Bounded before anything is stored or looked up: no action can hold more.
+        if args_canonical.len() > MAX_ACTION_ARGS_BYTES {
+            return Confirmed::Answer(
+                Outcome::Limited,
+                Reply::Refused(Refusal::new(
+                    413,
+                    codes::CONFIRMATION_ARGS_TOO_LARGE,
+                    format!(
+                        "the arguments of this `{}` call are {} bytes as canonical JSON, over the {} bytes (64 KiB) a pending action may hold for a person to review; call with smaller arguments (put large content in a file and pass its path)",
+                        call.op,
+                        args_canonical.len(),
+                        MAX_ACTION_ARGS_BYTES
+                    ),
+                )),
+            );
+        }
         let now = now_ms();
         let ttl_ms = i64::try_from(d.guard.confirmation_ttl.as_millis()).unwrap_or(i64::MAX);
         let proto = Action {
@@ -1000,12 +1033,13 @@ impl Gateway {
             key: key.clone(),
             tenant: event.tenant.clone(),
             requester: principal.id.clone(),
+            requester_identity: identity,
             requester_kind: principal.kind.as_str().to_owned(),
             op: call.op.clone(),
             op_version,
             tier: spec.tier().as_str().to_owned(),
             reason: tier_reason(spec),
-            args: canonical(&args),
+            args: args_canonical,
             state: ActionState::Pending,
             created_ms: now,
             expires_ms: now.saturating_add(ttl_ms),
@@ -1028,9 +1062,23 @@ impl Gateway {
             };
             let a = match current {
                 Some(a) => a,
-                None => match store.raise(&proto, now_ms()).await {
-                    Ok(true) => proto.clone(),
-                    Ok(false) => continue,
+                None => match store.raise(&proto, now_ms(), d.guard.max_pending).await {
+                    Ok(Raised::Raised) => proto.clone(),
+                    Ok(Raised::KeyTaken) => continue,
+                    Ok(Raised::TooManyPending {
+                        pending,
+                        first_expiry_ms,
+                    }) => {
+                        return Confirmed::Answer(
+                            Outcome::Limited,
+                            Reply::Refused(too_many_pending(
+                                &principal.id,
+                                pending,
+                                d.guard.max_pending,
+                                first_expiry_ms,
+                            )),
+                        );
+                    }
                     Err(e) => return store_failed(&e, &call.request_id),
                 },
             };
@@ -1251,6 +1299,28 @@ impl Drop for Interrupted {
     }
 }
 
+/// How far in the future a decision's `decided_at_ms` may be: clocks of clients and replicas
+/// differ a little, never by years.
+const DECISION_CLOCK_SKEW_MS: i64 = 5 * 60 * 1000;
+
+/// The most actions one `GET /confirmations` page holds, and the default.
+pub const LIST_MAX_LIMIT: u32 = 200;
+/// The page size when `limit` is not given.
+pub const LIST_DEFAULT_LIMIT: u32 = 50;
+/// A page stops before its answer would pass this many bytes of JSON (with at least one
+/// action), whatever the `limit`: a page is bounded even when every action holds the most
+/// arguments it may.
+const LIST_MAX_BYTES: usize = 4 * 1024 * 1024;
+
+/// One page of `GET /confirmations`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfirmationsPage {
+    /// The actions, as `action_view` shows them, newest first.
+    pub confirmations: Vec<serde_json::Value>,
+    /// The cursor of the next page (`?after=`), when there are more.
+    pub next: Option<String>,
+}
+
 /// How long a retry waits for the outcome of an approved call another request is running.
 const OUTCOME_WAIT_MS: i64 = 120_000;
 
@@ -1260,29 +1330,6 @@ enum Confirmed {
     Run(Box<Action>),
     /// Answer this, without running.
     Answer(Outcome, Reply),
-}
-
-/// Why an op of a guarded tier needs a person: its summary, tier and effects.
-fn tier_reason(spec: &OpSpec) -> String {
-    let what = match spec.tier() {
-        Tier::Read => "reads only",
-        Tier::Confirm => "changes something",
-        Tier::Destructive => "is irreversible or administrative",
-    };
-    let summary = spec.summary.trim().trim_end_matches('.');
-    if summary.is_empty() {
-        format!(
-            "`{}` {what} (effects: {})",
-            spec.id,
-            spec.effective_effects()
-        )
-    } else {
-        format!(
-            "{summary}: `{}` {what} (effects: {})",
-            spec.id,
-            spec.effective_effects()
-        )
-    }
 }
 
 /// `202 confirmation.required`, with the action and how to approve it.
@@ -1334,6 +1381,7 @@ pub fn action_view(a: &Action) -> serde_json::Value {
         "reason": a.reason,
         "state": a.state.as_str(),
         "requester": a.requester,
+        "requester_identity": a.requester_identity,
         "requester_kind": a.requester_kind,
         "args": args,
         "args_canonical": a.args,
@@ -1342,6 +1390,23 @@ pub fn action_view(a: &Action) -> serde_json::Value {
         "decided_at_ms": a.decided_ms,
         "decided_by": a.decided_by,
     })
+}
+
+/// `429 confirmation.too_many_pending`: the cap, how to clear them, and the setting.
+fn too_many_pending(who: &str, pending: u64, max: u64, first_expiry_ms: Option<i64>) -> Refusal {
+    let wait_s = first_expiry_ms.map(|e| (e - now_ms()).max(0) / 1000 + 1);
+    let mut r = Refusal::new(
+        429,
+        codes::CONFIRMATION_TOO_MANY_PENDING,
+        format!(
+            "`{who}` already has {pending} pending actions, the most `guardrails.max_pending` ({max}) allows, so this call raised none; have a person approve or deny them (`GET /confirmations` lists them){}, or raise `guardrails.max_pending`",
+            wait_s.map_or_else(String::new, |s| format!(
+                ", or wait until the first expires in {s} s"
+            ))
+        ),
+    );
+    r.retry_after = wait_s.map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(1)));
+    r
 }
 
 fn in_progress(op: &str) -> Refusal {

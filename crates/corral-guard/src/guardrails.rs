@@ -1,19 +1,27 @@
 //! What a deployment's config says about the guard steps that are not the policy: autonomy
 //! levels, RBAC by tier, the guardrails mode, confirmation, budgets and op versions. Built by the
-//! composition root and swapped with the deployment on reload.
+//! composition root and swapped with the deployment on reload. The steps' checks live here
+//! (`check_autonomy`, `check_role`, `confirmation_step`), so the gateway and `corral explain`
+//! run one implementation.
 //!
-//! **RBAC activation.** RBAC by tier is on only when the config has a `roles:` block (even an
-//! empty one). Then every caller needs a tier role (`viewer < operator < admin`, the highest of
-//! its roles counts; other role names are ignored): a caller with none, the open-mode anonymous
-//! caller included, is refused every op. Without `roles:`, roles matter only to the rules that
-//! name them. Activation is explicit so that a config whose tokens carry roles for rules (say
-//! `role:grader`) does not start refusing every call; the lint notes a token that carries a tier
-//! role while RBAC is off.
+//! **RBAC activation.** RBAC by tier is on whenever any principal can carry a tier role: the
+//! config has a `roles:` block (even an empty one), a static token has `viewer`, `operator` or
+//! `admin` among its roles, or `auth.jwt` is configured (a JWT's roles claim can carry them).
+//! A tier role then means what it says (issue 11 item 7: a `viewer` token could delete files
+//! while RBAC was off), and every caller needs one (`viewer < operator < admin`, the highest of
+//! its roles counts; other role names are ignored): a caller with none is refused every op, as
+//! spec 002 enforces RBAC in every mode and a missing role must not fail open. RBAC stays off
+//! only in configs where no principal can carry a tier role (no `roles:`, no JWT, no static
+//! token with a tier role): there roles matter only to the rules that name them, so tokens that
+//! carry rule roles (say `role:grader`) keep working. The lint warns about a static token
+//! without a tier role while RBAC is on (`lint.rbac_no_tier_role`).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use corral_policy::{AutonomyLevel, OpSpec, Principal, PrincipalKind, PrincipalSelector, Role};
+use corral_policy::{
+    AutonomyLevel, OpSpec, Principal, PrincipalKind, PrincipalSelector, Role, Tier, codes,
+};
 
 /// Enforce or dry-run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -87,6 +95,8 @@ pub struct GuardPolicy {
     pub mode: Mode,
     /// How long a pending action, its approval and its stored outcome live.
     pub confirmation_ttl: Duration,
+    /// How many pending actions one principal may have at once (`guardrails.max_pending`).
+    pub max_pending: u64,
     /// Indices (in the policy's rule list) of allow rules with `confirm: never`.
     pub confirm_never_rules: HashSet<usize>,
     /// Per-run budgets.
@@ -111,6 +121,7 @@ impl GuardPolicy {
             rbac: None,
             mode: Mode::Enforce,
             confirmation_ttl: Duration::from_secs(300),
+            max_pending: crate::confirm::DEFAULT_MAX_PENDING,
             confirm_never_rules: HashSet::new(),
             budgets: Budgets::default(),
             op_versions: HashMap::new(),
@@ -168,9 +179,147 @@ impl GuardPolicy {
         have.is_none_or(|h| h < need).then_some(need)
     }
 
+    /// The autonomy step: `Err` with the refusal when the level in force for `principal` (run
+    /// level `run_level`) does not let `op` run; else the level in force, if any.
+    pub fn check_autonomy(
+        &self,
+        op: &OpSpec,
+        principal: &Principal,
+        run_level: Option<AutonomyLevel>,
+    ) -> Result<Option<(AutonomyLevel, LevelSource)>, StepRefusal> {
+        match self.effective_level(principal, run_level) {
+            Some((level, source)) if !level.permits(op) => {
+                let needed = AutonomyLevel::lowest_for(op);
+                Err(StepRefusal {
+                    code: codes::AUTONOMY_BLOCKED,
+                    detail: level.as_str().to_owned(),
+                    message: format!(
+                        "`{}` ({} tier, effects {}) needs autonomy {needed} or higher; {source} is {level}, which lets {} run",
+                        op.id,
+                        op.tier(),
+                        op.effective_effects(),
+                        level.describe()
+                    ),
+                })
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// The RBAC step: `Err` with the refusal when RBAC is on and `principal`'s highest tier
+    /// role is below the one `op` needs; else the role it needs (`None`: RBAC is off).
+    pub fn check_role(
+        &self,
+        op: &OpSpec,
+        principal: &Principal,
+    ) -> Result<Option<Role>, StepRefusal> {
+        let Some(need) = self.missing_role(op, principal) else {
+            return Ok(self.required_role(op));
+        };
+        let why = if self
+            .rbac
+            .as_ref()
+            .is_some_and(|o| o.contains_key(op.id.as_str()))
+        {
+            "`roles.overrides`".to_owned()
+        } else {
+            format!("its {} tier: {}", op.tier(), tier_reason(op))
+        };
+        let have = Role::highest_of(&principal.roles).map_or_else(
+            || "no tier role (`viewer`, `operator` or `admin`)".to_owned(),
+            |h| format!("the role `{h}`"),
+        );
+        Err(StepRefusal {
+            code: codes::RBAC_DENIED,
+            detail: need.as_str().to_owned(),
+            message: format!(
+                "`{}` needs the role `{need}` ({why}); you have {have}; call as a principal with the role `{need}` or higher",
+                op.id
+            ),
+        })
+    }
+
+    /// The confirmation step for a call of `op` that the allow rule at `rule_index` decided
+    /// (`run_dry`: the run or the call asked for dry-run).
+    pub fn confirmation_step(&self, op: &OpSpec, rule_index: usize, run_dry: bool) -> Confirmation {
+        let tier = op.tier();
+        match tier {
+            Tier::Read => Confirmation::NotGuarded,
+            Tier::Confirm | Tier::Destructive => {
+                if self.mode == Mode::DryRun || run_dry {
+                    Confirmation::DryRun
+                } else if tier == Tier::Confirm && self.confirm_never_rules.contains(&rule_index) {
+                    Confirmation::Waived
+                } else {
+                    Confirmation::Required
+                }
+            }
+        }
+    }
+
     /// The op's version (`0` for an op the composition root did not version).
     pub fn op_version(&self, op: &str) -> &str {
         self.op_versions.get(op).map_or("0", String::as_str)
+    }
+}
+
+/// A guard step's refusal: its code, the message the caller sees, and the audit detail (the
+/// level in force, or the role needed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRefusal {
+    /// The stable code (`autonomy.blocked`, `rbac.denied`).
+    pub code: &'static str,
+    /// What is wrong and how to fix it.
+    pub message: String,
+    /// The audit event's detail.
+    pub detail: String,
+}
+
+/// What the confirmation step does with a call the policy allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirmation {
+    /// A read-tier op: nobody is asked.
+    NotGuarded,
+    /// Guarded, but dry-run (the mode, the run or the call): described, never run.
+    DryRun,
+    /// A confirm-tier op whose allow rule says `confirm: never`.
+    Waived,
+    /// A person must approve it (`202 confirmation.required`).
+    Required,
+}
+
+impl Confirmation {
+    /// The name used in `corral explain`'s output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confirmation::NotGuarded => "not_guarded",
+            Confirmation::DryRun => "dry_run",
+            Confirmation::Waived => "waived",
+            Confirmation::Required => "required",
+        }
+    }
+}
+
+/// Why an op of a guarded tier needs a person: its summary, tier and effects.
+pub fn tier_reason(spec: &OpSpec) -> String {
+    let what = match spec.tier() {
+        Tier::Read => "reads only",
+        Tier::Confirm => "changes something",
+        Tier::Destructive => "is irreversible or administrative",
+    };
+    let summary = spec.summary.trim().trim_end_matches('.');
+    if summary.is_empty() {
+        format!(
+            "`{}` {what} (effects: {})",
+            spec.id,
+            spec.effective_effects()
+        )
+    } else {
+        format!(
+            "{summary}: `{}` {what} (effects: {})",
+            spec.id,
+            spec.effective_effects()
+        )
     }
 }
 

@@ -12,5 +12,6 @@ pub mod metrics;
 pub mod runs;
 
 pub use gateway::{
-    Call, CallOptions, Caller, Deployment, Gateway, Refusal, Reply, now_ms, valid_run_id,
+    Call, CallOptions, Caller, ConfirmationsPage, Deployment, Gateway, LIST_DEFAULT_LIMIT,
+    LIST_MAX_LIMIT, Refusal, Reply, now_ms, valid_run_id,
 };

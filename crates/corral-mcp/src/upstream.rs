@@ -306,6 +306,7 @@ async fn run_once(
         limits: spec.limits,
         read_paths: spec.read_paths.clone(),
         write_paths: spec.write_paths.clone(),
+        protected: Default::default(),
         network: corral_ops::exec::run_network(spec.network.as_ref(), None),
     };
     let (attach_tx, attach_rx) = oneshot::channel();

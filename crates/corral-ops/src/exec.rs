@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use corral_exec::BoxFuture;
 use corral_exec::{
-    Egress, EgressLog, EgressRecord, ExecError, ExecOutput, ExecRequest, ResourceLimits, RunNetwork,
+    DEFAULT_WRITE_QUOTA, Egress, EgressLog, EgressRecord, ExecError, ExecOutput, ExecRequest,
+    ResourceLimits, RunNetwork,
 };
 use corral_policy::scope::NetworkSpec;
-use corral_policy::{ArgValue, OpSpec, codes};
+use corral_policy::{ArgValue, OpSpec, Protected, ProtectedSpec, codes};
 use serde_json::json;
 
 use crate::{Op, OpCtx, OpError, OpOutput};
@@ -107,6 +108,36 @@ fn result_json(out: &ExecOutput) -> serde_json::Value {
             "destroyed": out.attestation.destroyed,
             "primitives": out.attestation.primitives,
         },
+        // What the run's copy-on-write layer brought back to the host (null: the backend wrote
+        // straight to it, e.g. `process`).
+        "changes": out.changes.as_ref().map(|c| json!({
+            "applied": c.applied,
+            "bytes": c.bytes,
+            "refused": c.refused.iter().map(|r| json!({"path": r.path, "reason": r.reason})).collect::<Vec<_>>(),
+            "refused_unlisted": c.refused_unlisted,
+        })),
+    })
+}
+
+/// What no command may change: `.git` and `.corral` at any depth, and the directories the
+/// context protects (corral's state). Fails closed: a protection that does not compile refuses
+/// the run.
+fn protection(ctx: &OpCtx) -> Result<Protected, OpError> {
+    let paths = ctx
+        .protected
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    Protected::compile(ProtectedSpec {
+        paths,
+        ..ProtectedSpec::default()
+    })
+    .map_err(|e| {
+        OpError::new(
+            codes::EXEC_INVALID,
+            400,
+            format!("the protected paths cannot be used: {e}"),
+        )
     })
 }
 
@@ -118,9 +149,13 @@ fn limits_of(ctx: &OpCtx) -> (Duration, u64, ResourceLimits) {
         ResourceLimits {
             cpu_seconds: l.cpu_seconds,
             memory: l.memory,
+            // 1 GiB unless the config sets `limits.memory` (issue 11 item 5).
+            default_memory: Some(corral_exec::DEFAULT_MEMORY),
             processes: l.processes,
             file_size: l.max_bytes,
             open_files: Some(1024),
+            // The config key (`limits.write_quota`) is not wired yet: every run gets the default.
+            write_quota: Some(DEFAULT_WRITE_QUOTA),
         },
     )
 }
@@ -207,6 +242,7 @@ impl Op for CommandsRun {
                 limits,
                 read_paths,
                 write_paths,
+                protected: protection(&ctx)?,
                 network: run_network(grant.network.as_ref(), ctx.egress_log.as_ref()),
             };
             run(&ctx, req).await
@@ -367,6 +403,7 @@ impl Op for CustomOp {
                 limits,
                 read_paths,
                 write_paths,
+                protected: protection(&ctx)?,
                 network: run_network(self.run.network.as_ref(), ctx.egress_log.as_ref()),
             };
             run(&ctx, req).await

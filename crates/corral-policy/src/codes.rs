@@ -196,6 +196,15 @@ catalog! {
     CONFIRMATION_NOT_REPLAYABLE = "confirmation.not_replayable", 409,
         "the approved call already ran and its result (a byte stream) is not stored",
         "call again after the action expires; a new approval is needed";
+    CONFIRMATION_FUTURE_DECISION = "confirmation.future_decision", 400,
+        "the decision is dated (`decided_at_ms`) further in the future than the allowed clock skew (5 minutes)",
+        "send the decision without `decided_at_ms`, or fix the client's clock";
+    CONFIRMATION_ARGS_TOO_LARGE = "confirmation.args_too_large", 413,
+        "the call's arguments are too large (over 64 KiB as canonical JSON) for a person to review as a pending action",
+        "call with smaller arguments (put large content in a file and pass its path), or get the op exempted with `confirm: never` (confirm tier only)";
+    CONFIRMATION_TOO_MANY_PENDING = "confirmation.too_many_pending", 429,
+        "the caller already has as many pending actions as `guardrails.max_pending` allows",
+        "have a person decide the pending ones (`GET /confirmations` lists them), let them expire (`guardrails.confirmation_ttl`), or raise `guardrails.max_pending`";
     CONFIRMATION_INVALID_DECISION = "confirmation.invalid_decision", 400,
         "the decision body is not `{\"decision\": \"approve\"|\"deny\"}` (with an optional `decided_at_ms`)",
         "send `{\"decision\": \"approve\"}` or `{\"decision\": \"deny\"}` as JSON";
@@ -226,6 +235,9 @@ catalog! {
     ARGS_MALFORMED = "args.malformed", 400,
         "the request body is not a JSON object",
         "send a JSON object of arguments with `Content-Type: application/json`";
+    ARGS_UNSUPPORTED_MEDIA_TYPE = "args.unsupported_media_type", 415,
+        "the body of an MCP message (`POST /mcp`) is not sent as `application/json`",
+        "send the JSON-RPC message with `Content-Type: application/json`";
     SERVER_INTERNAL = "server.internal", 500,
         "the server failed; the details are in its log under the request id",
         "retry; report the request id if it persists";
@@ -379,9 +391,9 @@ catalog! {
     LINT_CONFIRM_NEVER = "lint.confirm_never", 0,
         "a rule sets `confirm: never`: its confirm-tier calls run without a human's approval",
         "keep it only for unattended automation; remove it to have a person approve each call";
-    LINT_RBAC_INACTIVE = "lint.rbac_inactive", 0,
-        "a token carries a tier role (viewer, operator, admin) but the config has no `roles:`, so RBAC by tier is off",
-        "add `roles: {}` (or `roles: {overrides: ...}`) to turn RBAC by tier on";
+    LINT_RBAC_NO_TIER_ROLE = "lint.rbac_no_tier_role", 0,
+        "RBAC by tier is on (a `roles:` block, a token with a tier role, or `auth.jwt`) and a token carries no tier role, so every call it makes is refused",
+        "add the tier role its calls need (`viewer`, `operator` or `admin`) to the token's roles";
     LINT_FULL_ACCESS = "lint.full_access", 0,
         "the full_access preset (or an `unsafe: true` scope) is in use",
         "use a narrower preset such as workspace_jail";

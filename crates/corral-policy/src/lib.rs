@@ -32,7 +32,7 @@ pub use limits::Limits;
 pub use op::{
     Catalog, Effect, EffectSet, OpId, OpSpec, ParamKind, ParamSpec, Safety, ScopeKind, Tier,
 };
-pub use principal::{Principal, PrincipalKind, PrincipalSelector};
+pub use principal::{Principal, PrincipalKind, PrincipalOrigin, PrincipalSelector};
 pub use protect::{Protected, ProtectedHit, ProtectedSpec};
 pub use request::{ArgError, ArgValue, Args, Request, validate_args};
 pub use rule::{Policy, Rule, RuleEffect};

@@ -38,6 +38,24 @@ impl PrincipalKind {
     }
 }
 
+/// Where a principal's identity came from. Two callers with the same `id` from different
+/// origins (a static token `agent` and a JWT with `sub: agent`) are different callers: whatever
+/// is bound to a caller (a pending action, who may approve it) compares `Principal::identity`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PrincipalOrigin {
+    /// A static token of the config (`auth.tokens`); `id` is the token's id.
+    StaticToken,
+    /// A verified JWT; `id` is its `sub`, `issuer` its `iss` claim (empty when it has none).
+    Jwt {
+        /// The token's issuer.
+        issuer: String,
+    },
+    /// Made in the process (an embedding, a test); no credential was checked.
+    Local,
+    /// The caller of an open-mode server.
+    Anonymous,
+}
+
 /// The caller of an op.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
@@ -51,6 +69,8 @@ pub struct Principal {
     pub tenant: Option<String>,
     /// False only for the anonymous caller of an open-mode server.
     pub authenticated: bool,
+    /// Where the identity came from (a static token, a JWT issuer, ...).
+    pub origin: PrincipalOrigin,
 }
 
 impl Principal {
@@ -62,6 +82,7 @@ impl Principal {
             kind: PrincipalKind::Human,
             tenant: None,
             authenticated: true,
+            origin: PrincipalOrigin::Local,
         }
     }
 
@@ -73,6 +94,7 @@ impl Principal {
             kind: PrincipalKind::Human,
             tenant: None,
             authenticated: false,
+            origin: PrincipalOrigin::Anonymous,
         }
     }
 
@@ -80,6 +102,34 @@ impl Principal {
     pub fn with_kind(mut self, kind: PrincipalKind) -> Self {
         self.kind = kind;
         self
+    }
+
+    /// Sets the origin.
+    pub fn with_origin(mut self, origin: PrincipalOrigin) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    /// The full identity, one string: the origin, whether the caller is a person (human, or
+    /// an agent delegated by that person: the same person) or a service, and the id:
+    /// `token:service:agent`, `jwt:https%3A//idp.example:person:ada`, `local:person:ada`,
+    /// `anonymous`. Unambiguous: the issuer's `%` and `:` are escaped, and the id comes last.
+    /// Not for display; the audit shows `id`.
+    pub fn identity(&self) -> String {
+        let party = match self.kind {
+            PrincipalKind::Human | PrincipalKind::Delegated => "person",
+            PrincipalKind::Service => "service",
+        };
+        match &self.origin {
+            PrincipalOrigin::StaticToken => format!("token:{party}:{}", self.id),
+            PrincipalOrigin::Jwt { issuer } => format!(
+                "jwt:{}:{party}:{}",
+                issuer.replace('%', "%25").replace(':', "%3A"),
+                self.id
+            ),
+            PrincipalOrigin::Local => format!("local:{party}:{}", self.id),
+            PrincipalOrigin::Anonymous => "anonymous".to_owned(),
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use axum::http::HeaderMap;
 use corral_guard::Caller;
-use corral_policy::{Principal, PrincipalKind, codes};
+use corral_policy::{Principal, PrincipalKind, PrincipalOrigin, codes};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -226,7 +226,16 @@ fn verify_jwt(cfg: &JwtConfig, token: &str) -> Result<Caller, AuthError> {
     } else {
         PrincipalKind::Human
     };
-    let mut p = Principal::new(sub, &[]).with_kind(kind);
+    // The issuer is part of the identity: a JWT `sub: agent` is not the static token `agent`,
+    // nor the `agent` of another issuer.
+    let issuer = claims
+        .get("iss")
+        .and_then(|i| i.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let mut p = Principal::new(sub, &[])
+        .with_kind(kind)
+        .with_origin(PrincipalOrigin::Jwt { issuer });
     p.roles = claim_strings(claims.get(&cfg.roles_claim));
     // A tenant claim that is there but unusable fails the token: read as "no tenant" it would
     // put the caller in the default tenant, with its data.

@@ -216,6 +216,8 @@ pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {
                 call_timeout: s.call_timeout.unwrap_or(DEFAULT_CALL_TIMEOUT),
                 limits: corral_exec::ResourceLimits {
                     memory: s.memory,
+                    // 1 GiB unless the server's entry sets `memory` (issue 11 item 5).
+                    default_memory: Some(corral_exec::DEFAULT_MEMORY),
                     processes: s.processes,
                     ..corral_exec::ResourceLimits::default()
                 },
@@ -302,6 +304,17 @@ fn spec_version(spec: &OpSpec, custom: Option<serde_json::Value>) -> String {
 /// The guard steps' settings of a loaded config (autonomy, RBAC, mode, confirmation, budgets,
 /// op versions).
 pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> GuardPolicy {
+    let mut g = guard_settings(loaded);
+    g.op_versions = catalog
+        .iter()
+        .map(|spec| (spec.id.to_string(), op_version(spec, loaded, upstreams)))
+        .collect();
+    g
+}
+
+/// The guard steps' settings a config alone decides (all but the op versions, which need the
+/// upstreams): what `corral explain` runs offline.
+pub fn guard_settings(loaded: &Loaded) -> GuardPolicy {
     let c = &loaded.config;
     let mut g = GuardPolicy::new();
     if let Some(a) = &c.autonomy {
@@ -312,9 +325,12 @@ pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -
             .map(|p| (p.principal.clone(), p.level))
             .collect();
     }
-    g.rbac = c.roles.as_ref().map(|r| {
-        r.overrides
+    // On whenever a principal can carry a tier role (issue 11 item 7), with the overrides of
+    // `roles:` when there is one.
+    g.rbac = loaded.rbac_cause().map(|_| {
+        c.roles
             .iter()
+            .flat_map(|r| r.overrides.iter())
             .map(|(op, role)| (op.value.clone(), *role))
             .collect()
     });
@@ -323,6 +339,7 @@ pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -
         GuardrailsMode::DryRun => Mode::DryRun,
     };
     g.confirmation_ttl = c.guardrails.confirmation_ttl;
+    g.max_pending = c.guardrails.max_pending;
     g.confirm_never_rules = loaded
         .origins
         .iter()
@@ -341,10 +358,6 @@ pub fn guard_policy(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -
         max_wall_time: c.budgets.max_wall_time,
         max_output_bytes: c.budgets.max_output_bytes,
     };
-    g.op_versions = catalog
-        .iter()
-        .map(|spec| (spec.id.to_string(), op_version(spec, loaded, upstreams)))
-        .collect();
     g
 }
 

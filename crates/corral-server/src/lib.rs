@@ -5,6 +5,7 @@
 //! goes through `corral_guard::Gateway::call`.
 
 pub mod auth;
+mod body;
 pub mod compose;
 pub mod error;
 pub mod openapi;

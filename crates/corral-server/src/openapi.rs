@@ -27,6 +27,8 @@ pub fn document(ops: &[&OpSpec]) -> Value {
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ConfirmationRequired"}}}
             });
             responses["409"] = json!({"description": "confirmation.in_progress, confirmation.not_replayable", "content": {"application/json": {"schema": err}}});
+            responses["413"] = json!({"description": "limit.*, confirmation.args_too_large", "content": {"application/json": {"schema": err}}});
+            responses["429"] = json!({"description": "limit.*, budget.exhausted, confirmation.too_many_pending", "content": {"application/json": {"schema": err}}});
         }
         paths.insert(
             format!("/ops/{}", op.id),
@@ -64,8 +66,18 @@ pub fn document(ops: &[&OpSpec]) -> Value {
         "/confirmations".to_owned(),
         json!({"get": {
             "operationId": "confirmations.list",
-            "summary": "the caller's live actions (an admin: the tenant's), with their canonical arguments",
-            "responses": {"200": {"description": "`{confirmations: [...]}`", "content": {"application/json": {"schema": {"type": "object"}}}}},
+            "summary": "a page of the caller's live actions (an admin: the tenant's), newest first, with their canonical arguments (each at most 64 KiB); a page is at most `limit` actions and about 4 MiB",
+            "parameters": [
+                {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}},
+                {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
+            ],
+            "responses": {
+                "200": {"description": "`{confirmations: [...], next}`: `next` is the `after` of the next page, `null` on the last", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["confirmations", "next"],
+                    "properties": {"confirmations": {"type": "array", "items": {"type": "object"}}, "next": {"type": ["string", "null"]}}
+                }}}},
+                "400": {"description": "args.unknown, args.invalid: a bad `limit` or `after`", "content": {"application/json": {"schema": err}}}
+            },
             "security": [{"bearer": []}]
         }}),
     );
@@ -81,7 +93,7 @@ pub fn document(ops: &[&OpSpec]) -> Value {
             }}}},
             "responses": {
                 "200": {"description": "the decided action", "content": {"application/json": {"schema": {"type": "object"}}}},
-                "400": {"description": "confirmation.invalid_decision", "content": {"application/json": {"schema": err}}},
+                "400": {"description": "confirmation.invalid_decision, confirmation.future_decision", "content": {"application/json": {"schema": err}}},
                 "403": {"description": "confirmation.approver_refused", "content": {"application/json": {"schema": err}}},
                 "404": {"description": "confirmation.not_found", "content": {"application/json": {"schema": err}}},
                 "409": {"description": "confirmation.stale_decision, confirmation.already_decided", "content": {"application/json": {"schema": err}}}

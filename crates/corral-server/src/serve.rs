@@ -122,7 +122,9 @@ fn backend(loaded: &Loaded) -> Arc<dyn Backend> {
             };
             // The running binary is the helper (`corral __sandbox-exec`); `/proc/self/exe`
             // names it even if the file on disk was replaced since.
-            let linux = LinuxBackend::new(PathBuf::from("/proc/self/exe")).with_network(network);
+            let linux = LinuxBackend::new(PathBuf::from("/proc/self/exe"))
+                .with_network(network)
+                .with_cgroup_parent(loaded.config.isolation.cgroup_parent.clone());
             if let Err(e) = linux.preflight() {
                 tracing::error!(
                     code = e.code(),

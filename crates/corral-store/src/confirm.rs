@@ -12,11 +12,17 @@
 //!   write lock is taken before anything is read, so no two transactions see the same row.
 //!
 //! Raising takes the key with an upsert that only replaces an *expired* pointer, so concurrent
-//! raises of the same call on several replicas leave one action.
+//! raises of the same call on several replicas leave one action. In the same transaction it
+//! counts the requester's live pending actions (by tenant and full identity, migration 0004)
+//! and gives up at `max_pending`: SQLite's `BEGIN IMMEDIATE` serializes raises, and on
+//! PostgreSQL a transaction-scoped advisory lock on the requester does, so concurrent raises of
+//! one requester never pass the cap.
+//!
+//! Listing is paged by a keyset cursor (`created_ms`, `action_id`), in the index's order.
 
 use corral_exec::BoxFuture;
 use corral_guard::confirm::{
-    Action, ActionState, ConfirmationError, ConfirmationStore, StoredOutcome,
+    Action, ActionState, ConfirmationError, ConfirmationStore, Cursor, Raised, StoredOutcome,
 };
 
 use crate::{Pool, Store, StoreError};
@@ -25,7 +31,7 @@ use crate::{Pool, Store, StoreError};
 macro_rules! action_columns {
     () => {
         "action_id, key_hash, tenant, requester, requester_kind, op, op_version, tier, reason, \
-         args, state, created_ms, expires_ms, decided_ms, decided_by, outcome"
+         args, state, created_ms, expires_ms, decided_ms, decided_by, outcome, requester_identity"
     };
 }
 
@@ -36,7 +42,8 @@ macro_rules! qualified_action_columns {
          confirmations.requester, confirmations.requester_kind, confirmations.op, \
          confirmations.op_version, confirmations.tier, confirmations.reason, confirmations.args, \
          confirmations.state, confirmations.created_ms, confirmations.expires_ms, \
-         confirmations.decided_ms, confirmations.decided_by, confirmations.outcome"
+         confirmations.decided_ms, confirmations.decided_by, confirmations.outcome, \
+         confirmations.requester_identity"
     };
 }
 
@@ -71,7 +78,7 @@ const DROP_STALE_APPROVALS: &str = "DELETE FROM confirmation_approvals WHERE key
 const INSERT_ACTION: &str = concat!(
     "INSERT INTO confirmations (",
     action_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
 );
 const GET: &str = concat!(
     "SELECT ",
@@ -88,14 +95,20 @@ const LIST_TENANT: &str = concat!(
     "SELECT ",
     action_columns!(),
     " FROM confirmations WHERE tenant = $1 AND expires_ms > $2 \
-     ORDER BY created_ms DESC, action_id DESC LIMIT 1000"
+     AND (created_ms < $3 OR (created_ms = $3 AND action_id < $4)) \
+     ORDER BY created_ms DESC, action_id DESC LIMIT $5"
 );
 const LIST_REQUESTER: &str = concat!(
     "SELECT ",
     action_columns!(),
-    " FROM confirmations WHERE tenant = $1 AND expires_ms > $2 AND requester = $3 \
-     ORDER BY created_ms DESC, action_id DESC LIMIT 1000"
+    " FROM confirmations WHERE tenant = $1 AND expires_ms > $2 AND requester_identity = $3 \
+     AND (created_ms < $4 OR (created_ms = $4 AND action_id < $5)) \
+     ORDER BY created_ms DESC, action_id DESC LIMIT $6"
 );
+const COUNT_PENDING: &str = "SELECT COUNT(*), MIN(expires_ms) FROM confirmations \
+     WHERE tenant = $1 AND requester_identity = $2 AND state = 'pending' AND expires_ms > $3";
+/// Serializes the raises of one requester (tenant and identity) until the transaction ends.
+const PG_LOCK_REQUESTER: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
 
 /// One stored action, as the drivers decode it.
 #[derive(sqlx::FromRow)]
@@ -116,6 +129,7 @@ struct ActionRow {
     decided_ms: Option<i64>,
     decided_by: Option<String>,
     outcome: Option<String>,
+    requester_identity: Option<String>,
 }
 
 impl TryFrom<ActionRow> for Action {
@@ -144,6 +158,7 @@ impl TryFrom<ActionRow> for Action {
             key: r.key_hash,
             tenant: r.tenant,
             requester: r.requester,
+            requester_identity: r.requester_identity.unwrap_or_default(),
             requester_kind: r.requester_kind,
             op: r.op,
             op_version: r.op_version,
@@ -164,12 +179,29 @@ fn port_error(e: StoreError) -> ConfirmationError {
     ConfirmationError(format!("{}: {e}", e.code()))
 }
 
-/// Raises an action inside an open transaction `$tx` (the same body for both pools).
+/// Raises an action inside an open transaction `$tx` (the same body for both pools), after
+/// `$lock` (statements that serialize this requester's raises, if the begin did not).
 macro_rules! raise_in {
-    ($store:expr, $tx:expr, $a:expr, $now:expr) => {{
+    ($store:expr, $tx:expr, $lock:expr, $a:expr, $now:expr, $max:expr) => {{
         let what = "raise a confirmation";
         let q = |e| $store.redactor.query(what, e);
         let mut tx = $tx.map_err(q)?;
+        if let Some(lock) = $lock {
+            let requester = format!("{}\n{}", $a.tenant, $a.requester_identity);
+            sqlx::query(lock)
+                .bind(requester)
+                .execute(&mut *tx)
+                .await
+                .map_err(q)?;
+        }
+        let (pending, first_expiry_ms): (i64, Option<i64>) = sqlx::query_as(COUNT_PENDING)
+            .bind($a.tenant.as_str())
+            .bind($a.requester_identity.as_str())
+            .bind($now)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(q)?;
+        let pending = u64::try_from(pending).unwrap_or(0);
         let taken = sqlx::query(TAKE_KEY)
             .bind($a.key.as_str())
             .bind($a.action_id.as_str())
@@ -181,7 +213,13 @@ macro_rules! raise_in {
             .rows_affected();
         if taken == 0 {
             tx.rollback().await.map_err(q)?;
-            Ok(false)
+            Ok(Raised::KeyTaken)
+        } else if pending >= $max {
+            tx.rollback().await.map_err(q)?;
+            Ok(Raised::TooManyPending {
+                pending,
+                first_expiry_ms,
+            })
         } else {
             sqlx::query(DROP_STALE_APPROVALS)
                 .bind($a.key.as_str())
@@ -205,11 +243,12 @@ macro_rules! raise_in {
                 .bind($a.decided_ms)
                 .bind($a.decided_by.as_deref())
                 .bind(Option::<&str>::None)
+                .bind($a.requester_identity.as_str())
                 .execute(&mut *tx)
                 .await
                 .map_err(q)?;
             tx.commit().await.map_err(q)?;
-            Ok(true)
+            Ok(Raised::Raised)
         }
     }};
 }
@@ -327,10 +366,30 @@ impl Store {
         row.map(Action::try_from).transpose()
     }
 
-    async fn raise_confirmation(&self, a: &Action, now_ms: i64) -> Result<bool, StoreError> {
+    async fn raise_confirmation(
+        &self,
+        a: &Action,
+        now_ms: i64,
+        max_pending: u64,
+    ) -> Result<Raised, StoreError> {
         match &self.pool {
-            Pool::Sqlite(p) => raise_in!(self, p.begin_with("BEGIN IMMEDIATE").await, a, now_ms),
-            Pool::Postgres(p) => raise_in!(self, p.begin().await, a, now_ms),
+            // The write lock is taken at `BEGIN`: raises are serialized already.
+            Pool::Sqlite(p) => raise_in!(
+                self,
+                p.begin_with("BEGIN IMMEDIATE").await,
+                None::<&str>,
+                a,
+                now_ms,
+                max_pending
+            ),
+            Pool::Postgres(p) => raise_in!(
+                self,
+                p.begin().await,
+                Some(PG_LOCK_REQUESTER),
+                a,
+                now_ms,
+                max_pending
+            ),
         }
     }
 
@@ -391,19 +450,33 @@ impl Store {
     async fn list_confirmations(
         &self,
         tenant: &str,
-        requester: Option<&str>,
+        requester_identity: Option<&str>,
         now_ms: i64,
+        after: Option<&Cursor>,
+        limit: u32,
     ) -> Result<Vec<Action>, ConfirmationError> {
-        let rows: Vec<ActionRow> = on_pool!(&self.pool, p => match requester {
+        // No cursor: before everything (no action is created at `i64::MAX`).
+        let (before_ms, before_id) =
+            after.map_or((i64::MAX, ""), |c| (c.created_ms, c.action_id.as_str()));
+        let limit = i64::from(limit);
+        let rows: Vec<ActionRow> = on_pool!(&self.pool, p => match requester_identity {
+            // An action stored without an identity is nobody's.
+            Some("") => Ok(Vec::new()),
             Some(r) => sqlx::query_as(LIST_REQUESTER)
                 .bind(tenant)
                 .bind(now_ms)
                 .bind(r)
+                .bind(before_ms)
+                .bind(before_id)
+                .bind(limit)
                 .fetch_all(p)
                 .await,
             None => sqlx::query_as(LIST_TENANT)
                 .bind(tenant)
                 .bind(now_ms)
+                .bind(before_ms)
+                .bind(before_id)
+                .bind(limit)
                 .fetch_all(p)
                 .await,
         })
@@ -453,9 +526,10 @@ impl ConfirmationStore for Store {
         &'a self,
         action: &'a Action,
         now_ms: i64,
-    ) -> BoxFuture<'a, Result<bool, ConfirmationError>> {
+        max_pending: u64,
+    ) -> BoxFuture<'a, Result<Raised, ConfirmationError>> {
         Box::pin(async move {
-            self.raise_confirmation(action, now_ms)
+            self.raise_confirmation(action, now_ms, max_pending)
                 .await
                 .map_err(port_error)
         })
@@ -499,9 +573,11 @@ impl ConfirmationStore for Store {
     fn list<'a>(
         &'a self,
         tenant: &'a str,
-        requester: Option<&'a str>,
+        requester_identity: Option<&'a str>,
         now_ms: i64,
+        after: Option<&'a Cursor>,
+        limit: u32,
     ) -> BoxFuture<'a, Result<Vec<Action>, ConfirmationError>> {
-        Box::pin(self.list_confirmations(tenant, requester, now_ms))
+        Box::pin(self.list_confirmations(tenant, requester_identity, now_ms, after, limit))
     }
 }

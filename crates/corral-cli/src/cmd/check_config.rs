@@ -1,4 +1,5 @@
-//! `corral check-config`: load errors first, then the lint; `--strict` fails on warnings.
+//! `corral check-config`: load errors first, then the lint; `--strict` fails on warnings. Exit
+//! 2 for a config error (load errors, or a non-`lint.*` error), 1 for lint findings.
 
 use std::path::PathBuf;
 
@@ -65,7 +66,9 @@ pub fn run(config: Option<PathBuf>, strict: bool, format: Format) -> Exit {
             }
         }
     }
-    match (loaded, fails) {
+    // A config error (the file does not load, or a load-level error such as
+    // `policy.scope_required`) is 2, lint findings 1: the README's exit codes.
+    match (loaded && !lint::has_config_error(&diags), fails) {
         (false, _) => Exit::Error,
         (true, true) => Exit::Findings,
         (true, false) => Exit::Ok,

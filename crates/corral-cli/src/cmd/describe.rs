@@ -152,6 +152,9 @@ pub fn run(config: Option<PathBuf>, effective: bool, format: Format) -> Exit {
         return Exit::Error;
     };
     let engine = loaded.engine();
+    // What the gateway offers a caller (`Deployment::callable_ops`): mounted, and let through
+    // by its autonomy level and its tier role when RBAC is on (issue 11 item 7).
+    let guard = corral_server::compose::guard_settings(&loaded);
     let mut principals: Vec<Principal> =
         loaded.tokens.iter().map(|t| t.principal.clone()).collect();
     if loaded.config.auth.tokens.is_empty() {
@@ -167,6 +170,10 @@ pub fn run(config: Option<PathBuf>, effective: bool, format: Format) -> Exit {
             ops: engine
                 .mounted_ops(p)
                 .into_iter()
+                .filter(|op| {
+                    let level = guard.effective_level(p, None).map(|(l, _)| l);
+                    level.is_none_or(|l| l.permits(op)) && guard.missing_role(op, p).is_none()
+                })
                 .map(|op| {
                     let (rule, scopes) = scopes_text(&engine, op, p);
                     MountOut {

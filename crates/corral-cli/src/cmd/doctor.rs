@@ -92,27 +92,39 @@ struct Report {
     backends: Vec<BackendOut>,
 }
 
-/// The configured backend and network, and where confirmations live: from the config when one
-/// is given or found, else the defaults (`linux`, `none`, the SQLite store).
-fn configured(flag: Option<PathBuf>) -> Result<(BackendKind, NetworkMode, ConfirmationsOut), Exit> {
+/// What the config says about isolation and confirmations.
+struct Configured {
+    backend: BackendKind,
+    network: NetworkMode,
+    /// `isolation.cgroup_parent`.
+    cgroup_parent: Option<PathBuf>,
+    confirmations: ConfirmationsOut,
+}
+
+/// The configured backend, network and cgroup parent, and where confirmations live: from the
+/// config when one is given or found, else the defaults (`linux`, `none`, corral's own cgroup,
+/// the SQLite store).
+fn configured(flag: Option<PathBuf>) -> Result<Configured, Exit> {
     let explicit = flag.is_some() || std::env::var_os("CORRAL_CONFIG").is_some();
     let path = super::config_path(flag);
     if !explicit && !path.exists() {
-        return Ok((
-            BackendKind::default(),
-            NetworkMode::default(),
-            ConfirmationsOut::of(ConfirmationBackend::default(), None),
-        ));
+        return Ok(Configured {
+            backend: BackendKind::default(),
+            network: NetworkMode::default(),
+            cgroup_parent: None,
+            confirmations: ConfirmationsOut::of(ConfirmationBackend::default(), None),
+        });
     }
     match super::load(&path) {
-        Ok(l) => Ok((
-            l.config.isolation.backend,
-            l.config.isolation.network,
-            ConfirmationsOut::of(
+        Ok(l) => Ok(Configured {
+            backend: l.config.isolation.backend,
+            network: l.config.isolation.network,
+            cgroup_parent: l.config.isolation.cgroup_parent.clone(),
+            confirmations: ConfirmationsOut::of(
                 l.config.guardrails.confirmations,
                 l.config.storage.url.as_deref(),
             ),
-        )),
+        }),
         Err(e) => {
             eprint!("{}", e.render());
             Err(Exit::Error)
@@ -121,8 +133,10 @@ fn configured(flag: Option<PathBuf>) -> Result<(BackendKind, NetworkMode, Confir
 }
 
 /// Runs `/bin/true` through the linux backend; `Ok` with what it attested, or why it failed.
-fn smoke_run(network: Network) -> Result<String, String> {
-    let backend = LinuxBackend::new(PathBuf::from("/proc/self/exe")).with_network(network);
+fn smoke_run(network: Network, cgroup_parent: Option<PathBuf>) -> Result<String, String> {
+    let backend = LinuxBackend::new(PathBuf::from("/proc/self/exe"))
+        .with_network(network)
+        .with_cgroup_parent(cgroup_parent);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -134,9 +148,13 @@ fn smoke_run(network: Network) -> Result<String, String> {
         stdin: None,
         timeout: Duration::from_secs(10),
         max_output_bytes: 4096,
-        limits: ResourceLimits::default(),
+        limits: ResourceLimits {
+            default_memory: Some(corral_exec::DEFAULT_MEMORY),
+            ..ResourceLimits::default()
+        },
         read_paths: Vec::new(),
         write_paths: Vec::new(),
+        protected: Default::default(),
         network: None,
     };
     let out = rt.block_on(backend.run(req)).map_err(|e| e.to_string())?;
@@ -157,7 +175,12 @@ fn smoke_run(network: Network) -> Result<String, String> {
 
 /// Runs `corral doctor`.
 pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
-    let (kind, net, confirmations) = match configured(config) {
+    let Configured {
+        backend: kind,
+        network: net,
+        cgroup_parent,
+        confirmations,
+    } = match configured(config) {
         Ok(c) => c,
         Err(exit) => return exit,
     };
@@ -165,13 +188,13 @@ pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
         NetworkMode::None => Network::None,
         NetworkMode::Loopback => Network::Loopback,
     };
-    let primitives = corral_exec::linux::probe();
+    let primitives = corral_exec::linux::probe_for(cgroup_parent.as_deref());
     let missing: Vec<&Primitive> = primitives
         .iter()
         .filter(|p| p.required && !p.available)
         .collect();
     let linux = if missing.is_empty() {
-        match smoke_run(network) {
+        match smoke_run(network, cgroup_parent) {
             Ok(detail) => BackendOut {
                 name: "linux",
                 can_run: true,

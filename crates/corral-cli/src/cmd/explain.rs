@@ -1,12 +1,15 @@
-//! `corral explain`: decide one call offline and show every rule considered.
+//! `corral explain`: decide one call offline, through the guard steps in the gateway's order
+//! (autonomy, RBAC, the policy with every rule considered, confirmation as a dry-run), with the
+//! guard's own checks (`GuardPolicy::check_autonomy`, `check_role`, `confirmation_step`).
 
 use std::path::PathBuf;
 
 use serde::Serialize;
 
+use corral_guard::guardrails::{Confirmation, GuardPolicy, tier_reason};
 use corral_policy::{
-    ArgValue, Args, Decision, Explanation, OpSpec, ParamKind, Principal, Request, TraceOutcome,
-    validate_args,
+    ArgValue, Args as PolicyArgs, AutonomyLevel, Decision, Explanation, OpSpec, ParamKind,
+    Principal, PrincipalKind, Request, TraceOutcome, validate_args,
 };
 
 use crate::output::print_json;
@@ -28,10 +31,39 @@ struct CandidateOut {
     clause: String,
 }
 
+/// One guard step as `explain` shows it.
+#[derive(Serialize)]
+struct StepOut {
+    /// `autonomy`, `rbac`, `policy` or `confirmation`.
+    step: &'static str,
+    /// `passed`, `off`, `refused`, `not_reached`; for the policy its decision; for the
+    /// confirmation one of `Confirmation::as_str`.
+    outcome: &'static str,
+    code: Option<&'static str>,
+    detail: String,
+}
+
+/// The flags of `corral explain`.
+#[derive(Debug)]
+pub struct Args {
+    pub config: Option<PathBuf>,
+    pub op: String,
+    pub args: Vec<String>,
+    pub principal: Option<String>,
+    pub roles: Vec<String>,
+    pub kind: Option<String>,
+    pub token_env: Option<String>,
+    pub autonomy: Option<String>,
+    pub dry_run: bool,
+    pub format: Format,
+}
+
 #[derive(Serialize)]
 struct ExplainOut {
     op: String,
     principal: String,
+    roles: Vec<String>,
+    /// `allowed`, `refused` (by a guard step before the policy), or the policy's decision.
     decision: &'static str,
     code: Option<&'static str>,
     rule: Option<String>,
@@ -40,6 +72,9 @@ struct ExplainOut {
     paths: Vec<(String, String)>,
     argv: Option<Vec<String>>,
     limits: Option<String>,
+    /// What the confirmation step would do with an allowed call.
+    confirmation: Option<&'static str>,
+    guard: Vec<StepOut>,
     trace: Vec<TraceOut>,
     notes: Vec<String>,
 }
@@ -93,6 +128,7 @@ fn to_out(op: &str, principal: &Principal, e: &Explanation) -> ExplainOut {
     let mut out = ExplainOut {
         op: op.to_owned(),
         principal: principal.id.clone(),
+        roles: principal.roles.clone(),
         decision: e.decision.kind(),
         code: e.decision.code(),
         rule: None,
@@ -101,6 +137,8 @@ fn to_out(op: &str, principal: &Principal, e: &Explanation) -> ExplainOut {
         paths: Vec::new(),
         argv: None,
         limits: None,
+        confirmation: None,
+        guard: Vec::new(),
         trace: e
             .trace
             .iter()
@@ -149,7 +187,20 @@ fn to_out(op: &str, principal: &Principal, e: &Explanation) -> ExplainOut {
 
 fn print_human(o: &ExplainOut) {
     let head = match o.decision {
-        "allowed" => format!("ALLOWED by rule `{}`", o.rule.clone().unwrap_or_default()),
+        "allowed" => format!(
+            "ALLOWED by rule `{}`{}",
+            o.rule.clone().unwrap_or_default(),
+            match o.confirmation {
+                Some("required") => "; would need confirmation: a person approves it first",
+                Some("dry_run") => "; dry-run: it would be described, never run",
+                _ => "",
+            }
+        ),
+        "refused" => format!(
+            "REFUSED [{}]: {}",
+            o.code.unwrap_or(""),
+            o.reason.clone().unwrap_or_default()
+        ),
         "denied" => format!(
             "DENIED [{}] by rule `{}`: {}",
             o.code.unwrap_or(""),
@@ -166,7 +217,15 @@ fn print_human(o: &ExplainOut) {
         ),
     };
     println!("{head}");
-    println!("  op: {}   principal: {}", o.op, o.principal);
+    let roles = if o.roles.is_empty() {
+        "(none)".to_owned()
+    } else {
+        o.roles.join(", ")
+    };
+    println!(
+        "  op: {}   principal: {}   roles: {roles}",
+        o.op, o.principal
+    );
     for (n, p) in &o.paths {
         println!("  {n}: {p}");
     }
@@ -181,6 +240,16 @@ fn print_human(o: &ExplainOut) {
     }
     for n in &o.notes {
         println!("  note: {n}");
+    }
+    println!("guard:");
+    for g in &o.guard {
+        let code = g.code.map(|c| format!(" [{c}]")).unwrap_or_default();
+        let detail = if g.detail.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", g.detail)
+        };
+        println!("  {} {}{code}{detail}", g.step, g.outcome.replace('_', " "));
     }
     println!("trace:");
     for t in &o.trace {
@@ -198,34 +267,45 @@ fn print_human(o: &ExplainOut) {
     }
 }
 
-pub fn run(
-    config: Option<PathBuf>,
-    op: &str,
-    raw_args: &[String],
-    principal: Option<String>,
-    role: Option<String>,
-    format: Format,
-) -> Exit {
-    let path = super::config_path(config);
-    let loaded = match super::load(&path) {
-        Ok(l) => l,
-        Err(e) => {
-            eprint!("{}", e.render());
-            return Exit::Error;
-        }
+/// The principal `explain` decides for: a token's (`--token-env`, or `--principal` alone), an
+/// ad-hoc one (`--principal` with `--role`, or `--role` alone), or the anonymous caller.
+fn principal(a: &Args, loaded: &corral_config::Loaded) -> Result<Principal, String> {
+    if let Some(name) = &a.token_env {
+        let token = std::env::var(name)
+            .ok()
+            .filter(|t| !t.trim().is_empty())
+            .ok_or_else(|| format!("`--token-env {name}`: the variable is not set, or empty"))?;
+        let auth = corral_server::compose::authenticator(loaded)?;
+        return auth
+            .authenticate_token(Some(token.trim()))
+            .map(|c| c.principal)
+            .map_err(|e| {
+                format!(
+                    "error[{}]: the token in ${name}: {}; fix the variable, or pass `--principal ID`",
+                    e.code, e.message
+                )
+            });
+    }
+    let kind = match &a.kind {
+        None => PrincipalKind::Human,
+        Some(k) => PrincipalKind::parse(k).ok_or_else(|| {
+            format!("`--kind {k}` is not a principal kind; use human, delegated or service")
+        })?,
     };
-    let who = match (principal, role) {
-        (Some(id), _) => match loaded.tokens.iter().find(|t| t.principal.id == id) {
-            Some(t) => t.principal.clone(),
+    let roles: Vec<&str> = a.roles.iter().map(String::as_str).collect();
+    match (&a.principal, roles.is_empty()) {
+        (Some(id), false) => Ok(Principal::new(id, &roles).with_kind(kind)),
+        (Some(id), true) => match loaded.tokens.iter().find(|t| &t.principal.id == id) {
+            Some(t) => Ok(t.principal.clone()),
             None => {
                 let ids: Vec<&str> = loaded
                     .tokens
                     .iter()
                     .map(|t| t.principal.id.as_str())
                     .collect();
-                let near = corral_policy::suggest::closest(&id, ids.iter().copied());
-                eprintln!(
-                    "error: no token has the id `{id}` (`--principal`); {}",
+                let near = corral_policy::suggest::closest(id, ids.iter().copied());
+                Err(format!(
+                    "no token has the id `{id}` (`--principal`); {}; or add `--role ROLE` to explain a principal with this id and those roles",
                     near.first().map_or_else(
                         || format!(
                             "the token ids are: {}",
@@ -237,17 +317,140 @@ pub fn run(
                         ),
                         |n| format!("did you mean `{n}`?")
                     )
-                );
+                ))
+            }
+        },
+        (None, false) => {
+            Ok(Principal::new(&format!("role:{}", roles.join("+")), &roles).with_kind(kind))
+        }
+        (None, true) => Ok(Principal::anonymous()),
+    }
+}
+
+/// The guard steps before the policy (autonomy, then RBAC), as the gateway runs them: the
+/// first refusal, if any, as (code, message); each step's line is pushed to `out.guard`.
+fn steps_before_policy(
+    g: &GuardPolicy,
+    spec: &OpSpec,
+    who: &Principal,
+    run_level: Option<AutonomyLevel>,
+    out: &mut ExplainOut,
+) -> Option<(&'static str, String)> {
+    match g.check_autonomy(spec, who, run_level) {
+        Err(r) => {
+            out.guard.push(StepOut {
+                step: "autonomy",
+                outcome: "refused",
+                code: Some(r.code),
+                detail: r.message.clone(),
+            });
+            out.guard.push(StepOut {
+                step: "rbac",
+                outcome: "not_reached",
+                code: None,
+                detail: String::new(),
+            });
+            return Some((r.code, r.message));
+        }
+        Ok(level) => out.guard.push(StepOut {
+            step: "autonomy",
+            outcome: if level.is_some() { "passed" } else { "off" },
+            code: None,
+            detail: level.map_or_else(
+                || "no autonomy level applies to this caller".to_owned(),
+                |(l, source)| format!("{source} is {l}, which lets {} run", l.describe()),
+            ),
+        }),
+    }
+    match g.check_role(spec, who) {
+        Err(r) => {
+            out.guard.push(StepOut {
+                step: "rbac",
+                outcome: "refused",
+                code: Some(r.code),
+                detail: r.message.clone(),
+            });
+            Some((r.code, r.message))
+        }
+        Ok(need) => {
+            out.guard.push(StepOut {
+                step: "rbac",
+                outcome: if need.is_some() { "passed" } else { "off" },
+                code: None,
+                detail: need.map_or_else(
+                    || {
+                        "RBAC by tier is off: no principal of this config can carry a tier role"
+                            .to_owned()
+                    },
+                    |n| format!("`{}` needs the role `{n}`", spec.id),
+                ),
+            });
+            None
+        }
+    }
+}
+
+/// The confirmation step's line for a call the policy allowed.
+fn confirmation_line(c: Confirmation, spec: &OpSpec, rule: &str) -> StepOut {
+    let detail = match c {
+        Confirmation::NotGuarded => "a read-tier op: nobody is asked".to_owned(),
+        Confirmation::DryRun => format!(
+            "dry-run: the call would answer `dry_run` and never run ({} tier)",
+            spec.tier()
+        ),
+        Confirmation::Waived => format!(
+            "rule `{rule}` says `confirm: never`: the confirm-tier call runs without a person's approval"
+        ),
+        Confirmation::Required => format!(
+            "would need confirmation: the call answers 202 `confirmation.required` and runs once its requester approves it (`corral confirm`); {} tier: {}",
+            spec.tier(),
+            tier_reason(spec)
+        ),
+    };
+    StepOut {
+        step: "confirmation",
+        outcome: c.as_str(),
+        code: (c == Confirmation::Required).then_some(corral_policy::codes::CONFIRMATION_REQUIRED),
+        detail,
+    }
+}
+
+pub fn run(a: Args) -> Exit {
+    let format = a.format;
+    let path = super::config_path(a.config.clone());
+    let loaded = match super::load(&path) {
+        Ok(l) => l,
+        Err(e) => {
+            eprint!("{}", e.render());
+            return Exit::Error;
+        }
+    };
+    let who = match principal(&a, &loaded) {
+        Ok(p) => p,
+        Err(e) => {
+            if e.starts_with("error") {
+                eprintln!("{e}");
+            } else {
+                eprintln!("error: {e}");
+            }
+            return Exit::Error;
+        }
+    };
+    let run_level = match &a.autonomy {
+        None => None,
+        Some(l) => match AutonomyLevel::parse(l) {
+            Some(l) => Some(l),
+            None => {
+                eprintln!("error: `--autonomy {l}` is not a level; use L0 to L4");
                 return Exit::Error;
             }
         },
-        (None, Some(r)) => Principal::new(&format!("role:{r}"), &[r.as_str()]),
-        (None, None) => Principal::anonymous(),
     };
+    let op = a.op.as_str();
     let spec = loaded.catalog.get(op);
     let near = corral_policy::suggest::closest(op, loaded.catalog.ids());
-    let mut args = Args::new();
-    for raw in raw_args {
+    let mut args = PolicyArgs::new();
+    for raw in &a.args {
         match parse_arg(spec, raw) {
             Ok((k, v)) => {
                 args = args.with(&k, v);
@@ -281,13 +484,64 @@ pub fn run(
     {
         out.notes.push(format!("did you mean `{n}`?"));
     }
+    let guard = corral_server::compose::guard_settings(&loaded);
+    if let Some(cause) = loaded.rbac_cause() {
+        out.notes.push(format!(
+            "RBAC by tier is on: {cause}; every caller needs a tier role"
+        ));
+    }
+    let mut allowed = explanation.decision.is_allowed();
+    // The gateway's order: an op the caller cannot see is a 404 before any guard step.
+    if let Some(spec) = spec
+        && !matches!(explanation.decision, Decision::NotMounted)
+    {
+        if let Some((code, message)) = steps_before_policy(&guard, spec, &who, run_level, &mut out)
+        {
+            out.decision = "refused";
+            out.code = Some(code);
+            out.reason = Some(message);
+            out.rule = None;
+            allowed = false;
+            for step in ["policy", "confirmation"] {
+                out.guard.push(StepOut {
+                    step,
+                    outcome: "not_reached",
+                    code: None,
+                    detail: String::new(),
+                });
+            }
+        } else {
+            out.guard.push(StepOut {
+                step: "policy",
+                outcome: explanation.decision.kind(),
+                code: explanation.decision.code(),
+                detail: out
+                    .rule
+                    .clone()
+                    .map(|r| format!("rule `{r}`"))
+                    .unwrap_or_default(),
+            });
+            match &explanation.decision {
+                Decision::Allowed(grant) => {
+                    let c = guard.confirmation_step(spec, grant.rule.index, a.dry_run);
+                    out.confirmation = Some(c.as_str());
+                    out.guard
+                        .push(confirmation_line(c, spec, grant.rule.name.as_ref()));
+                }
+                Decision::Denied { .. } | Decision::NotPermitted { .. } | Decision::NotMounted => {
+                    out.guard.push(StepOut {
+                        step: "confirmation",
+                        outcome: "not_reached",
+                        code: None,
+                        detail: String::new(),
+                    });
+                }
+            }
+        }
+    }
     match format {
         Format::Json => print_json(&out),
         Format::Human => print_human(&out),
     }
-    if explanation.decision.is_allowed() {
-        Exit::Ok
-    } else {
-        Exit::Findings
-    }
+    if allowed { Exit::Ok } else { Exit::Findings }
 }

@@ -334,7 +334,7 @@ root: $WS
 state_dir: .corral
 auth:
   tokens:
-    - {id: agent, token_env: CORRAL_IT_AGENT}
+    - {id: agent, roles: [operator], token_env: CORRAL_IT_AGENT}
     - {id: boss, roles: [admin], token_env: CORRAL_IT_BOSS}
 ";
     let dir = workspace(Some(config));

@@ -25,3 +25,83 @@ fn every_code_has_a_section_in_the_docs() {
         );
     }
 }
+
+/// The fenced ```yaml blocks of README.md and docs/*.md, with where each comes from.
+fn yaml_examples() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("README.md")];
+    if let Ok(entries) = std::fs::read_dir(root.join("docs")) {
+        let mut docs: Vec<_> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "md"))
+            .collect();
+        docs.sort();
+        files.extend(docs);
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let mut block: Option<(usize, String)> = None;
+        for (i, line) in text.lines().enumerate() {
+            match &mut block {
+                None if line.trim_start() == "```yaml" => block = Some((i + 1, String::new())),
+                None => {}
+                Some((start, body)) if line.trim_start() == "```" => {
+                    out.push((format!("{}:{start}", f.display()), std::mem::take(body)));
+                    block = None;
+                }
+                Some((_, body)) => {
+                    body.push_str(line);
+                    body.push('\n');
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every YAML example in README.md and docs/ loads (a fragment is checked as a whole config
+/// with `version: 1` added): the examples cannot rot.
+#[test]
+fn every_yaml_example_in_the_docs_loads() {
+    let examples = yaml_examples();
+    assert!(
+        examples.len() >= 5,
+        "found only {} examples",
+        examples.len()
+    );
+    for (at, body) in examples {
+        let Ok(dir) = tempfile::tempdir() else {
+            unreachable!("a temp dir can be made")
+        };
+        let config = if body.contains("version:") {
+            body.clone()
+        } else {
+            format!("version: 1\n{body}")
+        };
+        let _ = std::fs::write(dir.path().join("corral.yaml"), &config);
+        // Every variable an example names for a secret holds a long enough value.
+        let mut env: Vec<(String, String)> = Vec::new();
+        for word in config.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.len() > 3
+                && word.starts_with("CORRAL_")
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            {
+                env.push((
+                    word.to_owned(),
+                    format!("{word}-example-secret-0123456789abcdef"),
+                ));
+            }
+        }
+        let env_refs: Vec<(&str, &str)> =
+            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let (code, out, err) = crate::corral_with_env(dir.path(), &["check-config"], &env_refs);
+        assert_ne!(
+            code, 2,
+            "the example at {at} does not load:\n{config}\n{out}{err}"
+        );
+    }
+}

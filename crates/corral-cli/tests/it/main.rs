@@ -4,6 +4,7 @@ mod call;
 mod crash;
 mod custom_ops;
 mod docs;
+mod doctor;
 mod mcp;
 mod offline;
 mod reload;

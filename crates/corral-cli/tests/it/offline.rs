@@ -1,6 +1,6 @@
 //! The offline commands as a user runs them: init, check-config, describe, explain.
 
-use crate::{corral, workspace};
+use crate::{corral, corral_with_env, workspace};
 
 #[test]
 fn init_workspace_jail_writes_a_config_that_strict_check_accepts() {
@@ -200,4 +200,170 @@ fn explain_as_a_token_principal_and_as_a_role() {
     );
     let (code, _) = run(&["--principal", "gradr"]);
     assert_eq!(code, Some(2));
+}
+
+/// A config in which the token `agent` carries only `viewer`, without a `roles:` block (issue
+/// 11's reproduction), plus `extra` top-level keys.
+fn viewer_config(extra: &str) -> tempfile::TempDir {
+    workspace(Some(&format!(
+        "version: 1\npreset: workspace_jail\nroot: $WS\nauth:\n  tokens:\n    - {{id: agent, roles: [viewer], token_env: CORRAL_TEST_AGENT}}\n{extra}"
+    )))
+}
+
+const AGENT_ENV: (&str, &str) = ("CORRAL_TEST_AGENT", "0123456789abcdef0123456789");
+
+/// `explain` as `who`, with `extra` flags; returns (exit code, stdout, stderr).
+fn explain(dir: &std::path::Path, op: &str, path: &str, extra: &[&str]) -> (i32, String, String) {
+    let arg = format!("path={}/{path}", dir.join("ws").to_string_lossy());
+    let mut args = vec!["explain", "--op", op, "--arg", arg.as_str()];
+    args.extend_from_slice(extra);
+    corral_with_env(dir, &args, &[AGENT_ENV])
+}
+
+#[test]
+fn explain_refuses_a_viewer_deleting_at_the_rbac_step_with_or_without_a_roles_block() {
+    // issue 11 item 7: explain said ALLOWED for a viewer deleting, even with `roles: {}`.
+    for extra in ["", "roles: {}\n"] {
+        let dir = viewer_config(extra);
+        for who in [
+            &["--principal", "agent"][..],
+            &["--token-env", AGENT_ENV.0][..],
+        ] {
+            let (code, out, err) = explain(dir.path(), "files.delete", "a", who);
+            assert_eq!(code, 1, "{extra:?} {who:?}: {out}{err}");
+            assert!(out.starts_with("REFUSED [rbac.denied]"), "{out}");
+            assert!(
+                out.contains("needs the role `admin`")
+                    && out.contains("you have the role `viewer`"),
+                "{out}"
+            );
+            assert!(out.contains("rbac refused [rbac.denied]"), "{out}");
+            assert!(out.contains("policy not reached"), "{out}");
+        }
+        // The same call as an admin gets past RBAC and the policy, and would wait for a person.
+        let (code, out, err) = explain(
+            dir.path(),
+            "files.delete",
+            "a",
+            &["--principal", "ada", "--role", "admin"],
+        );
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(
+            out.starts_with(
+                "ALLOWED by rule `preset:workspace_jail/files`; would need confirmation"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("confirmation required [confirmation.required]"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn describe_effective_offers_a_viewer_only_the_read_tier() {
+    // issue 11 item 7: a viewer token was shown (and given) `files.delete`.
+    let dir = viewer_config("");
+    let (code, out, err) = corral_with_env(dir.path(), &["describe", "--effective"], &[AGENT_ENV]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("files.read"), "{out}");
+    assert!(
+        !out.contains("files.delete") && !out.contains("files.write"),
+        "{out}"
+    );
+}
+
+#[test]
+fn explain_shows_every_guard_step_in_the_gateway_order_as_json() {
+    // issue 11 item 7: explain runs RBAC, autonomy and confirmation (as a dry-run).
+    let dir = viewer_config("autonomy: L3\n");
+    let json = |extra: &[&str]| {
+        let mut flags = extra.to_vec();
+        flags.extend_from_slice(&["--arg", "content=x", "--format", "json"]);
+        let (code, out, err) = explain(dir.path(), "files.write", "a", &flags);
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) else {
+            unreachable!("explain --format json prints JSON: {out}{err}")
+        };
+        (code, v)
+    };
+    let steps = |v: &serde_json::Value| -> Vec<String> {
+        v["guard"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    s["step"].as_str().unwrap_or(""),
+                    s["outcome"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    };
+    let operator = ["--principal", "ada", "--role", "operator"];
+    let (code, v) = json(&operator);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["decision"], "allowed");
+    assert_eq!(v["confirmation"], "required");
+    assert_eq!(
+        steps(&v),
+        [
+            "autonomy passed",
+            "rbac passed",
+            "policy allowed",
+            "confirmation required"
+        ]
+    );
+    // Dry-run: described, never run, nobody asked.
+    let (code, v) = json(&[&operator[..], &["--dry-run"]].concat());
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["confirmation"], "dry_run");
+    // A run lowered to L2: the autonomy step refuses before RBAC is looked at.
+    let (code, v) = json(&[&operator[..], &["--autonomy", "L2"]].concat());
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["decision"], "refused");
+    assert_eq!(v["code"], "autonomy.blocked");
+    assert_eq!(
+        steps(&v),
+        [
+            "autonomy refused",
+            "rbac not_reached",
+            "policy not_reached",
+            "confirmation not_reached"
+        ]
+    );
+    // The viewer: RBAC.
+    let (code, v) = json(&["--principal", "agent"]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["code"], "rbac.denied");
+    assert_eq!(v["confirmation"], serde_json::Value::Null);
+}
+
+#[test]
+fn explain_of_a_viewer_deleting_reads_as_a_refusal() {
+    // issue 11 item 7: the whole human output, paths made stable.
+    let dir = viewer_config("");
+    let (code, out, _) = explain(dir.path(), "files.delete", "a", &["--principal", "agent"]);
+    assert_eq!(code, 1, "{out}");
+    let out = out.replace(&*dir.path().to_string_lossy(), "$DIR");
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn check_config_exits_2_for_a_load_level_error() {
+    // issue 11, wrong errors: `policy.scope_required` exited 1 (findings), not 2 (config error).
+    let dir = workspace(Some("version: 1\nrules:\n  - allow: [files.read]\n"));
+    let (code, out, _) = corral(dir.path(), &["check-config"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("policy.scope_required"), "{out}");
+    let (code, out, _) = corral(dir.path(), &["check-config", "--format", "json"]);
+    assert_eq!(code, 2, "{out}");
+    // A lint finding stays a finding: 1.
+    let dir = workspace(Some(
+        "version: 1\nrules:\n  - allow: [\"*\"]\n    paths: {roots: [$WS]}\n    commands: {allow: [\"ls\"]}\n    urls: {hosts: [example.com]}\n",
+    ));
+    let (code, out, _) = corral(dir.path(), &["check-config"]);
+    assert!(out.contains("error[lint."), "{out}");
+    assert_eq!(code, 1, "{out}");
 }

@@ -57,6 +57,33 @@ fn a_writable_workspace_can_be_written_from_the_sandbox() {
     assert_eq!(code, 0, "{all}");
     assert_eq!(v["result"]["exit_code"], 0, "{all}");
     assert!(dir.path().join("ws").join("made").exists());
+    // The run wrote into its copy-on-write layer; the result says what reached the host.
+    assert_eq!(v["result"]["changes"]["applied"], 1, "{all}");
+    assert_eq!(
+        v["result"]["changes"]["refused"],
+        serde_json::json!([]),
+        "{all}"
+    );
+}
+
+// issue 11 item 5: with no `limits.memory` in the config, a command still has a memory cap (1 GiB),
+// attested as what enforced it: the memory cgroup where corral has one, else RLIMIT_AS, never both
+// names for one limit.
+#[test]
+fn a_command_without_a_configured_memory_limit_gets_the_default_cap() {
+    let dir = workspace(Some(&ci_runner(true)));
+    let (code, v, all) = touch(dir.path());
+    assert_eq!(code, 0, "{all}");
+    let primitives: Vec<&str> = v["result"]["attestation"]["primitives"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p.as_str()).collect())
+        .unwrap_or_default();
+    let cgroup = primitives.contains(&"cgroup:memory");
+    let rlimit = primitives.contains(&"rlimit:as");
+    assert!(
+        cgroup != rlimit,
+        "exactly one of cgroup:memory and rlimit:as: {primitives:?}"
+    );
 }
 
 /// A loopback HTTP server of the host answering every request with `body`; its port.

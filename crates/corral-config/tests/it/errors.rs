@@ -716,3 +716,24 @@ fn a_custom_op_may_not_take_the_upstream_namespace() {
         list(&e.diagnostics)
     );
 }
+
+// issue 12 item 1: `isolation.cgroup_parent` is a key, with a did-you-mean, and must be absolute.
+#[test]
+fn isolation_cgroup_parent_loads_is_spelt_right_and_is_absolute() {
+    let loaded = load("version: 1\nisolation: {cgroup_parent: /sys/fs/cgroup/corral.slice}\n");
+    assert_eq!(
+        loaded.config.isolation.cgroup_parent,
+        Some(std::path::PathBuf::from("/sys/fs/cgroup/corral.slice"))
+    );
+    let d = error(
+        "version: 1\nisolation: {cgroup_parnet: /sys/fs/cgroup/x}\n",
+        codes::CONFIG_UNKNOWN_KEY,
+    );
+    assert_eq!(d.fix, "did you mean `cgroup_parent`?");
+    let d = error(
+        "version: 1\nisolation: {cgroup_parent: corral.slice}\n",
+        codes::CONFIG_INVALID_VALUE,
+    );
+    assert_eq!(d.location, "isolation.cgroup_parent");
+    assert!(d.fix.contains("full path"), "{d}");
+}

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use corral_config::model::{ConfirmationBackend, GuardrailsMode};
-use corral_config::{Diagnostic, Severity, lint};
+use corral_config::{Diagnostic, RbacCause, Severity, lint};
 use corral_policy::{AutonomyLevel, Principal, PrincipalKind, PrincipalSelector, Role, codes};
 
 use crate::{list, load, load_err, span_line, the};
@@ -192,6 +192,27 @@ guardrails: {mode: dry_run, confirmation_ttl: 2m, confirmations: memory, replica
         .config
         .guardrails;
     assert_eq!(g.replicas, 3);
+}
+
+// issue 11 item 6: the pending actions a requester may have at once are capped (20 by
+// default), a setting; a cap of 0 would ask nobody and does not load.
+#[test]
+fn max_pending_defaults_to_20_is_a_setting_and_zero_does_not_load() {
+    assert_eq!(load("version: 1\n").config.guardrails.max_pending, 20);
+    let g = load("version: 1\nguardrails: {max_pending: 3}\n")
+        .config
+        .guardrails;
+    assert_eq!(g.max_pending, 3);
+    let d = error(
+        "version: 1\nguardrails: {max_pending: 0}\n",
+        codes::CONFIG_INVALID_VALUE,
+    );
+    assert_eq!(d.location, "guardrails.max_pending");
+    assert!(d.fix.contains("`20`"), "{d}");
+    error(
+        "version: 1\nguardrails: {max_pending: many}\n",
+        codes::CONFIG_INVALID_VALUE,
+    );
 }
 
 #[test]
@@ -501,22 +522,50 @@ fn confirm_never_on_a_deny_rule_or_with_a_typo_does_not_load() {
 // ---------------------------------------------------------------- RBAC activation
 
 #[test]
-fn a_token_with_a_tier_role_and_no_roles_block_gets_a_note() {
-    let yaml = "version: 1
+fn rbac_by_tier_is_on_whenever_a_principal_can_carry_a_tier_role() {
+    // issue 11 item 7: a `viewer` token could delete files because RBAC was off without a
+    // `roles:` block. Now a tier role anywhere (a token's, a `roles:` block, any JWT) turns it on.
+    let grader = "version: 1
 auth:
   tokens:
-    - {id: ada, roles: [admin], token_env: CORRAL_ADMIN_TOKEN}
     - {id: grader, roles: [grader], token_env: CORRAL_AGENT_TOKEN}
 ";
-    let findings = lint::lint(&load(yaml));
-    let d = the(&findings, codes::LINT_RBAC_INACTIVE, Severity::Note);
-    assert_eq!(d.location, "auth.tokens[0]");
-    assert!(d.message.contains("`admin`"), "{d}");
-    let with_roles = format!("{yaml}roles: {{}}\n");
+    let cause = |yaml: &str| load(yaml).rbac_cause();
+    // Only rule roles anywhere: off, and nothing to say about it.
+    assert_eq!(cause(grader), None);
     assert!(
-        lint::lint(&load(&with_roles))
+        lint::lint(&load(grader))
             .iter()
-            .all(|d| d.code != codes::LINT_RBAC_INACTIVE)
+            .all(|d| d.code != codes::LINT_RBAC_NO_TIER_ROLE)
+    );
+    let with_admin =
+        format!("{grader}    - {{id: ada, roles: [dev, admin], token_env: CORRAL_ADMIN_TOKEN}}\n");
+    assert_eq!(
+        cause(&with_admin),
+        Some(RbacCause::TokenTierRole {
+            token: "ada".to_owned(),
+            role: Role::Admin
+        })
+    );
+    assert_eq!(
+        cause(&format!("{grader}roles: {{}}\n")),
+        Some(RbacCause::RolesBlock)
+    );
+    assert_eq!(
+        cause(&format!(
+            "{grader}  jwt: {{hs256_secret_env: CORRAL_JWT_SECRET}}\n"
+        )),
+        Some(RbacCause::Jwt)
+    );
+    // On: the token without a tier role is refused every call, and the lint says so.
+    let findings = lint::lint(&load(&with_admin));
+    let d = the(&findings, codes::LINT_RBAC_NO_TIER_ROLE, Severity::Warning);
+    assert_eq!(d.location, "auth.tokens[0]");
+    assert!(d.message.contains("token `grader` has no tier role"), "{d}");
+    assert!(
+        d.message
+            .contains("token `ada` carries the tier role `admin`"),
+        "{d}"
     );
 }
 

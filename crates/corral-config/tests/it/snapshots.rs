@@ -61,6 +61,9 @@ auth:
     - id: agent
       roles: [operator]
       token_env: CORRAL_AGENT_TOKEN
+    - id: ci
+      roles: [ci]
+      token_env: CORRAL_ADMIN_TOKEN
 ",
     );
     let findings = lint::lint(&l);

@@ -6,7 +6,9 @@
 //!    user, mount, pid, net, ipc and uts namespaces, writes the uid/gid maps (`setgroups` denied
 //!    first) and forks the init; then reads the `Spec`, hands it to the init on a private pipe,
 //!    enforces the wall-clock timeout (from that moment) by killing the init (which kills the
-//!    whole pid namespace), waits for it and reports `Done`.
+//!    whole pid namespace), waits for it; then, nothing of the sandbox running any more, applies
+//!    the run's copy-on-write layer to the host (`apply.rs`; the init handed it the layer's
+//!    descriptors over a private socket), reports the `Changes` and `Done`.
 //! 2. **init** (pid 1 of the new pid namespace): builds the request-independent part of the root
 //!    view (system directories, `/etc`, `/proc`, `/dev`) and the network while the helper waits
 //!    for the `Spec` (a warm sandbox waits here), then binds the request's paths, mounts `/tmp`,
@@ -27,14 +29,19 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, WaitOptions};
 use rustix::thread::{CapabilitySet, CapabilitySets, UnshareFlags};
 
+use super::apply;
 use super::egress_bridge;
 use super::landlock_rules::{self, Rules};
-use super::mounts::{self, Ids, StepError};
+use super::mounts::{self, CowLayer, Ids, StepError};
 use super::seccomp;
 use super::spec::{FailKind, MAX_SPEC_BYTES, Network, Prep, Spec, Status};
 
 /// argv[1] of the helper.
 pub const HELPER_ARG: &str = "__sandbox-exec";
+
+/// The attestation of `RLIMIT_NPROC` applied to a caller it binds (not host uid 0), inside the
+/// run's fresh user namespace, where it counts only the sandbox's processes.
+pub(crate) const NPROC_USERNS: &str = "rlimit:nproc-userns";
 
 /// Exit code of a helper whose set-up failed.
 const EXIT_SETUP: i32 = 125;
@@ -244,6 +251,14 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     // The spec goes to the init on this pipe, never through the target's stdin.
     let (spec_read, spec_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(unavailable("spec pipe"))?;
+    // The copy-on-write layer's descriptors come back from the init on this socket.
+    let (layer_rx, layer_tx) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(unavailable("layer socket"))?;
     #[expect(unsafe_code, reason = "fork of the single-threaded helper")]
     // SAFETY: the helper is single-threaded (no runtime, no thread was started), so the child
     // may run any code after `fork`.
@@ -257,9 +272,11 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     if pid == 0 {
         drop(spec_write);
         drop(egress);
-        init(prep, ids, status, spec_read);
+        drop(layer_rx);
+        init(prep, ids, status, spec_read, layer_tx);
     }
     drop(spec_read);
+    drop(layer_tx);
     let Some(init_pid) = Pid::from_raw(pid) else {
         return Err(StepError::unavailable("fork", "no pid"));
     };
@@ -275,9 +292,9 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     // A warm sandbox waits here until corral has a run for it.
     let spec = read_message(&std::io::stdin()).and_then(|json| {
         let spec: Spec = parse(&json)?;
-        Ok((json, spec.timeout_ms))
+        Ok((json, spec))
     });
-    let (json, timeout_ms) = match spec {
+    let (json, spec) = match spec {
         Ok(s) => s,
         Err(e) => {
             // No run (a warm sandbox discarded, or a bad spec): the namespace goes.
@@ -286,24 +303,98 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
             return Err(StepError::invalid("read the spec", e));
         }
     };
-    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let deadline = Instant::now() + Duration::from_millis(spec.timeout_ms);
     let len = u64::try_from(json.len()).unwrap_or(u64::MAX).to_le_bytes();
     // An init that already failed has reported why; its closed pipe is no error of ours.
     let _ = write_all(&spec_write, &len).and_then(|()| write_all(&spec_write, &json));
     drop(spec_write);
     let timed_out = wait_until(init_pid, deadline);
+    // The pid namespace is gone: nothing changes the layer any more.
+    if let Some(cow) = &spec.cow {
+        let paths = mounts::cow_paths(&spec);
+        if let Some(layer) = receive_layer(&layer_rx, paths.len()) {
+            let changes = apply::apply(layer, &paths, cow.protected.compile());
+            status.send(&Status::Changes { changes });
+        }
+    }
     status.send(&Status::Done { timed_out });
     Ok(())
 }
 
+/// Most write paths a run may have: their descriptors pass in one `SCM_RIGHTS` message (the
+/// kernel takes at most 253), with the layer's tmpfs.
+pub(crate) const MAX_WRITE_PATHS: usize = 200;
+
+/// Sends the layer's descriptors (the tmpfs first, then each host directory) to the helper.
+fn send_layer(sock: &OwnedFd, layer: &CowLayer) -> Result<(), String> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
+    let fds: Vec<_> = std::iter::once(layer.tmpfs.as_fd())
+        .chain(layer.hosts.iter().map(AsFd::as_fd))
+        .collect();
+    let mut space =
+        vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err("too many descriptors".into());
+    }
+    let count = u32::try_from(fds.len()).map_err(|e| e.to_string())?;
+    let payload = count.to_le_bytes();
+    sendmsg(
+        sock,
+        &[std::io::IoSlice::new(&payload)],
+        &mut control,
+        SendFlags::empty(),
+    )
+    .map(drop)
+    .map_err(|e| e.to_string())
+}
+
+/// The layer the init sent, if it sent one (a run that failed before its target started did
+/// not). Never blocks: the init is gone, and what it sent waits in the socket.
+fn receive_layer(sock: &OwnedFd, paths: usize) -> Option<CowLayer> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
+    let want = paths.checked_add(1)?;
+    let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(want))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut payload = [0u8; 4];
+    let msg = recvmsg(
+        sock,
+        &mut [std::io::IoSliceMut::new(&mut payload)],
+        &mut control,
+        RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+    )
+    .ok()?;
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    for m in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(rights) = m {
+            fds.extend(rights);
+        }
+    }
+    if msg.bytes != 4 || u32::from_le_bytes(payload) as usize != want || fds.len() != want {
+        return None;
+    }
+    let mut fds = fds.into_iter();
+    let tmpfs = fds.next()?;
+    Some(CowLayer {
+        tmpfs,
+        hosts: fds.collect(),
+    })
+}
+
 /// Moves this (single-threaded) process into each of the run's cgroups, and checks it is
-/// there: nothing it forks afterwards can be outside them.
+/// there: nothing it forks afterwards can be outside them. A v1 cgroup is joined through
+/// `tasks`, a v2 one (which has no `tasks`) through `cgroup.procs`.
 fn join_cgroups(dirs: &[std::path::PathBuf]) -> Result<(), StepError> {
     let me = rustix::process::getpid().as_raw_nonzero().get().to_string();
     for dir in dirs {
-        let tasks = dir.join("tasks");
+        let v1 = dir.join("tasks");
+        let tasks = if v1.exists() {
+            v1
+        } else {
+            dir.join("cgroup.procs")
+        };
         let step = format!("join the cgroup {}", dir.display());
-        // `0` is the writing task itself: no global lock, unlike moving a pid from outside.
+        // `0` is the writing task itself: in v1 no global lock, unlike moving a pid from outside.
         std::fs::write(&tasks, "0").map_err(|e| StepError::unavailable(&step, e))?;
         let members =
             std::fs::read_to_string(&tasks).map_err(|e| StepError::unavailable(&step, e))?;
@@ -367,7 +458,7 @@ fn wait_until(init: Pid, deadline: Instant) -> bool {
 }
 
 /// Step 2, pid 1 of the new namespace. Never returns.
-fn init(prep: &Prep, ids: Ids, status: &StatusPipe, spec_pipe: OwnedFd) -> ! {
+fn init(prep: &Prep, ids: Ids, status: &StatusPipe, spec_pipe: OwnedFd, layer_tx: OwnedFd) -> ! {
     // The helper is our parent; if it dies, so does the namespace. (Its death between `fork`
     // and here is covered by corral killing the helper's process group, which includes us.)
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
@@ -393,10 +484,22 @@ fn init(prep: &Prep, ids: Ids, status: &StatusPipe, spec_pipe: OwnedFd) -> ! {
         .and_then(|json| parse(&json))
         .unwrap_or_else(|e| fail(&StepError::invalid("read the spec", e)));
     drop(spec_pipe);
-    if let Err(e) = mounts::finish(view, &spec) {
-        fail(&e);
-    }
+    let layer = mounts::finish(view, &spec).unwrap_or_else(|e| fail(&e));
     primitives.extend(["pivot_root", "proc", "tmpfs:tmp"].map(String::from));
+    // The layer's descriptors go to the helper and are closed here before the target exists:
+    // nothing of the sandbox can ever reach them (the host directories least of all).
+    if let (Some(layer), Some(cow)) = (layer, &spec.cow) {
+        if let Err(e) = send_layer(&layer_tx, &layer) {
+            fail(&StepError::unavailable(
+                "hand the copy-on-write layer to the helper",
+                e,
+            ));
+        }
+        drop(layer);
+        primitives.push("cow:overlay".into());
+        primitives.push(format!("quota:{}", cow.quota));
+    }
+    drop(layer_tx);
     primitives.push(prep.network.primitive().into());
 
     #[expect(unsafe_code, reason = "fork of the single-threaded sandbox init")]
@@ -499,10 +602,14 @@ fn target(
         if let Err(e) = r.apply() {
             fail(FailKind::Unavailable, r.kind.primitive(), e.to_string());
         }
-        // Set, but not attested where the kernel ignores it (processes of host uid 0 are exempt
-        // from RLIMIT_NPROC, namespace or not): the pids cgroup is what bounds them there.
-        if !(ids.host_root && r.kind == crate::common::RlimitKind::Nproc) {
-            primitives.push(r.kind.primitive().into());
+        // RLIMIT_NPROC is set, but not attested where the kernel ignores it (processes of host
+        // uid 0 are exempt, namespace or not: the pids cgroup is what bounds them there). For
+        // anyone else it counts, since Linux 5.14, the processes of this fresh user namespace
+        // only: its own primitive, a process limit without any cgroup.
+        match r.kind {
+            crate::common::RlimitKind::Nproc if ids.host_root => {}
+            crate::common::RlimitKind::Nproc => primitives.push(NPROC_USERNS.into()),
+            _ => primitives.push(r.kind.primitive().into()),
         }
     }
     if let Err(e) = rustix::process::chdir(&spec.cwd) {

@@ -1,7 +1,9 @@
 //! The `linux` backend: each run in fresh user, mount, pid, net, ipc and uts namespaces, on a
 //! minimal root view, under landlock, seccomp, `no_new_privs`, no capabilities, rlimits and
-//! per-run cgroups (always `pids`; `memory` when the request limits memory: a run whose limit has
-//! no cgroup to enforce it is refused). It attests `isolated: true` only when the helper
+//! per-run cgroups (v2 or v1, see `cgroup.rs`). Every run has a process limit: the pids cgroup,
+//! or for a caller other than host root RLIMIT_NPROC in the run's own user namespace; a run that
+//! asks for a memory limit needs the memory cgroup (refused without it), and the default memory
+//! cap uses it when there is one, else RLIMIT_AS. It attests `isolated: true` only when the helper
 //! reported every one of those applied; when the host lacks a required primitive, every run is
 //! refused with `ExecError::Unavailable` naming it, never run weaker.
 //!
@@ -21,12 +23,16 @@
 //!   per-run directory (the mount point of the sandbox's root tmpfs, which only the sandbox's
 //!   mount namespace sees) and per-run cgroups, which the helper joins before it forks anything;
 //! - sets the run's `pids.max`, then sends the spec;
+//! - gives a one-shot run's write paths a copy-on-write layer (`ResourceLimits::write_quota`
+//!   sized), which the helper applies to the host after the run, change by change, against
+//!   `ExecRequest::protected` (`apply.rs`); an attached run gets read-write binds instead;
 //! - captures output with the same caps as the `process` backend; the helper kills the sandbox's
 //!   pid 1 (so the whole pid namespace) when the timeout passes, and the parent kills the helper's
 //!   process group if the helper itself overstays;
 //! - removes the directory and the cgroups, and attests `destroyed: true` only when the helper
 //!   reported the pid namespace empty and both removals are checked.
 
+mod apply;
 mod cgroup;
 mod egress;
 mod egress_bridge;
@@ -49,19 +55,20 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 use tokio::sync::oneshot;
 
-use crate::common::{Captured, capture, feed, kill_group, rlimit_plan, validate};
+use crate::common::{Captured, RlimitSpec, capture, feed, kill_group, rlimit_plan, validate};
 use crate::{
-    AttachTx, Attached, Attestation, Backend, BoxFuture, ExecError, ExecOutput, ExecRequest,
-    RunNetwork,
+    AttachTx, Attached, Attestation, Backend, BoxFuture, Changes, DEFAULT_WRITE_QUOTA, ExecError,
+    ExecOutput, ExecRequest, RefusedChange, RunNetwork,
 };
 
 pub use egress::{PROXY_PORT, proxy_env};
 pub use helper::{HELPER_ARG, helper_main};
-pub use probe::{Primitive, probe};
+pub use probe::{Primitive, probe, probe_for};
 pub use spec::Network;
 
+use cgroup::Controller;
 use pool::{Etc, Launch, Pool, Sandbox, Want};
-use spec::{FailKind, Spec, Status};
+use spec::{CowSpec, FailKind, ProtectedWire, Spec, Status};
 
 /// The backend's name, in attestations and errors.
 const NAME: &str = "linux";
@@ -69,6 +76,9 @@ const NAME: &str = "linux";
 /// How long the helper may overstay the request's timeout (set-up and tear-down) before the
 /// parent kills its process group.
 const HELPER_GRACE: Duration = Duration::from_secs(5);
+/// How fast the helper is assumed to apply a run's copy-on-write layer at worst, bytes per
+/// second: the helper's grace grows by the quota's worth of it.
+const APPLY_BYTES_PER_SEC: u64 = 32 * 1024 * 1024;
 /// How long the pipes are still read after the helper exited.
 const PIPE_GRACE: Duration = Duration::from_millis(1000);
 /// How long the run's cgroups may take to empty after the helper exited.
@@ -98,6 +108,9 @@ pub struct LinuxBackend {
     /// Set by the first preflight.
     checked_once: std::sync::atomic::AtomicBool,
     cgroups: OnceLock<cgroup::Support>,
+    /// `isolation.cgroup_parent`: the v2 cgroup per-run cgroups go under, instead of corral's
+    /// own.
+    cgroup_parent: Option<PathBuf>,
     /// The current copy of the allowed `/etc`.
     etc: Mutex<Option<Arc<etc::Snapshot>>>,
     /// The starter thread (made on first use, after the backend is configured).
@@ -117,6 +130,7 @@ impl LinuxBackend {
             preflight: OnceLock::new(),
             checked_once: std::sync::atomic::AtomicBool::new(false),
             cgroups: OnceLock::new(),
+            cgroup_parent: None,
             etc: Mutex::new(None),
             pool: OnceLock::new(),
         }
@@ -142,6 +156,14 @@ impl LinuxBackend {
     /// `$TMPDIR/corral-sandbox-<uid>`).
     pub fn with_runtime_dir(mut self, dir: PathBuf) -> Self {
         self.runtime_dir = dir;
+        self
+    }
+
+    /// Per-run cgroups go under this cgroup v2 directory (`isolation.cgroup_parent`) instead of
+    /// corral's own cgroup: it must enable `pids` (and `memory`, for runs with a memory limit)
+    /// in its `cgroup.subtree_control`, and corral's user must be able to write it.
+    pub fn with_cgroup_parent(mut self, parent: Option<PathBuf>) -> Self {
+        self.cgroup_parent = parent;
         self
     }
 
@@ -196,7 +218,7 @@ impl LinuxBackend {
         let warmed = self.etc_snapshot().and_then(|snap| {
             self.pool()?.prewarm(Want {
                 etc: Etc::Snapshot(snap),
-                memory: None,
+                required: required_cgroups(None),
                 cgroups: self.cgroups().into_owned(),
                 network: None,
                 egress_socket: None,
@@ -208,16 +230,16 @@ impl LinuxBackend {
         }
     }
 
-    /// The hierarchies per-run cgroups go under. Cached only once a `pids` hierarchy was found:
-    /// nothing transient is ever remembered, and whether a cgroup can really be made is learnt
-    /// by making each run's (a failure refuses that run, it never drops the limit for later
-    /// ones).
+    /// The hierarchies per-run cgroups go under. Cached once a `pids` place was found, or when
+    /// none is needed (a caller RLIMIT_NPROC binds): for host root, a missing one is looked for
+    /// again on the next run. Whether a cgroup can really be made is learnt by making each
+    /// run's (a failure refuses that run, it never drops the limit for later ones).
     fn cgroups(&self) -> std::borrow::Cow<'_, cgroup::Support> {
         if let Some(support) = self.cgroups.get() {
             return std::borrow::Cow::Borrowed(support);
         }
-        let support = cgroup::detect();
-        if support.pids.is_some() {
+        let support = cgroup::detect(self.cgroup_parent.as_deref());
+        if support.pids.is_some() || nproc_binds() {
             return std::borrow::Cow::Borrowed(self.cgroups.get_or_init(|| support));
         }
         std::borrow::Cow::Owned(support)
@@ -244,7 +266,10 @@ impl LinuxBackend {
         if first {
             self.prewarm();
         }
-        if let Some(p) = probe().into_iter().find(|p| p.required && !p.available) {
+        if let Some(p) = probe_for(self.cgroup_parent.as_deref())
+            .into_iter()
+            .find(|p| p.required && !p.available)
+        {
             if let Some(pool) = self.pool.get() {
                 pool.cool();
             }
@@ -280,6 +305,25 @@ impl Backend for LinuxBackend {
     ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
         Box::pin(self.run_one(req, Some(attach)))
     }
+}
+
+/// Whether `RLIMIT_NPROC` binds corral's runs: it binds every caller but host uid 0, and inside
+/// the run's fresh user namespace it counts only that namespace's processes (Linux 5.14+).
+fn nproc_binds() -> bool {
+    !rustix::process::getuid().is_root()
+}
+
+/// The cgroups a run cannot do without: `pids` when nothing else bounds its processes (host
+/// root), `memory` when the request asks for a memory limit explicitly.
+fn required_cgroups(memory: Option<u64>) -> Vec<Controller> {
+    let mut required = Vec::new();
+    if !nproc_binds() {
+        required.push(Controller::Pids);
+    }
+    if memory.is_some() {
+        required.push(Controller::Memory);
+    }
+    required
 }
 
 fn unavailable(missing: impl Into<String>) -> ExecError {
@@ -331,6 +375,18 @@ fn sandbox_paths(paths: &[PathBuf], what: &str) -> Result<Vec<PathBuf>, ExecErro
         .collect()
 }
 
+/// The run's protection on the wire, with the metadata names the backend always keeps
+/// read-only (`.hg`, `.jj`, `.svn` besides `.git` and `.corral`) added: a new one is refused too.
+fn protected_wire(protected: &corral_policy::Protected) -> ProtectedWire {
+    let mut wire = ProtectedWire::of(protected.spec());
+    for name in mounts::PROTECTED_NAMES {
+        if !wire.names.iter().any(|n| n == name) {
+            wire.names.push((*name).to_owned());
+        }
+    }
+    wire
+}
+
 /// `/dev/shm/corral-sandbox-<uid>` when `/dev/shm` is a memory filesystem (per-run directories
 /// are made and removed all the time, and a busy disk makes each of those cost up to a
 /// millisecond), else `$TMPDIR/corral-sandbox-<uid>`.
@@ -365,7 +421,7 @@ fn sweep_stale(runtime_dir: &Path, cgroups: &cgroup::Support) {
             }
         }
     }
-    for base in [&cgroups.pids, &cgroups.memory].into_iter().flatten() {
+    for base in cgroups.bases() {
         let Ok(entries) = std::fs::read_dir(base) else {
             continue;
         };
@@ -414,6 +470,7 @@ struct Reports {
     ready: Option<Vec<String>>,
     failed: Option<(FailKind, String, String)>,
     exited: Option<(Option<i32>, Option<i32>)>,
+    changes: Option<Changes>,
     done: Option<bool>,
 }
 
@@ -428,6 +485,7 @@ fn parse_reports(bytes: &[u8]) -> Reports {
                 }
             }
             Ok(Status::Exited { code, signal }) => r.exited = Some((code, signal)),
+            Ok(Status::Changes { changes }) => r.changes = Some(changes),
             Ok(Status::Done { timed_out }) => r.done = Some(timed_out),
             Err(e) => tracing::warn!(error = %e, "unreadable report from the sandbox helper"),
         }
@@ -511,6 +569,24 @@ impl LinuxBackend {
             Etc::Snapshot(self.etc_snapshot()?)
         };
 
+        if write_paths.len() > helper::MAX_WRITE_PATHS {
+            return Err(ExecError::Invalid(format!(
+                "{} write paths are more than a sandbox takes ({}); write to fewer, wider roots",
+                write_paths.len(),
+                helper::MAX_WRITE_PATHS
+            )));
+        }
+        // A one-shot run writes into a copy-on-write layer applied after it; an attached one
+        // (a long-lived upstream server, whose writes must be live) gets read-write binds.
+        let cow = match attach {
+            Some(_) => None,
+            None => Some(CowSpec {
+                quota: req.limits.write_quota.unwrap_or(DEFAULT_WRITE_QUOTA),
+                protected: protected_wire(&req.protected),
+            }),
+        };
+        let cow_quota = cow.as_ref().map(|c| c.quota);
+
         // The run's network, when it is not the backend's; with an allow-list, the run's proxy.
         let (network, egress) = match &req.network {
             None => (None, None),
@@ -532,35 +608,16 @@ impl LinuxBackend {
             None => None,
         };
 
-        let rlimits: Vec<_> = rlimit_plan(&req.limits).into_iter().flatten().collect();
-        let spec = Spec {
-            argv: req.argv.clone(),
-            env: if egress.is_some() {
-                egress::with_proxy_env(&req.env)
-            } else {
-                req.env.clone()
-            },
-            cwd,
-            read_paths,
-            write_paths,
-            rlimits,
-            timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
-            tmp_bytes: req
-                .limits
-                .memory
-                .map_or(DEFAULT_TMP_BYTES, |m| m.min(DEFAULT_TMP_BYTES)),
+        let env = if egress.is_some() {
+            egress::with_proxy_env(&req.env)
+        } else {
+            req.env.clone()
         };
-        let encoded = spec::encode(&spec).map_err(ExecError::Invalid)?;
-        let pids_max = req
-            .limits
-            .processes
-            .map_or(DEFAULT_PIDS_MAX, u64::from)
-            .saturating_add(OWN_PIDS);
 
         let pool = self.pool()?;
         let want = Want {
             etc,
-            memory: req.limits.memory,
+            required: required_cgroups(req.limits.memory),
             cgroups: self.cgroups().into_owned(),
             network,
             egress_socket: proxy.as_ref().map(|p| p.path().to_path_buf()),
@@ -569,20 +626,35 @@ impl LinuxBackend {
             sandbox: Some(pool.take(want).await?),
             pool,
         };
-        let result = match &taken.sandbox {
-            Some(sb) => self.prepare_limits(sb, &req, pids_max),
+        let prepared = match taken.sandbox.as_mut() {
+            Some(sb) => self.prepare_limits(sb, &req).and_then(|rlimits| {
+                let memory = req.limits.memory.or(req.limits.default_memory);
+                let spec = Spec {
+                    argv: req.argv.clone(),
+                    env,
+                    cwd,
+                    read_paths,
+                    write_paths,
+                    rlimits,
+                    timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
+                    tmp_bytes: memory.map_or(DEFAULT_TMP_BYTES, |m| m.min(DEFAULT_TMP_BYTES)),
+                    cow: cow.clone(),
+                };
+                spec::encode(&spec).map_err(ExecError::Invalid)
+            }),
             None => Err(unavailable("the sandbox went missing")),
         };
         // The proxy takes the sandbox's listening socket before the spec (so the target) goes.
-        let result = match (result, proxy.as_mut(), egress, &taken.sandbox) {
-            (Ok(()), Some(p), Some(e), Some(sb)) => {
-                p.start(sb.pgid.as_raw_nonzero().get(), e).await
-            }
+        let prepared = match (prepared, proxy.as_mut(), egress, &taken.sandbox) {
+            (Ok(encoded), Some(p), Some(e), Some(sb)) => p
+                .start(sb.pgid.as_raw_nonzero().get(), e)
+                .await
+                .map(|()| encoded),
             (r, ..) => r,
         };
-        let result = match result {
-            Ok(()) => {
-                self.drive(&req, encoded, attach, &mut taken, &spawn_error)
+        let result = match prepared {
+            Ok(encoded) => {
+                self.drive(&req, encoded, attach, cow_quota, &mut taken, &spawn_error)
                     .await
             }
             Err(e) => Err(e),
@@ -596,26 +668,60 @@ impl LinuxBackend {
         Ok(out)
     }
 
-    /// Fail closed: every run has a process limit (the default one when the request sets none),
-    /// and the pids cgroup is what enforces it (RLIMIT_NPROC is void for a host-root caller); a
-    /// memory limit likewise needs its memory cgroup. No cgroup, no run. The run's `pids.max` is
-    /// set here, before the sandbox gets its spec.
+    /// Fail closed: every run has a process limit (the default one when the request sets none)
+    /// and a memory cap (the request's, else its default one). Writes the run's limits into its
+    /// cgroups, before the sandbox gets its spec, and returns the rlimits the target gets:
+    ///
+    /// - processes: the pids cgroup; without one, `RLIMIT_NPROC` inside the run's user
+    ///   namespace for a caller it binds (`rlimit:nproc-userns`), and no run for host root;
+    /// - an explicit memory limit: the memory cgroup (no cgroup, no run) and `RLIMIT_AS`;
+    /// - the default memory cap: the memory cgroup when the sandbox has one, else `RLIMIT_AS`
+    ///   only, attested as such.
     fn prepare_limits(
         &self,
-        sb: &Sandbox,
+        sb: &mut Sandbox,
         req: &ExecRequest,
-        pids_max: u64,
-    ) -> Result<(), ExecError> {
-        let Some(cg) = &sb.cgroups else {
+    ) -> Result<Vec<RlimitSpec>, ExecError> {
+        let Some(cg) = sb.cgroups.as_mut() else {
             return Err(unavailable("cgroup: the run has no cgroups"));
         };
-        if !cg.has("cgroup:pids") || (req.limits.memory.is_some() && !cg.has("cgroup:memory")) {
-            return Err(unavailable(
-                "cgroup: the run's limits have no cgroup to enforce them",
-            ));
+        let cgroup_err = |e: String| unavailable(format!("cgroup: {e}"));
+        let mut limits = req.limits;
+        let processes = req
+            .limits
+            .processes
+            .map_or(DEFAULT_PIDS_MAX, u64::from)
+            .saturating_add(OWN_PIDS);
+        if cg.has(Controller::Pids) {
+            cg.set_pids_max(processes).map_err(cgroup_err)?;
+        } else if !nproc_binds() {
+            return Err(unavailable(cgroup::missing(
+                Controller::Pids,
+                &self.cgroups(),
+            )));
         }
-        cg.set_pids_max(pids_max)
-            .map_err(|e| unavailable(format!("cgroup: {e}")))
+        if nproc_binds() {
+            // The helper and the init are in the run's user namespace too.
+            limits.processes = Some(u32::try_from(processes).unwrap_or(u32::MAX));
+        }
+        match (req.limits.memory, req.limits.default_memory) {
+            (Some(m), _) => {
+                if !cg.has(Controller::Memory) {
+                    return Err(unavailable(cgroup::missing(
+                        Controller::Memory,
+                        &self.cgroups(),
+                    )));
+                }
+                cg.set_memory_max(m).map_err(cgroup_err)?;
+            }
+            (None, Some(d)) if cg.has(Controller::Memory) => {
+                cg.set_memory_max(d).map_err(cgroup_err)?;
+                // The cgroup enforces it: no `RLIMIT_AS` (address space is not memory).
+                limits.default_memory = None;
+            }
+            (None, _) => {}
+        }
+        Ok(rlimit_plan(&limits).into_iter().flatten().collect())
     }
 
     async fn drive(
@@ -623,6 +729,7 @@ impl LinuxBackend {
         req: &ExecRequest,
         encoded: Vec<u8>,
         attach: Option<AttachTx>,
+        cow_quota: Option<u64>,
         taken: &mut Taken<'_>,
         spawn_error: &(dyn Fn(String) -> ExecError + Sync),
     ) -> Result<ExecOutput, ExecError> {
@@ -673,7 +780,12 @@ impl LinuxBackend {
         let start = Instant::now();
         let mut out = Captured::default();
         let mut err = Captured::default();
-        let backup = req.timeout.saturating_add(HELPER_GRACE);
+        // The helper applies the run's layer after the timeout too: its grace covers that.
+        let apply_grace = Duration::from_secs(cow_quota.map_or(0, |q| q / APPLY_BYTES_PER_SEC));
+        let backup = req
+            .timeout
+            .saturating_add(HELPER_GRACE)
+            .saturating_add(apply_grace);
         let (killed, duration) = {
             let io = async {
                 match (attach, ready_rx) {
@@ -770,9 +882,24 @@ impl LinuxBackend {
         let cgroups = taken.sandbox.as_ref().and_then(|sb| sb.cgroups.as_ref());
         // The pid namespace is empty once the helper reaped its init (reported as `Done`), or
         // once the run's pids cgroup has no process left.
-        let ns_gone =
-            reports.done.is_some() || cgroups.is_some_and(|cg| cg.has("cgroup:pids") && cg.empty());
+        let ns_gone = reports.done.is_some()
+            || cgroups.is_some_and(|cg| cg.has(Controller::Pids) && cg.empty());
 
+        // A run with a layer always says what came of it: no report means the helper did not
+        // get to the end of applying it.
+        let changes = match (cow_quota, reports.changes) {
+            (Some(_), Some(changes)) => Some(changes),
+            (Some(_), None) if primitives_from_helper.iter().any(|p| p == "cow:overlay") => {
+                Some(Changes {
+                    refused: vec![RefusedChange {
+                        path: String::new(),
+                        reason: "the sandbox ended before the run's changes were applied: none, or only some, reached the host".into(),
+                    }],
+                    ..Changes::default()
+                })
+            }
+            _ => None,
+        };
         let mut primitives: Vec<String> = vec!["env:clear".into()];
         primitives.extend(primitives_from_helper);
         if let Some(cg) = cgroups {
@@ -793,6 +920,7 @@ impl LinuxBackend {
                 destroyed: ns_gone,
                 primitives,
             },
+            changes,
         })
     }
 }

@@ -13,10 +13,13 @@
 //! - `/dev`: a read-only tmpfs with binds of `null`, `zero`, `full`, `random`, `urandom`, the
 //!   `fd`/`stdin`/`stdout`/`stderr` symlinks and a per-run tmpfs `shm`;
 //! - `/tmp`: a per-run tmpfs;
-//! - the request's `read_paths` (read-only) and `write_paths` (read-write) at their own absolute
-//!   paths, sources opened with `openat2(RESOLVE_NO_SYMLINKS)` and targets resolved with
+//! - the request's `read_paths` (read-only) and `write_paths` at their own absolute paths,
+//!   sources opened with `openat2(RESOLVE_NO_SYMLINKS)` and targets resolved with
 //!   `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, so a symlink swapped in mid-way fails the run
-//!   instead of redirecting a bind.
+//!   instead of redirecting a bind. A write path is an overlay (the run's copy-on-write layer,
+//!   [`CowLayer`]: lower the host directory, upper and work directories in a per-run tmpfs the
+//!   target never sees, `userxattr`), or for an attached run a read-write bind; either way the
+//!   protected metadata that exists in it is bound read-only on top.
 //!
 //! Every bind is non-recursive (no host submount is carried in) and remounted with
 //! `MS_NOSUID | MS_NODEV` (and `MS_RDONLY` unless writable), keeping the flags the kernel locks.
@@ -33,7 +36,7 @@ use rustix::fs::{CWD, Mode, OFlags, ResolveFlags, StatVfsMountFlags};
 use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 
 use super::landlock_rules::SYSTEM_DIRS;
-use super::spec::{EtcSource, FailKind, Prep, Spec};
+use super::spec::{CowSpec, EtcSource, FailKind, Prep, Spec, cow_inodes};
 
 /// A set-up step that failed.
 #[derive(Debug)]
@@ -340,6 +343,14 @@ pub(crate) fn group(ids: Ids) -> String {
     format!("root:x:0:\nsandbox:x:{}:\nnogroup:x:65534:\n", ids.gid)
 }
 
+/// The write paths of the run's copy-on-write layer, in the order of its `<i>` directories.
+pub(crate) fn cow_paths(spec: &Spec) -> Vec<PathBuf> {
+    user_binds(spec)
+        .into_iter()
+        .filter_map(|(p, writable)| writable.then_some(p))
+        .collect()
+}
+
 /// The user paths to bind, write winning over read for the same path, parents before children.
 fn user_binds(spec: &Spec) -> Vec<(PathBuf, bool)> {
     let mut binds: Vec<(PathBuf, bool)> =
@@ -349,7 +360,8 @@ fn user_binds(spec: &Spec) -> Vec<(PathBuf, bool)> {
             binds.push((p.clone(), false));
         }
     }
-    binds.sort_by_key(|(p, _)| p.components().count());
+    // Stable: for one path, its write entry (pushed first) stays first and wins the dedup.
+    binds.sort_by(|a, b| (a.0.components().count(), &a.0).cmp(&(b.0.components().count(), &b.0)));
     binds.dedup_by(|a, b| a.0 == b.0);
     binds
 }
@@ -552,9 +564,94 @@ pub(crate) fn build_base(prep: &Prep, ids: Ids) -> Result<View> {
     })
 }
 
+/// A run's copy-on-write layer, as the helper needs it to apply the run's changes: the root of
+/// its tmpfs (holding `<i>/upper` and `<i>/work` for the `i`-th write path) and each write
+/// path's host directory, opened before `pivot_root` without following symlinks.
+#[derive(Debug)]
+pub(crate) struct CowLayer {
+    pub(crate) tmpfs: OwnedFd,
+    pub(crate) hosts: Vec<OwnedFd>,
+}
+
+/// Makes the layer's tmpfs (`size=quota`, `nr_inodes` from it) and attaches it over `parent` in
+/// the sandbox's mount namespace: the old root, detached at `pivot_root`, so the target never
+/// sees it (and kernels before 6.15 refuse overlay layers on a mount that is not attached).
+fn cow_tmpfs(cow: &CowSpec, parent: &Path) -> Result<OwnedFd> {
+    use rustix::mount::{
+        FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, fsconfig_create,
+        fsconfig_set_string, fsmount, fsopen, move_mount,
+    };
+    let err = |e: rustix::io::Errno| StepError::unavailable("the copy-on-write tmpfs", e);
+    let fs = fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC).map_err(err)?;
+    fsconfig_set_string(&fs, "size", cow.quota.max(4096).to_string()).map_err(err)?;
+    fsconfig_set_string(&fs, "nr_inodes", cow_inodes(cow.quota).to_string()).map_err(err)?;
+    fsconfig_set_string(&fs, "mode", "0700").map_err(err)?;
+    fsconfig_create(&fs).map_err(err)?;
+    let mnt = fsmount(
+        &fs,
+        FsMountFlags::FSMOUNT_CLOEXEC,
+        MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV,
+    )
+    .map_err(err)?;
+    move_mount(
+        &mnt,
+        "",
+        CWD,
+        parent,
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )
+    .map_err(err)?;
+    Ok(mnt)
+}
+
+/// Mounts the `index`-th write path `path` as an overlay beneath `root`: lower the host
+/// directory (opened without following symlinks), upper and work in the layer's tmpfs. Returns
+/// the host directory.
+fn overlay(root: &OwnedFd, tmpfs: &OwnedFd, index: usize, path: &Path) -> Result<OwnedFd> {
+    let step = |e: rustix::io::Errno| mount_err("overlay", path, e);
+    let host = rustix::fs::openat2(
+        CWD,
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| {
+        StepError::invalid(
+            "overlay",
+            format!(
+                "cannot open the write path `{}` as a directory without following symlinks: {e}",
+                path.display()
+            ),
+        )
+    })?;
+    let dir = index.to_string();
+    rustix::fs::mkdirat(tmpfs, dir.as_str(), Mode::from_raw_mode(0o700)).map_err(step)?;
+    for sub in ["upper", "work"] {
+        rustix::fs::mkdirat(tmpfs, format!("{dir}/{sub}"), Mode::from_raw_mode(0o755))
+            .map_err(step)?;
+    }
+    let target = make_beneath(root, &relative(path)?, false)?;
+    let layers = format!(
+        "lowerdir={},upperdir={t}/{dir}/upper,workdir={t}/{dir}/work,userxattr",
+        fd_path(&host),
+        t = fd_path(tmpfs),
+    );
+    let data = std::ffi::CString::new(layers).map_err(|e| StepError::invalid("overlay", e))?;
+    rustix::mount::mount(
+        "overlay",
+        fd_path(&target),
+        "overlay",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        data.as_c_str(),
+    )
+    .map_err(step)?;
+    Ok(host)
+}
+
 /// Finishes the view for one run: its `/tmp` and `/dev/shm`, the request's paths, then pivots
-/// into it and makes `/` read-only.
-pub(crate) fn finish(view: View, spec: &Spec) -> Result<()> {
+/// into it and makes `/` read-only. Returns the run's copy-on-write layer, if it has one.
+pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
     let ro = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV;
     let View { root, root_dir } = view;
 
@@ -570,6 +667,21 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<()> {
         &tmpfs_opts("1777"),
     )?;
 
+    // The copy-on-write layer's tmpfs, over the directory holding the per-run directories (in
+    // this mount namespace only; the host sees nothing).
+    let mut layer = match (&spec.cow, spec.write_paths.is_empty()) {
+        (Some(cow), false) => {
+            let parent = root_dir
+                .parent()
+                .ok_or_else(|| StepError::invalid("the copy-on-write tmpfs", "no parent"))?;
+            Some(CowLayer {
+                tmpfs: cow_tmpfs(cow, parent)?,
+                hosts: Vec::new(),
+            })
+        }
+        _ => None,
+    };
+
     // The request's paths.
     for (path, writable) in user_binds(spec) {
         let flags = if writable {
@@ -577,7 +689,15 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<()> {
         } else {
             ro
         };
-        bind(&root, &path, flags)?;
+        match (&mut layer, writable) {
+            (Some(layer), true) => {
+                // INVARIANT (layer-order): `hosts[i]` is the host directory of the overlay whose
+                // upper is `<i>/upper`, in the order user_binds gives.
+                let host = overlay(&root, &layer.tmpfs, layer.hosts.len(), &path)?;
+                layer.hosts.push(host);
+            }
+            _ => bind(&root, &path, flags)?,
+        }
         if writable {
             for meta in protected_entries(&path)? {
                 match std::fs::symlink_metadata(&meta) {
@@ -603,7 +723,7 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<()> {
     )
     .map_err(|e| StepError::unavailable("open /", e))?;
     remount_bind(&new_root, ro, Path::new("/"))?;
-    Ok(())
+    Ok(layer)
 }
 
 /// Whether `path` is one the sandbox refuses to bind (`/`, or under `/proc`, `/sys`, `/dev`).

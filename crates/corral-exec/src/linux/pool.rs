@@ -6,10 +6,11 @@
 //! mounts are off the run's path.
 //!
 //! A warm sandbox holds nothing of any request: a run's paths, environment, argv, limits and
-//! stdin reach it only with the spec. It has a `pids.max` of its own two processes until the run
-//! sets the run's limit, and the run's timeout starts when the helper reads the spec. A run with a
-//! memory limit, or binding a path of its own under `/etc`, gets a sandbox started for it (its
-//! memory cgroup is limited before the helper starts). A warm sandbox made from an older copy of
+//! stdin reach it only with the spec. It has a `pids.max` of its own two processes and no memory
+//! limit until the run writes the run's limits, and the run's timeout starts when the helper
+//! reads the spec. Every sandbox gets each cgroup the host offers; a run that needs one its warm
+//! sandbox lacks, or that binds a path of its own under `/etc`, gets a sandbox started for it. A
+//! warm sandbox made from an older copy of
 //! `/etc`, or whose helper died or reported a failure while waiting, is discarded, never used.
 //!
 //! The starter thread is the helpers' parent thread, so `PR_SET_PDEATHSIG` ties them to it: it
@@ -28,7 +29,7 @@ use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
 
-use super::cgroup::{RunCgroups, Support};
+use super::cgroup::{Controller, RunCgroups, Support};
 use super::etc::Snapshot;
 use super::spec::{self, EtcSource, Network, Prep};
 use super::{CGROUP_GRACE, HELPER_ARG, OWN_PIDS, make_run_dir, unavailable};
@@ -78,8 +79,8 @@ pub(crate) struct Launch {
 #[derive(Debug, Clone)]
 pub(crate) struct Want {
     pub(crate) etc: Etc,
-    /// The run's memory limit: a sandbox with one is started for the run, never taken warm.
-    pub(crate) memory: Option<u64>,
+    /// The cgroups the run cannot do without (a sandbox lacking one is no use to it).
+    pub(crate) required: Vec<Controller>,
     pub(crate) cgroups: Support,
     /// The run's network when it is not the backend's: a sandbox is started for the run.
     pub(crate) network: Option<Network>,
@@ -89,10 +90,16 @@ pub(crate) struct Want {
 
 impl Want {
     fn warm_ok(&self) -> bool {
-        self.memory.is_none()
-            && self.network.is_none()
+        self.network.is_none()
             && self.egress_socket.is_none()
             && matches!(self.etc, Etc::Snapshot(_))
+    }
+
+    /// Whether `sandbox` has every cgroup this run requires.
+    fn fits(&self, sandbox: &Sandbox) -> bool {
+        self.required
+            .iter()
+            .all(|c| sandbox.cgroups.as_ref().is_some_and(|cg| cg.has(*c)))
     }
 }
 
@@ -201,7 +208,7 @@ fn start(launch: &Launch, want: &Want) -> Result<Sandbox, ExecError> {
     );
     let root_dir = make_run_dir(&launch.runtime_dir, &run_id)?;
     // Room for the helper and the init only, until the run sets its limit.
-    let cgroups = match RunCgroups::create(&want.cgroups, &run_id, OWN_PIDS, want.memory) {
+    let cgroups = match RunCgroups::create(&want.cgroups, &run_id, OWN_PIDS, &want.required) {
         Ok(cg) => cg,
         Err((e, partial)) => {
             partial.remove(CGROUP_GRACE);
@@ -482,7 +489,17 @@ fn starter(launch: &Launch, size: usize, rx: &mpsc::Receiver<Msg>) {
                 failed = None;
                 let sandbox = if want.warm_ok() {
                     adopt_recipe(&mut recipe, &mut idle, &want);
-                    next_usable(&mut idle).map_or_else(|| start(launch, &want), Ok)
+                    next_usable(&mut idle)
+                        .and_then(|s| {
+                            if want.fits(&s) {
+                                Some(s)
+                            } else {
+                                // Back in line for a run that needs less.
+                                idle.push_front(s);
+                                None
+                            }
+                        })
+                        .map_or_else(|| start(launch, &want), Ok)
                 } else {
                     start(launch, &want)
                 };
@@ -544,7 +561,11 @@ fn adopt_recipe(recipe: &mut Option<Want>, idle: &mut VecDeque<Sandbox>, want: &
         for s in idle.drain(..) {
             s.destroy();
         }
-        *recipe = Some(want.clone());
+        // Warm sandboxes require what every run requires; a run's own needs (an explicit
+        // memory limit) get a sandbox started for it when a warm one lacks them.
+        let mut warm = want.clone();
+        warm.required.retain(|c| *c == Controller::Pids);
+        *recipe = Some(warm);
     }
 }
 

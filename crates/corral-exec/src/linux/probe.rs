@@ -1,6 +1,7 @@
 //! What this host offers the linux backend: each primitive tried for real (a forked child
 //! unshares each namespace; a throwaway thread enforces a landlock ruleset and loads the seccomp
-//! filters; a cgroup is made and removed), with the fix for each one that is missing.
+//! filters; a cgroup is made and removed; RLIMIT_NPROC is tried in a fresh user namespace), with
+//! the fix for each one that is missing.
 
 use std::path::Path;
 
@@ -17,8 +18,9 @@ pub struct Primitive {
     pub name: &'static str,
     /// Whether the backend can use it here.
     pub available: bool,
-    /// Whether the backend refuses to run without it. Everything is, but `cgroup:memory` (only
-    /// runs with a memory limit need it, and those are refused without it) and `cgroup:v2`.
+    /// Whether the backend refuses to run without it. Everything is, but `cgroup` (the layout),
+    /// `cgroup:memory` (only runs with an explicit memory limit need it, and those are refused
+    /// without it), and one of `cgroup:pids` and `rlimit:nproc-userns` (a process limit).
     pub required: bool,
     /// What was found.
     pub detail: String,
@@ -174,8 +176,13 @@ fn seccomp_probe() -> Result<String, String> {
     Ok(format!("{n} filters for {} load", std::env::consts::ARCH))
 }
 
-/// Tries every primitive the linux backend uses.
+/// Tries every primitive the linux backend uses, with per-run cgroups under corral's own.
 pub fn probe() -> Vec<Primitive> {
+    probe_for(None)
+}
+
+/// [`probe`], with per-run cgroups under `cgroup_parent` (`isolation.cgroup_parent`) when set.
+pub fn probe_for(cgroup_parent: Option<&Path>) -> Vec<Primitive> {
     let mut out = Vec::new();
     let ns = namespace_steps();
     for (i, (name, what)) in NS_STEPS.iter().enumerate() {
@@ -204,40 +211,158 @@ pub fn probe() -> Vec<Primitive> {
         seccomp_probe(),
         "a kernel with CONFIG_SECCOMP_FILTER on x86_64 or aarch64",
     ));
-    let cg = cgroup::detect();
-    let v1 = |base: &Option<std::path::PathBuf>, file: &str, controller: &str| match base {
-        Some(base) => cgroup::try_create(base, file)
-            .map(|()| format!("v1, per-run cgroups under {}", base.display())),
-        None if cg.v2.is_some() => Err(format!(
-            "only a unified (v2) hierarchy is mounted; corral uses the v1 `{controller}` controller"
-        )),
+    out.extend(limits(cgroup_parent));
+    out
+}
+
+/// The process and memory limits: `cgroup` (the layout, informational), `cgroup:pids`,
+/// `cgroup:memory`, and `rlimit:nproc-userns`. Every run needs a process limit: the pids cgroup
+/// is required unless `RLIMIT_NPROC` binds corral's runs (a normal user).
+fn limits(cgroup_parent: Option<&Path>) -> Vec<Primitive> {
+    use cgroup::{Controller, Place};
+    let cg = cgroup::detect(cgroup_parent);
+    let made = |c: Controller| match cg.place(c) {
+        Some(place) => {
+            let file = match (c, place) {
+                (Controller::Pids, _) => "pids.max",
+                (Controller::Memory, Place::V1(_)) => "memory.limit_in_bytes",
+                (Controller::Memory, Place::V2(_)) => "memory.max",
+            };
+            cgroup::try_create(place.dir(), file).map(|()| place.describe())
+        }
         None => Err(format!(
-            "no cgroup hierarchy with the `{controller}` controller is mounted"
+            "no cgroup with the `{}` controller that corral may use (cgroups: {})",
+            c.name(),
+            cg.describe()
         )),
     };
-    out.push(Primitive::new(
-        "cgroup:pids",
-        true,
-        v1(&cg.pids, "pids.max", "pids"),
-        "mount the v1 `pids` controller (`mount -t cgroup -o pids cgroup /sys/fs/cgroup/pids`) and run corral with write access to its own cgroup there; every run has a process limit and the pids cgroup enforces it (RLIMIT_NPROC does not bind a host-root caller), so without it the linux backend refuses every run",
-    ));
-    out.push(Primitive::new(
-        "cgroup:memory",
-        false,
-        v1(&cg.memory, "memory.limit_in_bytes", "memory"),
-        "mount the v1 `memory` controller (`mount -t cgroup -o memory cgroup /sys/fs/cgroup/memory`) and run corral with write access to its own cgroup there; without it, runs with a memory limit are refused",
-    ));
-    out.push(Primitive {
-        name: "cgroup:v2",
-        available: cg.v2.is_some(),
+    let nproc = nproc_userns();
+    let pids = made(Controller::Pids);
+    let memory = made(Controller::Memory);
+    let layout = Primitive {
+        name: "cgroup",
+        available: pids.is_ok() || memory.is_ok(),
         required: false,
-        detail: match &cg.v2 {
-            Some(p) => format!("unified hierarchy at {} (not used yet)", p.display()),
-            None => "no unified hierarchy mounted".into(),
-        },
+        detail: cg.describe(),
+        // The fixes are on `cgroup:pids` and `cgroup:memory`.
         fix: String::new(),
-    });
-    out
+    };
+    vec![
+        layout,
+        Primitive::new(
+            "cgroup:pids",
+            nproc.is_err(),
+            pids,
+            &format!(
+                "{}; without it {}",
+                cgroup::fix(Controller::Pids, &cg),
+                if rustix::process::getuid().is_root() {
+                    "the linux backend refuses every run: as host root nothing else bounds a run's processes (RLIMIT_NPROC never binds uid 0)"
+                } else {
+                    "a run's processes are bounded by RLIMIT_NPROC in its user namespace"
+                }
+            ),
+        ),
+        Primitive::new(
+            "cgroup:memory",
+            false,
+            memory,
+            &format!(
+                "{}; without it a run with an explicit `limits.memory` is refused, and the default memory cap is RLIMIT_AS only",
+                cgroup::fix(Controller::Memory, &cg)
+            ),
+        ),
+        Primitive::new(
+            "rlimit:nproc-userns",
+            false,
+            nproc,
+            "run corral as a normal user (RLIMIT_NPROC never binds host uid 0), on Linux 5.14+; as root, the pids cgroup bounds a run's processes",
+        ),
+    ]
+}
+
+/// Whether `RLIMIT_NPROC` binds inside a fresh user namespace: a forked child unshares one,
+/// sets the limit to 1 (itself) and tries to fork.
+fn nproc_userns() -> Result<String, String> {
+    if rustix::process::getuid().is_root() {
+        return Err(
+            "corral runs as host uid 0, which RLIMIT_NPROC never binds (namespace or not)".into(),
+        );
+    }
+    #[expect(
+        unsafe_code,
+        reason = "fork to try RLIMIT_NPROC without touching this process"
+    )]
+    // SAFETY: the child only makes raw system calls (unshare, setrlimit, fork, wait4, _exit):
+    // no allocation, no lock, so it is sound even when this process has other threads.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        let code = nproc_child();
+        #[expect(unsafe_code, reason = "_exit in a forked child")]
+        // SAFETY: `_exit` ends the child without running this process's atexit handlers.
+        unsafe {
+            libc::_exit(code)
+        };
+    }
+    let pid = rustix::process::Pid::from_raw(pid).ok_or("fork returned no pid")?;
+    let code = loop {
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, status))) => break status.exit_status(),
+            Ok(None) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(format!("waitpid: {e}")),
+        }
+    };
+    match code {
+        Some(0) => Ok("RLIMIT_NPROC binds in a fresh user namespace and counts only its processes: a process limit without a cgroup".into()),
+        Some(1) => Err("RLIMIT_NPROC did not stop a fork inside a fresh user namespace (Linux 5.14+ counts it per namespace)".into()),
+        Some(2) => Err("cannot make a user namespace to try it in".into()),
+        other => Err(format!("the probe child failed ({other:?})")),
+    }
+}
+
+/// In the forked child: 0 when a fork beyond `RLIMIT_NPROC` = 1 fails inside a fresh user
+/// namespace, 1 when it succeeds.
+fn nproc_child() -> i32 {
+    #[expect(
+        unsafe_code,
+        reason = "rustix marks unshare unsafe because of CLONE_FILES"
+    )]
+    // SAFETY: `CLONE_FILES` is not passed.
+    if unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.is_err() {
+        return 2;
+    }
+    let one = rustix::process::Rlimit {
+        current: Some(1),
+        maximum: Some(1),
+    };
+    if rustix::process::setrlimit(rustix::process::Resource::Nproc, one).is_err() {
+        return 3;
+    }
+    #[expect(unsafe_code, reason = "fork in the probe child")]
+    // SAFETY: the grandchild only calls `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        #[expect(unsafe_code, reason = "_exit in a forked child")]
+        // SAFETY: as above.
+        unsafe {
+            libc::_exit(0)
+        };
+    }
+    if pid > 0 {
+        let mut status = 0;
+        #[expect(unsafe_code, reason = "reaping the probe's grandchild")]
+        // SAFETY: a plain system call on our own child.
+        let _ = unsafe { libc::waitpid(pid, &mut status, 0) };
+        return 1;
+    }
+    if std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
+        0
+    } else {
+        4
+    }
 }
 
 /// Sysctls that explain a user namespace failure.

@@ -11,8 +11,17 @@
 //!   namespaces; `socketpair` stays allowed), `AF_VSOCK`, `AF_PACKET` or a `SOCK_RAW` type; `ioctl` with
 //!   `TIOCSTI` or `TIOCLINUX` compared on the low 32 bits only, so the high-bit variants
 //!   (CVE-2019-10063) are caught too; `clone` with any namespace flag.
+//! - `EPERM` for a mode with `S_ISUID` or `S_ISGID` (issue 11 item 1: a setuid file left in a
+//!   writable root is a setuid file on the host, owned by corral's user) in `chmod`, `fchmod`,
+//!   `fchmodat`, `fchmodat2`, `open`, `openat`, `creat`, `mknod` and `mknodat`. `mkdir` and
+//!   `mkdirat` are left alone: the kernel drops both bits from their mode (a directory only
+//!   inherits `S_ISGID` from its parent, and `S_ISUID` means nothing on one).
 //! - `ENOSYS` for `clone3` (its flags live behind a pointer seccomp cannot read), so libc falls
-//!   back to `clone`, whose flags are checked.
+//!   back to `clone`, whose flags are checked; and for `openat2` (its mode too), so libc and
+//!   runtimes fall back to `openat`.
+//! - `EOPNOTSUPP` for every `setxattr` (`setxattr`, `lsetxattr`, `fsetxattr`, `setxattrat`):
+//!   file capabilities live in `security.capability`, and programs treat "no xattrs here" as
+//!   normal.
 //! - x86_64 only: every x32 system call number (`nr >= 0x40000000`) gets `ENOSYS`, so the deny
 //!   list cannot be sidestepped through the x32 ABI's numbers.
 
@@ -91,6 +100,45 @@ const CLONE_NS_FLAGS: [u64; 7] = [
     0x4000_0000, // CLONE_NEWNET
 ];
 
+/// `S_ISUID` and `S_ISGID`: a mode with either is refused.
+const SET_ID_BITS: [u64; 2] = [0o4000, 0o2000];
+/// `fchmodat2` (Linux 6.6), `setxattrat` (6.13), `openat2` (5.6): the same number on x86_64 and
+/// aarch64 (the unified table from 424 on).
+const SYS_FCHMODAT2: i64 = 452;
+const SYS_SETXATTRAT: i64 = 463;
+const SYS_OPENAT2: i64 = 437;
+
+/// Each system call that takes a file mode, and the index of its mode argument.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn mode_args() -> Vec<(i64, u8)> {
+    let mut calls = vec![
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        (SYS_FCHMODAT2, 2),
+        (libc::SYS_openat, 3),
+        (libc::SYS_mknodat, 2),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([
+        (libc::SYS_chmod, 1),
+        (libc::SYS_open, 2),
+        (libc::SYS_creat, 1),
+        (libc::SYS_mknod, 1),
+    ]);
+    calls
+}
+
+/// The system calls that set an extended attribute.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn setxattr_calls() -> [i64; 4] {
+    [
+        libc::SYS_setxattr,
+        libc::SYS_lsetxattr,
+        libc::SYS_fsetxattr,
+        SYS_SETXATTRAT,
+    ]
+}
+
 /// The architecture's seccompiler target, or why there is none.
 fn target_arch() -> Result<TargetArch, String> {
     match std::env::consts::ARCH {
@@ -153,6 +201,14 @@ pub(crate) fn filters() -> Result<Vec<BpfProgram>, String> {
         .map(|&flag| cond(0, Qword, MaskedEq(flag), flag))
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_clone, clone_rules);
+    // Masked on the low 32 bits (a mode is an unsigned int): either set-id bit refuses the call.
+    for (nr, arg) in mode_args() {
+        let set_id = SET_ID_BITS
+            .iter()
+            .map(|&bit| cond(arg, Dword, MaskedEq(bit), bit))
+            .collect::<Result<Vec<_>, _>>()?;
+        rules.insert(nr, set_id);
+    }
 
     let deny = SeccompFilter::new(
         rules,
@@ -162,15 +218,26 @@ pub(crate) fn filters() -> Result<Vec<BpfProgram>, String> {
     )
     .map_err(|e| e.to_string())?;
     let clone3 = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        BTreeMap::from([(libc::SYS_clone3, Vec::new()), (SYS_OPENAT2, Vec::new())]),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    let xattrs = SeccompFilter::new(
+        setxattr_calls()
+            .into_iter()
+            .map(|nr| (nr, Vec::new()))
+            .collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EOPNOTSUPP as u32),
         arch,
     )
     .map_err(|e| e.to_string())?;
     let mut programs = vec![
         BpfProgram::try_from(deny).map_err(|e| e.to_string())?,
         BpfProgram::try_from(clone3).map_err(|e| e.to_string())?,
+        BpfProgram::try_from(xattrs).map_err(|e| e.to_string())?,
     ];
     #[cfg(target_arch = "x86_64")]
     programs.push(no_x32());
@@ -180,7 +247,14 @@ pub(crate) fn filters() -> Result<Vec<BpfProgram>, String> {
 /// Other architectures: no table, so the backend refuses to run.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub(crate) fn filters() -> Result<Vec<BpfProgram>, String> {
-    let _ = (target_arch, cond);
+    let _ = (
+        target_arch,
+        cond,
+        SET_ID_BITS,
+        SYS_FCHMODAT2,
+        SYS_SETXATTRAT,
+        SYS_OPENAT2,
+    );
     Err(format!(
         "no seccomp table for the `{}` architecture (only x86_64 and aarch64)",
         std::env::consts::ARCH

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::Changes;
 use crate::common::RlimitSpec;
 
 /// Network inside the sandbox.
@@ -90,6 +91,53 @@ pub(crate) struct Spec {
     pub(crate) timeout_ms: u64,
     /// Size of the per-run `/tmp` (and `/dev/shm`) tmpfs, bytes.
     pub(crate) tmp_bytes: u64,
+    /// The copy-on-write layer over `write_paths` (a one-shot run). `None`: they are bound
+    /// read-write, so writes are live (an attached run: a long-lived upstream server).
+    pub(crate) cow: Option<CowSpec>,
+}
+
+/// A run's copy-on-write layer: each write path is an overlay whose upper layer lives in a
+/// per-run tmpfs of `quota` bytes, applied to the host after the run if `protected` allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CowSpec {
+    /// Size of the layer's tmpfs, bytes (its inode count follows from it: [`cow_inodes`]).
+    pub(crate) quota: u64,
+    /// What no change may touch, as written (`corral_policy::ProtectedSpec`); the helper
+    /// compiles it again, and refuses every change if it does not compile.
+    pub(crate) protected: ProtectedWire,
+}
+
+/// `corral_policy::ProtectedSpec` on the wire.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ProtectedWire {
+    pub(crate) names: Vec<String>,
+    pub(crate) paths: Vec<String>,
+    pub(crate) globs: Vec<String>,
+}
+
+impl ProtectedWire {
+    pub(crate) fn of(spec: &corral_policy::ProtectedSpec) -> Self {
+        ProtectedWire {
+            names: spec.names.clone(),
+            paths: spec.paths.clone(),
+            globs: spec.globs.clone(),
+        }
+    }
+
+    pub(crate) fn compile(&self) -> Result<corral_policy::Protected, String> {
+        corral_policy::Protected::compile(corral_policy::ProtectedSpec {
+            names: self.names.clone(),
+            paths: self.paths.clone(),
+            globs: self.globs.clone(),
+        })
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// The inode cap of a layer of `quota` bytes: one per 4 KiB, within [1024, 2^20], so many
+/// small (or empty) files cannot get around the byte quota.
+pub(crate) fn cow_inodes(quota: u64) -> u64 {
+    (quota / 4096).clamp(1024, 1 << 20)
 }
 
 /// Why set-up failed, so the parent can map it to an `ExecError`.
@@ -121,6 +169,9 @@ pub(crate) enum Status {
         code: Option<i32>,
         signal: Option<i32>,
     },
+    /// Sent by the helper after the sandbox's init was reaped, before `Done`: what the run's
+    /// copy-on-write layer brought back to the host.
+    Changes { changes: Changes },
     /// Sent by the helper when the sandbox's init was reaped: every process of the pid namespace
     /// is gone (the kernel frees them all before init's exit is reported).
     Done { timed_out: bool },

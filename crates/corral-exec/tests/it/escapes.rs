@@ -63,6 +63,34 @@ fn host_has(path: &str) -> bool {
     false
 }
 
+/// Whether this test runs as root; a test that truly needs root says why and is skipped for a
+/// normal user (CI runs the suite as both).
+fn root_or_skip(why: &str) -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("notice: this test needs root ({why}); skipping as a normal user");
+    false
+}
+
+/// Whether corral's user has a memory cgroup here (root does on this host; a normal user does
+/// not): an explicit memory limit needs one, the default cap falls back to RLIMIT_AS.
+fn memory_cgroup() -> bool {
+    corral_exec::linux::probe()
+        .iter()
+        .any(|p| p.name == "cgroup:memory" && p.available)
+}
+
+/// Sets a memory cap of `bytes` the way this user can have one: an explicit limit with a memory
+/// cgroup, else the default cap (RLIMIT_AS).
+fn cap_memory(req: &mut ExecRequest, bytes: u64) {
+    if memory_cgroup() {
+        req.limits.memory = Some(bytes);
+    } else {
+        req.limits.default_memory = Some(bytes);
+    }
+}
+
 fn backend() -> LinuxBackend {
     let backend = crate::with_test_pool(LinuxBackend::new(PathBuf::from(env!(
         "CARGO_BIN_EXE_corral-sandbox-helper"
@@ -344,10 +372,18 @@ struct World {
     host_far: TempDir,
 }
 
+/// Under the target dir, or, for a user who may not write there (CI runs this suite as a normal
+/// user too), under `$HOME`: either is outside the temp dir.
 fn tempdir_far() -> TempDir {
     let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(base).unwrap();
-    tempfile::tempdir_in(base).unwrap()
+    match std::fs::create_dir_all(base).and_then(|()| tempfile::tempdir_in(base)) {
+        Ok(dir) => dir,
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            let home = std::env::var_os("HOME").expect("HOME is set");
+            tempfile::tempdir_in(home).unwrap()
+        }
+        Err(e) => panic!("{}: {e}", base.display()),
+    }
 }
 
 fn write(path: &Path, content: &str) {
@@ -416,6 +452,7 @@ impl World {
             limits: ResourceLimits::default(),
             read_paths: vec![self.ro().to_path_buf()],
             write_paths: vec![self.w().to_path_buf()],
+            protected: Default::default(),
             network: None,
         }
     }
@@ -584,6 +621,9 @@ done
 
 #[tokio::test]
 async fn overwriting_an_existing_file_in_a_system_directory_fails() {
+    if !root_or_skip("it plants a file in /usr/local/share") {
+        return;
+    }
     let world = World::new();
     let path = Path::new("/usr/local/share").join(format!("corral-escape-{}", nonce()));
     let _cleanup = Cleanup(vec![path.clone()]);
@@ -974,6 +1014,9 @@ leak list-ssh sh -c 'ls -A "$HOST_HOME/.ssh" | grep corral-escape'
 
 #[tokio::test]
 async fn listing_the_root_home_reveals_none_of_its_entries() {
+    if !root_or_skip("only root can list the host's /root to compare") {
+        return;
+    }
     let world = World::new();
     let host: BTreeSet<String> = std::fs::read_dir("/root")
         .map(|d| {
@@ -2401,7 +2444,7 @@ for ctl, knob, value in (('pids', 'pids.max', 'max'), ('memory', 'memory.limit_i
     attempt(f'mkdir-{ctl}', mkdir)
 "#);
     req.limits.processes = Some(64);
-    req.limits.memory = Some(1 << 30);
+    cap_memory(&mut req, 1 << 30);
     let out = run(req).await;
     assert_denied(
         &out,
@@ -2736,8 +2779,10 @@ async fn the_sandbox_dies_with_corral() {
         .spawn()
         .unwrap();
     let started = Instant::now();
+    // The run's writes reach the host only after it (its copy-on-write layer): its sleep,
+    // visible from the host, is the sign it started.
     let up = eventually(Duration::from_secs(30), || {
-        dir.path().join("started").exists()
+        !host_processes_with(&format!("sleep {tag}")).is_empty()
     });
     if !up {
         let _ = corral.kill();
@@ -2841,12 +2886,16 @@ print('forked', n, flush=True)
         describe(&out)
     );
 
+    // As root only the pids cgroup binds; a normal user's RLIMIT_NPROC binds in the run's own
+    // user namespace (issue 12 item 2).
+    let limit = if rustix::process::getuid().is_root() {
+        "cgroup:pids"
+    } else {
+        "rlimit:nproc-userns"
+    };
     assert!(
-        out.attestation
-            .primitives
-            .iter()
-            .any(|p| p == "cgroup:pids"),
-        "no pids cgroup: RLIMIT_NPROC alone does not bind uid 0, so the real bomb is not run: {}",
+        out.attestation.primitives.iter().any(|p| p == limit),
+        "no {limit}: RLIMIT_NPROC alone does not bind uid 0, so the real bomb is not run: {}",
         describe(&out)
     );
 
@@ -2960,7 +3009,7 @@ for i in range(64):
     chunks.append(b'x' * (64 << 20))   # touched, not just reserved
 print('ALLOCATED', len(chunks) * 64, 'MiB', flush=True)
 "#);
-    req.limits.memory = Some(256 << 20);
+    cap_memory(&mut req, 256 << 20);
     req.timeout = Duration::from_secs(60);
     let out = run(req).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -3095,4 +3144,446 @@ for p in [p for p in os.listdir('/proc') if p.isdigit()]:
         "the child did not run the test: {}",
         String::from_utf8_lossy(&output.stdout)
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Setuid bits, file capabilities and the copy-on-write layer (issue 11 items 1, 2 and 5)
+// ---------------------------------------------------------------------------------------------
+
+/// Whether this test runs as host root (some host-side checks need it).
+fn host_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// The run's changes, which a run with write paths always reports.
+fn changes(out: &ExecOutput) -> &corral_exec::Changes {
+    match &out.changes {
+        Some(c) => c,
+        None => panic!(
+            "a run with write paths reported no changes: {}",
+            describe(out)
+        ),
+    }
+}
+
+/// Whether a refusal was reported for the host path `path`.
+fn refused(out: &ExecOutput, path: &Path) -> bool {
+    let path = path.display().to_string();
+    changes(out).refused.iter().any(|r| r.path == path)
+}
+
+/// Every path under `root` (itself excluded) whose file name is `name`.
+fn find_named(root: &Path, name: &str) -> Vec<PathBuf> {
+    snapshot(root)
+        .into_keys()
+        .filter(|p| p != root && p.file_name().is_some_and(|n| n == name))
+        .collect()
+}
+
+#[tokio::test]
+async fn setuid_and_setgid_bits_cannot_be_set_through_any_system_call() {
+    // issue 11 item 1: setuid on the host. Each path to a mode with S_ISUID or S_ISGID.
+    if !host_has(PYTHON) {
+        return;
+    }
+    let world = World::new();
+    let out = run(world.py(r#"
+NR2 = {
+    'x86_64': dict(chmod=90, fchmod=91, fchmodat=268, fchmodat2=452, open=2, creat=85,
+                   mknod=133, mknodat=259, openat2=437, setxattr=188, lsetxattr=189,
+                   fsetxattr=190, setxattrat=463),
+    'aarch64': dict(fchmod=52, fchmodat=53, fchmodat2=452, mknodat=33, openat2=437,
+                    setxattr=5, lsetxattr=6, fsetxattr=7, setxattrat=463),
+}[platform.machine()]
+def sys2(name, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(NR2[name]), *[arg(a) for a in args])
+    return r, ctypes.get_errno()
+def setid(path):
+    try:
+        return os.lstat(path).st_mode & 0o6000
+    except OSError:
+        return 0
+def check(name, fn, path):
+    def go():
+        try:
+            r = fn()
+        except OSError as e:
+            report(name, setid(path) != 0, f'{errname(e.errno)} mode bits {setid(path):o}')
+            return
+        if isinstance(r, tuple) and r[0] == -1:
+            report(name, setid(path) != 0, f'errno={errname(r[1])} mode bits {setid(path):o}')
+        else:
+            report(name, True, f'{r!r} mode bits {setid(path):o}')
+    in_child(name, go)
+for f in ['f1', 'f2', 'f3', 'f4']:
+    open(f, 'w').close()
+check('chmod-suid', lambda: os.chmod('f1', 0o4755), 'f1')
+check('chmod-sgid', lambda: os.chmod('f1', 0o2755), 'f1')
+check('fchmod', lambda: os.fchmod(os.open('f2', os.O_RDONLY), 0o4755), 'f2')
+check('fchmodat', lambda: os.chmod('f3', 0o6755, dir_fd=os.open('.', os.O_RDONLY)), 'f3')
+check('fchmodat2', lambda: sys2('fchmodat2', -100, 'f4', 0o4755, 0), 'f4')
+check('openat-create', lambda: os.open('n1', os.O_CREAT | os.O_WRONLY, 0o4755), 'n1')
+check('mknodat', lambda: sys2('mknodat', -100, 'n3', 0o100000 | 0o4755, 0), 'n3')
+if 'open' in NR2:
+    check('chmod', lambda: sys2('chmod', 'f1', 0o4755), 'f1')
+    check('open-create', lambda: sys2('open', 'n4', os.O_CREAT | os.O_WRONLY, 0o4755), 'n4')
+    check('creat', lambda: sys2('creat', 'n5', 0o2755), 'n5')
+    check('mknod', lambda: sys2('mknod', 'n6', 0o100000 | 0o4755, 0), 'n6')
+else:
+    for n in ['chmod', 'open-create', 'creat', 'mknod']:
+        report(n, False, 'no such system call on this architecture')
+# openat2 carries its mode in a struct seccomp cannot read: refused whole (ENOSYS).
+how = (ctypes.c_uint64 * 3)(os.O_CREAT | os.O_WRONLY, 0o4755, 0)
+check('openat2', lambda: sys2('openat2', -100, 'n7', ctypes.byref(how), 24), 'n7')
+# File capabilities live in an xattr.
+def xattr(name, fn):
+    def go():
+        try:
+            fn()
+        except OSError as e:
+            report(name, False, errname(e.errno))
+        else:
+            report(name, True)
+    in_child(name, go)
+cap = b'\x01\x00\x00\x02' + b'\xff' * 4 + b'\x00' * 12
+xattr('setxattr-capability', lambda: os.setxattr('f1', 'security.capability', cap))
+xattr('lsetxattr-user', lambda: os.setxattr('f1', 'user.x', b'1', follow_symlinks=False))
+xattr('fsetxattr', lambda: os.setxattr(os.open('f2', os.O_RDONLY), 'user.x', b'1'))
+def xat():
+    r, e = sys2('setxattrat', -100, 'f3', 0, 'user.x', 0, 0)
+    if r == -1:
+        raise OSError(e, os.strerror(e))
+xattr('setxattrat', xat)
+print('control-plain-chmod:', 'ALLOWED' if os.chmod('f1', 0o700) is None else 'denied')
+"#))
+    .await;
+    assert_denied(
+        &out,
+        &[
+            "chmod-suid",
+            "chmod-sgid",
+            "fchmod",
+            "fchmodat",
+            "fchmodat2",
+            "openat-create",
+            "mknodat",
+            "chmod",
+            "open-create",
+            "creat",
+            "mknod",
+            "openat2",
+            "setxattr-capability",
+            "lsetxattr-user",
+            "fsetxattr",
+            "setxattrat",
+        ],
+    );
+    let stdout = probe_output(&out);
+    assert!(
+        stdout.contains("control-plain-chmod: ALLOWED"),
+        "a plain chmod must still work: {}",
+        describe(&out)
+    );
+    for entry in snapshot(world.w()).into_values() {
+        assert_eq!(entry.mode & 0o6000, 0, "a set-id bit reached the host");
+    }
+}
+
+#[tokio::test]
+async fn a_setuid_copy_made_in_the_workspace_is_not_setuid_on_the_host() {
+    // issue 11 item 1: `cp python3 ./py && chmod 6755 ./py` left a setuid-root file on the host.
+    if !host_has(PYTHON) {
+        return;
+    }
+    let world = World::new();
+    let out = run(world.sh(&format!(
+        "cp {PYTHON} ./py; chmod 6755 ./py; chmod u+s,g+s ./py; cp -p ./py ./py2; ls -l py py2"
+    )))
+    .await;
+    probe_output(&out);
+    let py = world.w().join("py");
+    let mode = std::fs::symlink_metadata(&py)
+        .unwrap_or_else(|e| panic!("the copy did not reach the host ({e}): {}", describe(&out)))
+        .mode();
+    assert_eq!(mode & 0o7000, 0, "the host's copy has mode {mode:o}");
+    if !host_root() {
+        eprintln!("notice: not root, so the copy is not setuid-root anyway; setpriv check skipped");
+        return;
+    }
+    // As root: a host user running the copy must not become root.
+    assert!(host_has("/usr/bin/setpriv"));
+    std::fs::set_permissions(world.w(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let euid = Command::new("/usr/bin/setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&py)
+        .args(["-I", "-c", "import os; print(os.geteuid())"])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&euid.stdout).trim().to_owned();
+    assert_eq!(
+        printed,
+        "65534",
+        "a host user running the copy got euid {printed} ({})",
+        String::from_utf8_lossy(&euid.stderr)
+    );
+}
+
+#[tokio::test]
+async fn a_new_git_directory_anywhere_in_a_writable_root_never_reaches_the_host() {
+    // issue 11 item 2: git metadata, created where none existed (top level and nested).
+    let world = World::new();
+    std::fs::create_dir(world.w().join("sub")).unwrap();
+    let out = run(world.sh(r#"
+plant() ( mkdir -p "$1/hooks" && printf '#!/bin/sh\ntouch /tmp/pwned\n' > "$1/hooks/pre-commit" && printf '[core]\n\tfsmonitor = touch /tmp/pwned\n' > "$1/config" )
+plant .git
+plant sub/.git
+plant deep/er/.git
+printf ok > ordinary
+"#))
+    .await;
+    probe_output(&out);
+    let found = find_named(world.w(), ".git");
+    assert!(found.is_empty(), "a .git reached the host: {found:?}");
+    for git in [".git", "sub/.git", "deep/er/.git"] {
+        assert!(
+            refused(&out, &world.w().join(git)),
+            "{git} is not reported refused: {:?}",
+            out.changes
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(world.w().join("ordinary")).ok(),
+        Some("ok".to_owned()),
+        "an ordinary file must still arrive"
+    );
+    assert!(
+        world.w().join("deep/er").is_dir(),
+        "the directories around it arrive"
+    );
+}
+
+#[tokio::test]
+async fn writing_git_config_is_refused_and_reported() {
+    // issue 11 item 2: `.git/config` with `core.fsmonitor` runs a command on the host's next
+    // `git status`. Here the run makes the directory itself and writes the config into it.
+    let world = World::new();
+    let out = run(world
+        .sh(r#"mkdir .git && printf '[core]\n\tfsmonitor = touch /tmp/pwned\n' > .git/config"#))
+    .await;
+    probe_output(&out);
+    assert!(
+        !world.w().join(".git").exists(),
+        "the .git reached the host"
+    );
+    let reason = changes(&out)
+        .refused
+        .iter()
+        .find(|r| r.path == world.w().join(".git").display().to_string())
+        .map(|r| r.reason.clone())
+        .unwrap_or_default();
+    assert!(
+        reason.contains("`.git` is a protected name"),
+        "the refusal says why: {:?}",
+        out.changes
+    );
+}
+
+#[tokio::test]
+async fn renaming_the_parent_of_a_protected_git_then_planting_a_hook_leaves_the_host_untouched() {
+    // issue 11 item 2: `mv vendor/lib vendor/lib-moved` carried the read-only `.git` mount
+    // along, and `vendor/lib/.git/hooks/pre-commit` could then be planted.
+    let world = world_with_metadata();
+    let nested = world.w().join("vendor/lib/.git");
+    std::fs::create_dir_all(nested.join("hooks")).unwrap();
+    write(
+        &nested.join("config"),
+        "[core]\n\trepositoryformatversion = 0\n",
+    );
+    write(&world.w().join("vendor/lib/code.c"), "int main;\n");
+    let before = snapshot(&nested);
+    let out = run(world.sh(r#"
+mv vendor/lib vendor/lib-moved
+mkdir -p vendor/lib/.git/hooks
+printf '#!/bin/sh\ntouch /tmp/pwned\n' > vendor/lib/.git/hooks/pre-commit
+chmod +x vendor/lib/.git/hooks/pre-commit
+"#))
+    .await;
+    probe_output(&out);
+    assert_unchanged(&before, &nested, "vendor/lib/.git");
+    assert!(
+        !nested.join("hooks/pre-commit").exists(),
+        "a hook was planted in vendor/lib/.git"
+    );
+    assert!(
+        !world.w().join("vendor/lib-moved/.git").exists(),
+        "a copy of the protected .git reached the host under the new name"
+    );
+}
+
+#[tokio::test]
+async fn a_write_quota_stops_a_big_write_inside_and_nothing_beyond_it_reaches_the_host() {
+    // issue 11 item 5: `dd bs=1M count=1024` wrote 1 GiB into the workspace.
+    let world = World::new();
+    let mut req = world.sh("dd if=/dev/zero of=big bs=1M count=64; echo dd-exit=$?");
+    req.limits.write_quota = Some(16 << 20);
+    let out = run(req).await;
+    let stdout = probe_output(&out);
+    assert!(
+        !stdout.contains("dd-exit=0"),
+        "dd wrote 64 MiB under a 16 MiB quota: {}",
+        describe(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("No space left"),
+        "the program sees ENOSPC: {}",
+        describe(&out)
+    );
+    let len = std::fs::metadata(world.w().join("big")).map_or(0, |m| m.len());
+    assert!(len <= 16 << 20, "{len} bytes reached the host");
+    assert!(changes(&out).bytes <= 16 << 20);
+    assert!(
+        out.attestation
+            .primitives
+            .iter()
+            .any(|p| p == &format!("quota:{}", 16 << 20)),
+        "the quota is attested: {:?}",
+        out.attestation.primitives
+    );
+}
+
+#[tokio::test]
+async fn many_small_files_cannot_get_around_the_write_quota() {
+    // issue 11 item 5: empty files cost no bytes; the layer's inode cap stops them.
+    if !host_has(PYTHON) {
+        return;
+    }
+    let world = World::new();
+    let mut req = world.py(r#"
+made = 0
+try:
+    for i in range(20000):
+        open(f'f{i}', 'w').close()
+        made += 1
+except OSError as e:
+    print('stopped:', errname(e.errno), made, flush=True)
+else:
+    print('made all', made, flush=True)
+"#);
+    req.limits.write_quota = Some(4 << 20);
+    let out = run(req).await;
+    let stdout = probe_output(&out);
+    assert!(
+        stdout.contains("stopped: ENOSPC"),
+        "20,000 files were made under a 4 MiB quota: {}",
+        describe(&out)
+    );
+    let on_host = std::fs::read_dir(world.w()).unwrap().count();
+    assert!(on_host <= 1024, "{on_host} files reached the host");
+}
+
+#[tokio::test]
+async fn a_hard_link_in_the_workspace_to_a_file_outside_it_is_not_written_through() {
+    // issue 11 item 2 (threat model): a hard link that already exists in a workspace. Writing
+    // it in place wrote the file outside the workspace too.
+    let world = World::new();
+    std::fs::hard_link(world.ht().join("canary"), world.w().join("hl")).unwrap();
+    let out = run(world.sh("printf pwned > hl; printf more >> hl")).await;
+    probe_output(&out);
+    // The workspace's name now names a new file: the outside one keeps its content (only its
+    // link count drops).
+    assert_eq!(
+        std::fs::read_to_string(world.ht().join("canary")).ok(),
+        Some(CANARY.to_owned()),
+        "the file outside the workspace was written through the hard link"
+    );
+    assert_eq!(
+        std::fs::read_to_string(world.w().join("hl")).ok(),
+        Some("pwnedmore".to_owned()),
+        "the workspace's own name gets the new content"
+    );
+}
+
+#[tokio::test]
+async fn the_apply_never_follows_a_symlink() {
+    // The apply runs with the helper's rights: a symlink in the workspace (planted by an
+    // earlier run, or in this one) must be replaced or refused, never followed to the host.
+    // No old-code failure: before the layer, there was no apply to attack.
+    let world = World::new();
+    std::os::unix::fs::symlink(world.ht(), world.w().join("d")).unwrap();
+    std::os::unix::fs::symlink(world.ht().join("canary"), world.w().join("f")).unwrap();
+    let before = world.host_state();
+    let out = run(world.sh(&format!(
+        "rm d && mkdir d && printf pwned > d/canary; rm f && printf pwned > f; ln -s {} planted",
+        world.hf().display()
+    )))
+    .await;
+    probe_output(&out);
+    world.assert_host_unchanged(&before);
+    assert!(world.w().join("d").is_dir() && !world.w().join("d").is_symlink());
+    assert_eq!(
+        std::fs::read_to_string(world.w().join("d/canary")).ok(),
+        Some("pwned".to_owned())
+    );
+    assert!(!world.w().join("f").is_symlink());
+    assert_eq!(
+        std::fs::read_link(world.w().join("planted")).ok(),
+        Some(world.hf().to_path_buf()),
+        "a symlink arrives as a symlink, its target as written"
+    );
+}
+
+#[tokio::test]
+async fn ordinary_writes_arrive_on_the_host_exactly() {
+    // The layer must not lose work: new, changed and deleted files, new directories, and
+    // renames of files and directories within the root.
+    let world = World::new();
+    let w = world.w();
+    write(&w.join("changed"), "old");
+    write(&w.join("deleted"), "gone soon");
+    write(&w.join("tomove"), "moving");
+    std::fs::create_dir_all(w.join("olddir/inner")).unwrap();
+    write(&w.join("olddir/inner/f"), "in a dir");
+    std::fs::create_dir_all(w.join("rmdir/x")).unwrap();
+    write(&w.join("rmdir/x/y"), "y");
+    let out = run(world.sh(r#"
+printf new > new
+printf changed > changed
+rm deleted
+mkdir -p newdir/sub && printf deep > newdir/sub/f
+mv tomove moved
+mv olddir renamed
+rm -rf rmdir
+"#))
+    .await;
+    probe_output(&out);
+    let c = changes(&out);
+    assert!(c.refused.is_empty(), "nothing is refused: {c:?}");
+    assert!(c.applied >= 7, "{c:?}");
+    let read = |p: &str| std::fs::read_to_string(w.join(p)).ok();
+    assert_eq!(read("new").as_deref(), Some("new"));
+    assert_eq!(read("changed").as_deref(), Some("changed"));
+    assert!(!w.join("deleted").exists());
+    assert_eq!(read("newdir/sub/f").as_deref(), Some("deep"));
+    assert!(!w.join("tomove").exists());
+    assert_eq!(read("moved").as_deref(), Some("moving"));
+    assert!(!w.join("olddir").exists());
+    assert_eq!(read("renamed/inner/f").as_deref(), Some("in a dir"));
+    assert!(!w.join("rmdir").exists());
+}
+
+#[tokio::test]
+async fn a_changed_mode_keeps_only_the_permission_bits() {
+    // issue 11 item 1: no setuid, setgid or sticky bit reaches the host, whatever the layer
+    // holds (the sticky bit gets past the seccomp filter; the apply drops it).
+    let world = World::new();
+    let w = world.w();
+    write(&w.join("f1"), "1");
+    write(&w.join("f2"), "2");
+    let out = run(world.sh("chmod 1755 f1; chmod 600 f2; mkdir -m 1777 d; printf 3 > d/f3")).await;
+    probe_output(&out);
+    let mode = |p: &str| std::fs::symlink_metadata(w.join(p)).map_or(0, |m| m.mode() & 0o7777);
+    assert_eq!(mode("f1"), 0o755);
+    assert_eq!(mode("f2"), 0o600);
+    assert_eq!(mode("d"), 0o777);
 }

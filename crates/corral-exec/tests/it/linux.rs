@@ -35,6 +35,24 @@ fn stderr(out: &ExecOutput) -> &str {
     std::str::from_utf8(&out.stderr).expect("utf-8 stderr")
 }
 
+/// What bounds a run's processes here: the pids cgroup as host root (RLIMIT_NPROC never binds
+/// uid 0); for a normal user RLIMIT_NPROC in the run's user namespace, always.
+fn process_limit() -> &'static str {
+    if rustix::process::getuid().is_root() {
+        "cgroup:pids"
+    } else {
+        "rlimit:nproc-userns"
+    }
+}
+
+/// Whether this host gives corral's user a memory cgroup (root here does; a normal user does
+/// not).
+fn memory_cgroup() -> bool {
+    probe()
+        .iter()
+        .any(|p| p.name == "cgroup:memory" && p.available)
+}
+
 /// A directory of the host that is canonical (tests compare paths the sandbox prints).
 fn tempdir() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -86,7 +104,7 @@ async fn echo_runs_isolated_and_attests_every_primitive() {
         "caps:none",
         "setsid",
         "pdeathsig",
-        "cgroup:pids",
+        process_limit(),
     ] {
         assert!(
             a.primitives.iter().any(|x| x == p),
@@ -105,26 +123,49 @@ async fn limits_are_attested_as_applied() {
         processes: Some(64),
         file_size: Some(1024 * 1024),
         open_files: Some(64),
+        default_memory: None,
+        write_quota: None,
     };
+    if !memory_cgroup() {
+        // An explicit memory limit needs the memory cgroup: no weaker limit stands in for it.
+        let e = backend()
+            .run(req)
+            .await
+            .expect_err("no memory cgroup, no run");
+        assert_eq!(e.code(), "isolation.unavailable");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("`memory`") && msg.contains("Delegate=yes"),
+            "the refusal names the controller and the fix: {msg}"
+        );
+        return;
+    }
     let out = run(req).await;
     assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
-    // RLIMIT_NPROC binds nobody running as host uid 0, so it is attested only for others.
+    // RLIMIT_NPROC binds nobody running as host uid 0, so it is attested only for others, and
+    // as what it is there: a count of the run's own user namespace.
     let root = rustix::process::getuid().is_root();
     assert_eq!(
         out.attestation
             .primitives
             .iter()
-            .any(|x| x == "rlimit:nproc"),
+            .any(|x| x == "rlimit:nproc-userns"),
         !root,
         "{:?}",
         out.attestation.primitives
+    );
+    assert!(
+        !out.attestation
+            .primitives
+            .iter()
+            .any(|x| x == "rlimit:nproc")
     );
     for p in [
         "rlimit:cpu",
         "rlimit:as",
         "rlimit:fsize",
         "rlimit:nofile",
-        "cgroup:pids",
+        process_limit(),
         "cgroup:memory",
     ] {
         assert!(
@@ -368,6 +409,74 @@ async fn the_pids_cgroup_contains_a_fork_bomb() {
     assert!(out.attestation.destroyed);
 }
 
+// issue 12 item 2: a normal user without any writable cgroup. RLIMIT_NPROC, inside the run's
+// fresh user namespace, bounds a fork bomb (Linux 5.14+ counts it per namespace), and is attested
+// as its own primitive; as root the pids cgroup does it (the test above).
+#[tokio::test]
+async fn a_normal_user_contains_a_fork_bomb_with_rlimit_nproc_in_the_user_namespace() {
+    if rustix::process::getuid().is_root() {
+        eprintln!(
+            "notice: this test is for a normal user (RLIMIT_NPROC never binds root); CI runs it as one"
+        );
+        return;
+    }
+    // 40 background sleeps from an inner shell; then the outer shell counts the processes of
+    // the pid namespace with a glob (a builtin: no fork is left for it to make).
+    let loop_ = (1..=40)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut req = shell(&format!(
+        "sh -c 'for i in {loop_}; do sleep 5 & done' 2>/dev/null; set -- /proc/[0-9]*; echo running $#"
+    ));
+    req.limits.processes = Some(10);
+    let out = run(req).await;
+    let a = &out.attestation.primitives;
+    assert!(a.iter().any(|p| p == "rlimit:nproc-userns"), "{a:?}");
+    let running: usize = stdout(&out)
+        .trim()
+        .strip_prefix("running ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("stdout: {} stderr: {}", stdout(&out), stderr(&out)));
+    // The init, the shell and the sleeps: at most the limit (40 + 2 without one).
+    assert!(
+        (3..=10).contains(&running),
+        "at most the limit's processes run at once: {running}"
+    );
+    assert!(out.attestation.destroyed);
+}
+
+// issue 11 item 5: the default memory cap binds (a 300 MiB allocation fails under a 64 MiB cap)
+// and is attested as whatever enforced it: the memory cgroup where corral has one, else
+// RLIMIT_AS, never the cgroup when it was the rlimit.
+#[tokio::test]
+async fn the_default_memory_cap_binds_and_is_attested_as_what_applied_it() {
+    let script = "dd if=/dev/zero of=/dev/null bs=300M count=1 2>&1 && echo allocated";
+    let out = run(shell(script)).await;
+    assert!(
+        stdout(&out).contains("allocated"),
+        "without a cap the allocation works: {} {}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let mut req = shell(script);
+    req.limits.default_memory = Some(64 * 1024 * 1024);
+    let out = run(req).await;
+    assert!(
+        !stdout(&out).contains("allocated"),
+        "the cap stops it: {}",
+        stdout(&out)
+    );
+    let a = &out.attestation.primitives;
+    let (has, lacks) = if memory_cgroup() {
+        ("cgroup:memory", "rlimit:as")
+    } else {
+        ("rlimit:as", "cgroup:memory")
+    };
+    assert!(a.iter().any(|p| p == has), "{has} in {a:?}");
+    assert!(!a.iter().any(|p| p == lacks), "{lacks} not in {a:?}");
+}
+
 #[tokio::test]
 async fn capabilities_are_gone_and_no_new_privs_is_set() {
     let out = run(shell(
@@ -472,7 +581,7 @@ async fn a_warm_sandbox_runs_like_a_fresh_one_and_keeps_nothing_between_runs() {
         stderr(&out)
     );
     for p in [
-        "cgroup:pids",
+        process_limit(),
         "netns:none",
         "landlock:abi6",
         "seccomp",
@@ -557,4 +666,70 @@ fn concurrent_runs_on_one_backend_each_get_their_own_sandbox() {
         assert_eq!(stdout(&out), format!("{i}\n1\n"));
         assert!(out.attestation.destroyed);
     }
+}
+
+#[tokio::test]
+async fn a_run_with_write_paths_attests_its_copy_on_write_layer_and_quota() {
+    let (_keep, dir) = tempdir();
+    let mut req = shell("echo x > f");
+    req.cwd = dir.clone();
+    req.write_paths = vec![dir.clone()];
+    req.limits.write_quota = Some(8 << 20);
+    let out = run(req).await;
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    let p = &out.attestation.primitives;
+    assert!(p.iter().any(|x| x == "cow:overlay"), "{p:?}");
+    assert!(p.iter().any(|x| x == "quota:8388608"), "{p:?}");
+    let changes = out.changes.expect("a run with a layer reports its changes");
+    assert_eq!((changes.applied, changes.bytes), (1, 2));
+    // Without write paths there is no layer, and nothing claims one.
+    let out = run(request(&["/bin/true"])).await;
+    assert!(
+        !out.attestation
+            .primitives
+            .iter()
+            .any(|x| x.starts_with("cow:") || x.starts_with("quota:")),
+        "{:?}",
+        out.attestation.primitives
+    );
+}
+
+#[tokio::test]
+async fn an_attached_run_writes_live_but_still_cannot_set_a_setuid_bit() {
+    // Upstream servers keep read-write binds (their writes must be live): no layer, no quota,
+    // but the seccomp filter of issue 11 item 1 holds there too.
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let (_keep, dir) = tempdir();
+    let mut req = shell(
+        "echo live > f; chmod 4755 f 2>/dev/null && echo chmod-ALLOWED || echo chmod-denied; read x",
+    );
+    req.cwd = dir.clone();
+    req.write_paths = vec![dir.clone()];
+    let backend = std::sync::Arc::new(backend());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let b = std::sync::Arc::clone(&backend);
+    let run = tokio::spawn(async move { b.run_attached(req, tx).await });
+    let attached = rx.await.expect("the pipes are handed over");
+    assert!(
+        !attached
+            .attestation
+            .primitives
+            .iter()
+            .any(|x| x == "cow:overlay"),
+        "an attached run claims no layer: {:?}",
+        attached.attestation.primitives
+    );
+    let mut lines = BufReader::new(attached.stdout).lines();
+    assert_eq!(
+        lines.next_line().await.unwrap().as_deref(),
+        Some("chmod-denied")
+    );
+    // Live: on the host while the process still runs.
+    assert_eq!(
+        std::fs::read_to_string(dir.join("f")).ok().as_deref(),
+        Some("live\n")
+    );
+    drop(attached.stdin);
+    let out = run.await.unwrap().expect("the attached run ends");
+    assert!(out.changes.is_none(), "{:?}", out.changes);
 }

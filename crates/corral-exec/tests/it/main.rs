@@ -34,6 +34,7 @@ pub fn request(argv: &[&str]) -> ExecRequest {
         limits: ResourceLimits::default(),
         read_paths: Vec::new(),
         write_paths: Vec::new(),
+        protected: Default::default(),
         network: None,
     }
 }

@@ -17,6 +17,7 @@ fn req(argv: &[&str]) -> ExecRequest {
         limits: ResourceLimits::default(),
         read_paths: Vec::new(),
         write_paths: Vec::new(),
+        protected: Default::default(),
         network: None,
     }
 }

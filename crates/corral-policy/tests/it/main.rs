@@ -8,5 +8,6 @@ mod deny_beats_allow;
 mod differential;
 mod egress;
 mod hooks_and_presets;
+mod identity;
 mod paths;
 mod support;

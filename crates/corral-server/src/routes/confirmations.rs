@@ -1,11 +1,14 @@
-//! `GET /confirmations`, `POST /confirmations/{action_id}/decision`, and the guardrail headers
+//! `GET /confirmations` (paged), `POST /confirmations/{action_id}/decision`, and the guardrail headers
 //! of an op call (`X-Corral-Run`, `X-Corral-Autonomy`, `X-Corral-Dry-Run`).
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use corral_guard::{CallOptions, valid_run_id};
+use corral_guard::confirm::Cursor;
+use corral_guard::{CallOptions, LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT, valid_run_id};
 use corral_policy::{AutonomyLevel, codes};
 use serde_json::json;
 
@@ -60,17 +63,59 @@ pub fn call_options(headers: &HeaderMap) -> Result<CallOptions, String> {
     })
 }
 
-/// `GET /confirmations`: the caller's live actions (an admin's: the tenant's).
-pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+/// `GET /confirmations?limit=N&after=CURSOR`: a page of the caller's live actions (an admin's:
+/// the tenant's), newest first, and the cursor of the next page (`next`, `null` on the last).
+pub async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
     let rid = super::request_id();
     let c = authed(&state, &headers, "GET /confirmations", &rid).await?;
-    let actions = state
+    if let Some(unknown) = query
+        .keys()
+        .find(|k| !matches!(k.as_str(), "limit" | "after"))
+    {
+        return Err(ApiError::new(
+            400,
+            codes::ARGS_UNKNOWN,
+            format!(
+                "`{}` is not a parameter of GET /confirmations; it takes `limit` and `after`",
+                unknown.chars().take(64).collect::<String>()
+            ),
+            None,
+            &rid,
+        ));
+    }
+    let invalid = |message: String| ApiError::new(400, codes::ARGS_INVALID, message, None, &rid);
+    let limit = match query.get("limit") {
+        None => LIST_DEFAULT_LIMIT,
+        Some(l) => match l.parse::<u32>() {
+            Ok(n) if (1..=LIST_MAX_LIMIT).contains(&n) => n,
+            _ => {
+                return Err(invalid(format!(
+                    "`limit` must be a whole number from 1 to {LIST_MAX_LIMIT}, not {:?}",
+                    l.chars().take(64).collect::<String>()
+                )));
+            }
+        },
+    };
+    let after = match query.get("after") {
+        None => None,
+        Some(a) => Some(Cursor::parse(a).ok_or_else(|| {
+            invalid(
+                "`after` is not a cursor of this listing; pass the `next` of the previous page as it is, or drop `after` for the first page"
+                    .to_owned(),
+            )
+        })?),
+    };
+    let page = state
         .0
         .gateway
-        .list_confirmations(&c, &rid)
+        .list_confirmations(&c, &rid, after.as_ref(), limit)
         .await
         .map_err(|r| ApiError::from_refusal(&r, None, &rid))?;
-    Ok(axum::Json(json!({"confirmations": actions})).into_response())
+    Ok(axum::Json(json!({"confirmations": page.confirmations, "next": page.next})).into_response())
 }
 
 /// `POST /confirmations/{action_id}/decision` with `{"decision": "approve"|"deny"}`.

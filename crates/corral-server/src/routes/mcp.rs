@@ -1,17 +1,22 @@
 //! `/mcp`: corral's ops as MCP tools over streamable HTTP (stateless, JSON answers), behind the
 //! same authentication as every other route.
 
+use axum::body::Body;
 use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use corral_mcp::CorralMcp;
+use corral_mcp::rmcp::model::ClientJsonRpcMessage;
 use corral_mcp::rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use corral_mcp::rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService,
 };
+use corral_policy::codes;
 
 use super::meta::authed;
 use crate::AppState;
+use crate::error::ApiError;
 
 /// The MCP service: a fresh handler per request; the caller comes from the request.
 pub(crate) fn service(state: &AppState) -> StreamableHttpService<CorralMcp, NeverSessionManager> {
@@ -49,13 +54,65 @@ pub(crate) async fn authenticate(
                 Ok(o) => o,
                 Err(msg) => {
                     let code = super::confirmations::INVALID_HEADER;
-                    return crate::error::ApiError::new(400, code, msg, None, &rid).into_response();
+                    return ApiError::new(400, code, msg, None, &rid).into_response();
                 }
             };
             request.extensions_mut().insert(caller);
             request.extensions_mut().insert(opts);
+            if request.method() == Method::POST {
+                request = match checked_body(&state, request, &rid).await {
+                    Ok(r) => r,
+                    Err(resp) => return resp,
+                };
+            }
             next.run(request).await
         }
         Err(e) => e.into_response(),
     }
+}
+
+/// Whether a Content-Type is `application/json`, with or without parameters.
+fn is_json(ct: &HeaderValue) -> bool {
+    let essence = ct.to_str().unwrap_or("").split(';').next().unwrap_or("");
+    essence.trim().eq_ignore_ascii_case("application/json")
+}
+
+/// A POSTed MCP message, checked before the MCP service sees it, so that every bad body gets
+/// corral's error format and code (the service's own answers are plain text, and a body nested
+/// too deeply was a `415`): a type other than JSON is `415 args.unsupported_media_type`, an
+/// oversized body `413 limit.body_too_large` (drained first), a body that is not JSON (or is
+/// nested too deeply) or not a JSON-RPC message `400 args.malformed`. The request goes on with
+/// the bytes read.
+async fn checked_body(state: &AppState, request: Request, rid: &str) -> Result<Request, Response> {
+    let (parts, body) = request.into_parts();
+    if !parts.headers.get(header::CONTENT_TYPE).is_some_and(is_json) {
+        return Err(ApiError::new(
+            415,
+            codes::ARGS_UNSUPPORTED_MEDIA_TYPE,
+            "send the MCP message as JSON with `Content-Type: application/json`",
+            None,
+            rid,
+        )
+        .into_response());
+    }
+    let limit = state.0.max_body_bytes;
+    let declared = crate::body::content_length(&parts.headers);
+    let bytes = crate::body::read(body, limit, declared)
+        .await
+        .map_err(|e| e.response(limit, None, rid))?;
+    let malformed =
+        |what: String| ApiError::new(400, codes::ARGS_MALFORMED, what, None, rid).into_response();
+    // As JSON first (the nesting limit and syntax errors, by line and column), then as the
+    // message the MCP service expects.
+    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+        return Err(malformed(format!(
+            "the body is not valid JSON: {e}; send one JSON-RPC 2.0 message"
+        )));
+    }
+    if let Err(e) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
+        return Err(malformed(format!(
+            "the body is not a JSON-RPC 2.0 request, notification or response: {e}"
+        )));
+    }
+    Ok(Request::from_parts(parts, Body::from(bytes)))
 }

@@ -1,9 +1,8 @@
 //! `POST /ops/{id}`, `GET /ops`, `GET /capabilities`.
 
-use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequest, Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use corral_guard::{Call, Gateway, Reply};
 use corral_policy::{OpSpec, codes};
@@ -47,25 +46,15 @@ pub async fn call(
     let json_content = headers.get(header::CONTENT_TYPE).is_none_or(is_json);
     let opts = super::confirmations::call_options(headers);
     let gw = &state.0.gateway;
-    let body: Result<Bytes, BytesRejection> = Bytes::from_request(request, &()).await;
-    let body = match body {
+    let declared = crate::body::content_length(headers);
+    // Drained when oversized, so the client reads the 413 instead of a reset connection.
+    let body = match crate::body::read(request.into_body(), state.0.max_body_bytes, declared).await
+    {
         Ok(b) => b,
-        Err(rej) => {
-            let (status, code, msg) = if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                (
-                    413,
-                    codes::LIMIT_BODY_TOO_LARGE,
-                    format!("the request body is over {} bytes", state.0.max_body_bytes),
-                )
-            } else {
-                (
-                    400,
-                    codes::ARGS_MALFORMED,
-                    format!("the request body could not be read: {rej}"),
-                )
-            };
+        Err(e) => {
+            let (status, code) = e.status_code();
             gw.audit_rejected(&caller, &id, &rid, code, status).await;
-            return Err(ApiError::new(status, code, msg, Some(&id), &rid));
+            return Ok(e.response(state.0.max_body_bytes, Some(&id), &rid));
         }
     };
     if !json_content && !body.is_empty() {

@@ -185,3 +185,175 @@ async fn a_fifo_in_the_root_is_refused_without_blocking() {
         r.assert_error(400, "files.not_a_file");
     }
 }
+
+/// `POST /mcp` with a raw body and content type, as the agent.
+async fn raw_mcp(s: &Server, body: impl Into<reqwest::Body>, content_type: Option<&str>) -> Reply {
+    let mut rb = s
+        .client()
+        .post(s.url("/mcp"))
+        .bearer_auth(AGENT_TOKEN)
+        .header("accept", "application/json, text/event-stream")
+        .body(body);
+    if let Some(ct) = content_type {
+        rb = rb.header("content-type", ct);
+    }
+    send(rb).await
+}
+
+#[tokio::test]
+async fn bad_mcp_bodies_get_corrals_error_format_and_code() {
+    // issue 11, wrong errors: deep JSON nesting on `/mcp` was a 415 with a plain-text body
+    // (the MCP SDK's), where `/ops` gave a proper 400.
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let json_ct = Some("application/json");
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    let deep = format!("{}{}", "[".repeat(400), "]".repeat(400));
+    // (what, body, content type, status, code)
+    type Case<'a> = (&'a str, Vec<u8>, Option<&'a str>, u16, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "deeply nested",
+            deep.into_bytes(),
+            json_ct,
+            400,
+            "args.malformed",
+        ),
+        (
+            "truncated JSON",
+            list.as_bytes()[..list.len() - 1].to_vec(),
+            json_ct,
+            400,
+            "args.malformed",
+        ),
+        (
+            "not UTF-8",
+            b"{\"jsonrpc\": \"\xff\"}".to_vec(),
+            json_ct,
+            400,
+            "args.malformed",
+        ),
+        (
+            "JSON, not JSON-RPC",
+            b"{\"hello\": 1}".to_vec(),
+            json_ct,
+            400,
+            "args.malformed",
+        ),
+        (
+            "text/plain",
+            list.clone().into_bytes(),
+            Some("text/plain"),
+            415,
+            "args.unsupported_media_type",
+        ),
+        (
+            "no content type",
+            list.clone().into_bytes(),
+            None,
+            415,
+            "args.unsupported_media_type",
+        ),
+        (
+            "over the limit",
+            format!("{list:<2000}").into_bytes(),
+            json_ct,
+            413,
+            "limit.body_too_large",
+        ),
+    ];
+    for (what, body, ct, status, code) in cases {
+        let r = raw_mcp(&s, body, ct).await;
+        assert_eq!(r.status, status, "{what}: {}", r.text);
+        r.assert_error(status, code);
+    }
+    // The same message, well-formed, is answered by the MCP service.
+    let r = raw_mcp(&s, list, json_ct).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.text.contains("files.read"), "{}", r.text);
+}
+
+/// Sends `POST <path>` with a 10 MB body over a plain socket the way simple HTTP/1.1 clients
+/// do (the whole body, then read the answer), and returns what the server answered. A server
+/// that closes the connection while the body is still coming makes the write or the read fail.
+async fn send_ten_mb(s: &Server, path: &str, chunked: bool) -> Result<String, std::io::Error> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await?;
+    let body = vec![b'x'; 10 * 1024 * 1024];
+    let framing = if chunked {
+        "transfer-encoding: chunked".to_owned()
+    } else {
+        format!("content-length: {}", body.len())
+    };
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {AGENT_TOKEN}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\n{framing}\r\nconnection: close\r\n\r\n"
+    );
+    tcp.write_all(head.as_bytes()).await?;
+    if chunked {
+        for chunk in body.chunks(64 * 1024) {
+            tcp.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                .await?;
+            tcp.write_all(chunk).await?;
+            tcp.write_all(b"\r\n").await?;
+        }
+        tcp.write_all(b"0\r\n\r\n").await?;
+    } else {
+        tcp.write_all(&body).await?;
+    }
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[tokio::test]
+async fn a_client_that_sends_a_10_mb_body_whole_reads_the_413() {
+    // issue 11, wrong errors: a 10 MB body got its 413, but the connection was closed while
+    // the client was still sending, so a Python client saw a broken pipe instead.
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    for path in ["/ops/files.write", "/mcp"] {
+        for chunked in [false, true] {
+            let answer = send_ten_mb(&s, path, chunked).await;
+            let answer = answer.unwrap_or_else(|e| {
+                panic!("{path} (chunked: {chunked}): the client could not send its body or read the answer: {e}")
+            });
+            assert!(
+                answer.starts_with("HTTP/1.1 413"),
+                "{path} (chunked: {chunked}): {answer}"
+            );
+            assert!(
+                answer.contains("\"code\":\"limit.body_too_large\""),
+                "{path} (chunked: {chunked}): {answer}"
+            );
+        }
+    }
+    // And with Python's own client, where one is installed (required in CI).
+    let script = r#"
+import http.client, json, sys
+host, port, token = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+c = http.client.HTTPConnection(host, port, timeout=60)
+c.request("POST", "/ops/files.write", body=b"x" * (10 * 1024 * 1024),
+          headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+r = c.getresponse()
+print(r.status, json.loads(r.read())["code"])
+"#;
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let out = tokio::process::Command::new("python3")
+        .args(["-c", script, host, port, AGENT_TOKEN])
+        .output()
+        .await;
+    match out {
+        Ok(out) => {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "python3: {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(stdout.trim(), "413 limit.body_too_large");
+        }
+        Err(e) => assert!(!crate::common::in_ci(), "python3 is needed in CI: {e}"),
+    }
+}

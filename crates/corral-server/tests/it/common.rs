@@ -20,10 +20,11 @@ pub const AGENT_ENV: &str = "CORRAL_IT_AGENT_TOKEN";
 pub const ADMIN_TOKEN: &str = "admin-token-fedcba9876543210";
 pub const ADMIN_ENV: &str = "CORRAL_IT_ADMIN_TOKEN";
 
-/// The `auth:` block for the two static tokens (agent: no roles, admin: role `admin`).
+/// The `auth:` block for the two static tokens (agent: role `operator`, admin: role `admin`).
+/// A tier role on a token turns RBAC by tier on (issue 11 item 7), so each carries one.
 pub const TOKENS_YAML: &str = "auth:
   tokens:
-    - {id: agent, token_env: CORRAL_IT_AGENT_TOKEN}
+    - {id: agent, roles: [operator], token_env: CORRAL_IT_AGENT_TOKEN}
     - {id: admin, roles: [admin], token_env: CORRAL_IT_ADMIN_TOKEN}
 ";
 

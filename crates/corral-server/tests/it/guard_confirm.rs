@@ -23,7 +23,7 @@ async fn list(s: &Server, token: &str) -> Vec<Value> {
 async fn the_requester_approves_once_and_the_op_runs_once() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let args = json!({"word": "hello"});
 
     let r = plain(&s, &ada, "ledger.append", args.clone()).await;
@@ -98,8 +98,8 @@ async fn the_requester_approves_once_and_the_op_runs_once() {
 async fn someone_elses_or_an_unknown_action_is_404_and_anyone_may_deny() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
-    let bob = human("bob", &[]);
+    let ada = human("ada", &["operator"]);
+    let bob = human("bob", &["operator"]);
     let args = json!({"word": "x"});
     let id = action_id(&plain(&s, &ada, "ledger.append", args.clone()).await);
 
@@ -135,7 +135,7 @@ async fn someone_elses_or_an_unknown_action_is_404_and_anyone_may_deny() {
 async fn an_agent_raises_its_person_approves_out_of_band_and_the_agent_cannot_approve() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let agent = delegated("ada", "planner", &[]);
+    let agent = delegated("ada", "planner", &["operator"]);
     let args = json!({"word": "via-agent"});
     let p = pending(&plain(&s, &agent, "ledger.append", args.clone()).await);
     assert_eq!(p["requester"], "ada", "the person the agent acts for");
@@ -144,7 +144,7 @@ async fn an_agent_raises_its_person_approves_out_of_band_and_the_agent_cannot_ap
     r.assert_error(403, "confirmation.approver_refused");
     assert!(f.ledger_lines().is_empty());
     // The person sees it, approves it, and the agent's retry runs it.
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     assert_eq!(list(&s, &ada).await[0]["action_id"], id);
     approve(&s, &ada, &id).await;
     plain(&s, &agent, "ledger.append", args).await.ok();
@@ -155,7 +155,7 @@ async fn an_agent_raises_its_person_approves_out_of_band_and_the_agent_cannot_ap
 async fn a_decision_dated_before_the_action_is_refused() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let p = pending(&plain(&s, &ada, "ledger.append", json!({"word": "x"})).await);
     let id = p["action_id"].as_str().unwrap();
     let created = p["created_at_ms"].as_i64().unwrap();
@@ -192,7 +192,7 @@ async fn a_decision_dated_before_the_action_is_refused() {
 async fn malformed_decisions_are_400() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let id = action_id(&plain(&s, &ada, "ledger.append", json!({"word": "x"})).await);
     for body in [
         json!({}),
@@ -213,7 +213,7 @@ async fn an_expired_action_is_gone_and_the_same_call_raises_a_new_one() {
     let s = f
         .start(&f.yaml("", "guardrails: {confirmation_ttl: 1s}\n"))
         .await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let args = json!({"word": "late"});
     let first = action_id(&plain(&s, &ada, "ledger.append", args.clone()).await);
     approve(&s, &ada, &first).await;
@@ -237,7 +237,7 @@ async fn an_expired_action_is_gone_and_the_same_call_raises_a_new_one() {
 async fn changed_arguments_raise_a_new_action_and_do_not_use_the_approval() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["admin"]);
     let a = action_id(&plain(&s, &ada, "ledger.append", json!({"word": "logs"})).await);
     approve(&s, &ada, &a).await;
     let b = action_id(&plain(&s, &ada, "ledger.append", json!({"word": "logs-v2"})).await);
@@ -251,7 +251,7 @@ async fn changed_arguments_raise_a_new_action_and_do_not_use_the_approval() {
     // Another op with the same arguments is another action too.
     pending(&plain(&s, &ada, "ledger.drop", json!({"word": "logs"})).await);
     // And so is another person's identical call.
-    let bob = human("bob", &[]);
+    let bob = human("bob", &["operator"]);
     let c = action_id(&plain(&s, &bob, "ledger.append", json!({"word": "logs"})).await);
     assert_ne!(c, a);
     assert_eq!(f.ledger_lines(), ["logs"]);
@@ -261,8 +261,8 @@ async fn changed_arguments_raise_a_new_action_and_do_not_use_the_approval() {
 async fn an_admin_lists_the_tenants_actions_and_others_only_their_own() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
-    let bob = human("bob", &[]);
+    let ada = human("ada", &["operator"]);
+    let bob = human("bob", &["operator"]);
     let root = human("root", &["admin"]);
     pending(&plain(&s, &ada, "ledger.append", json!({"word": "a"})).await);
     pending(&plain(&s, &bob, "ledger.append", json!({"word": "b"})).await);
@@ -284,7 +284,7 @@ async fn dry_run_answers_what_would_run_and_the_ledger_stays_empty() {
     let f = Fixture::new();
     f.ws.write("notes.txt", "hello");
     let s = f.start(&f.yaml("", "guardrails: {mode: dry_run}\n")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["admin"]);
     for (op, args) in [
         ("ledger.append", json!({"word": "nope"})),
         ("ledger.drop", json!({"word": "nope"})),
@@ -331,7 +331,7 @@ async fn dry_run_answers_what_would_run_and_the_ledger_stays_empty() {
 async fn a_run_in_dry_run_stays_in_dry_run() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let w = json!({"word": "w"});
     let dry = Opts {
         run: Some("preview"),
@@ -365,7 +365,7 @@ async fn run_budgets_refuse_with_429_naming_the_budget_and_are_neutral() {
             "budgets: {max_calls: 3, max_calls_per_op: {ledger.peek: 1}}\n",
         ))
         .await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let read = json!({"path": f.ws.at("notes.txt")});
     let r1 = Opts {
         run: Some("r1"),
@@ -393,9 +393,15 @@ async fn run_budgets_refuse_with_429_naming_the_budget_and_are_neutral() {
         ..Opts::default()
     };
     call(&s, &ada, "files.read", read.clone(), r2).await.ok();
-    call(&s, &human("bob", &[]), "files.read", read.clone(), r1)
-        .await
-        .ok();
+    call(
+        &s,
+        &human("bob", &["operator"]),
+        "files.read",
+        read.clone(),
+        r1,
+    )
+    .await
+    .ok();
     plain(&s, &ada, "files.read", read).await.ok();
     let counted = outcomes(&s).await;
     assert_eq!(counted.get("budget_refused"), Some(&2), "{counted:?}");
@@ -424,7 +430,7 @@ async fn output_and_wall_time_budgets_refuse_once_reached() {
     let s = f
         .start(&f.yaml("", "budgets: {max_output_bytes: 10B, max_wall_time: 1s}\n"))
         .await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let read = json!({"path": f.ws.at("notes.txt")});
     let bytes = Opts {
         run: Some("bytes"),
@@ -451,7 +457,7 @@ async fn a_disabled_op_is_gone_everywhere_and_refused_like_an_unknown_one() {
     let s = f
         .start(&f.yaml("", "disabled_ops: [ledger.drop, files.delete]\n"))
         .await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let gone = plain(&s, &ada, "ledger.drop", json!({"word": "w"})).await;
     gone.assert_error(404, "op.not_enabled");
     let unknown = plain(&s, &ada, "ledger.dorp", json!({"word": "w"})).await;
@@ -500,8 +506,8 @@ async fn confirm_never_runs_confirm_tier_calls_unattended_but_not_destructive_on
         .await;
     // The `ledger` rule comes first and decides for everyone but `ci`, whose calls the
     // `unattended` rule also allows; the deciding rule is the first that allows.
-    let ci = crate::guard_fixture::service("ci", &[]);
-    let ada = human("ada", &[]);
+    let ci = crate::guard_fixture::service("ci", &["admin"]);
+    let ada = human("ada", &["operator"]);
     pending(&plain(&s, &ada, "ledger.append", json!({"word": "a"})).await);
     // For `ci`, the `ledger` rule decides first too: still confirmed. Only a rule that decides
     // may waive confirmation.
@@ -532,7 +538,7 @@ async fn audit_rows_of_guarded_calls_hold_no_argument_value() {
     const SECRET: &str = "SECRETWORD42";
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let args = json!({"word": SECRET});
     let id = action_id(&plain(&s, &ada, "ledger.append", args.clone()).await);
     approve(&s, &ada, &id).await;
@@ -562,7 +568,7 @@ async fn an_approved_call_whose_request_is_dropped_mid_run_is_never_run_again() 
         .await
         .unwrap();
     let gw = state.0.gateway.clone();
-    let caller = Caller::new(corral_policy::Principal::new("ada", &[]));
+    let caller = Caller::new(corral_policy::Principal::new("ada", &["operator"]));
     let call = |rid: &str| Call {
         caller: caller.clone(),
         op: "ledger.slow".to_owned(),

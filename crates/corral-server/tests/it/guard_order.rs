@@ -4,6 +4,7 @@
 
 use serde_json::json;
 
+use crate::common::{AGENT_ENV, AGENT_TOKEN, Server, Workspace, token_env};
 use crate::guard_fixture::{
     Fixture, Opts, action_id, call, counts, decide, delegated, human, outcomes, pending, plain,
     service,
@@ -105,9 +106,16 @@ fn tier_ops(f: &Fixture) -> [(&'static str, &'static str, serde_json::Value); 3]
 
 #[tokio::test]
 async fn role_by_tier() {
+    // With a `roles:` block, and (issue 11 item 7) without one: JWT auth alone turns RBAC on.
+    for roles_block in ["roles: {}\n", ""] {
+        role_by_tier_with(roles_block).await;
+    }
+}
+
+async fn role_by_tier_with(roles_block: &str) {
     let f = Fixture::new();
     f.ws.write("notes.txt", "hello");
-    let s = f.start(&f.yaml("", "roles: {}\n")).await;
+    let s = f.start(&f.yaml("", roles_block)).await;
     // (role, [read, confirm, destructive] admitted by RBAC)
     let matrix: [(&[&str], [bool; 3]); 5] = [
         (&[], [false, false, false]),
@@ -164,16 +172,83 @@ async fn role_overrides_raise_and_lower_what_an_op_needs() {
 }
 
 #[tokio::test]
-async fn without_a_roles_block_rbac_is_off_and_roles_only_matter_to_rules() {
+async fn a_viewer_token_cannot_delete_without_a_roles_block() {
+    // issue 11 item 7: without a `roles:` block, a token with `roles: [viewer]` called
+    // `files.delete`, approved its own action, and deleted the file.
+    let ws = Workspace::new();
+    ws.write("victim.txt", "keep me");
+    let yaml = format!(
+        "version: 1\npreset: workspace_jail\nroot: {}\nstate_dir: {}\nauth:\n  tokens:\n    - {{id: agent, roles: [viewer], token_env: {AGENT_ENV}}}\n",
+        ws.root.display(),
+        ws.state.display()
+    );
+    let s = Server::start(&ws.load(&yaml, &token_env()))
+        .await
+        .with_token(AGENT_TOKEN);
+    let r = s
+        .call("files.delete", json!({"path": ws.at("victim.txt")}))
+        .await;
+    r.assert_error(403, "rbac.denied");
+    assert!(
+        r.text.contains("needs the role `admin`") && r.text.contains("you have the role `viewer`"),
+        "{}",
+        r.text
+    );
+    // Nothing was raised for the viewer to approve, and the file is there.
+    assert_eq!(outcomes(&s).await, counts(&[("rbac_denied", 1)]));
+    assert_eq!(
+        std::fs::read_to_string(ws.root.join("victim.txt")).unwrap(),
+        "keep me"
+    );
+    // What a viewer may do, it does.
+    s.call("files.read", json!({"path": ws.at("victim.txt")}))
+        .await
+        .ok();
+}
+
+#[tokio::test]
+async fn with_only_rule_roles_rbac_stays_off_and_roles_only_matter_to_rules() {
+    // issue 11 item 7, the other side: a config where no principal can carry a tier role
+    // (no `roles:`, no JWT, no token with one) keeps working as before.
+    let ws = Workspace::new();
+    ws.write("notes.txt", "hello");
+    let yaml = format!(
+        "version: 1\nroot: {root}\nstate_dir: {}\nrules:\n  - allow: [\"files.*\"]\n    principals: [role:grader]\n    paths: {{roots: [{root}], readonly: false}}\nauth:\n  tokens:\n    - {{id: grader, roles: [grader], token_env: {AGENT_ENV}}}\n",
+        ws.state.display(),
+        root = ws.root.display(),
+    );
+    let s = Server::start(&ws.load(&yaml, &token_env()))
+        .await
+        .with_token(AGENT_TOKEN);
+    s.call("files.read", json!({"path": ws.at("notes.txt")}))
+        .await
+        .ok();
+    pending(
+        &s.call("files.delete", json!({"path": ws.at("notes.txt")}))
+            .await,
+    );
+}
+
+#[tokio::test]
+async fn with_jwt_a_caller_without_a_tier_role_is_refused_every_op() {
+    // issue 11 item 7: a JWT's roles claim can carry a tier role, so JWT auth turns RBAC on;
+    // a caller whose claim carries none is refused, with the fix.
     let f = Fixture::new();
     f.ws.write("notes.txt", "hello");
     let s = f.start(&f.yaml("", "")).await;
-    let nobody = human("ada", &[]);
-    for (tier, op, args) in tier_ops(&f) {
-        let r = plain(&s, &nobody, op, args).await;
-        let expected = if tier == "read" { 200 } else { 202 };
-        assert_eq!(r.status, expected, "{tier}: {}", r.text);
+    for roles in [&[][..], &["grader"][..]] {
+        let token = human("ada", roles);
+        for (_, op, args) in tier_ops(&f) {
+            let r = plain(&s, &token, op, args).await;
+            r.assert_error(403, "rbac.denied");
+            assert!(
+                r.text.contains("you have no tier role"),
+                "{roles:?} {op}: {}",
+                r.text
+            );
+        }
     }
+    assert!(f.ledger_lines().is_empty());
 }
 
 #[tokio::test]
@@ -188,7 +263,7 @@ async fn autonomy_level_by_tier() {
         ("L3", [true, true, true, false]),
         ("L4", [true, true, true, true]),
     ];
-    let token = human("ada", &[]);
+    let token = human("ada", &["admin"]);
     let mut ops = vec![("core", "core.health", json!({}))];
     ops.extend(tier_ops(&f));
     for (level, admitted) in matrix {
@@ -227,7 +302,7 @@ async fn a_service_is_pinned_to_l2_unless_a_pin_says_otherwise_and_the_process_c
     let f = Fixture::new();
     f.ws.write("notes.txt", "hello");
     let read = json!({"path": f.ws.at("notes.txt")});
-    let ci = service("ci", &[]);
+    let ci = service("ci", &["admin"]);
     // No level configured: a service is pinned to L2, a person is not restricted.
     let s = f.start(&f.yaml("", "")).await;
     plain(&s, &ci, "files.read", read.clone()).await.ok();
@@ -237,7 +312,7 @@ async fn a_service_is_pinned_to_l2_unless_a_pin_says_otherwise_and_the_process_c
     pending(
         &plain(
             &s,
-            &human("ada", &[]),
+            &human("ada", &["admin"]),
             "ledger.append",
             json!({"word": "w"}),
         )
@@ -251,7 +326,7 @@ async fn a_service_is_pinned_to_l2_unless_a_pin_says_otherwise_and_the_process_c
         ))
         .await;
     pending(&plain(&s, &ci, "ledger.drop", json!({"word": "w"})).await);
-    let r = plain(&s, &human("bob", &[]), "files.read", read.clone()).await;
+    let r = plain(&s, &human("bob", &["admin"]), "files.read", read.clone()).await;
     r.assert_error(403, "autonomy.blocked");
     assert!(r.text.contains("pin for `id:bob`"), "{}", r.text);
     // The process-wide level caps every pin.
@@ -271,7 +346,7 @@ async fn a_service_is_pinned_to_l2_unless_a_pin_says_otherwise_and_the_process_c
 async fn a_run_lowers_its_own_level_and_never_raises_it() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["admin"]);
     let w = json!({"word": "w"});
     let run = |autonomy| Opts {
         run: Some("r1"),
@@ -300,41 +375,43 @@ async fn a_run_lowers_its_own_level_and_never_raises_it() {
 async fn principal_kind_by_decision() {
     let f = Fixture::new();
     let s = f.start(&f.yaml("", "")).await;
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["admin"]);
     // (decider, approve?, expected status, code)
     let cases: [(&str, String, bool, u16, &str); 8] = [
-        ("ada, human", human("ada", &[]), true, 200, ""),
+        ("ada, human", human("ada", &["admin"]), true, 200, ""),
         (
             "ada's agent",
-            delegated("ada", "agent-1", &[]),
+            delegated("ada", "agent-1", &["admin"]),
             true,
             403,
             "confirmation.approver_refused",
         ),
+        // A service is not the person whose id it shares (issue 11 item 8): someone else, so
+        // their action is unknown to it.
         (
             "a service named ada",
-            service("ada", &[]),
-            true,
-            403,
-            "confirmation.approver_refused",
-        ),
-        (
-            "bob, human",
-            human("bob", &[]),
+            service("ada", &["admin"]),
             true,
             404,
             "confirmation.not_found",
         ),
-        ("ada, human", human("ada", &[]), false, 200, ""),
+        (
+            "bob, human",
+            human("bob", &["admin"]),
+            true,
+            404,
+            "confirmation.not_found",
+        ),
+        ("ada, human", human("ada", &["admin"]), false, 200, ""),
         (
             "ada's agent",
-            delegated("ada", "agent-1", &[]),
+            delegated("ada", "agent-1", &["admin"]),
             false,
             200,
             "",
         ),
-        ("a service", service("ci", &[]), false, 200, ""),
-        ("bob, human", human("bob", &[]), false, 200, ""),
+        ("a service", service("ci", &["admin"]), false, 200, ""),
+        ("bob, human", human("bob", &["admin"]), false, 200, ""),
     ];
     for (i, (who, token, approve, status, code)) in cases.into_iter().enumerate() {
         let word = format!("w{i}");

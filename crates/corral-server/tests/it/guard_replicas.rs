@@ -44,7 +44,7 @@ async fn two_replicas_on_one_postgres_run_an_approved_call_once_under_1000_retri
     let a = Server::start(&loaded).await;
     let b = Server::start(&loaded).await;
     assert_eq!(a.store.backend_name(), "postgres");
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let args = json!({"word": "once"});
 
     // Raised on A; B sees it and takes the approval.
@@ -125,7 +125,7 @@ async fn two_replicas_on_one_postgres_run_an_approved_call_once_under_1000_retri
 /// on the same storage: the approved call runs once.
 async fn restart_between_approval_and_retry(f: &Fixture, yaml: &str) {
     let loaded = f.load(yaml);
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let args = json!({"word": "after-restart"});
     let s = Server::start(&loaded).await;
     let id = action_id(&plain(&s, &ada, "ledger.append", args.clone()).await);
@@ -170,7 +170,7 @@ async fn a_restart_between_approval_and_retry_loses_nothing_on_postgres() {
 async fn memory_confirmations_are_lost_on_restart_so_nothing_runs_without_a_new_approval() {
     let f = Fixture::new();
     let loaded = f.load(&f.yaml("", "guardrails: {confirmations: memory}\n"));
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let args = json!({"word": "w"});
     let s = Server::start(&loaded).await;
     let health = send(s.client().get(s.url("/healthz"))).await;
@@ -200,7 +200,7 @@ async fn a_runs_budget_is_shared_by_two_replicas_on_one_postgres() {
     let loaded = f.load(&yaml);
     let a = Arc::new(Server::start(&loaded).await);
     let b = Arc::new(Server::start(&loaded).await);
-    let ada = human("ada", &[]);
+    let ada = human("ada", &["operator"]);
     let mut tasks = Vec::new();
     for i in 0..40 {
         let s = Arc::clone(if i % 2 == 0 { &a } else { &b });

@@ -10,6 +10,7 @@
 mod audit;
 mod bad_input;
 mod common;
+mod confirm_abuse;
 mod escapes;
 mod guard_confirm;
 mod guard_fixture;

@@ -1,0 +1,463 @@
+//! Applies a run's copy-on-write layer to the host, in the helper, once the run's pid namespace
+//! is gone (nothing of the sandbox runs any more, so nothing changes the layer meanwhile).
+//!
+//! The layer (an overlay upper directory per write path) is hostile data: every name, mode and
+//! symlink in it was chosen by the sandboxed program. So, for each entry of the upper:
+//!
+//! - the host path it stands for is checked against the run's [`Protected`] first; a refused
+//!   entry (and, for a directory, everything beneath it) is skipped and reported;
+//! - a regular file is written to a temporary name in the same host directory and renamed over
+//!   the target: a hard link that already existed in the workspace is replaced, never written
+//!   through. Its mode keeps only the `0o777` bits (no setuid, setgid or sticky bit ever reaches
+//!   the host); no extended attribute is copied (so no file capability either);
+//! - a directory is made with its mode `& 0o777`; a symlink is made again as a symlink with the
+//!   target string as written (never followed);
+//! - a whiteout (a character device 0/0) deletes the host entry, and an opaque directory
+//!   (`user.overlay.opaque`) replaces the host directory's contents; a deletion that would take
+//!   a protected entry along (a protected name or glob met while walking the host subtree, or a
+//!   protected path beneath it) is refused whole;
+//! - fifos, sockets and device nodes are refused.
+//!
+//! The host is only ever reached through the write path's directory, opened before `pivot_root`
+//! without following symlinks, and `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+//! RESOLVE_NO_MAGICLINKS)` one component at a time from there: a symlink on the host side is
+//! never followed, it fails that entry. Each entry is applied on its own: a refusal or an error
+//! skips it, the rest is applied.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use corral_policy::Protected;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat, Timespec, Timestamps};
+use rustix::io::Errno;
+
+use super::mounts::CowLayer;
+use crate::{Changes, MAX_REFUSED_LISTED, RefusedChange};
+
+/// Deepest directory nesting applied; deeper entries are refused.
+const MAX_DEPTH: usize = 256;
+/// Most host entries walked to check that a deletion takes nothing protected along.
+const MAX_DELETE_WALK: usize = 200_000;
+/// Longest path reported in a refusal, bytes.
+const MAX_REPORTED_PATH: usize = 1024;
+/// The xattr overlayfs (mounted with `userxattr`) marks an opaque directory with.
+const OPAQUE_XATTR: &str = "user.overlay.opaque";
+
+/// Applies `layer` (its `i`-th upper directory over the host directory of `paths[i]`). When the
+/// protection did not compile, every change is refused (fail closed).
+pub(crate) fn apply(
+    layer: CowLayer,
+    paths: &[PathBuf],
+    protected: Result<Protected, String>,
+) -> Changes {
+    // Modes are set exactly, never through the helper's umask.
+    rustix::process::umask(Mode::empty());
+    let mut a = Applier {
+        protected,
+        changes: Changes::default(),
+        seq: 0,
+    };
+    for (i, (host, path)) in layer.hosts.iter().zip(paths).enumerate() {
+        let upper = match rustix::fs::openat(
+            &layer.tmpfs,
+            format!("{i}/upper"),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(e) => {
+                a.refuse(path, format!("the run's layer for it cannot be read: {e}"));
+                continue;
+            }
+        };
+        a.dir(&upper, host, path, 0);
+    }
+    a.changes
+}
+
+struct Applier {
+    protected: Result<Protected, String>,
+    changes: Changes,
+    seq: u64,
+}
+
+/// The names in the directory `fd` (without `.` and `..`).
+fn names(fd: &impl AsFd) -> Result<Vec<CString>, Errno> {
+    let mut dir = rustix::fs::Dir::read_from(fd)?;
+    let mut out = Vec::new();
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name != c"." && name != c".." {
+            out.push(name.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+fn stat_at(dir: &impl AsFd, name: &CStr) -> Result<Option<Stat>, Errno> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn kind(st: &Stat) -> FileType {
+    FileType::from_raw_mode(st.st_mode)
+}
+
+/// Opens the host directory `name` in `parent`: one component, never through a symlink.
+fn open_host_dir(parent: &impl AsFd, name: &CStr) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat2(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+/// What an errno means for an entry being applied.
+fn describe(e: Errno) -> String {
+    match e {
+        Errno::LOOP | Errno::XDEV => {
+            "a symlink (or a mount) on the host is in the way, and it is never followed".to_owned()
+        }
+        e => format!("it could not be applied: {e}"),
+    }
+}
+
+impl Applier {
+    fn refuse(&mut self, path: &Path, reason: impl Into<String>) {
+        if self.changes.refused.len() >= MAX_REFUSED_LISTED {
+            self.changes.refused_unlisted += 1;
+            return;
+        }
+        let mut path = path.to_string_lossy().into_owned();
+        if path.len() > MAX_REPORTED_PATH {
+            let mut cut = MAX_REPORTED_PATH;
+            while !path.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            path.truncate(cut);
+            path.push_str("...");
+        }
+        self.changes.refused.push(RefusedChange {
+            path,
+            reason: reason.into(),
+        });
+    }
+
+    /// Why `abs` may not be changed, if it may not.
+    fn protected_reason(&self, abs: &Path) -> Option<String> {
+        let protected = match &self.protected {
+            Ok(p) => p,
+            Err(e) => return Some(format!("the run's protection list is unusable ({e})")),
+        };
+        let Some(text) = abs.to_str() else {
+            return Some("the path is not UTF-8, so it cannot be checked".to_owned());
+        };
+        protected.hit(text).map(|hit| {
+            format!(
+                "{}; no command may create, change or delete it",
+                hit.describe()
+            )
+        })
+    }
+
+    /// Why deleting the host directory `fd` (at `abs`) is refused: something protected lies
+    /// beneath it, or it is too large to check.
+    fn protected_beneath(&self, fd: &OwnedFd, abs: &Path) -> Option<String> {
+        if let Ok(p) = &self.protected
+            && let Some(below) = abs.to_str().and_then(|a| p.path_beneath(a))
+        {
+            return Some(format!("deleting it would delete the protected `{below}`"));
+        }
+        let mut budget = MAX_DELETE_WALK;
+        self.walk_for_protected(fd, abs, &mut budget, 0)
+    }
+
+    fn walk_for_protected(
+        &self,
+        fd: &OwnedFd,
+        abs: &Path,
+        budget: &mut usize,
+        depth: usize,
+    ) -> Option<String> {
+        let too_large =
+            || Some("it holds too much to check that nothing protected lies beneath it".to_owned());
+        if depth > MAX_DEPTH {
+            return too_large();
+        }
+        let entries = match names(fd) {
+            Ok(n) => n,
+            Err(e) => return Some(format!("its contents cannot be checked: {e}")),
+        };
+        for name in entries {
+            *budget = match budget.checked_sub(1) {
+                Some(b) => b,
+                None => return too_large(),
+            };
+            let child = abs.join(OsStr::from_bytes(name.to_bytes()));
+            if let Some(reason) = self.protected_reason(&child) {
+                return Some(format!(
+                    "deleting it would delete `{}` ({reason})",
+                    child.display()
+                ));
+            }
+            match stat_at(fd, &name) {
+                Ok(Some(st)) if kind(&st) == FileType::Directory => {
+                    let sub = match open_host_dir(fd, &name) {
+                        Ok(sub) => sub,
+                        Err(e) => return Some(describe(e)),
+                    };
+                    if let Some(r) = self.walk_for_protected(&sub, &child, budget, depth + 1) {
+                        return Some(r);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => return Some(describe(e)),
+            }
+        }
+        None
+    }
+
+    /// Applies the upper directory `upper` to the host directory `host` (at `abs`).
+    fn dir(&mut self, upper: &OwnedFd, host: &OwnedFd, abs: &Path, depth: usize) {
+        if depth > MAX_DEPTH {
+            self.refuse(
+                abs,
+                format!("it is nested deeper than {MAX_DEPTH} directories"),
+            );
+            return;
+        }
+        let entries = match names(upper) {
+            Ok(n) => n,
+            Err(e) => {
+                self.refuse(abs, format!("the run's layer cannot be read: {e}"));
+                return;
+            }
+        };
+        for name in entries {
+            let path = abs.join(OsStr::from_bytes(name.to_bytes()));
+            let st = match stat_at(upper, &name) {
+                Ok(Some(st)) => st,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.refuse(&path, format!("the run's layer cannot be read: {e}"));
+                    continue;
+                }
+            };
+            if let Some(reason) = self.protected_reason(&path) {
+                self.refuse(&path, reason);
+                continue;
+            }
+            let result = match kind(&st) {
+                FileType::CharacterDevice if st.st_rdev == 0 => self.delete(host, &name, &path),
+                FileType::Directory => self.directory(upper, host, &name, &path, &st, depth),
+                FileType::RegularFile => self.file(upper, host, &name, &path, &st),
+                FileType::Symlink => self.symlink(upper, host, &name, &path),
+                _ => Err("a fifo, socket or device node is never copied to the host".to_owned()),
+            };
+            if let Err(reason) = result {
+                self.refuse(&path, reason);
+            }
+        }
+    }
+
+    /// A whiteout: the host entry `name` goes.
+    fn delete(&mut self, host: &OwnedFd, name: &CStr, abs: &Path) -> Result<(), String> {
+        let Some(st) = stat_at(host, name).map_err(describe)? else {
+            return Ok(());
+        };
+        self.remove(host, name, abs, &st)?;
+        self.changes.applied += 1;
+        Ok(())
+    }
+
+    /// Removes the host entry `name` (a directory with everything beneath it, unless something
+    /// protected lies there).
+    fn remove(&mut self, host: &OwnedFd, name: &CStr, abs: &Path, st: &Stat) -> Result<(), String> {
+        if kind(st) != FileType::Directory {
+            return rustix::fs::unlinkat(host, name, AtFlags::empty()).map_err(describe);
+        }
+        let fd = open_host_dir(host, name).map_err(describe)?;
+        if let Some(reason) = self.protected_beneath(&fd, abs) {
+            return Err(reason);
+        }
+        empty_dir(&fd, 0).map_err(describe)?;
+        rustix::fs::unlinkat(host, name, AtFlags::REMOVEDIR).map_err(describe)
+    }
+
+    fn directory(
+        &mut self,
+        upper: &OwnedFd,
+        host: &OwnedFd,
+        name: &CStr,
+        abs: &Path,
+        st: &Stat,
+        depth: usize,
+    ) -> Result<(), String> {
+        let sub_upper = rustix::fs::openat(
+            upper,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("the run's layer cannot be read: {e}"))?;
+        let mut opaque = [0u8; 4];
+        let is_opaque = matches!(
+            rustix::fs::fgetxattr(&sub_upper, OPAQUE_XATTR, &mut opaque),
+            Ok(n) if opaque.get(..n) == Some(b"y")
+        );
+        let mode = st.st_mode & 0o777;
+        let sub_host = match stat_at(host, name).map_err(describe)? {
+            Some(h) if kind(&h) == FileType::Directory => {
+                let fd = open_host_dir(host, name).map_err(describe)?;
+                let mut changed = false;
+                if is_opaque {
+                    // The program deleted the directory and made a new one: what was in it goes.
+                    if let Some(reason) = self.protected_beneath(&fd, abs) {
+                        return Err(reason);
+                    }
+                    empty_dir(&fd, 0).map_err(describe)?;
+                    changed = true;
+                }
+                if h.st_mode & 0o7777 != st.st_mode & 0o7777 {
+                    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(describe)?;
+                    changed = true;
+                }
+                if changed {
+                    self.changes.applied += 1;
+                }
+                fd
+            }
+            existing => {
+                if let Some(h) = existing {
+                    self.remove(host, name, abs, &h)?;
+                }
+                rustix::fs::mkdirat(host, name, Mode::from_raw_mode(mode)).map_err(describe)?;
+                self.changes.applied += 1;
+                open_host_dir(host, name).map_err(describe)?
+            }
+        };
+        self.dir(&sub_upper, &sub_host, abs, depth + 1);
+        Ok(())
+    }
+
+    /// A temporary name in a host directory, for a file or symlink renamed over its target.
+    fn temp_name(&mut self) -> CString {
+        self.seq += 1;
+        let name = format!(".corral-apply-{}-{}", std::process::id(), self.seq);
+        CString::new(name).unwrap_or_default()
+    }
+
+    /// Makes way for a non-directory `name`: a host directory there is removed (unless
+    /// something protected lies beneath it).
+    fn clear_for_file(&mut self, host: &OwnedFd, name: &CStr, abs: &Path) -> Result<(), String> {
+        match stat_at(host, name).map_err(describe)? {
+            Some(h) if kind(&h) == FileType::Directory => self.remove(host, name, abs, &h),
+            _ => Ok(()),
+        }
+    }
+
+    fn file(
+        &mut self,
+        upper: &OwnedFd,
+        host: &OwnedFd,
+        name: &CStr,
+        abs: &Path,
+        st: &Stat,
+    ) -> Result<(), String> {
+        self.clear_for_file(host, name, abs)?;
+        let src = rustix::fs::openat(
+            upper,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("the run's layer cannot be read: {e}"))?;
+        let tmp = self.temp_name();
+        let dst = rustix::fs::openat(
+            host,
+            &tmp,
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(describe)?;
+        let written = (|| -> Result<u64, String> {
+            let mut from = File::from(src);
+            let mut to = File::from(dst);
+            let n = std::io::copy(&mut from, &mut to).map_err(|e| e.to_string())?;
+            rustix::fs::fchmod(&to, Mode::from_raw_mode(st.st_mode & 0o777))
+                .map_err(|e| e.to_string())?;
+            let times = Timestamps {
+                last_access: Timespec {
+                    tv_sec: st.st_atime,
+                    tv_nsec: i64::try_from(st.st_atime_nsec).unwrap_or(0),
+                },
+                last_modification: Timespec {
+                    tv_sec: st.st_mtime,
+                    tv_nsec: i64::try_from(st.st_mtime_nsec).unwrap_or(0),
+                },
+            };
+            let _ = rustix::fs::futimens(&to, &times);
+            rustix::fs::renameat(host, &tmp, host, name).map_err(describe)?;
+            Ok(n)
+        })();
+        match written {
+            Ok(n) => {
+                self.changes.applied += 1;
+                self.changes.bytes = self.changes.bytes.saturating_add(n);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = rustix::fs::unlinkat(host, &tmp, AtFlags::empty());
+                Err(format!("it could not be applied: {e}"))
+            }
+        }
+    }
+
+    fn symlink(
+        &mut self,
+        upper: &OwnedFd,
+        host: &OwnedFd,
+        name: &CStr,
+        abs: &Path,
+    ) -> Result<(), String> {
+        self.clear_for_file(host, name, abs)?;
+        let target = rustix::fs::readlinkat(upper, name, Vec::new())
+            .map_err(|e| format!("the run's layer cannot be read: {e}"))?;
+        let tmp = self.temp_name();
+        rustix::fs::symlinkat(target.as_c_str(), host, &tmp).map_err(describe)?;
+        if let Err(e) = rustix::fs::renameat(host, &tmp, host, name) {
+            let _ = rustix::fs::unlinkat(host, &tmp, AtFlags::empty());
+            return Err(describe(e));
+        }
+        self.changes.applied += 1;
+        Ok(())
+    }
+}
+
+/// Removes everything in the host directory `fd`, never following a symlink.
+fn empty_dir(fd: &OwnedFd, depth: usize) -> Result<(), Errno> {
+    if depth > MAX_DEPTH {
+        return Err(Errno::LOOP);
+    }
+    for name in names(fd)? {
+        match stat_at(fd, &name)? {
+            Some(st) if kind(&st) == FileType::Directory => {
+                let sub = open_host_dir(fd, &name)?;
+                empty_dir(&sub, depth + 1)?;
+                rustix::fs::unlinkat(fd, &name, AtFlags::REMOVEDIR)?;
+            }
+            Some(_) => rustix::fs::unlinkat(fd, &name, AtFlags::empty())?,
+            None => {}
+        }
+    }
+    Ok(())
+}
