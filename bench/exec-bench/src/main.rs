@@ -52,6 +52,7 @@ fn request() -> ExecRequest {
         read_paths: Vec::new(),
         write_paths: write_dir.into_iter().collect(),
         protected: Default::default(),
+        network: None,
     }
 }
 

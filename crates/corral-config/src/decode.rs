@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use corral_policy::codes;
 use corral_policy::presets::{Preset, PresetOptions};
-use corral_policy::scope::{CommandScopeSpec, PathScopeSpec, SymlinkMode, UrlScopeSpec};
+use corral_policy::scope::{
+    CommandScopeSpec, EgressAllowList, EgressEntry, NetworkSpec, PathScopeSpec, SymlinkMode,
+    UrlScopeSpec,
+};
 use corral_policy::suggest::closest;
 use corral_policy::units::{Rate, parse_duration, parse_size};
 use corral_policy::{
@@ -82,6 +85,7 @@ const MCP_SERVER_KEYS: &[&str] = &[
     "memory",
     "processes",
     "tools",
+    "network",
 ];
 const MCP_TOOL_KEYS: &[&str] = &["effects", "tier", "idempotent"];
 const AUTONOMY_KEYS: &[&str] = &["level", "pins"];
@@ -129,6 +133,7 @@ const COMMAND_KEYS: &[&str] = &[
     "env_set",
     "timeout",
     "max_output_bytes",
+    "network",
 ];
 const URL_KEYS: &[&str] = &["hosts", "schemes", "ports", "paths", "block_private"];
 const LIMIT_KEYS: &[&str] = &[
@@ -154,6 +159,7 @@ const CUSTOM_KEYS: &[&str] = &[
     "explicit_only",
     "tier",
     "summary",
+    "network",
 ];
 const PARAM_KEYS: &[&str] = &["type", "root", "values", "required", "writable"];
 const JWT_KEYS: &[&str] = &[
@@ -1166,7 +1172,82 @@ impl Decoder {
         if let Some(n) = m.get("max_output_bytes") {
             s.max_output_bytes = self.size(n, &m.at("max_output_bytes"));
         }
+        if let Some(n) = m.get("network") {
+            s.network = self.network(n, &m.at("network"));
+        }
         Some(s)
+    }
+
+    /// `network: none | loopback | {allow: ["host:port", "*.domain:port"]}`.
+    fn network(&mut self, node: &Node, at: &str) -> Option<NetworkSpec> {
+        match &node.value {
+            Value::Str(_) => self
+                .choice(node, at, &[("none", false), ("loopback", true)])
+                .map(|lo| {
+                    if lo {
+                        NetworkSpec::Loopback
+                    } else {
+                        NetworkSpec::None
+                    }
+                }),
+            Value::Map(_) => {
+                let m = self.map(node, at, &["allow"])?;
+                let Some(list) = m.get("allow") else {
+                    self.err_fix(
+                        codes::CONFIG_INVALID_EGRESS,
+                        "`network` has no `allow` list".to_owned(),
+                        at,
+                        node.span,
+                        "write `network: {allow: [\"api.github.com:443\"]}`".to_owned(),
+                    );
+                    return None;
+                };
+                let entries = self.strings(list, &m.at("allow"));
+                let mut ok = true;
+                for (i, e) in entries.iter().enumerate() {
+                    if let Err(err) = EgressEntry::parse(&e.value) {
+                        ok = false;
+                        self.err_fix(
+                            codes::CONFIG_INVALID_EGRESS,
+                            format!("`{}` is not a valid egress entry", err.entry),
+                            &format!("{}[{i}]", m.at("allow")),
+                            e.span,
+                            err.why,
+                        );
+                    }
+                }
+                if !ok {
+                    return None;
+                }
+                let values: Vec<&str> = entries.iter().map(|e| e.value.as_str()).collect();
+                match EgressAllowList::parse(&values) {
+                    Ok(l) => Some(NetworkSpec::Allow(l)),
+                    Err(errs) => {
+                        for err in errs {
+                            self.err_fix(
+                                codes::CONFIG_INVALID_EGRESS,
+                                err.to_string(),
+                                &m.at("allow"),
+                                list.span,
+                                err.why,
+                            );
+                        }
+                        None
+                    }
+                }
+            }
+            _ => {
+                self.err_fix(
+                    codes::CONFIG_INVALID_EGRESS,
+                    format!("expected `none`, `loopback` or a mapping, found {}", node.type_name()),
+                    at,
+                    node.span,
+                    "write `network: none`, `network: loopback` or `network: {allow: [\"host:port\"]}`"
+                        .to_owned(),
+                );
+                None
+            }
+        }
     }
 
     fn url_scope(&mut self, node: &Node, at: &str) -> Option<UrlScopeSpec> {
@@ -1333,6 +1414,9 @@ impl Decoder {
                     .get("summary")
                     .and_then(|s| self.string(s, &m.at("summary")))
                     .unwrap_or_default(),
+                network: m
+                    .get("network")
+                    .and_then(|n| self.network(n, &m.at("network"))),
             });
         }
         out
@@ -1445,6 +1529,9 @@ impl Decoder {
                     .and_then(|n| self.uint(n, &m.at("processes")))
                     .and_then(|v| u32::try_from(v).ok()),
                 tools,
+                network: m
+                    .get("network")
+                    .and_then(|n| self.network(n, &m.at("network"))),
                 span: k.span,
             });
         }

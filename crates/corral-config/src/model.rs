@@ -125,6 +125,8 @@ pub struct McpServerConfig {
     pub processes: Option<u32>,
     /// The tools corral declares, with their effects; tools not declared here are `admin`.
     pub tools: Vec<McpToolConfig>,
+    /// The server's network; `None`: the backend's (`isolation.network`).
+    pub network: Option<corral_policy::scope::NetworkSpec>,
     /// Where the entry starts.
     pub span: Span,
 }
@@ -307,6 +309,8 @@ pub struct CustomOpConfig {
     pub tier: Option<Tier>,
     /// One line for `describe`.
     pub summary: String,
+    /// The program's network; `None`: the backend's (`isolation.network`).
+    pub network: Option<corral_policy::scope::NetworkSpec>,
 }
 
 impl CustomOpConfig {

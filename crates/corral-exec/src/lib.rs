@@ -77,7 +77,84 @@ pub struct ExecRequest {
     /// against it before applying it to the host, and reports the refused ones in
     /// [`ExecOutput::changes`].
     pub protected: corral_policy::Protected,
+    /// The network of this run; `None`: the backend's own setting. A backend that cannot
+    /// confine the network as asked refuses the run.
+    pub network: Option<RunNetwork>,
 }
+
+/// The network one run asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunNetwork {
+    /// Nothing reachable, not even loopback.
+    None,
+    /// Only the sandbox's own loopback.
+    Loopback,
+    /// Only what corral's egress proxy admits (see `linux::egress`).
+    Egress(Egress),
+}
+
+/// An egress allow-list and where the proxy reports each connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Egress {
+    /// What the proxy admits.
+    pub allow: corral_policy::scope::EgressAllowList,
+    /// Gets one record per connection, when it ended or was refused.
+    pub log: EgressLog,
+}
+
+/// What the egress proxy did with one connection: never a byte of its payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressRecord {
+    /// The host the program asked for (as it wrote it, lowercased; cut at 255 bytes).
+    pub host: String,
+    /// The port it asked for.
+    pub port: u16,
+    /// The address the proxy connected to (or refused).
+    pub addr: Option<std::net::IpAddr>,
+    /// Whether the connection was made.
+    pub allowed: bool,
+    /// Why it was refused, or why it failed after being allowed.
+    pub reason: Option<String>,
+    /// Bytes from the program to the remote.
+    pub bytes_up: u64,
+    /// Bytes from the remote to the program.
+    pub bytes_down: u64,
+}
+
+/// Where egress records go: a callback, called from the proxy's tasks.
+#[derive(Clone)]
+pub struct EgressLog(std::sync::Arc<dyn Fn(EgressRecord) + Send + Sync>);
+
+impl EgressLog {
+    /// A log calling `f` for each record.
+    pub fn new(f: impl Fn(EgressRecord) + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(f))
+    }
+
+    /// A log that drops every record.
+    pub fn discard() -> Self {
+        Self::new(|_| {})
+    }
+
+    /// Reports one record.
+    pub fn record(&self, r: EgressRecord) {
+        (self.0)(r);
+    }
+}
+
+impl fmt::Debug for EgressLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EgressLog")
+    }
+}
+
+impl PartialEq for EgressLog {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for EgressLog {}
 
 /// What a backend actually applied to one run.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -138,6 +138,15 @@ impl Drop for GroupKill {
 
 async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, ExecError> {
     validate(&req)?;
+    // An allow-list promises that nothing else is reachable: a plain child cannot keep it.
+    if matches!(req.network, Some(crate::RunNetwork::Egress(_))) {
+        return Err(ExecError::Unavailable {
+            backend: "process",
+            missing: "an egress allow-list (`network: {allow: [...]}`) needs a network namespace; \
+                      use `isolation: {backend: linux}`"
+                .to_owned(),
+        });
+    }
     let ExecRequest {
         argv,
         cwd,

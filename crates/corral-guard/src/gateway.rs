@@ -1177,6 +1177,15 @@ impl Gateway {
         // no re-check, which refuses every url (fails closed).
         let url_check = spec_has_url
             .then(|| url_check(d.clone(), call.op.clone(), principal.clone(), args.clone()));
+        // A sandboxed program's connections (a `network: {allow: [...]}` run): collected while
+        // it runs, one audit event each once it ended.
+        let egress = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = Arc::clone(&egress);
+        let egress_log = corral_exec::EgressLog::new(move |r| {
+            if let Ok(mut records) = sink.lock() {
+                records.push(r);
+            }
+        });
         let ctx = OpCtx {
             op: spec.clone(),
             principal: principal.clone(),
@@ -1186,8 +1195,19 @@ impl Gateway {
             protected: d.protected.clone(),
             request_id: call.request_id.clone(),
             url_check,
+            egress_log: Some(egress_log),
         };
-        match handler.call(ctx).await {
+        let result = handler.call(ctx).await;
+        let records = egress
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default();
+        for (i, r) in records.iter().enumerate() {
+            if let Err(refusal) = self.audit(&egress_event(event, i, r)).await {
+                return (Outcome::OpError, Reply::Refused(refusal));
+            }
+        }
+        match result {
             Ok(OpOutput::Json { value, attestation }) => {
                 event.attestation = attestation.as_ref().map(AttestationRecord::from);
                 (Outcome::Ok, Reply::Json(value))
@@ -1202,6 +1222,44 @@ impl Gateway {
                 (outcome, Reply::Refused(op_refusal(&e)))
             }
         }
+    }
+}
+
+/// The audit event of one connection a sandboxed program made through the egress proxy: the
+/// call's event with its own request id (`<call>/egress/<n>`), the host, port and byte counts in
+/// `detail`, and `egress.denied` when it was refused. Never a byte of payload.
+fn egress_event(call: &AuditEvent, n: usize, r: &corral_exec::EgressRecord) -> AuditEvent {
+    let target = match r.addr {
+        Some(addr) => format!("{}:{} ({addr})", r.host, r.port),
+        None => format!("{}:{}", r.host, r.port),
+    };
+    let detail = match (&r.reason, r.allowed) {
+        (None, true) => format!(
+            "egress {target} allowed: {} bytes up, {} bytes down",
+            r.bytes_up, r.bytes_down
+        ),
+        (Some(why), true) => format!(
+            "egress {target} allowed, then {why}: {} bytes up, {} bytes down",
+            r.bytes_up, r.bytes_down
+        ),
+        (reason, false) => format!(
+            "egress {target} refused: {}",
+            reason.as_deref().unwrap_or("not admitted")
+        ),
+    };
+    AuditEvent {
+        request_id: format!("{}/egress/{n}", call.request_id),
+        outcome: if r.allowed {
+            Outcome::Ok
+        } else {
+            Outcome::Denied
+        },
+        code: (!r.allowed).then(|| codes::EGRESS_DENIED.to_owned()),
+        status: if r.allowed { 200 } else { 403 },
+        duration_us: 0,
+        attestation: None,
+        detail: Some(detail),
+        ..call.clone()
     }
 }
 

@@ -72,6 +72,8 @@ pub struct UpstreamSpec {
     pub call_timeout: Duration,
     /// The process's limits (memory, processes).
     pub limits: corral_exec::ResourceLimits,
+    /// Its network; `None`: the backend's. Egress records go to the server's log.
+    pub network: Option<corral_policy::scope::NetworkSpec>,
 }
 
 /// What the supervisor knows right now.
@@ -305,6 +307,7 @@ async fn run_once(
         read_paths: spec.read_paths.clone(),
         write_paths: spec.write_paths.clone(),
         protected: Default::default(),
+        network: corral_ops::exec::run_network(spec.network.as_ref(), None),
     };
     let (attach_tx, attach_rx) = oneshot::channel();
     let run_backend = Arc::clone(backend);
@@ -805,6 +808,7 @@ mod tests {
             write_paths: Vec::new(),
             call_timeout: DEFAULT_CALL_TIMEOUT,
             limits: corral_exec::ResourceLimits::default(),
+            network: None,
         }
     }
 

@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corral_exec::BoxFuture;
-use corral_exec::{DEFAULT_WRITE_QUOTA, ExecError, ExecOutput, ExecRequest, ResourceLimits};
+use corral_exec::{
+    DEFAULT_WRITE_QUOTA, Egress, EgressLog, EgressRecord, ExecError, ExecOutput, ExecRequest,
+    ResourceLimits, RunNetwork,
+};
+use corral_policy::scope::NetworkSpec;
 use corral_policy::{ArgValue, OpSpec, Protected, codes};
 use serde_json::json;
 
@@ -45,6 +49,33 @@ pub fn child_env(
         env.push(("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned()));
     }
     env
+}
+
+/// The backend's network request for a `network:` setting (`None`: the backend's own). With an
+/// allow-list, each connection's record goes to `log`, or, without one, to the server's log.
+pub fn run_network(spec: Option<&NetworkSpec>, log: Option<&EgressLog>) -> Option<RunNetwork> {
+    Some(match spec? {
+        NetworkSpec::None => RunNetwork::None,
+        NetworkSpec::Loopback => RunNetwork::Loopback,
+        NetworkSpec::Allow(allow) => RunNetwork::Egress(Egress {
+            allow: allow.clone(),
+            log: log.cloned().unwrap_or_else(|| EgressLog::new(trace_egress)),
+        }),
+    })
+}
+
+/// Writes an egress record to the server's log (hosts and byte counts, never payloads).
+pub fn trace_egress(r: EgressRecord) {
+    tracing::info!(
+        host = %r.host,
+        port = r.port,
+        addr = ?r.addr,
+        allowed = r.allowed,
+        reason = r.reason.as_deref().unwrap_or(""),
+        bytes_up = r.bytes_up,
+        bytes_down = r.bytes_down,
+        "egress"
+    );
 }
 
 fn exec_error(e: &ExecError) -> OpError {
@@ -203,6 +234,7 @@ impl Op for CommandsRun {
                 read_paths,
                 write_paths,
                 protected: protection(&ctx)?,
+                network: run_network(grant.network.as_ref(), ctx.egress_log.as_ref()),
             };
             run(&ctx, req).await
         })
@@ -229,6 +261,8 @@ pub struct CustomRun {
     pub writable_params: Vec<String>,
     /// The op's own timeout.
     pub timeout: Option<Duration>,
+    /// The program's network; `None`: the backend's.
+    pub network: Option<NetworkSpec>,
 }
 
 /// A `custom:` op: a fixed argv whose `{param}` placeholders are filled with the call's typed
@@ -361,6 +395,7 @@ impl Op for CustomOp {
                 read_paths,
                 write_paths,
                 protected: protection(&ctx)?,
+                network: run_network(self.run.network.as_ref(), ctx.egress_log.as_ref()),
             };
             run(&ctx, req).await
         })

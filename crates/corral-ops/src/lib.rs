@@ -39,6 +39,9 @@ pub struct OpCtx {
     /// the policy: the guard fills it with "decide the same op again with this url". It returns
     /// the canonical admitted url or the refusal. `None` refuses every such url (fails closed).
     pub url_check: Option<http::UrlCheck>,
+    /// Where the records of a sandboxed program's connections go (a `network: {allow: [...]}`
+    /// run): the guard fills it and writes one audit event per record. `None`: the server's log.
+    pub egress_log: Option<corral_exec::EgressLog>,
 }
 
 impl fmt::Debug for OpCtx {
@@ -52,6 +55,7 @@ impl fmt::Debug for OpCtx {
             .field("protected", &self.protected)
             .field("request_id", &self.request_id)
             .field("url_check", &self.url_check.as_ref().map(|_| "<fn>"))
+            .field("egress_log", &self.egress_log)
             .finish()
     }
 }

@@ -88,6 +88,9 @@ catalog! {
     POLICY_HOOK_FAILED = "policy.hook_failed", 403,
         "the authorize hook failed or panicked, so the call is denied",
         "fix the hook; a failing check always denies";
+    EGRESS_DENIED = "egress.denied", 403,
+        "corral's egress proxy refused a connection a sandboxed program asked for",
+        "add `host:port` to the `network: {allow: [...]}` of the rule, custom op or server; an internal address needs an entry naming that address";
     NET_DNS_FAILED = "net.dns_failed", 502,
         "the url's host name could not be resolved",
         "check the host name; corral resolves it once, with the server's resolver";
@@ -301,6 +304,9 @@ catalog! {
     CONFIG_INVALID_RATE = "config.invalid_rate", 0,
         "a rate is not of the form `10/min`",
         "write a positive integer, `/` and a unit: s, sec, min, h, hour, day";
+    CONFIG_INVALID_EGRESS = "config.invalid_egress", 0,
+        "a `network:` setting or an egress allow-list entry is malformed",
+        "write `network: none`, `network: loopback` or `network: {allow: [\"host:port\", \"*.domain:port\"]}`";
     CONFIG_INVALID_SCOPE = "config.invalid_scope", 0,
         "a scope is malformed (a root that is `/`, relative or has globs; a bad pattern)",
         "fix the scope as the message says";

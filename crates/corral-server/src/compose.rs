@@ -90,6 +90,7 @@ fn custom_run(c: &CustomOpConfig, loaded: &Loaded) -> CustomRun {
             .map(|p| p.name.value.clone())
             .collect(),
         timeout: c.timeout,
+        network: c.network.clone(),
     }
 }
 
@@ -245,6 +246,7 @@ pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {
                     processes: s.processes,
                     ..corral_exec::ResourceLimits::default()
                 },
+                network: s.network.clone(),
             }
         })
         .collect()
@@ -270,6 +272,7 @@ pub fn op_version(spec: &OpSpec, loaded: &Loaded, upstreams: &Upstreams) -> Stri
                 "write_paths": run.write_paths,
                 "writable_params": run.writable_params,
                 "timeout_ms": c.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                "network": c.network.as_ref().map(corral_policy::scope::NetworkSpec::summary),
             })
         });
     spec_version(spec, custom.or_else(|| upstream_runs(spec, upstreams)))
@@ -290,6 +293,7 @@ fn upstream_runs(spec: &OpSpec, upstreams: &Upstreams) -> Option<serde_json::Val
             "call_timeout_ms": u64::try_from(u.call_timeout.as_millis()).unwrap_or(u64::MAX),
             "memory": u.limits.memory,
             "processes": u.limits.processes,
+            "network": u.network.as_ref().map(corral_policy::scope::NetworkSpec::summary),
         }
     }))
 }
@@ -435,6 +439,7 @@ mod tests {
             write_paths: Vec::new(),
             call_timeout: DEFAULT_CALL_TIMEOUT,
             limits: corral_exec::ResourceLimits::default(),
+            network: None,
         }
     }
 

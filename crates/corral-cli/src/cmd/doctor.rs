@@ -155,6 +155,7 @@ fn smoke_run(network: Network, cgroup_parent: Option<PathBuf>) -> Result<String,
         read_paths: Vec::new(),
         write_paths: Vec::new(),
         protected: Default::default(),
+        network: None,
     };
     let out = rt.block_on(backend.run(req)).map_err(|e| e.to_string())?;
     let a = &out.attestation;

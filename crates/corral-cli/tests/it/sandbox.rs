@@ -85,3 +85,112 @@ fn a_command_without_a_configured_memory_limit_gets_the_default_cap() {
         "exactly one of cgroup:memory and rlimit:as: {primitives:?}"
     );
 }
+
+/// A loopback HTTP server of the host answering every request with `body`; its port.
+fn http_server(body: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
+        unreachable!("a loopback port is free")
+    };
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    port
+}
+
+// issue 12 item 4: egress allow-list, through the whole call path (config -> rule -> sandbox ->
+// proxy -> audit table).
+#[test]
+fn a_command_reaches_only_what_its_network_allow_list_names_and_each_connection_is_audited() {
+    let allowed = http_server("allowed body");
+    let other = http_server("other body");
+    let config = format!(
+        "version: 1\nroot: $WS\nstate_dir: .corral\nrules:\n  - allow: [commands.run]\n    principals: [\"id:agent\"]\n    confirm: never\n    commands:\n      allow: [\"curl ...\"]\n      cwd: $WS\n      network: {{allow: [\"127.0.0.1:{allowed}\"]}}\nauth:\n  tokens:\n    - {{id: agent, roles: [operator], token_env: CORRAL_IT_AGENT_TOKEN}}\n"
+    );
+    let dir = workspace(Some(&config));
+    let argv = serde_json::json!([
+        "curl",
+        "-sS",
+        format!("http://127.0.0.1:{allowed}/"),
+        format!("http://127.0.0.1:{other}/"),
+    ])
+    .to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["call", "--local", "commands.run", &format!("argv={argv}")])
+        .args(["--principal", "agent", "--format", "json"])
+        .current_dir(dir.path())
+        .env_remove("CORRAL_CONFIG")
+        .env("CORRAL_IT_AGENT_TOKEN", "it-agent-secret-0123456789")
+        .output();
+    let Ok(out) = out else {
+        unreachable!("the corral binary runs")
+    };
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let result = &v["result"];
+    let stdout = result["stdout"].as_str().unwrap_or_default();
+    assert!(stdout.contains("allowed body"), "{all}");
+    assert!(!stdout.contains("other body"), "{all}");
+    assert!(stdout.contains("egress.denied"), "{all}");
+    let primitives = result["attestation"]["primitives"].to_string();
+    assert!(primitives.contains("netns:egress-proxy"), "{all}");
+
+    // `state_dir` is relative to the config's directory.
+    let db = dir.path().join(".corral").join("corral.db");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let Ok(rt) = rt else {
+        unreachable!("a runtime starts")
+    };
+    let details: Vec<(String, Option<String>, String)> = rt.block_on(async {
+        let url = format!("sqlite://{}", db.display());
+        let Ok(store) = corral_store::Store::connect(&url).await else {
+            unreachable!("the store at {} opens", db.display())
+        };
+        let events = store.audit_recent(None, 100).await.unwrap_or_default();
+        store.close().await;
+        events
+            .into_iter()
+            .filter(|e| e.request_id.contains("/egress/"))
+            .map(|e| (e.detail.unwrap_or_default(), e.code, e.op))
+            .collect()
+    });
+    assert_eq!(details.len(), 2, "{details:?}\n{all}");
+    let allowed_event = details
+        .iter()
+        .find(|(d, ..)| d.contains(&format!("127.0.0.1:{allowed}")));
+    assert!(
+        allowed_event.is_some_and(|(d, code, op)| d.contains("allowed")
+            && code.is_none()
+            && op == "commands.run"),
+        "{details:?}"
+    );
+    let refused = details
+        .iter()
+        .find(|(d, ..)| d.contains(&format!("127.0.0.1:{other}")));
+    assert!(
+        refused.is_some_and(
+            |(d, code, _)| d.contains("refused") && code.as_deref() == Some("egress.denied")
+        ),
+        "{details:?}"
+    );
+    // Never a payload.
+    assert!(
+        !details.iter().any(|(d, ..)| d.contains("body")),
+        "{details:?}"
+    );
+}

@@ -30,6 +30,7 @@ use rustix::process::{Pid, Signal, WaitOptions};
 use rustix::thread::{CapabilitySet, CapabilitySets, UnshareFlags};
 
 use super::apply;
+use super::egress_bridge;
 use super::landlock_rules::{self, Rules};
 use super::mounts::{self, CowLayer, Ids, StepError};
 use super::seccomp;
@@ -212,6 +213,17 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
         // there are none to drop that the caller could not already use.
         let _ = rustix::thread::set_thread_groups(&[]);
     }
+    // Egress: the hand-over socket is reached by its host path, so before the unshare.
+    let egress = match (prep.network, &prep.egress_socket) {
+        (Network::Egress, Some(path)) => Some(egress_bridge::connect(path)?),
+        (Network::Egress, None) => {
+            return Err(StepError::invalid(
+                "egress",
+                "no hand-over socket in the prep",
+            ));
+        }
+        (Network::None | Network::Loopback, _) => None,
+    };
     // Inside, the caller is never uid 0: an `execve` by uid 0 would regain capabilities.
     let ids = Ids::of_caller();
     let flags = UnshareFlags::NEWUSER
@@ -259,6 +271,7 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     }
     if pid == 0 {
         drop(spec_write);
+        drop(egress);
         drop(layer_rx);
         init(prep, ids, status, spec_read, layer_tx);
     }
@@ -267,6 +280,14 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     let Some(init_pid) = Pid::from_raw(pid) else {
         return Err(StepError::unavailable("fork", "no pid"));
     };
+    // Before the spec, so before the target exists: its proxy address is listening.
+    if let Some(conn) = egress {
+        if let Err(e) = egress_bridge::hand_over(conn) {
+            let _ = rustix::process::kill_process(init_pid, Signal::KILL);
+            let _ = rustix::process::waitpid(Some(init_pid), WaitOptions::empty());
+            return Err(e);
+        }
+    }
 
     // A warm sandbox waits here until corral has a run for it.
     let spec = read_message(&std::io::stdin()).and_then(|json| {

@@ -34,6 +34,8 @@
 
 mod apply;
 mod cgroup;
+mod egress;
+mod egress_bridge;
 mod etc;
 mod helper;
 mod landlock_rules;
@@ -56,9 +58,10 @@ use tokio::sync::oneshot;
 use crate::common::{Captured, RlimitSpec, capture, feed, kill_group, rlimit_plan, validate};
 use crate::{
     AttachTx, Attached, Attestation, Backend, BoxFuture, Changes, DEFAULT_WRITE_QUOTA, ExecError,
-    ExecOutput, ExecRequest, RefusedChange,
+    ExecOutput, ExecRequest, RefusedChange, RunNetwork,
 };
 
+pub use egress::{PROXY_PORT, proxy_env};
 pub use helper::{HELPER_ARG, helper_main};
 pub use probe::{Primitive, probe, probe_for};
 pub use spec::Network;
@@ -86,6 +89,9 @@ pub const DEFAULT_PIDS_MAX: u64 = 1024;
 const OWN_PIDS: u64 = 2;
 /// Size of the per-run `/tmp` (and `/dev/shm`) tmpfs, unless the memory limit is smaller.
 const DEFAULT_TMP_BYTES: u64 = 512 * 1024 * 1024;
+
+/// Numbers the egress proxies started by this process.
+static EGRESS_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Warm sandboxes a backend keeps ready by default (see [`LinuxBackend::with_warm_pool`]).
 pub const DEFAULT_WARM_POOL: usize = 1;
@@ -214,6 +220,8 @@ impl LinuxBackend {
                 etc: Etc::Snapshot(snap),
                 required: required_cgroups(None),
                 cgroups: self.cgroups().into_owned(),
+                network: None,
+                egress_socket: None,
             });
             Ok(())
         });
@@ -579,11 +587,40 @@ impl LinuxBackend {
         };
         let cow_quota = cow.as_ref().map(|c| c.quota);
 
+        // The run's network, when it is not the backend's; with an allow-list, the run's proxy.
+        let (network, egress) = match &req.network {
+            None => (None, None),
+            Some(RunNetwork::None) => (Some(Network::None), None),
+            Some(RunNetwork::Loopback) => (Some(Network::Loopback), None),
+            Some(RunNetwork::Egress(e)) => (Some(Network::Egress), Some(e.clone())),
+        };
+        let network = network.filter(|n| *n != self.network);
+        let mut proxy = match &egress {
+            Some(_) => {
+                ensure_dir(&self.runtime_dir)?;
+                let id = format!(
+                    "{}-e{}",
+                    std::process::id(),
+                    EGRESS_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                );
+                Some(egress::Proxy::bind(&self.runtime_dir, &id)?)
+            }
+            None => None,
+        };
+
+        let env = if egress.is_some() {
+            egress::with_proxy_env(&req.env)
+        } else {
+            req.env.clone()
+        };
+
         let pool = self.pool()?;
         let want = Want {
             etc,
             required: required_cgroups(req.limits.memory),
             cgroups: self.cgroups().into_owned(),
+            network,
+            egress_socket: proxy.as_ref().map(|p| p.path().to_path_buf()),
         };
         let mut taken = Taken {
             sandbox: Some(pool.take(want).await?),
@@ -594,7 +631,7 @@ impl LinuxBackend {
                 let memory = req.limits.memory.or(req.limits.default_memory);
                 let spec = Spec {
                     argv: req.argv.clone(),
-                    env: req.env.clone(),
+                    env,
                     cwd,
                     read_paths,
                     write_paths,
@@ -607,6 +644,14 @@ impl LinuxBackend {
             }),
             None => Err(unavailable("the sandbox went missing")),
         };
+        // The proxy takes the sandbox's listening socket before the spec (so the target) goes.
+        let prepared = match (prepared, proxy.as_mut(), egress, &taken.sandbox) {
+            (Ok(encoded), Some(p), Some(e), Some(sb)) => p
+                .start(sb.pgid.as_raw_nonzero().get(), e)
+                .await
+                .map(|()| encoded),
+            (r, ..) => r,
+        };
         let result = match prepared {
             Ok(encoded) => {
                 self.drive(&req, encoded, attach, cow_quota, &mut taken, &spawn_error)
@@ -615,6 +660,9 @@ impl LinuxBackend {
             Err(e) => Err(e),
         };
         let destroyed = taken.destroy().await;
+        if let Some(p) = proxy {
+            p.finish().await;
+        }
         let mut out = result?;
         out.attestation.destroyed &= destroyed;
         Ok(out)

@@ -82,11 +82,17 @@ pub(crate) struct Want {
     /// The cgroups the run cannot do without (a sandbox lacking one is no use to it).
     pub(crate) required: Vec<Controller>,
     pub(crate) cgroups: Support,
+    /// The run's network when it is not the backend's: a sandbox is started for the run.
+    pub(crate) network: Option<Network>,
+    /// With `Network::Egress`: the run's proxy hand-over socket.
+    pub(crate) egress_socket: Option<PathBuf>,
 }
 
 impl Want {
     fn warm_ok(&self) -> bool {
-        matches!(self.etc, Etc::Snapshot(_))
+        self.network.is_none()
+            && self.egress_socket.is_none()
+            && matches!(self.etc, Etc::Snapshot(_))
     }
 
     /// Whether `sandbox` has every cgroup this run requires.
@@ -213,9 +219,10 @@ fn start(launch: &Launch, want: &Want) -> Result<Sandbox, ExecError> {
     let prep = Prep {
         root_dir: root_dir.clone(),
         etc: want.etc.source(),
-        network: launch.network,
+        network: want.network.unwrap_or(launch.network),
         cgroups: cgroups.dirs().map(PathBuf::from).collect(),
         parent_pid: rustix::process::getpid().as_raw_nonzero().get(),
+        egress_socket: want.egress_socket.clone(),
     };
     let cleanup = |cgroups: RunCgroups, root_dir: &PathBuf| {
         cgroups.remove(CGROUP_GRACE);

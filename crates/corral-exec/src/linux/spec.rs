@@ -20,6 +20,10 @@ pub enum Network {
     /// A fresh network namespace with `lo` up: the sandbox can talk to itself on 127.0.0.1, and
     /// to nothing else.
     Loopback,
+    /// A fresh network namespace with `lo` up and one listening socket on
+    /// `127.0.0.1:`[`super::egress::PROXY_PORT`] that corral's egress proxy (in the parent)
+    /// accepts on: the only way out, and only to what the run's allow-list admits.
+    Egress,
 }
 
 impl Network {
@@ -28,6 +32,7 @@ impl Network {
         match self {
             Network::None => "netns:none",
             Network::Loopback => "netns:loopback",
+            Network::Egress => "netns:egress-proxy",
         }
     }
 }
@@ -61,6 +66,10 @@ pub(crate) struct Prep {
     pub(crate) cgroups: Vec<PathBuf>,
     /// The parent's pid, to catch it dying before `PR_SET_PDEATHSIG` took effect.
     pub(crate) parent_pid: i32,
+    /// With [`Network::Egress`]: the parent's hand-over socket (a Unix socket path), where the
+    /// helper sends the sandbox's listening socket (see `egress_bridge.rs`).
+    #[serde(default)]
+    pub(crate) egress_socket: Option<PathBuf>,
 }
 
 /// The run, sent second: everything that depends on the request.

@@ -453,6 +453,7 @@ impl World {
             read_paths: vec![self.ro().to_path_buf()],
             write_paths: vec![self.w().to_path_buf()],
             protected: Default::default(),
+            network: None,
         }
     }
 

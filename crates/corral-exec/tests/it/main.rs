@@ -1,6 +1,7 @@
 //! Integration tests for corral-exec's backends, against real processes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod egress;
 mod escapes;
 mod linux;
 mod mock;
@@ -34,6 +35,7 @@ pub fn request(argv: &[&str]) -> ExecRequest {
         read_paths: Vec::new(),
         write_paths: Vec::new(),
         protected: Default::default(),
+        network: None,
     }
 }
 

@@ -18,6 +18,7 @@ fn req(argv: &[&str]) -> ExecRequest {
         read_paths: Vec::new(),
         write_paths: Vec::new(),
         protected: Default::default(),
+        network: None,
     }
 }
 

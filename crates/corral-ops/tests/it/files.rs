@@ -110,6 +110,7 @@ async fn call(e: &Engine, op: &str, args: Args) -> Result<OpOutput, OpError> {
             protected: Vec::new(),
             request_id: "test".to_owned(),
             url_check: None,
+            egress_log: None,
         })
         .await
 }

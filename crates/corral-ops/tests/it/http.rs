@@ -275,6 +275,7 @@ impl Call {
             protected: Vec::new(),
             request_id: "test".to_owned(),
             url_check: self.url_check,
+            egress_log: None,
         };
         match op.call(ctx).await? {
             OpOutput::Json { value, .. } => Ok(value),
@@ -367,6 +368,7 @@ async fn a_call_without_an_admitted_url_is_refused() -> TestResult {
         protected: Vec::new(),
         request_id: "test".to_owned(),
         url_check: None,
+        egress_log: None,
     };
     let r = op.call(ctx).await;
     assert_eq!(

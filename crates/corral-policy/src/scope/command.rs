@@ -221,6 +221,8 @@ pub struct CommandScopeSpec {
     pub timeout: Option<Duration>,
     /// Output kept per stream.
     pub max_output_bytes: Option<u64>,
+    /// The network the command gets; `None`: the backend's (`isolation.network`).
+    pub network: Option<super::NetworkSpec>,
 }
 
 /// A compiled command scope.
@@ -272,6 +274,8 @@ pub struct CommandGrant {
     pub env_set: Vec<(String, String)>,
     /// The pattern that matched.
     pub pattern: String,
+    /// The network the command gets; `None`: the backend's.
+    pub network: Option<super::NetworkSpec>,
 }
 
 impl CommandScope {
@@ -365,6 +369,7 @@ impl CommandScope {
             env_pass: self.spec.env_pass.clone(),
             env_set: self.spec.env_set.clone(),
             pattern: pattern.as_written().to_owned(),
+            network: self.spec.network.clone(),
         })
     }
 }

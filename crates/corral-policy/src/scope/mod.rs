@@ -1,11 +1,15 @@
 //! Typed scopes that narrow what an allowed op may touch: paths, commands, urls.
 
 pub mod command;
+pub mod egress;
 pub mod path;
 pub mod url;
 
 pub use command::{
     ArgPattern, ArgvPattern, CommandGrant, CommandRefusal, CommandScope, CommandScopeSpec,
+};
+pub use egress::{
+    EgressAllowList, EgressEntry, EgressEntryError, EgressRefusal, MAX_EGRESS_ENTRIES, NetworkSpec,
 };
 pub use path::{JailedPath, NormPath, PathRefusal, PathScope, PathScopeSpec, SymlinkMode};
 pub use url::{UrlGrant, UrlRefusal, UrlScope, UrlScopeSpec, is_private_ip};

@@ -6,6 +6,7 @@ mod catalog;
 mod commands;
 mod deny_beats_allow;
 mod differential;
+mod egress;
 mod hooks_and_presets;
 mod identity;
 mod paths;

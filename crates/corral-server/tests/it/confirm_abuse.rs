@@ -78,7 +78,15 @@ async fn a_flood_of_distinct_guarded_calls_stops_at_twenty_pending_actions() {
     let all = ids(&list(&s, &ada, "?limit=200").await);
     assert_eq!(all.len(), 20);
     // Another person is not held by ada's flood.
-    pending(&plain(&s, &human("bob", &["operator"]), "files.write", write("b.txt", "x")).await);
+    pending(
+        &plain(
+            &s,
+            &human("bob", &["operator"]),
+            "files.write",
+            write("b.txt", "x"),
+        )
+        .await,
+    );
 }
 
 // issue 11 item 6: the cap is a setting; a decision frees a place; the same call again (its
