@@ -7,6 +7,7 @@ mod docs;
 mod mcp;
 mod offline;
 mod reload;
+mod run;
 mod sandbox;
 mod upstream;
 
