@@ -292,3 +292,23 @@ fn corrals_own_failures_are_125_126_127_and_124_and_name_the_problem() {
     assert_eq!(code, 124, "{err}");
     assert!(err.contains("timed out after 1s"), "{err}");
 }
+
+#[test]
+fn git_metadata_in_the_workspace_stays_read_only() {
+    let dir = tempdir();
+    let _ = std::fs::create_dir(dir.path().join(".git"));
+    let (code, _, err) = corral_run(
+        dir.path(),
+        &[
+            "--",
+            "sh",
+            "-c",
+            "echo '[core] fsmonitor = evil' > .git/config",
+        ],
+        b"",
+        &[],
+    );
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("Read-only file system"), "{err}");
+    assert!(!dir.path().join(".git").join("config").exists());
+}
