@@ -8,7 +8,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// Exit codes: 0 ok, 1 findings or a refused call, 2 usage or config error.
+/// Exit codes: 0 ok, 1 findings or a refused call, 2 usage or config error; `corral run` ends
+/// with the program's own code (see `cmd::run`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// Everything is fine.
@@ -17,6 +18,8 @@ pub enum Exit {
     Findings,
     /// Bad usage, or a config that does not load.
     Error,
+    /// `corral run`: the sandboxed program's exit code, or one of corral's own (124 to 127).
+    Code(u8),
 }
 
 impl From<Exit> for ExitCode {
@@ -25,6 +28,7 @@ impl From<Exit> for ExitCode {
             Exit::Ok => 0,
             Exit::Findings => 1,
             Exit::Error => 2,
+            Exit::Code(c) => c,
         })
     }
 }
@@ -239,6 +243,45 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Run one command in the sandbox, with its own stdio and exit code: `corral run -- make test`.
+    ///
+    /// The system directories are visible read-only; `--profile` decides the current directory
+    /// (`workspace`: read-write, the default; `readonly`; `none`: not visible, the program runs
+    /// in an empty `/tmp`). Home and everything else is hidden; the network is off unless
+    /// `--net loopback`; the environment is PATH, TERM, the locale, TZ, `HOME=/tmp` and what
+    /// `--env` adds. Exit codes: the program's (128+N when signal N ended it), 124 when
+    /// `--timeout` killed it, 125 when corral could not run it (this host cannot isolate, bad
+    /// usage), 126 when the program cannot be executed, 127 when it is not found.
+    Run {
+        /// What of the host the sandbox sees besides the system directories.
+        #[arg(long, value_enum, default_value_t)]
+        profile: cmd::run::Profile,
+        /// Network: `none` (no interface up) or `loopback` (127.0.0.1 inside the sandbox only).
+        #[arg(long, value_name = "MODE", value_parser = cmd::run::parse_net)]
+        net: Option<cmd::run::Net>,
+        /// After the run, print what the sandbox applied as one JSON line on stderr.
+        #[arg(long)]
+        attest: bool,
+        /// Kill the sandbox after this long (`30s`, `5m`, `1h`); exit code 124.
+        #[arg(long, value_name = "DURATION", value_parser = cmd::run::parse_timeout)]
+        timeout: Option<std::time::Duration>,
+        /// Memory limit of the whole sandbox (`512MiB`, `2GiB`), enforced by a memory cgroup;
+        /// refused where the host has none.
+        #[arg(long, value_name = "SIZE", value_parser = cmd::run::parse_memory)]
+        memory: Option<u64>,
+        /// Also show this directory or file, read-only (repeatable).
+        #[arg(long, value_name = "PATH")]
+        read: Vec<PathBuf>,
+        /// Also show this directory or file, read-write (repeatable).
+        #[arg(long, value_name = "PATH")]
+        write: Vec<PathBuf>,
+        /// Pass a variable: `NAME` (its value here) or `NAME=VALUE` (repeatable).
+        #[arg(long, value_name = "NAME[=VALUE]")]
+        env: Vec<String>,
+        /// The command and its arguments (after `--`).
+        #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+        argv: Vec<String>,
+    },
     /// Check a server's `/healthz`: exit 0 when healthy, 1 when not or unreachable.
     Healthcheck {
         /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
@@ -273,10 +316,12 @@ pub fn run() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.use_stderr() {
-                Exit::Error
-            } else {
-                Exit::Ok
+            // `corral run` keeps 2 for the program: its own usage errors are 125.
+            let running = std::env::args_os().nth(1).is_some_and(|a| a == "run");
+            let code = match (e.use_stderr(), running) {
+                (false, _) => Exit::Ok,
+                (true, false) => Exit::Error,
+                (true, true) => Exit::Code(cmd::run::EXIT_CANNOT_RUN),
             };
             let _ = e.print();
             return code.into();
@@ -395,6 +440,27 @@ pub fn run_cli(cli: Cli) -> Exit {
             remote.token_env.as_deref(),
             remote.format,
         ),
+        Command::Run {
+            profile,
+            net,
+            attest,
+            timeout,
+            memory,
+            read,
+            write,
+            env,
+            argv,
+        } => cmd::run::run(cmd::run::Args {
+            profile,
+            net,
+            attest,
+            timeout,
+            memory,
+            read,
+            write,
+            env,
+            argv,
+        }),
         Command::Healthcheck {
             server,
             timeout_ms,

@@ -10,6 +10,7 @@ pub mod explain;
 pub mod healthcheck;
 pub mod init;
 pub mod mcp;
+pub mod run;
 pub mod serve;
 
 use std::path::{Path, PathBuf};

@@ -8,6 +8,7 @@ mod doctor;
 mod mcp;
 mod offline;
 mod reload;
+mod run;
 mod sandbox;
 mod upstream;
 

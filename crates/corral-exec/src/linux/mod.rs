@@ -103,6 +103,8 @@ pub struct LinuxBackend {
     network: Network,
     runtime_dir: PathBuf,
     warm: usize,
+    /// Whether the target's stdout and stderr are this process's own.
+    inherit_output: bool,
     /// Set once the preflight passed.
     preflight: OnceLock<()>,
     /// Set by the first preflight.
@@ -127,6 +129,7 @@ impl LinuxBackend {
             network: Network::None,
             runtime_dir: default_runtime_dir(uid),
             warm: DEFAULT_WARM_POOL,
+            inherit_output: false,
             preflight: OnceLock::new(),
             checked_once: std::sync::atomic::AtomicBool::new(false),
             cgroups: OnceLock::new(),
@@ -142,6 +145,19 @@ impl LinuxBackend {
     /// once the preflight passed, and killed and removed with the backend.
     pub fn with_warm_pool(mut self, size: usize) -> Self {
         self.warm = size;
+        self
+    }
+
+    /// Every run's stdout and stderr are this process's own stdout and stderr (a terminal, a
+    /// pipe, a file), inherited by the target directly instead of captured: the program writes
+    /// to them itself, streamed, and sees a terminal when there is one (it runs in a session of
+    /// its own, so it cannot push input into that terminal). `ExecOutput::stdout`/`stderr` stay
+    /// empty, and [`Backend::run_attached`] gives an empty stdout; stdin is still the run's
+    /// (`req.stdin`, or the attached writer). For `corral run`, which sandboxes one command from
+    /// the shell; a backend of a server never does this. Warm sandboxes start with the same
+    /// descriptors, so it is a backend setting, not a request's.
+    pub fn with_inherited_output(mut self) -> Self {
+        self.inherit_output = true;
         self
     }
 
@@ -184,6 +200,7 @@ impl LinuxBackend {
                 helper: self.helper.clone(),
                 runtime_dir: self.runtime_dir.clone(),
                 network: self.network,
+                inherit_output: self.inherit_output,
             },
             self.warm,
         )?;
@@ -926,8 +943,9 @@ impl LinuxBackend {
 }
 
 /// Attached mode: sends the spec, waits for the helper's `Ready` (every primitive applied, the
-/// target about to start), then gives the target's stdin and stdout to the caller. No `Ready`
-/// (the helper refused the run): the caller gets nothing, and the run's error says why.
+/// target about to start), then gives the target's stdin and stdout to the caller (an empty
+/// stdout when the backend's output is inherited). No `Ready` (the helper refused the run): the
+/// caller gets nothing, and the run's error says why.
 async fn hand_over(
     stdin: Option<tokio::process::ChildStdin>,
     stdout: Option<tokio::process::ChildStdout>,
@@ -937,8 +955,12 @@ async fn hand_over(
     attach: AttachTx,
 ) {
     use tokio::io::AsyncWriteExt;
-    let (Some(mut stdin), Some(stdout)) = (stdin, stdout) else {
+    let Some(mut stdin) = stdin else {
         return;
+    };
+    let stdout: Box<dyn tokio::io::AsyncRead + Send + Unpin> = match stdout {
+        Some(pipe) => Box::new(pipe),
+        None => Box::new(tokio::io::empty()),
     };
     if let Err(e) = stdin.write_all(&spec).await {
         tracing::debug!(error = %e, "the sandbox helper stopped reading its spec");
@@ -952,7 +974,7 @@ async fn hand_over(
     primitives.extend(cgroup_primitives);
     let _ = attach.send(Attached {
         stdin: Box::new(stdin),
-        stdout: Box::new(stdout),
+        stdout,
         attestation: Attestation {
             backend: NAME,
             isolated: true,

@@ -73,6 +73,9 @@ pub(crate) struct Launch {
     pub(crate) helper: PathBuf,
     pub(crate) runtime_dir: PathBuf,
     pub(crate) network: Network,
+    /// The helpers' stdout and stderr are this process's own (see
+    /// `LinuxBackend::with_inherited_output`), not pipes.
+    pub(crate) inherit_output: bool,
 }
 
 /// What a run asks the starter for.
@@ -304,13 +307,20 @@ fn spawn_helper(launch: &Launch) -> Result<(Child, OwnedFd), ExecError> {
         .map_err(|e| unavailable(format!("status pipe: {e}")))?;
     let status_fd = status_write.as_raw_fd();
     let parent = rustix::process::getpid();
+    let output = || {
+        if launch.inherit_output {
+            Stdio::inherit()
+        } else {
+            Stdio::piped()
+        }
+    };
     let mut cmd = Command::new(&launch.helper);
     cmd.arg(HELPER_ARG)
         .arg(status_fd.to_string())
         .env_clear()
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(output())
+        .stderr(output())
         .process_group(0);
     #[expect(
         unsafe_code,

@@ -1,0 +1,360 @@
+//! `corral run -- CMD ARGS...`: one command from the shell in the linux sandbox, the way `bwrap`
+//! or `srt` wrap a coding agent's commands, with the program's own stdio and exit code.
+//!
+//! The profile decides what of the host the sandbox sees besides the system directories
+//! (`/usr`, `/bin`, `/lib*`, an allow-listed `/etc`, all read-only): `workspace` binds the
+//! current directory read-write (`.git` and `.corral` in it stay read-only), `readonly` binds it
+//! read-only, `none` binds nothing and runs in the sandbox's empty `/tmp`. `--read`/`--write`
+//! add directories. Home and everything else is absent; the network is a namespace of its own
+//! (`none`: no interface up; `loopback`: only `lo`). The environment is a short allow-list
+//! (`PATH`, `TERM`, locale, `TZ`; `HOME=/tmp`) plus what `--env` passes: a token in the
+//! shell's environment never reaches the program unless named.
+//!
+//! The program writes to corral's own stdout and stderr (inherited, so a terminal stays a
+//! terminal and output is streamed); its stdin is corral's stdin, relayed through a pipe. The
+//! exit code is the program's, 128 + N when signal N ended it, 124 when `--timeout` killed it,
+//! and 125 when corral could not run it (isolation unavailable on this host, a path that cannot
+//! be bound, bad usage), 126 when the program could not be executed, 127 when it was not found,
+//! as `docker run` and `env` do. Nothing is printed on success; `--attest` adds one JSON line on
+//! stderr after the run with what the sandbox applied.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::ValueEnum;
+use corral_exec::linux::{LinuxBackend, Network};
+use corral_exec::{Backend, ExecError, ExecOutput, ExecRequest, ResourceLimits};
+use corral_policy::codes;
+use serde::Serialize;
+
+use crate::Exit;
+
+/// Exit code: corral could not run the command (as `docker run` and `env`).
+pub const EXIT_CANNOT_RUN: u8 = 125;
+/// Exit code: the program exists but could not be executed.
+pub const EXIT_NOT_EXECUTABLE: u8 = 126;
+/// Exit code: the program was not found in the sandbox.
+pub const EXIT_NOT_FOUND: u8 = 127;
+/// Exit code: `--timeout` passed and the sandbox was killed (as `timeout(1)`).
+pub const EXIT_TIMED_OUT: u8 = 124;
+
+/// The wall-clock limit when `--timeout` is not given: effectively none.
+const NO_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Variables passed from corral's environment unless `--env` says otherwise.
+const PASSED_ENV: &[&str] = &[
+    "PATH",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "LC_COLLATE",
+    "LC_NUMERIC",
+    "LC_TIME",
+    "TZ",
+];
+
+/// `PATH` when corral's environment has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What of the host the sandbox sees besides the system directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Profile {
+    /// The current directory read-write (its `.git` and `.corral` read-only).
+    #[default]
+    Workspace,
+    /// The current directory read-only.
+    Readonly,
+    /// No host directory; the program runs in the sandbox's empty `/tmp`.
+    None,
+}
+
+/// `--net`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Net(Network);
+
+/// Parses `--net`: `none` or `loopback`.
+pub fn parse_net(s: &str) -> Result<Net, String> {
+    match s {
+        "none" => Ok(Net(Network::None)),
+        "loopback" => Ok(Net(Network::Loopback)),
+        other if other.starts_with("allow:") => Err(
+            "an egress allow-list (`allow:HOST:PORT`) is not available in this build yet; use `none` or `loopback`"
+                .into(),
+        ),
+        other => Err(format!(
+            "`{other}` is not a network mode; use `none` (no network) or `loopback` (127.0.0.1 inside the sandbox only)"
+        )),
+    }
+}
+
+/// Parses `--timeout` (`30s`, `5m`, `1h`, `500ms`).
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    corral_policy::units::parse_duration(s).map_err(|_| {
+        format!("`{s}` is not a duration; write a number and a unit: `500ms`, `30s`, `5m`, `1h`")
+    })
+}
+
+/// Parses `--memory` (`512MiB`, `2GB`).
+pub fn parse_memory(s: &str) -> Result<u64, String> {
+    corral_policy::units::parse_size(s).map_err(|_| {
+        format!("`{s}` is not a size; write a number and a unit: `512MiB`, `2GiB`, `1GB`")
+    })
+}
+
+/// `corral run`'s options.
+#[derive(Debug)]
+pub struct Args {
+    pub profile: Profile,
+    pub net: Option<Net>,
+    pub attest: bool,
+    pub timeout: Option<Duration>,
+    pub memory: Option<u64>,
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub env: Vec<String>,
+    pub argv: Vec<String>,
+}
+
+/// What `--attest` prints: one JSON line on stderr.
+#[derive(Debug, Serialize)]
+struct AttestOut<'a> {
+    backend: &'a str,
+    isolated: bool,
+    destroyed: bool,
+    primitives: &'a [String],
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    timed_out: bool,
+    duration_ms: u128,
+}
+
+/// A failure of corral's own, printed as `corral run: error[code]: message` (exit 125 unless
+/// said otherwise).
+struct Failure {
+    code: &'static str,
+    message: String,
+    exit: u8,
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Self {
+        Failure {
+            code: codes::EXEC_INVALID,
+            message: message.into(),
+            exit: EXIT_CANNOT_RUN,
+        }
+    }
+
+    fn print(&self) {
+        eprintln!("corral run: error[{}]: {}", self.code, self.message);
+    }
+}
+
+impl From<ExecError> for Failure {
+    fn from(e: ExecError) -> Self {
+        let exit = match &e {
+            ExecError::Spawn { reason, .. } if reason.starts_with("no such program") => {
+                EXIT_NOT_FOUND
+            }
+            ExecError::Spawn { .. } => EXIT_NOT_EXECUTABLE,
+            ExecError::Unavailable { .. } | ExecError::Invalid(_) => EXIT_CANNOT_RUN,
+        };
+        let message = match &e {
+            ExecError::Unavailable { .. } => format!(
+                "{e}\n  corral never runs a command unsandboxed; `corral doctor` lists every isolation primitive of this host and how to get the missing ones"
+            ),
+            _ => e.to_string(),
+        };
+        Failure {
+            code: e.code(),
+            message,
+            exit,
+        }
+    }
+}
+
+/// Runs `corral run`.
+pub fn run(args: Args) -> Exit {
+    match run_inner(args) {
+        Ok(code) => Exit::Code(code),
+        Err(f) => {
+            f.print();
+            Exit::Code(f.exit)
+        }
+    }
+}
+
+fn run_inner(args: Args) -> Result<u8, Failure> {
+    let req = request(&args)?;
+    let mut backend = LinuxBackend::new(PathBuf::from("/proc/self/exe"))
+        .with_network(args.net.map_or(Network::None, |n| n.0))
+        .with_inherited_output();
+    if args.memory.is_some() {
+        // A run with a memory limit gets a sandbox made for it: a warm one would be wasted.
+        backend = backend.with_warm_pool(0);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure {
+            code: codes::ISOLATION_UNAVAILABLE,
+            message: format!("cannot start the runtime: {e}"),
+            exit: EXIT_CANNOT_RUN,
+        })?;
+    let result = rt.block_on(supervise(&backend, req));
+    // The stdin relay may still be blocked reading a terminal: do not wait for it.
+    rt.shutdown_background();
+    drop(backend);
+    let out = result?;
+    if args.attest {
+        let a = &out.attestation;
+        let line = AttestOut {
+            backend: a.backend,
+            isolated: a.isolated,
+            destroyed: a.destroyed,
+            primitives: &a.primitives,
+            exit_code: out.exit_code,
+            signal: out.signal,
+            timed_out: out.timed_out,
+            duration_ms: out.duration.as_millis(),
+        };
+        match serde_json::to_string(&line) {
+            Ok(s) => eprintln!("{s}"),
+            Err(e) => eprintln!("corral run: cannot encode the attestation: {e}"),
+        }
+    }
+    Ok(exit_code(&out, args.timeout))
+}
+
+/// The exit code `corral run` ends with for a run that happened.
+fn exit_code(out: &ExecOutput, timeout: Option<Duration>) -> u8 {
+    if out.timed_out {
+        let limit = timeout.map_or_else(String::new, |t| {
+            format!(" after {}", corral_policy::units::format_duration(t))
+        });
+        eprintln!("corral run: the command timed out{limit} and was killed (--timeout)");
+        return EXIT_TIMED_OUT;
+    }
+    match (out.exit_code, out.signal) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(EXIT_CANNOT_RUN),
+        (None, Some(sig)) => u8::try_from((128 + sig) & 0xff).unwrap_or(EXIT_CANNOT_RUN),
+        (None, None) => EXIT_CANNOT_RUN,
+    }
+}
+
+/// Runs the request attached: corral's stdin is relayed to the program until either ends; its
+/// stdout and stderr are corral's own (the backend inherits them).
+async fn supervise(backend: &LinuxBackend, req: ExecRequest) -> Result<ExecOutput, Failure> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<corral_exec::Attached>();
+    // Nothing reaches the program before the sandbox reported every primitive applied.
+    let relay = tokio::spawn(async move {
+        if let Ok(attached) = rx.await {
+            let mut to_program = attached.stdin;
+            // The program may stop reading, or end, first: that is no error of the run's.
+            let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut to_program).await;
+            // EOF on corral's stdin, so EOF for the program (dropping the pipe closes it).
+        }
+    });
+    let out = backend.run_attached(req, tx).await;
+    relay.abort();
+    out.map_err(Failure::from)
+}
+
+/// The sandbox request for these options, from the current directory and environment.
+fn request(args: &Args) -> Result<ExecRequest, Failure> {
+    if args.argv.is_empty() {
+        return Err(Failure::usage(
+            "no command given; write it after `--`: `corral run -- make test`",
+        ));
+    }
+    let here = std::env::current_dir().map_err(|e| {
+        Failure::usage(format!(
+            "the current directory is not usable: {e}; cd into the project first"
+        ))
+    })?;
+    let mut read_paths = Vec::new();
+    let mut write_paths = Vec::new();
+    let cwd = match args.profile {
+        Profile::Workspace | Profile::Readonly if here == Path::new("/") => {
+            return Err(Failure::usage(
+                "the current directory is `/`, which a sandbox never binds; cd into a project directory, or pass `--profile none`",
+            ));
+        }
+        Profile::Workspace => {
+            write_paths.push(here.clone());
+            here
+        }
+        Profile::Readonly => {
+            read_paths.push(here.clone());
+            here
+        }
+        Profile::None => PathBuf::from("/tmp"),
+    };
+    for (flag, paths, out) in [
+        ("--read", &args.read, &mut read_paths),
+        ("--write", &args.write, &mut write_paths),
+    ] {
+        for p in paths {
+            let real = std::fs::canonicalize(p).map_err(|e| {
+                Failure::usage(format!(
+                    "{flag} `{}` is not usable: {e}; pass an existing directory or file",
+                    p.display()
+                ))
+            })?;
+            out.push(real);
+        }
+    }
+    Ok(ExecRequest {
+        argv: args.argv.clone(),
+        cwd,
+        env: environment(&args.env)?,
+        stdin: None,
+        timeout: args.timeout.unwrap_or(NO_TIMEOUT),
+        max_output_bytes: 0,
+        limits: ResourceLimits {
+            memory: args.memory,
+            ..ResourceLimits::default()
+        },
+        read_paths,
+        write_paths,
+    })
+}
+
+/// The program's whole environment: the allow-listed variables of corral's own, `HOME=/tmp`,
+/// then `--env NAME` (corral's value) and `--env NAME=VALUE`, later ones winning.
+fn environment(extra: &[String]) -> Result<Vec<(String, String)>, Failure> {
+    let mut env: Vec<(String, String)> = PASSED_ENV
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
+        .collect();
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push(("PATH".into(), DEFAULT_PATH.into()));
+    }
+    env.push(("HOME".into(), "/tmp".into()));
+    for e in extra {
+        let (name, value) = match e.split_once('=') {
+            Some((n, v)) => (n.to_owned(), v.to_owned()),
+            None => match std::env::var(e) {
+                Ok(v) => (e.clone(), v),
+                // Unset here: not set in the sandbox either.
+                Err(_) => continue,
+            },
+        };
+        let valid = !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !valid {
+            return Err(Failure::usage(format!(
+                "--env `{e}` is not `NAME` or `NAME=VALUE` with a name of letters, digits and `_`"
+            )));
+        }
+        env.retain(|(k, _)| *k != name);
+        env.push((name, value));
+    }
+    Ok(env)
+}
