@@ -318,10 +318,14 @@ fn request(args: &Args) -> Result<ExecRequest, Failure> {
         max_output_bytes: 0,
         limits: ResourceLimits {
             memory: args.memory,
+            // 1 GiB unless `--memory` says otherwise (safe by default, issue 11 item 5).
+            default_memory: Some(corral_exec::DEFAULT_MEMORY),
             ..ResourceLimits::default()
         },
         read_paths,
         write_paths,
+        protected: corral_policy::Protected::default(),
+        network: None,
     })
 }
 
