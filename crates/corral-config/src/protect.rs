@@ -200,6 +200,24 @@ fn writable_roots(
             });
         }
     }
+    // A custom op's program writes its write paths (or its cwd) and its writable params' roots.
+    let root = c.root.as_ref().map(|r| r.value.as_str());
+    for op in &c.custom {
+        let params = op
+            .params
+            .iter()
+            .filter(|p| p.writable)
+            .filter_map(|p| match &p.kind {
+                corral_policy::ParamKind::Path { root: Some(r) } => Some(r.clone()),
+                _ => None,
+            });
+        for w in op.declared_write_paths(root).into_iter().chain(params) {
+            out.push(Writable {
+                root: absolutize(base_dir, &w).to_string_lossy().into_owned(),
+                by: format!("custom op `{}`", op.id.value),
+            });
+        }
+    }
     out
 }
 

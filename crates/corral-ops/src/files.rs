@@ -585,6 +585,23 @@ fn write(
             "the root itself is a directory",
         ));
     }
+    // A valid git `HEAD` makes its directory a repository that the host's git trusts without
+    // any `.git` in the path (issue 11 item 2): refused by content, and an append to a `HEAD`
+    // that has content is refused too (it could complete one).
+    if jp.relative().rsplit('/').next() == Some(corral_policy::protect::GIT_HEAD) {
+        let has_content =
+            append && std::fs::symlink_metadata(jp.absolute()).map_or(false, |m| m.len() > 0);
+        if has_content || corral_policy::protect::looks_like_git_head(content.as_bytes()) {
+            return Err(OpError::new(
+                codes::POLICY_PATH_DENIED,
+                403,
+                format!(
+                    "`{}`: a git `HEAD` would make its directory a repository that git on the host trusts (and runs commands from its config); write it under another name",
+                    jp.absolute()
+                ),
+            ));
+        }
+    }
     let o = open_for_write(jp, checks, append)?;
     let mut f = std::fs::File::from(o.fd);
     f.write_all(content.as_bytes())

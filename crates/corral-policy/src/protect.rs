@@ -16,6 +16,24 @@ use crate::scope::path::{compile_deny_globs, normalize};
 /// Names protected wherever they appear as a path component, in every deployment.
 pub const ALWAYS_PROTECTED_NAMES: &[&str] = &[".git", ".corral"];
 
+/// Whether a file named `HEAD` with this content (its first bytes) would make its directory a
+/// git directory: git takes a directory holding a valid `HEAD`, `objects/` and `refs/` for a
+/// (bare) repository and runs what its `config` says (`core.fsmonitor`, hooks), without any
+/// `.git` in the path. A valid `HEAD` is `ref: refs/...` or an object id (40 or 64 hex digits).
+/// Without one, git does not take the directory for a repository, so refusing such a `HEAD`
+/// (anywhere, by any op or program) keeps embedded repositories out (issue 11 item 2).
+pub fn looks_like_git_head(content: &[u8]) -> bool {
+    let text = content.trim_ascii_start();
+    if text.starts_with(b"ref:") {
+        return true;
+    }
+    let hex = text.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    hex >= 40
+}
+
+/// The file name git reads a repository's current ref from.
+pub const GIT_HEAD: &str = "HEAD";
+
 /// What is protected, as written (before compiling the globs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProtectedSpec {
@@ -312,6 +330,18 @@ mod tests {
         assert_eq!(u.hit("/ws/k.txt"), None);
         p.add_path("not/absolute");
         assert!(p.hit_for("/anything", Access::Read).is_some());
+    }
+
+    #[test]
+    fn a_git_head_is_recognised_by_its_content() {
+        assert!(looks_like_git_head(b"ref: refs/heads/main\n"));
+        assert!(looks_like_git_head(b"  ref:refs/heads/x"));
+        assert!(looks_like_git_head(
+            b"0123456789abcdef0123456789abcdef01234567\n"
+        ));
+        assert!(!looks_like_git_head(b"HEAD of the class\n"));
+        assert!(!looks_like_git_head(b"deadbeef\n"));
+        assert!(!looks_like_git_head(b""));
     }
 
     #[test]

@@ -171,3 +171,24 @@ fn custom_op_paths_that_are_not_absolute_are_load_errors() {
     );
     assert!(all.contains("not the `write` effect"), "{all}");
 }
+
+#[test]
+fn a_custom_op_that_could_write_corrals_own_files_does_not_load() {
+    // Found by the attack on issue 11's fixes: `write_paths` holding the config and the state
+    // directory loaded without `config.protected_writable`.
+    let dir = workspace(Some(
+        "version: 1\nstate_dir: .corral\ncustom:\n  tool.w:\n    argv: [/bin/true]\n    effects: [write, exec]\n    write_paths: [$DIR]\nrules:\n  - allow: [tool.w]\nauth:\n  tokens:\n    - {id: agent, roles: [operator], token_env: CORRAL_IT_TOKEN}\n",
+    ));
+    let yaml = std::fs::read_to_string(dir.path().join("corral.yaml")).unwrap_or_default();
+    let _ = std::fs::write(
+        dir.path().join("corral.yaml"),
+        yaml.replace("$DIR", &dir.path().to_string_lossy()),
+    );
+    let (code, out, err) =
+        corral_with_env(dir.path(), &["check-config"], &[("CORRAL_IT_TOKEN", TOKEN)]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("config.protected_writable"),
+        "{out}{err}"
+    );
+}

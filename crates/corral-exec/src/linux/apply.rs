@@ -26,6 +26,7 @@
 
 use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
+use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -43,6 +44,8 @@ const MAX_DEPTH: usize = 256;
 const MAX_DELETE_WALK: usize = 200_000;
 /// Longest path reported in a refusal, bytes.
 const MAX_REPORTED_PATH: usize = 1024;
+/// Why a git `HEAD` is refused.
+const GIT_HEAD_REFUSED: &str = "a git `HEAD` would make its directory a repository that git on the host trusts (its config runs commands)";
 /// The xattr overlayfs (mounted with `userxattr`) marks an opaque directory with.
 const OPAQUE_XATTR: &str = "user.overlay.opaque";
 
@@ -52,6 +55,7 @@ pub(crate) fn apply(
     layer: CowLayer,
     paths: &[PathBuf],
     protected: Result<Protected, String>,
+    quota: u64,
 ) -> Changes {
     // Modes are set exactly, never through the helper's umask.
     rustix::process::umask(Mode::empty());
@@ -59,6 +63,7 @@ pub(crate) fn apply(
         protected,
         changes: Changes::default(),
         seq: 0,
+        quota,
     };
     for (i, (host, path)) in layer.hosts.iter().zip(paths).enumerate() {
         let upper = match rustix::fs::openat(
@@ -82,6 +87,10 @@ struct Applier {
     protected: Result<Protected, String>,
     changes: Changes,
     seq: u64,
+    /// The run's write quota, bytes: what the apply writes to the host counts against it at each
+    /// file's full size (a sparse file's holes and every hard link included), so the layer's
+    /// tmpfs, which counts only blocks, cannot be used to write more.
+    quota: u64,
 }
 
 /// The names in the directory `fd` (without `.` and `..`).
@@ -373,7 +382,13 @@ impl Applier {
         abs: &Path,
         st: &Stat,
     ) -> Result<(), String> {
-        self.clear_for_file(host, name, abs)?;
+        let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+        if self.changes.bytes.saturating_add(size) > self.quota {
+            return Err(format!(
+                "the run's changes are over its write quota of {} bytes (a sparse file or a hard link counts at its full size)",
+                self.quota
+            ));
+        }
         let src = rustix::fs::openat(
             upper,
             name,
@@ -381,6 +396,15 @@ impl Applier {
             Mode::empty(),
         )
         .map_err(|e| format!("the run's layer cannot be read: {e}"))?;
+        if name.to_bytes() == corral_policy::protect::GIT_HEAD.as_bytes() {
+            let mut head = [0u8; 128];
+            let n = rustix::io::pread(&src, &mut head, 0)
+                .map_err(|e| format!("the run's layer cannot be read: {e}"))?;
+            if corral_policy::protect::looks_like_git_head(head.get(..n).unwrap_or_default()) {
+                return Err(GIT_HEAD_REFUSED.to_owned());
+            }
+        }
+        self.clear_for_file(host, name, abs)?;
         let tmp = self.temp_name();
         let dst = rustix::fs::openat(
             host,
@@ -390,7 +414,7 @@ impl Applier {
         )
         .map_err(describe)?;
         let written = (|| -> Result<u64, String> {
-            let mut from = File::from(src);
+            let mut from = File::from(src).take(size);
             let mut to = File::from(dst);
             let n = std::io::copy(&mut from, &mut to).map_err(|e| e.to_string())?;
             rustix::fs::fchmod(&to, Mode::from_raw_mode(st.st_mode & 0o777))
@@ -429,6 +453,9 @@ impl Applier {
         name: &CStr,
         abs: &Path,
     ) -> Result<(), String> {
+        if name.to_bytes() == corral_policy::protect::GIT_HEAD.as_bytes() {
+            return Err(GIT_HEAD_REFUSED.to_owned());
+        }
         self.clear_for_file(host, name, abs)?;
         let target = rustix::fs::readlinkat(upper, name, Vec::new())
             .map_err(|e| format!("the run's layer cannot be read: {e}"))?;

@@ -313,7 +313,7 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     if let Some(cow) = &spec.cow {
         let paths = mounts::cow_paths(&spec);
         if let Some(layer) = receive_layer(&layer_rx, paths.len()) {
-            let changes = apply::apply(layer, &paths, cow.protected.compile());
+            let changes = apply::apply(layer, &paths, cow.protected.compile(), cow.quota);
             status.send(&Status::Changes { changes });
         }
     }

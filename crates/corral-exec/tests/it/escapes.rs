@@ -3453,6 +3453,82 @@ async fn a_write_quota_stops_a_big_write_inside_and_nothing_beyond_it_reaches_th
 }
 
 #[tokio::test]
+async fn sparse_files_and_hard_links_cannot_get_around_the_write_quota() {
+    // issue 11 item 5, found by the attack on the fix: the layer's tmpfs counts blocks, so a
+    // 64 MiB sparse file, or 10 hard links to one 4 MiB file, fit a 16 MiB quota inside while
+    // the apply wrote them out whole on the host. The apply counts each file at its full size.
+    let world = World::new();
+    let mut req = world.sh(
+        "truncate -s 64M sparse && head -c 4194304 /dev/zero > f0 && for i in 1 2 3 4 5 6 7 8 9; do ln f0 f$i; done; echo made",
+    );
+    req.limits.write_quota = Some(16 << 20);
+    let out = run(req).await;
+    assert!(probe_output(&out).contains("made"), "{}", describe(&out));
+    let on_host: u64 = std::fs::read_dir(world.w())
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    assert!(
+        on_host <= 16 << 20,
+        "{on_host} bytes reached the host under a 16 MiB quota: {:?}",
+        out.changes
+    );
+    assert!(changes(&out).bytes <= 16 << 20, "{:?}", out.changes);
+    assert!(
+        changes(&out)
+            .refused
+            .iter()
+            .any(|r| r.reason.contains("over its write quota")),
+        "the refusals say why: {:?}",
+        out.changes
+    );
+}
+
+#[tokio::test]
+async fn a_bare_repository_planted_without_any_git_name_never_reaches_the_host() {
+    // issue 11 item 2, found by the attack on the fix: `src/HEAD` + `src/objects/` +
+    // `src/refs/` + `src/config` with `core.fsmonitor` is a repository the host's git runs
+    // (from `cd src && git status`) though no `.git` is in any path. A valid `HEAD` is refused.
+    let world = World::new();
+    let out = run(world.sh(
+        r#"mkdir -p src/objects src/refs && printf 'ref: refs/heads/main
+' > src/HEAD && printf '[core]
+	bare = false
+	fsmonitor = "touch /tmp/pwned"
+' > src/config && ln -s refs/heads/main other-HEAD-dir-marker; mkdir sub && ln -s refs/heads/main sub/HEAD; echo made"#,
+    ))
+    .await;
+    assert!(probe_output(&out).contains("made"), "{}", describe(&out));
+    assert!(
+        !world.w().join("src/HEAD").exists(),
+        "a git HEAD reached the host"
+    );
+    assert!(
+        std::fs::symlink_metadata(world.w().join("sub/HEAD")).is_err(),
+        "a HEAD symlink reached the host"
+    );
+    let refused = changes(&out)
+        .refused
+        .iter()
+        .filter(|r| r.reason.contains("git `HEAD`"))
+        .count();
+    assert_eq!(refused, 2, "{:?}", out.changes);
+    // A file named HEAD that is no git HEAD is an ordinary file.
+    let out = run(world.sh("printf 'notes\n' > HEAD")).await;
+    probe_output(&out);
+    assert_eq!(
+        std::fs::read_to_string(world.w().join("HEAD"))
+            .ok()
+            .as_deref(),
+        Some("notes\n")
+    );
+}
+
+#[tokio::test]
 async fn many_small_files_cannot_get_around_the_write_quota() {
     // issue 11 item 5: empty files cost no bytes; the layer's inode cap stops them.
     if !host_has(PYTHON) {

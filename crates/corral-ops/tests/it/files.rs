@@ -162,6 +162,32 @@ async fn writing_git_metadata_is_refused_by_name_and_through_a_symlink() -> Test
 }
 
 #[tokio::test]
+async fn a_git_head_that_would_make_a_bare_repository_is_refused() -> TestResult {
+    // issue 11 item 2, found by the attack on the fix: `src/HEAD` (`ref: refs/heads/main`) +
+    // `src/config` + `src/objects/` + `src/refs/` is a repository the host's git runs from
+    // `src/` with no `.git` anywhere. Without a valid HEAD git does not take it for one.
+    let ws = Ws::new()?;
+    let e = ws.engine(&[], None)?;
+    let r = call(
+        &e,
+        "files.write",
+        write_args("data/HEAD", "ref: refs/heads/main\n"),
+    )
+    .await;
+    assert!(refused(&r, codes::POLICY_PATH_DENIED), "{r:?}");
+    let msg = r.err().map(|e| e.message).unwrap_or_default();
+    assert!(msg.contains("git `HEAD`"), "{msg}");
+    let oid = "0123456789abcdef0123456789abcdef01234567\n";
+    let r = call(&e, "files.write", write_args("data/HEAD", oid)).await;
+    assert!(refused(&r, codes::POLICY_PATH_DENIED), "{r:?}");
+    assert!(!ws.path("data/HEAD").exists());
+    // A HEAD that is no git HEAD is an ordinary file.
+    let r = call(&e, "files.write", write_args("data/HEAD", "notes\n")).await;
+    assert!(r.is_ok(), "{r:?}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn deleting_a_directory_that_holds_a_protected_name_is_refused() -> TestResult {
     // issue 11 item 2: a delete takes along what is beneath.
     let ws = Ws::new()?;
