@@ -29,6 +29,7 @@ done
 RUNS=${RUNS:-200}
 COLD=${COLD:-5}
 OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
 
 if [ -z "${SKIP_BUILD:-}" ]; then
     cargo build --release --quiet -p corral-cli
