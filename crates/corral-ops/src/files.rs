@@ -590,7 +590,7 @@ fn write(
     // that has content is refused too (it could complete one).
     if jp.relative().rsplit('/').next() == Some(corral_policy::protect::GIT_HEAD) {
         let has_content =
-            append && std::fs::symlink_metadata(jp.absolute()).map_or(false, |m| m.len() > 0);
+            append && std::fs::symlink_metadata(jp.absolute()).is_ok_and(|m| m.len() > 0);
         if has_content || corral_policy::protect::looks_like_git_head(content.as_bytes()) {
             return Err(OpError::new(
                 codes::POLICY_PATH_DENIED,
