@@ -256,7 +256,8 @@ enum Command {
         /// What of the host the sandbox sees besides the system directories.
         #[arg(long, value_enum, default_value_t)]
         profile: cmd::run::Profile,
-        /// Network: `none` (no interface up) or `loopback` (127.0.0.1 inside the sandbox only).
+        /// Network: `none` (no interface up), `loopback` (127.0.0.1 inside the sandbox only), or
+        /// `allow:HOST:PORT[,HOST:PORT...]` (only those, through corral's egress proxy).
         #[arg(long, value_name = "MODE", value_parser = cmd::run::parse_net)]
         net: Option<cmd::run::Net>,
         /// After the run, print what the sandbox applied as one JSON line on stderr.

@@ -24,7 +24,9 @@ use std::time::Duration;
 use clap::ValueEnum;
 use corral_exec::linux::{LinuxBackend, Network};
 use corral_exec::{Backend, ExecError, ExecOutput, ExecRequest, ResourceLimits};
+use corral_exec::{Egress, EgressLog, RunNetwork};
 use corral_policy::codes;
+use corral_policy::scope::EgressAllowList;
 use serde::Serialize;
 
 use crate::Exit;
@@ -74,21 +76,41 @@ pub enum Profile {
 }
 
 /// `--net`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Net(Network);
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Net {
+    /// `none` or `loopback`.
+    Mode(Network),
+    /// `allow:HOST:PORT[,HOST:PORT...]`: only what corral's egress proxy admits.
+    Allow(EgressAllowList),
+}
 
-/// Parses `--net`: `none` or `loopback`.
+/// Parses `--net`: `none`, `loopback`, or `allow:HOST:PORT[,HOST:PORT...]`.
 pub fn parse_net(s: &str) -> Result<Net, String> {
     match s {
-        "none" => Ok(Net(Network::None)),
-        "loopback" => Ok(Net(Network::Loopback)),
-        other if other.starts_with("allow:") => Err(
-            "an egress allow-list (`allow:HOST:PORT`) is not available in this build yet; use `none` or `loopback`"
-                .into(),
-        ),
-        other => Err(format!(
-            "`{other}` is not a network mode; use `none` (no network) or `loopback` (127.0.0.1 inside the sandbox only)"
-        )),
+        "none" => Ok(Net::Mode(Network::None)),
+        "loopback" => Ok(Net::Mode(Network::Loopback)),
+        other => match other.strip_prefix("allow:") {
+            Some(list) => {
+                let entries: Vec<&str> = list.split(',').filter(|e| !e.is_empty()).collect();
+                if entries.is_empty() {
+                    return Err(
+                        "`allow:` names no host; write `allow:api.github.com:443` (several joined by `,`)"
+                            .into(),
+                    );
+                }
+                EgressAllowList::parse(&entries)
+                    .map(Net::Allow)
+                    .map_err(|errs| {
+                        errs.iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    })
+            }
+            None => Err(format!(
+                "`{other}` is not a network mode; use `none` (no network), `loopback` (127.0.0.1 inside the sandbox only) or `allow:HOST:PORT` (only those, through corral's proxy)"
+            )),
+        },
     }
 }
 
@@ -192,7 +214,10 @@ pub fn run(args: Args) -> Exit {
 fn run_inner(args: Args) -> Result<u8, Failure> {
     let req = request(&args)?;
     let mut backend = LinuxBackend::new(PathBuf::from("/proc/self/exe"))
-        .with_network(args.net.map_or(Network::None, |n| n.0))
+        .with_network(match &args.net {
+            Some(Net::Mode(m)) => *m,
+            Some(Net::Allow(_)) | None => Network::None,
+        })
         .with_inherited_output();
     if args.memory.is_some() {
         // A run with a memory limit gets a sandbox made for it: a warm one would be wasted.
@@ -325,7 +350,15 @@ fn request(args: &Args) -> Result<ExecRequest, Failure> {
         read_paths,
         write_paths,
         protected: corral_policy::Protected::default(),
-        network: None,
+        // An allow-list gets the proxy: the program sees `HTTP(S)_PROXY`, and a refusal's
+        // reason in its own stderr.
+        network: match &args.net {
+            Some(Net::Allow(allow)) => Some(RunNetwork::Egress(Egress {
+                allow: allow.clone(),
+                log: EgressLog::discard(),
+            })),
+            Some(Net::Mode(_)) | None => None,
+        },
     })
 }
 

@@ -312,3 +312,34 @@ fn git_metadata_in_the_workspace_stays_read_only() {
     assert!(err.contains("Read-only file system"), "{err}");
     assert!(!dir.path().join(".git").join("config").exists());
 }
+
+// issue 12 items 4 and 5: `corral run --net allow:HOST:PORT` reaches what it names, through
+// corral's proxy, and nothing else; the refusal's code is in the program's stderr.
+#[test]
+fn net_allow_reaches_only_the_named_address() {
+    let allowed = crate::sandbox::http_server("allowed body");
+    let other = crate::sandbox::http_server("other body");
+    let dir = tempdir();
+    let (code, out, err) = corral_run(
+        dir.path(),
+        &[
+            "--attest",
+            "--net",
+            &format!("allow:127.0.0.1:{allowed}"),
+            "--",
+            "curl",
+            "-sS",
+            &format!("http://127.0.0.1:{allowed}/"),
+            &format!("http://127.0.0.1:{other}/"),
+        ],
+        b"",
+        &[],
+    );
+    assert!(out.contains("allowed body"), "{code} {out}{err}");
+    assert!(!out.contains("other body"), "{out}{err}");
+    assert!(out.contains("egress.denied"), "{out}{err}");
+    assert!(err.contains("netns:egress-proxy"), "{err}");
+    let (code, _, err) = corral_run(dir.path(), &["--net", "allow:", "--", "true"], b"", &[]);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("names no host"), "{err}");
+}

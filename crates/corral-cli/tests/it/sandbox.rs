@@ -87,7 +87,7 @@ fn a_command_without_a_configured_memory_limit_gets_the_default_cap() {
 }
 
 /// A loopback HTTP server of the host answering every request with `body`; its port.
-fn http_server(body: &'static str) -> u16 {
+pub(crate) fn http_server(body: &'static str) -> u16 {
     use std::io::{Read, Write};
     let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
         unreachable!("a loopback port is free")
