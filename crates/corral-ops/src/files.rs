@@ -125,19 +125,7 @@ impl Checks {
                 ),
             ));
         }
-        let real_s = real.to_string_lossy().into_owned();
-        let mut forms = vec![real_s];
-        if let Ok(rest) = real.strip_prefix(real_root) {
-            let rest = rest.to_string_lossy();
-            let anchored = if rest.is_empty() {
-                jp.root().to_owned()
-            } else {
-                format!("{}/{rest}", jp.root().trim_end_matches('/'))
-            };
-            if !forms.contains(&anchored) {
-                forms.push(anchored);
-            }
-        }
+        let forms = corral_policy::resolved::resolved_forms(real, Some(real_root), jp.root());
         let forms: Vec<&str> = forms.iter().map(String::as_str).collect();
         self.resolved
             .check(shown, &forms, self.access)

@@ -187,3 +187,28 @@ pub fn protected_refusal(via: &str, why: &str, access: Access) -> ResolvedRefusa
         message,
     }
 }
+
+/// The forms a resolved path is checked in: its real path, and (when it lies beneath the root's
+/// real path `real_root`) the same place anchored at the root as configured, so globs and
+/// scopes written against the configured root still match when the root is reached through a
+/// symlink.
+pub fn resolved_forms(
+    real: &std::path::Path,
+    real_root: Option<&std::path::Path>,
+    root: &str,
+) -> Vec<String> {
+    let real_s = real.to_string_lossy().into_owned();
+    let mut forms = vec![real_s];
+    if let Some(rest) = real_root.and_then(|r| real.strip_prefix(r).ok()) {
+        let rest = rest.to_string_lossy();
+        let anchored = if rest.is_empty() {
+            root.to_owned()
+        } else {
+            format!("{}/{rest}", root.trim_end_matches('/'))
+        };
+        if !forms.contains(&anchored) {
+            forms.push(anchored);
+        }
+    }
+    forms
+}

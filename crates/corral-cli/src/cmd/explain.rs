@@ -578,20 +578,8 @@ fn resolved_steps(spec: &OpSpec, a: &corral_policy::Allowed, out: &mut ExplainOu
             continue;
         };
         let real_s = real.to_string_lossy().into_owned();
-        let mut forms = vec![real_s.clone()];
-        if let Ok(real_root) = std::fs::canonicalize(jp.root())
-            && let Ok(rest) = real.strip_prefix(&real_root)
-        {
-            let rest = rest.to_string_lossy();
-            let anchored = if rest.is_empty() {
-                jp.root().to_owned()
-            } else {
-                format!("{}/{rest}", jp.root().trim_end_matches('/'))
-            };
-            if !forms.contains(&anchored) {
-                forms.push(anchored);
-            }
-        }
+        let real_root = std::fs::canonicalize(jp.root()).ok();
+        let forms = corral_policy::resolved::resolved_forms(&real, real_root.as_deref(), jp.root());
         let form_refs: Vec<&str> = forms.iter().map(String::as_str).collect();
         let (outcome, detail) = match a.resolved.check(&shown, &form_refs, access) {
             Ok(()) => (
