@@ -1,5 +1,21 @@
 //! The `corral` command line: clap's `Cli`, one module per subcommand, typed exit codes.
 
+/// `println!` for the CLI's stdout: a closed stdout (`corral call ... | head`) ends the process
+/// quietly with 141 (128 + SIGPIPE, what a shell shows for a program a pipe closed) instead of
+/// the panic `println!` gives.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for the CLI's stdout, with `outln!`'s handling of a closed stdout.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
 mod cmd;
 mod output;
 

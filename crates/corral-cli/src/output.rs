@@ -1,5 +1,7 @@
 //! JSON output shapes for `--format json` (snake_case, one document per run).
 
+use std::io::Write as _;
+
 use serde::Serialize;
 
 use corral_config::{Diagnostic, Severity};
@@ -41,7 +43,22 @@ impl From<&Diagnostic> for DiagnosticOut {
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json<T: Serialize>(v: &T) {
     match serde_json::to_string_pretty(v) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => outln!("{s}"),
         Err(e) => eprintln!("error: cannot encode the output as JSON: {e}"),
+    }
+}
+
+/// Writes to stdout and flushes. A closed stdout (a reader like `head` that went away) ends the
+/// process at once with 141, as SIGPIPE would; another write error is reported on stderr and
+/// ends it with 74 (`EX_IOERR`). Committed state is not at stake: every result is printed after
+/// its call, audit event and decision were committed.
+pub fn write_stdout(args: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        eprintln!("error: cannot write to stdout: {e}");
+        std::process::exit(74);
     }
 }

@@ -42,7 +42,7 @@ fn print_lines(v: &Value) {
         .map(Vec::as_slice)
         .unwrap_or_default();
     if events.is_empty() {
-        println!(
+        outln!(
             "no audit events in tenant {}",
             printable(v["tenant"].as_str().unwrap_or("?"))
         );
@@ -62,7 +62,7 @@ fn print_lines(v: &Value) {
                 .or_else(|| e["rule"].as_str())
                 .unwrap_or("-"),
         );
-        println!(
+        outln!(
             "{}  {principal}  {}  {}  {}  {why}  run={}  {}",
             e["ts_ms"].as_i64().unwrap_or_default(),
             s(e, "op"),

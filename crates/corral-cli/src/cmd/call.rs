@@ -104,7 +104,7 @@ fn report_success(op: &str, request_id: &str, result: &Value, format: Format) ->
     };
     match serde_json::to_string_pretty(&doc) {
         Ok(s) => {
-            println!("{s}");
+            outln!("{s}");
             Exit::Ok
         }
         Err(e) => {

@@ -45,7 +45,7 @@ pub fn run(config: Option<PathBuf>, strict: bool, format: Format) -> Exit {
         }),
         Format::Human => {
             if !rendered.is_empty() {
-                print!("{rendered}");
+                out!("{rendered}");
             }
             let summary = format!(
                 "{}: {} error(s), {} warning(s), {} note(s){}",
@@ -60,9 +60,9 @@ pub fn run(config: Option<PathBuf>, strict: bool, format: Format) -> Exit {
                 }
             );
             if fails {
-                println!("{summary}: check failed");
+                outln!("{summary}: check failed");
             } else {
-                println!("{summary}: ok");
+                outln!("{summary}: ok");
             }
         }
     }

@@ -21,9 +21,9 @@ pub fn run(
                 Format::Human => {
                     let op = v["action"]["op"].as_str().unwrap_or("?");
                     if deny {
-                        println!("denied action {action_id} ({op})");
+                        outln!("denied action {action_id} ({op})");
                     } else {
-                        println!(
+                        outln!(
                             "approved action {action_id} ({op}): retry the same call with the same arguments to run it, once"
                         );
                     }

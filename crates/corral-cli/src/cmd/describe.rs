@@ -113,9 +113,12 @@ pub fn run(config: Option<PathBuf>, effective: bool, format: Format) -> Exit {
         match format {
             Format::Json => print_json(&ops),
             Format::Human => {
-                println!(
+                outln!(
                     "{:<20} {:<14} {:<12} {:<7} PARAMS",
-                    "OP", "EFFECTS", "TIER", "SAFETY"
+                    "OP",
+                    "EFFECTS",
+                    "TIER",
+                    "SAFETY"
                 );
                 for o in &ops {
                     let params: Vec<String> = o
@@ -130,7 +133,7 @@ pub fn run(config: Option<PathBuf>, effective: bool, format: Format) -> Exit {
                             )
                         })
                         .collect();
-                    println!(
+                    outln!(
                         "{:<20} {:<14} {:<12} {:<7} {}{}",
                         o.id,
                         o.effects.join(","),
@@ -199,12 +202,12 @@ pub fn run(config: Option<PathBuf>, effective: bool, format: Format) -> Exit {
                 } else {
                     "open-mode callers (no token)".to_owned()
                 };
-                println!("{who} may call:");
+                outln!("{who} may call:");
                 if p.ops.is_empty() {
-                    println!("  (nothing)");
+                    outln!("  (nothing)");
                 }
                 for o in &p.ops {
-                    println!("  {:<20} {:<12} via {}  {}", o.id, o.tier, o.rule, o.scopes);
+                    outln!("  {:<20} {:<12} via {}  {}", o.id, o.tier, o.rule, o.scopes);
                 }
             }
         }

@@ -254,24 +254,26 @@ pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
 
 fn print_human(r: &Report) {
     let width = r.primitives.iter().map(|p| p.name.len()).max().unwrap_or(0);
-    println!("isolation primitives:");
+    outln!("isolation primitives:");
     for p in &r.primitives {
         let mark = match (p.available, p.required) {
             (true, _) => "ok",
             (false, true) => "MISSING",
             (false, false) => "absent",
         };
-        println!("  {:width$}  {mark:7}  {}", p.name, p.detail);
+        outln!("  {:width$}  {mark:7}  {}", p.name, p.detail);
         if !p.available && !p.fix.is_empty() {
-            println!("  {:width$}           fix: {}", "", p.fix);
+            outln!("  {:width$}           fix: {}", "", p.fix);
         }
     }
-    println!("backends:");
+    outln!("backends:");
     for b in &r.backends {
         let can = if b.can_run { "can run" } else { "CANNOT run" };
-        println!(
+        outln!(
             "  {:8} {can:10} isolated: {:5}  {}",
-            b.name, b.isolated, b.detail
+            b.name,
+            b.isolated,
+            b.detail
         );
     }
     let verdict = if r.ok {
@@ -279,12 +281,14 @@ fn print_human(r: &Report) {
     } else {
         "CANNOT run here"
     };
-    println!(
+    outln!(
         "configured backend: {} (network: {}): {verdict}",
-        r.configured_backend, r.network
+        r.configured_backend,
+        r.network
     );
-    println!(
+    outln!(
         "confirmations: {}: {}",
-        r.confirmations.store, r.confirmations.detail
+        r.confirmations.store,
+        r.confirmations.detail
     );
 }

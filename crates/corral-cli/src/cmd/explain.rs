@@ -216,32 +216,33 @@ fn print_human(o: &ExplainOut) {
             o.op, o.principal
         ),
     };
-    println!("{head}");
+    outln!("{head}");
     let roles = if o.roles.is_empty() {
         "(none)".to_owned()
     } else {
         o.roles.join(", ")
     };
-    println!(
+    outln!(
         "  op: {}   principal: {}   roles: {roles}",
-        o.op, o.principal
+        o.op,
+        o.principal
     );
     for (n, p) in &o.paths {
-        println!("  {n}: {p}");
+        outln!("  {n}: {p}");
     }
     if let Some(argv) = &o.argv {
-        println!("  argv: {}", argv.join(" "));
+        outln!("  argv: {}", argv.join(" "));
     }
     if let Some(l) = &o.limits {
-        println!("  limits: {l}");
+        outln!("  limits: {l}");
     }
     for c in &o.candidates {
-        println!("  closest rule `{}`: {} [{}]", c.rule, c.clause, c.code);
+        outln!("  closest rule `{}`: {} [{}]", c.rule, c.clause, c.code);
     }
     for n in &o.notes {
-        println!("  note: {n}");
+        outln!("  note: {n}");
     }
-    println!("guard:");
+    outln!("guard:");
     for g in &o.guard {
         let code = g.code.map(|c| format!(" [{c}]")).unwrap_or_default();
         let detail = if g.detail.is_empty() {
@@ -249,9 +250,9 @@ fn print_human(o: &ExplainOut) {
         } else {
             format!(": {}", g.detail)
         };
-        println!("  {} {}{code}{detail}", g.step, g.outcome.replace('_', " "));
+        outln!("  {} {}{code}{detail}", g.step, g.outcome.replace('_', " "));
     }
-    println!("trace:");
+    outln!("trace:");
     for t in &o.trace {
         let idx = if t.index == usize::MAX {
             "-".to_owned()
@@ -263,7 +264,7 @@ fn print_human(o: &ExplainOut) {
         } else {
             format!(": {}", t.detail)
         };
-        println!("  [{idx}] {} `{}` {}{detail}", t.effect, t.rule, t.outcome);
+        outln!("  [{idx}] {} `{}` {}{detail}", t.effect, t.rule, t.outcome);
     }
 }
 
@@ -468,7 +469,7 @@ pub fn run(a: Args) -> Exit {
             Format::Json => print_json(&serde_json::json!({
                 "op": op, "decision": "invalid_args", "code": e.code, "param": e.param, "message": e.message,
             })),
-            Format::Human => println!("INVALID ARGUMENTS [{}]: {}", e.code, e.message),
+            Format::Human => outln!("INVALID ARGUMENTS [{}]: {}", e.code, e.message),
         }
         return Exit::Findings;
     }

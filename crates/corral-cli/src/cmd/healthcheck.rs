@@ -36,9 +36,14 @@ pub fn run(server: Option<String>, timeout: Duration, format: Format) -> Exit {
             let healthy = h.status == "ok";
             match format {
                 Format::Json => crate::output::print_json(&h),
-                Format::Human => println!(
+                Format::Human => outln!(
                     "{}: {} (version {}, mode {}, backend {}, storage {})",
-                    server, h.status, h.version, h.mode, h.backend, h.storage
+                    server,
+                    h.status,
+                    h.version,
+                    h.mode,
+                    h.backend,
+                    h.storage
                 ),
             }
             if healthy { Exit::Ok } else { Exit::Findings }

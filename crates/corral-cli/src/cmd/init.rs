@@ -48,13 +48,13 @@ pub fn run(preset: &str, root: Option<PathBuf>, output: &Path, force: bool) -> E
         eprintln!("error: cannot write `{}`: {e}; {hint}", output.display());
         return Exit::Error;
     }
-    println!(
+    outln!(
         "wrote {} (preset {}, root {root_text})",
         output.display(),
         preset.name()
     );
-    println!("next: corral check-config --strict -c {}", output.display());
-    println!(
+    outln!("next: corral check-config --strict -c {}", output.display());
+    outln!(
         "      corral explain -c {} --op files.read --arg path={root_text}/README.md",
         output.display()
     );

@@ -403,3 +403,28 @@ auth:
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("audit.not_permitted"), "{err}");
 }
+
+#[test]
+fn a_closed_stdout_ends_a_call_quietly_with_141_instead_of_a_panic() {
+    // `corral call ... | head -c0`: the reader is gone before corral prints its result.
+    let dir = workspace(Some(JAIL));
+    write_notes(dir.path());
+    let Ok((reader, writer)) = std::io::pipe() else {
+        unreachable!("a pipe can be made")
+    };
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["call", "--local", "files.list", "path=."])
+        .current_dir(dir.path())
+        .env_remove("CORRAL_CONFIG")
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output();
+    let Ok(out) = out else {
+        unreachable!("the corral binary runs")
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(err.is_empty(), "nothing to say on stderr: {err}");
+}
