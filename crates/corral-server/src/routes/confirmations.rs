@@ -1,7 +1,6 @@
 //! `GET /confirmations` (paged), `POST /confirmations/{action_id}/decision`, and the guardrail headers
 //! of an op call (`X-Corral-Run`, `X-Corral-Autonomy`, `X-Corral-Dry-Run`).
 
-use axum::body::Bytes;
 use std::collections::HashMap;
 
 use axum::extract::{Path, Query, State};
@@ -123,9 +122,16 @@ pub async fn decide(
     State(state): State<AppState>,
     Path(action_id): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Result<Response, ApiError> {
     let rid = super::request_id();
+    // Read under the limit before anything else, so an oversized body is drained and
+    // answered 413 rather than reset while the client is still sending it.
+    let declared = crate::body::content_length(&headers);
+    let body = match crate::body::read(body, state.0.max_body_bytes, declared).await {
+        Ok(b) => b,
+        Err(e) => return Ok(e.response(state.0.max_body_bytes, None, &rid)),
+    };
     let c = authed(&state, &headers, "POST /confirmations", &rid).await?;
     let body: serde_json::Value = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::Value::Null

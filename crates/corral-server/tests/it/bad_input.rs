@@ -329,7 +329,7 @@ async fn a_client_that_sends_a_10_mb_body_whole_reads_the_413() {
     // the client was still sending, so a Python client saw a broken pipe instead.
     let ws = Workspace::new();
     let s = server(&ws).await;
-    for path in ["/ops/files.write", "/mcp"] {
+    for path in ["/ops/files.write", "/mcp", "/confirmations/act_0/decision"] {
         for chunked in [false, true] {
             let answer = send_ten_mb(&s, path, chunked).await;
             let answer = answer.unwrap_or_else(|e| {
