@@ -83,8 +83,8 @@ pub struct UrlGrant {
 
 /// Whether an address is internal: unspecified, loopback, private (RFC 1918), link-local
 /// (including 169.254.169.254), CGNAT (100.64/10), benchmarking, multicast, broadcast,
-/// reserved, IPv6 unique-local (fc00::/7) and site-local, and IPv4 embedded in IPv6
-/// (mapped, compatible, NAT64) by its IPv4 address.
+/// reserved, IPv6 unique-local (fc00::/7), site-local, Teredo, NAT64 local-use and discard,
+/// and IPv4 embedded in IPv6 (mapped, compatible, NAT64, 6to4) by its IPv4 address.
 pub fn is_private_ip(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_private_v4(v4),
@@ -117,6 +117,19 @@ fn is_private_v6(ip: Ipv6Addr) -> bool {
     if seg[..6] == [0, 0, 0, 0, 0, 0] || seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
         let o = ip.octets();
         return is_private_v4(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
+    }
+    // 6to4 (2002::/16) routes to the IPv4 address in its second and third groups.
+    if seg[0] == 0x2002 {
+        let o = ip.octets();
+        return is_private_v4(Ipv4Addr::new(o[2], o[3], o[4], o[5]));
+    }
+    // Teredo (2001::/32) tunnels to an IPv4 address a relay picks; the NAT64 local-use prefix
+    // (64:ff9b:1::/48) and the discard prefix (100::/64) never lead to a public host.
+    if (seg[0] == 0x2001 && seg[1] == 0)
+        || (seg[0] == 0x64 && seg[1] == 0xff9b && seg[2] == 1)
+        || seg[..4] == [0x100, 0, 0, 0]
+    {
+        return true;
     }
     ip.is_unspecified()
         || ip.is_loopback()
@@ -362,5 +375,28 @@ mod tests {
             "fd00::1".parse().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
         ));
         assert!(!is_private_ip(IpAddr::V4(Ipv4Addr::new(93, 184, 216, 34))));
+    }
+
+    #[test]
+    fn ipv6_tunnel_and_translation_prefixes_count_by_where_they_lead() {
+        let ip = |s: &str| {
+            s.parse::<IpAddr>()
+                .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+        };
+        // 6to4 of 127.0.0.1, 10.0.0.1 and 169.254.169.254: internal, like the IPv4 address.
+        for internal in [
+            "2002:7f00:1::1",
+            "2002:a00:1::",
+            "2002:a9fe:a9fe::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "64:ff9b:1::a00:1",
+            "100::1",
+        ] {
+            assert!(is_private_ip(ip(internal)), "{internal} must be internal");
+        }
+        // 6to4 of a public address, and an ordinary global address: not internal.
+        for public in ["2002:5db8:d822::1", "2606:4700::1111"] {
+            assert!(!is_private_ip(ip(public)), "{public} is public");
+        }
     }
 }
