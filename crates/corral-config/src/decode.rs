@@ -146,6 +146,7 @@ const LIMIT_KEYS: &[&str] = &[
     "cpu_seconds",
     "memory",
     "processes",
+    "write_quota",
 ];
 const CUSTOM_KEYS: &[&str] = &[
     "argv",
@@ -1326,6 +1327,9 @@ impl Decoder {
         }
         if let Some(n) = m.get("processes") {
             l.processes = self.uint(n, &m.at("processes")).and_then(u32_of);
+        }
+        if let Some(n) = m.get("write_quota") {
+            l.write_quota = self.size(n, &m.at("write_quota"));
         }
         l
     }

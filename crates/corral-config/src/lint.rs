@@ -271,6 +271,7 @@ impl<'a> Linter<'a> {
             self.mcp_server(s);
         }
         self.state_only();
+        self.raised_caps();
         self.auth();
         self.guardrails();
         self.secrets();
@@ -292,6 +293,63 @@ impl<'a> Linter<'a> {
         });
         self.out.dedup();
         self.out
+    }
+
+    /// `lint.raised_cap`: a memory cap or write quota above corral's safe default, in the
+    /// global limits, a rule's, or an upstream MCP server's.
+    fn raised_caps(&mut self) {
+        use corral_policy::limits::{DEFAULT_MEMORY, DEFAULT_WRITE_QUOTA};
+        use corral_policy::units::format_size;
+        let c = &self.l.config;
+        let mut places: Vec<(String, Option<Span>, &corral_policy::Limits)> =
+            vec![("limits".to_owned(), None, &c.limits)];
+        for r in &c.rules {
+            places.push((format!("{}.limits", r.location), Some(r.span), &r.limits));
+        }
+        let mut found = Vec::new();
+        for (at, span, l) in places {
+            if let Some(m) = l.memory.filter(|m| *m > DEFAULT_MEMORY) {
+                found.push((
+                    format!("{at}.memory"),
+                    span,
+                    "memory cap",
+                    m,
+                    DEFAULT_MEMORY,
+                ));
+            }
+            if let Some(q) = l.write_quota.filter(|q| *q > DEFAULT_WRITE_QUOTA) {
+                found.push((
+                    format!("{at}.write_quota"),
+                    span,
+                    "write quota",
+                    q,
+                    DEFAULT_WRITE_QUOTA,
+                ));
+            }
+        }
+        for s in &c.mcp_servers {
+            if let Some(m) = s.memory.filter(|m| *m > DEFAULT_MEMORY) {
+                found.push((
+                    format!("mcp_servers.{}.memory", s.name.value),
+                    Some(s.name.span),
+                    "memory cap",
+                    m,
+                    DEFAULT_MEMORY,
+                ));
+            }
+        }
+        for (at, span, what, value, default) in found {
+            self.push(Diagnostic::warning(
+                codes::LINT_RAISED_CAP,
+                format!(
+                    "`{at}` raises the {what} from the safe default {} to {}",
+                    format_size(default),
+                    format_size(value)
+                ),
+                at,
+                span,
+            ));
+        }
     }
 
     fn selectors(&mut self, i: usize, r: &Rule) {

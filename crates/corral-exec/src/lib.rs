@@ -19,11 +19,11 @@ use std::time::Duration;
 
 /// The memory cap of a run whose config sets none (`commands.run`, custom ops, upstream MCP
 /// servers): 1 GiB. Raising it is explicit in config (`limits.memory`).
-pub const DEFAULT_MEMORY: u64 = 1 << 30;
+pub const DEFAULT_MEMORY: u64 = corral_policy::limits::DEFAULT_MEMORY;
 
 /// The write quota of a run when the request sets none: what one run may add to its writable
 /// roots, bytes (see [`ResourceLimits::write_quota`]).
-pub const DEFAULT_WRITE_QUOTA: u64 = 1 << 30;
+pub const DEFAULT_WRITE_QUOTA: u64 = corral_policy::limits::DEFAULT_WRITE_QUOTA;
 
 /// Resource limits applied to the child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -145,8 +145,8 @@ fn limits_of(ctx: &OpCtx) -> (Duration, u64, ResourceLimits) {
             processes: l.processes,
             file_size: l.max_bytes,
             open_files: Some(1024),
-            // The config key (`limits.write_quota`) is not wired yet: every run gets the default.
-            write_quota: Some(DEFAULT_WRITE_QUOTA),
+            // 1 GiB unless the config sets `limits.write_quota`.
+            write_quota: Some(l.write_quota.unwrap_or(DEFAULT_WRITE_QUOTA)),
         },
     )
 }

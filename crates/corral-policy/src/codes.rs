@@ -400,6 +400,9 @@ catalog! {
     LINT_RBAC_NO_TIER_ROLE = "lint.rbac_no_tier_role", 0,
         "RBAC by tier is on (a `roles:` block, a token with a tier role, or `auth.jwt`) and a token carries no tier role, so every call it makes is refused",
         "add the tier role its calls need (`viewer`, `operator` or `admin`) to the token's roles";
+    LINT_RAISED_CAP = "lint.raised_cap", 0,
+        "a limit raises corral's safe default cap (1 GiB of memory, 1 GiB written per run)",
+        "keep it only if the commands need it; remove the key to go back to the default";
     LINT_FULL_ACCESS = "lint.full_access", 0,
         "the full_access preset (or an `unsafe: true` scope) is in use",
         "use a narrower preset such as workspace_jail";

@@ -25,7 +25,18 @@ pub struct Limits {
     pub memory: Option<u64>,
     /// Processes a command may run at once.
     pub processes: Option<u32>,
+    /// Bytes a command may write into its write paths (its copy-on-write layer), counted at
+    /// each file's full size.
+    pub write_quota: Option<u64>,
 }
+
+/// The memory cap of a run whose config sets none (`commands.run`, custom ops, upstream MCP
+/// servers): 1 GiB. Raising it is explicit (`limits.memory`) and linted (`lint.raised_cap`).
+pub const DEFAULT_MEMORY: u64 = 1 << 30;
+
+/// What one run may add to its write paths when the config sets no `limits.write_quota`:
+/// 1 GiB. Raising it is explicit and linted (`lint.raised_cap`).
+pub const DEFAULT_WRITE_QUOTA: u64 = 1 << 30;
 
 fn min_opt<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
     match (a, b) {
@@ -47,6 +58,7 @@ impl Limits {
         cpu_seconds: None,
         memory: None,
         processes: None,
+        write_quota: None,
     };
 
     /// The field-wise minimum of two limits.
@@ -65,6 +77,7 @@ impl Limits {
             cpu_seconds: min_opt(self.cpu_seconds, other.cpu_seconds),
             memory: min_opt(self.memory, other.memory),
             processes: min_opt(self.processes, other.processes),
+            write_quota: min_opt(self.write_quota, other.write_quota),
         }
     }
 
@@ -105,6 +118,9 @@ impl std::fmt::Display for Limits {
         }
         if let Some(v) = self.processes {
             parts.push(format!("processes={v}"));
+        }
+        if let Some(v) = self.write_quota {
+            parts.push(format!("write_quota={}", format_size(v)));
         }
         if parts.is_empty() {
             f.write_str("none")

@@ -194,3 +194,36 @@ fn a_command_reaches_only_what_its_network_allow_list_names_and_each_connection_
         "{details:?}"
     );
 }
+
+// issue 11 item 5 (safe limits by default), the config key: `limits.write_quota` on a rule
+// lowers the write layer's quota from the default 1 GiB, and what goes over it never reaches
+// the host.
+#[test]
+fn a_rules_write_quota_bounds_what_a_command_writes_to_the_host() {
+    let config = "version: 1\nroot: $WS\nstate_dir: .corral\nrules:\n  - allow: [commands.run]\n    principals: [\"id:agent\"]\n    confirm: never\n    commands:\n      allow: [\"dd ...\"]\n      cwd: $WS\n    paths: {roots: [$WS]}\n    limits: {write_quota: 1MiB}\nauth:\n  tokens:\n    - {id: agent, roles: [operator], token_env: CORRAL_IT_AGENT_TOKEN}\n";
+    let dir = workspace(Some(config));
+    let argv = r#"["dd","if=/dev/zero","of=big","bs=1M","count=4"]"#;
+    let out = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["call", "--local", "commands.run", &format!("argv={argv}")])
+        .args(["--principal", "agent", "--format", "json"])
+        .current_dir(dir.path())
+        .env_remove("CORRAL_CONFIG")
+        .env("CORRAL_IT_AGENT_TOKEN", "it-agent-secret-0123456789")
+        .output();
+    let Ok(out) = out else {
+        unreachable!("the corral binary runs")
+    };
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let primitives = v["result"]["attestation"]["primitives"].to_string();
+    assert!(primitives.contains(&format!("quota:{}", 1 << 20)), "{all}");
+    let on_host = std::fs::metadata(dir.path().join("ws/big")).map_or(0, |m| m.len());
+    assert!(
+        on_host <= 1 << 20,
+        "{on_host} bytes reached the host: {all}"
+    );
+}

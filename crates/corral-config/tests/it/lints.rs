@@ -1495,3 +1495,54 @@ auth:
         codes::LINT_RUN_TOKEN_HUMAN,
     );
 }
+
+// ---------------------------------------------------------------- lint.raised_cap
+
+// Safe by default (issue 11 item 5): raising the default memory cap or write quota is explicit
+// and linted; lowering them is not.
+#[test]
+fn a_rule_that_raises_the_default_memory_cap_or_write_quota_is_a_warning() {
+    let yaml = with_auth(
+        "version: 1
+rules:
+  - name: big
+    allow: [commands.run]
+    commands: {allow: [\"make ...\"], cwd: /workspace}
+    limits: {memory: 4GiB, write_quota: 8GiB}
+",
+    );
+    let all = findings(&yaml);
+    let raised: Vec<&Diagnostic> = all
+        .iter()
+        .filter(|d| d.code == codes::LINT_RAISED_CAP)
+        .collect();
+    assert_eq!(raised.len(), 2, "{}", list(&all));
+    assert!(raised.iter().all(|d| d.severity == Severity::Warning));
+    assert!(
+        raised
+            .iter()
+            .any(|d| d.message.contains("rules[0].limits.memory") && d.message.contains("4GiB")),
+        "{}",
+        list(&all)
+    );
+    assert!(
+        raised.iter().any(|d| d.message.contains("write_quota")),
+        "{}",
+        list(&all)
+    );
+}
+
+#[test]
+fn a_lowered_cap_is_not_linted() {
+    misses(
+        &with_auth(
+            "version: 1
+limits: {memory: 512MiB, write_quota: 64MiB}
+rules:
+  - allow: [commands.run]
+    commands: {allow: [\"make ...\"], cwd: /workspace}
+",
+        ),
+        codes::LINT_RAISED_CAP,
+    );
+}
