@@ -74,6 +74,9 @@ pub struct UpstreamSpec {
     pub limits: corral_exec::ResourceLimits,
     /// Its network; `None`: the backend's. Egress records go to the server's log.
     pub network: Option<corral_policy::scope::NetworkSpec>,
+    /// corral's own files and directories (state, config, keys), absolute: hidden from the
+    /// server where its paths would show them, and never writable.
+    pub protected: Vec<PathBuf>,
 }
 
 /// What the supervisor knows right now.
@@ -306,7 +309,13 @@ async fn run_once(
         limits: spec.limits,
         read_paths: spec.read_paths.clone(),
         write_paths: spec.write_paths.clone(),
-        protected: Default::default(),
+        protected: {
+            let mut p = corral_policy::Protected::default();
+            for own in &spec.protected {
+                p.add_path(&own.to_string_lossy());
+            }
+            p
+        },
         network: corral_ops::exec::run_network(spec.network.as_ref(), None),
     };
     let (attach_tx, attach_rx) = oneshot::channel();
@@ -809,6 +818,7 @@ mod tests {
             call_timeout: DEFAULT_CALL_TIMEOUT,
             limits: corral_exec::ResourceLimits::default(),
             network: None,
+            protected: Vec::new(),
         }
     }
 

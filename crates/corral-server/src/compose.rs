@@ -121,23 +121,33 @@ pub async fn deployment(
 /// form (issue 11 item 3). The state directory is created first (as the store does), so a
 /// symlink in its path is resolved too.
 pub fn protected_policy(loaded: &Loaded) -> (corral_policy::Policy, Vec<PathBuf>) {
+    let protected = own_paths(loaded);
+    let mut policy = loaded.policy.clone();
+    for form in &protected {
+        policy = policy.protect(&form.to_string_lossy());
+    }
+    (policy, protected)
+}
+
+/// corral's own files (state directory, config, key files), each as configured and resolved
+/// now, after creating the state directory (as the store does) so a symlink in its path is
+/// resolved too.
+pub fn own_paths(loaded: &Loaded) -> Vec<PathBuf> {
     if let Err(e) = std::fs::create_dir_all(&loaded.state_dir) {
         tracing::warn!(
             state_dir = %loaded.state_dir.display(),
             "cannot create the state directory: {e}"
         );
     }
-    let mut policy = loaded.policy.clone();
     let mut protected = Vec::new();
     for f in corral_config::protect::resolved_again(loaded) {
         for form in f.forms() {
-            policy = policy.protect(&form.to_string_lossy());
             if !protected.iter().any(|p: &PathBuf| p == form) {
                 protected.push(form.to_path_buf());
             }
         }
     }
-    (policy, protected)
+    protected
 }
 
 /// The running deployment with its upstream tools taken again from the config's declarations
@@ -199,6 +209,7 @@ pub fn disabled_ops(loaded: &Loaded) -> Vec<String> {
 /// the environment exactly `env_pass` (never a secret's variable) plus a default `PATH`.
 pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {
     let secrets = loaded.secret_envs();
+    let protected = own_paths(loaded);
     loaded
         .config
         .mcp_servers
@@ -247,6 +258,7 @@ pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {
                     ..corral_exec::ResourceLimits::default()
                 },
                 network: s.network.clone(),
+                protected: protected.clone(),
             }
         })
         .collect()
@@ -440,6 +452,7 @@ mod tests {
             call_timeout: DEFAULT_CALL_TIMEOUT,
             limits: corral_exec::ResourceLimits::default(),
             network: None,
+            protected: Vec::new(),
         }
     }
 

@@ -192,3 +192,38 @@ fn a_custom_op_that_could_write_corrals_own_files_does_not_load() {
         "{out}{err}"
     );
 }
+
+// issue 11 follow-up (corral's own files): a custom op whose `read_paths` hold corral's config
+// and state directory sees neither: no policy, no audit database, no keys.
+#[test]
+fn a_read_path_that_holds_corrals_config_and_state_shows_the_op_neither() {
+    let dir = workspace(None);
+    let text = config(
+        "  peek.all:\n    argv: [/bin/sh, -c, \"cat corral.yaml; ls -A .corral; cat .corral/corral.db | head -c 16; ls ws; echo end\"]\n    cwd: $DIR\n    read_paths: [$DIR]\n    effects: [read, exec]\n",
+        &["peek.all"],
+    )
+    .replace("$WS", &dir.path().join("ws").to_string_lossy())
+    .replace("$DIR", &dir.path().to_string_lossy());
+    let _ = std::fs::write(dir.path().join("corral.yaml"), text);
+    let served = serve(dir.path());
+    let (code, v, all) = call(dir.path(), &served.url, "peek.all", &[]);
+    assert_eq!(code, 0, "{all}");
+    let stdout = v["result"]["stdout"].as_str().unwrap_or_default();
+    assert!(stdout.ends_with("end\n"), "the op ran to its end: {all}");
+    assert!(
+        !stdout.contains("version: 1"),
+        "the config was readable: {all}"
+    );
+    assert!(
+        !stdout.contains("corral.db"),
+        "the state directory was listable: {all}"
+    );
+    assert!(
+        !stdout.contains("SQLite format"),
+        "the database was readable: {all}"
+    );
+    assert!(
+        dir.path().join(".corral").join("corral.db").exists(),
+        "the state directory is where the test expects it: {all}"
+    );
+}

@@ -655,6 +655,13 @@ impl LinuxBackend {
                     rlimits,
                     timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
                     tmp_bytes: memory.map_or(DEFAULT_TMP_BYTES, |m| m.min(DEFAULT_TMP_BYTES)),
+                    hidden: req
+                        .protected
+                        .spec()
+                        .paths
+                        .iter()
+                        .map(PathBuf::from)
+                        .collect(),
                     cow: cow.clone(),
                 };
                 spec::encode(&spec).map_err(ExecError::Invalid)

@@ -403,6 +403,48 @@ fn protected_entries(root: &Path) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
+/// Covers each of corral's own files and directories (`spec.hidden`: its state directory,
+/// config and key files) that lies beneath one of the run's binds with an empty read-only
+/// mount (a directory gets an empty tmpfs, a file `/dev/null` on a `nodev` mount, which cannot be
+/// opened), so a read path that holds them shows the program nothing of corral's database,
+/// audit or keys. A bind inside one of them is refused.
+fn hide_own_files(root: &OwnedFd, spec: &Spec) -> Result<()> {
+    let ro = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+    let binds = user_binds(spec);
+    for own in spec.hidden.iter().filter(|p| p.is_absolute()) {
+        if let Some((b, _)) = binds.iter().find(|(b, _)| b.starts_with(own)) {
+            return Err(StepError::invalid(
+                "hide corral's files",
+                format!(
+                    "`{}` lies inside corral's own `{}` (its state, config or keys), which no run may see; bind another directory",
+                    b.display(),
+                    own.display()
+                ),
+            ));
+        }
+        if !binds.iter().any(|(b, _)| own.starts_with(b)) {
+            continue;
+        }
+        let rel = relative(own)?;
+        match std::fs::symlink_metadata(own) {
+            Ok(m) if m.is_dir() => {
+                let target = open_beneath(root, &rel, OFlags::DIRECTORY)
+                    .map_err(|e| mount_err("hide", own, e))?;
+                mount_tmpfs(
+                    Path::new(&fd_path(&target)),
+                    ro,
+                    "mode=000,size=4096,nr_inodes=1",
+                )?;
+            }
+            Ok(m) if m.is_file() => bind_to(root, Path::new("/dev/null"), &rel, ro)?,
+            // A symlink's target is hidden by its resolved form, which `hidden` holds too;
+            // what does not exist cannot be shown.
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Mounts the host's symlink `host` over itself beneath `root` (the new mount API attaches to
 /// the symlink without following it): it still resolves, but can be neither removed nor
 /// replaced.
@@ -708,6 +750,8 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
             }
         }
     }
+
+    hide_own_files(&root, spec)?;
 
     // Into the new root; the old one is detached, so nothing of the host is reachable.
     rustix::process::fchdir(&root).map_err(|e| StepError::unavailable("chdir new root", e))?;

@@ -91,6 +91,11 @@ pub(crate) struct Spec {
     pub(crate) timeout_ms: u64,
     /// Size of the per-run `/tmp` (and `/dev/shm`) tmpfs, bytes.
     pub(crate) tmp_bytes: u64,
+    /// corral's own files and directories (state directory, config, key files), absolute:
+    /// each one beneath a bind is covered by an empty read-only mount, and a bind inside one is
+    /// refused (see `mounts::hide_own_files`).
+    #[serde(default)]
+    pub(crate) hidden: Vec<PathBuf>,
     /// The copy-on-write layer over `write_paths` (a one-shot run). `None`: they are bound
     /// read-write, so writes are live (an attached run: a long-lived upstream server).
     pub(crate) cow: Option<CowSpec>,

@@ -3663,3 +3663,44 @@ async fn a_changed_mode_keeps_only_the_permission_bits() {
     assert_eq!(mode("f2"), 0o600);
     assert_eq!(mode("d"), 0o777);
 }
+
+// Attack class: corral's own files (its state directory, config, keys) inside a path a run may
+// read. A custom op's `read_paths` or an MCP server's could hold them; the program must see
+// neither the audit database nor the config, in a read path or in its writable cwd.
+#[tokio::test]
+async fn corrals_own_state_and_config_inside_a_bound_path_are_hidden_from_the_program() {
+    let w = World::new();
+    let state = w.ro().join("state");
+    std::fs::create_dir(&state).unwrap();
+    write(&state.join("corral.db"), SECRET);
+    write(&w.ro().join("corral.yaml"), SECRET);
+    let cwd_state = w.w().join(".corral-state");
+    std::fs::create_dir(&cwd_state).unwrap();
+    write(&cwd_state.join("corral.db"), SECRET);
+    let mut req = w.sh(r#"cat "$RO/data"
+cat "$RO/state/corral.db" "$RO/corral.yaml" "$W/.corral-state/corral.db" 2>/dev/null
+ls -A "$RO/state" "$W/.corral-state"
+echo leak > "$W/.corral-state/planted" 2>/dev/null || echo planting-refused"#);
+    let own = [state.clone(), w.ro().join("corral.yaml"), cwd_state.clone()];
+    let Ok(protected) = corral_policy::Protected::compile(corral_policy::ProtectedSpec {
+        paths: own.iter().map(|p| p.display().to_string()).collect(),
+        ..Default::default()
+    }) else {
+        unreachable!("absolute paths compile")
+    };
+    req.protected = protected;
+    let out = run(req).await;
+    let stdout = probe_output(&out);
+    assert!(
+        stdout.contains(RO_DATA),
+        "the rest of the read path stays readable: {}",
+        describe(&out)
+    );
+    assert_no_secret(&out);
+    assert!(stdout.contains("planting-refused"), "{}", describe(&out));
+    assert!(!cwd_state.join("planted").exists(), "{}", describe(&out));
+    assert_eq!(
+        std::fs::read_to_string(state.join("corral.db")).unwrap(),
+        SECRET
+    );
+}
