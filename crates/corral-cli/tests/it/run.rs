@@ -360,7 +360,9 @@ fn a_new_git_directory_at_any_depth_never_reaches_the_host_and_corral_says_so() 
         .collect();
     assert_eq!(refused.len(), 1, "one line for the refused `.git`: {err}");
     assert!(
-        refused.iter().any(|l| l.contains("sub/.git`") && l.contains("protected")),
+        refused
+            .iter()
+            .any(|l| l.contains("sub/.git`") && l.contains("protected")),
         "{err}"
     );
     assert!(err.contains("the program exited with 0"), "{err}");
@@ -422,7 +424,10 @@ fn ordinary_writes_renames_and_deletions_land_after_the_run_with_a_write_path_to
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(err, "", "nothing refused, nothing printed");
-    assert!(out.contains("renamed.txt"), "the program sees its own writes: {out}");
+    assert!(
+        out.contains("renamed.txt"),
+        "the program sees its own writes: {out}"
+    );
     let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
     assert_eq!(read(&dir.path().join("a/b/new.txt")), "new\n");
     assert_eq!(read(&dir.path().join("renamed.txt")), "old\n");
@@ -581,7 +586,10 @@ fn the_configs_protected_globs_and_the_config_file_itself_are_refused_at_the_app
     assert_eq!(code, 125, "{err}");
     assert!(!dir.path().join("deps.lock").exists(), "{err}");
     let text = std::fs::read_to_string(dir.path().join("corral.yaml")).unwrap_or_default();
-    assert!(!text.contains("write: [/]"), "the config is unchanged: {text}");
+    assert!(
+        !text.contains("write: [/]"),
+        "the config is unchanged: {text}"
+    );
     let denied = err
         .lines()
         .filter(|l| l.contains("error[policy.path_denied]"))
@@ -628,7 +636,14 @@ fn a_config_with_tokens_whose_variables_are_unset_still_serves_corral_run() {
     );
     let (code, out, err) = corral_run(
         dir.path(),
-        &["--config", &cfg, "--", "sh", "-c", "pwd; echo ${CORRAL_IT_UNSET_TOKEN:-no-secret}"],
+        &[
+            "--config",
+            &cfg,
+            "--",
+            "sh",
+            "-c",
+            "pwd; echo ${CORRAL_IT_UNSET_TOKEN:-no-secret}",
+        ],
         b"",
         &[],
     );
