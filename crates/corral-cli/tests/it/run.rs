@@ -663,3 +663,42 @@ fn a_config_with_the_process_backend_is_refused_never_run_unsandboxed() {
     assert_eq!((code, out.as_str()), (125, ""), "{err}");
     assert!(err.contains("isolation.backend: process"), "{err}");
 }
+
+#[test]
+fn the_readme_run_section_example_runs_as_written() {
+    // README's `run:` example, as `corral run --config` reads it: its network allow-list is
+    // attested, its env sets `LANG`, and its `protected:` glob is refused at the apply.
+    let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    let text = std::fs::read_to_string(readme).unwrap_or_default();
+    let example = text
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .find(|b| b.contains("\nrun:\n"))
+        .unwrap_or_default();
+    assert!(example.contains("limits:"), "README has a `run:` example");
+    let dir = tempdir();
+    let cfg = config(dir.path(), &format!("version: 1\n{example}"));
+    let (code, out, err) = corral_run(
+        dir.path(),
+        &[
+            "--attest",
+            "--config",
+            &cfg,
+            "--",
+            "sh",
+            "-c",
+            "echo $LANG; echo built > out.txt; echo pinned > deps.lock",
+        ],
+        b"",
+        &[],
+    );
+    assert_eq!((code, out.as_str()), (125, "C.UTF-8\n"), "{err}");
+    assert!(err.contains("netns:egress-proxy"), "{err}");
+    assert!(
+        err.contains("error[policy.path_denied]") && err.contains("deps.lock`"),
+        "{err}"
+    );
+    assert!(dir.path().join("out.txt").exists(), "{err}");
+    assert!(!dir.path().join("deps.lock").exists(), "{err}");
+}
