@@ -506,7 +506,7 @@ fn config_gives_the_profile_env_limits_and_network_of_its_run_section() {
     let dir = tempdir();
     let cfg = config(
         dir.path(),
-        "version: 1\nrun:\n  profile: readonly\n  env: [GREETING=hi, CORRAL_IT_PASSED]\n  network: loopback\n  limits: {timeout: 2s, memory: 512MiB, processes: 64}\n",
+        "version: 1\nrun:\n  profile: readonly\n  env: [GREETING=hi, CORRAL_IT_PASSED]\n  network: loopback\n  limits: {timeout: 2s, processes: 64}\n",
     );
     let (code, out, err) = corral_run(
         dir.path(),
