@@ -267,11 +267,21 @@ enum Command {
     /// `--net loopback`; the environment is PATH, TERM, the locale, TZ, `HOME=/tmp` and what
     /// `--env` adds. Exit codes: the program's (128+N when signal N ended it), 124 when
     /// `--timeout` killed it, 125 when corral could not run it (this host cannot isolate, bad
-    /// usage), 126 when the program cannot be executed, 127 when it is not found.
+    /// usage, a bad `--config`, or a change of the program's refused at the apply), 126 when the
+    /// program cannot be executed, 127 when it is not found.
+    ///
+    /// The program's writes go through a copy-on-write layer, applied to the host when it ended:
+    /// a new `.git` or `.corral` (at any depth) or what is over `--write-quota` is refused
+    /// there, one line per refused path on stderr, and no set-id bit reaches the host.
     Run {
-        /// What of the host the sandbox sees besides the system directories.
-        #[arg(long, value_enum, default_value_t)]
-        profile: cmd::run::Profile,
+        /// The `run:` section of this corral config gives the defaults (only when given: no
+        /// config is read otherwise); the flags below win over it.
+        #[arg(long, short = 'c', value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// What of the host the sandbox sees besides the system directories (default:
+        /// `workspace`).
+        #[arg(long, value_enum)]
+        profile: Option<cmd::run::Profile>,
         /// Network: `none` (no interface up), `loopback` (127.0.0.1 inside the sandbox only), or
         /// `allow:HOST:PORT[,HOST:PORT...]` (only those, through corral's egress proxy).
         #[arg(long, value_name = "MODE", value_parser = cmd::run::parse_net)]
@@ -286,6 +296,11 @@ enum Command {
         /// refused where the host has none.
         #[arg(long, value_name = "SIZE", value_parser = cmd::run::parse_memory)]
         memory: Option<u64>,
+        /// What the program may add to the host through its write paths (`64MiB`, `4GiB`;
+        /// default 1 GiB); over it, its writes fail with "No space left on device" and the apply
+        /// refuses the rest (exit 125).
+        #[arg(long, value_name = "SIZE", value_parser = cmd::run::parse_memory)]
+        write_quota: Option<u64>,
         /// Also show this directory or file, read-only (repeatable).
         #[arg(long, value_name = "PATH")]
         read: Vec<PathBuf>,
@@ -458,21 +473,25 @@ pub fn run_cli(cli: Cli) -> Exit {
             remote.format,
         ),
         Command::Run {
+            config,
             profile,
             net,
             attest,
             timeout,
             memory,
+            write_quota,
             read,
             write,
             env,
             argv,
         } => cmd::run::run(cmd::run::Args {
+            config,
             profile,
             net,
             attest,
             timeout,
             memory,
+            write_quota,
             read,
             write,
             env,

@@ -21,7 +21,7 @@ use crate::model::{
     AuditConfig, AuditSink, AuthConfig, AutonomyConfig, AutonomyPin, BackendKind, BudgetsConfig,
     Config, ConfirmationBackend, CustomOpConfig, GuardrailsConfig, GuardrailsMode, JwtSpec,
     McpConfig, McpServerConfig, McpToolConfig, NetworkMode, ParamConfig, PresetUse, RolesConfig,
-    RuleConfig, Spanned, StateOnlyEntry, StorageConfig, TokenConfig,
+    RuleConfig, RunConfig, RunProfile, Spanned, StateOnlyEntry, StorageConfig, TokenConfig,
 };
 use crate::yaml::{Key, Node, Span, Value};
 
@@ -43,6 +43,8 @@ pub(crate) const ALL_KEYS: &[&[&str]] = &[
     MCP_KEYS,
     MCP_SERVER_KEYS,
     MCP_TOOL_KEYS,
+    RUN_KEYS,
+    RUN_LIMIT_KEYS,
     PARAM_KEYS,
     JWT_KEYS,
     TOKEN_KEYS,
@@ -73,7 +75,10 @@ const TOP_KEYS: &[&str] = &[
     "protected",
     "mcp_servers",
     "mcp",
+    "run",
 ];
+const RUN_KEYS: &[&str] = &["profile", "read", "write", "network", "env", "limits"];
+const RUN_LIMIT_KEYS: &[&str] = &["memory", "processes", "timeout", "write_quota"];
 const MCP_KEYS: &[&str] = &["allowed_hosts", "allowed_origins"];
 const MCP_SERVER_KEYS: &[&str] = &[
     "command",
@@ -637,7 +642,103 @@ impl Decoder {
         if let Some(n) = m.get("disabled_ops") {
             c.disabled_ops = self.strings(n, "disabled_ops");
         }
+        if let Some(n) = m.get("run") {
+            c.run = self.run(n);
+        }
         c
+    }
+
+    /// `run:` the profile of `corral run --config F`.
+    fn run(&mut self, node: &Node) -> Option<RunConfig> {
+        if matches!(node.value, Value::Null) {
+            return Some(RunConfig {
+                span: node.span,
+                ..RunConfig::default()
+            });
+        }
+        let m = self.map(node, "run", RUN_KEYS)?;
+        let mut r = RunConfig {
+            span: node.span,
+            ..RunConfig::default()
+        };
+        if let Some(p) = m.get("profile") {
+            r.profile = self
+                .choice(
+                    p,
+                    "run.profile",
+                    &[
+                        ("workspace", RunProfile::Workspace),
+                        ("readonly", RunProfile::Readonly),
+                        ("none", RunProfile::None),
+                    ],
+                )
+                .map(|v| Spanned::new(v, p.span));
+        }
+        if let Some(n) = m.get("read") {
+            r.read = self.strings(n, "run.read");
+        }
+        if let Some(n) = m.get("write") {
+            r.write = self.strings(n, "run.write");
+        }
+        if let Some(n) = m.get("network") {
+            r.network = self.network(n, "run.network");
+        }
+        if let Some(n) = m.get("env") {
+            r.env = self.strings(n, "run.env");
+            for (i, e) in r.env.iter().enumerate() {
+                let name = e.value.split_once('=').map_or(e.value.as_str(), |(n, _)| n);
+                let valid = !name.is_empty()
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !name.starts_with(|c: char| c.is_ascii_digit());
+                if !valid {
+                    self.diags.push(
+                        Diagnostic::error(
+                            codes::CONFIG_INVALID_VALUE,
+                            format!(
+                                "`{}` is not `NAME` or `NAME=VALUE` with a name of letters, digits and `_`",
+                                e.value
+                            ),
+                            format!("run.env[{i}]"),
+                            Some(e.span),
+                        )
+                        .with_fix(
+                            "write `GITHUB_TOKEN` (passes its value from corral's environment) or `LANG=C.UTF-8`",
+                        ),
+                    );
+                }
+            }
+        }
+        if let Some(n) = m.get("limits")
+            && let Some(lm) = self.map(n, "run.limits", RUN_LIMIT_KEYS)
+        {
+            r.memory = lm
+                .get("memory")
+                .and_then(|v| self.size(v, "run.limits.memory"));
+            r.processes = lm.get("processes").and_then(|v| {
+                let n = self.uint(v, "run.limits.processes")?;
+                match u32::try_from(n) {
+                    Ok(p) if p > 0 => Some(p),
+                    _ => {
+                        self.err_fix(
+                            codes::CONFIG_INVALID_VALUE,
+                            format!("`{n}` is not a usable process limit"),
+                            "run.limits.processes",
+                            v.span,
+                            "write a number of processes from 1 to 4294967295, e.g. `256`"
+                                .to_owned(),
+                        );
+                        None
+                    }
+                }
+            });
+            r.timeout = lm
+                .get("timeout")
+                .and_then(|v| self.duration(v, "run.limits.timeout"));
+            r.write_quota = lm
+                .get("write_quota")
+                .and_then(|v| self.size(v, "run.limits.write_quota"));
+        }
+        Some(r)
     }
 
     fn level(&mut self, node: &Node, at: &str) -> Option<AutonomyLevel> {

@@ -23,7 +23,7 @@ use corral_policy::{Catalog, Engine, Policy, Role, codes};
 
 pub use build::{Env, ProcessEnv, ResolvedToken, RuleOrigin, upstream_tool_spec};
 pub use diag::{Diagnostic, Severity, render};
-pub use model::{Config, Secret};
+pub use model::{Config, RunConfig, RunProfile, Secret};
 
 /// A config that loaded without errors.
 #[derive(Debug)]
@@ -160,6 +160,12 @@ impl LoadError {
 
 /// Loads a config file, reading token secrets from the process environment.
 pub fn load_file(path: &Path) -> Result<Loaded, LoadError> {
+    load_file_with_env(path, &ProcessEnv)
+}
+
+/// Loads a config file, reading token secrets from `env` (`corral run`, which authenticates
+/// nobody, passes one that does not read them).
+pub fn load_file_with_env(path: &Path, env: &dyn Env) -> Result<Loaded, LoadError> {
     let file_name = path.display().to_string();
     let source = match std::fs::read_to_string(path) {
         Ok(s) => s,
@@ -185,7 +191,7 @@ pub fn load_file(path: &Path) -> Result<Loaded, LoadError> {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let base = std::path::absolute(&base).unwrap_or(base);
     let config_file = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    load_inner(&file_name, &source, &base, Some(&config_file), &ProcessEnv)
+    load_inner(&file_name, &source, &base, Some(&config_file), env)
 }
 
 /// Loads a config from text. `base_dir` anchors relative paths (the state directory).

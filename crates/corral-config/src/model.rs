@@ -80,6 +80,48 @@ pub struct Config {
     pub mcp_servers: Vec<McpServerConfig>,
     /// `mcp:` the `/mcp` endpoint's `Host` and `Origin` allow-lists.
     pub mcp: McpConfig,
+    /// `run:` the sandbox `corral run --config F` gives its command; `None` when absent.
+    pub run: Option<RunConfig>,
+}
+
+/// What of the host `corral run` shows the program besides the system directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunProfile {
+    /// The current directory read-write (through the copy-on-write layer).
+    Workspace,
+    /// The current directory read-only.
+    Readonly,
+    /// No host directory; the program runs in the sandbox's empty `/tmp`.
+    None,
+}
+
+/// `run:` the profile of `corral run --config F`, key by key as its flags (a flag given on the
+/// command line wins over its key; `read`, `write` and `env` add to the flags' lists).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RunConfig {
+    /// `profile:` (`--profile`).
+    pub profile: Option<Spanned<RunProfile>>,
+    /// `read:` more directories or files shown read-only (`--read`), relative to the config's
+    /// directory.
+    pub read: Vec<Spanned<String>>,
+    /// `write:` more directories or files shown read-write (`--write`), relative to the
+    /// config's directory.
+    pub write: Vec<Spanned<String>>,
+    /// `network:` `none`, `loopback` or `{allow: [HOST:PORT, ...]}` (`--net`); `None`: the
+    /// config's `isolation.network`.
+    pub network: Option<corral_policy::scope::NetworkSpec>,
+    /// `env:` `NAME` (its value in corral's environment) or `NAME=VALUE` (`--env`).
+    pub env: Vec<Spanned<String>>,
+    /// `limits.memory` (`--memory`).
+    pub memory: Option<u64>,
+    /// `limits.processes`: the run's process limit (no flag).
+    pub processes: Option<u32>,
+    /// `limits.timeout` (`--timeout`).
+    pub timeout: Option<Duration>,
+    /// `limits.write_quota` (`--write-quota`): what the run may add to its write paths.
+    pub write_quota: Option<u64>,
+    /// Where `run:` is written.
+    pub span: Span,
 }
 
 /// `mcp:` who may reach `/mcp` by which name. Defaults: loopback hosts only, no Origin check.

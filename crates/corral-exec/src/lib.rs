@@ -217,6 +217,11 @@ pub struct Changes {
 pub struct RefusedChange {
     /// The host path it was for.
     pub path: String,
+    /// The stable code of the refusal (`corral_policy::codes`): `policy.path_denied` (a
+    /// protected location), `exec.write_quota` (over the run's write quota), or
+    /// `exec.change_refused` (anything else that kept it from the host).
+    #[serde(default)]
+    pub code: String,
     /// Why it was refused.
     pub reason: String,
 }
@@ -296,11 +301,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// future kills the process and destroys its sandbox. A backend that cannot host such a
     /// process returns `ExecError::Unavailable`.
     ///
-    /// Unlike [`Backend::run`], an attached process's writes are live: its write paths are
-    /// bound read-write, with no copy-on-write layer, so no write quota and no protection check
-    /// of its changes (`ExecOutput::changes` is `None`). What still holds there: the read-only
-    /// binds of metadata that exists when it starts, and the `linux` backend's seccomp filter
-    /// (no setuid or setgid bit, no extended attribute, so no file capability).
+    /// Unlike [`Backend::run`], an attached process's writes are live by default: its write
+    /// paths are bound read-write, with no copy-on-write layer, so no write quota and no
+    /// protection check of its changes (`ExecOutput::changes` is `None`). What still holds
+    /// there: the read-only binds of metadata that exists when it starts, and the `linux`
+    /// backend's seccomp filter (no setuid or setgid bit, no extended attribute, so no file
+    /// capability). A `linux` backend made `with_attached_write_layer()` (`corral run`) gives
+    /// attached runs the layer too, applied when the process ended, as for [`Backend::run`].
     fn run_attached(
         &self,
         req: ExecRequest,

@@ -113,7 +113,7 @@ fn result_json(out: &ExecOutput) -> serde_json::Value {
         "changes": out.changes.as_ref().map(|c| json!({
             "applied": c.applied,
             "bytes": c.bytes,
-            "refused": c.refused.iter().map(|r| json!({"path": r.path, "reason": r.reason})).collect::<Vec<_>>(),
+            "refused": c.refused.iter().map(|r| json!({"path": r.path, "code": r.code, "reason": r.reason})).collect::<Vec<_>>(),
             "refused_unlisted": c.refused_unlisted,
         })),
     })

@@ -148,6 +148,12 @@ catalog! {
     EXEC_INVALID = "exec.invalid", 400,
         "the command is empty or contains NUL bytes",
         "pass a non-empty argv";
+    EXEC_CHANGE_REFUSED = "exec.change_refused", 409,
+        "a change a sandboxed program made was not applied to the host (a fifo or device node, a symlink or mount in the way on the host, a layer that could not be read)",
+        "write regular files, directories and symlinks only, under directories that are not symlinks on the host";
+    EXEC_WRITE_QUOTA = "exec.write_quota", 507,
+        "a sandboxed program's changes are over the run's write quota, so the rest were not applied (a sparse file or a hard link counts at its full size)",
+        "write less, or raise the quota: `corral run --write-quota 4GiB`, or `limits.write_quota` in the config's `run:` section";
     UPSTREAM_UNAVAILABLE = "upstream.unavailable", 503,
         "the upstream MCP server behind this op is not running (it crashed, or did not start)",
         "retry after the delay in the message (corral restarts it with backoff); `corral serve`'s log says why it stopped";

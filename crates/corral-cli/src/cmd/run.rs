@@ -14,19 +14,34 @@
 //! terminal and output is streamed); its stdin is corral's stdin, relayed through a pipe. The
 //! exit code is the program's, 128 + N when signal N ended it, 124 when `--timeout` killed it,
 //! and 125 when corral could not run it (isolation unavailable on this host, a path that cannot
-//! be bound, bad usage), 126 when the program could not be executed, 127 when it was not found,
-//! as `docker run` and `env` do. Nothing is printed on success; `--attest` adds one JSON line on
-//! stderr after the run with what the sandbox applied.
+//! be bound, bad usage, a config that does not load), 126 when the program could not be
+//! executed, 127 when it was not found, as `docker run` and `env` do. Nothing is printed on
+//! success; `--attest` adds one JSON line on stderr after the run with what the sandbox applied.
+//!
+//! Writes go through the backend's copy-on-write layer, as for `commands.run`: the write paths
+//! are overlays, and their changes reach the host only when the program (and everything it
+//! started) ended, each checked against the protected locations (`.git`, `.corral` and the
+//! other VCS directories at any depth, a valid git `HEAD`, the config's `protected:` globs and
+//! corral's own files) and the write quota. Each refused change is one line on stderr with its
+//! code, and then the exit code is 125 whatever the program's: the host does not hold what the
+//! program wrote, so `corral run -- make && deploy` must not go on (the program's own code is
+//! in the message).
+//!
+//! `--config F` takes defaults from the file's `run:` section (`profile`, `read`, `write`,
+//! `network`, `env`, `limits: {memory, processes, timeout, write_quota}`), its `isolation:`
+//! (`network` when `run.network` is absent, `cgroup_parent`) and its `protected:` globs; flags
+//! win over keys, and list flags add to the lists. Token secrets are not read: `corral run`
+//! authenticates nobody.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::ValueEnum;
 use corral_exec::linux::{LinuxBackend, Network};
-use corral_exec::{Backend, ExecError, ExecOutput, ExecRequest, ResourceLimits};
+use corral_exec::{Backend, Changes, ExecError, ExecOutput, ExecRequest, ResourceLimits};
 use corral_exec::{Egress, EgressLog, RunNetwork};
 use corral_policy::codes;
-use corral_policy::scope::EgressAllowList;
+use corral_policy::scope::{EgressAllowList, NetworkSpec};
 use serde::Serialize;
 
 use crate::Exit;
@@ -128,18 +143,124 @@ pub fn parse_memory(s: &str) -> Result<u64, String> {
     })
 }
 
-/// `corral run`'s options.
+/// `corral run`'s options, as given on the command line.
 #[derive(Debug)]
 pub struct Args {
-    pub profile: Profile,
+    pub config: Option<PathBuf>,
+    pub profile: Option<Profile>,
     pub net: Option<Net>,
     pub attest: bool,
     pub timeout: Option<Duration>,
     pub memory: Option<u64>,
+    pub write_quota: Option<u64>,
     pub read: Vec<PathBuf>,
     pub write: Vec<PathBuf>,
     pub env: Vec<String>,
     pub argv: Vec<String>,
+}
+
+/// The run's settings: the flags over the config's `run:` section over the defaults.
+#[derive(Debug, Default)]
+struct Settings {
+    profile: Profile,
+    net: Option<Net>,
+    timeout: Option<Duration>,
+    memory: Option<u64>,
+    processes: Option<u32>,
+    write_quota: Option<u64>,
+    read: Vec<PathBuf>,
+    write: Vec<PathBuf>,
+    env: Vec<String>,
+    protected: corral_policy::Protected,
+    cgroup_parent: Option<PathBuf>,
+}
+
+/// Reads no secret: every variable is a placeholder long enough for the token checks.
+/// `corral run` authenticates nobody, so a config's token variables need not be set for it.
+struct NoSecrets;
+
+impl corral_config::Env for NoSecrets {
+    fn var(&self, _name: &str) -> Option<String> {
+        Some("corral-run-reads-no-secret-0123456789".to_owned())
+    }
+}
+
+/// Merges the command line over `--config`'s file (when given) over the defaults.
+fn settings(args: &Args) -> Result<Settings, Failure> {
+    let mut s = Settings::default();
+    let mut config_read = Vec::new();
+    let mut config_write = Vec::new();
+    if let Some(path) = &args.config {
+        let loaded = corral_config::load_file_with_env(path, &NoSecrets).map_err(|e| Failure {
+            code: e
+                .diagnostics
+                .iter()
+                .find(|d| d.severity == corral_config::Severity::Error)
+                .map_or(codes::CONFIG_INVALID_VALUE, |d| d.code),
+            message: format!(
+                "the config `{}` does not load:\n{}",
+                path.display(),
+                e.render().trim_end()
+            ),
+            exit: EXIT_CANNOT_RUN,
+        })?;
+        let c = &loaded.config;
+        if c.isolation.backend == corral_config::model::BackendKind::Process {
+            return Err(Failure::usage(format!(
+                "the config `{}` sets `isolation.backend: process`, which isolates nothing, and `corral run` never runs a command unsandboxed; remove the key (or pass another `--config`)",
+                path.display()
+            )));
+        }
+        s.cgroup_parent.clone_from(&c.isolation.cgroup_parent);
+        s.protected = loaded.policy.protected.clone();
+        s.net = Some(Net::Mode(match c.isolation.network {
+            corral_config::model::NetworkMode::None => Network::None,
+            corral_config::model::NetworkMode::Loopback => Network::Loopback,
+        }));
+        if let Some(r) = &c.run {
+            if let Some(p) = &r.profile {
+                s.profile = match p.value {
+                    corral_config::RunProfile::Workspace => Profile::Workspace,
+                    corral_config::RunProfile::Readonly => Profile::Readonly,
+                    corral_config::RunProfile::None => Profile::None,
+                };
+            }
+            if let Some(n) = &r.network {
+                s.net = Some(match n {
+                    NetworkSpec::None => Net::Mode(Network::None),
+                    NetworkSpec::Loopback => Net::Mode(Network::Loopback),
+                    NetworkSpec::Allow(list) => Net::Allow(list.clone()),
+                });
+            }
+            config_read = r.read.iter().map(|p| loaded.absolute(&p.value)).collect();
+            config_write = r.write.iter().map(|p| loaded.absolute(&p.value)).collect();
+            s.env = r.env.iter().map(|e| e.value.clone()).collect();
+            s.timeout = r.timeout;
+            s.memory = r.memory;
+            s.processes = r.processes;
+            s.write_quota = r.write_quota;
+        }
+    }
+    if let Some(p) = args.profile {
+        s.profile = p;
+    }
+    if args.net.is_some() {
+        s.net.clone_from(&args.net);
+    }
+    s.timeout = args.timeout.or(s.timeout);
+    s.memory = args.memory.or(s.memory);
+    s.write_quota = args.write_quota.or(s.write_quota);
+    s.read = config_read
+        .into_iter()
+        .chain(args.read.iter().cloned())
+        .collect();
+    s.write = config_write
+        .into_iter()
+        .chain(args.write.iter().cloned())
+        .collect();
+    // Later ones win: the command line's `--env` over the file's.
+    s.env.extend(args.env.iter().cloned());
+    Ok(s)
 }
 
 /// What `--attest` prints: one JSON line on stderr.
@@ -212,14 +333,17 @@ pub fn run(args: Args) -> Exit {
 }
 
 fn run_inner(args: Args) -> Result<u8, Failure> {
-    let req = request(&args)?;
+    let s = settings(&args)?;
+    let req = request(&args.argv, &s)?;
     let mut backend = LinuxBackend::new(PathBuf::from("/proc/self/exe"))
-        .with_network(match &args.net {
+        .with_network(match &s.net {
             Some(Net::Mode(m)) => *m,
             Some(Net::Allow(_)) | None => Network::None,
         })
-        .with_inherited_output();
-    if args.memory.is_some() {
+        .with_cgroup_parent(s.cgroup_parent.clone())
+        .with_inherited_output()
+        .with_attached_write_layer();
+    if s.memory.is_some() {
         // A run with a memory limit gets a sandbox made for it: a warm one would be wasted.
         backend = backend.with_warm_pool(0);
     }
@@ -253,7 +377,57 @@ fn run_inner(args: Args) -> Result<u8, Failure> {
             Err(e) => eprintln!("corral run: cannot encode the attestation: {e}"),
         }
     }
-    Ok(exit_code(&out, args.timeout))
+    let code = exit_code(&out, s.timeout);
+    match &out.changes {
+        Some(changes) if refused_any(changes) => {
+            report_refused(changes, &out);
+            Ok(EXIT_CANNOT_RUN)
+        }
+        _ => Ok(code),
+    }
+}
+
+fn refused_any(changes: &Changes) -> bool {
+    !changes.refused.is_empty() || changes.refused_unlisted > 0
+}
+
+/// One line per change the apply refused, with its code, then what it means for the exit code.
+/// Paths and reasons come from the sandbox's layer (names the program chose): they are printed
+/// escaped, so no control character of theirs reaches the terminal.
+fn report_refused(changes: &Changes, out: &ExecOutput) {
+    for r in &changes.refused {
+        let code = if r.code.is_empty() {
+            codes::EXEC_CHANGE_REFUSED
+        } else {
+            r.code.as_str()
+        };
+        if r.path.is_empty() {
+            eprintln!("corral run: error[{code}]: {}", r.reason.escape_debug());
+        } else {
+            eprintln!(
+                "corral run: error[{code}]: `{}` was not applied to the host: {}",
+                r.path.escape_debug(),
+                r.reason.escape_debug()
+            );
+        }
+    }
+    if changes.refused_unlisted > 0 {
+        eprintln!(
+            "corral run: ... and {} more changes refused, not listed",
+            changes.refused_unlisted
+        );
+    }
+    let program = match (out.exit_code, out.signal) {
+        _ if out.timed_out => "was killed at its timeout".to_owned(),
+        (Some(c), _) => format!("exited with {c}"),
+        (None, Some(sig)) => format!("was ended by signal {sig}"),
+        (None, None) => "ended".to_owned(),
+    };
+    eprintln!(
+        "corral run: the program {program}, but {} of its changes did not reach the host ({} applied); exit 125",
+        changes.refused.len() as u64 + changes.refused_unlisted,
+        changes.applied
+    );
 }
 
 /// The exit code `corral run` ends with for a run that happened.
@@ -290,9 +464,9 @@ async fn supervise(backend: &LinuxBackend, req: ExecRequest) -> Result<ExecOutpu
     out.map_err(Failure::from)
 }
 
-/// The sandbox request for these options, from the current directory and environment.
-fn request(args: &Args) -> Result<ExecRequest, Failure> {
-    if args.argv.is_empty() {
+/// The sandbox request for these settings, from the current directory and environment.
+fn request(argv: &[String], args: &Settings) -> Result<ExecRequest, Failure> {
+    if argv.is_empty() {
         return Err(Failure::usage(
             "no command given; write it after `--`: `corral run -- make test`",
         ));
@@ -335,7 +509,7 @@ fn request(args: &Args) -> Result<ExecRequest, Failure> {
         }
     }
     Ok(ExecRequest {
-        argv: args.argv.clone(),
+        argv: argv.to_vec(),
         cwd,
         env: environment(&args.env)?,
         stdin: None,
@@ -345,11 +519,13 @@ fn request(args: &Args) -> Result<ExecRequest, Failure> {
             memory: args.memory,
             // 1 GiB unless `--memory` says otherwise (safe by default, issue 11 item 5).
             default_memory: Some(corral_exec::DEFAULT_MEMORY),
+            processes: args.processes,
+            write_quota: args.write_quota,
             ..ResourceLimits::default()
         },
         read_paths,
         write_paths,
-        protected: corral_policy::Protected::default(),
+        protected: args.protected.clone(),
         // An allow-list gets the proxy: the program sees `HTTP(S)_PROXY`, and a refusal's
         // reason in its own stderr.
         network: match &args.net {

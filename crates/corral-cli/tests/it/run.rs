@@ -343,3 +343,362 @@ fn net_allow_reaches_only_the_named_address() {
     assert_eq!(code, 125, "{err}");
     assert!(err.contains("names no host"), "{err}");
 }
+
+// issue 12 item 5 (issue 11 item 2 follow-up): `corral run` writes through the copy-on-write
+// layer. Before it, its writes were live, so a program could make a new `.git` anywhere in the
+// current directory (the class "protected metadata inside a writable root").
+#[test]
+fn a_new_git_directory_at_any_depth_never_reaches_the_host_and_corral_says_so() {
+    let dir = tempdir();
+    let script = "mkdir -p sub/.git/hooks && echo '[core] fsmonitor = evil' > sub/.git/config && echo kept > ok.txt";
+    let (code, _, err) = corral_run(dir.path(), &["--", "sh", "-c", script], b"", &[]);
+    assert_eq!(code, 125, "a refused change is exit 125: {err}");
+    assert!(!dir.path().join("sub/.git").exists(), "no .git on the host");
+    let refused: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("error[policy.path_denied]"))
+        .collect();
+    assert_eq!(refused.len(), 1, "one line for the refused `.git`: {err}");
+    assert!(
+        refused
+            .iter()
+            .any(|l| l.contains("sub/.git`") && l.contains("protected")),
+        "{err}"
+    );
+    assert!(err.contains("the program exited with 0"), "{err}");
+    let ok = std::fs::read_to_string(dir.path().join("ok.txt")).unwrap_or_default();
+    assert_eq!(ok, "kept\n", "the ordinary write still lands: {err}");
+    assert!(dir.path().join("sub").is_dir(), "{err}");
+}
+
+#[test]
+fn an_embedded_git_repository_without_a_git_directory_never_reaches_the_host() {
+    // A valid `HEAD` beside `objects/` and `refs/` is a bare repository whose `config` git on
+    // the host trusts: the apply refuses the `HEAD`.
+    let dir = tempdir();
+    let script = "mkdir -p src/objects src/refs && echo 'ref: refs/heads/main' > src/HEAD && echo '[core] fsmonitor = evil' > src/config";
+    let (code, _, err) = corral_run(dir.path(), &["--", "sh", "-c", script], b"", &[]);
+    assert_eq!(code, 125, "{err}");
+    assert!(!dir.path().join("src/HEAD").exists(), "{err}");
+    assert!(
+        err.contains("error[policy.path_denied]") && err.contains("src/HEAD`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_setuid_or_setgid_bit_never_reaches_the_host() {
+    let dir = tempdir();
+    let script = "cp /bin/sh ./tool; chmod 6755 ./tool; chmod u+s ./tool; exit 0";
+    let (_, _, err) = corral_run(dir.path(), &["--", "sh", "-c", script], b"", &[]);
+    let mode = std::fs::metadata(dir.path().join("tool"))
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))
+        .unwrap_or(0);
+    assert_ne!(mode, 0, "the copy landed: {err}");
+    assert_eq!(mode & 0o7000, 0, "mode {mode:o} on the host: {err}");
+}
+
+#[test]
+fn ordinary_writes_renames_and_deletions_land_after_the_run_with_a_write_path_too() {
+    let dir = tempdir();
+    let extra = tempdir();
+    let _ = std::fs::write(dir.path().join("old.txt"), "old\n");
+    let _ = std::fs::write(dir.path().join("gone.txt"), "gone\n");
+    let _ = std::fs::create_dir(dir.path().join(".git"));
+    let script = format!(
+        "mkdir -p a/b && echo new > a/b/new.txt && mv old.txt renamed.txt && rm gone.txt && echo out > {}/out.txt && ls -A",
+        extra.path().display()
+    );
+    let (code, out, err) = corral_run(
+        dir.path(),
+        &[
+            "--write",
+            &extra.path().display().to_string(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        b"",
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err, "", "nothing refused, nothing printed");
+    assert!(
+        out.contains("renamed.txt"),
+        "the program sees its own writes: {out}"
+    );
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    assert_eq!(read(&dir.path().join("a/b/new.txt")), "new\n");
+    assert_eq!(read(&dir.path().join("renamed.txt")), "old\n");
+    assert!(!dir.path().join("old.txt").exists());
+    assert!(!dir.path().join("gone.txt").exists());
+    assert!(dir.path().join(".git").is_dir(), "the existing .git stays");
+    assert_eq!(read(&extra.path().join("out.txt")), "out\n");
+}
+
+#[test]
+fn writes_over_the_write_quota_fail_in_the_sandbox_and_a_sparse_file_over_it_is_refused() {
+    let dir = tempdir();
+    // Blocks: the layer's tmpfs is the quota, so the program's own write fails.
+    let (code, _, err) = corral_run(
+        dir.path(),
+        &[
+            "--write-quota",
+            "1MiB",
+            "--",
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=big bs=64k count=64",
+        ],
+        b"",
+        &[],
+    );
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    let big = std::fs::metadata(dir.path().join("big")).map_or(0, |m| m.len());
+    assert!(big <= 1 << 20, "{big} bytes reached the host");
+    // A sparse file takes no block in the layer but counts at its full size at the apply.
+    let (code, _, err) = corral_run(
+        dir.path(),
+        &[
+            "--write-quota",
+            "1MiB",
+            "--",
+            "sh",
+            "-c",
+            "truncate -s 64M sparse",
+        ],
+        b"",
+        &[],
+    );
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("error[exec.write_quota]") && err.contains("sparse`"),
+        "{err}"
+    );
+    assert!(!dir.path().join("sparse").exists());
+}
+
+#[test]
+fn stdio_stays_streamed_and_the_exit_code_passes_through_with_the_layer() {
+    let dir = tempdir();
+    let (code, out, err) = corral_run(
+        dir.path(),
+        &["--", "sh", "-c", "cat; echo written > f.txt; exit 9"],
+        b"from stdin\n",
+        &[],
+    );
+    assert_eq!((code, out.as_str()), (9, "from stdin\n"), "{err}");
+    assert_eq!(err, "");
+    assert!(dir.path().join("f.txt").exists());
+}
+
+/// Writes `text` as `corral.yaml` in `dir` and returns its path as a string.
+fn config(dir: &Path, text: &str) -> String {
+    let path = dir.join("corral.yaml");
+    let _ = std::fs::write(&path, text);
+    path.display().to_string()
+}
+
+#[test]
+fn config_gives_the_profile_env_limits_and_network_of_its_run_section() {
+    let dir = tempdir();
+    let cfg = config(
+        dir.path(),
+        "version: 1\nrun:\n  profile: readonly\n  env: [GREETING=hi, CORRAL_IT_PASSED]\n  network: loopback\n  limits: {timeout: 2s, processes: 64}\n",
+    );
+    let (code, out, err) = corral_run(
+        dir.path(),
+        &[
+            "--attest",
+            "--config",
+            &cfg,
+            "--",
+            "sh",
+            "-c",
+            "echo $GREETING $CORRAL_IT_PASSED; touch x 2>/dev/null || echo read-only",
+        ],
+        b"",
+        &[("CORRAL_IT_PASSED", "passed")],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "hi passed\nread-only\n", "{err}");
+    assert!(err.contains("netns:loopback"), "{err}");
+    let (code, _, err) = corral_run(
+        dir.path(),
+        &["--config", &cfg, "--", "sleep", "60"],
+        b"",
+        &[],
+    );
+    assert_eq!(code, 124, "the file's timeout: {err}");
+    assert!(err.contains("timed out after 2s"), "{err}");
+}
+
+#[test]
+fn flags_win_over_the_config_and_add_to_its_lists() {
+    let dir = tempdir();
+    let cfg = config(
+        dir.path(),
+        "version: 1\nrun:\n  profile: readonly\n  env: [GREETING=file, OTHER=file]\n",
+    );
+    let (code, out, err) = corral_run(
+        dir.path(),
+        &[
+            "--config",
+            &cfg,
+            "--profile",
+            "workspace",
+            "--env",
+            "GREETING=flag",
+            "--",
+            "sh",
+            "-c",
+            "echo $GREETING $OTHER; echo w > made.txt",
+        ],
+        b"",
+        &[],
+    );
+    assert_eq!((code, out.as_str()), (0, "flag file\n"), "{err}");
+    assert!(dir.path().join("made.txt").exists(), "{err}");
+}
+
+#[test]
+fn the_configs_protected_globs_and_the_config_file_itself_are_refused_at_the_apply() {
+    let dir = tempdir();
+    let cfg = config(
+        dir.path(),
+        "version: 1\nprotected: [\"*.lock\"]\nrun: {profile: workspace}\n",
+    );
+    let (code, _, err) = corral_run(
+        dir.path(),
+        &[
+            "--config",
+            &cfg,
+            "--",
+            "sh",
+            "-c",
+            "echo pinned > deps.lock; echo 'run: {write: [/]}' >> corral.yaml; echo fine > ok.txt",
+        ],
+        b"",
+        &[],
+    );
+    assert_eq!(code, 125, "{err}");
+    assert!(!dir.path().join("deps.lock").exists(), "{err}");
+    let text = std::fs::read_to_string(dir.path().join("corral.yaml")).unwrap_or_default();
+    assert!(
+        !text.contains("write: [/]"),
+        "the config is unchanged: {text}"
+    );
+    let denied = err
+        .lines()
+        .filter(|l| l.contains("error[policy.path_denied]"))
+        .count();
+    assert_eq!(denied, 2, "{err}");
+    assert!(dir.path().join("ok.txt").exists(), "{err}");
+}
+
+#[test]
+fn a_config_that_does_not_load_is_125_with_the_diagnostic_and_runs_nothing() {
+    let dir = tempdir();
+    let cfg = config(
+        dir.path(),
+        "version: 1\nrun:\n  profil: readonly\n  network: {allow: [\"no-port\"]}\n",
+    );
+    let (code, out, err) = corral_run(
+        dir.path(),
+        &["--config", &cfg, "--", "echo", "ran"],
+        b"",
+        &[],
+    );
+    assert_eq!(code, 125, "{out}{err}");
+    assert_eq!(out, "", "nothing ran");
+    assert!(err.contains("error[config.unknown_key]"), "{err}");
+    assert!(err.contains("did you mean `profile`?"), "{err}");
+    assert!(err.contains("run.profil"), "{err}");
+    assert!(err.contains("config.invalid_egress"), "{err}");
+    let (code, _, err) = corral_run(
+        dir.path(),
+        &["--config", "/nonexistent/corral.yaml", "--", "true"],
+        b"",
+        &[],
+    );
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("error[config.io]"), "{err}");
+}
+
+#[test]
+fn a_config_with_tokens_whose_variables_are_unset_still_serves_corral_run() {
+    let dir = tempdir();
+    let cfg = config(
+        dir.path(),
+        "version: 1\nauth:\n  tokens:\n    - {id: agent, token_env: CORRAL_IT_UNSET_TOKEN}\nrun: {profile: none}\n",
+    );
+    let (code, out, err) = corral_run(
+        dir.path(),
+        &[
+            "--config",
+            &cfg,
+            "--",
+            "sh",
+            "-c",
+            "pwd; echo ${CORRAL_IT_UNSET_TOKEN:-no-secret}",
+        ],
+        b"",
+        &[],
+    );
+    assert_eq!((code, out.as_str()), (0, "/tmp\nno-secret\n"), "{err}");
+}
+
+#[test]
+fn a_config_with_the_process_backend_is_refused_never_run_unsandboxed() {
+    let dir = tempdir();
+    let cfg = config(dir.path(), "version: 1\nisolation: {backend: process}\n");
+    let (code, out, err) = corral_run(
+        dir.path(),
+        &["--config", &cfg, "--", "echo", "ran"],
+        b"",
+        &[],
+    );
+    assert_eq!((code, out.as_str()), (125, ""), "{err}");
+    assert!(err.contains("isolation.backend: process"), "{err}");
+}
+
+#[test]
+fn the_readme_run_section_example_runs_as_written() {
+    // README's `run:` example, as `corral run --config` reads it: its network allow-list is
+    // attested, its env sets `LANG`, and its `protected:` glob is refused at the apply.
+    let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    let text = std::fs::read_to_string(readme).unwrap_or_default();
+    let example = text
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .find(|b| b.contains("\nrun:\n"))
+        .unwrap_or_default();
+    assert!(example.contains("limits:"), "README has a `run:` example");
+    let dir = tempdir();
+    let cfg = config(dir.path(), &format!("version: 1\n{example}"));
+    let (code, out, err) = corral_run(
+        dir.path(),
+        &[
+            "--attest",
+            "--config",
+            &cfg,
+            "--",
+            "sh",
+            "-c",
+            "echo $LANG; echo built > out.txt; echo pinned > deps.lock",
+        ],
+        b"",
+        &[],
+    );
+    assert_eq!((code, out.as_str()), (125, "C.UTF-8\n"), "{err}");
+    assert!(err.contains("netns:egress-proxy"), "{err}");
+    assert!(
+        err.contains("error[policy.path_denied]") && err.contains("deps.lock`"),
+        "{err}"
+    );
+    assert!(dir.path().join("out.txt").exists(), "{err}");
+    assert!(!dir.path().join("deps.lock").exists(), "{err}");
+}

@@ -13,7 +13,12 @@ fn ci_runner(writable: bool) -> String {
 
 /// Runs `corral call --local commands.run argv=[touch <ws>/made] --format json` as `agent`.
 fn touch(dir: &std::path::Path) -> (i32, serde_json::Value, String) {
-    let target = dir.join("ws").join("made");
+    touch_at(dir, "made")
+}
+
+/// Runs `corral call --local commands.run argv=[touch <ws>/<name>] --format json` as `agent`.
+fn touch_at(dir: &std::path::Path, name: &str) -> (i32, serde_json::Value, String) {
+    let target = dir.join("ws").join(name);
     let argv = serde_json::json!(["touch", target]).to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_corral"))
         .args(["call", "--local", "commands.run", &format!("argv={argv}")])
@@ -62,6 +67,28 @@ fn a_writable_workspace_can_be_written_from_the_sandbox() {
     assert_eq!(
         v["result"]["changes"]["refused"],
         serde_json::json!([]),
+        "{all}"
+    );
+}
+
+#[test]
+fn a_refused_change_is_listed_in_the_result_with_its_path_code_and_reason() {
+    let dir = workspace(Some(&ci_runner(true)));
+    let (code, v, all) = touch_at(dir.path(), ".git");
+    assert_eq!(code, 0, "the call itself succeeds: {all}");
+    assert!(!dir.path().join("ws").join(".git").exists(), "{all}");
+    let refused = &v["result"]["changes"]["refused"][0];
+    assert_eq!(refused["code"], "policy.path_denied", "{all}");
+    assert!(
+        refused["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/ws/.git")),
+        "{all}"
+    );
+    assert!(
+        refused["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("protected")),
         "{all}"
     );
 }

@@ -737,3 +737,78 @@ fn isolation_cgroup_parent_loads_is_spelt_right_and_is_absolute() {
     assert_eq!(d.location, "isolation.cgroup_parent");
     assert!(d.fix.contains("full path"), "{d}");
 }
+
+// `run:` (the profile of `corral run --config F`) is decoded with the same diagnostics.
+#[test]
+fn a_misspelt_run_key_names_its_path_and_the_closest_key() {
+    let yaml = "version: 1\nrun:\n  profile: readonly\n  limits: {memroy: 1GiB}\n";
+    let d = error(yaml, codes::CONFIG_UNKNOWN_KEY);
+    assert_eq!(d.location, "run.limits.memroy");
+    assert_eq!(d.fix, "did you mean `memory`?");
+    assert_eq!(span_line(&d), 4);
+}
+
+#[test]
+fn a_run_profile_network_env_or_limit_that_is_malformed_is_reported_where_it_is_written() {
+    let yaml = "version: 1
+run:
+  profile: read-only
+  network: {allow: [\"no-port\"]}
+  env: [\"BAD NAME=1\"]
+  limits: {timeout: 5 minutes, write_quota: lots, processes: 0}
+";
+    let diags = errors(yaml);
+    let profile = diags.iter().find(|d| d.location == "run.profile");
+    assert_eq!(
+        profile.map(|d| (d.code, d.fix.as_str())),
+        Some((codes::CONFIG_INVALID_VALUE, "did you mean `readonly`?")),
+        "{}",
+        list(&diags)
+    );
+    let at: Vec<&str> = diags.iter().map(|d| d.location.as_str()).collect();
+    for place in [
+        "run.network.allow[0]",
+        "run.env[0]",
+        "run.limits.timeout",
+        "run.limits.write_quota",
+        "run.limits.processes",
+    ] {
+        assert!(at.contains(&place), "{place} in {at:?}");
+    }
+}
+
+#[test]
+fn a_run_section_decodes_every_key() {
+    let loaded = load(
+        "version: 1
+run:
+  profile: none
+  read: [/opt/tools]
+  write: [out]
+  network: {allow: [\"pypi.org:443\"]}
+  env: [GITHUB_TOKEN, LANG=C.UTF-8]
+  limits: {memory: 2GiB, processes: 256, timeout: 10m, write_quota: 64MiB}
+",
+    );
+    let Some(r) = loaded.config.run else {
+        unreachable!("the run section is decoded")
+    };
+    assert_eq!(
+        r.profile.map(|p| p.value),
+        Some(corral_config::RunProfile::None)
+    );
+    let strings = |v: &[corral_config::model::Spanned<String>]| -> Vec<String> {
+        v.iter().map(|s| s.value.clone()).collect()
+    };
+    assert_eq!(strings(&r.read), ["/opt/tools"]);
+    assert_eq!(strings(&r.write), ["out"]);
+    assert_eq!(strings(&r.env), ["GITHUB_TOKEN", "LANG=C.UTF-8"]);
+    assert_eq!(
+        r.network.map(|n| n.summary()).as_deref(),
+        Some("allow: pypi.org:443")
+    );
+    assert_eq!(r.memory, Some(2 << 30));
+    assert_eq!(r.processes, Some(256));
+    assert_eq!(r.timeout, Some(std::time::Duration::from_secs(600)));
+    assert_eq!(r.write_quota, Some(64 << 20));
+}

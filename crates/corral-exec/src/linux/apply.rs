@@ -32,6 +32,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use corral_policy::Protected;
+use corral_policy::codes;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat, Timespec, Timestamps};
 use rustix::io::Errno;
 
@@ -48,6 +49,32 @@ const MAX_REPORTED_PATH: usize = 1024;
 const GIT_HEAD_REFUSED: &str = "a git `HEAD` would make its directory a repository that git on the host trusts (its config runs commands)";
 /// The xattr overlayfs (mounted with `userxattr`) marks an opaque directory with.
 const OPAQUE_XATTR: &str = "user.overlay.opaque";
+
+/// Why one change was not applied: a stable code (see [`RefusedChange::code`]) and the reason.
+struct Refusal {
+    code: &'static str,
+    reason: String,
+}
+
+impl Refusal {
+    /// A protected location (or one that cannot be checked, which fails closed the same way).
+    fn protected(reason: impl Into<String>) -> Self {
+        Refusal {
+            code: codes::POLICY_PATH_DENIED,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Anything else that kept a change from the host.
+impl From<String> for Refusal {
+    fn from(reason: String) -> Self {
+        Refusal {
+            code: codes::EXEC_CHANGE_REFUSED,
+            reason,
+        }
+    }
+}
 
 /// Applies `layer` (its `i`-th upper directory over the host directory of `paths[i]`). When the
 /// protection did not compile, every change is refused (fail closed).
@@ -74,7 +101,10 @@ pub(crate) fn apply(
         ) {
             Ok(fd) => fd,
             Err(e) => {
-                a.refuse(path, format!("the run's layer for it cannot be read: {e}"));
+                a.refuse(
+                    path,
+                    format!("the run's layer for it cannot be read: {e}").into(),
+                );
                 continue;
             }
         };
@@ -141,7 +171,7 @@ fn describe(e: Errno) -> String {
 }
 
 impl Applier {
-    fn refuse(&mut self, path: &Path, reason: impl Into<String>) {
+    fn refuse(&mut self, path: &Path, refusal: Refusal) {
         if self.changes.refused.len() >= MAX_REFUSED_LISTED {
             self.changes.refused_unlisted += 1;
             return;
@@ -157,7 +187,8 @@ impl Applier {
         }
         self.changes.refused.push(RefusedChange {
             path,
-            reason: reason.into(),
+            code: refusal.code.to_owned(),
+            reason: refusal.reason,
         });
     }
 
@@ -240,14 +271,14 @@ impl Applier {
         if depth > MAX_DEPTH {
             self.refuse(
                 abs,
-                format!("it is nested deeper than {MAX_DEPTH} directories"),
+                format!("it is nested deeper than {MAX_DEPTH} directories").into(),
             );
             return;
         }
         let entries = match names(upper) {
             Ok(n) => n,
             Err(e) => {
-                self.refuse(abs, format!("the run's layer cannot be read: {e}"));
+                self.refuse(abs, format!("the run's layer cannot be read: {e}").into());
                 return;
             }
         };
@@ -257,12 +288,12 @@ impl Applier {
                 Ok(Some(st)) => st,
                 Ok(None) => continue,
                 Err(e) => {
-                    self.refuse(&path, format!("the run's layer cannot be read: {e}"));
+                    self.refuse(&path, format!("the run's layer cannot be read: {e}").into());
                     continue;
                 }
             };
             if let Some(reason) = self.protected_reason(&path) {
-                self.refuse(&path, reason);
+                self.refuse(&path, Refusal::protected(reason));
                 continue;
             }
             let result = match kind(&st) {
@@ -270,16 +301,18 @@ impl Applier {
                 FileType::Directory => self.directory(upper, host, &name, &path, &st, depth),
                 FileType::RegularFile => self.file(upper, host, &name, &path, &st),
                 FileType::Symlink => self.symlink(upper, host, &name, &path),
-                _ => Err("a fifo, socket or device node is never copied to the host".to_owned()),
+                _ => Err(Refusal::from(
+                    "a fifo, socket or device node is never copied to the host".to_owned(),
+                )),
             };
-            if let Err(reason) = result {
-                self.refuse(&path, reason);
+            if let Err(refusal) = result {
+                self.refuse(&path, refusal);
             }
         }
     }
 
     /// A whiteout: the host entry `name` goes.
-    fn delete(&mut self, host: &OwnedFd, name: &CStr, abs: &Path) -> Result<(), String> {
+    fn delete(&mut self, host: &OwnedFd, name: &CStr, abs: &Path) -> Result<(), Refusal> {
         let Some(st) = stat_at(host, name).map_err(describe)? else {
             return Ok(());
         };
@@ -290,16 +323,22 @@ impl Applier {
 
     /// Removes the host entry `name` (a directory with everything beneath it, unless something
     /// protected lies there).
-    fn remove(&mut self, host: &OwnedFd, name: &CStr, abs: &Path, st: &Stat) -> Result<(), String> {
+    fn remove(
+        &mut self,
+        host: &OwnedFd,
+        name: &CStr,
+        abs: &Path,
+        st: &Stat,
+    ) -> Result<(), Refusal> {
         if kind(st) != FileType::Directory {
-            return rustix::fs::unlinkat(host, name, AtFlags::empty()).map_err(describe);
+            return Ok(rustix::fs::unlinkat(host, name, AtFlags::empty()).map_err(describe)?);
         }
         let fd = open_host_dir(host, name).map_err(describe)?;
         if let Some(reason) = self.protected_beneath(&fd, abs) {
-            return Err(reason);
+            return Err(Refusal::protected(reason));
         }
         empty_dir(&fd, 0).map_err(describe)?;
-        rustix::fs::unlinkat(host, name, AtFlags::REMOVEDIR).map_err(describe)
+        Ok(rustix::fs::unlinkat(host, name, AtFlags::REMOVEDIR).map_err(describe)?)
     }
 
     fn directory(
@@ -310,7 +349,7 @@ impl Applier {
         abs: &Path,
         st: &Stat,
         depth: usize,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let sub_upper = rustix::fs::openat(
             upper,
             name,
@@ -331,7 +370,7 @@ impl Applier {
                 if is_opaque {
                     // The program deleted the directory and made a new one: what was in it goes.
                     if let Some(reason) = self.protected_beneath(&fd, abs) {
-                        return Err(reason);
+                        return Err(Refusal::protected(reason));
                     }
                     empty_dir(&fd, 0).map_err(describe)?;
                     changed = true;
@@ -367,7 +406,7 @@ impl Applier {
 
     /// Makes way for a non-directory `name`: a host directory there is removed (unless
     /// something protected lies beneath it).
-    fn clear_for_file(&mut self, host: &OwnedFd, name: &CStr, abs: &Path) -> Result<(), String> {
+    fn clear_for_file(&mut self, host: &OwnedFd, name: &CStr, abs: &Path) -> Result<(), Refusal> {
         match stat_at(host, name).map_err(describe)? {
             Some(h) if kind(&h) == FileType::Directory => self.remove(host, name, abs, &h),
             _ => Ok(()),
@@ -381,13 +420,16 @@ impl Applier {
         name: &CStr,
         abs: &Path,
         st: &Stat,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
         if self.changes.bytes.saturating_add(size) > self.quota {
-            return Err(format!(
-                "the run's changes are over its write quota of {} bytes (a sparse file or a hard link counts at its full size)",
-                self.quota
-            ));
+            return Err(Refusal {
+                code: codes::EXEC_WRITE_QUOTA,
+                reason: format!(
+                    "the run's changes are over its write quota of {} bytes (a sparse file or a hard link counts at its full size)",
+                    self.quota
+                ),
+            });
         }
         let src = rustix::fs::openat(
             upper,
@@ -401,7 +443,7 @@ impl Applier {
             let n = rustix::io::pread(&src, &mut head, 0)
                 .map_err(|e| format!("the run's layer cannot be read: {e}"))?;
             if corral_policy::protect::looks_like_git_head(head.get(..n).unwrap_or_default()) {
-                return Err(GIT_HEAD_REFUSED.to_owned());
+                return Err(Refusal::protected(GIT_HEAD_REFUSED));
             }
         }
         self.clear_for_file(host, name, abs)?;
@@ -441,7 +483,7 @@ impl Applier {
             }
             Err(e) => {
                 let _ = rustix::fs::unlinkat(host, &tmp, AtFlags::empty());
-                Err(format!("it could not be applied: {e}"))
+                Err(format!("it could not be applied: {e}").into())
             }
         }
     }
@@ -452,9 +494,9 @@ impl Applier {
         host: &OwnedFd,
         name: &CStr,
         abs: &Path,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         if name.to_bytes() == corral_policy::protect::GIT_HEAD.as_bytes() {
-            return Err(GIT_HEAD_REFUSED.to_owned());
+            return Err(Refusal::protected(GIT_HEAD_REFUSED));
         }
         self.clear_for_file(host, name, abs)?;
         let target = rustix::fs::readlinkat(upper, name, Vec::new())
@@ -463,7 +505,7 @@ impl Applier {
         rustix::fs::symlinkat(target.as_c_str(), host, &tmp).map_err(describe)?;
         if let Err(e) = rustix::fs::renameat(host, &tmp, host, name) {
             let _ = rustix::fs::unlinkat(host, &tmp, AtFlags::empty());
-            return Err(describe(e));
+            return Err(describe(e).into());
         }
         self.changes.applied += 1;
         Ok(())

@@ -25,7 +25,8 @@
 //! - sets the run's `pids.max`, then sends the spec;
 //! - gives a one-shot run's write paths a copy-on-write layer (`ResourceLimits::write_quota`
 //!   sized), which the helper applies to the host after the run, change by change, against
-//!   `ExecRequest::protected` (`apply.rs`); an attached run gets read-write binds instead;
+//!   `ExecRequest::protected` (`apply.rs`); an attached run gets read-write binds instead,
+//!   unless the backend is `with_attached_write_layer()` (`corral run`);
 //! - captures output with the same caps as the `process` backend; the helper kills the sandbox's
 //!   pid 1 (so the whole pid namespace) when the timeout passes, and the parent kills the helper's
 //!   process group if the helper itself overstays;
@@ -105,6 +106,8 @@ pub struct LinuxBackend {
     warm: usize,
     /// Whether the target's stdout and stderr are this process's own.
     inherit_output: bool,
+    /// Whether attached runs write through the copy-on-write layer too.
+    attached_layer: bool,
     /// Set once the preflight passed.
     preflight: OnceLock<()>,
     /// Set by the first preflight.
@@ -130,6 +133,7 @@ impl LinuxBackend {
             runtime_dir: default_runtime_dir(uid),
             warm: DEFAULT_WARM_POOL,
             inherit_output: false,
+            attached_layer: false,
             preflight: OnceLock::new(),
             checked_once: std::sync::atomic::AtomicBool::new(false),
             cgroups: OnceLock::new(),
@@ -158,6 +162,18 @@ impl LinuxBackend {
     /// descriptors, so it is a backend setting, not a request's.
     pub fn with_inherited_output(mut self) -> Self {
         self.inherit_output = true;
+        self
+    }
+
+    /// Attached runs ([`Backend::run_attached`]) write through the same copy-on-write layer as
+    /// one-shot runs: their write paths are overlays whose changes the helper checks and applies
+    /// once the process (and its whole pid namespace) ended, with the write quota and the
+    /// protection of [`Backend::run`]; `ExecOutput::changes` says what came of it. Their writes
+    /// are not visible on the host while they run. For `corral run`, whose program ends; an
+    /// upstream MCP server's writes must be live (the agent reads them at once), so a server's
+    /// backend never does this.
+    pub fn with_attached_write_layer(mut self) -> Self {
+        self.attached_layer = true;
         self
     }
 
@@ -594,10 +610,11 @@ impl LinuxBackend {
             )));
         }
         // A one-shot run writes into a copy-on-write layer applied after it; an attached one
-        // (a long-lived upstream server, whose writes must be live) gets read-write binds.
+        // (a long-lived upstream server, whose writes must be live) gets read-write binds,
+        // unless the backend gives attached runs the layer too (`corral run`).
         let cow = match attach {
-            Some(_) => None,
-            None => Some(CowSpec {
+            Some(_) if !self.attached_layer => None,
+            _ => Some(CowSpec {
                 quota: req.limits.write_quota.unwrap_or(DEFAULT_WRITE_QUOTA),
                 protected: protected_wire(&req.protected),
             }),
@@ -917,6 +934,7 @@ impl LinuxBackend {
                 Some(Changes {
                     refused: vec![RefusedChange {
                         path: String::new(),
+                        code: corral_policy::codes::EXEC_CHANGE_REFUSED.to_owned(),
                         reason: "the sandbox ended before the run's changes were applied: none, or only some, reached the host".into(),
                     }],
                     ..Changes::default()

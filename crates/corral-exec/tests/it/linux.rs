@@ -733,3 +733,40 @@ async fn an_attached_run_writes_live_but_still_cannot_set_a_setuid_bit() {
     let out = run.await.unwrap().expect("the attached run ends");
     assert!(out.changes.is_none(), "{:?}", out.changes);
 }
+
+#[tokio::test]
+async fn an_attached_run_of_a_backend_with_the_attached_write_layer_applies_its_changes_at_the_end()
+{
+    // `corral run`'s backend: streamed pipes, and the one-shot runs' layer (issue 12 item 5).
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let (_keep, dir) = tempdir();
+    let mut req = shell("echo layered > f; mkdir -p sub/.git; echo written; read x");
+    req.cwd = dir.clone();
+    req.write_paths = vec![dir.clone()];
+    let backend = std::sync::Arc::new(backend().with_attached_write_layer());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let b = std::sync::Arc::clone(&backend);
+    let run = tokio::spawn(async move { b.run_attached(req, tx).await });
+    let attached = rx.await.expect("the pipes are handed over");
+    let p = &attached.attestation.primitives;
+    assert!(p.iter().any(|x| x == "cow:overlay"), "{p:?}");
+    let mut lines = BufReader::new(attached.stdout).lines();
+    assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("written"));
+    // Not live: nothing on the host while the process still runs.
+    assert!(!dir.join("f").exists());
+    drop(attached.stdin);
+    let out = run.await.unwrap().expect("the attached run ends");
+    let changes = out.changes.expect("the layer reports its changes");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("f")).ok().as_deref(),
+        Some("layered\n")
+    );
+    assert!(!dir.join("sub/.git").exists());
+    let refused: Vec<(&str, &str)> = changes
+        .refused
+        .iter()
+        .map(|r| (r.path.as_str(), r.code.as_str()))
+        .collect();
+    let git = dir.join("sub/.git").display().to_string();
+    assert_eq!(refused, vec![(git.as_str(), "policy.path_denied")]);
+}
