@@ -3,6 +3,7 @@
 
 mod egress;
 mod escapes;
+mod host_uids;
 mod linux;
 mod mock;
 mod process;
