@@ -3,8 +3,8 @@
 //! and the run's own paths are idmapped mounts, so their files keep their owner.
 //!
 //! - The sandbox's user namespace maps inside `0..count` to the host's `start..start+count`
-//!   (gids likewise), and one more id, [`ROOT_INSIDE`], to host root: only the helper and the
-//!   sandbox's init ever hold it (the init builds the root view with it, so host directories
+//!   (gids likewise), but for one id, [`ROOT_INSIDE`] (65534, `nobody`), which is host root: only
+//!   the helper and the sandbox's init ever hold it (the init builds the root view with it, so host directories
 //!   only root can traverse stay reachable while it does), and the init leaves it for inside 0
 //!   before it forks the target. The target, and everything it forks, is host uid `start`: not
 //!   root, so `RLIMIT_NPROC` binds it (per user namespace since Linux 5.14), and a kernel bug in
@@ -23,6 +23,9 @@
 //!   target exists, and exits with it.
 //! - System directories (`/usr`, ...) are plain read-only binds: root's files there show as
 //!   `nobody` inside and stay readable through their mode bits.
+//! - A write path of a one-shot run is an overlay whose lower is the idmapped bind; its upper
+//!   directory takes the lower's owner and mode, as overlayfs gives every directory it copies
+//!   up (the program could not create anything at its top otherwise).
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -35,10 +38,12 @@ use serde::{Deserialize, Serialize};
 
 use super::mounts::StepError;
 
-/// The inside id of host root (uid and gid) in the sandbox's user namespace: the highest valid
-/// id, far from any the program could meet. A host file owned by it would show as host root's
-/// through an idmapped bind; no process of the run holds it once the target exists.
-pub(crate) const ROOT_INSIDE: u32 = u32::MAX - 1;
+/// The inside id of host root (uid and gid) in the sandbox's user namespace: 65534, `nobody`,
+/// the id the kernel shows for every unmapped one. So host root's files (`/usr`, ...) show as
+/// `nobody` inside, as unmapped ids would; only the helper and the init hold it, and the init
+/// leaves it before the target exists. A host file owned by 65534 shows as `nobody` through an
+/// idmapped bind too (it is host root's to the kernel there, which gives the program nothing).
+pub(crate) const ROOT_INSIDE: u32 = 65534;
 
 /// The attestation that the program runs as an unprivileged host uid (inside root mapped to
 /// the start of a subordinate range), never host root.
@@ -59,15 +64,10 @@ pub struct HostRange {
 }
 
 impl HostRange {
-    /// Checks the range: it may not include host id 0, must hold inside 0..=65534 (`nobody`
-    /// is 65534) and must not wrap around or reach [`ROOT_INSIDE`].
+    /// Checks the range: it may not include host id 0, must hold inside 0..65534 (65534 is
+    /// [`ROOT_INSIDE`]) and must not wrap around.
     pub fn checked(uid: u32, gid: u32, count: u32) -> Result<Self, String> {
-        let fits = |start: u32| {
-            start > 0
-                && start
-                    .checked_add(count)
-                    .is_some_and(|end| end <= ROOT_INSIDE)
-        };
+        let fits = |start: u32| start > 0 && start.checked_add(count).is_some();
         if count < 65535 {
             return Err(format!(
                 "a host id range of {count} ids is too small: the sandbox needs inside ids 0 to 65534 (at least 65535)"
@@ -75,15 +75,25 @@ impl HostRange {
         }
         if !fits(uid) || !fits(gid) {
             return Err(format!(
-                "the host id range starting at uid {uid}, gid {gid} with {count} ids includes host id 0 or passes {ROOT_INSIDE}"
+                "the host id range starting at uid {uid}, gid {gid} with {count} ids includes host id 0 or passes 2^32"
             ));
         }
         Ok(HostRange { uid, gid, count })
     }
 
-    /// `/proc/<pid>/uid_map` or `gid_map` for this range.
+    /// `/proc/<pid>/uid_map` or `gid_map` for this range: inside `0..count` to the range,
+    /// except [`ROOT_INSIDE`], host root's.
     fn map(self, start: u32) -> String {
-        format!("0 {start} {}\n{ROOT_INSIDE} 0 1\n", self.count)
+        let mut map = format!("0 {start} {ROOT_INSIDE}\n{ROOT_INSIDE} 0 1\n");
+        let above = ROOT_INSIDE + 1;
+        if self.count > above {
+            map.push_str(&format!(
+                "{above} {} {}\n",
+                u64::from(start) + u64::from(above),
+                self.count - above
+            ));
+        }
+        map
     }
 }
 
@@ -487,7 +497,7 @@ pub(crate) fn become_unprivileged(range: HostRange) -> Result<(), StepError> {
     rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(err)?;
     let map = std::fs::read_to_string("/proc/self/uid_map")
         .map_err(|e| StepError::unavailable(step, e))?;
-    let want = (0u64, u64::from(range.uid), u64::from(range.count));
+    let want = (0u64, u64::from(range.uid), u64::from(ROOT_INSIDE));
     let mapped = map.lines().any(|l| {
         let f: Vec<u64> = l
             .split_whitespace()

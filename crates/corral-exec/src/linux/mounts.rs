@@ -694,7 +694,26 @@ fn overlay(
     let target = match idmap {
         Some(sock) => {
             bind_idmapped(root, sock, path, false)?;
-            open_beneath(root, &rel, OFlags::DIRECTORY).map_err(step)?
+            let lower = open_beneath(root, &rel, OFlags::DIRECTORY).map_err(step)?;
+            // The top of the overlay is the upper directory: the lower's owner and mode.
+            let st = rustix::fs::fstat(&lower).map_err(step)?;
+            let upper = format!("{dir}/upper");
+            rustix::fs::chownat(
+                tmpfs,
+                upper.as_str(),
+                Some(rustix::fs::Uid::from_raw(st.st_uid)),
+                Some(rustix::fs::Gid::from_raw(st.st_gid)),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(step)?;
+            rustix::fs::chmodat(
+                tmpfs,
+                upper.as_str(),
+                Mode::from_raw_mode(st.st_mode & 0o7777),
+                rustix::fs::AtFlags::empty(),
+            )
+            .map_err(step)?;
+            lower
         }
         None => make_beneath(root, &rel, false)?,
     };

@@ -68,16 +68,172 @@ async fn the_program_runs_as_the_first_id_of_the_range_and_attests_it() {
     assert!(a.iter().any(|p| p == "uid:host-unprivileged"), "{a:?}");
     assert!(a.iter().any(|p| p == "rlimit:nproc-userns"), "{a:?}");
     let stdout = text(&out.stdout);
-    let first: Vec<&str> = stdout
+    let map: Vec<Vec<String>> = stdout
         .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
+        .take(3)
+        .map(|l| l.split_whitespace().map(String::from).collect())
         .collect();
+    let (start, above) = (DEFAULT_HOST_RANGE.uid, DEFAULT_HOST_RANGE.uid + 65535);
+    let want: Vec<Vec<String>> = [
+        ["0".to_owned(), start.to_string(), "65534".to_owned()],
+        ["65534".to_owned(), "0".to_owned(), "1".to_owned()],
+        ["65535".to_owned(), above.to_string(), "1".to_owned()],
+    ]
+    .map(Vec::from)
+    .into();
     assert_eq!(
-        first,
-        ["0", &DEFAULT_HOST_RANGE.uid.to_string(), "65536"],
-        "{stdout}"
+        map, want,
+        "inside 0.. is the range, but for 65534 (nobody), host root's for the helper and the init only: {stdout}"
     );
     assert!(stdout.ends_with("0\n"), "inside root: {stdout}");
+}
+
+/// A workspace with `secret` (owner root when run as root, mode 0600) and `other` (owned by
+/// host uid 4242, mode 0644).
+fn workspace() -> (tempfile::TempDir, PathBuf) {
+    let (keep, dir) = tempdir();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    if root() {
+        let other = dir.join("other");
+        std::fs::write(&other, "theirs\n").unwrap();
+        std::os::unix::fs::chown(&other, Some(4242), Some(4242)).unwrap();
+    }
+    (keep, dir)
+}
+
+const OWNERSHIP_SCRIPT: &str = "cat secret && echo more >> secret && echo new > created \
+    && mkdir made && stat -c '%u %n' secret created made; \
+    [ -e other ] && stat -c '%u %n' other; \
+    (echo nope >> other) 2>/dev/null && echo other-WRITTEN || echo other-refused; \
+    stat -c '%u %n' /usr/bin";
+
+/// What the ownership script printed, as a user sees it, and the host's side.
+fn check_ownership(out: &ExecOutput, dir: &std::path::Path) {
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("s3cret\n"),
+        "the 0600 file is readable: {stdout}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("secret")).unwrap(),
+        "s3cret\nmore\n",
+        "and writable"
+    );
+    let me = rustix::process::getuid().as_raw();
+    for name in ["created", "made", "secret"] {
+        let meta = std::fs::symlink_metadata(dir.join(name)).expect("on the host");
+        assert_eq!(
+            meta.uid(),
+            me,
+            "`{name}` is owned on the host by corral's user, as without the mode"
+        );
+    }
+    if root() {
+        // Inside, every file keeps its host owner: root's are inside root's (the program's own).
+        for line in [
+            "0 secret",
+            "0 created",
+            "0 made",
+            "4242 other",
+            "other-refused",
+        ] {
+            assert!(stdout.lines().any(|l| l == line), "`{line}` in {stdout}");
+        }
+        assert!(
+            stdout.lines().any(|l| l == "65534 /usr/bin"),
+            "host root's system directories show as nobody: {stdout}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_root_owned_0600_file_is_readable_and_writable_and_new_files_keep_the_host_owner() {
+    let (_keep, dir) = workspace();
+    let mut req = shell(OWNERSHIP_SCRIPT);
+    req.cwd = dir.clone();
+    req.write_paths = vec![dir.clone()];
+    let out = run(req).await;
+    check_ownership(&out, &dir);
+    let a = &out.attestation.primitives;
+    assert!(a.iter().any(|p| p == "cow:overlay"), "{a:?}");
+    assert_eq!(
+        a.iter().any(|p| p == "uid:host-unprivileged"),
+        root(),
+        "{a:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_attached_run_writes_live_files_owned_as_before_and_runs_as_the_range() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let (_keep, dir) = workspace();
+    let mut req = shell(&format!("{OWNERSHIP_SCRIPT}; echo ready; read x || true"));
+    req.cwd = dir.clone();
+    req.write_paths = vec![dir.clone()];
+    let backend = std::sync::Arc::new(backend());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let b = std::sync::Arc::clone(&backend);
+    let run = tokio::spawn(async move { b.run_attached(req, tx).await });
+    let attached = rx.await.expect("the pipes are handed over");
+    let mut lines = BufReader::new(attached.stdout).lines();
+    let mut seen = String::new();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        if line == "ready" {
+            break;
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    // Live, while the program runs: seen from the host, its processes are the range's first
+    // uid, never root.
+    let created = std::fs::symlink_metadata(dir.join("created")).expect("live on the host");
+    assert_eq!(created.uid(), rustix::process::getuid().as_raw());
+    let holders = processes_with_cwd(&dir);
+    assert!(!holders.is_empty(), "the program's shell has its cwd there");
+    let want = if root() {
+        DEFAULT_HOST_RANGE.uid
+    } else {
+        rustix::process::getuid().as_raw()
+    };
+    for (pid, uid) in &holders {
+        assert_eq!(*uid, want, "host uid of sandboxed pid {pid}");
+    }
+    drop(attached.stdin);
+    let out = run.await.unwrap().expect("the attached run ends");
+    let out = ExecOutput {
+        stdout: seen.into_bytes(),
+        ..out
+    };
+    check_ownership(&out, &dir);
+}
+
+/// The host pids whose working directory is `dir`, with their real uid (from
+/// `/proc/<pid>/status`).
+fn processes_with_cwd(dir: &std::path::Path) -> Vec<(u32, u32)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if std::fs::read_link(entry.path().join("cwd")).ok().as_deref() != Some(dir) {
+            continue;
+        }
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|u| u.parse().ok());
+        if let Some(uid) = uid {
+            found.push((pid, uid));
+        }
+    }
+    found
 }
