@@ -237,3 +237,43 @@ fn processes_with_cwd(dir: &std::path::Path) -> Vec<(u32, u32)> {
     }
     found
 }
+
+#[tokio::test]
+async fn rlimit_nproc_binds_the_program_of_host_root() {
+    // The program lowers its own RLIMIT_NPROC and forks: the kernel exempts host uid 0 from it,
+    // so without the mode all 20 forks succeed (only the pids cgroup's 1026 would stop them);
+    // as an unprivileged host uid, the count of the run's user namespace stops them at 4.
+    let out = run(request(&[
+        "/usr/bin/python3",
+        "-c",
+        "import os, resource, time\n\
+         resource.setrlimit(resource.RLIMIT_NPROC, (4, 4))\n\
+         n = 0\n\
+         for i in range(20):\n\
+         \x20   try:\n\
+         \x20       pid = os.fork()\n\
+         \x20   except OSError:\n\
+         \x20       break\n\
+         \x20   if pid == 0:\n\
+         \x20       time.sleep(5)\n\
+         \x20       os._exit(0)\n\
+         \x20   n += 1\n\
+         print('forked', n)\n",
+    ]))
+    .await;
+    let stdout = text(&out.stdout);
+    let forked: u32 = stdout
+        .trim()
+        .strip_prefix("forked ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("stdout: {stdout} stderr: {}", text(&out.stderr)));
+    assert!(forked < 4, "RLIMIT_NPROC stopped the forks: {forked} of 20");
+    assert!(
+        out.attestation
+            .primitives
+            .iter()
+            .any(|p| p == "rlimit:nproc-userns"),
+        "{:?}",
+        out.attestation.primitives
+    );
+}

@@ -35,6 +35,13 @@ pub fn with_test_pool(backend: LinuxBackend) -> LinuxBackend {
     }
 }
 
+/// Whether `CORRAL_TEST_HOST_UIDS` makes the tests' programs an unprivileged host uid (it does
+/// for host root, unless it says `root`).
+pub fn host_uids_apply() -> bool {
+    rustix::process::getuid().is_root()
+        && std::env::var("CORRAL_TEST_HOST_UIDS").is_ok_and(|m| m != "root")
+}
+
 /// A request for `argv` in `/`, with an empty environment, a 10 s timeout and a 1 MiB cap.
 pub fn request(argv: &[&str]) -> ExecRequest {
     ExecRequest {
