@@ -477,7 +477,7 @@ fn make_tree(path: &Path, writable: bool, userns: &OwnedFd) -> Result<OwnedFd, S
     if r < 0 {
         let e = std::io::Error::last_os_error();
         return Err(format!(
-            "the filesystem of `{}` cannot be idmapped (mount_setattr: {e})",
+            "the filesystem of `{}` cannot be idmapped (mount_setattr: {e}); move the path to one that can (ext4, xfs, btrfs, tmpfs, overlayfs), or set `isolation.host_uids: root` to run as host root there",
             path.display()
         ));
     }

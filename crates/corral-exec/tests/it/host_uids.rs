@@ -4,9 +4,8 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
-use std::time::Duration;
 
-use corral_exec::linux::{DEFAULT_HOST_RANGE, HostRange, LinuxBackend};
+use corral_exec::linux::{DEFAULT_HOST_RANGE, HostRange, HostUids, LinuxBackend};
 use corral_exec::{Backend, ExecOutput, ExecRequest};
 
 use crate::{request, shell};
@@ -276,4 +275,38 @@ async fn rlimit_nproc_binds_the_program_of_host_root() {
         "{:?}",
         out.attestation.primitives
     );
+}
+
+#[test]
+fn auto_takes_corrals_subordinate_ids_else_the_documented_default() {
+    let (_keep, dir) = tempdir();
+    let (subuid, subgid) = (dir.join("subuid"), dir.join("subgid"));
+    std::fs::write(&subuid, "corral-ci:296608:65536\n").unwrap();
+    std::fs::write(&subgid, "corral-ci:296608:65536\n").unwrap();
+    assert_eq!(
+        HostUids::Auto.resolve_from(&subuid, &subgid),
+        Ok(Some(DEFAULT_HOST_RANGE)),
+        "no `corral` entry: the default range"
+    );
+    std::fs::write(&subuid, "corral-ci:296608:65536\ncorral:500000:65536\n").unwrap();
+    std::fs::write(&subgid, "corral:600000:70000\n").unwrap();
+    assert_eq!(
+        HostUids::Auto.resolve_from(&subuid, &subgid),
+        HostRange::checked(500_000, 600_000, 65536).map(Some)
+    );
+    assert_eq!(
+        HostUids::parse("root").and_then(HostUids::resolve),
+        Ok(None)
+    );
+    assert_eq!(
+        HostUids::parse("1879048192:65536"),
+        Ok(HostUids::Range(DEFAULT_HOST_RANGE))
+    );
+    for bad in ["0:65536", "100000:10", "4294967000:65536", "sometimes"] {
+        let e = HostUids::parse(bad).expect_err(bad);
+        assert!(
+            e.contains(bad.split(':').next().unwrap_or(bad)) || e.contains("65535"),
+            "{bad}: {e}"
+        );
+    }
 }
