@@ -13,6 +13,10 @@
 //! - `EXEC_BENCH_WARM=n` sets the `linux` variant's warm pool size; `EXEC_BENCH_GAP_MS=n` idles
 //!   n ms after each run of the loop (untimed), so that background work a run leaves behind (a
 //!   warm pool's refill, a network namespace's teardown) is not charged to the next variant.
+//! - `linux-hostuid` and `linux-hostuid-cold`: `linux` and `linux-cold` with
+//!   `isolation.host_uids` at its default range (as host root: the program runs as an
+//!   unprivileged host uid, the run's paths are idmapped binds); loop variants only, not in the
+//!   default set.
 //! - `EXEC_BENCH_WRITE_DIR=dir` gives every run `dir` as its cwd and write path (for the
 //!   `linux` backend: the cost of a run's copy-on-write layer and its apply).
 //! - `exec-bench __sandbox-exec ...`: the linux backend's helper. The backend re-executes this
@@ -22,7 +26,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use corral_exec::linux::LinuxBackend;
+use corral_exec::linux::{DEFAULT_HOST_RANGE, LinuxBackend};
 use corral_exec::process::ProcessBackend;
 use corral_exec::{Backend, ExecRequest, ResourceLimits};
 
@@ -159,7 +163,9 @@ fn in_process_loop(n: usize, names: &[&str]) -> Result<(), String> {
     let process = ProcessBackend::new();
     let linux = linux_backend(None)?;
     let cold = linux_backend(Some(0))?;
-    for backend in [&linux, &cold] {
+    let hostuid = linux_backend(None)?.with_host_ids(Some(DEFAULT_HOST_RANGE));
+    let hostuid_cold = linux_backend(Some(0))?.with_host_ids(Some(DEFAULT_HOST_RANGE));
+    for backend in [&linux, &cold, &hostuid, &hostuid_cold] {
         backend
             .preflight()
             .map_err(|e| format!("linux preflight: {e}"))?;
@@ -185,6 +191,8 @@ fn in_process_loop(n: usize, names: &[&str]) -> Result<(), String> {
                 "process" => run_backend(&rt, &process, request())?,
                 "linux" => run_backend(&rt, &linux, request())?,
                 "linux-cold" => run_backend(&rt, &cold, request())?,
+                "linux-hostuid" => run_backend(&rt, &hostuid, request())?,
+                "linux-hostuid-cold" => run_backend(&rt, &hostuid_cold, request())?,
                 other => return Err(format!("no variant `{other}` ({})", VARIANTS.join(", "))),
             }
             let elapsed = start.elapsed();
@@ -207,7 +215,7 @@ fn in_process_loop(n: usize, names: &[&str]) -> Result<(), String> {
         gap.as_millis()
     );
     println!(
-        "{:<10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
         "variant", "median ms", "p10 ms", "p90 ms", "p99 ms", "max ms", "cpu ms/run"
     );
     let mut medians = std::collections::BTreeMap::new();
@@ -218,7 +226,7 @@ fn in_process_loop(n: usize, names: &[&str]) -> Result<(), String> {
         #[expect(clippy::cast_precision_loss, reason = "a count of a few hundred runs")]
         let per_run = c.as_secs_f64() * 1000.0 / n as f64;
         println!(
-            "{name:<10} {median:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {per_run:>12.3}",
+            "{name:<18} {median:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {per_run:>12.3}",
             quantile(s, 0.1),
             quantile(s, 0.9),
             quantile(s, 0.99),
@@ -234,6 +242,9 @@ fn in_process_loop(n: usize, names: &[&str]) -> Result<(), String> {
     ratio("linux-cold", "bwrap");
     ratio("process", "bare");
     ratio("linux", "process");
+    ratio("linux-hostuid", "linux");
+    ratio("linux-hostuid-cold", "linux-cold");
+    ratio("linux-hostuid", "bwrap");
     Ok(())
 }
 

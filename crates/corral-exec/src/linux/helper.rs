@@ -31,6 +31,7 @@ use rustix::thread::{CapabilitySet, CapabilitySets, UnshareFlags};
 
 use super::apply;
 use super::egress_bridge;
+use super::idmap::{self, Assistant};
 use super::landlock_rules::{self, Rules};
 use super::mounts::{self, CowLayer, Ids, StepError};
 use super::seccomp;
@@ -204,6 +205,8 @@ fn write_proc(path: &str, contents: &str) -> Result<(), StepError> {
 /// Step 1, in the helper: namespaces, id maps, the init; then the spec, the timeout.
 fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     die_with(prep.parent_pid)?;
+    // Before the cgroups and the unshare: the assistant stays in the host's (see `idmap.rs`).
+    let assistant = prep.host_ids.map(Assistant::start).transpose()?;
     join_cgroups(&prep.cgroups)?;
     let uid = rustix::process::getuid();
     let gid = rustix::process::getgid();
@@ -224,8 +227,13 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
         }
         (Network::None | Network::Loopback, _) => None,
     };
-    // Inside, the caller is never uid 0: an `execve` by uid 0 would regain capabilities.
-    let ids = Ids::of_caller();
+    // Inside, the caller is never uid 0: an `execve` by uid 0 would regain capabilities. With
+    // `isolation.host_uids` the program is inside root, an unprivileged host uid, and execs
+    // under `SECBIT_NOROOT` (locked) with an empty bounding set.
+    let ids = match assistant {
+        Some(_) => Ids::host_unprivileged(),
+        None => Ids::of_caller(),
+    };
     let flags = UnshareFlags::NEWUSER
         | UnshareFlags::NEWNS
         | UnshareFlags::NEWPID
@@ -238,15 +246,22 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     )]
     // SAFETY: `CLONE_FILES` is not among the flags, and this process has a single thread.
     unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(unavailable("unshare"))?;
-    write_proc("/proc/self/setgroups", "deny")?;
-    write_proc(
-        "/proc/self/uid_map",
-        &format!("{} {} 1\n", ids.uid, uid.as_raw()),
-    )?;
-    write_proc(
-        "/proc/self/gid_map",
-        &format!("{} {} 1\n", ids.gid, gid.as_raw()),
-    )?;
+    match &assistant {
+        Some(a) => a.write_maps()?,
+        None => {
+            write_proc("/proc/self/setgroups", "deny")?;
+            write_proc(
+                "/proc/self/uid_map",
+                &format!("{} {} 1\n", ids.uid, uid.as_raw()),
+            )?;
+            write_proc(
+                "/proc/self/gid_map",
+                &format!("{} {} 1\n", ids.gid, gid.as_raw()),
+            )?;
+        }
+    }
+    // The init's end of the assistant, for the run's binds.
+    let idmap_sock = assistant.as_ref().map(Assistant::socket).transpose()?;
 
     // The spec goes to the init on this pipe, never through the target's stdin.
     let (spec_read, spec_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -273,10 +288,14 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
         drop(spec_write);
         drop(egress);
         drop(layer_rx);
-        init(prep, ids, status, spec_read, layer_tx);
+        drop(assistant);
+        init(prep, ids, status, spec_read, layer_tx, idmap_sock);
     }
     drop(spec_read);
     drop(layer_tx);
+    drop(idmap_sock);
+    // Only the init talks to the assistant now; it ends when the init closes its end.
+    let assistant = assistant.map(Assistant::detach);
     let Some(init_pid) = Pid::from_raw(pid) else {
         return Err(StepError::unavailable("fork", "no pid"));
     };
@@ -316,6 +335,9 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
             let changes = apply::apply(layer, &paths, cow.protected.compile(), cow.quota);
             status.send(&Status::Changes { changes });
         }
+    }
+    if let Some(pid) = assistant {
+        idmap::reap(pid);
     }
     status.send(&Status::Done { timed_out });
     Ok(())
@@ -458,7 +480,14 @@ fn wait_until(init: Pid, deadline: Instant) -> bool {
 }
 
 /// Step 2, pid 1 of the new namespace. Never returns.
-fn init(prep: &Prep, ids: Ids, status: &StatusPipe, spec_pipe: OwnedFd, layer_tx: OwnedFd) -> ! {
+fn init(
+    prep: &Prep,
+    ids: Ids,
+    status: &StatusPipe,
+    spec_pipe: OwnedFd,
+    layer_tx: OwnedFd,
+    idmap_sock: Option<OwnedFd>,
+) -> ! {
     // The helper is our parent; if it dies, so does the namespace. (Its death between `fork`
     // and here is covered by corral killing the helper's process group, which includes us.)
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
@@ -469,7 +498,9 @@ fn init(prep: &Prep, ids: Ids, status: &StatusPipe, spec_pipe: OwnedFd, layer_tx
     let mut primitives: Vec<String> = ["userns", "mountns", "pidns", "ipcns", "utsns"]
         .map(String::from)
         .to_vec();
-    let view = mounts::build_base(prep, ids).unwrap_or_else(|e| fail(&e));
+    let view = mounts::build_base(prep, ids)
+        .unwrap_or_else(|e| fail(&e))
+        .with_idmap(idmap_sock);
     if prep.network == Network::Loopback {
         if let Err(e) = mounts::loopback_up() {
             fail(&StepError::unavailable("bring lo up", e));
@@ -501,6 +532,11 @@ fn init(prep: &Prep, ids: Ids, status: &StatusPipe, spec_pipe: OwnedFd, layer_tx
     }
     drop(layer_tx);
     primitives.push(prep.network.primitive().into());
+    // The view is built (and the assistant's end closed with it): host root is left for good.
+    if let Some(range) = prep.host_ids {
+        idmap::become_unprivileged(range).unwrap_or_else(|e| fail(&e));
+        primitives.push(idmap::PRIMITIVE.into());
+    }
 
     #[expect(unsafe_code, reason = "fork of the single-threaded sandbox init")]
     // SAFETY: the init is single-threaded (forked from the single-threaded helper).
@@ -593,6 +629,18 @@ fn target(
     {
         Ok(()) => primitives.push("seccomp".into()),
         Err(e) => fail(FailKind::Unavailable, "seccomp", e),
+    }
+    if ids.uid == 0 {
+        // The program is inside root: no `execve` of it ever gains a capability.
+        use rustix::thread::CapabilitiesSecureBits as B;
+        if let Err(e) = rustix::thread::set_capabilities_secure_bits(
+            B::NO_ROOT
+                | B::NO_ROOT_LOCKED
+                | B::NO_CAP_AMBIENT_RAISE
+                | B::NO_CAP_AMBIENT_RAISE_LOCKED,
+        ) {
+            fail(FailKind::Unavailable, "securebits", e.to_string());
+        }
     }
     if let Err(e) = drop_capabilities() {
         fail(FailKind::Unavailable, "drop capabilities", e);

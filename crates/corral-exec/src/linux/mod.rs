@@ -39,6 +39,7 @@ mod egress;
 mod egress_bridge;
 mod etc;
 mod helper;
+mod idmap;
 mod landlock_rules;
 mod mounts;
 mod pool;
@@ -64,6 +65,7 @@ use crate::{
 
 pub use egress::{PROXY_PORT, proxy_env};
 pub use helper::{HELPER_ARG, helper_main};
+pub use idmap::{DEFAULT_HOST_RANGE, HostRange, HostUids};
 pub use probe::{Primitive, probe, probe_for};
 pub use spec::Network;
 
@@ -120,6 +122,8 @@ pub struct LinuxBackend {
     etc: Mutex<Option<Arc<etc::Snapshot>>>,
     /// The starter thread (made on first use, after the backend is configured).
     pool: OnceLock<Pool>,
+    /// `isolation.host_uids`, resolved: as host root, the host ids the program runs as.
+    host_ids: Option<HostRange>,
 }
 
 impl LinuxBackend {
@@ -140,7 +144,22 @@ impl LinuxBackend {
             cgroup_parent: None,
             etc: Mutex::new(None),
             pool: OnceLock::new(),
+            host_ids: None,
         }
+    }
+
+    /// As host root, run every sandboxed program as an unprivileged host uid (see `idmap.rs`):
+    /// `range`'s first id, with the run's paths idmapped so their files keep their owner. A run
+    /// whose mapping or idmapped bind fails is refused. `None` (and any caller but host root):
+    /// the caller's own id is mapped.
+    pub fn with_host_ids(mut self, range: Option<HostRange>) -> Self {
+        self.host_ids = range.filter(|_| rustix::process::getuid().is_root());
+        self
+    }
+
+    /// The host ids sandboxes run as, when [`Self::with_host_ids`] applied a range.
+    pub fn host_ids(&self) -> Option<HostRange> {
+        self.host_ids
     }
 
     /// How many warm sandboxes to keep ready (default [`DEFAULT_WARM_POOL`]; 0: every run
@@ -217,6 +236,7 @@ impl LinuxBackend {
                 runtime_dir: self.runtime_dir.clone(),
                 network: self.network,
                 inherit_output: self.inherit_output,
+                host_ids: self.host_ids,
             },
             self.warm,
         )?;
@@ -251,7 +271,7 @@ impl LinuxBackend {
         let warmed = self.etc_snapshot().and_then(|snap| {
             self.pool()?.prewarm(Want {
                 etc: Etc::Snapshot(snap),
-                required: required_cgroups(None),
+                required: required_cgroups(None, self.host_ids),
                 cgroups: self.cgroups().into_owned(),
                 network: None,
                 egress_socket: None,
@@ -272,7 +292,7 @@ impl LinuxBackend {
             return std::borrow::Cow::Borrowed(support);
         }
         let support = cgroup::detect(self.cgroup_parent.as_deref());
-        if support.pids.is_some() || nproc_binds() {
+        if support.pids.is_some() || nproc_binds(self.host_ids) {
             return std::borrow::Cow::Borrowed(self.cgroups.get_or_init(|| support));
         }
         std::borrow::Cow::Owned(support)
@@ -341,16 +361,17 @@ impl Backend for LinuxBackend {
 }
 
 /// Whether `RLIMIT_NPROC` binds corral's runs: it binds every caller but host uid 0, and inside
-/// the run's fresh user namespace it counts only that namespace's processes (Linux 5.14+).
-fn nproc_binds() -> bool {
-    !rustix::process::getuid().is_root()
+/// the run's fresh user namespace it counts only that namespace's processes (Linux 5.14+). With
+/// `host_ids` (host root's `isolation.host_uids`) the program is not host root either.
+fn nproc_binds(host_ids: Option<HostRange>) -> bool {
+    host_ids.is_some() || !rustix::process::getuid().is_root()
 }
 
 /// The cgroups a run cannot do without: `pids` when nothing else bounds its processes (host
 /// root), `memory` when the request asks for a memory limit explicitly.
-fn required_cgroups(memory: Option<u64>) -> Vec<Controller> {
+fn required_cgroups(memory: Option<u64>, host_ids: Option<HostRange>) -> Vec<Controller> {
     let mut required = Vec::new();
-    if !nproc_binds() {
+    if !nproc_binds(host_ids) {
         required.push(Controller::Pids);
     }
     if memory.is_some() {
@@ -651,7 +672,7 @@ impl LinuxBackend {
         let pool = self.pool()?;
         let want = Want {
             etc,
-            required: required_cgroups(req.limits.memory),
+            required: required_cgroups(req.limits.memory, self.host_ids),
             cgroups: self.cgroups().into_owned(),
             network,
             egress_socket: proxy.as_ref().map(|p| p.path().to_path_buf()),
@@ -735,13 +756,13 @@ impl LinuxBackend {
             .saturating_add(OWN_PIDS);
         if cg.has(Controller::Pids) {
             cg.set_pids_max(processes).map_err(cgroup_err)?;
-        } else if !nproc_binds() {
+        } else if !nproc_binds(self.host_ids) {
             return Err(unavailable(cgroup::missing(
                 Controller::Pids,
                 &self.cgroups(),
             )));
         }
-        if nproc_binds() {
+        if nproc_binds(self.host_ids) {
             // The helper and the init are in the run's user namespace too.
             limits.processes = Some(u32::try_from(processes).unwrap_or(u32::MAX));
         }

@@ -272,6 +272,28 @@ fn bind_to(root: &OwnedFd, source: &Path, rel: &Path, flags: MountFlags) -> Resu
     remount_bind(&mounted, flags, source)
 }
 
+/// Attaches the assistant's idmapped copy of the host's `source` (read-only unless `writable`,
+/// always `nosuid`, `nodev`) at the same path beneath `root`.
+fn bind_idmapped(root: &OwnedFd, sock: &OwnedFd, source: &Path, writable: bool) -> Result<()> {
+    use rustix::mount::MoveMountFlags;
+    let rel = relative(source)?;
+    let tree = super::idmap::tree(sock, source, writable)?;
+    let is_dir = rustix::fs::fstat(&tree)
+        .map(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+        })
+        .map_err(|e| StepError::invalid("bind", e))?;
+    let target = make_beneath(root, &rel, !is_dir)?;
+    rustix::mount::move_mount(
+        &tree,
+        "",
+        &target,
+        "",
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+    )
+    .map_err(|e| mount_err("attach the idmapped bind", source, e))
+}
+
 fn mount_tmpfs(target: &Path, flags: MountFlags, options: &str) -> Result<()> {
     let data = std::ffi::CString::new(options).map_err(|e| StepError::invalid("tmpfs", e))?;
     rustix::mount::mount("tmpfs", target, "tmpfs", flags, data.as_c_str())
@@ -326,21 +348,37 @@ impl Ids {
             host_root: uid.is_root(),
         }
     }
+
+    /// With `isolation.host_uids`: the program is inside root, which is an unprivileged host
+    /// uid (the range's first).
+    pub(crate) fn host_unprivileged() -> Self {
+        Ids {
+            uid: 0,
+            gid: 0,
+            host_root: false,
+        }
+    }
 }
 
 /// The sandbox's `/etc/passwd`: root, the sandbox's own user and nobody.
 pub(crate) fn passwd(ids: Ids) -> String {
+    let sandbox = match ids.uid {
+        0 => String::new(),
+        uid => format!("sandbox:x:{uid}:{}:corral sandbox:/tmp:/bin/sh\n", ids.gid),
+    };
     format!(
-        "root:x:0:0:root:/root:/bin/sh\n\
-         sandbox:x:{}:{}:corral sandbox:/tmp:/bin/sh\n\
-         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-        ids.uid, ids.gid
+        "root:x:0:0:root:/root:/bin/sh\n{sandbox}\
+         nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     )
 }
 
 /// The sandbox's `/etc/group`.
 pub(crate) fn group(ids: Ids) -> String {
-    format!("root:x:0:\nsandbox:x:{}:\nnogroup:x:65534:\n", ids.gid)
+    let sandbox = match ids.gid {
+        0 => String::new(),
+        gid => format!("sandbox:x:{gid}:\n"),
+    };
+    format!("root:x:0:\n{sandbox}nogroup:x:65534:\n")
 }
 
 /// The write paths of the run's copy-on-write layer, in the order of its `<i>` directories.
@@ -486,6 +524,17 @@ fn pin_symlink(root: &OwnedFd, host: &Path) -> Result<()> {
 pub(crate) struct View {
     root: OwnedFd,
     root_dir: PathBuf,
+    /// With `isolation.host_uids`: the host-uid assistant (`idmap.rs`), which makes the run's
+    /// binds idmapped. Closed when the view is finished, before the target exists.
+    idmap: Option<OwnedFd>,
+}
+
+impl View {
+    /// The run's binds are idmapped ones made by the assistant at the end of `sock`.
+    pub(crate) fn with_idmap(mut self, sock: Option<OwnedFd>) -> Self {
+        self.idmap = sock;
+        self
+    }
 }
 
 /// Builds the request-independent part of the root view: the root tmpfs, the system
@@ -603,6 +652,7 @@ pub(crate) fn build_base(prep: &Prep, ids: Ids) -> Result<View> {
     Ok(View {
         root,
         root_dir: root_dir.clone(),
+        idmap: None,
     })
 }
 
@@ -649,7 +699,16 @@ fn cow_tmpfs(cow: &CowSpec, parent: &Path) -> Result<OwnedFd> {
 /// Mounts the `index`-th write path `path` as an overlay beneath `root`: lower the host
 /// directory (opened without following symlinks), upper and work in the layer's tmpfs. Returns
 /// the host directory.
-fn overlay(root: &OwnedFd, tmpfs: &OwnedFd, index: usize, path: &Path) -> Result<OwnedFd> {
+///
+/// With the host-uid assistant `idmap`, the lower is an idmapped read-only bind of the host
+/// directory, mounted where the overlay then goes on top of it.
+fn overlay(
+    root: &OwnedFd,
+    tmpfs: &OwnedFd,
+    index: usize,
+    path: &Path,
+    idmap: Option<&OwnedFd>,
+) -> Result<OwnedFd> {
     let step = |e: rustix::io::Errno| mount_err("overlay", path, e);
     let host = rustix::fs::openat2(
         CWD,
@@ -673,10 +732,39 @@ fn overlay(root: &OwnedFd, tmpfs: &OwnedFd, index: usize, path: &Path) -> Result
         rustix::fs::mkdirat(tmpfs, format!("{dir}/{sub}"), Mode::from_raw_mode(0o755))
             .map_err(step)?;
     }
-    let target = make_beneath(root, &relative(path)?, false)?;
+    let rel = relative(path)?;
+    let target = match idmap {
+        Some(sock) => {
+            bind_idmapped(root, sock, path, false)?;
+            let lower = open_beneath(root, &rel, OFlags::DIRECTORY).map_err(step)?;
+            // The top of the overlay is the upper directory: the lower's owner and mode.
+            let st = rustix::fs::fstat(&lower).map_err(step)?;
+            let upper = format!("{dir}/upper");
+            rustix::fs::chownat(
+                tmpfs,
+                upper.as_str(),
+                Some(rustix::fs::Uid::from_raw(st.st_uid)),
+                Some(rustix::fs::Gid::from_raw(st.st_gid)),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(step)?;
+            rustix::fs::chmodat(
+                tmpfs,
+                upper.as_str(),
+                Mode::from_raw_mode(st.st_mode & 0o7777),
+                rustix::fs::AtFlags::empty(),
+            )
+            .map_err(step)?;
+            lower
+        }
+        None => make_beneath(root, &rel, false)?,
+    };
+    let lower = match idmap {
+        Some(_) => fd_path(&target),
+        None => fd_path(&host),
+    };
     let layers = format!(
-        "lowerdir={},upperdir={t}/{dir}/upper,workdir={t}/{dir}/work,userxattr",
-        fd_path(&host),
+        "lowerdir={lower},upperdir={t}/{dir}/upper,workdir={t}/{dir}/work,userxattr",
         t = fd_path(tmpfs),
     );
     let data = std::ffi::CString::new(layers).map_err(|e| StepError::invalid("overlay", e))?;
@@ -695,7 +783,17 @@ fn overlay(root: &OwnedFd, tmpfs: &OwnedFd, index: usize, path: &Path) -> Result
 /// into it and makes `/` read-only. Returns the run's copy-on-write layer, if it has one.
 pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
     let ro = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV;
-    let View { root, root_dir } = view;
+    let View {
+        root,
+        root_dir,
+        idmap,
+    } = view;
+    let idmap = idmap.as_ref();
+    // A plain bind, or with `isolation.host_uids` an idmapped one (always nosuid, nodev).
+    let bind_user = |source: &Path, flags: MountFlags| match idmap {
+        Some(sock) => bind_idmapped(&root, sock, source, !flags.contains(MountFlags::RDONLY)),
+        None => bind(&root, source, flags),
+    };
 
     let tmpfs_opts = |mode: &str| format!("mode={mode},size={}", spec.tmp_bytes.max(4096));
     mount_tmpfs(
@@ -735,16 +833,16 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
             (Some(layer), true) => {
                 // INVARIANT (layer-order): `hosts[i]` is the host directory of the overlay whose
                 // upper is `<i>/upper`, in the order user_binds gives.
-                let host = overlay(&root, &layer.tmpfs, layer.hosts.len(), &path)?;
+                let host = overlay(&root, &layer.tmpfs, layer.hosts.len(), &path, idmap)?;
                 layer.hosts.push(host);
             }
-            _ => bind(&root, &path, flags)?,
+            _ => bind_user(&path, flags)?,
         }
         if writable {
             for meta in protected_entries(&path)? {
                 match std::fs::symlink_metadata(&meta) {
                     Ok(m) if m.file_type().is_symlink() => pin_symlink(&root, &meta)?,
-                    Ok(m) if m.is_dir() || m.is_file() => bind(&root, &meta, ro)?,
+                    Ok(m) if m.is_dir() || m.is_file() => bind_user(&meta, ro)?,
                     _ => {}
                 }
             }

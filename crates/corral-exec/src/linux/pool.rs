@@ -76,6 +76,8 @@ pub(crate) struct Launch {
     /// The helpers' stdout and stderr are this process's own (see
     /// `LinuxBackend::with_inherited_output`), not pipes.
     pub(crate) inherit_output: bool,
+    /// The host ids sandboxes map to (`isolation.host_uids`, as host root), if any.
+    pub(crate) host_ids: Option<super::idmap::HostRange>,
 }
 
 /// What a run asks the starter for.
@@ -226,6 +228,7 @@ fn start(launch: &Launch, want: &Want) -> Result<Sandbox, ExecError> {
         cgroups: cgroups.dirs().map(PathBuf::from).collect(),
         parent_pid: rustix::process::getpid().as_raw_nonzero().get(),
         egress_socket: want.egress_socket.clone(),
+        host_ids: launch.host_ids,
     };
     let cleanup = |cgroups: RunCgroups, root_dir: &PathBuf| {
         cgroups.remove(CGROUP_GRACE);

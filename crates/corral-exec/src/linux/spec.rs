@@ -70,6 +70,11 @@ pub(crate) struct Prep {
     /// helper sends the sandbox's listening socket (see `egress_bridge.rs`).
     #[serde(default)]
     pub(crate) egress_socket: Option<PathBuf>,
+    /// As host root with `isolation.host_uids` on: the host ids the sandbox's user namespace
+    /// maps inside `0..count` to; the program runs as the first (see `idmap.rs`). `None`: the
+    /// caller's own id is mapped (for host root, the program is host root without capabilities).
+    #[serde(default)]
+    pub(crate) host_ids: Option<super::idmap::HostRange>,
 }
 
 /// The run, sent second: everything that depends on the request.

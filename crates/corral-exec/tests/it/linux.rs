@@ -142,9 +142,10 @@ async fn limits_are_attested_as_applied() {
     }
     let out = run(req).await;
     assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
-    // RLIMIT_NPROC binds nobody running as host uid 0, so it is attested only for others, and
-    // as what it is there: a count of the run's own user namespace.
-    let root = rustix::process::getuid().is_root();
+    // RLIMIT_NPROC binds nobody running as host uid 0, so it is attested only for others (host
+    // root's programs too under `isolation.host_uids`), and as what it is there: a count of the
+    // run's own user namespace.
+    let root = rustix::process::getuid().is_root() && !crate::host_uids_apply();
     assert_eq!(
         out.attestation
             .primitives
@@ -613,9 +614,11 @@ async fn a_read_path_under_etc_gets_a_view_of_each_allowed_entry() {
     req.read_paths = vec![PathBuf::from("/etc/ssl/certs")];
     let out = run(req).await;
     assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    // Under `isolation.host_uids` the program is inside root: no `sandbox` user.
+    let sandbox_users = if crate::host_uids_apply() { 0 } else { 1 };
     assert_eq!(
         stdout(&out),
-        "certs\ncache\n1\nno-shadow\nno-hostname\n",
+        format!("certs\ncache\n{sandbox_users}\nno-shadow\nno-hostname\n"),
         "stderr: {}",
         stderr(&out)
     );

@@ -3,6 +3,7 @@
 
 mod egress;
 mod escapes;
+mod host_uids;
 mod linux;
 mod mock;
 mod process;
@@ -15,11 +16,30 @@ use corral_exec::{ExecRequest, ResourceLimits};
 
 /// `CORRAL_TEST_WARM_POOL=n` runs the linux backend's tests with `n` warm sandboxes (`0`: every
 /// run starts its own sandbox); unset, the backend's default.
+///
+/// `CORRAL_TEST_HOST_UIDS=auto|root|START:COUNT` runs them with that `isolation.host_uids` (as
+/// host root, the program is then an unprivileged host uid); unset, `root` (the caller's id).
 pub fn with_test_pool(backend: LinuxBackend) -> LinuxBackend {
-    match std::env::var("CORRAL_TEST_WARM_POOL") {
+    let backend = match std::env::var("CORRAL_TEST_WARM_POOL") {
         Ok(n) => backend.with_warm_pool(n.parse().expect("CORRAL_TEST_WARM_POOL is a number")),
         Err(_) => backend,
+    };
+    match std::env::var("CORRAL_TEST_HOST_UIDS") {
+        Ok(mode) => {
+            let ids = corral_exec::linux::HostUids::parse(&mode)
+                .and_then(|m| m.resolve())
+                .expect("CORRAL_TEST_HOST_UIDS is a host id mode");
+            backend.with_host_ids(ids)
+        }
+        Err(_) => backend,
     }
+}
+
+/// Whether `CORRAL_TEST_HOST_UIDS` makes the tests' programs an unprivileged host uid (it does
+/// for host root, unless it says `root`).
+pub fn host_uids_apply() -> bool {
+    rustix::process::getuid().is_root()
+        && std::env::var("CORRAL_TEST_HOST_UIDS").is_ok_and(|m| m != "root")
 }
 
 /// A request for `argv` in `/`, with an empty environment, a 10 s timeout and a 1 MiB cap.
