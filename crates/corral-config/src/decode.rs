@@ -551,8 +551,35 @@ impl Decoder {
             c.limits = self.limits(n, "limits");
         }
         if let Some(n) = m.get("isolation")
-            && let Some(im) = self.map(n, "isolation", &["backend", "network", "cgroup_parent"])
+            && let Some(im) = self.map(
+                n,
+                "isolation",
+                &["backend", "network", "cgroup_parent", "host_uids"],
+            )
         {
+            if let Some(h) = im.get("host_uids")
+                && let Some(v) = self.string(h, "isolation.host_uids")
+            {
+                let range_ok = v.split_once(':').is_some_and(|(a, b)| {
+                    a.parse::<u32>().is_ok_and(|a| a > 0)
+                        && b.parse::<u32>().is_ok_and(|b| b >= 65535)
+                        && a.parse::<u32>()
+                            .ok()
+                            .zip(b.parse::<u32>().ok())
+                            .is_some_and(|(a, b)| a.checked_add(b).is_some())
+                });
+                if v == "auto" || v == "root" || range_ok {
+                    c.isolation.host_uids = Some(v);
+                } else {
+                    self.err_fix(
+                        codes::CONFIG_INVALID_VALUE,
+                        format!("`isolation.host_uids` `{v}` is not a host id mode"),
+                        "isolation.host_uids",
+                        h.span,
+                        "write `auto` (the default), `root`, or `START:COUNT` with START above 0 and COUNT at least 65535, e.g. `1879048192:65536`".to_owned(),
+                    );
+                }
+            }
             if let Some(p) = im.get("cgroup_parent")
                 && let Some(v) = self.string(p, "isolation.cgroup_parent")
             {

@@ -521,6 +521,10 @@ pub struct IsolationConfig {
     /// `cgroup_parent`: a cgroup v2 directory per-run cgroups go under, instead of corral's own
     /// cgroup (absolute).
     pub cgroup_parent: Option<std::path::PathBuf>,
+    /// `host_uids`: which host ids a sandbox runs as when corral is host root: `auto` (the
+    /// default: corral's `/etc/subuid` range, else a fixed unused one), `root`, or
+    /// `START:COUNT`. Kept as written; the backend resolves it.
+    pub host_uids: Option<String>,
 }
 
 /// `storage:`

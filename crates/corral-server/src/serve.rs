@@ -56,6 +56,9 @@ pub enum ServeError {
     /// write: the store refuses to start there.
     #[error("{0}")]
     Protected(String),
+    /// `isolation.host_uids` names no usable host id range on this host.
+    #[error("isolation.host_uids: {0}")]
+    Isolation(String),
 }
 
 impl ServeError {
@@ -67,6 +70,7 @@ impl ServeError {
             ServeError::Bind { .. } => corral_policy::codes::SERVER_INTERNAL,
             ServeError::Auth(_) => corral_policy::codes::CONFIG_INVALID_VALUE,
             ServeError::Protected(_) => corral_policy::codes::CONFIG_PROTECTED_WRITABLE,
+            ServeError::Isolation(_) => corral_policy::codes::ISOLATION_UNAVAILABLE,
         }
     }
 }
@@ -117,7 +121,7 @@ fn check_open_mode(
 /// The backend the config asks for (`isolation.backend`). The linux backend's preflight runs
 /// here; when it fails the server still starts, and every exec op answers 503
 /// `isolation.unavailable` naming the missing primitive: never a fallback to `process`.
-fn backend(loaded: &Loaded) -> Arc<dyn Backend> {
+fn backend(loaded: &Loaded) -> Result<Arc<dyn Backend>, ServeError> {
     use corral_config::model::{BackendKind, NetworkMode};
     match loaded.config.isolation.backend {
         BackendKind::Linux => {
@@ -127,22 +131,33 @@ fn backend(loaded: &Loaded) -> Arc<dyn Backend> {
             };
             // The running binary is the helper (`corral __sandbox-exec`); `/proc/self/exe`
             // names it even if the file on disk was replaced since.
+            let host_uids = corral_exec::linux::HostUids::parse(
+                loaded
+                    .config
+                    .isolation
+                    .host_uids
+                    .as_deref()
+                    .unwrap_or("auto"),
+            )
+            .map_err(ServeError::Isolation)?;
             let linux = LinuxBackend::new(PathBuf::from("/proc/self/exe"))
                 .with_network(network)
-                .with_cgroup_parent(loaded.config.isolation.cgroup_parent.clone());
+                .with_cgroup_parent(loaded.config.isolation.cgroup_parent.clone())
+                .with_host_uids(host_uids)
+                .map_err(ServeError::Isolation)?;
             if let Err(e) = linux.preflight() {
                 tracing::error!(
                     code = e.code(),
                     "{e}; every exec op will answer 503 until this is fixed (see `corral doctor`)"
                 );
             }
-            Arc::new(linux)
+            Ok(Arc::new(linux))
         }
         BackendKind::Process => {
             tracing::warn!(
                 "isolation.backend is `process`: commands run without isolation and every result says `isolated: false`"
             );
-            Arc::new(ProcessBackend::new())
+            Ok(Arc::new(ProcessBackend::new()))
         }
     }
 }
@@ -168,7 +183,7 @@ pub async fn build_state(
             .await
             .map_err(|e| ServeError::Store(e.to_string()))?,
     );
-    let backend = backend(loaded);
+    let backend = backend(loaded)?;
     // One writer task commits concurrent calls' events together (group commit).
     let writer = corral_store::AuditWriter::spawn(store.as_ref().clone());
     let mut sinks: Vec<Arc<dyn AuditSink>> = vec![Arc::new(writer)];

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corral_config::model::{BackendKind, ConfirmationBackend, NetworkMode};
-use corral_exec::linux::{LinuxBackend, Network, Primitive};
+use corral_exec::linux::{HostUids, LinuxBackend, Network, Primitive};
 use corral_exec::{Backend, ExecRequest, ResourceLimits};
 use serde::Serialize;
 
@@ -86,6 +86,8 @@ impl ConfirmationsOut {
 struct Report {
     configured_backend: &'static str,
     network: &'static str,
+    /// Which host ids sandboxed programs run as (`isolation.host_uids`).
+    host_ids: String,
     confirmations: ConfirmationsOut,
     ok: bool,
     primitives: Vec<PrimitiveOut>,
@@ -98,6 +100,8 @@ struct Configured {
     network: NetworkMode,
     /// `isolation.cgroup_parent`.
     cgroup_parent: Option<PathBuf>,
+    /// `isolation.host_uids`, as written (`auto` when absent).
+    host_uids: String,
     confirmations: ConfirmationsOut,
 }
 
@@ -112,6 +116,7 @@ fn configured(flag: Option<PathBuf>) -> Result<Configured, Exit> {
             backend: BackendKind::default(),
             network: NetworkMode::default(),
             cgroup_parent: None,
+            host_uids: "auto".to_owned(),
             confirmations: ConfirmationsOut::of(ConfirmationBackend::default(), None),
         });
     }
@@ -120,6 +125,12 @@ fn configured(flag: Option<PathBuf>) -> Result<Configured, Exit> {
             backend: l.config.isolation.backend,
             network: l.config.isolation.network,
             cgroup_parent: l.config.isolation.cgroup_parent.clone(),
+            host_uids: l
+                .config
+                .isolation
+                .host_uids
+                .clone()
+                .unwrap_or_else(|| "auto".to_owned()),
             confirmations: ConfirmationsOut::of(
                 l.config.guardrails.confirmations,
                 l.config.storage.url.as_deref(),
@@ -132,11 +143,43 @@ fn configured(flag: Option<PathBuf>) -> Result<Configured, Exit> {
     }
 }
 
+/// The host ids setting (`isolation.host_uids`) and, in words, which host ids sandboxed
+/// programs run as here.
+fn host_ids(written: &str) -> (Result<HostUids, String>, String) {
+    let setting = HostUids::parse(written);
+    let words = match &setting {
+        Err(e) => format!("cannot tell: {e}"),
+        Ok(_) if !running_as_root() => {
+            "your own uid, mapped to root inside a user namespace of the run's own (corral is not root)".to_owned()
+        }
+        Ok(h) => match h.resolve() {
+            Err(e) => format!("cannot tell: {e}"),
+            Ok(None) => "host root without capabilities (`isolation.host_uids: root`); set `auto` so a kernel bug in the namespace code reaches no root-owned process".to_owned(),
+            Ok(Some(r)) => format!(
+                "host uid {} gid {} (a range of {} ids, `isolation.host_uids: {written}`; files keep their owners through idmapped mounts)",
+                r.uid, r.gid, r.count
+            ),
+        },
+    };
+    (setting, words)
+}
+
+/// Whether this process runs as host root (`/proc/self` belongs to the caller's uid).
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
 /// Runs `/bin/true` through the linux backend; `Ok` with what it attested, or why it failed.
-fn smoke_run(network: Network, cgroup_parent: Option<PathBuf>) -> Result<String, String> {
+fn smoke_run(
+    network: Network,
+    cgroup_parent: Option<PathBuf>,
+    host_uids: HostUids,
+) -> Result<String, String> {
     let backend = LinuxBackend::new(PathBuf::from("/proc/self/exe"))
         .with_network(network)
-        .with_cgroup_parent(cgroup_parent);
+        .with_cgroup_parent(cgroup_parent)
+        .with_host_uids(host_uids)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -179,6 +222,7 @@ pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
         backend: kind,
         network: net,
         cgroup_parent,
+        host_uids,
         confirmations,
     } = match configured(config) {
         Ok(c) => c,
@@ -188,13 +232,21 @@ pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
         NetworkMode::None => Network::None,
         NetworkMode::Loopback => Network::Loopback,
     };
+    let (host_setting, host_ids) = host_ids(&host_uids);
     let primitives = corral_exec::linux::probe_for(cgroup_parent.as_deref());
     let missing: Vec<&Primitive> = primitives
         .iter()
         .filter(|p| p.required && !p.available)
         .collect();
-    let linux = if missing.is_empty() {
-        match smoke_run(network, cgroup_parent) {
+    let linux = if let Err(e) = &host_setting {
+        BackendOut {
+            name: "linux",
+            can_run: false,
+            isolated: true,
+            detail: format!("isolation.host_uids: {e}"),
+        }
+    } else if missing.is_empty() {
+        match smoke_run(network, cgroup_parent, host_setting.unwrap_or_default()) {
             Ok(detail) => BackendOut {
                 name: "linux",
                 can_run: true,
@@ -240,6 +292,7 @@ pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
     let report = Report {
         configured_backend,
         network: network.primitive().trim_start_matches("netns:"),
+        host_ids,
         confirmations,
         ok,
         primitives: primitives.iter().map(PrimitiveOut::from).collect(),
@@ -286,6 +339,7 @@ fn print_human(r: &Report) {
         r.configured_backend,
         r.network
     );
+    outln!("sandboxed programs run as: {}", r.host_ids);
     outln!(
         "confirmations: {}: {}",
         r.confirmations.store,

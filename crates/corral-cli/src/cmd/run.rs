@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::ValueEnum;
-use corral_exec::linux::{LinuxBackend, Network};
+use corral_exec::linux::{HostUids, LinuxBackend, Network};
 use corral_exec::{Backend, Changes, ExecError, ExecOutput, ExecRequest, ResourceLimits};
 use corral_exec::{Egress, EgressLog, RunNetwork};
 use corral_policy::codes;
@@ -173,6 +173,7 @@ struct Settings {
     env: Vec<String>,
     protected: corral_policy::Protected,
     cgroup_parent: Option<PathBuf>,
+    host_uids: Option<String>,
 }
 
 /// Reads no secret: every variable is a placeholder long enough for the token checks.
@@ -212,6 +213,7 @@ fn settings(args: &Args) -> Result<Settings, Failure> {
             )));
         }
         s.cgroup_parent.clone_from(&c.isolation.cgroup_parent);
+        s.host_uids.clone_from(&c.isolation.host_uids);
         s.protected = loaded.policy.protected.clone();
         s.net = Some(Net::Mode(match c.isolation.network {
             corral_config::model::NetworkMode::None => Network::None,
@@ -342,7 +344,11 @@ fn run_inner(args: Args) -> Result<u8, Failure> {
         })
         .with_cgroup_parent(s.cgroup_parent.clone())
         .with_inherited_output()
-        .with_attached_write_layer();
+        .with_attached_write_layer()
+        .with_host_uids(
+            HostUids::parse(s.host_uids.as_deref().unwrap_or("auto")).map_err(Failure::usage)?,
+        )
+        .map_err(Failure::usage)?;
     if s.memory.is_some() {
         // A run with a memory limit gets a sandbox made for it: a warm one would be wasted.
         backend = backend.with_warm_pool(0);

@@ -738,6 +738,26 @@ fn isolation_cgroup_parent_loads_is_spelt_right_and_is_absolute() {
     assert!(d.fix.contains("full path"), "{d}");
 }
 
+// issue 12 item 2 (as root): `isolation.host_uids` is `auto`, `root` or a usable range.
+#[test]
+fn isolation_host_uids_takes_auto_root_or_a_usable_range_and_says_why_not() {
+    for ok in ["auto", "root", "\"1879048192:65536\""] {
+        let loaded = load(&format!("version: 1\nisolation: {{host_uids: {ok}}}\n"));
+        assert_eq!(
+            loaded.config.isolation.host_uids.as_deref(),
+            Some(ok.trim_matches('"'))
+        );
+    }
+    for bad in ["nobody", "\"0:65536\"", "\"100000:100\"", "\"4294967000:65536\""] {
+        let d = error(
+            &format!("version: 1\nisolation: {{host_uids: {bad}}}\n"),
+            codes::CONFIG_INVALID_VALUE,
+        );
+        assert_eq!(d.location, "isolation.host_uids", "{bad}: {d}");
+        assert!(d.fix.contains("START:COUNT"), "{bad}: {d}");
+    }
+}
+
 // `run:` (the profile of `corral run --config F`) is decoded with the same diagnostics.
 #[test]
 fn a_misspelt_run_key_names_its_path_and_the_closest_key() {

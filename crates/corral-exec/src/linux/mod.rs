@@ -157,6 +157,17 @@ impl LinuxBackend {
         self
     }
 
+    /// [`Self::with_host_ids`] with the range `setting` names on this host (`isolation.host_uids`;
+    /// `auto`: corral's `/etc/subuid` entry, else [`DEFAULT_HOST_RANGE`]). Only host root is
+    /// affected; for anyone else `setting` is not even resolved. An entry that does not make a
+    /// usable range is an error, never a silent fall-back to running as host root.
+    pub fn with_host_uids(self, setting: HostUids) -> Result<Self, String> {
+        if !rustix::process::getuid().is_root() {
+            return Ok(self);
+        }
+        Ok(self.with_host_ids(setting.resolve()?))
+    }
+
     /// The host ids sandboxes run as, when [`Self::with_host_ids`] applied a range.
     pub fn host_ids(&self) -> Option<HostRange> {
         self.host_ids
