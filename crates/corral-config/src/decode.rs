@@ -6,8 +6,6 @@
 
 mod access;
 mod control;
-#[cfg(test)]
-mod old_vs_new;
 mod ops;
 mod scopes;
 #[cfg(test)]

@@ -7,8 +7,6 @@
 
 mod build;
 mod decode;
-#[cfg(test)]
-mod decode_old;
 pub mod diag;
 pub mod lint;
 pub mod model;
