@@ -80,22 +80,6 @@ fn stash(e: &Item<'_>) -> Stash {
     Some((e.node.clone(), e.at.clone()))
 }
 
-/// Where each allow pattern of a command scope (a list, or a mapping with `allow:`) was written.
-fn allow_spans(commands: &Node) -> Vec<Span> {
-    let list = match &commands.value {
-        Value::Map(entries) => entries
-            .iter()
-            .find(|(k, _)| k.name == "allow")
-            .map(|(_, n)| n),
-        Value::Seq(_) => Some(commands),
-        Value::Null | Value::Bool(_) | Value::Int(_) | Value::Float(_) | Value::Str(_) => None,
-    };
-    match list.map(|n| &n.value) {
-        Some(Value::Seq(items)) => items.iter().map(|n| n.span).collect(),
-        _ => Vec::new(),
-    }
-}
-
 /// `0`, or a zero with a unit (`0s`, `0B`): a budget written as disabled.
 fn is_zero_quantity(v: &Value) -> bool {
     match v {

@@ -8,7 +8,7 @@ use corral_policy::scope::{
 use corral_policy::units::Rate;
 use corral_policy::{Limits, RuleEffect};
 
-use super::{Decoder, Field, Item, allow_spans};
+use super::{Decoder, Field, Item};
 use crate::model::{RuleConfig, Spanned};
 use crate::yaml::{Node, Span, Value};
 
@@ -58,10 +58,10 @@ pub(super) const RULE: &[Field<RuleDraft>] = &[
             .map(|s| Spanned::new(s, e.node.span));
     }),
     Field::new("commands", |d, e, r| {
-        r.rule.commands = d
-            .command_scope(e.node, &e.at)
-            .map(|s| Spanned::new(s, e.node.span));
-        r.rule.command_allow_spans = allow_spans(e.node);
+        if let Some(c) = d.command_scope(e.node, &e.at) {
+            r.rule.commands = Some(Spanned::new(c.spec, e.node.span));
+            r.rule.command_allow_spans = c.allow_spans;
+        }
     }),
     Field::new("urls", |d, e, r| {
         r.rule.urls = d
@@ -132,27 +132,56 @@ pub(super) const PATH: &[Field<PathDraft>] = &[
     }),
 ];
 
+/// A command scope, and where each of its allow patterns was written (for the lint).
+#[derive(Default)]
+pub(super) struct CommandDraft {
+    spec: CommandScopeSpec,
+    allow_spans: Vec<Span>,
+}
+
+/// The spans of a list's items (none when it is not a list).
+fn item_spans(node: &Node) -> Vec<Span> {
+    match &node.value {
+        Value::Seq(items) => items.iter().map(|n| n.span).collect(),
+        Value::Null
+        | Value::Bool(_)
+        | Value::Int(_)
+        | Value::Float(_)
+        | Value::Str(_)
+        | Value::Map(_) => Vec::new(),
+    }
+}
+
 /// A command scope.
-pub(super) const COMMAND: &[Field<CommandScopeSpec>] = &[
-    Field::new("allow", |d, e, s| s.allow = d.plain_strings(e.node, &e.at)),
-    Field::new("deny", |d, e, s| s.deny = d.plain_strings(e.node, &e.at)),
-    Field::new("shell", |d, e, s| {
-        s.shell = d.bool(e.node, &e.at).unwrap_or(false);
+pub(super) const COMMAND: &[Field<CommandDraft>] = &[
+    Field::new("allow", |d, e, c| {
+        c.spec.allow = d.plain_strings(e.node, &e.at);
+        c.allow_spans = item_spans(e.node);
     }),
-    Field::new("cwd", |d, e, s| s.cwd = d.string(e.node, &e.at)),
-    Field::new("env_pass", |d, e, s| {
-        s.env_pass = d.plain_strings(e.node, &e.at);
+    Field::new("deny", |d, e, c| {
+        c.spec.deny = d.plain_strings(e.node, &e.at)
+    }),
+    Field::new("shell", |d, e, c| {
+        c.spec.shell = d.bool(e.node, &e.at).unwrap_or(false);
+    }),
+    Field::new("cwd", |d, e, c| c.spec.cwd = d.string(e.node, &e.at)),
+    Field::new("env_pass", |d, e, c| {
+        c.spec.env_pass = d.plain_strings(e.node, &e.at);
     }),
     Field::new("env_set", env_set),
-    Field::new("timeout", |d, e, s| s.timeout = d.duration(e.node, &e.at)),
-    Field::new("max_output_bytes", |d, e, s| {
-        s.max_output_bytes = d.size(e.node, &e.at);
+    Field::new("timeout", |d, e, c| {
+        c.spec.timeout = d.duration(e.node, &e.at)
     }),
-    Field::new("network", |d, e, s| s.network = d.network(e.node, &e.at)),
+    Field::new("max_output_bytes", |d, e, c| {
+        c.spec.max_output_bytes = d.size(e.node, &e.at);
+    }),
+    Field::new("network", |d, e, c| {
+        c.spec.network = d.network(e.node, &e.at)
+    }),
 ];
 
 /// `env_set: {NAME: value}` (a number or boolean is written as its text).
-fn env_set(d: &mut Decoder, e: &Item<'_>, s: &mut CommandScopeSpec) {
+fn env_set(d: &mut Decoder, e: &Item<'_>, c: &mut CommandDraft) {
     let Some(entries) = d.map_any(e.node, &e.at) else {
         return;
     };
@@ -167,7 +196,7 @@ fn env_set(d: &mut Decoder, e: &Item<'_>, s: &mut CommandScopeSpec) {
             }
         };
         if let Some(val) = val {
-            s.env_set.push((k.name.clone(), val));
+            c.spec.env_set.push((k.name.clone(), val));
         }
     }
 }
@@ -322,16 +351,19 @@ impl Decoder {
         Some(p.spec)
     }
 
-    fn command_scope(&mut self, node: &Node, at: &str) -> Option<CommandScopeSpec> {
+    fn command_scope(&mut self, node: &Node, at: &str) -> Option<CommandDraft> {
         if let Value::Seq(_) = node.value {
-            return Some(CommandScopeSpec {
-                allow: self.plain_strings(node, at),
-                ..CommandScopeSpec::default()
+            return Some(CommandDraft {
+                spec: CommandScopeSpec {
+                    allow: self.plain_strings(node, at),
+                    ..CommandScopeSpec::default()
+                },
+                allow_spans: item_spans(node),
             });
         }
-        let mut s = CommandScopeSpec::default();
-        self.fields(node, at, COMMAND, &mut s)?;
-        Some(s)
+        let mut c = CommandDraft::default();
+        self.fields(node, at, COMMAND, &mut c)?;
+        Some(c)
     }
 
     fn url_scope(&mut self, node: &Node, at: &str) -> Option<UrlScopeSpec> {
