@@ -9,10 +9,10 @@ use proptest::prelude::*;
 use crate::{Diagnostic, lint, load_str};
 
 /// The decoder's keys, plus a few it does not know (so unknown-key paths are hit too).
-fn keys() -> Vec<&'static str> {
-    let mut k: Vec<&'static str> = crate::decode::ALL_KEYS
-        .iter()
-        .flat_map(|l| l.iter().copied())
+pub(crate) fn keys() -> Vec<&'static str> {
+    let mut k: Vec<&'static str> = crate::decode::all_tables()
+        .into_iter()
+        .flat_map(|(_, keys)| keys)
         .collect();
     k.extend(["token", "rot", "allwo"]);
     k.sort_unstable();
@@ -76,7 +76,7 @@ const SCALARS: &[&str] = &[
     "ops.files.dowload",
 ];
 
-fn yaml_value(depth: u32) -> BoxedStrategy<String> {
+pub(crate) fn yaml_value(depth: u32) -> BoxedStrategy<String> {
     // Most scalars are quoted when YAML would read them as syntax, so documents get past the
     // parser and reach the decoder, the builder and the lint; some stay raw to probe the parser.
     let scalar = (
