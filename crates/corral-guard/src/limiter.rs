@@ -1,5 +1,9 @@
 //! Rate and concurrency limits per (principal, op): a token bucket and an in-flight counter.
 //! State is per replica; budgets shared across replicas belong to the guardrails' ledger.
+//! A bucket that has refilled to its capacity is the same as no bucket, so idle ones are
+//! dropped (an amortized sweep whenever the map has doubled since the last one): the map holds
+//! only the keys that called within their refill time, not every JWT subject ever seen. An
+//! in-flight counter is removed when its last permit is dropped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,6 +15,39 @@ use corral_policy::Limits;
 struct Bucket {
     tokens: f64,
     last: Instant,
+    /// When it is full again if nothing takes from it: from then on it is the same as no bucket.
+    full_at: Instant,
+}
+
+/// The buckets, and the size at which the next sweep of full ones runs.
+#[derive(Debug)]
+struct Buckets {
+    map: HashMap<(String, String), Bucket>,
+    sweep_at: usize,
+}
+
+/// The fewest buckets at which sweeping starts.
+const MIN_SWEEP: usize = 1024;
+
+impl Default for Buckets {
+    fn default() -> Self {
+        Buckets {
+            map: HashMap::new(),
+            sweep_at: MIN_SWEEP,
+        }
+    }
+}
+
+impl Buckets {
+    /// Drops every bucket that is full by `now`, once the map has doubled since the last sweep
+    /// (so each insert pays O(1) amortized).
+    fn sweep_if_due(&mut self, now: Instant) {
+        if self.map.len() < self.sweep_at {
+            return;
+        }
+        self.map.retain(|_, b| b.full_at > now);
+        self.sweep_at = (self.map.len() * 2).max(MIN_SWEEP);
+    }
 }
 
 /// Why a call was limited.
@@ -33,7 +70,7 @@ pub enum Limited {
 /// Limits per (principal, op).
 #[derive(Debug, Default)]
 pub struct Limiter {
-    buckets: Mutex<HashMap<(String, String), Bucket>>,
+    buckets: Mutex<Buckets>,
     in_flight: Arc<Mutex<HashMap<(String, String), u32>>>,
 }
 
@@ -59,6 +96,14 @@ impl Drop for Permit {
 }
 
 impl Limiter {
+    /// How many (principal, op) keys the limiter holds state for: rate buckets not yet swept,
+    /// and calls in flight.
+    pub fn tracked(&self) -> usize {
+        let buckets = self.buckets.lock().map_or(0, |b| b.map.len());
+        let in_flight = self.in_flight.lock().map_or(0, |m| m.len());
+        buckets + in_flight
+    }
+
     /// Admits a call under `limits`, or says which limit refused it.
     pub fn admit(&self, principal: &str, op: &str, limits: &Limits) -> Result<Permit, Limited> {
         if limits.rate.is_none() && limits.concurrency.is_none() {
@@ -77,9 +122,11 @@ impl Limiter {
                 retry_after: Duration::from_secs(1),
                 limit: rate,
             })?;
-            let b = buckets.entry(key.clone()).or_insert(Bucket {
+            buckets.sweep_if_due(now);
+            let b = buckets.map.entry(key.clone()).or_insert(Bucket {
                 tokens: capacity,
                 last: now,
+                full_at: now,
             });
             b.tokens =
                 (b.tokens + now.duration_since(b.last).as_secs_f64() * per_sec).min(capacity);
@@ -92,6 +139,7 @@ impl Limiter {
                 });
             }
             b.tokens -= 1.0;
+            b.full_at = now + Duration::from_secs_f64(((capacity - b.tokens) / per_sec).min(1e9));
         }
         match limits.concurrency {
             None => Ok(Permit {

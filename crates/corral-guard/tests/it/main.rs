@@ -1,0 +1,3 @@
+//! The gateway's parts where they live: the per-(principal, op) limiter.
+
+mod limiter;
