@@ -748,7 +748,12 @@ fn isolation_host_uids_takes_auto_root_or_a_usable_range_and_says_why_not() {
             Some(ok.trim_matches('"'))
         );
     }
-    for bad in ["nobody", "\"0:65536\"", "\"100000:100\"", "\"4294967000:65536\""] {
+    for bad in [
+        "nobody",
+        "\"0:65536\"",
+        "\"100000:100\"",
+        "\"4294967000:65536\"",
+    ] {
         let d = error(
             &format!("version: 1\nisolation: {{host_uids: {bad}}}\n"),
             codes::CONFIG_INVALID_VALUE,

@@ -3489,6 +3489,74 @@ async fn sparse_files_and_hard_links_cannot_get_around_the_write_quota() {
 }
 
 #[tokio::test]
+async fn a_repository_already_on_the_host_without_a_git_name_is_never_changed_or_completed() {
+    // Attack class: protected metadata inside a writable root (found by the session-3 attack
+    // on the layer). A bare repository in the workspace (a test fixture, a mirror: `HEAD`,
+    // `objects/`, `refs/`, no `.git` in its path) takes a `core.fsmonitor`/`core.pager` in its
+    // `config` or a hook, which the host's git runs; a directory with only a valid `HEAD` and
+    // `refs/` becomes one when the program adds `objects/` and a `config`. The `HEAD` check saw
+    // only new `HEAD` files, so both reached the host.
+    let world = World::new();
+    let bare = world.w().join("fixture.git");
+    for d in ["objects", "refs/heads", "hooks"] {
+        std::fs::create_dir_all(bare.join(d)).unwrap();
+    }
+    write(&bare.join("HEAD"), "ref: refs/heads/main\n");
+    write(&bare.join("config"), "[core]\n\tbare = true\n");
+    let half = world.w().join("half");
+    std::fs::create_dir_all(half.join("refs")).unwrap();
+    write(&half.join("HEAD"), "ref: refs/heads/main\n");
+    let linked = world.w().join("linked");
+    std::fs::create_dir_all(linked.join("refs")).unwrap();
+    std::os::unix::fs::symlink("refs/heads/main", linked.join("HEAD")).unwrap();
+    let out = run(world.sh(
+        r#"printf '[core]\n\tfsmonitor = "touch /tmp/pwned"\n' >> fixture.git/config
+printf '#!/bin/sh\ntouch /tmp/pwned\n' > fixture.git/hooks/post-update
+mkdir half/objects && printf '[core]\n\tpager = "touch /tmp/pwned"\n' > half/config
+mkdir linked/objects && echo x > linked/config
+echo fine > ordinary.txt; echo made"#,
+    ))
+    .await;
+    assert!(probe_output(&out).contains("made"), "{}", describe(&out));
+    assert_eq!(
+        std::fs::read_to_string(bare.join("config")).unwrap(),
+        "[core]\n\tbare = true\n",
+        "the bare repository's config changed on the host: {:?}",
+        out.changes
+    );
+    assert!(
+        !bare.join("hooks/post-update").exists(),
+        "a hook reached the host"
+    );
+    for d in [&half, &linked] {
+        assert!(
+            !d.join("objects").exists() && !d.join("config").exists(),
+            "`{}` was completed into a repository: {:?}",
+            d.display(),
+            out.changes
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(world.w().join("ordinary.txt")).unwrap(),
+        "fine\n",
+        "ordinary writes still land"
+    );
+    let refused: Vec<_> = changes(&out)
+        .refused
+        .iter()
+        .filter(|r| {
+            r.code == "policy.path_denied" && r.reason.contains("git repository on the host")
+        })
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(refused.len(), 6, "{:?}", out.changes);
+    assert!(
+        refused.iter().any(|p| p.ends_with("fixture.git/config")),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_bare_repository_planted_without_any_git_name_never_reaches_the_host() {
     // issue 11 item 2, found by the attack on the fix: `src/HEAD` + `src/objects/` +
     // `src/refs/` + `src/config` with `core.fsmonitor` is a repository the host's git runs
