@@ -3772,3 +3772,51 @@ echo leak > "$W/.corral-state/planted" 2>/dev/null || echo planting-refused"#);
         SECRET
     );
 }
+
+// Attack class: corral's own files inside a bound path, reached by a second path (holds;
+// session-3 attack on `hide_own_files`): a symlink the program plants, `.` and `..` forms, a
+// hard link or a rename of the covering mount, a copy of the parent, a search of the whole view,
+// and the mount table.
+#[tokio::test]
+async fn corrals_own_files_stay_hidden_through_aliases_links_renames_and_searches() {
+    let w = World::new();
+    let state = w.w().join("deep/.corral-state");
+    std::fs::create_dir_all(&state).unwrap();
+    write(&state.join("corral.db"), SECRET);
+    write(&w.ro().join("corral.yaml"), SECRET);
+    let mut req = w.sh(r#"mkdir -p sub
+ln -s ../deep/.corral-state sub/alias
+for p in sub/alias/corral.db ./deep/./.corral-state/corral.db sub/../deep/.corral-state/corral.db "$RO/./corral.yaml"; do cat "$p" 2>/dev/null; done
+ln "$RO/corral.yaml" linked 2>/dev/null && cat linked
+ln deep/.corral-state/corral.db linked2 2>/dev/null && cat linked2
+mv deep/.corral-state moved 2>/dev/null; cat moved/corral.db 2>/dev/null
+mv deep deep2 2>/dev/null; cat deep2/.corral-state/corral.db 2>/dev/null
+rm -rf deep 2>/dev/null; cat deep/.corral-state/corral.db 2>/dev/null
+cp -r deep copy 2>/dev/null; cat copy/.corral-state/corral.db 2>/dev/null
+grep -rsh corral-escape-sec "$W" "$RO" /tmp 2>/dev/null | head -3
+cat /proc/self/mountinfo"#);
+    let own = [state.clone(), w.ro().join("corral.yaml")];
+    let Ok(protected) = corral_policy::Protected::compile(corral_policy::ProtectedSpec {
+        paths: own.iter().map(|p| p.display().to_string()).collect(),
+        ..Default::default()
+    }) else {
+        unreachable!("absolute paths compile")
+    };
+    req.protected = protected;
+    let out = run(req).await;
+    let stdout = probe_output(&out);
+    assert!(
+        stdout.contains(" - "),
+        "the mount table was read: {}",
+        describe(&out)
+    );
+    assert_no_secret(&out);
+    assert_eq!(
+        std::fs::read_to_string(state.join("corral.db")).unwrap(),
+        SECRET
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.ro().join("corral.yaml")).unwrap(),
+        SECRET
+    );
+}
