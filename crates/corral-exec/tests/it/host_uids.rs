@@ -386,3 +386,25 @@ async fn the_program_cannot_take_host_roots_inside_id_or_give_a_live_file_to_ano
         (me, rustix::process::getgid().as_raw())
     );
 }
+
+#[tokio::test]
+async fn the_program_cannot_write_the_sysctls_of_its_namespaces_though_inside_root_owns_them() {
+    // Attack class: privilege, host ids as root (holds; session-3 attack). As inside root the
+    // program owns its network and ipc namespaces' sysctls (`/proc/sys/net/...`,
+    // `/proc/sys/kernel/msgmnb`, `/proc/sys/fs/mqueue/...`), and the kernel lets their owner
+    // write them without any capability: landlock is what keeps /proc/sys read-only.
+    let out = run(shell(
+        "for f in net/ipv4/ip_forward net/core/somaxconn net/ipv4/ping_group_range \
+         kernel/msgmnb kernel/shmmax fs/mqueue/msg_max user/max_inotify_instances; do \
+         v=$(cat /proc/sys/$f); (echo \"$v\" > /proc/sys/$f) 2>/dev/null \
+         && echo \"$f WRITTEN\" || echo \"$f refused\"; done",
+    ))
+    .await;
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 7, "{stdout}");
+    assert!(
+        stdout.lines().all(|l| l.ends_with(" refused")),
+        "a sysctl was written: {stdout}"
+    );
+}
