@@ -387,6 +387,85 @@ fn an_embedded_git_repository_without_a_git_directory_never_reaches_the_host() {
 }
 
 #[test]
+fn a_bare_repository_already_in_the_workspace_keeps_its_config_and_hooks() {
+    // Attack class: protected metadata inside a writable root (session-3 attack on the layer).
+    // A bare repository (a test fixture, a mirror) has no `.git` in its path; its `config` and
+    // hooks run commands in the host's git. Before the fix the program's changes to them landed.
+    let dir = tempdir();
+    let bare = dir.path().join("fixture.git");
+    for d in ["objects", "refs/heads", "hooks"] {
+        let _ = std::fs::create_dir_all(bare.join(d));
+    }
+    let _ = std::fs::write(bare.join("HEAD"), "ref: refs/heads/main\n");
+    let _ = std::fs::write(bare.join("config"), "[core]\n\tbare = true\n");
+    let script = "printf '[core]\\n\\tpager = touch /tmp/pwned\\n' >> fixture.git/config; \
+        printf '#!/bin/sh\\n' > fixture.git/hooks/post-update; echo kept > ok.txt";
+    let (code, _, err) = corral_run(dir.path(), &["--", "sh", "-c", script], b"", &[]);
+    assert_eq!(code, 125, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(bare.join("config")).unwrap_or_default(),
+        "[core]\n\tbare = true\n",
+        "{err}"
+    );
+    assert!(!bare.join("hooks/post-update").exists(), "{err}");
+    assert!(
+        err.contains("error[policy.path_denied]")
+            && err.contains("fixture.git/config`")
+            && err.contains("git repository on the host"),
+        "{err}"
+    );
+    let ok = std::fs::read_to_string(dir.path().join("ok.txt")).unwrap_or_default();
+    assert_eq!(ok, "kept\n", "ordinary writes still land: {err}");
+}
+
+#[test]
+fn a_refused_path_with_terminal_escape_sequences_is_printed_escaped() {
+    // Attack class: hostile bytes reaching the user's terminal (holds). The refused path is a
+    // name the program chose: an OSC title change and a screen clear in it must reach stderr as
+    // text, never as the control characters themselves.
+    let dir = tempdir();
+    let script = "d=$(printf 'x\\033]0;pwned\\007\\033[2Jy'); mkdir -p \"$d/.git\" && echo made";
+    let (code, out, err) = corral_run(dir.path(), &["--", "sh", "-c", script], b"", &[]);
+    assert_eq!(code, 125, "{err}");
+    assert_eq!(out, "made\n", "{err}");
+    assert!(!err.contains('\u{1b}') && !err.contains('\u{7}'), "{err:?}");
+    assert!(err.contains("\\u{1b}]0;pwned\\u{7}"), "{err}");
+}
+
+#[test]
+fn a_config_in_the_current_directory_or_in_corral_config_is_never_read_without_the_flag() {
+    // Attack class: a hostile `run:` section in a cloned repository (holds). Only `--config`
+    // reads a config: neither `./corral.yaml` nor `$CORRAL_CONFIG` widens the sandbox.
+    let dir = tempdir();
+    let cfg = config(
+        dir.path(),
+        "version: 1\nrun:\n  profile: none\n  network: loopback\n  env: [LEAK=1]\n  write: [/etc]\nisolation:\n  host_uids: root\n",
+    );
+    let (code, out, err) = corral_run(
+        dir.path(),
+        &[
+            "--attest",
+            "--",
+            "sh",
+            "-c",
+            "echo \"leak=$LEAK\"; pwd; touch here && echo wrote",
+        ],
+        b"",
+        &[("CORRAL_CONFIG", &cfg)],
+    );
+    assert_eq!(code, 0, "{err}");
+    let here = std::fs::canonicalize(dir.path()).unwrap_or_default();
+    assert_eq!(out, format!("leak=\n{}\nwrote\n", here.display()), "{err}");
+    assert!(
+        err.contains("netns:none") && !err.contains("netns:loopback"),
+        "{err}"
+    );
+    if std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0) {
+        assert!(err.contains("uid:host-unprivileged"), "{err}");
+    }
+}
+
+#[test]
 fn a_setuid_or_setgid_bit_never_reaches_the_host() {
     let dir = tempdir();
     let script = "cp /bin/sh ./tool; chmod 6755 ./tool; chmod u+s ./tool; exit 0";

@@ -47,6 +47,8 @@ const MAX_DELETE_WALK: usize = 200_000;
 const MAX_REPORTED_PATH: usize = 1024;
 /// Why a git `HEAD` is refused.
 const GIT_HEAD_REFUSED: &str = "a git `HEAD` would make its directory a repository that git on the host trusts (its config runs commands)";
+/// Why a change inside a directory that already is a git repository on the host is refused.
+const GIT_DIR_REFUSED: &str = "its directory is a git repository on the host (it holds a git `HEAD`), whose `config` and hooks git trusts (they run commands), so no command may change anything in it; work on a clone of it instead";
 /// The xattr overlayfs (mounted with `userxattr`) marks an opaque directory with.
 const OPAQUE_XATTR: &str = "user.overlay.opaque";
 
@@ -158,6 +160,37 @@ fn open_host_dir(parent: &impl AsFd, name: &CStr) -> Result<OwnedFd, Errno> {
         Mode::empty(),
         ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
     )
+}
+
+/// Whether the host directory `fd` is a git repository already, as git decides it first: its
+/// `HEAD` is a symlink or a file that reads as a git head. A bare repository (a test fixture,
+/// a mirror) has no `.git` in its path, and one with only a `HEAD` and `refs/` is completed by
+/// anyone who adds `objects/` and a `config`. A `HEAD` that cannot be checked counts as one.
+fn holds_git_head(fd: &OwnedFd) -> bool {
+    let head = c"HEAD";
+    match stat_at(fd, head) {
+        Ok(None) => false,
+        Ok(Some(st)) if kind(&st) == FileType::Directory => false,
+        Ok(Some(st)) if kind(&st) == FileType::RegularFile => {
+            let Ok(file) = rustix::fs::openat(
+                fd,
+                head,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) else {
+                return true;
+            };
+            let mut buf = [0u8; 128];
+            match rustix::io::pread(&file, &mut buf, 0) {
+                Ok(n) => {
+                    corral_policy::protect::looks_like_git_head(buf.get(..n).unwrap_or_default())
+                }
+                Err(_) => true,
+            }
+        }
+        // A symlink (git takes one into `refs/`), a fifo or a device: never read, refused.
+        Ok(Some(_)) | Err(_) => true,
+    }
 }
 
 /// What an errno means for an entry being applied.
@@ -282,6 +315,15 @@ impl Applier {
                 return;
             }
         };
+        // A repository already on the host (a bare one has no `.git` in its path): its
+        // `config` and hooks run commands in the host's git, so nothing in it changes.
+        if !entries.is_empty() && holds_git_head(host) {
+            for name in entries {
+                let path = abs.join(OsStr::from_bytes(name.to_bytes()));
+                self.refuse(&path, Refusal::protected(GIT_DIR_REFUSED));
+            }
+            return;
+        }
         for name in entries {
             let path = abs.join(OsStr::from_bytes(name.to_bytes()));
             let st = match stat_at(upper, &name) {

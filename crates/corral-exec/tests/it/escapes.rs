@@ -3489,6 +3489,74 @@ async fn sparse_files_and_hard_links_cannot_get_around_the_write_quota() {
 }
 
 #[tokio::test]
+async fn a_repository_already_on_the_host_without_a_git_name_is_never_changed_or_completed() {
+    // Attack class: protected metadata inside a writable root (found by the session-3 attack
+    // on the layer). A bare repository in the workspace (a test fixture, a mirror: `HEAD`,
+    // `objects/`, `refs/`, no `.git` in its path) takes a `core.fsmonitor`/`core.pager` in its
+    // `config` or a hook, which the host's git runs; a directory with only a valid `HEAD` and
+    // `refs/` becomes one when the program adds `objects/` and a `config`. The `HEAD` check saw
+    // only new `HEAD` files, so both reached the host.
+    let world = World::new();
+    let bare = world.w().join("fixture.git");
+    for d in ["objects", "refs/heads", "hooks"] {
+        std::fs::create_dir_all(bare.join(d)).unwrap();
+    }
+    write(&bare.join("HEAD"), "ref: refs/heads/main\n");
+    write(&bare.join("config"), "[core]\n\tbare = true\n");
+    let half = world.w().join("half");
+    std::fs::create_dir_all(half.join("refs")).unwrap();
+    write(&half.join("HEAD"), "ref: refs/heads/main\n");
+    let linked = world.w().join("linked");
+    std::fs::create_dir_all(linked.join("refs")).unwrap();
+    std::os::unix::fs::symlink("refs/heads/main", linked.join("HEAD")).unwrap();
+    let out = run(world.sh(
+        r#"printf '[core]\n\tfsmonitor = "touch /tmp/pwned"\n' >> fixture.git/config
+printf '#!/bin/sh\ntouch /tmp/pwned\n' > fixture.git/hooks/post-update
+mkdir half/objects && printf '[core]\n\tpager = "touch /tmp/pwned"\n' > half/config
+mkdir linked/objects && echo x > linked/config
+echo fine > ordinary.txt; echo made"#,
+    ))
+    .await;
+    assert!(probe_output(&out).contains("made"), "{}", describe(&out));
+    assert_eq!(
+        std::fs::read_to_string(bare.join("config")).unwrap(),
+        "[core]\n\tbare = true\n",
+        "the bare repository's config changed on the host: {:?}",
+        out.changes
+    );
+    assert!(
+        !bare.join("hooks/post-update").exists(),
+        "a hook reached the host"
+    );
+    for d in [&half, &linked] {
+        assert!(
+            !d.join("objects").exists() && !d.join("config").exists(),
+            "`{}` was completed into a repository: {:?}",
+            d.display(),
+            out.changes
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(world.w().join("ordinary.txt")).unwrap(),
+        "fine\n",
+        "ordinary writes still land"
+    );
+    let refused: Vec<_> = changes(&out)
+        .refused
+        .iter()
+        .filter(|r| {
+            r.code == "policy.path_denied" && r.reason.contains("git repository on the host")
+        })
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(refused.len(), 6, "{:?}", out.changes);
+    assert!(
+        refused.iter().any(|p| p.ends_with("fixture.git/config")),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_bare_repository_planted_without_any_git_name_never_reaches_the_host() {
     // issue 11 item 2, found by the attack on the fix: `src/HEAD` + `src/objects/` +
     // `src/refs/` + `src/config` with `core.fsmonitor` is a repository the host's git runs
@@ -3701,6 +3769,54 @@ echo leak > "$W/.corral-state/planted" 2>/dev/null || echo planting-refused"#);
     assert!(!cwd_state.join("planted").exists(), "{}", describe(&out));
     assert_eq!(
         std::fs::read_to_string(state.join("corral.db")).unwrap(),
+        SECRET
+    );
+}
+
+// Attack class: corral's own files inside a bound path, reached by a second path (holds;
+// session-3 attack on `hide_own_files`): a symlink the program plants, `.` and `..` forms, a
+// hard link or a rename of the covering mount, a copy of the parent, a search of the whole view,
+// and the mount table.
+#[tokio::test]
+async fn corrals_own_files_stay_hidden_through_aliases_links_renames_and_searches() {
+    let w = World::new();
+    let state = w.w().join("deep/.corral-state");
+    std::fs::create_dir_all(&state).unwrap();
+    write(&state.join("corral.db"), SECRET);
+    write(&w.ro().join("corral.yaml"), SECRET);
+    let mut req = w.sh(r#"mkdir -p sub
+ln -s ../deep/.corral-state sub/alias
+for p in sub/alias/corral.db ./deep/./.corral-state/corral.db sub/../deep/.corral-state/corral.db "$RO/./corral.yaml"; do cat "$p" 2>/dev/null; done
+ln "$RO/corral.yaml" linked 2>/dev/null && cat linked
+ln deep/.corral-state/corral.db linked2 2>/dev/null && cat linked2
+mv deep/.corral-state moved 2>/dev/null; cat moved/corral.db 2>/dev/null
+mv deep deep2 2>/dev/null; cat deep2/.corral-state/corral.db 2>/dev/null
+rm -rf deep 2>/dev/null; cat deep/.corral-state/corral.db 2>/dev/null
+cp -r deep copy 2>/dev/null; cat copy/.corral-state/corral.db 2>/dev/null
+grep -rsh corral-escape-sec "$W" "$RO" /tmp 2>/dev/null | head -3
+cat /proc/self/mountinfo"#);
+    let own = [state.clone(), w.ro().join("corral.yaml")];
+    let Ok(protected) = corral_policy::Protected::compile(corral_policy::ProtectedSpec {
+        paths: own.iter().map(|p| p.display().to_string()).collect(),
+        ..Default::default()
+    }) else {
+        unreachable!("absolute paths compile")
+    };
+    req.protected = protected;
+    let out = run(req).await;
+    let stdout = probe_output(&out);
+    assert!(
+        stdout.contains(" - "),
+        "the mount table was read: {}",
+        describe(&out)
+    );
+    assert_no_secret(&out);
+    assert_eq!(
+        std::fs::read_to_string(state.join("corral.db")).unwrap(),
+        SECRET
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.ro().join("corral.yaml")).unwrap(),
         SECRET
     );
 }

@@ -310,3 +310,101 @@ fn auto_takes_corrals_subordinate_ids_else_the_documented_default() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_program_cannot_take_host_roots_inside_id_or_give_a_live_file_to_another_host_id() {
+    // Attack class: privilege, host ids as root (holds; session-3 attack). Inside 65534 is host
+    // root (for the helper and the init only): the program may not take it with `setresuid`,
+    // chown a file on a live (attached, idmapped) bind to it or to another id of the range, nor
+    // reach the init's process (pid 1, host root until the view was built) through /proc.
+    use tokio::io::AsyncReadExt;
+    let (_keep, dir) = tempdir();
+    let mut req = request(&[
+        "/usr/bin/python3",
+        "-I",
+        "-c",
+        "import os, errno\n\
+         def t(name, f):\n\
+         \x20   try:\n\
+         \x20       f()\n\
+         \x20       print(name, 'ALLOWED')\n\
+         \x20   except OSError as e:\n\
+         \x20       print(name, 'refused', errno.errorcode.get(e.errno, e.errno))\n\
+         open('mine', 'w').write('x')\n\
+         t('setresuid-nobody', lambda: os.setresuid(65534, 65534, 65534))\n\
+         t('setresgid-nobody', lambda: os.setresgid(65534, 65534, 65534))\n\
+         t('setuid-1', lambda: os.setuid(1))\n\
+         t('chown-nobody', lambda: os.chown('mine', 65534, -1))\n\
+         t('chgrp-nobody', lambda: os.chown('mine', -1, 65534))\n\
+         t('chown-4242', lambda: os.chown('mine', 4242, 4242))\n\
+         t('init-environ', lambda: open('/proc/1/environ').read())\n\
+         t('init-fds', lambda: os.listdir('/proc/1/fd'))\n\
+         t('init-root', lambda: os.listdir('/proc/1/root/'))\n\
+         t('init-mem', lambda: open('/proc/1/mem', 'rb').read(1))\n\
+         print('done')\n",
+    ]);
+    req.cwd = dir.clone();
+    req.write_paths = vec![dir.clone()];
+    let backend = std::sync::Arc::new(backend());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let b = std::sync::Arc::clone(&backend);
+    let run = tokio::spawn(async move { b.run_attached(req, tx).await });
+    let mut attached = rx.await.expect("the pipes are handed over");
+    let mut stdout = String::new();
+    attached
+        .stdout
+        .read_to_string(&mut stdout)
+        .await
+        .expect("stdout");
+    drop(attached.stdin);
+    let out = run.await.unwrap().expect("the attached run ends");
+    assert_eq!(out.exit_code, Some(0), "{stdout} {}", text(&out.stderr));
+    assert!(stdout.ends_with("done\n"), "{stdout}");
+    for attempt in [
+        "setresuid-nobody",
+        "setresgid-nobody",
+        "setuid-1",
+        "chown-nobody",
+        "chgrp-nobody",
+        "chown-4242",
+        "init-environ",
+        "init-fds",
+        "init-root",
+        "init-mem",
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{attempt} refused"))),
+            "{attempt} must be refused: {stdout}"
+        );
+    }
+    let meta = std::fs::symlink_metadata(dir.join("mine")).expect("live on the host");
+    let me = rustix::process::getuid().as_raw();
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (me, rustix::process::getgid().as_raw())
+    );
+}
+
+#[tokio::test]
+async fn the_program_cannot_write_the_sysctls_of_its_namespaces_though_inside_root_owns_them() {
+    // Attack class: privilege, host ids as root (holds; session-3 attack). As inside root the
+    // program owns its network and ipc namespaces' sysctls (`/proc/sys/net/...`,
+    // `/proc/sys/kernel/msgmnb`, `/proc/sys/fs/mqueue/...`), and the kernel lets their owner
+    // write them without any capability: landlock is what keeps /proc/sys read-only.
+    let out = run(shell(
+        "for f in net/ipv4/ip_forward net/core/somaxconn net/ipv4/ping_group_range \
+         kernel/msgmnb kernel/shmmax fs/mqueue/msg_max user/max_inotify_instances; do \
+         v=$(cat /proc/sys/$f); (echo \"$v\" > /proc/sys/$f) 2>/dev/null \
+         && echo \"$f WRITTEN\" || echo \"$f refused\"; done",
+    ))
+    .await;
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 7, "{stdout}");
+    assert!(
+        stdout.lines().all(|l| l.ends_with(" refused")),
+        "a sysctl was written: {stdout}"
+    );
+}

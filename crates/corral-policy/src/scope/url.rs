@@ -84,7 +84,8 @@ pub struct UrlGrant {
 /// Whether an address is internal: unspecified, loopback, private (RFC 1918), link-local
 /// (including 169.254.169.254), CGNAT (100.64/10), benchmarking, multicast, broadcast,
 /// reserved, IPv6 unique-local (fc00::/7), site-local, Teredo, NAT64 local-use and discard,
-/// and IPv4 embedded in IPv6 (mapped, compatible, NAT64, 6to4) by its IPv4 address.
+/// documentation (2001:db8::/32, 3fff::/20) and benchmarking (2001:2::/48),
+/// and IPv4 embedded in IPv6 (mapped, compatible, translated, NAT64, 6to4) by its IPv4 address.
 pub fn is_private_ip(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_private_v4(v4),
@@ -113,8 +114,12 @@ fn is_private_v6(ip: Ipv6Addr) -> bool {
     if let Some(v4) = ip.to_ipv4_mapped() {
         return is_private_v4(v4);
     }
-    // IPv4-compatible (::a.b.c.d) and NAT64 (64:ff9b::/96) carry an IPv4 address at the end.
-    if seg[..6] == [0, 0, 0, 0, 0, 0] || seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+    // IPv4-compatible (::a.b.c.d), IPv4-translated (SIIT, ::ffff:0:a.b.c.d) and NAT64
+    // (64:ff9b::/96) carry an IPv4 address at the end.
+    if seg[..6] == [0, 0, 0, 0, 0, 0]
+        || seg[..6] == [0, 0, 0, 0, 0xffff, 0]
+        || seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+    {
         let o = ip.octets();
         return is_private_v4(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
     }
@@ -138,6 +143,9 @@ fn is_private_v6(ip: Ipv6Addr) -> bool {
         || (seg[0] & 0xffc0) == 0xfe80
         || (seg[0] & 0xffc0) == 0xfec0
         || seg[0] == 0x2001 && seg[1] == 0x0db8
+        // Documentation (3fff::/20, RFC 9637) and benchmarking (2001:2::/48), as for IPv4.
+        || seg[0] == 0x3fff && seg[1] < 0x1000
+        || seg[..3] == [0x2001, 2, 0]
 }
 
 fn is_internal_name(host: &str) -> bool {
@@ -391,6 +399,12 @@ mod tests {
             "2001:0:4136:e378:8000:63bf:3fff:fdd2",
             "64:ff9b:1::a00:1",
             "100::1",
+            // Found by the session-3 attack: the IPv4-translated form (SIIT) of 127.0.0.1 and
+            // 169.254.169.254, IPv6 benchmarking and the new documentation prefix passed.
+            "::ffff:0:7f00:1",
+            "::ffff:0:a9fe:a9fe",
+            "2001:2::1",
+            "3fff:fff::1",
         ] {
             assert!(is_private_ip(ip(internal)), "{internal} must be internal");
         }
