@@ -13,6 +13,9 @@
 //! - `EXEC_BENCH_WARM=n` sets the `linux` variant's warm pool size; `EXEC_BENCH_GAP_MS=n` idles
 //!   n ms after each run of the loop (untimed), so that background work a run leaves behind (a
 //!   warm pool's refill, a network namespace's teardown) is not charged to the next variant.
+//! - `EXEC_BENCH_CGROUP_PARENT=dir` puts the linux backends' per-run cgroups under that cgroup
+//!   v2 directory (`isolation.cgroup_parent`), e.g. a cgroup made for the measurement under the
+//!   unified hierarchy.
 //! - `EXEC_BENCH_WRITE_DIR=dir` gives every run `dir` as its cwd and write path (for the
 //!   `linux` backend: the cost of a run's copy-on-write layer and its apply).
 //! - `exec-bench __sandbox-exec ...`: the linux backend's helper. The backend re-executes this
@@ -66,7 +69,8 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 /// The linux backend with `warm` warm sandboxes (`None`: the backend's default).
 fn linux_backend(warm: Option<usize>) -> Result<LinuxBackend, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
-    let backend = LinuxBackend::new(exe);
+    let backend = LinuxBackend::new(exe)
+        .with_cgroup_parent(std::env::var_os("EXEC_BENCH_CGROUP_PARENT").map(PathBuf::from));
     // EXEC_BENCH_WARM=n sets the default's pool size (not linux-cold's).
     let warm = match (warm, std::env::var("EXEC_BENCH_WARM")) {
         (None, Ok(n)) => Some(n.parse().map_err(|e| format!("EXEC_BENCH_WARM={n}: {e}"))?),
