@@ -17,6 +17,9 @@
 //!   `isolation.host_uids` at its default range (as host root: the program runs as an
 //!   unprivileged host uid, the run's paths are idmapped binds); loop variants only, not in the
 //!   default set.
+//! - `EXEC_BENCH_CGROUP_PARENT=dir` puts the linux backends' per-run cgroups under that cgroup
+//!   v2 directory (`isolation.cgroup_parent`), e.g. a cgroup made for the measurement under the
+//!   unified hierarchy.
 //! - `EXEC_BENCH_WRITE_DIR=dir` gives every run `dir` as its cwd and write path (for the
 //!   `linux` backend: the cost of a run's copy-on-write layer and its apply).
 //! - `exec-bench __sandbox-exec ...`: the linux backend's helper. The backend re-executes this
@@ -70,7 +73,8 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 /// The linux backend with `warm` warm sandboxes (`None`: the backend's default).
 fn linux_backend(warm: Option<usize>) -> Result<LinuxBackend, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
-    let backend = LinuxBackend::new(exe);
+    let backend = LinuxBackend::new(exe)
+        .with_cgroup_parent(std::env::var_os("EXEC_BENCH_CGROUP_PARENT").map(PathBuf::from));
     // EXEC_BENCH_WARM=n sets the default's pool size (not linux-cold's).
     let warm = match (warm, std::env::var("EXEC_BENCH_WARM")) {
         (None, Ok(n)) => Some(n.parse().map_err(|e| format!("EXEC_BENCH_WARM={n}: {e}"))?),

@@ -337,7 +337,7 @@ pub fn run(args: Args) -> Exit {
 fn run_inner(args: Args) -> Result<u8, Failure> {
     let s = settings(&args)?;
     let req = request(&args.argv, &s)?;
-    let mut backend = LinuxBackend::new(PathBuf::from("/proc/self/exe"))
+    let backend = LinuxBackend::new(PathBuf::from("/proc/self/exe"))
         .with_network(match &s.net {
             Some(Net::Mode(m)) => *m,
             Some(Net::Allow(_)) | None => Network::None,
@@ -348,11 +348,11 @@ fn run_inner(args: Args) -> Result<u8, Failure> {
         .with_host_uids(
             HostUids::parse(s.host_uids.as_deref().unwrap_or("auto")).map_err(Failure::usage)?,
         )
-        .map_err(Failure::usage)?;
-    if s.memory.is_some() {
-        // A run with a memory limit gets a sandbox made for it: a warm one would be wasted.
-        backend = backend.with_warm_pool(0);
-    }
+        .map_err(Failure::usage)?
+        // One run, then exit: no preflight probe (the helper refuses a run missing a primitive
+        // step by step, and the probe then names the fix), and no warm sandbox to keep.
+        .with_one_shot()
+        .with_warm_pool(0);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

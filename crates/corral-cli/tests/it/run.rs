@@ -271,6 +271,43 @@ fn a_host_that_cannot_isolate_refuses_with_the_fix_and_runs_nothing() {
 }
 
 #[test]
+fn a_run_on_a_host_without_user_namespaces_is_refused_by_the_sandbox_and_names_the_fix() {
+    // `corral run` skips the preflight probe: here the sandbox itself meets the missing
+    // primitive (a user namespace whose `user.max_user_namespaces` is 0, so no namespace can be
+    // made inside it), refuses the run, and only then the probe names what is missing and how
+    // to get it. The command never runs, sandboxed or not.
+    let dir = tempdir();
+    let exe = env!("CARGO_BIN_EXE_corral");
+    let marker = dir.path().join("ran");
+    let script = format!(
+        "echo 0 > /proc/sys/user/max_user_namespaces || exit 99; exec {exe} run -- sh -c 'echo ran; touch {}'",
+        marker.display()
+    );
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "sh", "-c", &script])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output();
+    let Ok(out) = out else {
+        unreachable!("unshare (util-linux) runs")
+    };
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(125), "{stdout}{stderr}");
+    assert!(!stdout.contains("ran"), "{stdout}");
+    assert!(!marker.exists(), "the command ran");
+    assert!(stderr.contains("error[isolation.unavailable]"), "{stderr}");
+    assert!(stderr.contains("userns is missing"), "{stderr}");
+    assert!(stderr.contains("user.max_user_namespaces=0"), "{stderr}");
+    assert!(
+        stderr.contains("fix: allow unprivileged user namespaces"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn corrals_own_failures_are_125_126_127_and_124_and_name_the_problem() {
     let dir = tempdir();
     let (code, _, err) = corral_run(dir.path(), &["--", "no-such-program-here"], b"", &[]);

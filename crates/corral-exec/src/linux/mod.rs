@@ -112,6 +112,8 @@ pub struct LinuxBackend {
     attached_layer: bool,
     /// Set once the preflight passed.
     preflight: OnceLock<()>,
+    /// One-shot: no preflight probe before a run (see [`LinuxBackend::with_one_shot`]).
+    one_shot: bool,
     /// Set by the first preflight.
     checked_once: std::sync::atomic::AtomicBool,
     cgroups: OnceLock<cgroup::Support>,
@@ -139,6 +141,7 @@ impl LinuxBackend {
             inherit_output: false,
             attached_layer: false,
             preflight: OnceLock::new(),
+            one_shot: false,
             checked_once: std::sync::atomic::AtomicBool::new(false),
             cgroups: OnceLock::new(),
             cgroup_parent: None,
@@ -207,6 +210,20 @@ impl LinuxBackend {
         self
     }
 
+    /// For a process that makes one run and exits (`corral run`, `corral call --local`): runs
+    /// skip the preflight probe, which would try every primitive in a throwaway child (a user,
+    /// mount, pid, network, ipc and uts namespace, landlock and seccomp, a cgroup made and
+    /// removed) only to have the sandbox's helper do the same again. The helper checks and
+    /// reports each step itself and never execs the target unless every one succeeded, so a
+    /// host missing a primitive still gets no run; only after such a refusal does the probe run,
+    /// to name the missing primitive and its fix in the error. What the helper cannot see is
+    /// still checked first: that `RLIMIT_NPROC` binds in a fresh user namespace, for a caller
+    /// whose process limit it is. [`Backend::preflight`] still probes everything.
+    pub fn with_one_shot(mut self) -> Self {
+        self.one_shot = true;
+        self
+    }
+
     /// The network mode of every run (default: [`Network::None`]).
     pub fn with_network(mut self, network: Network) -> Self {
         self.network = network;
@@ -267,7 +284,7 @@ impl LinuxBackend {
         }
         ensure_dir(&self.runtime_dir)?;
         let snap = Arc::new(
-            etc::Snapshot::build(&self.runtime_dir, mounts::Ids::of_caller())
+            etc::Snapshot::shared(&self.runtime_dir, mounts::Ids::of_caller())
                 .map_err(unavailable)?,
         );
         *current = Some(Arc::clone(&snap));
@@ -322,6 +339,51 @@ impl LinuxBackend {
                 self.helper.display()
             )));
         }
+        self.probe_first()
+    }
+
+    /// Before a run of a one-shot backend: only what the helper cannot check itself (that
+    /// `RLIMIT_NPROC` binds, when it is the run's process limit); the full probe when that fails.
+    fn check_run(&self) -> Result<(), ExecError> {
+        if !self.one_shot || self.preflight.get().is_some() {
+            return self.check();
+        }
+        if !self.helper.exists() {
+            return Err(unavailable(format!(
+                "the sandbox helper `{}` does not exist",
+                self.helper.display()
+            )));
+        }
+        // A normal user's own limit (as host root with host ids, the helper attests it).
+        if nproc_binds(None) && probe::nproc_userns().is_err() {
+            return self.probe_first();
+        }
+        Ok(())
+    }
+
+    /// A one-shot run refused for a missing primitive: the probe names it and its fix (the
+    /// helper's own error says only which step failed). Any other error is returned as it is.
+    fn explain_refusal(&self, e: ExecError) -> ExecError {
+        if !self.one_shot || self.preflight.get().is_some() {
+            return e;
+        }
+        let ExecError::Unavailable { missing, .. } = &e else {
+            return e;
+        };
+        match probe_for(self.cgroup_parent.as_deref())
+            .into_iter()
+            .find(|p| p.required && !p.available)
+        {
+            Some(p) => unavailable(format!(
+                "{} is missing: {}; fix: {} (the sandbox refused the run at {missing})",
+                p.name, p.detail, p.fix
+            )),
+            None => e,
+        }
+    }
+
+    /// The preflight probe (see [`LinuxBackend::check`]).
+    fn probe_first(&self) -> Result<(), ExecError> {
         // The first check starts warming before it probes, so that the two overlap: a warm
         // sandbox holds nothing of any request, and no run gives it one before a check passed.
         let first = !self
@@ -359,7 +421,11 @@ impl Backend for LinuxBackend {
     }
 
     fn run(&self, req: ExecRequest) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
-        Box::pin(self.run_one(req, None))
+        Box::pin(async move {
+            self.run_one(req, None)
+                .await
+                .map_err(|e| self.explain_refusal(e))
+        })
     }
 
     fn run_attached(
@@ -367,7 +433,11 @@ impl Backend for LinuxBackend {
         req: ExecRequest,
         attach: AttachTx,
     ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
-        Box::pin(self.run_one(req, Some(attach)))
+        Box::pin(async move {
+            self.run_one(req, Some(attach))
+                .await
+                .map_err(|e| self.explain_refusal(e))
+        })
     }
 }
 
@@ -526,6 +596,14 @@ fn ensure_dir(base: &Path) -> Result<(), ExecError> {
             base.display()
         )));
     }
+    // What corral finds there (the shared copy of /etc) is trusted as its own user's.
+    if meta.mode() & 0o077 != 0 {
+        return Err(unavailable(format!(
+            "{} is open to other users (mode {:o}); remove it, and corral makes it again with mode 0700",
+            base.display(),
+            meta.mode() & 0o7777
+        )));
+    }
     Ok(())
 }
 
@@ -598,7 +676,7 @@ impl LinuxBackend {
         req: ExecRequest,
         attach: Option<AttachTx>,
     ) -> Result<ExecOutput, ExecError> {
-        self.check()?;
+        self.check_run()?;
         validate(&req)?;
         let program = req.argv.first().cloned().unwrap_or_default();
         let spawn_error = |reason: String| ExecError::Spawn {

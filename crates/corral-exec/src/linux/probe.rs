@@ -283,7 +283,7 @@ fn limits(cgroup_parent: Option<&Path>) -> Vec<Primitive> {
 
 /// Whether `RLIMIT_NPROC` binds inside a fresh user namespace: a forked child unshares one,
 /// sets the limit to 1 (itself) and tries to fork.
-fn nproc_userns() -> Result<String, String> {
+pub(crate) fn nproc_userns() -> Result<String, String> {
     if rustix::process::getuid().is_root() {
         return Err(
             "corral runs as host uid 0, which RLIMIT_NPROC never binds (namespace or not)".into(),
