@@ -125,9 +125,7 @@ pub use corral_policy::valid_run_id;
 /// A refusal or failure, as the surface should answer it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// HTTP status.
-    pub status: u16,
-    /// A stable code from the catalog.
+    /// A stable code from the catalog; the HTTP status is the catalog's (`status()`).
     pub code: &'static str,
     /// What is wrong and what to change. Safe to show the caller.
     pub message: String,
@@ -140,15 +138,19 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    /// A refusal with a status, a code and a message.
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+    /// A refusal with a code and a message; its status is the code's in the catalog.
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
         Self {
-            status,
             code,
             message: message.into(),
             retry_after: None,
             details: None,
         }
+    }
+
+    /// The HTTP status: the catalog's for the code (500 for a code it does not know).
+    pub fn status(&self) -> u16 {
+        codes::status(self.code)
     }
 
     /// The error family shown as `type` (`op`, `policy`, `args`, `limit`, ...).
@@ -188,7 +190,6 @@ pub struct Gateway {
 /// answer does not reveal which ops exist.
 fn not_enabled(op: &str) -> Refusal {
     Refusal::new(
-        404,
         codes::OP_NOT_ENABLED,
         format!("op `{op}` is not enabled for you; `GET /ops` lists the ops you may call"),
     )
@@ -312,7 +313,6 @@ impl Gateway {
                 tracing::error!(request_id = %event.request_id, error = %e, "audit append failed");
                 if first {
                     return Err(Refusal::new(
-                        503,
                         codes::SERVER_AUDIT_UNAVAILABLE,
                         format!(
                             "the call could not be audited, so it is not reported as done (request {})",
@@ -442,7 +442,6 @@ impl Gateway {
             Err(e) => {
                 tracing::error!(request_id, error = %e, "confirmation store failed");
                 Err(Refusal::new(
-                    503,
                     codes::STORE_QUERY_FAILED,
                     format!("the confirmation store failed (request {request_id}); retry"),
                 ))
@@ -487,7 +486,7 @@ impl Gateway {
             .await;
         event.duration_us = i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX);
         if let Err(r) = &result {
-            event.status = r.status;
+            event.status = r.status();
             event.code = Some(r.code.to_owned());
             event.outcome = if r.code == codes::CONFIRMATION_INVALID_DECISION {
                 Outcome::InvalidArgs
@@ -512,7 +511,6 @@ impl Gateway {
         let p = &caller.principal;
         let invalid = |why: &str| {
             Refusal::new(
-                400,
                 codes::CONFIRMATION_INVALID_DECISION,
                 format!(
                     "{why}; send `{{\"decision\": \"approve\"}}` or `{{\"decision\": \"deny\"}}` (optionally with `decided_at_ms`)"
@@ -543,7 +541,6 @@ impl Gateway {
             };
         let not_found = || {
             Refusal::new(
-                404,
                 codes::CONFIRMATION_NOT_FOUND,
                 format!(
                     "no pending action `{}` for you; `GET /confirmations` lists yours",
@@ -554,7 +551,6 @@ impl Gateway {
         let store_err = |e: ConfirmationError| {
             tracing::error!(error = %e, "confirmation store failed");
             Refusal::new(
-                503,
                 codes::STORE_QUERY_FAILED,
                 "the confirmation store failed; retry".to_owned(),
             )
@@ -580,7 +576,6 @@ impl Gateway {
             }
             if p.kind != PrincipalKind::Human || !caller.act_chain.is_empty() {
                 return Err(Refusal::new(
-                    403,
                     codes::CONFIRMATION_APPROVER_REFUSED,
                     format!(
                         "a {} principal cannot approve; only the person who raised it can, with their own token (kind human, no `act` claim)",
@@ -591,7 +586,6 @@ impl Gateway {
         }
         if a.state != ActionState::Pending {
             return Err(Refusal::new(
-                409,
                 codes::CONFIRMATION_ALREADY_DECIDED,
                 format!("action {} is already {}", a.action_id, a.state.as_str()),
             ));
@@ -599,7 +593,6 @@ impl Gateway {
         let at = decided_at.unwrap_or(now);
         if at > now.saturating_add(DECISION_CLOCK_SKEW_MS) {
             return Err(Refusal::new(
-                400,
                 codes::CONFIRMATION_FUTURE_DECISION,
                 format!(
                     "the decision is dated {at} ms, more than {} s after the server's clock ({now} ms); send it without `decided_at_ms`, or fix the client's clock",
@@ -609,7 +602,6 @@ impl Gateway {
         }
         if at < a.created_ms {
             return Err(Refusal::new(
-                409,
                 codes::CONFIRMATION_STALE_DECISION,
                 format!(
                     "the decision is dated {at} ms, before action {} was raised ({} ms), so it cannot be about it; look at the action and decide again",
@@ -625,7 +617,6 @@ impl Gateway {
             Ok(true) => {}
             Ok(false) => {
                 return Err(Refusal::new(
-                    409,
                     codes::CONFIRMATION_ALREADY_DECIDED,
                     format!("action {} was decided meanwhile", a.action_id),
                 ));
@@ -656,7 +647,6 @@ impl Gateway {
         // repeat it (naming another run would step outside the run's budgets).
         let scope_mismatch = match (&call.caller.run, &opts.run_id) {
             (Some(bound), Some(named)) if bound != named => Some(Refusal::new(
-                403,
                 codes::RUN_SCOPE_MISMATCH,
                 format!(
                     "this token is scoped to run `{bound}`, and `X-Corral-Run` names `{named}`; drop the header (the token's run applies), or use a token of run `{named}`"
@@ -702,7 +692,7 @@ impl Gateway {
         event.duration_us = i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX);
         match &reply {
             Reply::Refused(r) => {
-                event.status = r.status;
+                event.status = r.status();
                 event.code = Some(r.code.to_owned());
             }
             Reply::Json(_) | Reply::Stream(_) => event.status = 200,
@@ -738,7 +728,7 @@ impl Gateway {
             Err(e) => {
                 return (
                     Outcome::InvalidArgs,
-                    Reply::Refused(Refusal::new(400, e.code, e.message)),
+                    Reply::Refused(Refusal::new(e.code, e.message)),
                 );
             }
         };
@@ -771,7 +761,7 @@ impl Gateway {
             event.detail = Some(r.detail);
             return (
                 Outcome::AutonomyBlocked,
-                Reply::Refused(Refusal::new(403, r.code, r.message)),
+                Reply::Refused(Refusal::new(r.code, r.message)),
             );
         }
         // 4. RBAC by tier: who may call it, before anyone is asked to approve it.
@@ -779,7 +769,7 @@ impl Gateway {
             event.detail = Some(r.detail);
             return (
                 Outcome::RbacDenied,
-                Reply::Refused(Refusal::new(403, r.code, r.message)),
+                Reply::Refused(Refusal::new(r.code, r.message)),
             );
         }
         // 5. Policy.
@@ -800,10 +790,7 @@ impl Gateway {
                     "{reason} (rule `{}`); call with other arguments, or change that rule",
                     rule.name
                 );
-                return (
-                    Outcome::Denied,
-                    Reply::Refused(Refusal::new(403, code, msg)),
-                );
+                return (Outcome::Denied, Reply::Refused(Refusal::new(code, msg)));
             }
             Decision::NotPermitted { candidates } => {
                 let (code, msg) = match candidates.first() {
@@ -822,10 +809,7 @@ impl Gateway {
                         "no allow rule admits these arguments".to_owned(),
                     ),
                 };
-                return (
-                    Outcome::Denied,
-                    Reply::Refused(Refusal::new(403, code, msg)),
-                );
+                return (Outcome::Denied, Reply::Refused(Refusal::new(code, msg)));
             }
         };
         event.rule = Some(grant.rule.name.to_string());
@@ -834,7 +818,6 @@ impl Gateway {
             Ok(p) => p,
             Err(Limited::Rate { retry_after, limit }) => {
                 let mut r = Refusal::new(
-                    429,
                     codes::LIMIT_RATE,
                     format!(
                         "rate limit {limit} reached for `{}`; retry in {} ms",
@@ -847,7 +830,6 @@ impl Gateway {
             }
             Err(Limited::Concurrency { limit }) => {
                 let mut r = Refusal::new(
-                    429,
                     codes::LIMIT_CONCURRENCY,
                     format!(
                         "{limit} call(s) to `{}` already in flight for you; retry when one finishes",
@@ -871,7 +853,6 @@ impl Gateway {
                     return (
                         Outcome::BudgetRefused,
                         Reply::Refused(Refusal::new(
-                            429,
                             codes::BUDGET_EXHAUSTED,
                             format!(
                                 "run `{}`: {} (`{}`); start a new run, or raise the budget",
@@ -966,7 +947,7 @@ impl Gateway {
                     len: s.len,
                 },
                 Reply::Refused(r) => StoredOutcome::Refused {
-                    status: r.status,
+                    status: r.status(),
                     code: r.code.to_owned(),
                     message: r.message.clone(),
                 },
@@ -1015,7 +996,6 @@ impl Gateway {
             return Confirmed::Answer(
                 Outcome::Limited,
                 Reply::Refused(Refusal::new(
-                    413,
                     codes::CONFIRMATION_ARGS_TOO_LARGE,
                     format!(
                         "the arguments of this `{}` call are {} bytes as canonical JSON, over the {} bytes (64 KiB) a pending action may hold for a person to review; call with smaller arguments (put large content in a file and pass its path)",
@@ -1095,7 +1075,6 @@ impl Gateway {
                     return Confirmed::Answer(
                         Outcome::Denied,
                         Reply::Refused(Refusal::new(
-                            403,
                             codes::CONFIRMATION_DENIED,
                             format!(
                                 "{} denied this exact call to `{}` (action {}); call with other arguments, or ask again after it expires in {} s",
@@ -1160,7 +1139,6 @@ impl Gateway {
             return (
                 Outcome::OpError,
                 Reply::Refused(Refusal::new(
-                    500,
                     codes::SERVER_INTERNAL,
                     format!(
                         "op `{}` has no handler (request {})",
@@ -1264,7 +1242,7 @@ fn egress_event(call: &AuditEvent, n: usize, r: &corral_exec::EgressRecord) -> A
 }
 
 fn op_refusal(e: &OpError) -> Refusal {
-    Refusal::new(e.status, e.code, e.message.clone())
+    Refusal::new(e.code, e.message.clone())
 }
 
 /// Stores a `not replayable` outcome for a consumed action whose request was dropped before the
@@ -1337,7 +1315,6 @@ fn required(a: &Action) -> Refusal {
     let path = format!("/confirmations/{}/decision", a.action_id);
     let expires_in = (a.expires_ms - now_ms()).max(0) / 1000;
     let mut r = Refusal::new(
-        202,
         codes::CONFIRMATION_REQUIRED,
         format!(
             "`{}` is in the {} tier and waits for a person to approve this exact call: `POST {path}` with `{{\"decision\": \"approve\"}}` as `{}` (a human token, not a delegated or service one), then retry the same call with the same arguments within {expires_in} s",
@@ -1396,7 +1373,6 @@ pub fn action_view(a: &Action) -> serde_json::Value {
 fn too_many_pending(who: &str, pending: u64, max: u64, first_expiry_ms: Option<i64>) -> Refusal {
     let wait_s = first_expiry_ms.map(|e| (e - now_ms()).max(0) / 1000 + 1);
     let mut r = Refusal::new(
-        429,
         codes::CONFIRMATION_TOO_MANY_PENDING,
         format!(
             "`{who}` already has {pending} pending actions, the most `guardrails.max_pending` ({max}) allows, so this call raised none; have a person approve or deny them (`GET /confirmations` lists them){}, or raise `guardrails.max_pending`",
@@ -1411,7 +1387,6 @@ fn too_many_pending(who: &str, pending: u64, max: u64, first_expiry_ms: Option<i
 
 fn in_progress(op: &str) -> Refusal {
     let mut r = Refusal::new(
-        409,
         codes::CONFIRMATION_IN_PROGRESS,
         format!(
             "the approved call to `{op}` is running on another request and its outcome is not stored yet; retry the same call shortly"
@@ -1426,7 +1401,6 @@ fn store_failed(e: &ConfirmationError, request_id: &str) -> Confirmed {
     Confirmed::Answer(
         Outcome::OpError,
         Reply::Refused(Refusal::new(
-            503,
             codes::STORE_QUERY_FAILED,
             format!("the confirmation store failed, so nothing ran (request {request_id}); retry"),
         )),
@@ -1437,17 +1411,16 @@ fn store_failed(e: &ConfirmationError, request_id: &str) -> Confirmed {
 fn replay(a: &Action) -> Confirmed {
     let reply = match &a.outcome {
         Some(StoredOutcome::Json { value }) => Reply::Json(value.clone()),
+        // The status comes from the code, as for every refusal (the stored one is the same).
         Some(StoredOutcome::Refused {
-            status,
+            status: _,
             code,
             message,
         }) => Reply::Refused(Refusal::new(
-            *status,
             codes::lookup(code).map_or(codes::SERVER_INTERNAL, |c| c.code),
             message.clone(),
         )),
         Some(StoredOutcome::Stream { .. }) => Reply::Refused(Refusal::new(
-            409,
             codes::CONFIRMATION_NOT_REPLAYABLE,
             format!(
                 "the approved call to `{}` already ran (action {}) and its bytes are not stored; call again after it expires",
@@ -1494,13 +1467,15 @@ fn url_check(
             Decision::Allowed(a) => a.url.ok_or_else(|| {
                 OpError::new(
                     codes::POLICY_URL_NOT_ALLOWED,
-                    403,
                     format!("redirect to `{url}` is outside the url scope"),
                 )
             }),
+            // A policy code (a 403): the redirect is refused by the rules, whatever the decision.
             other => Err(OpError::new(
-                other.code().unwrap_or(codes::POLICY_URL_NOT_ALLOWED),
-                403,
+                other
+                    .code()
+                    .filter(|c| c.starts_with("policy."))
+                    .unwrap_or(codes::POLICY_URL_NOT_ALLOWED),
                 format!("redirect to `{url}` is refused by the policy"),
             )),
         }
@@ -1513,7 +1488,6 @@ fn run_store_failed(e: &RunStoreError) -> (Outcome, Reply) {
     (
         Outcome::OpError,
         Reply::Refused(Refusal::new(
-            503,
             codes::STORE_QUERY_FAILED,
             "the run's budgets cannot be checked right now (the store failed); retry",
         )),

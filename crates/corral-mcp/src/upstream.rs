@@ -180,7 +180,6 @@ impl Upstream {
             }
             Ok(Err(e)) => Err(OpError::new(
                 codes::UPSTREAM_FAILED,
-                502,
                 format!(
                     "the upstream MCP server `{}` refused the call: {e}",
                     self.spec.name
@@ -188,7 +187,6 @@ impl Upstream {
             )),
             Err(_) => Err(OpError::new(
                 codes::UPSTREAM_FAILED,
-                502,
                 format!(
                     "the upstream MCP server `{}` did not answer within {} s (`mcp_servers.{}.call_timeout`)",
                     self.spec.name,
@@ -208,7 +206,6 @@ impl Upstream {
             );
         OpError::new(
             codes::UPSTREAM_UNAVAILABLE,
-            503,
             format!(
                 "the upstream MCP server `{}` is not running: {reason}; {retry}",
                 self.spec.name
