@@ -225,7 +225,6 @@ impl HttpFetch {
             })?,
         };
         let mut body = ctx.args.get_str("body").map(str::to_owned);
-        let connect_timeout = self.config.connect_timeout.min(timeout);
         let mut redirects = 0usize;
 
         loop {
@@ -240,40 +239,9 @@ impl HttpFetch {
                 .ok_or_else(|| url_not_allowed(format!("`{url}` has no port")))?;
             let addrs = resolve_checked(&host, port, block_private).await?;
 
-            let client = reqwest::Client::builder()
-                .no_proxy()
-                .redirect(reqwest::redirect::Policy::none())
-                .dns_resolver(Arc::new(PinnedResolver {
-                    host: host.clone(),
-                    addrs,
-                }))
-                .connect_timeout(connect_timeout)
-                .timeout(timeout)
-                .user_agent(self.config.user_agent.clone())
-                .build()
-                .map_err(|e| {
-                    OpError::new(
-                        codes::NET_CONNECT_FAILED,
-                        format!("cannot build the http client: {}", detail(e)),
-                    )
-                })?;
-            let mut req = client.request(method.clone(), url.clone());
-            if let Some(b) = &body {
-                req = req.body(b.clone());
-            }
-            let resp = req.send().await.map_err(|e| {
-                if e.is_timeout() && !e.is_connect() {
-                    OpError::new(
-                        codes::LIMIT_TIMEOUT,
-                        format!("`{host}` did not answer within {} ms", timeout.as_millis()),
-                    )
-                } else {
-                    OpError::new(
-                        codes::NET_CONNECT_FAILED,
-                        format!("cannot fetch from `{host}`: {}", detail(e)),
-                    )
-                }
-            })?;
+            let resp = self
+                .send(&host, addrs, &method, &url, body.as_deref(), timeout)
+                .await?;
 
             let status = resp.status();
             let location = match status {
@@ -332,6 +300,52 @@ impl HttpFetch {
                 body = None;
             }
         }
+    }
+    /// One hop: connects only to `addrs` (the checked addresses of `host`), sends, and does not
+    /// follow redirects.
+    async fn send(
+        &self,
+        host: &str,
+        addrs: Vec<SocketAddr>,
+        method: &Method,
+        url: &Url,
+        body: Option<&str>,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, OpError> {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(PinnedResolver {
+                host: host.to_owned(),
+                addrs,
+            }))
+            .connect_timeout(self.config.connect_timeout.min(timeout))
+            .timeout(timeout)
+            .user_agent(self.config.user_agent.clone())
+            .build()
+            .map_err(|e| {
+                OpError::new(
+                    codes::NET_CONNECT_FAILED,
+                    format!("cannot build the http client: {}", detail(e)),
+                )
+            })?;
+        let mut req = client.request(method.clone(), url.clone());
+        if let Some(b) = body {
+            req = req.body(b.to_owned());
+        }
+        req.send().await.map_err(|e| {
+            if e.is_timeout() && !e.is_connect() {
+                OpError::new(
+                    codes::LIMIT_TIMEOUT,
+                    format!("`{host}` did not answer within {} ms", timeout.as_millis()),
+                )
+            } else {
+                OpError::new(
+                    codes::NET_CONNECT_FAILED,
+                    format!("cannot fetch from `{host}`: {}", detail(e)),
+                )
+            }
+        })
     }
 }
 
