@@ -58,6 +58,8 @@ impl Gateway {
         }
     }
 
+    /// The steps in order, joined with `?`; after the op (or the answer instead of it), a run
+    /// that was charged settles its budgets.
     async fn chain(
         &self,
         d: &Arc<Deployment>,
