@@ -5,7 +5,8 @@
 
 use std::io::Write as _;
 
-use corral_exec::{Attestation, BoxFuture};
+use corral_exec::Attestation;
+use futures_core::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 /// What happened to the call.

@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use corral_exec::BoxFuture;
+use futures_core::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 /// The most bytes of canonical JSON arguments an action may hold: what a person can review,

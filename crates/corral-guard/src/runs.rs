@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use corral_exec::BoxFuture;
 use corral_policy::AutonomyLevel;
+use futures_core::future::BoxFuture;
 
 use crate::guardrails::Budgets;
 

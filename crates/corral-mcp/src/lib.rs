@@ -110,7 +110,7 @@ pub fn refusal_text(r: &Refusal) -> String {
 
 fn refused(r: &Refusal, request_id: &str) -> CallToolResult {
     let mut structured = json!({
-        "code": r.code, "type": r.kind(), "error": r.message, "status": r.status, "request_id": request_id,
+        "code": r.code, "type": r.kind(), "error": r.message, "status": r.status(), "request_id": request_id,
     });
     if let (Some(Value::Object(d)), Some(s)) = (&r.details, structured.as_object_mut()) {
         for (k, v) in d {
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn a_refusal_is_a_tool_error_with_its_code_and_message() {
-        let r = Refusal::new(403, "rbac.denied", "ask an operator");
+        let r = Refusal::new("rbac.denied", "ask an operator");
         let res = refused(&r, "rid-1");
         assert_eq!(res.is_error, Some(true));
         let text = refusal_text(&r);
@@ -273,7 +273,7 @@ mod tests {
 
     #[test]
     fn confirmation_required_says_which_action_and_how_to_approve() {
-        let mut r = Refusal::new(202, "confirmation.required", "a person must approve this");
+        let mut r = Refusal::new("confirmation.required", "a person must approve this");
         r.details = Some(json!({"action_id": "act-9", "args": {"path": "/w/x"}}));
         let text = refusal_text(&r);
         assert!(text.contains("action_id: act-9"), "{text}");

@@ -183,7 +183,6 @@ impl Upstream {
             }
             Ok(Err(e)) => Err(OpError::new(
                 codes::UPSTREAM_FAILED,
-                502,
                 format!(
                     "the upstream MCP server `{}` refused the call: {e}",
                     self.spec.name
@@ -191,7 +190,6 @@ impl Upstream {
             )),
             Err(_) => Err(OpError::new(
                 codes::UPSTREAM_FAILED,
-                502,
                 format!(
                     "the upstream MCP server `{}` did not answer within {} s (`mcp_servers.{}.call_timeout`)",
                     self.spec.name,
@@ -211,7 +209,6 @@ impl Upstream {
             );
         OpError::new(
             codes::UPSTREAM_UNAVAILABLE,
-            503,
             format!(
                 "the upstream MCP server `{}` is not running: {reason}; {retry}",
                 self.spec.name

@@ -79,17 +79,12 @@ pub fn trace_egress(r: EgressRecord) {
 }
 
 fn exec_error(e: &ExecError) -> OpError {
-    let status = match e {
-        ExecError::Unavailable { .. } => 503,
-        ExecError::Spawn { .. } => 502,
-        ExecError::Invalid(_) => 400,
-    };
     let code = match e {
         ExecError::Unavailable { .. } => codes::ISOLATION_UNAVAILABLE,
         ExecError::Spawn { .. } => codes::EXEC_SPAWN_FAILED,
         ExecError::Invalid(_) => codes::EXEC_INVALID,
     };
-    OpError::new(code, status, e.to_string())
+    OpError::new(code, e.to_string())
 }
 
 fn result_json(out: &ExecOutput) -> serde_json::Value {
@@ -183,7 +178,6 @@ impl Op for CommandsRun {
             let Some(grant) = ctx.grant.command.clone() else {
                 return Err(OpError::new(
                     codes::POLICY_COMMAND_NOT_ALLOWED,
-                    403,
                     "the policy grant holds no command for this call",
                 ));
             };
@@ -203,7 +197,6 @@ impl Op for CommandsRun {
                 .ok_or_else(|| {
                     OpError::new(
                         codes::POLICY_CWD_OUTSIDE_SCOPE,
-                        403,
                         "the command scope has no cwd; set `cwd:` on the rule's commands",
                     )
                 })?;
@@ -354,7 +347,6 @@ impl CustomOp {
                 let v = value_of(name).ok_or_else(|| {
                     OpError::new(
                         codes::ARGS_MISSING,
-                        400,
                         format!("op `{}` needs the argument `{name}`", self.spec.id),
                     )
                 })?;

@@ -27,58 +27,39 @@ const ALWAYS_DENIED: &[&str] = &["/proc", "/sys", "/dev"];
 
 fn errno_error(e: Errno, what: &str) -> OpError {
     match e {
-        Errno::NOENT => OpError::new(
-            codes::FILES_NOT_FOUND,
-            404,
-            format!("`{what}` does not exist"),
-        ),
+        Errno::NOENT => OpError::new(codes::FILES_NOT_FOUND, format!("`{what}` does not exist")),
         Errno::XDEV => OpError::new(
             codes::POLICY_PATH_ESCAPE,
-            403,
             format!("`{what}` resolves outside its root"),
         ),
         Errno::LOOP => OpError::new(
             codes::POLICY_SYMLINK_DENIED,
-            403,
             format!("`{what}` goes through a symlink, which this scope refuses"),
         ),
         Errno::ACCESS | Errno::PERM | Errno::ROFS => OpError::new(
             codes::FILES_PERMISSION_DENIED,
-            403,
             format!("the system refused access to `{what}`"),
         ),
-        Errno::ISDIR => OpError::new(
-            codes::FILES_NOT_A_FILE,
-            400,
-            format!("`{what}` is a directory"),
-        ),
+        Errno::ISDIR => OpError::new(codes::FILES_NOT_A_FILE, format!("`{what}` is a directory")),
         Errno::NOTDIR => OpError::new(
             codes::FILES_NOT_A_DIRECTORY,
-            400,
             format!("a component of `{what}` is not a directory"),
         ),
         Errno::NOTEMPTY | Errno::EXIST => OpError::new(
             codes::FILES_NOT_EMPTY,
-            409,
             format!("`{what}` is a directory that is not empty"),
         ),
         // Opening a FIFO or socket without blocking: not a regular file.
         Errno::NXIO | Errno::AGAIN => OpError::new(
             codes::FILES_NOT_A_FILE,
-            400,
             format!("`{what}` is not a regular file"),
         ),
-        Errno::FBIG => OpError::new(
-            codes::LIMIT_TOO_LARGE,
-            413,
-            format!("`{what}` is too large"),
-        ),
+        Errno::FBIG => OpError::new(codes::LIMIT_TOO_LARGE, format!("`{what}` is too large")),
         Errno::NOSYS => OpError::new(
             codes::FILES_IO,
-            500,
             "this kernel lacks openat2; corral refuses file ops rather than open paths unsafely",
         ),
-        other => OpError::new(codes::FILES_IO, 500, format!("`{what}`: {other}")),
+        other => OpError::new(codes::FILES_IO, format!("`{what}`: {other}")),
     }
 }
 
@@ -118,7 +99,6 @@ impl Checks {
         if under_any(real, &self.protected) {
             return Err(OpError::new(
                 codes::POLICY_PATH_DENIED,
-                403,
                 format!(
                     "`{shown}` leads into a protected location (/proc, /sys, /dev or corral's \
                      state directory); call with another path"
@@ -129,7 +109,7 @@ impl Checks {
         let forms: Vec<&str> = forms.iter().map(String::as_str).collect();
         self.resolved
             .check(shown, &forms, self.access)
-            .map_err(|r| OpError::new(r.code, 403, r.message))
+            .map_err(|r| OpError::new(r.code, r.message))
     }
 }
 
@@ -151,7 +131,6 @@ fn check_length(jp: &JailedPath) -> Result<(), OpError> {
     match corral_policy::path_too_long(&jp.absolute()) {
         Some(why) => Err(OpError::new(
             codes::ARGS_PATH_TOO_LONG,
-            400,
             format!("the path `{}...` {why}", prefix(&jp.absolute(), 64)),
         )),
         None => Ok(()),
@@ -184,7 +163,6 @@ fn real_path(fd: &OwnedFd) -> Result<PathBuf, OpError> {
     std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(|e| {
         OpError::new(
             codes::FILES_IO,
-            500,
             format!("cannot confirm where the opened file lives: {e}"),
         )
     })
@@ -261,7 +239,6 @@ fn the_path(ctx: &OpCtx) -> Result<&JailedPath, OpError> {
         .ok_or_else(|| {
             OpError::new(
                 codes::POLICY_ARG_INVALID,
-                403,
                 "the policy grant holds no path for this call",
             )
         })
@@ -270,13 +247,9 @@ fn the_path(ctx: &OpCtx) -> Result<&JailedPath, OpError> {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, OpError> + Send + 'static,
 ) -> Result<T, OpError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        OpError::new(
-            codes::SERVER_INTERNAL,
-            500,
-            format!("file task failed: {e}"),
-        )
-    })?
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| OpError::new(codes::SERVER_INTERNAL, format!("file task failed: {e}")))?
 }
 
 fn max_bytes(ctx: &OpCtx) -> u64 {
@@ -417,7 +390,6 @@ fn regular_size(o: &Opened) -> Result<u64, OpError> {
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Err(OpError::new(
             codes::FILES_NOT_A_FILE,
-            400,
             format!("`{}` is not a regular file", o.shown),
         ));
     }
@@ -427,7 +399,6 @@ fn regular_size(o: &Opened) -> Result<u64, OpError> {
 fn too_large(shown: &str, size: u64, limit: u64) -> OpError {
     OpError::new(
         codes::LIMIT_TOO_LARGE,
-        413,
         format!("`{shown}` is {size} bytes; the limit is {limit}"),
     )
 }
@@ -449,14 +420,13 @@ fn read(jp: &JailedPath, checks: &Checks, limit: u64) -> Result<OpOutput, OpErro
     std::fs::File::from(o.fd)
         .take(limit + 1)
         .read_to_end(&mut buf)
-        .map_err(|e| OpError::new(codes::FILES_IO, 500, format!("`{}`: {e}", o.shown)))?;
+        .map_err(|e| OpError::new(codes::FILES_IO, format!("`{}`: {e}", o.shown)))?;
     if buf.len() as u64 > limit {
         return Err(too_large(&o.shown, buf.len() as u64, limit));
     }
     let content = String::from_utf8(buf).map_err(|_| {
         OpError::new(
             codes::FILES_NOT_TEXT,
-            415,
             format!("`{}` is not UTF-8 text; use files.download", o.shown),
         )
     })?;
@@ -502,7 +472,6 @@ fn open_for_write(jp: &JailedPath, checks: &Checks, append: bool) -> Result<Open
     }
     Err(OpError::new(
         codes::FILES_IO,
-        500,
         format!(
             "`{}` kept changing while it was opened; retry",
             jp.absolute()
@@ -542,7 +511,6 @@ fn create_beneath(jp: &JailedPath, checks: &Checks) -> Result<Option<Opened>, Op
             if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
                 return Err(OpError::new(
                     codes::POLICY_SYMLINK_DENIED,
-                    403,
                     format!(
                         "`{shown}` is a symlink to a file that does not exist; files are never \
                          created through a symlink, write to its target's path instead"
@@ -569,7 +537,6 @@ fn write(
     if jp.relative().is_empty() {
         return Err(OpError::new(
             codes::FILES_NOT_A_FILE,
-            400,
             "the root itself is a directory",
         ));
     }
@@ -582,7 +549,6 @@ fn write(
         if has_content || corral_policy::protect::looks_like_git_head(content.as_bytes()) {
             return Err(OpError::new(
                 codes::POLICY_PATH_DENIED,
-                403,
                 format!(
                     "`{}`: a git `HEAD` would make its directory a repository that git on the host trusts (and runs commands from its config); write it under another name",
                     jp.absolute()
@@ -594,7 +560,7 @@ fn write(
     let mut f = std::fs::File::from(o.fd);
     f.write_all(content.as_bytes())
         .and_then(|()| f.sync_data())
-        .map_err(|e| OpError::new(codes::FILES_IO, 500, format!("`{}`: {e}", o.shown)))?;
+        .map_err(|e| OpError::new(codes::FILES_IO, format!("`{}`: {e}", o.shown)))?;
     Ok(OpOutput::Json {
         value: json!({"path": o.shown, "bytes_written": content.len(), "appended": append}),
         attestation: None,
@@ -610,7 +576,6 @@ fn delete(jp: &JailedPath, checks: &Checks) -> Result<OpOutput, OpError> {
     }) else {
         return Err(OpError::new(
             codes::FILES_NOT_A_FILE,
-            400,
             "the root itself cannot be deleted",
         ));
     };
@@ -644,7 +609,6 @@ fn delete(jp: &JailedPath, checks: &Checks) -> Result<OpOutput, OpError> {
         {
             return Err(OpError::new(
                 codes::POLICY_PATH_DENIED,
-                403,
                 format!(
                     "`{shown}` holds `{p}`, which is protected (corral's own state or config); \
                      it can't be deleted through corral"
@@ -695,7 +659,6 @@ fn walk_beneath(
     let too_big = || {
         OpError::new(
             codes::LIMIT_TOO_LARGE,
-            413,
             format!(
                 "`{shown}` holds more than {MAX_DELETE_WALK} entries (or 256 levels); corral \
                  checks every entry for protected names before deleting a directory: delete \

@@ -95,7 +95,6 @@ impl Op for HttpFetch {
                 }),
                 Err(_) => Err(OpError::new(
                     codes::LIMIT_TIMEOUT,
-                    504,
                     format!(
                         "the fetch did not finish within {} ms; call a faster url or raise the \
                          rule's `timeout`",
@@ -110,7 +109,6 @@ impl Op for HttpFetch {
 fn private_refusal(host: &str) -> OpError {
     OpError::new(
         codes::POLICY_PRIVATE_ADDRESS,
-        403,
         format!(
             "`{host}` resolves to a loopback, private, link-local or otherwise internal address; \
              only public addresses may be fetched"
@@ -119,7 +117,7 @@ fn private_refusal(host: &str) -> OpError {
 }
 
 fn url_not_allowed(message: String) -> OpError {
-    OpError::new(codes::POLICY_URL_NOT_ALLOWED, 403, message)
+    OpError::new(codes::POLICY_URL_NOT_ALLOWED, message)
 }
 
 /// The host of a url as the resolver and the client see it (IPv6 literals without brackets).
@@ -143,7 +141,6 @@ pub(crate) async fn resolve_checked(
     let dns_failed = |why: String| {
         OpError::new(
             codes::NET_DNS_FAILED,
-            502,
             format!("cannot resolve `{host}`: {why}"),
         )
     };
@@ -201,7 +198,6 @@ fn detail(e: reqwest::Error) -> String {
 fn too_large(max: u64) -> OpError {
     OpError::new(
         codes::LIMIT_TOO_LARGE,
-        413,
         format!(
             "the response body is larger than {max} bytes; fetch a smaller resource or raise the \
              rule's `max_bytes`"
@@ -225,15 +221,10 @@ impl HttpFetch {
         let mut method = match ctx.args.get_str("method") {
             None => Method::GET,
             Some(m) => Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| {
-                OpError::new(
-                    codes::ARGS_INVALID,
-                    400,
-                    format!("`{m}` is not an HTTP method"),
-                )
+                OpError::new(codes::ARGS_INVALID, format!("`{m}` is not an HTTP method"))
             })?,
         };
         let mut body = ctx.args.get_str("body").map(str::to_owned);
-        let connect_timeout = self.config.connect_timeout.min(timeout);
         let mut redirects = 0usize;
 
         loop {
@@ -248,43 +239,9 @@ impl HttpFetch {
                 .ok_or_else(|| url_not_allowed(format!("`{url}` has no port")))?;
             let addrs = resolve_checked(&host, port, block_private).await?;
 
-            let client = reqwest::Client::builder()
-                .no_proxy()
-                .redirect(reqwest::redirect::Policy::none())
-                .dns_resolver(Arc::new(PinnedResolver {
-                    host: host.clone(),
-                    addrs,
-                }))
-                .connect_timeout(connect_timeout)
-                .timeout(timeout)
-                .user_agent(self.config.user_agent.clone())
-                .build()
-                .map_err(|e| {
-                    OpError::new(
-                        codes::NET_CONNECT_FAILED,
-                        502,
-                        format!("cannot build the http client: {}", detail(e)),
-                    )
-                })?;
-            let mut req = client.request(method.clone(), url.clone());
-            if let Some(b) = &body {
-                req = req.body(b.clone());
-            }
-            let resp = req.send().await.map_err(|e| {
-                if e.is_timeout() && !e.is_connect() {
-                    OpError::new(
-                        codes::LIMIT_TIMEOUT,
-                        504,
-                        format!("`{host}` did not answer within {} ms", timeout.as_millis()),
-                    )
-                } else {
-                    OpError::new(
-                        codes::NET_CONNECT_FAILED,
-                        502,
-                        format!("cannot fetch from `{host}`: {}", detail(e)),
-                    )
-                }
-            })?;
+            let resp = self
+                .send(&host, addrs, &method, &url, body.as_deref(), timeout)
+                .await?;
 
             let status = resp.status();
             let location = match status {
@@ -302,7 +259,6 @@ impl HttpFetch {
             let bad_location = || {
                 OpError::new(
                     codes::NET_BAD_RESPONSE,
-                    502,
                     format!("`{host}` answered {status} with a Location that is not a url"),
                 )
             };
@@ -311,7 +267,6 @@ impl HttpFetch {
             if redirects >= self.config.max_redirects {
                 return Err(OpError::new(
                     codes::NET_TOO_MANY_REDIRECTS,
-                    502,
                     format!(
                         "more than {} redirects (the last to `{next}`); call the final url \
                          directly",
@@ -346,6 +301,52 @@ impl HttpFetch {
             }
         }
     }
+    /// One hop: connects only to `addrs` (the checked addresses of `host`), sends, and does not
+    /// follow redirects.
+    async fn send(
+        &self,
+        host: &str,
+        addrs: Vec<SocketAddr>,
+        method: &Method,
+        url: &Url,
+        body: Option<&str>,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, OpError> {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(PinnedResolver {
+                host: host.to_owned(),
+                addrs,
+            }))
+            .connect_timeout(self.config.connect_timeout.min(timeout))
+            .timeout(timeout)
+            .user_agent(self.config.user_agent.clone())
+            .build()
+            .map_err(|e| {
+                OpError::new(
+                    codes::NET_CONNECT_FAILED,
+                    format!("cannot build the http client: {}", detail(e)),
+                )
+            })?;
+        let mut req = client.request(method.clone(), url.clone());
+        if let Some(b) = body {
+            req = req.body(b.to_owned());
+        }
+        req.send().await.map_err(|e| {
+            if e.is_timeout() && !e.is_connect() {
+                OpError::new(
+                    codes::LIMIT_TIMEOUT,
+                    format!("`{host}` did not answer within {} ms", timeout.as_millis()),
+                )
+            } else {
+                OpError::new(
+                    codes::NET_CONNECT_FAILED,
+                    format!("cannot fetch from `{host}`: {}", detail(e)),
+                )
+            }
+        })
+    }
 }
 
 /// Streams the body (refusing it once it outgrows `max_bytes`) and builds the result.
@@ -369,7 +370,6 @@ async fn read_response(
         let chunk = resp.chunk().await.map_err(|e| {
             OpError::new(
                 codes::NET_BAD_RESPONSE,
-                502,
                 format!("the response body broke off: {}", detail(e)),
             )
         })?;

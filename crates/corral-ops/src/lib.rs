@@ -15,7 +15,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use corral_exec::{Attestation, Backend, BoxFuture};
-use corral_policy::{Allowed, Args, Catalog, OpSpec, Principal};
+use corral_policy::{Allowed, Args, Catalog, OpSpec, Principal, codes};
 
 /// What a handler gets: the op, the caller, the arguments, the policy's grant (jailed paths,
 /// admitted argv or url, effective limits) and the backend to run commands in.
@@ -99,20 +99,22 @@ pub enum OpOutput {
 pub struct OpError {
     /// A stable code from `corral_policy::codes`.
     pub code: &'static str,
-    /// The HTTP status to answer with.
-    pub status: u16,
     /// What happened and what to do, safe to show the caller.
     pub message: String,
 }
 
 impl OpError {
-    /// An error.
-    pub fn new(code: &'static str, status: u16, message: impl Into<String>) -> Self {
+    /// An error; its status is the code's in the catalog.
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
         Self {
             code,
-            status,
             message: message.into(),
         }
+    }
+
+    /// The HTTP status: the catalog's for the code (500 for a code it does not know).
+    pub fn status(&self) -> u16 {
+        codes::status(self.code)
     }
 }
 

@@ -419,6 +419,16 @@ pub fn lookup(code: &str) -> Option<&'static CodeInfo> {
     CATALOG.iter().find(|c| c.code == code)
 }
 
+/// The HTTP status a refusal with `code` answers with: the catalog's. A code the catalog does not
+/// know, or one that only appears offline (status 0), answers 500: a server failure, never a
+/// status that could pass for a decision.
+pub fn status(code: &str) -> u16 {
+    match lookup(code) {
+        Some(c) if c.status != 0 => c.status,
+        Some(_) | None => 500,
+    }
+}
+
 /// The documentation id of a code.
 pub fn doc_id(code: &str) -> String {
     format!("docs/errors.md#{code}")

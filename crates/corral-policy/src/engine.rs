@@ -708,12 +708,13 @@ impl Engine {
     }
 
     /// Whether deny rule `rule` hits the call. `resolved` holds the winner's absolute paths (its
-    /// path arguments, and for a command its effective cwd and the relative arguments resolved
-    /// from it) so relative arguments are judged where they really land.
+    /// path arguments) and `command_paths` a command's effective cwd and the relative arguments
+    /// resolved from it, so relative arguments are judged where they really land.
     fn deny_hits(
         rule: &Rule,
         prep: &Prepared<'_>,
         resolved: &[Cow<'_, NormPath<'_>>],
+        command_paths: &[NormPath<'_>],
         principal: &Principal,
     ) -> bool {
         if !rule.is_scoped() {
@@ -731,6 +732,7 @@ impl Engine {
                 || resolved
                     .iter()
                     .map(|c| c.as_ref())
+                    .chain(command_paths)
                     .chain(prep.paths.iter().filter_map(|arg| arg.abs.as_ref()))
                     .any(|p| scope.covers(p, principal))
                 || prep
@@ -772,10 +774,94 @@ impl Engine {
             return Decision::NotMounted;
         };
         let principal = req.principal;
-        let rules = &self.policy.rules;
         let prep = Self::prepare(&ix.spec, req);
-
         // 1. Mounting: some allow rule reaching this caller must select the op.
+        let Some(reaching) = self.mount(ix, principal, t) else {
+            return Decision::NotMounted;
+        };
+        // 2. Allow rules, in order: the first whose clauses all pass decides.
+        let allow = self.allow(ix, &reaching, &prep, principal, t);
+        // 3. Deny rules: any hit beats the allow, whichever rule allowed.
+        let denial = self.deny(ix, &reaching, &allow, &prep, principal, t);
+        let rules = &self.policy.rules;
+        match (denial, allow.granted) {
+            // A deny rule hit: it decides, whatever allowed.
+            (Some(Denial::Rule(i)), _) => {
+                if T::ON
+                    && let Some(w) = allow.winner
+                {
+                    t.outcome(w, TraceOutcome::AlsoMatched);
+                }
+                let r = &rules[i];
+                Decision::Denied {
+                    rule: RuleRef {
+                        index: i,
+                        name: r.name.clone(),
+                    },
+                    code: codes::POLICY_DENIED,
+                    reason: r
+                        .reason
+                        .clone()
+                        .unwrap_or_else(|| format!("rule `{}` denies this call", r.name)),
+                }
+            }
+            // A deny pattern of a reaching allow rule's path scope matched: it decides too.
+            (Some(Denial::Pattern(i)), _) => Decision::Denied {
+                rule: RuleRef {
+                    index: i,
+                    name: rules[i].name.clone(),
+                },
+                code: codes::POLICY_PATH_DENIED,
+                reason: format!(
+                    "the path matches a deny pattern of rule `{}` [{}]",
+                    rules[i].name,
+                    rules[i]
+                        .paths
+                        .as_ref()
+                        .map(|s| s.spec().deny.join(", "))
+                        .unwrap_or_default()
+                ),
+            },
+            // No allow rule admitted the call: the candidates, closest first.
+            (None, None) => {
+                let mut failures = allow.failures;
+                failures.sort_by_key(|(_, f)| std::cmp::Reverse(f.depth()));
+                Decision::NotPermitted {
+                    candidates: failures
+                        .into_iter()
+                        .map(|(i, f)| Candidate {
+                            rule: RuleRef {
+                                index: i,
+                                name: rules[i].name.clone(),
+                            },
+                            code: f.code(),
+                            clause: f.render(&rules[i], &prep),
+                        })
+                        .collect(),
+                }
+            }
+            // 4. Allowed: the checks the op repeats, then the hooks, which may deny or narrow.
+            (None, Some((granted, _))) => {
+                if T::ON
+                    && let Some(w) = allow.winner
+                {
+                    t.outcome(w, TraceOutcome::Decided);
+                }
+                let granted = self.recheck(ix, &reaching, allow.winner, granted, &prep, principal);
+                self.hooks(ix, req, allow.winner, granted, &prep, t)
+            }
+        }
+    }
+
+    /// Step 1, mounting: the allow rules that mount the op and reach the caller, or `None` when
+    /// there are none (`core.health` is mounted for everyone).
+    fn mount<'s, T: Tracer>(
+        &'s self,
+        ix: &'s OpIndex,
+        principal: &Principal,
+        t: &mut T,
+    ) -> Option<Cow<'s, [usize]>> {
+        let rules = &self.policy.rules;
         let reaching: Cow<'_, [usize]> = if T::ON {
             let mut reaching = Vec::with_capacity(ix.allow.len());
             for &i in &ix.allow {
@@ -793,8 +879,7 @@ impl Engine {
             // The same list, from the index instead of a scan of every rule's principals.
             ix.allow_by.reaching(rules, principal)
         };
-        let implicit_health = ix.spec.id.as_str() == HEALTH_OP;
-        if reaching.is_empty() && !implicit_health {
+        if reaching.is_empty() && ix.spec.id.as_str() != HEALTH_OP {
             if T::ON {
                 t.note(format!(
                     "no allow rule mounts `{}` for `{}`",
@@ -804,27 +889,38 @@ impl Engine {
                     t.outcome(i, TraceOutcome::NotReached);
                 }
             }
-            return Decision::NotMounted;
+            return None;
         }
+        Some(reaching)
+    }
 
-        // 2. Allow rules, in order: the first whose clauses all pass decides.
+    /// Step 2, the allow rules in order: the first whose clauses all pass wins, and its grant.
+    fn allow<'p, T: Tracer>(
+        &'p self,
+        ix: &'p OpIndex,
+        reaching: &[usize],
+        prep: &'p Prepared<'_>,
+        principal: &'p Principal,
+        t: &mut T,
+    ) -> AllowPass<'p> {
+        let rules = &self.policy.rules;
         let mut winner: Option<usize> = None;
         let mut failures: Vec<(usize, Failure)> = Vec::new();
-        for &i in reaching.iter() {
+        for &i in reaching {
             if winner.is_some() {
                 if T::ON {
-                    let outcome = match self.check_allow(ix, &rules[i], &prep, principal) {
+                    let outcome = match self.check_allow(ix, &rules[i], prep, principal) {
                         Ok(()) => TraceOutcome::AlsoMatched,
                         Err(f) => TraceOutcome::ScopeNotMatched {
                             code: f.code(),
-                            clause: f.render(&rules[i], &prep),
+                            clause: f.render(&rules[i], prep),
                         },
                     };
                     t.outcome(i, outcome);
                 }
                 continue;
             }
-            match self.check_allow(ix, &rules[i], &prep, principal) {
+            match self.check_allow(ix, &rules[i], prep, principal) {
                 Ok(()) => winner = Some(i),
                 Err(f) => {
                     if T::ON {
@@ -832,7 +928,7 @@ impl Engine {
                             i,
                             TraceOutcome::ScopeNotMatched {
                                 code: f.code(),
-                                clause: f.render(&rules[i], &prep),
+                                clause: f.render(&rules[i], prep),
                             },
                         );
                     }
@@ -840,25 +936,42 @@ impl Engine {
                 }
             }
         }
-        let allowed = match winner {
-            Some(i) => Some(self.grant(ix, Some((i, &rules[i])), &prep, principal)),
-            None if implicit_health && reaching.is_empty() => {
-                Some(self.grant(ix, None, &prep, principal))
+        let granted = match winner {
+            Some(i) => Some(self.grant(ix, Some((i, &rules[i])), prep, principal)),
+            None if ix.spec.id.as_str() == HEALTH_OP && reaching.is_empty() => {
+                Some(self.grant(ix, None, prep, principal))
             }
             None => None,
         };
+        AllowPass {
+            winner,
+            failures,
+            granted,
+        }
+    }
 
-        // 3. Deny rules: any hit beats the allow, whichever rule allowed. `resolved` holds the
-        // granted paths, normalized (the grant's paths, without a round trip through text).
-        let (allowed, resolved) = match allowed {
-            Some((a, r)) => (Some(a), r),
-            None => (None, Vec::new()),
+    /// Step 3, the deny rules: the first that hits the call (a deny rule reaching the caller, or
+    /// a deny pattern of a reaching allow rule's path scope), whatever allowed it.
+    fn deny<T: Tracer>(
+        &self,
+        ix: &OpIndex,
+        reaching: &[usize],
+        allow: &AllowPass<'_>,
+        prep: &Prepared<'_>,
+        principal: &Principal,
+        t: &mut T,
+    ) -> Option<Denial> {
+        let rules = &self.policy.rules;
+        // `resolved` holds the granted paths, normalized (the grant's paths, without a round
+        // trip through text).
+        let (allowed, resolved) = match &allow.granted {
+            Some((a, r)) => (Some(a), r.as_slice()),
+            None => (None, &[][..]),
         };
         // A command runs in the winner's effective cwd (the scope's, or a call's cwd resolved
         // beneath it, relative or not) and resolves its relative arguments from there, so deny
         // rules judge those places too, as they judge absolute ones.
         let command_paths: Vec<String> = allowed
-            .as_ref()
             .and_then(|a| a.command.as_ref())
             .and_then(|c| c.cwd.as_ref())
             .map(|cwd| {
@@ -877,18 +990,10 @@ impl Engine {
                 v
             })
             .unwrap_or_default();
-        let deny_resolved: Cow<'_, [Cow<'_, NormPath<'_>>]> = if command_paths.is_empty() {
-            Cow::Borrowed(&resolved)
-        } else {
-            let mut v = resolved.clone();
-            v.extend(
-                command_paths
-                    .iter()
-                    .filter_map(|s| NormPath::new(s))
-                    .map(Cow::Owned),
-            );
-            Cow::Owned(v)
-        };
+        let command_paths: Vec<NormPath<'_>> = command_paths
+            .iter()
+            .filter_map(|s| NormPath::new(s))
+            .collect();
         // Without a trace, only the deny rules that reach the caller (from the index; same
         // order) are looked at; with one, every rule is named.
         let deny_list: Cow<'_, [usize]> = if T::ON {
@@ -908,7 +1013,7 @@ impl Engine {
                 }
                 continue;
             }
-            let hit = Self::deny_hits(r, &prep, &deny_resolved, principal);
+            let hit = Self::deny_hits(r, prep, resolved, &command_paths, principal);
             if T::ON {
                 t.outcome(
                     i,
@@ -929,108 +1034,79 @@ impl Engine {
                 }
             }
         }
+        if denied.is_some() || allowed.is_none() {
+            return denied.map(Denial::Rule);
+        }
         // Deny globs inside any reaching allow rule's path scope beat every allow, too.
-        if denied.is_none() && allowed.is_some() {
-            for &i in reaching.iter() {
-                // The winner's `check_allow` admitted these very paths with this very scope:
-                // none of them matches its deny patterns.
-                if Some(i) == winner {
-                    continue;
-                }
-                if let Some(scope) = &rules[i].paths
-                    && !scope.spec().deny.is_empty()
-                    && resolved
-                        .iter()
-                        .any(|p| scope.admit(p, principal) == Err(PathRefusal::Denied))
-                {
-                    if T::ON {
-                        t.note(format!(
-                            "a deny pattern of rule `{}` matches the path; deny patterns beat every allow",
-                            rules[i].name
-                        ));
-                    }
-                    return Decision::Denied {
-                        rule: RuleRef {
-                            index: i,
-                            name: rules[i].name.clone(),
-                        },
-                        code: codes::POLICY_PATH_DENIED,
-                        reason: format!(
-                            "the path matches a deny pattern of rule `{}` [{}]",
-                            rules[i].name,
-                            scope.spec().deny.join(", ")
-                        ),
-                    };
-                }
+        for &i in reaching {
+            // The winner's `check_allow` admitted these very paths with this very scope: none
+            // of them matches its deny patterns.
+            if Some(i) == allow.winner {
+                continue;
             }
-        }
-        if let Some(i) = denied {
-            if T::ON
-                && let Some(w) = winner
+            if let Some(scope) = &rules[i].paths
+                && !scope.spec().deny.is_empty()
+                && resolved
+                    .iter()
+                    .any(|p| scope.admit(p, principal) == Err(PathRefusal::Denied))
             {
-                t.outcome(w, TraceOutcome::AlsoMatched);
-            }
-            let r = &rules[i];
-            return Decision::Denied {
-                rule: RuleRef {
-                    index: i,
-                    name: r.name.clone(),
-                },
-                code: codes::POLICY_DENIED,
-                reason: r
-                    .reason
-                    .clone()
-                    .unwrap_or_else(|| format!("rule `{}` denies this call", r.name)),
-            };
-        }
-
-        let Some(mut allowed) = allowed else {
-            failures.sort_by_key(|(_, f)| std::cmp::Reverse(f.depth()));
-            return Decision::NotPermitted {
-                candidates: failures
-                    .into_iter()
-                    .map(|(i, f)| Candidate {
-                        rule: RuleRef {
-                            index: i,
-                            name: rules[i].name.clone(),
-                        },
-                        code: f.code(),
-                        clause: f.render(&rules[i], &prep),
-                    })
-                    .collect(),
-            };
-        };
-        if T::ON
-            && let Some(w) = winner
-        {
-            t.outcome(w, TraceOutcome::Decided);
-        }
-        // The op re-checks where each path really leads: the deciding rule's deny patterns,
-        // every other reaching allow rule's, and the path-scoped deny rules that reach the
-        // caller (`resolved` of the grant).
-        if !prep.paths.is_empty() {
-            for &i in reaching.iter() {
-                if let Some(scope) = &rules[i].paths {
-                    allowed.resolved.allow_patterns(
-                        rules[i].name.clone(),
-                        scope,
-                        Some(i) == winner,
-                    );
+                if T::ON {
+                    t.note(format!(
+                        "a deny pattern of rule `{}` matches the path; deny patterns beat every allow",
+                        rules[i].name
+                    ));
                 }
-            }
-            for &i in ix.deny_by.reaching(rules, principal).iter() {
-                if let Some(scope) = &rules[i].paths {
-                    allowed.resolved.deny_rule(
-                        rules[i].name.clone(),
-                        scope,
-                        rules[i].reason.clone(),
-                    );
-                }
+                return Some(Denial::Pattern(i));
             }
         }
+        None
+    }
 
-        // 4. Hooks: the deciding rule's, then the global ones. They may deny or narrow.
-        let rule_hook = winner.and_then(|i| rules[i].hook.as_deref());
+    /// For an allowed call with path arguments: the op re-checks where each path really leads
+    /// against the deciding rule's deny patterns, every other reaching allow rule's, and the
+    /// path-scoped deny rules that reach the caller.
+    fn recheck(
+        &self,
+        ix: &OpIndex,
+        reaching: &[usize],
+        winner: Option<usize>,
+        mut allowed: Allowed,
+        prep: &Prepared<'_>,
+        principal: &Principal,
+    ) -> Allowed {
+        if prep.paths.is_empty() {
+            return allowed;
+        }
+        let rules = &self.policy.rules;
+        for &i in reaching {
+            if let Some(scope) = &rules[i].paths {
+                allowed
+                    .resolved
+                    .allow_patterns(rules[i].name.clone(), scope, Some(i) == winner);
+            }
+        }
+        for &i in ix.deny_by.reaching(rules, principal).iter() {
+            if let Some(scope) = &rules[i].paths {
+                allowed
+                    .resolved
+                    .deny_rule(rules[i].name.clone(), scope, rules[i].reason.clone());
+            }
+        }
+        allowed
+    }
+
+    /// Step 4, the hooks of an allowed call: the deciding rule's, then the global ones. They may
+    /// deny or narrow.
+    fn hooks<T: Tracer>(
+        &self,
+        ix: &OpIndex,
+        req: &Request<'_>,
+        winner: Option<usize>,
+        mut allowed: Allowed,
+        prep: &Prepared<'_>,
+        t: &mut T,
+    ) -> Decision {
+        let rule_hook = winner.and_then(|i| self.policy.rules[i].hook.as_deref());
         if rule_hook.is_none() && self.policy.hooks.is_empty() {
             return Decision::Allowed(Box::new(allowed));
         }
@@ -1041,7 +1117,7 @@ impl Engine {
         {
             let ctx = HookCtx {
                 op: &ix.spec,
-                principal,
+                principal: req.principal,
                 args: req.args,
                 paths: &allowed.paths,
                 argv,
@@ -1082,6 +1158,22 @@ impl Engine {
         }
         Decision::Allowed(Box::new(allowed))
     }
+}
+
+/// What the allow rules said: the first whose clauses all passed, its grant with the granted
+/// paths in normalized form (`None`: no rule allowed), and why each other rule before it failed.
+struct AllowPass<'p> {
+    winner: Option<usize>,
+    failures: Vec<(usize, Failure)>,
+    granted: Option<(Allowed, Vec<Cow<'p, NormPath<'p>>>)>,
+}
+
+/// What beat the allow: a deny rule, or a deny pattern in a reaching allow rule's path scope
+/// (the rule's index).
+#[derive(Debug, Clone, Copy)]
+enum Denial {
+    Rule(usize),
+    Pattern(usize),
 }
 
 fn principal_text(rule: &Rule, p: &Principal) -> String {

@@ -40,7 +40,6 @@ impl BodyError {
         match self {
             BodyError::TooLarge { drained } => {
                 let mut resp = ApiError::new(
-                    413,
                     codes::LIMIT_BODY_TOO_LARGE,
                     format!("the request body is over {limit} bytes; send a smaller body"),
                     op,
@@ -54,7 +53,6 @@ impl BodyError {
                 resp
             }
             BodyError::Read(e) => ApiError::new(
-                400,
                 codes::ARGS_MALFORMED,
                 format!("the request body could not be read: {e}"),
                 op,

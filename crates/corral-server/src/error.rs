@@ -31,8 +31,8 @@ pub struct ErrorBody {
 /// An error answer.
 #[derive(Debug, Clone)]
 pub struct ApiError {
-    /// The status.
-    pub status: u16,
+    /// The status: the catalog's for the body's code.
+    status: u16,
     /// The body.
     pub body: ErrorBody,
     /// For 429s.
@@ -42,13 +42,13 @@ pub struct ApiError {
 impl ApiError {
     /// From a gateway refusal.
     pub fn from_refusal(r: &Refusal, op: Option<&str>, request_id: &str) -> Self {
-        let error = if r.status >= 500 && r.code == corral_policy::codes::SERVER_INTERNAL {
+        let error = if r.status() >= 500 && r.code == corral_policy::codes::SERVER_INTERNAL {
             format!("internal error; see the server log for request {request_id}")
         } else {
             r.message.clone()
         };
         Self {
-            status: r.status,
+            status: r.status(),
             body: ErrorBody {
                 error,
                 kind: r.kind().to_owned(),
@@ -66,16 +66,22 @@ impl ApiError {
         }
     }
 
-    /// An error with a code and message.
+    /// An error with a code and message; its status is the code's in the catalog.
     pub fn new(
-        status: u16,
         code: &'static str,
         message: impl Into<String>,
         op: Option<&str>,
         request_id: &str,
     ) -> Self {
-        let r = Refusal::new(status, code, message);
+        let r = Refusal::new(code, message);
         Self::from_refusal(&r, op, request_id)
+    }
+}
+
+impl ApiError {
+    /// The HTTP status.
+    pub fn status(&self) -> u16 {
+        self.status
     }
 }
 

@@ -4,8 +4,8 @@
 //! fails on the primary key instead of overwriting. `act_chain`, `args_shape` and `attestation`
 //! are stored as JSON text.
 
-use corral_exec::BoxFuture;
 use corral_guard::audit::{AttestationRecord, AuditError, AuditEvent, AuditSink, Outcome};
+use futures_core::future::BoxFuture;
 
 use crate::{Store, StoreError};
 

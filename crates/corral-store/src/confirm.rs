@@ -20,10 +20,10 @@
 //!
 //! Listing is paged by a keyset cursor (`created_ms`, `action_id`), in the index's order.
 
-use corral_exec::BoxFuture;
 use corral_guard::confirm::{
     Action, ActionState, ConfirmationError, ConfirmationStore, Cursor, Raised, StoredOutcome,
 };
+use futures_core::future::BoxFuture;
 
 use crate::{Pool, Store, StoreError};
 

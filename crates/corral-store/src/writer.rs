@@ -19,8 +19,8 @@
 //!
 //! Events are JSON-encoded by the calling task, in parallel, before they reach the writer.
 
-use corral_exec::BoxFuture;
 use corral_guard::audit::{AuditError, AuditEvent, AuditSink};
+use futures_core::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::audit::{Encoded, INSERT_EVENT};

@@ -386,7 +386,7 @@ fn run_local(a: &Args, args: Value) -> Exit {
             corral_guard::Reply::Refused(r) => report_failure(
                 &a.op,
                 &Failure {
-                    status: r.status,
+                    status: r.status(),
                     code: r.code.to_owned(),
                     kind: r.kind().to_owned(),
                     message: r.message.clone(),

@@ -82,7 +82,6 @@ async fn call(e: &Engine, op: &str, args: Args) -> Result<OpOutput, OpError> {
         other => {
             return Err(OpError::new(
                 other.code().unwrap_or("?"),
-                403,
                 format!("{other:?}"),
             ));
         }
@@ -91,7 +90,7 @@ async fn call(e: &Engine, op: &str, args: Args) -> Result<OpOutput, OpError> {
         .catalog()
         .get(op)
         .cloned()
-        .ok_or_else(|| OpError::new("test.setup", 0, "no such op"))?;
+        .ok_or_else(|| OpError::new("test.setup", "no such op"))?;
     let kind = match op {
         "files.list" => FileOpKind::List,
         "files.stat" => FileOpKind::Stat,
@@ -291,7 +290,7 @@ async fn a_path_longer_than_the_kernel_takes_is_the_callers_error() -> TestResul
     let r = call(&e, "files.read", read_args(&long)).await;
     let err = r.err();
     assert_eq!(
-        err.as_ref().map(|e| (e.code, e.status)),
+        err.as_ref().map(|e| (e.code, e.status())),
         Some((codes::ARGS_PATH_TOO_LONG, 400))
     );
     assert!(err.map(|e| e.message).unwrap_or_default().contains("4095"));
@@ -299,7 +298,7 @@ async fn a_path_longer_than_the_kernel_takes_is_the_callers_error() -> TestResul
     let r = call(&e, "files.write", write_args(&name, "x")).await;
     let err = r.err();
     assert_eq!(
-        err.as_ref().map(|e| (e.code, e.status)),
+        err.as_ref().map(|e| (e.code, e.status())),
         Some((codes::ARGS_PATH_TOO_LONG, 400))
     );
     assert!(err.map(|e| e.message).unwrap_or_default().contains("255"));

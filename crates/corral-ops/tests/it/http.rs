@@ -249,7 +249,7 @@ impl Call {
         if let Some(b) = self.body {
             args = args.str("body", b);
         }
-        let op = op().map_err(|e| OpError::new("test.setup", 0, e.to_string()))?;
+        let op = op().map_err(|e| OpError::new("test.setup", e.to_string()))?;
         let ctx = OpCtx {
             op: op.spec().clone(),
             principal: Principal::new("tester", &[]),
@@ -279,7 +279,7 @@ impl Call {
         };
         match op.call(ctx).await? {
             OpOutput::Json { value, .. } => Ok(value),
-            OpOutput::Stream(_) => Err(OpError::new("test.stream", 0, "unexpected stream")),
+            OpOutput::Stream(_) => Err(OpError::new("test.stream", "unexpected stream")),
         }
     }
 }
@@ -296,7 +296,7 @@ fn scope_check(hosts: &[&str], port: u16, block_private: bool) -> Result<UrlChec
     Ok(Arc::new(move |url: &str| {
         scope
             .check(url)
-            .map_err(|r| OpError::new(r.code(), 403, format!("`{url}` is refused")))
+            .map_err(|r| OpError::new(r.code(), format!("`{url}` is refused")))
     }))
 }
 
@@ -372,7 +372,7 @@ async fn a_call_without_an_admitted_url_is_refused() -> TestResult {
     };
     let r = op.call(ctx).await;
     assert_eq!(
-        r.as_ref().err().map(|e| (e.code, e.status)),
+        r.as_ref().err().map(|e| (e.code, e.status())),
         Some((codes::POLICY_URL_NOT_ALLOWED, 403))
     );
     Ok(())
@@ -393,7 +393,7 @@ async fn internal_addresses_are_refused_without_connecting() -> TestResult {
         let r = Call::new(&url, true).run().await;
         let e = r.as_ref().err();
         assert_eq!(
-            e.map(|e| (e.code, e.status)),
+            e.map(|e| (e.code, e.status())),
             Some((codes::POLICY_PRIVATE_ADDRESS, 403)),
             "{url}"
         );
@@ -441,7 +441,7 @@ async fn redirects_are_refused_when_they_cannot_be_rechecked() -> TestResult {
     let r = Call::new(&srv.url("/hop/1"), false).run().await;
     let e = r.as_ref().err();
     assert_eq!(
-        e.map(|e| (e.code, e.status)),
+        e.map(|e| (e.code, e.status())),
         Some((codes::POLICY_URL_NOT_ALLOWED, 403))
     );
     assert_eq!(srv.seen(), ["GET /hop/1"]);
@@ -479,7 +479,7 @@ async fn redirects_are_followed_through_the_check_up_to_five() -> TestResult {
         .await;
     let e = r.as_ref().err();
     assert_eq!(
-        e.map(|e| (e.code, e.status)),
+        e.map(|e| (e.code, e.status())),
         Some((codes::NET_TOO_MANY_REDIRECTS, 502))
     );
     Ok(())
@@ -532,7 +532,7 @@ async fn a_response_over_max_bytes_is_too_large() -> TestResult {
         let r = call.run().await;
         let e = r.as_ref().err();
         assert_eq!(
-            e.map(|e| (e.code, e.status)),
+            e.map(|e| (e.code, e.status())),
             Some((codes::LIMIT_TOO_LARGE, 413)),
             "{path}"
         );
@@ -553,7 +553,7 @@ async fn a_slow_server_hits_the_timeout() -> TestResult {
     let r = call.run().await;
     let e = r.as_ref().err();
     assert_eq!(
-        e.map(|e| (e.code, e.status)),
+        e.map(|e| (e.code, e.status())),
         Some((codes::LIMIT_TIMEOUT, 504))
     );
     assert!(started.elapsed() < Duration::from_secs(3));
@@ -568,7 +568,7 @@ async fn a_closed_port_is_a_connect_failure() -> TestResult {
     let r = Call::new(&format!("http://{addr}/"), false).run().await;
     let e = r.as_ref().err();
     assert_eq!(
-        e.map(|e| (e.code, e.status)),
+        e.map(|e| (e.code, e.status())),
         Some((codes::NET_CONNECT_FAILED, 502))
     );
     Ok(())
@@ -579,7 +579,7 @@ async fn an_unresolvable_host_is_a_dns_failure() -> TestResult {
     let r = Call::new("http://no-such-host.invalid/", false).run().await;
     let e = r.as_ref().err();
     assert_eq!(
-        e.map(|e| (e.code, e.status)),
+        e.map(|e| (e.code, e.status())),
         Some((codes::NET_DNS_FAILED, 502))
     );
     Ok(())

@@ -168,3 +168,13 @@ fn every_code_the_crate_can_emit_is_in_the_catalog() {
         );
     }
 }
+
+#[test]
+fn the_status_of_a_code_is_the_catalogs_and_500_when_it_has_none() {
+    for c in CATALOG {
+        let expected = if c.status == 0 { 500 } else { c.status };
+        assert_eq!(codes::status(c.code), expected, "`{}`", c.code);
+    }
+    assert_eq!(codes::status("no.such_code"), 500);
+    assert_eq!(codes::status(codes::OP_NOT_ENABLED), 404);
+}

@@ -31,7 +31,6 @@ pub async fn list(
     let c = authed(&state, &headers, "GET /audit", &rid).await?;
     if Role::highest_of(&c.principal.roles) != Some(Role::Admin) {
         return Err(ApiError::new(
-            403,
             codes::AUDIT_NOT_PERMITTED,
             format!(
                 "reading the audit log needs role admin; `{}` has {}",
@@ -49,7 +48,6 @@ pub async fn list(
     let params = ["limit", "run", "op", "principal"];
     if let Some(unknown) = query.keys().find(|k| !params.contains(&k.as_str())) {
         return Err(ApiError::new(
-            400,
             codes::ARGS_UNKNOWN,
             format!(
                 "`{unknown}` is not a parameter of GET /audit; it takes `limit`, `run`, `op` and `principal`"
@@ -58,7 +56,7 @@ pub async fn list(
             &rid,
         ));
     }
-    let invalid = |message: String| ApiError::new(400, codes::ARGS_INVALID, message, None, &rid);
+    let invalid = |message: String| ApiError::new(codes::ARGS_INVALID, message, None, &rid);
     // A filter's value, if given; the message says what is wrong with it.
     let text = |name: &str| -> Result<Option<String>, String> {
         match query.get(name) {
@@ -106,6 +104,6 @@ pub async fn list(
         .store
         .audit_matching(Some(&tenant), &filter, limit)
         .await
-        .map_err(|e| ApiError::new(503, e.code(), e.to_string(), None, &rid))?;
+        .map_err(|e| ApiError::new(e.code(), e.to_string(), None, &rid))?;
     Ok(axum::Json(json!({"tenant": tenant, "events": events})).into_response())
 }

@@ -76,7 +76,6 @@ pub async fn list(
         .find(|k| !matches!(k.as_str(), "limit" | "after"))
     {
         return Err(ApiError::new(
-            400,
             codes::ARGS_UNKNOWN,
             format!(
                 "`{}` is not a parameter of GET /confirmations; it takes `limit` and `after`",
@@ -86,7 +85,7 @@ pub async fn list(
             &rid,
         ));
     }
-    let invalid = |message: String| ApiError::new(400, codes::ARGS_INVALID, message, None, &rid);
+    let invalid = |message: String| ApiError::new(codes::ARGS_INVALID, message, None, &rid);
     let limit = match query.get("limit") {
         None => LIST_DEFAULT_LIMIT,
         Some(l) => match l.parse::<u32>() {

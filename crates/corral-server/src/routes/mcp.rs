@@ -54,7 +54,7 @@ pub(crate) async fn authenticate(
                 Ok(o) => o,
                 Err(msg) => {
                     let code = super::confirmations::INVALID_HEADER;
-                    return ApiError::new(400, code, msg, None, &rid).into_response();
+                    return ApiError::new(code, msg, None, &rid).into_response();
                 }
             };
             request.extensions_mut().insert(caller);
@@ -87,7 +87,6 @@ async fn checked_body(state: &AppState, request: Request, rid: &str) -> Result<R
     let (parts, body) = request.into_parts();
     if !parts.headers.get(header::CONTENT_TYPE).is_some_and(is_json) {
         return Err(ApiError::new(
-            415,
             codes::ARGS_UNSUPPORTED_MEDIA_TYPE,
             "send the MCP message as JSON with `Content-Type: application/json`",
             None,
@@ -101,7 +100,7 @@ async fn checked_body(state: &AppState, request: Request, rid: &str) -> Result<R
         .await
         .map_err(|e| e.response(limit, None, rid))?;
     let malformed =
-        |what: String| ApiError::new(400, codes::ARGS_MALFORMED, what, None, rid).into_response();
+        |what: String| ApiError::new(codes::ARGS_MALFORMED, what, None, rid).into_response();
     // As JSON first (the nesting limit and syntax errors, by line and column), then as the
     // message the MCP service expects.
     if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {

@@ -25,7 +25,7 @@ pub(crate) async fn authed(
                 .gateway
                 .audit_unauthenticated(what, request_id, e.code, 401)
                 .await;
-            Err(ApiError::new(401, e.code, e.message, None, request_id))
+            Err(ApiError::new(e.code, e.message, None, request_id))
         }
     }
 }
@@ -94,7 +94,6 @@ pub async fn not_found(
     let rid = super::request_id();
     authed(&state, &headers, "unknown route", &rid).await?;
     Err(ApiError::new(
-        404,
         codes::ROUTE_NOT_FOUND,
         "no such route; op calls are `POST /ops/{id}`",
         None,
@@ -110,7 +109,6 @@ pub async fn method_not_allowed(
     let rid = super::request_id();
     authed(&state, &headers, "wrong method", &rid).await?;
     Err(ApiError::new(
-        405,
         codes::ROUTE_METHOD_NOT_ALLOWED,
         "op calls are `POST /ops/{id}`; listings are `GET`",
         None,

@@ -61,7 +61,6 @@ pub async fn call(
         gw.audit_rejected(&caller, &id, &rid, codes::ARGS_MALFORMED, 400)
             .await;
         return Err(ApiError::new(
-            400,
             codes::ARGS_MALFORMED,
             "send the arguments as JSON with `Content-Type: application/json`",
             Some(&id),
@@ -77,7 +76,6 @@ pub async fn call(
                 gw.audit_rejected(&caller, &id, &rid, codes::ARGS_MALFORMED, 400)
                     .await;
                 return Err(ApiError::new(
-                    400,
                     codes::ARGS_MALFORMED,
                     format!("the body is not valid JSON: {e}"),
                     Some(&id),
@@ -91,7 +89,7 @@ pub async fn call(
         Err(msg) => {
             let code = super::confirmations::INVALID_HEADER;
             gw.audit_rejected(&caller, &id, &rid, code, 400).await;
-            return Err(ApiError::new(400, code, msg, Some(&id), &rid));
+            return Err(ApiError::new(code, msg, Some(&id), &rid));
         }
     };
     let reply = gw

@@ -578,7 +578,7 @@ async fn an_approved_call_whose_request_is_dropped_mid_run_is_never_run_again() 
     let Reply::Refused(r) = gw.call(call("r1")).await else {
         panic!("a guarded call waits for a person")
     };
-    assert_eq!(r.status, 202);
+    assert_eq!(r.status(), 202);
     let id = r.details.unwrap()["action_id"].as_str().unwrap().to_owned();
     gw.decide_confirmation(&caller, &id, &json!({"decision": "approve"}), "r2")
         .await
@@ -597,7 +597,7 @@ async fn an_approved_call_whose_request_is_dropped_mid_run_is_never_run_again() 
     match gw.call(call("r4")).await {
         Reply::Refused(r) => {
             assert_eq!(
-                (r.status, r.code),
+                (r.status(), r.code),
                 (409, "confirmation.not_replayable"),
                 "{}",
                 r.message

@@ -25,3 +25,4 @@ mod pg;
 mod protected;
 mod routes;
 mod run_tokens;
+mod statuses;

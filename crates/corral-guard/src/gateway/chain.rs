@@ -1,0 +1,876 @@
+//! The guard chain, one function per step, in the order of the `gateway` module doc (pinned by
+//! the `guard_order` tests): resolve, arguments, (entering the run), autonomy, RBAC, policy,
+//! limits, budgets, confirmation, execute. A step passes the call on (`Ok`) or stops it with its
+//! answer (`Err`), so the first step that refuses answers, and `?` joins them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use corral_ops::{OpCtx, OpError, OpOutput};
+use corral_policy::{
+    Allowed, ArgValue, Args, AutonomyLevel, Decision, OpSpec, Principal, Request, codes,
+};
+use serde_json::json;
+
+use super::{
+    Call, CallOptions, Deployment, Gateway, Refusal, Reply, action_details, not_enabled, now_ms,
+};
+use crate::args::parse_args;
+use crate::audit::{AttestationRecord, AuditEvent, Outcome};
+use crate::canonical::{canonical, digest};
+use crate::confirm::{
+    Action, ActionState, ConfirmationError, ConfirmationStore, MAX_ACTION_ARGS_BYTES, Raised,
+    StoredOutcome,
+};
+use crate::guardrails::{Confirmation, GuardPolicy, tier_reason};
+use crate::limiter::{Limited, Permit};
+use crate::runs::{RunKey, RunPurpose, RunStoreError, RunView};
+
+/// How a call ended: the outcome its audit event records, and the answer.
+pub(super) struct Answer {
+    pub(super) outcome: Outcome,
+    pub(super) reply: Reply,
+}
+
+impl Answer {
+    fn refused(outcome: Outcome, refusal: Refusal) -> Self {
+        Self {
+            outcome,
+            reply: Reply::Refused(refusal),
+        }
+    }
+}
+
+/// A step's result: the call goes on with `T`, or ends with the answer.
+type Step<T> = Result<T, Answer>;
+
+impl Gateway {
+    /// Runs the call through the chain; the answer of the step that ended it.
+    pub(super) async fn decide_and_run(
+        &self,
+        d: &Arc<Deployment>,
+        call: &Call,
+        opts: &CallOptions,
+        event: &mut AuditEvent,
+    ) -> Answer {
+        match self.chain(d, call, opts, event).await {
+            Ok(answer) | Err(answer) => answer,
+        }
+    }
+
+    /// The steps in order, joined with `?`; after the op (or the answer instead of it), a run
+    /// that was charged settles its budgets.
+    async fn chain(
+        &self,
+        d: &Arc<Deployment>,
+        call: &Call,
+        opts: &CallOptions,
+        event: &mut AuditEvent,
+    ) -> Step<Answer> {
+        let principal = &call.caller.principal;
+        let g = &d.guard;
+        // Borrowed from the deployment (which outlives the call); cloned once, for the handler.
+        let spec = resolve(d, call)?;
+        let args = arguments(spec, call)?;
+        // The run: what it did to itself (a lowered level, dry-run) applies from here on.
+        let run = self.enter_run(principal, opts).await?;
+        let (run_level, run_dry) = match &run {
+            Some((_, r)) => (r.level, r.dry_run),
+            None => (opts.autonomy, opts.dry_run),
+        };
+        autonomy(g, spec, principal, run_level, event)?;
+        rbac(g, spec, principal, event)?;
+        // Kept boxed: it is large, and moves through the steps to the handler.
+        let grant = policy(d, call, &args, event)?;
+        let _permit = self.limits(call, &grant)?;
+        let charged = self
+            .budgets(run.as_ref().map(|(k, _)| k), call, g, event)
+            .await?;
+        let approved = self
+            .confirmation(d, call, spec, grant.rule.index, run_dry, event)
+            .await;
+        // A dry-run answer counts as run: its budget charge stands, and its output is metered.
+        let executed = match &approved {
+            Ok(_) => true,
+            Err(a) => a.outcome == Outcome::DryRun,
+        };
+        let answer = match approved {
+            Ok(action) => {
+                self.execute(d, call, spec, args, grant, event, action)
+                    .await
+            }
+            Err(answer) => answer,
+        };
+        if let Some(key) = charged {
+            let metered = (g.budgets.max_output_bytes > 0).then(|| output_bytes(&answer.reply));
+            self.settle_budgets(key, &call.op, executed, metered).await;
+        }
+        Ok(answer)
+    }
+
+    /// Between arguments and autonomy: enters the call's run (`X-Corral-Run`, or the token's).
+    async fn enter_run<'a>(
+        &'a self,
+        principal: &'a Principal,
+        opts: &'a CallOptions,
+    ) -> Step<Option<(RunKey<'a>, RunView)>> {
+        let Some(id) = opts.run_id.as_ref() else {
+            return Ok(None);
+        };
+        let key = RunKey {
+            tenant: principal.tenant.as_deref().unwrap_or(&self.tenant),
+            principal: &principal.id,
+            purpose: RunPurpose::Live,
+            run_id: id,
+        };
+        match self
+            .runs
+            .enter(&key, now_ms(), opts.autonomy, opts.dry_run)
+            .await
+        {
+            Ok(record) => Ok(Some((key, record))),
+            Err(e) => Err(run_store_failed(&e)),
+        }
+    }
+
+    /// Step 6: the rate and concurrency limits; the permit is held while the call runs.
+    fn limits(&self, call: &Call, grant: &Allowed) -> Step<Permit> {
+        let principal = &call.caller.principal.id;
+        self.limiter
+            .admit(principal, &call.op, &grant.limits)
+            .map_err(|limited| {
+                let r = match limited {
+                    Limited::Rate { retry_after, limit } => {
+                        let mut r = Refusal::new(
+                            codes::LIMIT_RATE,
+                            format!(
+                                "rate limit {limit} reached for `{}`; retry in {} ms",
+                                call.op,
+                                retry_after.as_millis().max(1)
+                            ),
+                        );
+                        r.retry_after = Some(retry_after);
+                        r
+                    }
+                    Limited::Concurrency { limit } => {
+                        let mut r = Refusal::new(
+                            codes::LIMIT_CONCURRENCY,
+                            format!(
+                                "{limit} call(s) to `{}` already in flight for you; retry when one finishes",
+                                call.op
+                            ),
+                        );
+                        r.retry_after = Some(Duration::from_secs(1));
+                        r
+                    }
+                };
+                Answer::refused(Outcome::Limited, r)
+            })
+    }
+
+    /// Step 7: charges the run's budgets (neutral refusals: nothing ran, nothing failed). The
+    /// key when a charge was made, to settle once the call ended.
+    async fn budgets<'k>(
+        &self,
+        run: Option<&'k RunKey<'k>>,
+        call: &Call,
+        g: &GuardPolicy,
+        event: &mut AuditEvent,
+    ) -> Step<Option<&'k RunKey<'k>>> {
+        let Some(key) = run.filter(|_| g.budgets.any()) else {
+            return Ok(None);
+        };
+        match self.runs.charge(key, &call.op, &g.budgets, now_ms()).await {
+            Err(e) => Err(run_store_failed(&e)),
+            Ok(Ok(())) => Ok(Some(key)),
+            Ok(Err(e)) => {
+                event.detail = Some(e.budget.clone());
+                Err(Answer::refused(
+                    Outcome::BudgetRefused,
+                    Refusal::new(
+                        codes::BUDGET_EXHAUSTED,
+                        format!(
+                            "run `{}`: {} (`{}`); start a new run, or raise the budget",
+                            key.run_id, e.detail, e.budget
+                        ),
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// After the call: a run charged for a call that ran meters its output (`metered`, when
+    /// the run has an output budget); one charged for a call that never ran gets the charge back.
+    async fn settle_budgets(
+        &self,
+        key: &RunKey<'_>,
+        op: &str,
+        executed: bool,
+        metered: Option<u64>,
+    ) {
+        if !executed {
+            if let Err(e) = self.runs.refund(key, op).await {
+                tracing::warn!(error = %e, run = key.run_id, "a run's unused charge was not refunded");
+            }
+        } else if let Some(bytes) = metered
+            && let Err(e) = self.runs.add_output(key, bytes).await
+        {
+            tracing::warn!(error = %e, run = key.run_id, "a run's output was not metered");
+        }
+    }
+
+    /// Step 8: confirmation for the confirm and destructive tiers, unless a confirm-tier op's
+    /// allow rule says `confirm: never`; in dry-run, a guarded op is described instead, never
+    /// run, and nobody is asked. `Ok` with the consumed approval, if one was needed.
+    async fn confirmation(
+        &self,
+        d: &Arc<Deployment>,
+        call: &Call,
+        spec: &OpSpec,
+        rule_index: usize,
+        run_dry: bool,
+        event: &mut AuditEvent,
+    ) -> Step<Option<Box<Action>>> {
+        match d.guard.confirmation_step(spec, rule_index, run_dry) {
+            Confirmation::NotGuarded | Confirmation::Waived => Ok(None),
+            Confirmation::DryRun => Err(Answer {
+                outcome: Outcome::DryRun,
+                reply: Reply::Json(dry_run_payload(call, spec)),
+            }),
+            Confirmation::Required => {
+                // Boxed: the confirmation step's state is large and most calls never reach it,
+                // so it must not grow every call's future.
+                let a = Box::pin(self.approval(d, call, spec, event)).await?;
+                // The consumption is on record before the op runs.
+                let mut consumed = event.clone();
+                consumed.request_id = format!("{}:consume", call.request_id);
+                consumed.outcome = Outcome::ConfirmationConsumed;
+                consumed.action_id = Some(a.action_id.clone());
+                consumed.ts_ms = now_ms();
+                self.audit(&consumed)
+                    .await
+                    .map_err(|r| Answer::refused(Outcome::ConfirmationConsumed, r))?;
+                event.action_id = Some(a.action_id.clone());
+                Ok(Some(a))
+            }
+        }
+    }
+
+    /// Finds or raises the call's action and consumes its approval, or answers what the store
+    /// says (pending, denied, running elsewhere, already done).
+    async fn approval(
+        &self,
+        d: &Arc<Deployment>,
+        call: &Call,
+        spec: &OpSpec,
+        event: &mut AuditEvent,
+    ) -> Step<Box<Action>> {
+        let proto = pending_action(d, call, spec, &event.tenant)?;
+        let key = proto.key.clone();
+        let store = &self.confirmations;
+        // Each pass either ends the step or saw the key change under it (another replica raised
+        // or consumed meanwhile); a few passes always settle.
+        for _ in 0..8 {
+            match store.consume(&key, now_ms()).await {
+                Ok(Some(a)) => return Ok(Box::new(a)),
+                Ok(None) => {}
+                Err(e) => return Err(store_failed(&e, &call.request_id)),
+            }
+            let current = match store.current(&key, now_ms()).await {
+                Ok(c) => c,
+                Err(e) => return Err(store_failed(&e, &call.request_id)),
+            };
+            let a = match current {
+                Some(a) => a,
+                None => match store.raise(&proto, now_ms(), d.guard.max_pending).await {
+                    Ok(Raised::Raised) => proto.clone(),
+                    Ok(Raised::KeyTaken) => continue,
+                    Ok(Raised::TooManyPending {
+                        pending,
+                        first_expiry_ms,
+                    }) => {
+                        return Err(Answer::refused(
+                            Outcome::Limited,
+                            too_many_pending(
+                                &call.caller.principal.id,
+                                pending,
+                                d.guard.max_pending,
+                                first_expiry_ms,
+                            ),
+                        ));
+                    }
+                    Err(e) => return Err(store_failed(&e, &call.request_id)),
+                },
+            };
+            event.action_id = Some(a.action_id.clone());
+            match a.state {
+                ActionState::Pending => {
+                    return Err(Answer::refused(Outcome::ConfirmationRaised, required(&a)));
+                }
+                ActionState::Approved => continue,
+                ActionState::Denied => {
+                    return Err(Answer::refused(Outcome::Denied, denied(&a)));
+                }
+                ActionState::Running => {
+                    return Err(Box::pin(self.wait_for_outcome(a, &call.request_id)).await);
+                }
+                ActionState::Done => return Err(replay(&a)),
+            }
+        }
+        Err(Answer::refused(
+            Outcome::ConfirmationRaised,
+            in_progress(&call.op),
+        ))
+    }
+
+    /// Another request consumed the approval and runs the op: wait for its stored outcome.
+    async fn wait_for_outcome(&self, a: Action, request_id: &str) -> Answer {
+        let deadline = now_ms().saturating_add(OUTCOME_WAIT_MS).min(a.expires_ms);
+        let mut pause = Duration::from_millis(5);
+        loop {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+            match self.confirmations.get(&a.tenant, &a.action_id).await {
+                Ok(Some(now)) if now.state == ActionState::Done => return replay(&now),
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => return store_failed(&e, request_id),
+            }
+            if now_ms() >= deadline {
+                break;
+            }
+        }
+        Answer::refused(Outcome::ConfirmationRaised, in_progress(&a.op))
+    }
+
+    /// Step 9: runs the op; for a consumed approval, stores the outcome on the action (or, if
+    /// this request is dropped while the op runs, that it was interrupted), so retries are told
+    /// instead of running it again.
+    #[allow(clippy::too_many_arguments)]
+    async fn execute(
+        &self,
+        d: &Arc<Deployment>,
+        call: &Call,
+        spec: &OpSpec,
+        args: Args,
+        grant: Box<Allowed>,
+        event: &mut AuditEvent,
+        action: Option<Box<Action>>,
+    ) -> Answer {
+        // If this request is dropped while the approved op runs (the client went away), the
+        // action gets an outcome anyway, so retries are told instead of waiting for one.
+        let mut interrupted = Interrupted {
+            store: Arc::clone(&self.confirmations),
+            action: action.as_ref().map(|a| (a.action_id.clone(), a.op.clone())),
+        };
+        let answer = self.run_op(d, call, spec, args, grant, event).await;
+        interrupted.action = None;
+        if let Some(a) = action {
+            let stored = match &answer.reply {
+                Reply::Json(v) => StoredOutcome::Json { value: v.clone() },
+                Reply::Stream(s) => StoredOutcome::Stream {
+                    content_type: s.content_type.clone(),
+                    len: s.len,
+                },
+                Reply::Refused(r) => StoredOutcome::Refused {
+                    status: r.status(),
+                    code: r.code.to_owned(),
+                    message: r.message.clone(),
+                },
+            };
+            if let Err(e) = self
+                .confirmations
+                .finish(&a.action_id, &stored, now_ms())
+                .await
+            {
+                // The op ran once and the caller gets its outcome; a retry finds the action
+                // still `running` and is told so (it never runs again).
+                tracing::error!(action_id = %a.action_id, error = %e, "the outcome of an approved call could not be stored");
+            }
+        }
+        answer
+    }
+
+    /// The op's handler, with the call's grant, and one audit event per connection its
+    /// sandboxed program made.
+    async fn run_op(
+        &self,
+        d: &Arc<Deployment>,
+        call: &Call,
+        spec: &OpSpec,
+        args: Args,
+        grant: Box<Allowed>,
+        event: &mut AuditEvent,
+    ) -> Answer {
+        let principal = &call.caller.principal;
+        let Some(handler) = d.registry.get(&call.op) else {
+            tracing::error!(op = %call.op, "op is in the catalog but has no handler");
+            return Answer::refused(
+                Outcome::OpError,
+                Refusal::new(
+                    codes::SERVER_INTERNAL,
+                    format!(
+                        "op `{}` has no handler (request {})",
+                        call.op, call.request_id
+                    ),
+                ),
+            );
+        };
+        let spec_has_url = spec
+            .params
+            .iter()
+            .any(|p| p.kind == corral_policy::ParamKind::Url);
+        // Only an op with a url parameter reaches urls on its own (redirects); the others get
+        // no re-check, which refuses every url (fails closed).
+        let url_check = spec_has_url
+            .then(|| url_check(d.clone(), call.op.clone(), principal.clone(), args.clone()));
+        // A sandboxed program's connections (a `network: {allow: [...]}` run): collected while
+        // it runs, one audit event each once it ended.
+        let egress = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = Arc::clone(&egress);
+        let egress_log = corral_exec::EgressLog::new(move |r| {
+            if let Ok(mut records) = sink.lock() {
+                records.push(r);
+            }
+        });
+        let ctx = OpCtx {
+            op: spec.clone(),
+            principal: principal.clone(),
+            args,
+            grant: *grant,
+            backend: self.backend.clone(),
+            protected: d.protected.clone(),
+            request_id: call.request_id.clone(),
+            url_check,
+            egress_log: Some(egress_log),
+        };
+        let result = handler.call(ctx).await;
+        let records = egress
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default();
+        for (i, r) in records.iter().enumerate() {
+            if let Err(refusal) = self.audit(&egress_event(event, i, r)).await {
+                return Answer::refused(Outcome::OpError, refusal);
+            }
+        }
+        match result {
+            Ok(OpOutput::Json { value, attestation }) => {
+                event.attestation = attestation.as_ref().map(AttestationRecord::from);
+                Answer {
+                    outcome: Outcome::Ok,
+                    reply: Reply::Json(value),
+                }
+            }
+            Ok(OpOutput::Stream(s)) => Answer {
+                outcome: Outcome::Ok,
+                reply: Reply::Stream(s),
+            },
+            Err(e) => {
+                let outcome = if e.code.starts_with("limit.") {
+                    Outcome::Limited
+                } else {
+                    Outcome::OpError
+                };
+                Answer::refused(outcome, op_refusal(&e))
+            }
+        }
+    }
+}
+
+/// Step 1: resolves the op in the caller's view; unknown and not-enabled are the same answer.
+fn resolve<'d>(d: &'d Deployment, call: &Call) -> Step<&'d OpSpec> {
+    match d.engine.catalog().get(&call.op) {
+        Some(s) if d.engine.is_mounted(&call.op, &call.caller.principal) => Ok(s),
+        Some(_) | None => Err(Answer::refused(Outcome::NotEnabled, not_enabled(&call.op))),
+    }
+}
+
+/// Step 2: parses the arguments against the op's params.
+fn arguments(spec: &OpSpec, call: &Call) -> Step<Args> {
+    parse_args(spec, &call.args)
+        .map_err(|e| Answer::refused(Outcome::InvalidArgs, Refusal::new(e.code, e.message)))
+}
+
+/// Step 3: the autonomy level in force decides what may run at all, before anyone's role is
+/// looked at.
+fn autonomy(
+    g: &GuardPolicy,
+    spec: &OpSpec,
+    principal: &Principal,
+    run_level: Option<AutonomyLevel>,
+    event: &mut AuditEvent,
+) -> Step<()> {
+    match g.check_autonomy(spec, principal, run_level) {
+        Ok(_) => Ok(()),
+        Err(r) => {
+            event.detail = Some(r.detail);
+            Err(Answer::refused(
+                Outcome::AutonomyBlocked,
+                Refusal::new(r.code, r.message),
+            ))
+        }
+    }
+}
+
+/// Step 4: RBAC by tier decides who may call it, before anyone is asked to approve it.
+fn rbac(g: &GuardPolicy, spec: &OpSpec, principal: &Principal, event: &mut AuditEvent) -> Step<()> {
+    match g.check_role(spec, principal) {
+        Ok(_) => Ok(()),
+        Err(r) => {
+            event.detail = Some(r.detail);
+            Err(Answer::refused(
+                Outcome::RbacDenied,
+                Refusal::new(r.code, r.message),
+            ))
+        }
+    }
+}
+
+/// Step 5: the policy's rules and scopes. The grant of the deciding allow rule.
+fn policy(d: &Deployment, call: &Call, args: &Args, event: &mut AuditEvent) -> Step<Box<Allowed>> {
+    let decision = d.engine.decide(&Request {
+        op: &call.op,
+        principal: &call.caller.principal,
+        args,
+    });
+    let refusal = match decision {
+        Decision::Allowed(grant) => {
+            event.rule = Some(grant.rule.name.to_string());
+            return Ok(grant);
+        }
+        Decision::NotMounted => {
+            return Err(Answer::refused(Outcome::NotEnabled, not_enabled(&call.op)));
+        }
+        Decision::Denied { rule, code, reason } => {
+            event.rule = Some(rule.name.to_string());
+            Refusal::new(
+                code,
+                format!(
+                    "{reason} (rule `{}`); call with other arguments, or change that rule",
+                    rule.name
+                ),
+            )
+        }
+        Decision::NotPermitted { candidates } => match candidates.first() {
+            Some(c) => {
+                event.rule = Some(c.rule.name.to_string());
+                Refusal::new(
+                    c.code,
+                    format!(
+                        "{} (closest rule `{}`); call inside the rule's scope, or widen it",
+                        c.clause, c.rule.name
+                    ),
+                )
+            }
+            None => Refusal::new(
+                codes::POLICY_NOT_PERMITTED,
+                "no allow rule admits these arguments",
+            ),
+        },
+    };
+    Err(Answer::refused(Outcome::Denied, refusal))
+}
+
+/// The action a call of a guarded op raises (or finds, by its key: the tenant, the requester's
+/// full identity, the op, its version and the canonical arguments). Its arguments are bounded
+/// before anything is stored or looked up: no action can hold more.
+fn pending_action(d: &Deployment, call: &Call, spec: &OpSpec, tenant: &str) -> Step<Action> {
+    let principal = &call.caller.principal;
+    let args = match &call.args {
+        serde_json::Value::Null => json!({}),
+        other => other.clone(),
+    };
+    let op_version = d.guard.op_version(&call.op).to_owned();
+    let identity = principal.identity();
+    // The full identity, not the id: a JWT `sub: agent` never finds (nor consumes the
+    // approval of) the action of the static token `agent`.
+    let key = digest(&json!({
+        "tenant": tenant,
+        "requester": identity,
+        "op": call.op,
+        "op_version": op_version,
+        "args": args,
+    }));
+    let args_canonical = canonical(&args);
+    if args_canonical.len() > MAX_ACTION_ARGS_BYTES {
+        return Err(Answer::refused(
+            Outcome::Limited,
+            Refusal::new(
+                codes::CONFIRMATION_ARGS_TOO_LARGE,
+                format!(
+                    "the arguments of this `{}` call are {} bytes as canonical JSON, over the {} bytes (64 KiB) a pending action may hold for a person to review; call with smaller arguments (put large content in a file and pass its path)",
+                    call.op,
+                    args_canonical.len(),
+                    MAX_ACTION_ARGS_BYTES
+                ),
+            ),
+        ));
+    }
+    let now = now_ms();
+    let ttl_ms = i64::try_from(d.guard.confirmation_ttl.as_millis()).unwrap_or(i64::MAX);
+    Ok(Action {
+        action_id: uuid::Uuid::new_v4().to_string(),
+        key,
+        tenant: tenant.to_owned(),
+        requester: principal.id.clone(),
+        requester_identity: identity,
+        requester_kind: principal.kind.as_str().to_owned(),
+        op: call.op.clone(),
+        op_version,
+        tier: spec.tier().as_str().to_owned(),
+        reason: tier_reason(spec),
+        args: args_canonical,
+        state: ActionState::Pending,
+        created_ms: now,
+        expires_ms: now.saturating_add(ttl_ms),
+        decided_ms: None,
+        decided_by: None,
+        outcome: None,
+    })
+}
+
+/// The bytes of an answer, as a run's output budget counts them.
+fn output_bytes(reply: &Reply) -> u64 {
+    match reply {
+        Reply::Json(v) => serde_json::to_vec(v).map_or(0, |b| b.len() as u64),
+        Reply::Stream(s) => s.len,
+        Reply::Refused(_) => 0,
+    }
+}
+
+/// `403 confirmation.denied`: who denied this exact call, and when it may be asked again.
+fn denied(a: &Action) -> Refusal {
+    Refusal::new(
+        codes::CONFIRMATION_DENIED,
+        format!(
+            "{} denied this exact call to `{}` (action {}); call with other arguments, or ask again after it expires in {} s",
+            a.decided_by
+                .as_deref()
+                .map_or_else(|| "someone".to_owned(), |b| format!("`{b}`")),
+            a.op,
+            a.action_id,
+            (a.expires_ms - now_ms()).max(0) / 1000 + 1
+        ),
+    )
+}
+
+/// The audit event of one connection a sandboxed program made through the egress proxy: the
+/// call's event with its own request id (`<call>/egress/<n>`), the host, port and byte counts in
+/// `detail`, and `egress.denied` when it was refused. Never a byte of payload.
+fn egress_event(call: &AuditEvent, n: usize, r: &corral_exec::EgressRecord) -> AuditEvent {
+    let target = match r.addr {
+        Some(addr) => format!("{}:{} ({addr})", r.host, r.port),
+        None => format!("{}:{}", r.host, r.port),
+    };
+    let detail = match (&r.reason, r.allowed) {
+        (None, true) => format!(
+            "egress {target} allowed: {} bytes up, {} bytes down",
+            r.bytes_up, r.bytes_down
+        ),
+        (Some(why), true) => format!(
+            "egress {target} allowed, then {why}: {} bytes up, {} bytes down",
+            r.bytes_up, r.bytes_down
+        ),
+        (reason, false) => format!(
+            "egress {target} refused: {}",
+            reason.as_deref().unwrap_or("not admitted")
+        ),
+    };
+    AuditEvent {
+        request_id: format!("{}/egress/{n}", call.request_id),
+        outcome: if r.allowed {
+            Outcome::Ok
+        } else {
+            Outcome::Denied
+        },
+        code: (!r.allowed).then(|| codes::EGRESS_DENIED.to_owned()),
+        status: if r.allowed { 200 } else { 403 },
+        duration_us: 0,
+        attestation: None,
+        detail: Some(detail),
+        ..call.clone()
+    }
+}
+
+fn op_refusal(e: &OpError) -> Refusal {
+    Refusal::new(e.code, e.message.clone())
+}
+
+/// Stores a `not replayable` outcome for a consumed action whose request was dropped before the
+/// op's outcome was stored (disarmed by setting `action` to `None`).
+struct Interrupted {
+    store: Arc<dyn ConfirmationStore>,
+    action: Option<(String, String)>,
+}
+
+impl Drop for Interrupted {
+    fn drop(&mut self) {
+        let Some((id, op)) = self.action.take() else {
+            return;
+        };
+        tracing::warn!(action_id = %id, op = %op, "an approved call was interrupted");
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = Arc::clone(&self.store);
+        rt.spawn(async move {
+            let outcome = StoredOutcome::Refused {
+                status: codes::status(codes::CONFIRMATION_NOT_REPLAYABLE),
+                code: codes::CONFIRMATION_NOT_REPLAYABLE.to_owned(),
+                message: format!(
+                    "the approved call to `{op}` (action {id}) was interrupted while it ran (its request was cancelled) and may have partly run; check its effects, then call again after the action expires"
+                ),
+            };
+            if let Err(e) = store.finish(&id, &outcome, now_ms()).await {
+                tracing::error!(action_id = %id, error = %e, "the outcome of an interrupted call could not be stored");
+            }
+        });
+    }
+}
+
+/// How long a retry waits for the outcome of an approved call another request is running.
+const OUTCOME_WAIT_MS: i64 = 120_000;
+
+/// `202 confirmation.required`, with the action and how to approve it.
+fn required(a: &Action) -> Refusal {
+    let path = format!("/confirmations/{}/decision", a.action_id);
+    let expires_in = (a.expires_ms - now_ms()).max(0) / 1000;
+    let mut r = Refusal::new(
+        codes::CONFIRMATION_REQUIRED,
+        format!(
+            "`{}` is in the {} tier and waits for a person to approve this exact call: `POST {path}` with `{{\"decision\": \"approve\"}}` as `{}` (a human token, not a delegated or service one), then retry the same call with the same arguments within {expires_in} s",
+            a.op, a.tier, a.requester
+        ),
+    );
+    r.details = Some(action_details(a, &path));
+    r
+}
+
+/// `429 confirmation.too_many_pending`: the cap, how to clear them, and the setting.
+fn too_many_pending(who: &str, pending: u64, max: u64, first_expiry_ms: Option<i64>) -> Refusal {
+    let wait_s = first_expiry_ms.map(|e| (e - now_ms()).max(0) / 1000 + 1);
+    let mut r = Refusal::new(
+        codes::CONFIRMATION_TOO_MANY_PENDING,
+        format!(
+            "`{who}` already has {pending} pending actions, the most `guardrails.max_pending` ({max}) allows, so this call raised none; have a person approve or deny them (`GET /confirmations` lists them){}, or raise `guardrails.max_pending`",
+            wait_s.map_or_else(String::new, |s| format!(
+                ", or wait until the first expires in {s} s"
+            ))
+        ),
+    );
+    r.retry_after = wait_s.map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(1)));
+    r
+}
+
+fn in_progress(op: &str) -> Refusal {
+    let mut r = Refusal::new(
+        codes::CONFIRMATION_IN_PROGRESS,
+        format!(
+            "the approved call to `{op}` is running on another request and its outcome is not stored yet; retry the same call shortly"
+        ),
+    );
+    r.retry_after = Some(Duration::from_secs(1));
+    r
+}
+
+fn store_failed(e: &ConfirmationError, request_id: &str) -> Answer {
+    tracing::error!(request_id, error = %e, "confirmation store failed");
+    Answer::refused(
+        Outcome::OpError,
+        Refusal::new(
+            codes::STORE_QUERY_FAILED,
+            format!("the confirmation store failed, so nothing ran (request {request_id}); retry"),
+        ),
+    )
+}
+
+/// The stored outcome of an approved call that already ran.
+fn replay(a: &Action) -> Answer {
+    let reply = match &a.outcome {
+        Some(StoredOutcome::Json { value }) => Reply::Json(value.clone()),
+        // The status comes from the code, as for every refusal (the stored one is the same).
+        Some(StoredOutcome::Refused {
+            status: _,
+            code,
+            message,
+        }) => Reply::Refused(Refusal::new(
+            codes::lookup(code).map_or(codes::SERVER_INTERNAL, |c| c.code),
+            message.clone(),
+        )),
+        Some(StoredOutcome::Stream { .. }) => Reply::Refused(Refusal::new(
+            codes::CONFIRMATION_NOT_REPLAYABLE,
+            format!(
+                "the approved call to `{}` already ran (action {}) and its bytes are not stored; call again after it expires",
+                a.op, a.action_id
+            ),
+        )),
+        None => Reply::Refused(in_progress(&a.op)),
+    };
+    Answer {
+        outcome: Outcome::Replayed,
+        reply,
+    }
+}
+
+/// The `dry_run` answer: what would have been called, with the canonical arguments.
+fn dry_run_payload(call: &Call, spec: &OpSpec) -> serde_json::Value {
+    let args = match &call.args {
+        serde_json::Value::Null => json!({}),
+        other => other.clone(),
+    };
+    let text = canonical(&args);
+    json!({
+        "status": "dry_run",
+        "message": format!("[DRY RUN] Would have called {} with {text}", call.op),
+        "op": call.op,
+        "tier": spec.tier().as_str(),
+        "args": args,
+        "args_canonical": text,
+    })
+}
+
+/// For `http.fetch` redirects: decide the same call again with the new url, so every hop
+/// passes the same rules and scopes as the first.
+fn url_check(
+    d: Arc<Deployment>,
+    op: String,
+    principal: Principal,
+    args: Args,
+) -> corral_ops::http::UrlCheck {
+    Arc::new(move |url: &str| {
+        let args = args.clone().with("url", ArgValue::Str(url.to_owned()));
+        match d.engine.decide(&Request {
+            op: &op,
+            principal: &principal,
+            args: &args,
+        }) {
+            Decision::Allowed(a) => a.url.ok_or_else(|| {
+                OpError::new(
+                    codes::POLICY_URL_NOT_ALLOWED,
+                    format!("redirect to `{url}` is outside the url scope"),
+                )
+            }),
+            // A policy code (a 403): the redirect is refused by the rules, whatever the decision.
+            other => Err(OpError::new(
+                other
+                    .code()
+                    .filter(|c| c.starts_with("policy."))
+                    .unwrap_or(codes::POLICY_URL_NOT_ALLOWED),
+                format!("redirect to `{url}` is refused by the policy"),
+            )),
+        }
+    })
+}
+
+/// A run store that failed refuses the call (fail closed): its budgets cannot be checked.
+fn run_store_failed(e: &RunStoreError) -> Answer {
+    tracing::error!(error = %e, "the run store failed; refusing the call");
+    Answer::refused(
+        Outcome::OpError,
+        Refusal::new(
+            codes::STORE_QUERY_FAILED,
+            "the run's budgets cannot be checked right now (the store failed); retry",
+        ),
+    )
+}
