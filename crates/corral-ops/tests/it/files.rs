@@ -187,6 +187,42 @@ async fn a_git_head_that_would_make_a_bare_repository_is_refused() -> TestResult
 }
 
 #[tokio::test]
+async fn nothing_inside_a_bare_repository_already_in_the_root_may_change() -> TestResult {
+    // Found by the attack on issue 12: a bare repository in the workspace (a fixture or a
+    // mirror, `fixture.git/` with no `.git` in its path) got `core.fsmonitor` in its config or
+    // a hook through files.write, and the host's git ran it.
+    let ws = Ws::new()?;
+    let e = ws.engine(&[], None)?;
+    std::fs::create_dir_all(ws.path("fixture.git/hooks"))?;
+    std::fs::create_dir_all(ws.path("fixture.git/objects"))?;
+    std::fs::create_dir_all(ws.path("fixture.git/refs"))?;
+    std::fs::write(ws.path("fixture.git/HEAD"), "ref: refs/heads/main\n")?;
+    std::fs::write(ws.path("fixture.git/config"), "[core]\n\tbare = true\n")?;
+    for target in ["fixture.git/config", "fixture.git/hooks/post-checkout"] {
+        let r = call(
+            &e,
+            "files.write",
+            write_args(target, "[core]\n\tfsmonitor = touch /tmp/pwned\n"),
+        )
+        .await;
+        assert!(refused(&r, codes::POLICY_PATH_DENIED), "{target}: {r:?}");
+        let msg = r.err().map(|e| e.message).unwrap_or_default();
+        assert!(msg.contains("inside a git repository"), "{msg}");
+    }
+    let r = call(&e, "files.delete", read_args("fixture.git/config")).await;
+    assert!(refused(&r, codes::POLICY_PATH_DENIED), "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path("fixture.git/config"))?,
+        "[core]\n\tbare = true\n"
+    );
+    assert!(!ws.path("fixture.git/hooks/post-checkout").exists());
+    // Beside it, writes go on as before.
+    let r = call(&e, "files.write", write_args("notes.txt", "hello\n")).await;
+    assert!(r.is_ok(), "{r:?}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn deleting_a_directory_that_holds_a_protected_name_is_refused() -> TestResult {
     // issue 11 item 2: a delete takes along what is beneath.
     let ws = Ws::new()?;
