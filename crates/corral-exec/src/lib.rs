@@ -8,8 +8,10 @@ mod common;
 pub mod linux;
 pub mod mock;
 pub mod process;
+mod repository;
 
 pub use linux::{HELPER_ARG, helper_main};
+pub use repository::enclosing_repository;
 
 use std::fmt;
 use std::future::Future;

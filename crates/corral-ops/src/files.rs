@@ -568,49 +568,15 @@ fn write(
     })
 }
 
-/// The `HEAD` of a git repository that holds `abs`: a directory from `abs`'s parent up to `/`
-/// (as written, and with its symlinks resolved) whose `HEAD` reads as a git head, is a symlink,
-/// or cannot be read. Git on the host takes such a directory for a (bare) repository and runs
-/// what its `config` and hooks say, with no `.git` anywhere in the path, so nothing inside one
-/// may change.
-fn enclosing_repository(abs: &Path) -> Option<PathBuf> {
-    use std::io::Read;
-    let parent = abs.parent()?;
-    let mut forms = vec![parent.to_path_buf()];
-    if let Ok(real) = std::fs::canonicalize(parent)
-        && real != parent
-    {
-        forms.push(real);
-    }
-    for form in forms {
-        for dir in form.ancestors() {
-            let head = dir.join(corral_policy::protect::GIT_HEAD);
-            let Ok(meta) = std::fs::symlink_metadata(&head) else {
-                continue;
-            };
-            if meta.is_dir() {
-                continue;
-            }
-            if !meta.is_file() {
-                return Some(head);
-            }
-            let mut buf = [0u8; 128];
-            let n = std::fs::File::open(&head).and_then(|mut f| f.read(&mut buf));
-            match n {
-                Ok(n)
-                    if !corral_policy::protect::looks_like_git_head(
-                        buf.get(..n).unwrap_or_default(),
-                    ) => {}
-                _ => return Some(head),
-            }
-        }
-    }
-    None
-}
-
-/// Refuses a change at `jp` inside a git repository (see [`enclosing_repository`]).
+/// Refuses a change at `jp` inside a git repository (see
+/// [`corral_exec::enclosing_repository`]: a directory, from `jp`'s parent up, holding a git
+/// `HEAD`).
 fn refuse_inside_repository(jp: &JailedPath) -> Result<(), OpError> {
-    match enclosing_repository(Path::new(&jp.absolute())) {
+    let abs = jp.absolute();
+    let Some(parent) = Path::new(&abs).parent() else {
+        return Ok(());
+    };
+    match corral_exec::enclosing_repository(parent) {
         None => Ok(()),
         Some(head) => Err(OpError::new(
             codes::POLICY_PATH_DENIED,

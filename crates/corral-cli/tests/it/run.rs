@@ -823,3 +823,35 @@ fn the_readme_run_section_example_runs_as_written() {
     assert!(dir.path().join("out.txt").exists(), "{err}");
     assert!(!dir.path().join("deps.lock").exists(), "{err}");
 }
+
+// Found by the attack on issue 12: started inside a bare repository (`x.git/hooks`), a run's
+// write path had the repository above it, which the apply does not look at, so a hook could be
+// planted. Such a run never starts.
+#[test]
+fn a_run_whose_directory_lies_inside_a_bare_repository_never_starts() {
+    let dir = tempdir();
+    let repo = dir.path().join("x.git");
+    for sub in ["hooks", "objects", "refs"] {
+        let _ = std::fs::create_dir_all(repo.join(sub));
+    }
+    let _ = std::fs::write(repo.join("HEAD"), "ref: refs/heads/main\n");
+    let hooks = repo.join("hooks");
+    let (code, out, err) = corral_run(
+        &hooks,
+        &[
+            "--",
+            "sh",
+            "-c",
+            "echo 'touch /tmp/pwned' > post-checkout; echo ran",
+        ],
+        b"",
+        &[],
+    );
+    assert_eq!(code, 125, "{out}{err}");
+    assert!(!out.contains("ran"), "{out}");
+    assert!(err.contains("inside a git repository"), "{err}");
+    assert!(!hooks.join("post-checkout").exists(), "{err}");
+    // Beside it, a run goes on as before.
+    let (code, out, err) = corral_run(dir.path(), &["--", "echo", "ran"], b"", &[]);
+    assert_eq!((code, out.as_str()), (0, "ran\n"), "{err}");
+}

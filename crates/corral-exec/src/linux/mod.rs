@@ -719,6 +719,18 @@ impl LinuxBackend {
                 helper::MAX_WRITE_PATHS
             )));
         }
+        // A write path inside a git repository that has no `.git` in its path (a bare one):
+        // the apply checks the write path and what lies beneath it, not its ancestors, and a
+        // live bind checks nothing, so such a run never starts.
+        for w in &write_paths {
+            if let Some(head) = w.parent().and_then(crate::enclosing_repository) {
+                return Err(ExecError::Invalid(format!(
+                    "the write path `{}` lies inside a git repository (`{}`), whose config and hooks git on the host runs; write outside it",
+                    w.display(),
+                    head.display()
+                )));
+            }
+        }
         // A one-shot run writes into a copy-on-write layer applied after it; an attached one
         // (a long-lived upstream server, whose writes must be live) gets read-write binds,
         // unless the backend gives attached runs the layer too (`corral run`).
