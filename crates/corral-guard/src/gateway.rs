@@ -29,7 +29,7 @@ use crate::confirm::{
 };
 use crate::guardrails::GuardPolicy;
 use crate::limiter::Limiter;
-use crate::metrics::Metrics;
+use crate::metrics::{CallObserver, NoObserver};
 use crate::runs::{RunLedger, RunStore};
 
 /// What a config produces: swapped whole on reload, so a call sees one consistent version.
@@ -179,8 +179,8 @@ pub struct Gateway {
     tenant: String,
     confirmations: Arc<dyn ConfirmationStore>,
     runs: Arc<dyn RunStore>,
-    /// Call metrics, for `/metrics`.
-    pub metrics: Metrics,
+    /// Told of every decided call (metrics); `NoObserver` unless `with_observer` is used.
+    observer: Arc<dyn CallObserver>,
 }
 
 /// The message for 404: identical for an unknown op and an op the caller may not call, so the
@@ -224,8 +224,14 @@ impl Gateway {
             tenant: tenant.to_owned(),
             confirmations: Arc::new(MemoryConfirmations::new()),
             runs: Arc::new(RunLedger::default()),
-            metrics: Metrics::default(),
+            observer: Arc::new(NoObserver),
         }
+    }
+
+    /// Reports every decided call to `observer` (the server's `/metrics`).
+    pub fn with_observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
+        self.observer = observer;
+        self
     }
 
     /// Keeps confirmations in `store` instead of this process's memory (the default).
@@ -387,7 +393,7 @@ impl Gateway {
             detail: None,
         };
         let _ = self.audit(&event).await;
-        self.metrics
+        self.observer
             .record("unknown", outcome.as_str(), Duration::ZERO);
     }
 
@@ -492,7 +498,7 @@ impl Gateway {
             };
         }
         self.audit(&event).await?;
-        self.metrics
+        self.observer
             .record("confirmations", event.outcome.as_str(), started.elapsed());
         result
     }
@@ -673,7 +679,7 @@ impl Gateway {
             Err(refusal) => Reply::Refused(refusal),
         };
         let label = if known { call.op.as_str() } else { "unknown" };
-        self.metrics
+        self.observer
             .record(label, outcome.as_str(), started.elapsed());
         reply
     }

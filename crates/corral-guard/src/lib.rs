@@ -1,5 +1,5 @@
 //! The guard chain: one call path for every surface (HTTP, MCP, `corral call --local`, the lab),
-//! and the ports it writes through (`AuditSink`, `ConfirmationStore`).
+//! and the ports it writes through (`AuditSink`, `ConfirmationStore`, `CallObserver`).
 
 pub mod args;
 pub mod audit;
@@ -15,3 +15,4 @@ pub use gateway::{
     Call, CallOptions, Caller, ConfirmationsPage, Deployment, Gateway, LIST_DEFAULT_LIMIT,
     LIST_MAX_LIMIT, Refusal, Reply, now_ms, valid_run_id,
 };
+pub use metrics::{CallObserver, NoObserver};

@@ -8,6 +8,7 @@ pub mod auth;
 mod body;
 pub mod compose;
 pub mod error;
+pub mod metrics;
 pub mod openapi;
 pub mod routes;
 pub mod serve;
@@ -27,6 +28,8 @@ pub struct AppState(pub Arc<App>);
 pub struct App {
     /// The guard chain.
     pub gateway: Arc<Gateway>,
+    /// What the gateway reports of each call, rendered on `/metrics`.
+    pub metrics: Arc<metrics::CallMetrics>,
     /// The upstream MCP servers of the current config (reconciled on reload: unchanged ones
     /// keep running, new ones start, removed ones stop).
     pub upstreams: Arc<std::sync::RwLock<corral_mcp::upstream::Upstreams>>,

@@ -217,8 +217,10 @@ pub async fn build_state(
     );
     let deployment = compose::deployment(loaded, &upstreams, compose::UPSTREAM_LIST_WAIT).await;
     spawn_confirmation_purger(&confirmations);
-    let mut gateway =
-        Gateway::new(deployment, backend, sinks, "default").with_confirmations(confirmations);
+    let metrics = Arc::new(crate::metrics::CallMetrics::default());
+    let mut gateway = Gateway::new(deployment, backend, sinks, "default")
+        .with_confirmations(confirmations)
+        .with_observer(metrics.clone());
     // Run budgets: in PostgreSQL, shared by the replicas on it; with the SQLite default (one
     // node) in this process's memory, which meters the same without a write per call.
     if store.backend_name() == "postgres" {
@@ -231,6 +233,7 @@ pub async fn build_state(
     spawn_upstream_refresher(&gateway, &upstreams, &deploy_lock);
     let state = AppState(Arc::new(App {
         gateway,
+        metrics,
         upstreams,
         deploy_lock,
         auth: std::sync::RwLock::new(Arc::new(auth)),

@@ -60,18 +60,23 @@ pub async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
     .into_response())
 }
 
-/// `GET /metrics`: Prometheus text.
+/// `GET /metrics`: OpenMetrics text (Prometheus scrapes it).
 pub async fn metrics(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let rid = super::request_id();
     authed(&state, &headers, "GET /metrics", &rid).await?;
-    Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.0.gateway.metrics.render(),
-    )
-        .into_response())
+    let text = state.0.metrics.render().map_err(|_| {
+        tracing::error!(request_id = %rid, "GET /metrics: the metrics could not be encoded");
+        ApiError::new(
+            codes::SERVER_INTERNAL,
+            "the metrics could not be encoded; the server log has the request id",
+            None,
+            &rid,
+        )
+    })?;
+    Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }
 
 /// `GET /openapi.json`: the API as the caller sees it.

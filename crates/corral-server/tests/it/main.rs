@@ -20,6 +20,7 @@ mod http_fetch;
 mod jwt;
 mod limits;
 mod mcp;
+mod metrics;
 #[path = "../../../corral-store/tests/support/pg_schema.rs"]
 mod pg;
 mod protected;

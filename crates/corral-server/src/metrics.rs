@@ -1,0 +1,89 @@
+//! `/metrics`: the gateway's `CallObserver`, kept in a `prometheus-client` registry (calls by op
+//! and outcome, a latency histogram) and rendered as OpenMetrics text.
+
+use std::fmt;
+use std::time::Duration;
+
+use corral_guard::CallObserver;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of `/metrics`: OpenMetrics 1.0 text (it declares a counter family by its
+/// name without `_total` and ends with `# EOF`; Prometheus scrapes it natively).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Latency buckets, in seconds (`+Inf` is added by the histogram).
+const BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The labels of `corral_calls_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    /// A known op id, or `unknown` (the gateway's rule: a caller cannot grow the label set).
+    op: String,
+    /// The audit outcome.
+    outcome: &'static str,
+}
+
+/// Call counters and a latency histogram, in a registry of their own.
+pub struct CallMetrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    duration: Histogram,
+}
+
+impl fmt::Debug for CallMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallMetrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for CallMetrics {
+    fn default() -> Self {
+        let calls = Family::<CallLabels, Counter>::default();
+        let duration = Histogram::new(BUCKETS);
+        let mut registry = Registry::default();
+        // The encoder appends `_total` to a counter's series and `.` to the help text.
+        registry.register(
+            "corral_calls",
+            "Calls decided, by op and outcome",
+            calls.clone(),
+        );
+        registry.register(
+            "corral_call_duration_seconds",
+            "Time from receipt to response",
+            duration.clone(),
+        );
+        Self {
+            registry,
+            calls,
+            duration,
+        }
+    }
+}
+
+impl CallMetrics {
+    /// The OpenMetrics text exposition (ends with `# EOF`).
+    pub fn render(&self) -> Result<String, fmt::Error> {
+        let mut out = String::new();
+        encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+impl CallObserver for CallMetrics {
+    fn record(&self, op: &str, outcome: &'static str, took: Duration) {
+        self.calls
+            .get_or_create(&CallLabels {
+                op: op.to_owned(),
+                outcome,
+            })
+            .inc();
+        self.duration.observe(took.as_secs_f64());
+    }
+}
