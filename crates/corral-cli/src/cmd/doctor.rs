@@ -164,6 +164,19 @@ fn host_ids(written: &str) -> (Result<HostUids, String>, String) {
     (setting, words)
 }
 
+/// The probe checks `RLIMIT_NPROC` as corral's own uid, which as host root it never binds; with
+/// host ids the program runs as an unprivileged uid, where it does (the test run attests it).
+fn with_host_ids(mut p: PrimitiveOut, setting: &Result<HostUids, String>) -> PrimitiveOut {
+    let ranged =
+        matches!(setting, Ok(h) if running_as_root() && h.resolve().is_ok_and(|r| r.is_some()));
+    if p.name == "rlimit:nproc-userns" && !p.available && ranged {
+        p.available = true;
+        p.detail = "binds the program: it runs as an unprivileged host uid (`isolation.host_uids`), whose process count RLIMIT_NPROC limits in the run's user namespace".to_owned();
+        p.fix = String::new();
+    }
+    p
+}
+
 /// Whether this process runs as host root (`/proc/self` belongs to the caller's uid).
 fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -246,7 +259,11 @@ pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
             detail: format!("isolation.host_uids: {e}"),
         }
     } else if missing.is_empty() {
-        match smoke_run(network, cgroup_parent, host_setting.unwrap_or_default()) {
+        match smoke_run(
+            network,
+            cgroup_parent,
+            host_setting.clone().unwrap_or_default(),
+        ) {
             Ok(detail) => BackendOut {
                 name: "linux",
                 can_run: true,
@@ -295,7 +312,10 @@ pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
         host_ids,
         confirmations,
         ok,
-        primitives: primitives.iter().map(PrimitiveOut::from).collect(),
+        primitives: primitives
+            .iter()
+            .map(|p| with_host_ids(PrimitiveOut::from(p), &host_setting))
+            .collect(),
         backends: vec![linux, process],
     };
     match format {

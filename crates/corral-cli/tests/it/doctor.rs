@@ -43,9 +43,24 @@ fn doctor_names_the_cgroup_layout_and_what_bounds_a_runs_processes() {
     let pids = primitive(&v, "cgroup:pids");
     let nproc = primitive(&v, "rlimit:nproc-userns");
     let limit = if is_root() {
-        // Root: RLIMIT_NPROC never binds it, so the pids cgroup is what bounds a run.
+        // Root: RLIMIT_NPROC never binds host uid 0, so the pids cgroup bounds a run; with host
+        // ids (the default, `isolation.host_uids: auto`) the program is an unprivileged uid,
+        // which RLIMIT_NPROC binds too.
         assert_eq!(pids["required"], true, "{pids}");
-        assert_eq!(nproc["available"], false, "{nproc}");
+        assert_eq!(nproc["available"], true, "{nproc}");
+        assert!(
+            nproc["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("host_uids")),
+            "{nproc}"
+        );
+        let root_dir = workspace(Some(
+            "version: 1\nroot: $WS\nisolation: {host_uids: root}\n",
+        ));
+        let (code, v, err) = doctor_json(root_dir.path());
+        assert_eq!(code, 0, "{v}\n{err}");
+        let nproc = primitive(&v, "rlimit:nproc-userns");
+        assert_eq!(nproc["available"], false, "as host root itself: {nproc}");
         "cgroup:pids"
     } else {
         assert_eq!(nproc["available"], true, "{nproc}");
