@@ -104,6 +104,18 @@ impl Loaded {
         Engine::new(self.catalog.clone(), self.policy.clone())
     }
 
+    /// The ops an unauthenticated caller could call that run programs (`commands.run`, custom
+    /// ops, upstream MCP tools), as `` `id` ``: what makes open mode (no tokens, no JWT) unsafe.
+    /// `check-config` (`lint.open_mode`) and `corral serve`'s start-up check both ask this.
+    pub fn open_mode_risky_ops(&self) -> Vec<String> {
+        self.engine()
+            .mounted_ops(&corral_policy::Principal::anonymous())
+            .into_iter()
+            .filter(|op| op.can_run_programs())
+            .map(|op| format!("`{}`", op.id))
+            .collect()
+    }
+
     /// Renders diagnostics against this file.
     pub fn render(&self, diags: &[Diagnostic]) -> String {
         render(diags, &self.file_name, &self.source)

@@ -956,14 +956,7 @@ impl<'a> Linter<'a> {
         let tokens = &self.l.config.auth.tokens;
         let jwt = self.l.config.auth.jwt.is_some();
         if tokens.is_empty() && !jwt {
-            let engine = self.l.engine();
-            let anon = Principal::anonymous();
-            let risky: Vec<String> = engine
-                .mounted_ops(&anon)
-                .into_iter()
-                .filter(|op| op.can_run_programs())
-                .map(|op| format!("`{}`", op.id))
-                .collect();
+            let risky = self.l.open_mode_risky_ops();
             if risky.is_empty() {
                 self.push(Diagnostic::note(
                     codes::LINT_OPEN_MODE,

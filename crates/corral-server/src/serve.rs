@@ -12,7 +12,6 @@ use corral_exec::process::ProcessBackend;
 use corral_guard::Gateway;
 use corral_guard::audit::AuditSink;
 use corral_guard::confirm::{ConfirmationStore, MemoryConfirmations};
-use corral_policy::Principal;
 use corral_store::Store;
 
 use crate::{App, AppState, compose};
@@ -85,13 +84,7 @@ fn check_open_mode(
     if !auth_open {
         return Ok(());
     }
-    let engine = loaded.engine();
-    let risky: Vec<String> = engine
-        .mounted_ops(&Principal::anonymous())
-        .into_iter()
-        .filter(|op| op.can_run_programs())
-        .map(|op| format!("`{}`", op.id))
-        .collect();
+    let risky = loaded.open_mode_risky_ops();
     let problem = if !listen.ip().is_loopback() {
         Some(format!(
             "no auth is configured and {listen} is not a loopback address"
