@@ -273,47 +273,7 @@ enum Command {
     /// The program's writes go through a copy-on-write layer, applied to the host when it ended:
     /// a new `.git` or `.corral` (at any depth) or what is over `--write-quota` is refused
     /// there, one line per refused path on stderr, and no set-id bit reaches the host.
-    Run {
-        /// The `run:` section of this corral config gives the defaults (only when given: no
-        /// config is read otherwise); the flags below win over it.
-        #[arg(long, short = 'c', value_name = "FILE")]
-        config: Option<PathBuf>,
-        /// What of the host the sandbox sees besides the system directories (default:
-        /// `workspace`).
-        #[arg(long, value_enum)]
-        profile: Option<cmd::run::Profile>,
-        /// Network: `none` (no interface up), `loopback` (127.0.0.1 inside the sandbox only), or
-        /// `allow:HOST:PORT[,HOST:PORT...]` (only those, through corral's egress proxy).
-        #[arg(long, value_name = "MODE", value_parser = cmd::run::parse_net)]
-        net: Option<cmd::run::Net>,
-        /// After the run, print what the sandbox applied as one JSON line on stderr.
-        #[arg(long)]
-        attest: bool,
-        /// Kill the sandbox after this long (`30s`, `5m`, `1h`); exit code 124.
-        #[arg(long, value_name = "DURATION", value_parser = cmd::run::parse_timeout)]
-        timeout: Option<std::time::Duration>,
-        /// Memory limit of the whole sandbox (`512MiB`, `2GiB`), enforced by a memory cgroup;
-        /// refused where the host has none.
-        #[arg(long, value_name = "SIZE", value_parser = cmd::run::parse_memory)]
-        memory: Option<u64>,
-        /// What the program may add to the host through its write paths (`64MiB`, `4GiB`;
-        /// default 1 GiB); over it, its writes fail with "No space left on device" and the apply
-        /// refuses the rest (exit 125).
-        #[arg(long, value_name = "SIZE", value_parser = cmd::run::parse_memory)]
-        write_quota: Option<u64>,
-        /// Also show this directory or file, read-only (repeatable).
-        #[arg(long, value_name = "PATH")]
-        read: Vec<PathBuf>,
-        /// Also show this directory or file, read-write (repeatable).
-        #[arg(long, value_name = "PATH")]
-        write: Vec<PathBuf>,
-        /// Pass a variable: `NAME` (its value here) or `NAME=VALUE` (repeatable).
-        #[arg(long, value_name = "NAME[=VALUE]")]
-        env: Vec<String>,
-        /// The command and its arguments (after `--`).
-        #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
-        argv: Vec<String>,
-    },
+    Run(cmd::run::Args),
     /// Check a server's `/healthz`: exit 0 when healthy, 1 when not or unreachable.
     Healthcheck {
         /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
@@ -472,31 +432,7 @@ pub fn run_cli(cli: Cli) -> Exit {
             remote.token_env.as_deref(),
             remote.format,
         ),
-        Command::Run {
-            config,
-            profile,
-            net,
-            attest,
-            timeout,
-            memory,
-            write_quota,
-            read,
-            write,
-            env,
-            argv,
-        } => cmd::run::run(cmd::run::Args {
-            config,
-            profile,
-            net,
-            attest,
-            timeout,
-            memory,
-            write_quota,
-            read,
-            write,
-            env,
-            argv,
-        }),
+        Command::Run(args) => cmd::run::run(args),
         Command::Healthcheck {
             server,
             timeout_ms,

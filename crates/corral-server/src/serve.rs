@@ -124,13 +124,8 @@ fn backend(loaded: &Loaded) -> Result<Arc<dyn Backend>, ServeError> {
             };
             // The running binary is the helper (`corral __sandbox-exec`); `/proc/self/exe`
             // names it even if the file on disk was replaced since.
-            let host_uids = corral_exec::linux::HostUids::parse(
-                loaded
-                    .config
-                    .isolation
-                    .host_uids
-                    .as_deref()
-                    .unwrap_or("auto"),
+            let host_uids = corral_exec::linux::HostUids::from_setting(
+                loaded.config.isolation.host_uids.as_deref(),
             )
             .map_err(ServeError::Isolation)?;
             let linux = LinuxBackend::new(PathBuf::from("/proc/self/exe"))

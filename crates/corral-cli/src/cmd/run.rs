@@ -144,18 +144,46 @@ pub fn parse_memory(s: &str) -> Result<u64, String> {
 }
 
 /// `corral run`'s options, as given on the command line.
-#[derive(Debug)]
+#[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The `run:` section of this corral config gives the defaults (only when given: no
+    /// config is read otherwise); the flags below win over it.
+    #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// What of the host the sandbox sees besides the system directories (default:
+    /// `workspace`).
+    #[arg(long, value_enum)]
     pub profile: Option<Profile>,
+    /// Network: `none` (no interface up), `loopback` (127.0.0.1 inside the sandbox only), or
+    /// `allow:HOST:PORT[,HOST:PORT...]` (only those, through corral's egress proxy).
+    #[arg(long, value_name = "MODE", value_parser = parse_net)]
     pub net: Option<Net>,
+    /// After the run, print what the sandbox applied as one JSON line on stderr.
+    #[arg(long)]
     pub attest: bool,
-    pub timeout: Option<Duration>,
+    /// Kill the sandbox after this long (`30s`, `5m`, `1h`); exit code 124.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub timeout: Option<std::time::Duration>,
+    /// Memory limit of the whole sandbox (`512MiB`, `2GiB`), enforced by a memory cgroup;
+    /// refused where the host has none.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     pub memory: Option<u64>,
+    /// What the program may add to the host through its write paths (`64MiB`, `4GiB`;
+    /// default 1 GiB); over it, its writes fail with "No space left on device" and the apply
+    /// refuses the rest (exit 125).
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     pub write_quota: Option<u64>,
+    /// Also show this directory or file, read-only (repeatable).
+    #[arg(long, value_name = "PATH")]
     pub read: Vec<PathBuf>,
+    /// Also show this directory or file, read-write (repeatable).
+    #[arg(long, value_name = "PATH")]
     pub write: Vec<PathBuf>,
+    /// Pass a variable: `NAME` (its value here) or `NAME=VALUE` (repeatable).
+    #[arg(long, value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,
+    /// The command and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub argv: Vec<String>,
 }
 
@@ -345,9 +373,7 @@ fn run_inner(args: Args) -> Result<u8, Failure> {
         .with_cgroup_parent(s.cgroup_parent.clone())
         .with_inherited_output()
         .with_attached_write_layer()
-        .with_host_uids(
-            HostUids::parse(s.host_uids.as_deref().unwrap_or("auto")).map_err(Failure::usage)?,
-        )
+        .with_host_uids(HostUids::from_setting(s.host_uids.as_deref()).map_err(Failure::usage)?)
         .map_err(Failure::usage)?
         // One run, then exit: no preflight probe (the helper refuses a run missing a primitive
         // step by step, and the probe then names the fix), and no warm sandbox to keep.

@@ -142,6 +142,11 @@ impl HostUids {
         }
     }
 
+    /// `isolation.host_uids` as the config gives it: [`Self::parse`], `auto` when absent.
+    pub fn from_setting(written: Option<&str>) -> Result<Self, String> {
+        written.map_or(Ok(HostUids::Auto), Self::parse)
+    }
+
     /// The range it names on this host, read from `/etc/subuid` and `/etc/subgid` for `auto`.
     /// `None` for `root`.
     pub fn resolve(self) -> Result<Option<HostRange>, String> {
