@@ -1,0 +1,3 @@
+//! Corral's lab: scenarios of steps and mocks, the agents under test (variants) that run them
+//! through the one guard chain, scorers, synthetic inputs, and the before/after comparison
+//! verdict. It stores nothing itself: the store keeps scenarios, runs, outputs and comparisons.

@@ -1,0 +1,1 @@
+//! corral-lab's integration tests: one binary, a module per concern.
