@@ -20,8 +20,8 @@ use corral_policy::units::{parse_duration, parse_size};
 
 use crate::diag::Diagnostic;
 use crate::model::{
-    BackendKind, Config, IsolationConfig, McpConfig, NetworkMode, Spanned, StateOnlyEntry,
-    StorageConfig,
+    BackendKind, Config, IsolationConfig, McpConfig, NetworkMode, SandboxConfig, Spanned,
+    StateOnlyEntry, StorageConfig,
 };
 use crate::yaml::{Key, Node, Span, Value};
 
@@ -418,6 +418,9 @@ pub(super) const TOP: &[Field<Config>] = &[
         d.fields(e.node, &e.at, MCP, &mut c.mcp);
     }),
     Field::new("run", |d, e, c| c.run = d.run(e.node, &e.at)),
+    Field::new("sandbox", |d, e, c| {
+        d.fields(e.node, &e.at, SANDBOX, &mut c.sandbox);
+    }),
 ];
 
 fn version(d: &mut Decoder, e: &Item<'_>, c: &mut Config) {
@@ -503,6 +506,11 @@ pub(super) const MCP: &[Field<McpConfig>] = &[
     }),
 ];
 
+/// `sandbox:` the lab.
+pub(super) const SANDBOX: &[Field<SandboxConfig>] = &[Field::new("enabled", |d, e, s| {
+    s.enabled = d.bool(e.node, &e.at).unwrap_or(true);
+})];
+
 /// `isolation:` where commands run.
 pub(super) const ISOLATION: &[Field<IsolationConfig>] = &[
     Field::new("backend", |d, e, i| {
@@ -574,6 +582,7 @@ pub(crate) fn all_tables() -> Vec<(&'static str, Vec<&'static str>)> {
         ("storage", keys(STORAGE)),
         ("mcp", keys(MCP)),
         ("isolation", keys(ISOLATION)),
+        ("sandbox", keys(SANDBOX)),
         ("rules[0]", keys(scopes::RULE)),
         ("rules[0].paths", keys(scopes::PATH)),
         ("rules[0].commands", keys(scopes::COMMAND)),

@@ -82,6 +82,8 @@ pub struct Config {
     pub mcp: McpConfig,
     /// `run:` the sandbox `corral run --config F` gives its command; `None` when absent.
     pub run: Option<RunConfig>,
+    /// `sandbox:` the lab (scenarios, runs, comparisons).
+    pub sandbox: SandboxConfig,
 }
 
 /// What of the host `corral run` shows the program besides the system directories.
@@ -141,6 +143,20 @@ impl McpConfig {
             return vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
         }
         self.allowed_hosts.iter().map(|h| h.value.clone()).collect()
+    }
+}
+
+/// `sandbox:` the lab. On by default; `enabled: false` closes its routes, CLI commands and MCP
+/// tools without deleting what it stored (turning it back on restores access).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// Whether the lab answers.
+    pub enabled: bool,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self { enabled: true }
     }
 }
 

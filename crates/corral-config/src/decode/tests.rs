@@ -37,7 +37,9 @@ fn document(path: &str, body: &str) -> Option<String> {
         "run.limits" => format!("{{version: 1, run: {{limits: {{{body}}}}}}}"),
         "preset[0]" => format!("{{version: 1, preset: [{{{body}}}]}}"),
         "storage" | "mcp" | "isolation" | "limits" | "auth" | "audit" | "autonomy" | "roles"
-        | "guardrails" | "budgets" | "run" => format!("{{version: 1, {path}: {{{body}}}}}"),
+        | "guardrails" | "budgets" | "run" | "sandbox" => {
+            format!("{{version: 1, {path}: {{{body}}}}}")
+        }
         _ => return None,
     };
     Some(doc)
@@ -135,4 +137,22 @@ fn every_key_a_table_lists_is_read() {
             );
         }
     }
+}
+
+#[test]
+fn the_lab_is_on_unless_the_config_turns_it_off() {
+    let decoded = |source: &str| {
+        let Ok(tree) = parse(source) else {
+            unreachable!("valid YAML: {source}")
+        };
+        let mut d = Decoder::new();
+        let config = d.config(&tree);
+        (config.sandbox.enabled, d.diags)
+    };
+    let (on, diags) = decoded("{version: 1}");
+    assert!(on && diags.is_empty(), "{diags:?}");
+    let (on, diags) = decoded("{version: 1, sandbox: {enabled: false}}");
+    assert!(!on && diags.is_empty(), "{diags:?}");
+    let (_, diags) = decoded("{version: 1, sandbox: {enabled: maybe}}");
+    assert_eq!(diags.len(), 1, "{diags:?}");
 }
