@@ -1,5 +1,6 @@
 //! The guard chain: one call path for every surface (HTTP, MCP, `corral call --local`, the lab),
-//! and the ports it writes through (`AuditSink`, `ConfirmationStore`, `CallObserver`).
+//! and the ports it writes through (`AuditSink`, `ConfirmationStore` and `RunStore`, defined in
+//! corral-ports and re-exported here; `CallObserver`).
 
 pub mod args;
 pub mod canonical;
