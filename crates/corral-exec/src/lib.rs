@@ -158,18 +158,9 @@ impl PartialEq for EgressLog {
 
 impl Eq for EgressLog {}
 
-/// What a backend actually applied to one run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attestation {
-    /// The backend's name (`process`, `linux`, `inproc-mock`).
-    pub backend: &'static str,
-    /// Whether the run was isolated from the host (namespaces, landlock, seccomp).
-    pub isolated: bool,
-    /// Whether the run's ephemeral state was removed and the removal checked.
-    pub destroyed: bool,
-    /// The primitives applied, e.g. `rlimit:as`, `pgroup`, `landlock:abi7`.
-    pub primitives: Vec<String>,
-}
+/// What a backend actually applied to one run (a plain record, defined in corral-ports so
+/// storage can audit it without linking this crate).
+pub use corral_ports::attestation::Attestation;
 
 /// The result of a run.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,6 +19,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+pub use corral_ports::runs::Budgets;
+
 use corral_policy::{
     AutonomyLevel, OpSpec, Principal, PrincipalKind, PrincipalSelector, Role, Tier, codes,
 };
@@ -31,29 +33,6 @@ pub enum Mode {
     Enforce,
     /// Confirm- and destructive-tier calls answer `dry_run` and never run.
     DryRun,
-}
-
-/// Per-run budgets; `0` (or `Duration::ZERO`) disables one.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Budgets {
-    /// Calls per run.
-    pub max_calls: u64,
-    /// Calls per run to one op.
-    pub max_calls_per_op: HashMap<String, u64>,
-    /// Time from a run's first call.
-    pub max_wall_time: Duration,
-    /// Bytes of results per run.
-    pub max_output_bytes: u64,
-}
-
-impl Budgets {
-    /// Whether any budget is set.
-    pub fn any(&self) -> bool {
-        self.max_calls > 0
-            || self.max_calls_per_op.values().any(|n| *n > 0)
-            || !self.max_wall_time.is_zero()
-            || self.max_output_bytes > 0
-    }
 }
 
 /// Where the autonomy level in force came from (named in refusals).

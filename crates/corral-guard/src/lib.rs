@@ -1,15 +1,17 @@
 //! The guard chain: one call path for every surface (HTTP, MCP, `corral call --local`, the lab),
-//! and the ports it writes through (`AuditSink`, `ConfirmationStore`, `CallObserver`).
+//! and the ports it writes through (`AuditSink`, `ConfirmationStore` and `RunStore`, defined in
+//! corral-ports and re-exported here; `CallObserver`).
 
 pub mod args;
-pub mod audit;
 pub mod canonical;
-pub mod confirm;
 pub mod gateway;
 pub mod guardrails;
 pub mod limiter;
 pub mod metrics;
-pub mod runs;
+
+// The ports and their in-memory implementations live in corral-ports (so storage links neither
+// this crate nor the sandbox); their paths under `corral_guard::` stay.
+pub use corral_ports::{audit, confirm, runs};
 
 pub use gateway::{
     Call, CallOptions, Caller, ConfirmationsPage, Deployment, Gateway, LIST_DEFAULT_LIMIT,

@@ -4,7 +4,7 @@
 //! fails on the primary key instead of overwriting. `act_chain`, `args_shape` and `attestation`
 //! are stored as JSON text.
 
-use corral_guard::audit::{AttestationRecord, AuditError, AuditEvent, AuditSink, Outcome};
+use corral_ports::audit::{AttestationRecord, AuditError, AuditEvent, AuditSink, Outcome};
 use futures_core::future::BoxFuture;
 
 use crate::{Store, StoreError};

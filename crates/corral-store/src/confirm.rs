@@ -20,7 +20,7 @@
 //!
 //! Listing is paged by a keyset cursor (`created_ms`, `action_id`), in the index's order.
 
-use corral_guard::confirm::{
+use corral_ports::confirm::{
     Action, ActionState, ConfirmationError, ConfirmationStore, Cursor, Raised, StoredOutcome,
 };
 use futures_core::future::BoxFuture;

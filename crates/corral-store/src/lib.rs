@@ -1,5 +1,6 @@
 //! Corral's storage: sqlx adapters for SQLite and Postgres, migrations, tenancy; implements the
-//! guard's ports. **Architecture invariant:** the only crate that knows SQL.
+//! guard's ports (from corral-ports: it links neither the guard nor the sandbox crate).
+//! **Architecture invariant:** the only crate that knows SQL.
 //!
 //! # One store, two backends
 //!

@@ -6,9 +6,10 @@
 //! run are serialised on its row (PostgreSQL: `SELECT ... FOR UPDATE`; SQLite: `BEGIN
 //! IMMEDIATE` takes the write lock before anything is read), so no more than the budget pass.
 
-use corral_guard::guardrails::Budgets;
-use corral_guard::runs::{Exhausted, RunKey, RunStore, RunStoreError, RunView, over_budget};
 use corral_policy::AutonomyLevel;
+use corral_ports::runs::{
+    Budgets, Exhausted, RunKey, RunStore, RunStoreError, RunView, over_budget,
+};
 use futures_core::future::BoxFuture;
 
 use crate::{Pool, Store, StoreError};

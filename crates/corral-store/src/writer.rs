@@ -19,7 +19,7 @@
 //!
 //! Events are JSON-encoded by the calling task, in parallel, before they reach the writer.
 
-use corral_guard::audit::{AuditError, AuditEvent, AuditSink};
+use corral_ports::audit::{AuditError, AuditEvent, AuditSink};
 use futures_core::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 

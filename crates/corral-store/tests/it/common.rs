@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use corral_guard::audit::{AttestationRecord, AuditEvent, AuditSink, Outcome};
+use corral_ports::audit::{AttestationRecord, AuditEvent, AuditSink, Outcome};
 use corral_store::{STORE_QUERY_FAILED, Store};
 
 /// An event with every field set; `attestation` only when `attested`.

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use corral_guard::confirm::{
+use corral_ports::confirm::{
     Action, ActionState, ConfirmationStore, Cursor, Raised, StoredOutcome,
 };
 use corral_store::Store;
@@ -403,9 +403,9 @@ async fn sqlite_concurrent_raises_never_pass_the_pending_cap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_caps_pending_actions_and_pages_the_listing() {
-    pending_cap(&corral_guard::confirm::MemoryConfirmations::new()).await;
-    paging(&corral_guard::confirm::MemoryConfirmations::new()).await;
-    let m: Arc<dyn ConfirmationStore> = Arc::new(corral_guard::confirm::MemoryConfirmations::new());
+    pending_cap(&corral_ports::confirm::MemoryConfirmations::new()).await;
+    paging(&corral_ports::confirm::MemoryConfirmations::new()).await;
+    let m: Arc<dyn ConfirmationStore> = Arc::new(corral_ports::confirm::MemoryConfirmations::new());
     cap_holds_under_concurrency(Arc::clone(&m), m, 32, 5).await;
 }
 
@@ -469,11 +469,11 @@ async fn sqlite_approvals_survive_reopening() {
 
 #[tokio::test]
 async fn memory_lifecycle_and_races() {
-    let store = corral_guard::confirm::MemoryConfirmations::new();
+    let store = corral_ports::confirm::MemoryConfirmations::new();
     lifecycle(&store).await;
     purging(&store).await;
     let store: Arc<dyn ConfirmationStore> =
-        Arc::new(corral_guard::confirm::MemoryConfirmations::new());
+        Arc::new(corral_ports::confirm::MemoryConfirmations::new());
     one_consumer_wins(Arc::clone(&store), 64).await;
     one_raise_wins(store, 64).await;
 }

@@ -6,9 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use corral_guard::guardrails::Budgets;
-use corral_guard::runs::{RunKey, RunLedger, RunPurpose, RunStore};
 use corral_policy::AutonomyLevel;
+use corral_ports::runs::{Budgets, RunKey, RunLedger, RunPurpose, RunStore};
 use corral_store::Store;
 
 use crate::postgres::Schema;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use corral_guard::audit::AuditSink;
+use corral_ports::audit::AuditSink;
 use corral_store::{AuditWriter, Store};
 
 use crate::common::event;

@@ -5,7 +5,7 @@
 
 use std::io::Write as _;
 
-use corral_exec::Attestation;
+use crate::attestation::Attestation;
 use futures_core::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 

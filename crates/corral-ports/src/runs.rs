@@ -16,7 +16,28 @@ use std::time::Duration;
 use corral_policy::AutonomyLevel;
 use futures_core::future::BoxFuture;
 
-use crate::guardrails::Budgets;
+/// Per-run budgets; `0` (or `Duration::ZERO`) disables one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Budgets {
+    /// Calls per run.
+    pub max_calls: u64,
+    /// Calls per run to one op.
+    pub max_calls_per_op: HashMap<String, u64>,
+    /// Time from a run's first call.
+    pub max_wall_time: Duration,
+    /// Bytes of results per run.
+    pub max_output_bytes: u64,
+}
+
+impl Budgets {
+    /// Whether any budget is set.
+    pub fn any(&self) -> bool {
+        self.max_calls > 0
+            || self.max_calls_per_op.values().any(|n| *n > 0)
+            || !self.max_wall_time.is_zero()
+            || self.max_output_bytes > 0
+    }
+}
 
 /// Why a run exists. Only `Live` is used so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -386,91 +407,5 @@ impl RunStore for RunLedger {
     ) -> BoxFuture<'a, Result<(), RunStoreError>> {
         RunLedger::add_output(self, key, bytes);
         Box::pin(std::future::ready(Ok(())))
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    fn key(run: &str) -> RunKey<'_> {
-        RunKey {
-            tenant: "default",
-            principal: "ada",
-            purpose: RunPurpose::Live,
-            run_id: run,
-        }
-    }
-
-    #[test]
-    fn each_budget_refuses_once_used_up_and_zero_disables_it() {
-        let ledger = RunLedger::default();
-        let k = key("r1");
-        ledger.enter(&k, 0, None, false);
-        let b = Budgets {
-            max_calls: 3,
-            max_calls_per_op: [("files.write".to_owned(), 1), ("files.read".to_owned(), 0)]
-                .into_iter()
-                .collect(),
-            ..Budgets::default()
-        };
-        assert!(ledger.charge(&k, "files.write", &b, 1).is_ok());
-        let e = ledger.charge(&k, "files.write", &b, 2).unwrap_err();
-        assert_eq!(e.budget, "budgets.max_calls_per_op.files.write");
-        assert!(ledger.charge(&k, "files.read", &b, 3).is_ok());
-        assert!(ledger.charge(&k, "files.read", &b, 4).is_ok());
-        let e = ledger.charge(&k, "files.read", &b, 5).unwrap_err();
-        assert_eq!(e.budget, "budgets.max_calls");
-        ledger.refund(&k, "files.read");
-        assert!(ledger.charge(&k, "files.read", &b, 6).is_ok());
-        // Another run, another principal: their own budgets.
-        let other = RunKey {
-            principal: "bob",
-            ..k
-        };
-        ledger.enter(&other, 7, None, false);
-        assert!(ledger.charge(&other, "files.write", &b, 8).is_ok());
-    }
-
-    #[test]
-    fn wall_time_and_output_bytes_refuse_after_they_are_reached() {
-        let ledger = RunLedger::default();
-        let k = key("r2");
-        ledger.enter(&k, 1_000, None, false);
-        let b = Budgets {
-            max_wall_time: Duration::from_secs(10),
-            max_output_bytes: 100,
-            ..Budgets::default()
-        };
-        assert!(ledger.charge(&k, "x", &b, 10_999).is_ok());
-        ledger.add_output(&k, 100);
-        assert_eq!(
-            ledger.charge(&k, "x", &b, 5_000).unwrap_err().budget,
-            "budgets.max_output_bytes"
-        );
-        let k2 = key("r3");
-        ledger.enter(&k2, 1_000, None, false);
-        assert_eq!(
-            ledger.charge(&k2, "x", &b, 11_000).unwrap_err().budget,
-            "budgets.max_wall_time"
-        );
-    }
-
-    #[test]
-    fn a_run_only_ever_lowers_its_level_and_stays_in_dry_run() {
-        let ledger = RunLedger::default();
-        let k = key("r4");
-        assert_eq!(ledger.enter(&k, 0, None, false).level, None);
-        assert_eq!(
-            ledger.enter(&k, 1, Some(AutonomyLevel::L1), false).level,
-            Some(AutonomyLevel::L1)
-        );
-        assert_eq!(
-            ledger.enter(&k, 2, Some(AutonomyLevel::L4), false).level,
-            Some(AutonomyLevel::L1)
-        );
-        assert!(ledger.enter(&k, 3, None, true).dry_run);
-        assert!(ledger.enter(&k, 4, None, false).dry_run);
     }
 }
