@@ -17,7 +17,11 @@ macro_rules! out {
 }
 
 mod cmd;
+mod context;
+mod error;
 mod output;
+
+pub use error::{CliError, CliResult};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -319,11 +323,18 @@ pub fn run() -> ExitCode {
             return code.into();
         }
     };
-    run_cli(cli).into()
+    match run_cli(cli) {
+        Ok(exit) => exit.into(),
+        Err(e) => {
+            // The one place a failure is printed.
+            e.print();
+            e.exit().into()
+        }
+    }
 }
 
-/// Runs a parsed command line.
-pub fn run_cli(cli: Cli) -> Exit {
+/// Runs a parsed command line: the exit code, or the failure `run` prints.
+pub fn run_cli(cli: Cli) -> CliResult {
     match cli.command {
         Command::Serve {
             config,

@@ -1,6 +1,7 @@
 //! `corral confirm ACTION_ID [--deny]`: a person approves (or denies) a pending guarded call.
 
-use crate::{Exit, Format};
+use crate::context;
+use crate::{CliResult, Exit, Format};
 
 /// Sends the decision and reports the action's new state.
 pub fn run(
@@ -9,11 +10,8 @@ pub fn run(
     server: Option<String>,
     token_env: Option<&str>,
     format: Format,
-) -> Exit {
-    let (client, rt) = match super::call::remote(server, token_env) {
-        Ok(pair) => pair,
-        Err(code) => return code,
-    };
+) -> CliResult {
+    let (client, rt) = context::remote(server, token_env)?;
     match rt.block_on(client.decide(action_id, !deny)) {
         Ok(v) => {
             match format {
@@ -29,8 +27,8 @@ pub fn run(
                     }
                 }
             }
-            Exit::Ok
+            Ok(Exit::Ok)
         }
-        Err(e) => super::call::report_remote_error(e),
+        Err(e) => Err(context::remote_error(e)),
     }
 }
