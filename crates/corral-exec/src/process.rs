@@ -139,16 +139,9 @@ impl Drop for GroupKill {
 /// Checked up front so a bad directory is not reported as a missing program (both are ENOENT):
 /// the working directory exists and is a directory; else why not.
 async fn check_cwd(cwd: &std::path::Path) -> Result<(), String> {
-    match tokio::fs::metadata(cwd).await {
-        Ok(meta) if meta.is_dir() => Ok(()),
-        Ok(_) => Err(format!(
-            "the working directory `{}` is not a directory",
-            cwd.display()
-        )),
-        Err(e) => Err(format!(
-            "the working directory `{}` is not usable: {e}",
-            cwd.display()
-        )),
+    match crate::common::cwd_problem(cwd, tokio::fs::metadata(cwd).await, false) {
+        None => Ok(()),
+        Some(problem) => Err(problem),
     }
 }
 

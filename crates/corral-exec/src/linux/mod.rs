@@ -471,16 +471,9 @@ fn unavailable(missing: impl Into<String>) -> ExecError {
 /// The run's working directory, checked on the host for a clear error (the sandbox resolves
 /// it in its own view): an absolute path to a directory; else why not.
 fn usable_cwd(cwd: &Path) -> Result<PathBuf, String> {
-    match std::fs::metadata(cwd) {
-        Ok(m) if m.is_dir() && cwd.is_absolute() => Ok(cwd.to_path_buf()),
-        Ok(_) => Err(format!(
-            "the working directory `{}` is not an absolute path to a directory",
-            cwd.display()
-        )),
-        Err(e) => Err(format!(
-            "the working directory `{}` is not usable: {e}",
-            cwd.display()
-        )),
+    match crate::common::cwd_problem(cwd, std::fs::metadata(cwd), true) {
+        None => Ok(cwd.to_path_buf()),
+        Some(problem) => Err(problem),
     }
 }
 
