@@ -17,7 +17,11 @@ macro_rules! out {
 }
 
 mod cmd;
+mod context;
+mod error;
 mod output;
+
+pub use error::{CliError, CliResult};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -291,16 +295,16 @@ enum Command {
 /// Where a command that talks to a running server sends its request, as whom, and how it
 /// prints the answer.
 #[derive(Debug, clap::Args)]
-struct Remote {
+pub(crate) struct Remote {
     /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
     #[arg(long, value_name = "URL")]
-    server: Option<String>,
+    pub(crate) server: Option<String>,
     /// The environment variable holding the token (default: CORRAL_TOKEN, if set).
     #[arg(long, value_name = "NAME")]
-    token_env: Option<String>,
+    pub(crate) token_env: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t)]
-    format: Format,
+    pub(crate) format: Format,
 }
 
 /// Parses the command line, runs the subcommand, and returns its exit code.
@@ -319,11 +323,18 @@ pub fn run() -> ExitCode {
             return code.into();
         }
     };
-    run_cli(cli).into()
+    match run_cli(cli) {
+        Ok(exit) => exit.into(),
+        Err(e) => {
+            // The one place a failure is printed.
+            e.print();
+            e.exit().into()
+        }
+    }
 }
 
-/// Runs a parsed command line.
-pub fn run_cli(cli: Cli) -> Exit {
+/// Runs a parsed command line: the exit code, or the failure `run` prints.
+pub fn run_cli(cli: Cli) -> CliResult {
     match cli.command {
         Command::Serve {
             config,
@@ -412,13 +423,7 @@ pub fn run_cli(cli: Cli) -> Exit {
             action_id,
             deny,
             remote,
-        } => cmd::confirm::run(
-            &action_id,
-            deny,
-            remote.server,
-            remote.token_env.as_deref(),
-            remote.format,
-        ),
+        } => cmd::confirm::run(&action_id, deny, remote),
         Command::Audit {
             limit,
             run,
@@ -428,9 +433,7 @@ pub fn run_cli(cli: Cli) -> Exit {
         } => cmd::audit::run(
             limit,
             &[("run", run), ("op", op), ("principal", principal)],
-            remote.server,
-            remote.token_env.as_deref(),
-            remote.format,
+            remote,
         ),
         Command::Run(args) => cmd::run::run(args),
         Command::Healthcheck {

@@ -108,33 +108,9 @@ fn custom_dir(path: &str, at: &str, span: Option<crate::yaml::Span>, d: &mut Vec
     }
 }
 
-fn custom_op(c: &CustomOpConfig, d: &mut Vec<Diagnostic>) -> Option<OpSpec> {
-    let at = format!("custom.{}", c.id.value);
-    let id = match OpId::parse(&c.id.value) {
-        Ok(id) => id,
-        Err(e) => {
-            err(d, &e, &at, c.id.span);
-            return None;
-        }
-    };
-    let effects = c.effects.clone().unwrap_or_default();
-    let mut spec = OpSpec::new(id, &effects, &c.summary);
-    spec.contained = c.contained;
-    spec.explicit_only |= c.explicit_only;
-    // Whatever its declared effects, a custom op runs a program (open mode refuses it).
-    spec.runs_program = true;
-    let before = d.len();
-    if let Some(cwd) = &c.cwd {
-        custom_dir(cwd, &format!("{at}.cwd"), Some(c.id.span), d);
-    }
-    for (key, list) in [
-        ("read_paths", &c.read_paths),
-        ("write_paths", &c.write_paths),
-    ] {
-        for (i, p) in list.iter().enumerate() {
-            custom_dir(&p.value, &format!("{at}.{key}[{i}]"), Some(p.span), d);
-        }
-    }
+/// A custom op's writes: `write_paths` and `writable` params need the `write` effect, and only
+/// a path param can be writable.
+fn check_writes(c: &CustomOpConfig, at: &str, d: &mut Vec<Diagnostic>) {
     if !c.write_paths.is_empty() && !c.writes() {
         d.push(
             Diagnostic::error(
@@ -171,6 +147,10 @@ fn custom_op(c: &CustomOpConfig, d: &mut Vec<Diagnostic>) -> Option<OpSpec> {
             );
         }
     }
+}
+
+/// A custom op's argv: a literal program, and only declared params as placeholders.
+fn check_argv(c: &CustomOpConfig, at: &str, d: &mut Vec<Diagnostic>) {
     for (i, tok) in c.argv.iter().enumerate() {
         let names = placeholders(&tok.value);
         if i == 0 && (!names.is_empty() || tok.value.is_empty()) {
@@ -206,6 +186,37 @@ fn custom_op(c: &CustomOpConfig, d: &mut Vec<Diagnostic>) -> Option<OpSpec> {
             }
         }
     }
+}
+
+fn custom_op(c: &CustomOpConfig, d: &mut Vec<Diagnostic>) -> Option<OpSpec> {
+    let at = format!("custom.{}", c.id.value);
+    let id = match OpId::parse(&c.id.value) {
+        Ok(id) => id,
+        Err(e) => {
+            err(d, &e, &at, c.id.span);
+            return None;
+        }
+    };
+    let effects = c.effects.clone().unwrap_or_default();
+    let mut spec = OpSpec::new(id, &effects, &c.summary);
+    spec.contained = c.contained;
+    spec.explicit_only |= c.explicit_only;
+    // Whatever its declared effects, a custom op runs a program (open mode refuses it).
+    spec.runs_program = true;
+    let before = d.len();
+    if let Some(cwd) = &c.cwd {
+        custom_dir(cwd, &format!("{at}.cwd"), Some(c.id.span), d);
+    }
+    for (key, list) in [
+        ("read_paths", &c.read_paths),
+        ("write_paths", &c.write_paths),
+    ] {
+        for (i, p) in list.iter().enumerate() {
+            custom_dir(&p.value, &format!("{at}.{key}[{i}]"), Some(p.span), d);
+        }
+    }
+    check_writes(c, &at, d);
+    check_argv(c, &at, d);
     for p in &c.params {
         if !c
             .argv
@@ -336,6 +347,75 @@ pub(crate) fn build(
     env: &dyn Env,
     d: &mut Vec<Diagnostic>,
 ) -> Built {
+    let (catalog, disabled) = build_catalog(c, d);
+    let mut policy = Policy::new();
+    let mut origins = Vec::new();
+    preset_rules(c, d, &mut policy, &mut origins);
+    let selectors = |list: &[crate::model::Spanned<String>], at: &str, d: &mut Vec<Diagnostic>| {
+        selectors(list, at, &catalog, &disabled, d)
+    };
+    if !c.enable.is_empty() {
+        let sels = selectors(&c.enable, "enable", d);
+        policy.rules.push(enable_rule(c, sels, &catalog, d));
+        origins.push(RuleOrigin {
+            location: "enable".to_owned(),
+            span: c.enable.first().map(|s| s.span),
+            config_rule: None,
+            preset: None,
+            confirm_never: false,
+        });
+    }
+    for (ri, r) in c.rules.iter().enumerate() {
+        let key = match r.effect {
+            RuleEffect::Allow => "allow",
+            RuleEffect::Deny => "deny",
+        };
+        let sels = selectors(&r.selectors, &format!("{}.{key}", r.location), d);
+        policy.rules.push(config_rule(r, sels, &catalog, d));
+        origins.push(RuleOrigin {
+            location: r.location.clone(),
+            span: Some(r.span),
+            config_rule: Some(ri),
+            preset: None,
+            confirm_never: r.confirm_never.is_some() && r.effect == RuleEffect::Allow,
+        });
+    }
+    if !c.disable.is_empty() {
+        let sels = selectors(&c.disable, "disable", d);
+        policy
+            .rules
+            .push(Rule::deny("disable", sels).reason("disabled in the config"));
+        origins.push(RuleOrigin {
+            location: "disable".to_owned(),
+            span: c.disable.first().map(|s| s.span),
+            config_rule: None,
+            preset: None,
+            confirm_never: false,
+        });
+    }
+    policy.limits = c.limits;
+    let (state_dir, own) = protect(c, base_dir, config_file, &catalog, &mut policy, d);
+    let tokens = resolve_tokens(c, env, d);
+    let jwt_key = c
+        .auth
+        .jwt
+        .as_ref()
+        .and_then(|j| resolve_jwt(j, base_dir, env, d));
+    Built {
+        jwt_key,
+        catalog,
+        policy,
+        origins,
+        tokens,
+        state_dir,
+        own,
+    }
+}
+
+/// The catalog: the built-in ops, the custom ones, the declared tools of upstream MCP servers,
+/// less `disabled_ops` (returned too), with `tiers` raised; op ids in `roles.overrides` and
+/// `budgets.max_calls_per_op` are checked against it.
+fn build_catalog<'c>(c: &'c Config, d: &mut Vec<Diagnostic>) -> (Catalog, Vec<&'c str>) {
     let mut catalog = Catalog::builtin();
     for op in &c.custom {
         if let Some(spec) = custom_op(op, d)
@@ -399,9 +479,16 @@ pub(crate) fn build(
             unknown_op(d, &catalog, &disabled, &op.value, &at, op.span);
         }
     }
+    (catalog, disabled)
+}
 
-    let mut policy = Policy::new();
-    let mut origins = Vec::new();
+/// The rules of the config's presets, with their origins.
+fn preset_rules(
+    c: &Config,
+    d: &mut Vec<Diagnostic>,
+    policy: &mut Policy,
+    origins: &mut Vec<RuleOrigin>,
+) {
     for p in &c.presets {
         let mut opts: PresetOptions = p.options.clone();
         if opts.root.is_none() {
@@ -418,168 +505,164 @@ pub(crate) fn build(
                         confirm_never: p.confirm_never.is_some(),
                     });
                 }
-                policy = policy + pp;
+                *policy = std::mem::take(policy) + pp;
             }
             Err(e) => err(d, &e, "preset", p.span),
         }
     }
+}
 
-    let selectors = |list: &[crate::model::Spanned<String>], at: &str, d: &mut Vec<Diagnostic>| {
-        list.iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                if disabled.contains(&s.value.as_str()) {
-                    unknown_op(
-                        d,
-                        &catalog,
-                        &disabled,
-                        &s.value,
-                        &format!("{at}[{i}]"),
-                        s.span,
-                    );
-                    return None;
-                }
-                match Selector::parse(&s.value, &catalog) {
-                    Ok(sel) => Some(sel),
-                    Err(e) => {
-                        err(d, &e, &format!("{at}[{i}]"), s.span);
-                        None
-                    }
-                }
-            })
-            .collect::<Vec<_>>()
-    };
-
-    if !c.enable.is_empty() {
-        let sels = selectors(&c.enable, "enable", d);
-        let mut rule = Rule::allow("enable", sels.clone());
-        let needs_paths = catalog
-            .iter()
-            .filter(|op| sels.iter().any(|s| s.mounts(op)))
-            .any(|op| op.required_scopes().contains(&ScopeKind::Paths));
-        if needs_paths {
-            match &c.root {
-                Some(root) => match PathScope::compile(PathScopeSpec {
-                    roots: vec![root.value.clone()],
-                    deny: DEFAULT_SECRET_DENY
-                        .iter()
-                        .map(|s| (*s).to_owned())
-                        .collect(),
-                    ..PathScopeSpec::default()
-                }) {
-                    Ok(s) => rule = rule.paths(s),
-                    Err(e) => err(d, &e, "root", root.span),
-                },
-                None => d.push(
-                    Diagnostic::error(
-                        codes::CONFIG_MISSING_KEY,
-                        "`enable` lists ops that take a path, and there is no `root`",
-                        "root",
-                        c.enable.first().map(|s| s.span),
-                    )
-                    .with_fix("add `root: /workspace` or write a rule with `paths:`"),
-                ),
-            }
-        }
-        policy.rules.push(rule);
-        origins.push(RuleOrigin {
-            location: "enable".to_owned(),
-            span: c.enable.first().map(|s| s.span),
-            config_rule: None,
-            preset: None,
-            confirm_never: false,
-        });
-    }
-
-    for (ri, r) in c.rules.iter().enumerate() {
-        let key = match r.effect {
-            RuleEffect::Allow => "allow",
-            RuleEffect::Deny => "deny",
-        };
-        let sels = selectors(&r.selectors, &format!("{}.{key}", r.location), d);
-        if let Some(span) = r.confirm_never {
-            let destructive: Vec<String> = catalog
-                .iter()
-                .filter(|op| op.tier() == Tier::Destructive && sels.iter().any(|s| s.mounts(op)))
-                .map(|op| format!("`{}`", op.id))
-                .collect();
-            if !destructive.is_empty() {
-                d.push(
-                    Diagnostic::error(
-                        codes::CONFIG_INVALID_VALUE,
-                        format!(
-                            "`confirm: never` on a rule that allows destructive ops ({}); destructive ops are always confirmed",
-                            destructive.join(", ")
-                        ),
-                        format!("{}.confirm", r.location),
-                        Some(span),
-                    )
-                    .with_fix("list only confirm-tier ops in this rule, and allow the destructive ones in another rule without `confirm: never`"),
+/// The selectors of a rule's op list; a disabled op is an unknown one.
+fn selectors(
+    list: &[crate::model::Spanned<String>],
+    at: &str,
+    catalog: &Catalog,
+    disabled: &[&str],
+    d: &mut Vec<Diagnostic>,
+) -> Vec<Selector> {
+    list.iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            if disabled.contains(&s.value.as_str()) {
+                unknown_op(
+                    d,
+                    catalog,
+                    disabled,
+                    &s.value,
+                    &format!("{at}[{i}]"),
+                    s.span,
                 );
+                return None;
             }
-        }
-        let mut rule = match r.effect {
-            RuleEffect::Allow => Rule::allow(&r.name, sels),
-            RuleEffect::Deny => Rule::deny(&r.name, sels),
-        };
-        let mut principals = Vec::new();
-        for (i, p) in r.principals.iter().enumerate() {
-            match PrincipalSelector::parse(&p.value) {
-                Ok(s) => principals.push(s),
-                Err(e) => err(d, &e, &format!("{}.principals[{i}]", r.location), p.span),
+            match Selector::parse(&s.value, catalog) {
+                Ok(sel) => Some(sel),
+                Err(e) => {
+                    err(d, &e, &format!("{at}[{i}]"), s.span);
+                    None
+                }
             }
-        }
-        rule = rule.principals(principals).limits(r.limits);
-        if let Some(reason) = &r.reason {
-            rule = rule.reason(reason);
-        }
-        if let Some(p) = &r.paths {
-            let compiled = match r.effect {
-                RuleEffect::Allow => PathScope::compile(p.value.clone()),
-                RuleEffect::Deny => PathScope::compile_deny(p.value.clone()),
-            };
-            match compiled {
+        })
+        .collect()
+}
+
+/// The rule `enable:` stands for: its ops, confined to `root` when one of them takes a path.
+fn enable_rule(
+    c: &Config,
+    sels: Vec<Selector>,
+    catalog: &Catalog,
+    d: &mut Vec<Diagnostic>,
+) -> Rule {
+    let mut rule = Rule::allow("enable", sels.clone());
+    let needs_paths = catalog
+        .iter()
+        .filter(|op| sels.iter().any(|s| s.mounts(op)))
+        .any(|op| op.required_scopes().contains(&ScopeKind::Paths));
+    if needs_paths {
+        match &c.root {
+            Some(root) => match PathScope::compile(PathScopeSpec {
+                roots: vec![root.value.clone()],
+                deny: DEFAULT_SECRET_DENY
+                    .iter()
+                    .map(|s| (*s).to_owned())
+                    .collect(),
+                ..PathScopeSpec::default()
+            }) {
                 Ok(s) => rule = rule.paths(s),
-                Err(e) => err(d, &e, &format!("{}.paths", r.location), p.span),
-            }
+                Err(e) => err(d, &e, "root", root.span),
+            },
+            None => d.push(
+                Diagnostic::error(
+                    codes::CONFIG_MISSING_KEY,
+                    "`enable` lists ops that take a path, and there is no `root`",
+                    "root",
+                    c.enable.first().map(|s| s.span),
+                )
+                .with_fix("add `root: /workspace` or write a rule with `paths:`"),
+            ),
         }
-        if let Some(cm) = &r.commands {
-            match CommandScope::compile(cm.value.clone()) {
-                Ok(s) => rule = rule.commands(s),
-                Err(e) => err(d, &e, &format!("{}.commands", r.location), cm.span),
-            }
-        }
-        if let Some(u) = &r.urls {
-            match UrlScope::compile(u.value.clone()) {
-                Ok(s) => rule = rule.urls(s),
-                Err(e) => err(d, &e, &format!("{}.urls", r.location), u.span),
-            }
-        }
-        policy.rules.push(rule);
-        origins.push(RuleOrigin {
-            location: r.location.clone(),
-            span: Some(r.span),
-            config_rule: Some(ri),
-            preset: None,
-            confirm_never: r.confirm_never.is_some() && r.effect == RuleEffect::Allow,
-        });
     }
+    rule
+}
 
-    if !c.disable.is_empty() {
-        let sels = selectors(&c.disable, "disable", d);
-        policy
-            .rules
-            .push(Rule::deny("disable", sels).reason("disabled in the config"));
-        origins.push(RuleOrigin {
-            location: "disable".to_owned(),
-            span: c.disable.first().map(|s| s.span),
-            config_rule: None,
-            preset: None,
-            confirm_never: false,
-        });
+/// A rule of the config's `rules:`, compiled: its selectors, principals, limits, reason and
+/// scopes; `confirm: never` on destructive ops is an error.
+fn config_rule(
+    r: &crate::model::RuleConfig,
+    sels: Vec<Selector>,
+    catalog: &Catalog,
+    d: &mut Vec<Diagnostic>,
+) -> Rule {
+    if let Some(span) = r.confirm_never {
+        let destructive: Vec<String> = catalog
+            .iter()
+            .filter(|op| op.tier() == Tier::Destructive && sels.iter().any(|s| s.mounts(op)))
+            .map(|op| format!("`{}`", op.id))
+            .collect();
+        if !destructive.is_empty() {
+            d.push(
+                Diagnostic::error(
+                    codes::CONFIG_INVALID_VALUE,
+                    format!(
+                        "`confirm: never` on a rule that allows destructive ops ({}); destructive ops are always confirmed",
+                        destructive.join(", ")
+                    ),
+                    format!("{}.confirm", r.location),
+                    Some(span),
+                )
+                .with_fix("list only confirm-tier ops in this rule, and allow the destructive ones in another rule without `confirm: never`"),
+            );
+        }
     }
+    let mut rule = match r.effect {
+        RuleEffect::Allow => Rule::allow(&r.name, sels),
+        RuleEffect::Deny => Rule::deny(&r.name, sels),
+    };
+    let mut principals = Vec::new();
+    for (i, p) in r.principals.iter().enumerate() {
+        match PrincipalSelector::parse(&p.value) {
+            Ok(s) => principals.push(s),
+            Err(e) => err(d, &e, &format!("{}.principals[{i}]", r.location), p.span),
+        }
+    }
+    rule = rule.principals(principals).limits(r.limits);
+    if let Some(reason) = &r.reason {
+        rule = rule.reason(reason);
+    }
+    if let Some(p) = &r.paths {
+        let compiled = match r.effect {
+            RuleEffect::Allow => PathScope::compile(p.value.clone()),
+            RuleEffect::Deny => PathScope::compile_deny(p.value.clone()),
+        };
+        match compiled {
+            Ok(s) => rule = rule.paths(s),
+            Err(e) => err(d, &e, &format!("{}.paths", r.location), p.span),
+        }
+    }
+    if let Some(cm) = &r.commands {
+        match CommandScope::compile(cm.value.clone()) {
+            Ok(s) => rule = rule.commands(s),
+            Err(e) => err(d, &e, &format!("{}.commands", r.location), cm.span),
+        }
+    }
+    if let Some(u) = &r.urls {
+        match UrlScope::compile(u.value.clone()) {
+            Ok(s) => rule = rule.urls(s),
+            Err(e) => err(d, &e, &format!("{}.urls", r.location), u.span),
+        }
+    }
+    rule
+}
 
-    policy.limits = c.limits;
+/// Protects corral's own files (as configured and resolved) and the `protected:` globs, and
+/// checks no writable scope reaches them; returns the resolved state directory and own files.
+fn protect(
+    c: &Config,
+    base_dir: &Path,
+    config_file: Option<&Path>,
+    catalog: &Catalog,
+    policy: &mut Policy,
+    d: &mut Vec<Diagnostic>,
+) -> (PathBuf, Vec<crate::protect::OwnFile>) {
     let state_dir = absolutize(
         base_dir,
         c.state_dir.as_ref().map_or(".corral", |s| s.value.as_str()),
@@ -589,7 +672,7 @@ pub(crate) fn build(
     let own = crate::protect::own_files(c, base_dir, &state_dir, config_file);
     for f in &own {
         for form in f.forms() {
-            policy = policy.protect(&form.to_string_lossy());
+            *policy = std::mem::take(policy).protect(&form.to_string_lossy());
         }
     }
     let state_dir = crate::protect::resolve_path(&state_dir);
@@ -598,7 +681,7 @@ pub(crate) fn build(
         globs,
         ..corral_policy::ProtectedSpec::default()
     }) {
-        Ok(p) => policy = policy.protect_all(&p),
+        Ok(p) => *policy = std::mem::take(policy).protect_all(&p),
         Err(e) => err(
             d,
             &e,
@@ -607,24 +690,9 @@ pub(crate) fn build(
         ),
     }
     d.extend(crate::protect::check_writable(
-        &own, &policy, &catalog, c, base_dir,
+        &own, policy, catalog, c, base_dir,
     ));
-
-    let tokens = resolve_tokens(c, env, d);
-    let jwt_key = c
-        .auth
-        .jwt
-        .as_ref()
-        .and_then(|j| resolve_jwt(j, base_dir, env, d));
-    Built {
-        jwt_key,
-        catalog,
-        policy,
-        origins,
-        tokens,
-        state_dir,
-        own,
-    }
+    (state_dir, own)
 }
 
 fn resolve_jwt(

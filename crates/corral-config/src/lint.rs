@@ -393,17 +393,9 @@ impl<'a> Linter<'a> {
         }
     }
 
-    fn allow_rule(&mut self, i: usize, r: &Rule) {
-        let (loc, span) = self.rule_place(i);
-        let cr = self.config_rule(i);
-        let scope_span = |k: ScopeKind| {
-            cr.and_then(|c| match k {
-                ScopeKind::Paths => c.paths.as_ref().map(|s| s.span),
-                ScopeKind::Commands => c.commands.as_ref().map(|s| s.span),
-                ScopeKind::Urls => c.urls.as_ref().map(|s| s.span),
-            })
-            .or(span)
-        };
+    /// `policy.scope_required`: one error per kind of scope the rule's ops need and it lacks
+    /// (every call of those ops is refused).
+    fn missing_scopes(&mut self, r: &Rule, loc: &str, span: Option<Span>) {
         let mut missing: Vec<(ScopeKind, String)> = Vec::new();
         for op in self.ops_mounted_by(r) {
             for k in op.required_scopes() {
@@ -435,7 +427,7 @@ impl<'a> Linter<'a> {
                                 .join(", "),
                             k.key()
                         ),
-                        loc.clone(),
+                        loc,
                         span,
                     )
                     .with_fix(match k {
@@ -448,6 +440,20 @@ impl<'a> Linter<'a> {
                 );
             }
         }
+    }
+
+    fn allow_rule(&mut self, i: usize, r: &Rule) {
+        let (loc, span) = self.rule_place(i);
+        let cr = self.config_rule(i);
+        let scope_span = |k: ScopeKind| {
+            cr.and_then(|c| match k {
+                ScopeKind::Paths => c.paths.as_ref().map(|s| s.span),
+                ScopeKind::Commands => c.commands.as_ref().map(|s| s.span),
+                ScopeKind::Urls => c.urls.as_ref().map(|s| s.span),
+            })
+            .or(span)
+        };
+        self.missing_scopes(r, &loc, span);
         let is_full_access = self
             .l
             .origins

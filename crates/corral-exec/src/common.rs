@@ -255,3 +255,29 @@ pub(crate) fn describe_spawn_error(e: &io::Error) -> String {
         _ => e.to_string(),
     }
 }
+
+/// Why `cwd` cannot be a run's working directory, from what `metadata` said of it (checked on
+/// the host so a bad directory is not reported as a missing program: both are ENOENT); `None`
+/// when it is a directory, and absolute when `absolute` is asked.
+pub(crate) fn cwd_problem(
+    cwd: &std::path::Path,
+    metadata: io::Result<std::fs::Metadata>,
+    absolute: bool,
+) -> Option<String> {
+    let what = if absolute {
+        "an absolute path to a directory"
+    } else {
+        "a directory"
+    };
+    match metadata {
+        Ok(m) if m.is_dir() && (cwd.is_absolute() || !absolute) => None,
+        Ok(_) => Some(format!(
+            "the working directory `{}` is not {what}",
+            cwd.display()
+        )),
+        Err(e) => Some(format!(
+            "the working directory `{}` is not usable: {e}",
+            cwd.display()
+        )),
+    }
+}

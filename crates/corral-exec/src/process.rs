@@ -136,57 +136,31 @@ impl Drop for GroupKill {
     }
 }
 
-async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, ExecError> {
-    validate(&req)?;
-    // An allow-list promises that nothing else is reachable: a plain child cannot keep it.
-    if matches!(req.network, Some(crate::RunNetwork::Egress(_))) {
-        return Err(ExecError::Unavailable {
-            backend: "process",
-            missing: "an egress allow-list (`network: {allow: [...]}`) needs a network namespace; \
-                      use `isolation: {backend: linux}`"
-                .to_owned(),
-        });
+/// Checked up front so a bad directory is not reported as a missing program (both are ENOENT):
+/// the working directory exists and is a directory; else why not.
+async fn check_cwd(cwd: &std::path::Path) -> Result<(), String> {
+    match crate::common::cwd_problem(cwd, tokio::fs::metadata(cwd).await, false) {
+        None => Ok(()),
+        Some(problem) => Err(problem),
     }
-    let ExecRequest {
-        argv,
-        cwd,
-        env,
-        stdin,
-        timeout,
-        max_output_bytes,
-        limits,
-        ..
-    } = req;
-    let program = argv.first().cloned().unwrap_or_default();
-    let spawn_error = |reason: String| ExecError::Spawn {
-        program: program.clone(),
-        reason,
-    };
+}
 
-    // Checked up front so a bad directory is not reported as a missing program (both are ENOENT).
-    match tokio::fs::metadata(&cwd).await {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => {
-            return Err(spawn_error(format!(
-                "the working directory `{}` is not a directory",
-                cwd.display()
-            )));
-        }
-        Err(e) => {
-            return Err(spawn_error(format!(
-                "the working directory `{}` is not usable: {e}",
-                cwd.display()
-            )));
-        }
-    }
-
-    let setup = ChildSetup::new(&limits);
-    let mut cmd = Command::new(&program);
+/// The child's command: `argv` with only `env`, in `cwd`, in a process group of its own, its
+/// stdin piped when `piped_stdin` (else null), stdout and stderr piped, and `setup` (rlimits,
+/// PDEATHSIG) applied in the child before `exec`.
+fn command(
+    argv: &[String],
+    env: &[(String, String)],
+    cwd: &std::path::Path,
+    piped_stdin: bool,
+    setup: ChildSetup,
+) -> Command {
+    let mut cmd = Command::new(argv.first().map_or("", String::as_str));
     cmd.args(argv.iter().skip(1))
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&cwd)
-        .stdin(if stdin.is_some() || attach.is_some() {
+        .current_dir(cwd)
+        .stdin(if piped_stdin {
             Stdio::piped()
         } else {
             Stdio::null()
@@ -206,6 +180,71 @@ async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, E
     unsafe {
         cmd.pre_exec(move || setup.apply());
     }
+    cmd
+}
+
+/// Phase 2 of a run: kills what is left of the group (the child is unreaped, so the id is still
+/// ours), and the child itself if it was not reaped, then its exit status. Returns whether the
+/// timeout passed, and the status.
+async fn end_group(
+    child: &mut tokio::process::Child,
+    group: &mut GroupKill,
+    waited: Result<io::Result<Exit>, tokio::time::error::Elapsed>,
+) -> io::Result<(bool, std::process::ExitStatus)> {
+    let (timed_out, reaped) = match waited {
+        Ok(Ok(Exit::Reaped(status))) => (false, Some(status)),
+        Ok(Ok(Exit::Zombie)) => (false, None),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "waiting for the child failed; killing it");
+            (false, None)
+        }
+        Err(_elapsed) => (true, None),
+    };
+    if let Some(pgid) = group.0.take() {
+        kill_group(pgid);
+    }
+    if reaped.is_none() {
+        // In case the child left its group; a no-op if it already exited.
+        if let Err(e) = child.start_kill() {
+            tracing::debug!(error = %e, "killing the child directly failed");
+        }
+    }
+    let status = match reaped {
+        Some(status) => status,
+        None => child.wait().await?,
+    };
+    Ok((timed_out, status))
+}
+
+async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, ExecError> {
+    validate(&req)?;
+    refuse_egress(&req)?;
+    let ExecRequest {
+        argv,
+        cwd,
+        env,
+        stdin,
+        timeout,
+        max_output_bytes,
+        limits,
+        ..
+    } = req;
+    let program = argv.first().cloned().unwrap_or_default();
+    let spawn_error = |reason: String| ExecError::Spawn {
+        program: program.clone(),
+        reason,
+    };
+
+    check_cwd(&cwd).await.map_err(&spawn_error)?;
+
+    let setup = ChildSetup::new(&limits);
+    let mut cmd = command(
+        &argv,
+        &env,
+        &cwd,
+        stdin.is_some() || attach.is_some(),
+        setup,
+    );
 
     let mut primitives: Vec<String> = vec!["env:clear".into(), "pgroup".into()];
     primitives.extend(setup.primitives().map(String::from));
@@ -231,12 +270,7 @@ async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, E
     let (timed_out, status, duration) = {
         let (stdin_pipe, stdout_pipe, stderr_pipe) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
-        let attestation = Attestation {
-            backend: NAME,
-            isolated: false,
-            destroyed: false,
-            primitives: primitives.clone(),
-        };
+        let attestation = attestation(primitives.clone());
         let io = async {
             match attach {
                 Some(tx) => {
@@ -273,32 +307,10 @@ async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, E
             }
         };
 
-        // Phase 2: kill what is left of the group (the child is unreaped, so the id is still ours).
-        let (timed_out, reaped) = match waited {
-            Ok(Ok(Exit::Reaped(status))) => (false, Some(status)),
-            Ok(Ok(Exit::Zombie)) => (false, None),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "waiting for the child failed; killing it");
-                (false, None)
-            }
-            Err(_elapsed) => (true, None),
-        };
-        if let Some(pgid) = group.0.take() {
-            kill_group(pgid);
-        }
-        if reaped.is_none() {
-            // In case the child left its group; a no-op if it already exited.
-            if let Err(e) = child.start_kill() {
-                tracing::debug!(error = %e, "killing the child directly failed");
-            }
-        }
-        let status = match reaped {
-            Some(status) => status,
-            None => child
-                .wait()
-                .await
-                .map_err(|e| spawn_error(format!("lost track of the child: {e}")))?,
-        };
+        // Phase 2: kill what is left of the group and reap the child.
+        let (timed_out, status) = end_group(&mut child, &mut group, waited)
+            .await
+            .map_err(|e| spawn_error(format!("lost track of the child: {e}")))?;
         let duration = start.elapsed();
 
         // Phase 3: read what is still in the pipes, but do not wait on whatever escaped the group.
@@ -319,12 +331,30 @@ async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, E
         stderr_truncated: err.truncated,
         timed_out,
         duration,
-        attestation: Attestation {
-            backend: NAME,
-            isolated: false,
-            destroyed: false,
-            primitives,
-        },
+        attestation: attestation(primitives),
         changes: None,
     })
+}
+
+/// What this backend attests: not isolated, nothing destroyed, the primitives it applied.
+fn attestation(primitives: Vec<String>) -> Attestation {
+    Attestation {
+        backend: NAME,
+        isolated: false,
+        destroyed: false,
+        primitives,
+    }
+}
+
+/// An allow-list promises that nothing else is reachable: a plain child cannot keep it.
+fn refuse_egress(req: &ExecRequest) -> Result<(), ExecError> {
+    if matches!(req.network, Some(crate::RunNetwork::Egress(_))) {
+        return Err(ExecError::Unavailable {
+            backend: "process",
+            missing: "an egress allow-list (`network: {allow: [...]}`) needs a network namespace; \
+                      use `isolation: {backend: linux}`"
+                .to_owned(),
+        });
+    }
+    Ok(())
 }

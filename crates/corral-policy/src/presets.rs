@@ -209,30 +209,38 @@ pub fn build(preset: Preset, opts: &PresetOptions) -> Result<Policy, PolicyError
                         }),
                 )
         }
-        Preset::FullAccess => {
-            if !opts.unsafe_ {
-                return Err(PolicyError::UnsafeRequired {
-                    what: "the `full_access` preset".to_owned(),
-                });
-            }
-            let mut allow = opts.commands.clone();
-            if allow.is_empty() {
-                allow.push("sh ...".to_owned());
-            }
-            let cmd = CommandScope::compile(CommandScopeSpec {
-                allow,
-                cwd: Some(root()?),
-                ..CommandScopeSpec::default()
-            })?;
-            Policy::new().rule(
-                Rule::allow(&name, vec![Selector::All])
-                    .paths(PathScope::compile(PathScopeSpec {
-                        roots: vec![root()?],
-                        ..PathScopeSpec::default()
-                    })?)
-                    .commands(cmd),
-            )
-        }
+        Preset::FullAccess => full_access(&name, opts, root)?,
     };
     Ok(policy)
+}
+
+/// The `full_access` preset: every op, any command (`sh ...` unless `commands` names some),
+/// in the root; refused unless `unsafe` is set.
+fn full_access(
+    name: &str,
+    opts: &PresetOptions,
+    root: impl Fn() -> Result<String, PolicyError>,
+) -> Result<Policy, PolicyError> {
+    if !opts.unsafe_ {
+        return Err(PolicyError::UnsafeRequired {
+            what: "the `full_access` preset".to_owned(),
+        });
+    }
+    let mut allow = opts.commands.clone();
+    if allow.is_empty() {
+        allow.push("sh ...".to_owned());
+    }
+    let cmd = CommandScope::compile(CommandScopeSpec {
+        allow,
+        cwd: Some(root()?),
+        ..CommandScopeSpec::default()
+    })?;
+    Ok(Policy::new().rule(
+        Rule::allow(name, vec![Selector::All])
+            .paths(PathScope::compile(PathScopeSpec {
+                roots: vec![root()?],
+                ..PathScopeSpec::default()
+            })?)
+            .commands(cmd),
+    ))
 }

@@ -3,34 +3,27 @@
 
 use serde_json::Value;
 
-use crate::{Exit, Format};
+use crate::context;
+use crate::{CliResult, Exit, Format, Remote};
 
 /// Fetches the events `filters` (name, value if given) match and prints them, one line each (or
 /// the server's JSON).
-pub fn run(
-    limit: u32,
-    filters: &[(&str, Option<String>)],
-    server: Option<String>,
-    token_env: Option<&str>,
-    format: Format,
-) -> Exit {
+pub fn run(limit: u32, filters: &[(&str, Option<String>)], remote: Remote) -> CliResult {
+    let format = remote.format;
     let filters: Vec<(&str, &str)> = filters
         .iter()
         .filter_map(|(name, v)| v.as_deref().map(|v| (*name, v)))
         .collect();
-    let (client, rt) = match super::call::remote(server, token_env) {
-        Ok(pair) => pair,
-        Err(code) => return code,
-    };
+    let (client, rt) = context::remote(remote.server, remote.token_env.as_deref())?;
     match rt.block_on(client.audit(limit, &filters)) {
         Ok(v) => {
             match format {
                 Format::Json => crate::output::print_json(&v),
                 Format::Human => print_lines(&v),
             }
-            Exit::Ok
+            Ok(Exit::Ok)
         }
-        Err(e) => super::call::report_remote_error(e),
+        Err(e) => Err(context::remote_error(e)),
     }
 }
 

@@ -9,13 +9,11 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use corral_client::{Client, ClientError, Reply};
+use corral_client::{ClientError, Reply};
 use serde_json::{Map, Value, json};
 
-use crate::{Exit, Format};
-
-/// The default server when neither `--server` nor `$CORRAL_SERVER` is set.
-pub const DEFAULT_SERVER: &str = "http://127.0.0.1:9000";
+use crate::context::{self, Threads};
+use crate::{CliError, CliResult, Exit, Format};
 
 /// The flags of `corral call`.
 #[derive(Debug)]
@@ -36,16 +34,6 @@ pub struct Args {
     pub config: Option<PathBuf>,
     /// The token id to call as (local calls).
     pub principal: Option<String>,
-}
-
-/// The server URL: the flag, else `$CORRAL_SERVER`, else `http://127.0.0.1:9000`.
-pub fn server_url(flag: Option<String>) -> String {
-    flag.or_else(|| {
-        std::env::var("CORRAL_SERVER")
-            .ok()
-            .filter(|s| !s.is_empty())
-    })
-    .unwrap_or_else(|| DEFAULT_SERVER.to_owned())
 }
 
 /// Parses one value: JSON when it looks like JSON, else the text itself.
@@ -97,35 +85,32 @@ struct Failure {
     retry_after_secs: Option<u64>,
 }
 
-fn report_success(op: &str, request_id: &str, result: &Value, format: Format) -> Exit {
+fn report_success(op: &str, request_id: &str, result: &Value, format: Format) -> CliResult {
     let doc = match format {
         Format::Human => result.clone(),
         Format::Json => json!({"ok": true, "op": op, "request_id": request_id, "result": result}),
     };
-    match serde_json::to_string_pretty(&doc) {
-        Ok(s) => {
-            outln!("{s}");
-            Exit::Ok
-        }
-        Err(e) => {
-            eprintln!("error: cannot print the result: {e}");
-            Exit::Error
-        }
-    }
+    let s = serde_json::to_string_pretty(&doc)
+        .map_err(|e| CliError::usage(format!("cannot print the result: {e}")))?;
+    outln!("{s}");
+    Ok(Exit::Ok)
 }
 
-fn report_bytes(bytes: &[u8]) -> Exit {
+/// A download that could not be written to stdout.
+fn write_failed(e: &std::io::Error) -> CliError {
+    CliError::usage(format!("cannot write the download to stdout: {e}"))
+}
+
+fn report_bytes(bytes: &[u8]) -> CliResult {
     let mut out = std::io::stdout().lock();
-    match out.write_all(bytes).and_then(|()| out.flush()) {
-        Ok(()) => Exit::Ok,
-        Err(e) => {
-            eprintln!("error: cannot write the download to stdout: {e}");
-            Exit::Error
-        }
-    }
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| write_failed(&e))?;
+    Ok(Exit::Ok)
 }
 
-fn report_failure(op: &str, f: &Failure, format: Format) -> Exit {
+/// A refused call: its code and message on stderr (exit 1), or the JSON document on stdout.
+fn report_failure(op: &str, f: &Failure, format: Format) -> CliResult {
     match format {
         Format::Human => {
             let rid = f
@@ -137,9 +122,13 @@ fn report_failure(op: &str, f: &Failure, format: Format) -> Exit {
                 .retry_after_secs
                 .map(|s| format!("; retry after {s} s"))
                 .unwrap_or_default();
-            eprintln!("error[{}]: {}{retry}{rid}", f.code, f.message);
+            Err(
+                CliError::coded(&f.code, format!("{}{retry}{rid}", f.message))
+                    .with_exit(Exit::Findings),
+            )
         }
-        Format::Json => crate::output::print_json(&json!({
+        Format::Json => {
+            crate::output::print_json(&json!({
             "ok": false,
             "status": f.status,
             "error": f.message,
@@ -148,59 +137,39 @@ fn report_failure(op: &str, f: &Failure, format: Format) -> Exit {
             "op": op,
             "request_id": f.request_id,
             "retry_after": f.retry_after_secs,
-        })),
+            }));
+            Ok(Exit::Findings)
+        }
     }
-    Exit::Findings
 }
 
 /// Copies a local download to stdout in chunks.
-async fn copy_to_stdout(body: &mut (dyn tokio::io::AsyncRead + Send + Unpin)) -> Exit {
+async fn copy_to_stdout(body: &mut (dyn tokio::io::AsyncRead + Send + Unpin)) -> CliResult {
     use tokio::io::AsyncReadExt;
     let mut out = std::io::stdout().lock();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match body.read(&mut buf).await {
             Ok(0) => break,
-            Ok(n) => {
-                if let Err(e) = out.write_all(&buf[..n]) {
-                    eprintln!("error: cannot write the download to stdout: {e}");
-                    return Exit::Error;
-                }
-            }
+            Ok(n) => out.write_all(&buf[..n]).map_err(|e| write_failed(&e))?,
             Err(e) => {
-                eprintln!("error: the download failed: {e}");
-                return Exit::Findings;
+                return Err(
+                    CliError::usage(format!("the download failed: {e}")).with_exit(Exit::Findings)
+                );
             }
         }
     }
-    match out.flush() {
-        Ok(()) => Exit::Ok,
-        Err(e) => {
-            eprintln!("error: cannot write the download to stdout: {e}");
-            Exit::Error
-        }
-    }
-}
-
-pub fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            eprintln!("error: cannot start the runtime: {e}");
-            Exit::Error
-        })
+    out.flush().map_err(|e| write_failed(&e))?;
+    Ok(Exit::Ok)
 }
 
 /// Runs `corral call`.
-pub fn run(a: Args) -> Exit {
-    let args = match parse_args(&a.args) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("error: {e}; arguments are `name=value` (JSON values are parsed)");
-            return Exit::Error;
-        }
-    };
+pub fn run(a: Args) -> CliResult {
+    let args = parse_args(&a.args).map_err(|e| {
+        CliError::usage(format!(
+            "{e}; arguments are `name=value` (JSON values are parsed)"
+        ))
+    })?;
     if a.local {
         run_local(&a, args)
     } else {
@@ -208,56 +177,9 @@ pub fn run(a: Args) -> Exit {
     }
 }
 
-/// Reports a failed request to a server: a refusal with its code (exit 1), anything else (the
-/// server unreachable, a malformed answer) exit 2.
-pub(crate) fn report_remote_error(e: corral_client::ClientError) -> Exit {
-    match e {
-        corral_client::ClientError::Api { code, message, .. } => {
-            eprintln!("error[{code}]: {message}");
-            Exit::Findings
-        }
-        e => {
-            eprintln!("error: {e}");
-            Exit::Error
-        }
-    }
-}
-
-/// A client for `server` (flag, `$CORRAL_SERVER`, default) with the token from `token_env`
-/// (default `$CORRAL_TOKEN`, if set).
-pub fn remote_client(server: Option<String>, token_env: Option<&str>) -> Result<Client, Exit> {
-    let server = server_url(server);
-    let token = match token_env {
-        Some(name) => match std::env::var(name) {
-            Ok(t) if !t.is_empty() => Some(t),
-            _ => {
-                eprintln!("error: `--token-env {name}` names a variable that is unset or empty");
-                return Err(Exit::Error);
-            }
-        },
-        None => std::env::var("CORRAL_TOKEN").ok().filter(|t| !t.is_empty()),
-    };
-    Client::new(&server, token).map_err(|e| {
-        eprintln!("error: {e}");
-        Exit::Error
-    })
-}
-
-/// A client of `server` with the token from `token_env`, and a runtime to drive it: what every
-/// command that talks to a running server starts with.
-pub(crate) fn remote(
-    server: Option<String>,
-    token_env: Option<&str>,
-) -> Result<(Client, tokio::runtime::Runtime), Exit> {
-    Ok((remote_client(server, token_env)?, runtime()?))
-}
-
-fn run_remote(a: &Args, args: Value) -> Exit {
-    let server = server_url(a.server.clone());
-    let (client, rt) = match remote(a.server.clone(), a.token_env.as_deref()) {
-        Ok(pair) => pair,
-        Err(code) => return code,
-    };
+fn run_remote(a: &Args, args: Value) -> CliResult {
+    let server = context::server_url(a.server.clone());
+    let (client, rt) = context::remote(a.server.clone(), a.token_env.as_deref())?;
     match rt.block_on(client.call_reply(&a.op, args)) {
         Ok(Reply::Json {
             op,
@@ -283,92 +205,21 @@ fn run_remote(a: &Args, args: Value) -> Exit {
             },
             a.format,
         ),
-        Err(e @ ClientError::Transport { .. }) => {
-            eprintln!(
-                "error: {server}: {e}; is `corral serve` running there? (--server, $CORRAL_SERVER)"
-            );
-            Exit::Error
-        }
-        Err(e) => {
-            eprintln!("error: {server}: {e}");
-            Exit::Error
-        }
+        Err(e @ ClientError::Transport { .. }) => Err(CliError::usage(format!(
+            "{server}: {e}; is `corral serve` running there? (--server, $CORRAL_SERVER)"
+        ))),
+        Err(e) => Err(CliError::usage(format!("{server}: {e}"))),
     }
 }
 
-/// The caller of a local call: the token `--principal` names (its principal, and its run if it
-/// is run-scoped), or anonymous when the config has no auth.
-pub(crate) fn local_caller(
-    loaded: &corral_config::Loaded,
-    wanted: Option<&str>,
-) -> Result<corral_guard::Caller, String> {
-    let ids = || {
-        loaded
-            .tokens
-            .iter()
-            .map(|t| format!("`{}`", t.principal.id))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    match wanted {
-        Some(id) => loaded
-            .tokens
-            .iter()
-            .find(|t| t.principal.id == id)
-            .map(|t| corral_guard::Caller::new(t.principal.clone()).with_run(t.run.clone()))
-            .ok_or_else(|| {
-                if loaded.tokens.is_empty() {
-                    format!(
-                        "`--principal {id}`: the config has no `auth.tokens`; drop `--principal` to call as anonymous"
-                    )
-                } else {
-                    format!(
-                        "`--principal {id}` is not a token id of the config; its tokens are: {}",
-                        ids()
-                    )
-                }
-            }),
-        None if loaded.tokens.is_empty() && loaded.config.auth.jwt.is_none() => {
-            Ok(corral_guard::Caller::new(corral_policy::Principal::anonymous()))
-        }
-        None if loaded.tokens.is_empty() => Err(
-            "the config authenticates with JWT only, so there is no anonymous caller; add a static token and pass `--principal ID`, or call the server".to_owned(),
-        ),
-        None => Err(format!(
-            "the config has tokens, so there is no anonymous caller; pass `--principal ID` (one of: {})",
-            ids()
-        )),
-    }
-}
-
-fn run_local(a: &Args, args: Value) -> Exit {
-    let path = super::config_path(a.config.clone());
-    let loaded = match super::load(&path) {
-        Ok(l) => l,
-        Err(e) => {
-            eprint!("{}", e.render());
-            return Exit::Error;
-        }
-    };
-    let caller = match local_caller(&loaded, a.principal.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::Error;
-        }
-    };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
+fn run_local(a: &Args, args: Value) -> CliResult {
+    let loaded = context::load(a.config.clone())?;
+    let caller = context::local_caller(&loaded, a.principal.as_deref())?;
+    let rt = context::runtime(Threads::One)?;
     rt.block_on(async move {
-        let (state, store) = match corral_server::serve::build_state(&loaded, 1 << 20).await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("error[{}]: {e}", e.code());
-                return Exit::Error;
-            }
-        };
+        let (state, store) = corral_server::serve::build_state(&loaded, 1 << 20)
+            .await
+            .map_err(|e| CliError::coded(e.code(), &e))?;
         let request_id = uuid::Uuid::now_v7().to_string();
         let reply = state
             .0

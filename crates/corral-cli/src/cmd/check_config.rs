@@ -7,8 +7,9 @@ use serde::Serialize;
 
 use corral_config::{Severity, lint};
 
+use crate::context;
 use crate::output::{DiagnosticOut, print_json};
-use crate::{Exit, Format};
+use crate::{CliResult, Exit, Format};
 
 #[derive(Serialize)]
 struct Report {
@@ -21,9 +22,10 @@ struct Report {
     diagnostics: Vec<DiagnosticOut>,
 }
 
-pub fn run(config: Option<PathBuf>, strict: bool, format: Format) -> Exit {
-    let path = super::config_path(config);
-    let (diags, rendered, loaded) = match super::load(&path) {
+/// Runs `corral check-config`: the report, and the exit code its findings give.
+pub fn run(config: Option<PathBuf>, strict: bool, format: Format) -> CliResult {
+    let path = context::config_path(config);
+    let (diags, rendered, loaded) = match corral_config::load_file(&path) {
         Ok(l) => {
             let f = lint::lint(&l);
             let r = l.render(&f);
@@ -68,9 +70,9 @@ pub fn run(config: Option<PathBuf>, strict: bool, format: Format) -> Exit {
     }
     // A config error (the file does not load, or a load-level error such as
     // `policy.scope_required`) is 2, lint findings 1: the README's exit codes.
-    match (loaded && !lint::has_config_error(&diags), fails) {
+    Ok(match (loaded && !lint::has_config_error(&diags), fails) {
         (false, _) => Exit::Error,
         (true, true) => Exit::Findings,
         (true, false) => Exit::Ok,
-    }
+    })
 }

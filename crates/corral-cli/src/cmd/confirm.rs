@@ -1,19 +1,12 @@
 //! `corral confirm ACTION_ID [--deny]`: a person approves (or denies) a pending guarded call.
 
-use crate::{Exit, Format};
+use crate::context;
+use crate::{CliResult, Exit, Format, Remote};
 
 /// Sends the decision and reports the action's new state.
-pub fn run(
-    action_id: &str,
-    deny: bool,
-    server: Option<String>,
-    token_env: Option<&str>,
-    format: Format,
-) -> Exit {
-    let (client, rt) = match super::call::remote(server, token_env) {
-        Ok(pair) => pair,
-        Err(code) => return code,
-    };
+pub fn run(action_id: &str, deny: bool, remote: Remote) -> CliResult {
+    let format = remote.format;
+    let (client, rt) = context::remote(remote.server, remote.token_env.as_deref())?;
     match rt.block_on(client.decide(action_id, !deny)) {
         Ok(v) => {
             match format {
@@ -29,8 +22,8 @@ pub fn run(
                     }
                 }
             }
-            Exit::Ok
+            Ok(Exit::Ok)
         }
-        Err(e) => super::call::report_remote_error(e),
+        Err(e) => Err(context::remote_error(e)),
     }
 }

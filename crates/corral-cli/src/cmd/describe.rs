@@ -6,8 +6,9 @@ use serde::Serialize;
 
 use corral_policy::{Catalog, Engine, OpSpec, Principal, RuleEffect};
 
+use crate::context;
 use crate::output::print_json;
-use crate::{Exit, Format};
+use crate::{CliResult, Exit, Format};
 
 #[derive(Serialize)]
 struct OpOut {
@@ -91,20 +92,9 @@ fn scopes_text(engine: &Engine, op: &OpSpec, p: &Principal) -> (String, String) 
     (r.name.to_string(), parts.join("; "))
 }
 
-pub fn run(config: Option<PathBuf>, effective: bool, format: Format) -> Exit {
-    let explicit = config.is_some() || std::env::var_os("CORRAL_CONFIG").is_some();
-    let path = super::config_path(config);
-    let loaded = if explicit || effective || path.exists() {
-        match super::load(&path) {
-            Ok(l) => Some(l),
-            Err(e) => {
-                eprint!("{}", e.render());
-                return Exit::Error;
-            }
-        }
-    } else {
-        None
-    };
+/// Runs `corral describe`: the catalog, or with `effective` what each caller may call.
+pub fn run(config: Option<PathBuf>, effective: bool, format: Format) -> CliResult {
+    let loaded = context::load_if_any(config, effective)?;
     let catalog = loaded
         .as_ref()
         .map_or_else(Catalog::builtin, |l| l.catalog.clone());
@@ -149,10 +139,10 @@ pub fn run(config: Option<PathBuf>, effective: bool, format: Format) -> Exit {
                 }
             }
         }
-        return Exit::Ok;
+        return Ok(Exit::Ok);
     }
     let Some(loaded) = loaded else {
-        return Exit::Error;
+        return Ok(Exit::Error);
     };
     let engine = loaded.engine();
     // What the gateway offers a caller (`Deployment::callable_ops`): mounted, and let through
@@ -212,5 +202,5 @@ pub fn run(config: Option<PathBuf>, effective: bool, format: Format) -> Exit {
             }
         }
     }
-    Exit::Ok
+    Ok(Exit::Ok)
 }

@@ -15,7 +15,8 @@ use corral_exec::linux::{HostUids, LinuxBackend, Network, Primitive};
 use corral_exec::{Backend, ExecRequest, ResourceLimits};
 use serde::Serialize;
 
-use crate::{Exit, Format};
+use crate::context::{self, Threads};
+use crate::{CliError, CliResult, Exit, Format};
 
 #[derive(Debug, Serialize)]
 struct PrimitiveOut {
@@ -108,20 +109,16 @@ struct Configured {
 /// The configured backend, network and cgroup parent, and where confirmations live: from the
 /// config when one is given or found, else the defaults (`linux`, `none`, corral's own cgroup,
 /// the SQLite store).
-fn configured(flag: Option<PathBuf>) -> Result<Configured, Exit> {
-    let explicit = flag.is_some() || std::env::var_os("CORRAL_CONFIG").is_some();
-    let path = super::config_path(flag);
-    if !explicit && !path.exists() {
-        return Ok(Configured {
+fn configured(flag: Option<PathBuf>) -> Result<Configured, CliError> {
+    Ok(match context::load_if_any(flag, false)? {
+        None => Configured {
             backend: BackendKind::default(),
             network: NetworkMode::default(),
             cgroup_parent: None,
             host_uids: "auto".to_owned(),
             confirmations: ConfirmationsOut::of(ConfirmationBackend::default(), None),
-        });
-    }
-    match super::load(&path) {
-        Ok(l) => Ok(Configured {
+        },
+        Some(l) => Configured {
             backend: l.config.isolation.backend,
             network: l.config.isolation.network,
             cgroup_parent: l.config.isolation.cgroup_parent.clone(),
@@ -135,12 +132,8 @@ fn configured(flag: Option<PathBuf>) -> Result<Configured, Exit> {
                 l.config.guardrails.confirmations,
                 l.config.storage.url.as_deref(),
             ),
-        }),
-        Err(e) => {
-            eprint!("{}", e.render());
-            Err(Exit::Error)
-        }
-    }
+        },
+    })
 }
 
 /// The host ids setting (`isolation.host_uids`) and, in words, which host ids sandboxed
@@ -193,9 +186,7 @@ fn smoke_run(
         .with_network(network)
         .with_cgroup_parent(cgroup_parent)
         .with_host_uids(host_uids)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+    let rt = context::tokio_runtime(Threads::One)
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let req = ExecRequest {
         argv: vec!["/bin/true".into()],
@@ -230,17 +221,14 @@ fn smoke_run(
 }
 
 /// Runs `corral doctor`.
-pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
+pub fn run(config: Option<PathBuf>, format: Format) -> CliResult {
     let Configured {
         backend: kind,
         network: net,
         cgroup_parent,
         host_uids,
         confirmations,
-    } = match configured(config) {
-        Ok(c) => c,
-        Err(exit) => return exit,
-    };
+    } = configured(config)?;
     let network = match net {
         NetworkMode::None => Network::None,
         NetworkMode::Loopback => Network::Loopback,
@@ -322,7 +310,7 @@ pub fn run(config: Option<PathBuf>, format: Format) -> Exit {
         Format::Json => crate::output::print_json(&report),
         Format::Human => print_human(&report),
     }
-    if ok { Exit::Ok } else { Exit::Findings }
+    Ok(if ok { Exit::Ok } else { Exit::Findings })
 }
 
 fn print_human(r: &Report) {

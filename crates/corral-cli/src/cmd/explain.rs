@@ -12,8 +12,9 @@ use corral_policy::{
     Principal, PrincipalKind, Request, TraceOutcome, validate_args,
 };
 
+use crate::context;
 use crate::output::print_json;
-use crate::{Exit, Format};
+use crate::{CliError, CliResult, Exit, Format};
 
 #[derive(Serialize)]
 struct TraceOut {
@@ -270,27 +271,24 @@ fn print_human(o: &ExplainOut) {
 
 /// The principal `explain` decides for: a token's (`--token-env`, or `--principal` alone), an
 /// ad-hoc one (`--principal` with `--role`, or `--role` alone), or the anonymous caller.
-fn principal(a: &Args, loaded: &corral_config::Loaded) -> Result<Principal, String> {
+fn principal(a: &Args, loaded: &corral_config::Loaded) -> Result<Principal, CliError> {
     if let Some(name) = &a.token_env {
         let token = std::env::var(name)
             .ok()
             .filter(|t| !t.trim().is_empty())
-            .ok_or_else(|| format!("`--token-env {name}`: the variable is not set, or empty"))?;
-        let auth = corral_server::compose::authenticator(loaded)?;
-        return auth
-            .authenticate_token(Some(token.trim()))
-            .map(|c| c.principal)
-            .map_err(|e| {
-                format!(
-                    "error[{}]: the token in ${name}: {}; fix the variable, or pass `--principal ID`",
-                    e.code, e.message
-                )
-            });
+            .ok_or_else(|| {
+                CliError::usage(format!(
+                    "`--token-env {name}`: the variable is not set, or empty"
+                ))
+            })?;
+        return context::token_caller(loaded, name, &token).map(|c| c.principal);
     }
     let kind = match &a.kind {
         None => PrincipalKind::Human,
         Some(k) => PrincipalKind::parse(k).ok_or_else(|| {
-            format!("`--kind {k}` is not a principal kind; use human, delegated or service")
+            CliError::usage(format!(
+                "`--kind {k}` is not a principal kind; use human, delegated or service"
+            ))
         })?,
     };
     let roles: Vec<&str> = a.roles.iter().map(String::as_str).collect();
@@ -305,7 +303,7 @@ fn principal(a: &Args, loaded: &corral_config::Loaded) -> Result<Principal, Stri
                     .map(|t| t.principal.id.as_str())
                     .collect();
                 let near = corral_policy::suggest::closest(id, ids.iter().copied());
-                Err(format!(
+                Err(CliError::usage(format!(
                     "no token has the id `{id}` (`--principal`); {}; or add `--role ROLE` to explain a principal with this id and those roles",
                     near.first().map_or_else(
                         || format!(
@@ -318,7 +316,7 @@ fn principal(a: &Args, loaded: &corral_config::Loaded) -> Result<Principal, Stri
                         ),
                         |n| format!("did you mean `{n}`?")
                     )
-                ))
+                )))
             }
         },
         (None, false) => {
@@ -416,52 +414,94 @@ fn confirmation_line(c: Confirmation, spec: &OpSpec, rule: &str) -> StepOut {
     }
 }
 
-pub fn run(a: Args) -> Exit {
+/// `--autonomy`, parsed.
+fn run_level(a: &Args) -> Result<Option<AutonomyLevel>, CliError> {
+    a.autonomy
+        .as_deref()
+        .map(|l| {
+            AutonomyLevel::parse(l).ok_or_else(|| {
+                CliError::usage(format!("`--autonomy {l}` is not a level; use L0 to L4"))
+            })
+        })
+        .transpose()
+}
+
+/// The `--arg name=value` pairs, typed by the op's params when the op is known.
+fn policy_args(spec: Option<&OpSpec>, raw: &[String]) -> Result<PolicyArgs, CliError> {
+    let mut args = PolicyArgs::new();
+    for r in raw {
+        let (k, v) = parse_arg(spec, r).map_err(CliError::usage)?;
+        args = args.with(&k, v);
+    }
+    Ok(args)
+}
+
+/// The guard steps around the policy, in the gateway's order, pushed to `out.guard`: autonomy
+/// and RBAC (a refusal there makes the answer `refused`), the policy's decision, then the
+/// confirmation step of an allowed call. Returns whether the call stays allowed.
+fn guard_steps(
+    guard: &GuardPolicy,
+    spec: &OpSpec,
+    who: &Principal,
+    a: &Args,
+    run_level: Option<AutonomyLevel>,
+    explanation: &Explanation,
+    out: &mut ExplainOut,
+) -> bool {
+    if let Some((code, message)) = steps_before_policy(guard, spec, who, run_level, out) {
+        out.decision = "refused";
+        out.code = Some(code);
+        out.reason = Some(message);
+        out.rule = None;
+        for step in ["policy", "confirmation"] {
+            out.guard.push(StepOut {
+                step,
+                outcome: "not_reached",
+                code: None,
+                detail: String::new(),
+            });
+        }
+        return false;
+    }
+    out.guard.push(StepOut {
+        step: "policy",
+        outcome: explanation.decision.kind(),
+        code: explanation.decision.code(),
+        detail: out
+            .rule
+            .clone()
+            .map(|r| format!("rule `{r}`"))
+            .unwrap_or_default(),
+    });
+    match &explanation.decision {
+        Decision::Allowed(grant) => {
+            let c = guard.confirmation_step(spec, grant.rule.index, a.dry_run);
+            out.confirmation = Some(c.as_str());
+            out.guard
+                .push(confirmation_line(c, spec, grant.rule.name.as_ref()));
+        }
+        Decision::Denied { .. } | Decision::NotPermitted { .. } | Decision::NotMounted => {
+            out.guard.push(StepOut {
+                step: "confirmation",
+                outcome: "not_reached",
+                code: None,
+                detail: String::new(),
+            });
+        }
+    }
+    true
+}
+
+/// Runs `corral explain`: exit 0 when the call would be allowed, 1 when a step would refuse it.
+pub fn run(a: Args) -> CliResult {
     let format = a.format;
-    let path = super::config_path(a.config.clone());
-    let loaded = match super::load(&path) {
-        Ok(l) => l,
-        Err(e) => {
-            eprint!("{}", e.render());
-            return Exit::Error;
-        }
-    };
-    let who = match principal(&a, &loaded) {
-        Ok(p) => p,
-        Err(e) => {
-            if e.starts_with("error") {
-                eprintln!("{e}");
-            } else {
-                eprintln!("error: {e}");
-            }
-            return Exit::Error;
-        }
-    };
-    let run_level = match &a.autonomy {
-        None => None,
-        Some(l) => match AutonomyLevel::parse(l) {
-            Some(l) => Some(l),
-            None => {
-                eprintln!("error: `--autonomy {l}` is not a level; use L0 to L4");
-                return Exit::Error;
-            }
-        },
-    };
+    let loaded = context::load(a.config.clone())?;
+    let who = principal(&a, &loaded)?;
+    let run_level = run_level(&a)?;
     let op = a.op.as_str();
     let spec = loaded.catalog.get(op);
     let near = corral_policy::suggest::closest(op, loaded.catalog.ids());
-    let mut args = PolicyArgs::new();
-    for raw in &a.args {
-        match parse_arg(spec, raw) {
-            Ok((k, v)) => {
-                args = args.with(&k, v);
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                return Exit::Error;
-            }
-        }
-    }
+    let args = policy_args(spec, &a.args)?;
     if let Some(spec) = spec
         && let Err(e) = validate_args(spec, &args)
     {
@@ -471,7 +511,7 @@ pub fn run(a: Args) -> Exit {
             })),
             Format::Human => outln!("INVALID ARGUMENTS [{}]: {}", e.code, e.message),
         }
-        return Exit::Findings;
+        return Ok(Exit::Findings);
     }
     let engine = loaded.engine();
     let explanation = engine.explain(&Request {
@@ -502,55 +542,13 @@ pub fn run(a: Args) -> Exit {
     if let Some(spec) = spec
         && !matches!(explanation.decision, Decision::NotMounted)
     {
-        if let Some((code, message)) = steps_before_policy(&guard, spec, &who, run_level, &mut out)
-        {
-            out.decision = "refused";
-            out.code = Some(code);
-            out.reason = Some(message);
-            out.rule = None;
-            allowed = false;
-            for step in ["policy", "confirmation"] {
-                out.guard.push(StepOut {
-                    step,
-                    outcome: "not_reached",
-                    code: None,
-                    detail: String::new(),
-                });
-            }
-        } else {
-            out.guard.push(StepOut {
-                step: "policy",
-                outcome: explanation.decision.kind(),
-                code: explanation.decision.code(),
-                detail: out
-                    .rule
-                    .clone()
-                    .map(|r| format!("rule `{r}`"))
-                    .unwrap_or_default(),
-            });
-            match &explanation.decision {
-                Decision::Allowed(grant) => {
-                    let c = guard.confirmation_step(spec, grant.rule.index, a.dry_run);
-                    out.confirmation = Some(c.as_str());
-                    out.guard
-                        .push(confirmation_line(c, spec, grant.rule.name.as_ref()));
-                }
-                Decision::Denied { .. } | Decision::NotPermitted { .. } | Decision::NotMounted => {
-                    out.guard.push(StepOut {
-                        step: "confirmation",
-                        outcome: "not_reached",
-                        code: None,
-                        detail: String::new(),
-                    });
-                }
-            }
-        }
+        allowed &= guard_steps(&guard, spec, &who, &a, run_level, &explanation, &mut out);
     }
     match format {
         Format::Json => print_json(&out),
         Format::Human => print_human(&out),
     }
-    if allowed { Exit::Ok } else { Exit::Findings }
+    Ok(if allowed { Exit::Ok } else { Exit::Findings })
 }
 
 /// For each granted path that exists on disk: resolves it (as the file op will, following

@@ -8,28 +8,14 @@ use std::time::Duration;
 
 use corral_client::{Client, ClientError};
 
-use crate::{Exit, Format};
+use crate::context::{self, Threads};
+use crate::{CliError, CliResult, Exit, Format};
 
 /// Runs `corral healthcheck`.
-pub fn run(server: Option<String>, timeout: Duration, format: Format) -> Exit {
-    let server = super::call::server_url(server);
-    let client = match Client::new(&server, None) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::Error;
-        }
-    };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return Exit::Error;
-        }
-    };
+pub fn run(server: Option<String>, timeout: Duration, format: Format) -> CliResult {
+    let server = context::server_url(server);
+    let client = Client::new(&server, None).map_err(CliError::usage)?;
+    let rt = context::runtime(Threads::One)?;
     let answer = rt.block_on(async { tokio::time::timeout(timeout, client.healthz()).await });
     match answer {
         Ok(Ok(h)) => {
@@ -46,22 +32,19 @@ pub fn run(server: Option<String>, timeout: Duration, format: Format) -> Exit {
                     h.storage
                 ),
             }
-            if healthy { Exit::Ok } else { Exit::Findings }
+            Ok(if healthy { Exit::Ok } else { Exit::Findings })
         }
-        Ok(Err(e @ ClientError::InvalidUrl { .. })) => {
-            eprintln!("error: {e}");
-            Exit::Error
-        }
-        Ok(Err(e)) => {
-            eprintln!("unhealthy: {server}: {e}");
-            Exit::Findings
-        }
-        Err(_) => {
-            eprintln!(
+        Ok(Err(e @ ClientError::InvalidUrl { .. })) => Err(CliError::usage(e)),
+        Ok(Err(e)) => Err(CliError::line(
+            Exit::Findings,
+            format!("unhealthy: {server}: {e}"),
+        )),
+        Err(_) => Err(CliError::line(
+            Exit::Findings,
+            format!(
                 "unhealthy: {server}: no answer within {} ms",
                 timeout.as_millis()
-            );
-            Exit::Findings
-        }
+            ),
+        )),
     }
 }

@@ -5,31 +5,19 @@ use std::path::{Path, PathBuf};
 
 use corral_policy::presets::Preset;
 
-use crate::Exit;
+use crate::context;
+use crate::{CliError, CliResult, Exit};
 
-pub fn run(preset: &str, root: Option<PathBuf>, output: &Path, force: bool) -> Exit {
-    let preset = match Preset::parse(preset) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error[{}]: {e} (`--preset`); {}", e.code(), e.fix());
-            return Exit::Error;
-        }
-    };
-    let root = match root {
-        Some(r) => r,
-        None => match std::env::current_dir() {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("error: cannot read the current directory: {e}; pass `--root DIR`");
-                return Exit::Error;
-            }
-        },
-    };
-    let root = std::path::absolute(&root).unwrap_or(root);
+/// Runs `corral init`: writes the starter config of `preset` for `root` to `output`.
+pub fn run(preset: &str, root: Option<PathBuf>, output: &Path, force: bool) -> CliResult {
+    let preset = Preset::parse(preset)
+        .map_err(|e| CliError::coded(e.code(), format!("{e} (`--preset`); {}", e.fix())))?;
+    let root = context::root_dir(root.as_deref())?;
     let root_text = root.to_string_lossy().into_owned();
     if root_text == "/" {
-        eprintln!("error: `/` cannot be a root (`--root`); pass the directory the agent works in");
-        return Exit::Error;
+        return Err(CliError::usage(
+            "`/` cannot be a root (`--root`); pass the directory the agent works in",
+        ));
     }
     let text = corral_config::starter::starter(preset, &root_text);
     let file = std::fs::OpenOptions::new()
@@ -45,8 +33,10 @@ pub fn run(preset: &str, root: Option<PathBuf>, output: &Path, force: bool) -> E
         } else {
             "check the directory exists and is writable"
         };
-        eprintln!("error: cannot write `{}`: {e}; {hint}", output.display());
-        return Exit::Error;
+        return Err(CliError::usage(format!(
+            "cannot write `{}`: {e}; {hint}",
+            output.display()
+        )));
     }
     outln!(
         "wrote {} (preset {}, root {root_text})",
@@ -58,5 +48,5 @@ pub fn run(preset: &str, root: Option<PathBuf>, output: &Path, force: bool) -> E
         "      corral explain -c {} --op files.read --arg path={root_text}/README.md",
         output.display()
     );
-    Exit::Ok
+    Ok(Exit::Ok)
 }

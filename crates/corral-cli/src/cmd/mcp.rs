@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use corral_mcp::CorralMcp;
 use corral_mcp::rmcp::ServiceExt;
 
-use crate::Exit;
+use crate::context::{self, Threads};
+use crate::{CliError, CliResult, Exit};
 
 /// The flags of `corral mcp`.
 #[derive(Debug)]
@@ -18,64 +19,21 @@ pub struct Args {
     pub token_env: String,
 }
 
-pub fn run(a: Args) -> Exit {
-    let path = super::config_path(a.config.clone());
-    let loaded = match super::load(&path) {
-        Ok(l) => l,
-        Err(e) => {
-            eprint!("{}", e.render());
-            return Exit::Error;
-        }
-    };
+/// Runs `corral mcp` until the client ends the session.
+pub fn run(a: Args) -> CliResult {
+    let loaded = context::load(a.config.clone())?;
     let token = std::env::var(&a.token_env)
         .ok()
         .filter(|t| !t.trim().is_empty());
     let caller = match (&a.principal, token) {
-        (None, Some(token)) => {
-            let auth = match corral_server::compose::authenticator(&loaded) {
-                Ok(auth) => auth,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return Exit::Error;
-                }
-            };
-            match auth.authenticate_token(Some(token.trim())) {
-                Ok(caller) => caller,
-                Err(e) => {
-                    eprintln!(
-                        "error[{}]: the token in ${}: {}; fix the variable, or pass `--principal ID`",
-                        e.code, a.token_env, e.message
-                    );
-                    return Exit::Error;
-                }
-            }
-        }
-        _ => match super::call::local_caller(&loaded, a.principal.as_deref()) {
-            Ok(caller) => caller,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return Exit::Error;
-            }
-        },
+        (None, Some(token)) => context::token_caller(&loaded, &a.token_env, &token)?,
+        _ => context::local_caller(&loaded, a.principal.as_deref())?,
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return Exit::Error;
-        }
-    };
+    let rt = context::runtime(Threads::Many)?;
     rt.block_on(async move {
-        let (state, store) = match corral_server::serve::build_state(&loaded, 1 << 20).await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("error[{}]: {e}", e.code());
-                return Exit::Error;
-            }
-        };
+        let (state, store) = corral_server::serve::build_state(&loaded, 1 << 20)
+            .await
+            .map_err(|e| CliError::coded(e.code(), &e))?;
         let handler = CorralMcp::for_caller(state.0.gateway.clone(), caller);
         let code = match handler
             .clone()
@@ -95,17 +53,13 @@ pub fn run(a: Args) -> Exit {
                     a.abort();
                 }
                 match ended {
-                    Ok(_) => Exit::Ok,
-                    Err(e) => {
-                        eprintln!("error: the MCP session failed: {e}");
-                        Exit::Error
-                    }
+                    Ok(_) => Ok(Exit::Ok),
+                    Err(e) => Err(CliError::usage(format!("the MCP session failed: {e}"))),
                 }
             }
-            Err(e) => {
-                eprintln!("error: the MCP session did not start: {e}");
-                Exit::Error
-            }
+            Err(e) => Err(CliError::usage(format!(
+                "the MCP session did not start: {e}"
+            ))),
         };
         store.close().await;
         code

@@ -44,7 +44,8 @@ use corral_policy::codes;
 use corral_policy::scope::{EgressAllowList, NetworkSpec};
 use serde::Serialize;
 
-use crate::Exit;
+use crate::context::{self, Threads};
+use crate::{CliError, CliResult, Exit};
 
 /// Exit code: corral could not run the command (as `docker run` and `env`).
 pub const EXIT_CANNOT_RUN: u8 = 125;
@@ -322,9 +323,14 @@ impl Failure {
             exit: EXIT_CANNOT_RUN,
         }
     }
+}
 
-    fn print(&self) {
-        eprintln!("corral run: error[{}]: {}", self.code, self.message);
+impl From<Failure> for CliError {
+    fn from(f: Failure) -> Self {
+        CliError::line(
+            Exit::Code(f.exit),
+            format!("corral run: error[{}]: {}", f.code, f.message),
+        )
     }
 }
 
@@ -351,18 +357,12 @@ impl From<ExecError> for Failure {
     }
 }
 
-/// Runs `corral run`.
-pub fn run(args: Args) -> Exit {
-    match run_inner(args) {
-        Ok(code) => Exit::Code(code),
-        Err(f) => {
-            f.print();
-            Exit::Code(f.exit)
-        }
-    }
+/// Runs `corral run`: the program's exit code, or corral's own failure (125 to 127).
+pub fn run(args: Args) -> CliResult {
+    Ok(Exit::Code(run_inner(args)?))
 }
 
-fn run_inner(args: Args) -> Result<u8, Failure> {
+fn run_inner(args: Args) -> Result<u8, CliError> {
     let s = settings(&args)?;
     let req = request(&args.argv, &s)?;
     let backend = LinuxBackend::new(PathBuf::from("/proc/self/exe"))
@@ -379,14 +379,11 @@ fn run_inner(args: Args) -> Result<u8, Failure> {
         // step by step, and the probe then names the fix), and no warm sandbox to keep.
         .with_one_shot()
         .with_warm_pool(0);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure {
-            code: codes::ISOLATION_UNAVAILABLE,
-            message: format!("cannot start the runtime: {e}"),
-            exit: EXIT_CANNOT_RUN,
-        })?;
+    let rt = context::tokio_runtime(Threads::One).map_err(|e| Failure {
+        code: codes::ISOLATION_UNAVAILABLE,
+        message: format!("cannot start the runtime: {e}"),
+        exit: EXIT_CANNOT_RUN,
+    })?;
     let result = rt.block_on(supervise(&backend, req));
     // The stdin relay may still be blocked reading a terminal: do not wait for it.
     rt.shutdown_background();
@@ -411,10 +408,7 @@ fn run_inner(args: Args) -> Result<u8, Failure> {
     }
     let code = exit_code(&out, s.timeout);
     match &out.changes {
-        Some(changes) if refused_any(changes) => {
-            report_refused(changes, &out);
-            Ok(EXIT_CANNOT_RUN)
-        }
+        Some(changes) if refused_any(changes) => Err(refused(changes, &out)),
         _ => Ok(code),
     }
 }
@@ -423,31 +417,35 @@ fn refused_any(changes: &Changes) -> bool {
     !changes.refused.is_empty() || changes.refused_unlisted > 0
 }
 
-/// One line per change the apply refused, with its code, then what it means for the exit code.
-/// Paths and reasons come from the sandbox's layer (names the program chose): they are printed
-/// escaped, so no control character of theirs reaches the terminal.
-fn report_refused(changes: &Changes, out: &ExecOutput) {
-    for r in &changes.refused {
-        let code = if r.code.is_empty() {
-            codes::EXEC_CHANGE_REFUSED
-        } else {
-            r.code.as_str()
-        };
-        if r.path.is_empty() {
-            eprintln!("corral run: error[{code}]: {}", r.reason.escape_debug());
-        } else {
-            eprintln!(
-                "corral run: error[{code}]: `{}` was not applied to the host: {}",
-                r.path.escape_debug(),
-                r.reason.escape_debug()
-            );
-        }
-    }
+/// One line per change the apply refused, with its code, then what it means for the exit code
+/// (125). Paths and reasons come from the sandbox's layer (names the program chose): they are
+/// printed escaped, so no control character of theirs reaches the terminal.
+fn refused(changes: &Changes, out: &ExecOutput) -> CliError {
+    let mut lines: Vec<String> = changes
+        .refused
+        .iter()
+        .map(|r| {
+            let code = if r.code.is_empty() {
+                codes::EXEC_CHANGE_REFUSED
+            } else {
+                r.code.as_str()
+            };
+            if r.path.is_empty() {
+                format!("corral run: error[{code}]: {}", r.reason.escape_debug())
+            } else {
+                format!(
+                    "corral run: error[{code}]: `{}` was not applied to the host: {}",
+                    r.path.escape_debug(),
+                    r.reason.escape_debug()
+                )
+            }
+        })
+        .collect();
     if changes.refused_unlisted > 0 {
-        eprintln!(
+        lines.push(format!(
             "corral run: ... and {} more changes refused, not listed",
             changes.refused_unlisted
-        );
+        ));
     }
     let program = match (out.exit_code, out.signal) {
         _ if out.timed_out => "was killed at its timeout".to_owned(),
@@ -455,11 +453,12 @@ fn report_refused(changes: &Changes, out: &ExecOutput) {
         (None, Some(sig)) => format!("was ended by signal {sig}"),
         (None, None) => "ended".to_owned(),
     };
-    eprintln!(
+    lines.push(format!(
         "corral run: the program {program}, but {} of its changes did not reach the host ({} applied); exit 125",
         changes.refused.len() as u64 + changes.refused_unlisted,
         changes.applied
-    );
+    ));
+    CliError::line(Exit::Code(EXIT_CANNOT_RUN), lines.join("\n"))
 }
 
 /// The exit code `corral run` ends with for a run that happened.

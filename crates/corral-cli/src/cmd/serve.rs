@@ -1,11 +1,12 @@
 //! `corral serve`: load the config (or build one from `--preset --root`), then run the server.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use corral_server::{ServeOptions, serve};
 
-use crate::Exit;
+use crate::context::{self, Threads};
+use crate::{CliError, CliResult, Exit};
 
 /// The flags of `corral serve`.
 #[derive(Debug)]
@@ -28,60 +29,33 @@ fn init_logging() {
         .try_init();
 }
 
-pub fn run(a: Args) -> Exit {
+/// The config `--preset NAME --root DIR` stands for: the preset, rooted at the directory
+/// (created if missing), with its state in `.corral` under it.
+fn preset_config(preset: &str, root: Option<&Path>) -> Result<corral_config::Loaded, CliError> {
+    let root = context::root_dir(root)?;
+    std::fs::create_dir_all(&root).map_err(|e| {
+        CliError::usage(format!("cannot create the root `{}`: {e}", root.display()))
+    })?;
+    let text = format!(
+        "version: 1\npreset: {preset}\nroot: {}\nstate_dir: .corral\n",
+        serde_json::to_string(&root.to_string_lossy()).unwrap_or_default()
+    );
+    let base = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    corral_config::load_str("--preset", &text, &base, &corral_config::ProcessEnv)
+        .map_err(|e| CliError::config(&e))
+}
+
+/// Runs `corral serve` until the server stops.
+pub fn run(a: Args) -> CliResult {
     init_logging();
     let (loaded, config_path) = match &a.preset {
-        Some(preset) => {
-            let root = match &a.root {
-                Some(r) => std::path::absolute(r).unwrap_or_else(|_| r.clone()),
-                None => match std::env::current_dir() {
-                    Ok(d) => d,
-                    Err(e) => {
-                        eprintln!(
-                            "error: cannot read the current directory: {e}; pass `--root DIR`"
-                        );
-                        return Exit::Error;
-                    }
-                },
-            };
-            if let Err(e) = std::fs::create_dir_all(&root) {
-                eprintln!("error: cannot create the root `{}`: {e}", root.display());
-                return Exit::Error;
-            }
-            let text = format!(
-                "version: 1\npreset: {preset}\nroot: {}\nstate_dir: .corral\n",
-                serde_json::to_string(&root.to_string_lossy()).unwrap_or_default()
-            );
-            let base = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-            match corral_config::load_str("--preset", &text, &base, &corral_config::ProcessEnv) {
-                Ok(l) => (l, None),
-                Err(e) => {
-                    eprint!("{}", e.render());
-                    return Exit::Error;
-                }
-            }
-        }
+        Some(preset) => (preset_config(preset, a.root.as_deref())?, None),
         None => {
-            let path = super::config_path(a.config.clone());
-            match super::load(&path) {
-                Ok(l) => (l, Some(path)),
-                Err(e) => {
-                    eprint!("{}", e.render());
-                    return Exit::Error;
-                }
-            }
+            let path = context::config_path(a.config.clone());
+            (context::load_at(&path)?, Some(path))
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return Exit::Error;
-        }
-    };
+    let rt = context::runtime(Threads::Many)?;
     let opts = ServeOptions {
         loaded,
         config_path,
@@ -89,11 +63,7 @@ pub fn run(a: Args) -> Exit {
         allow_open: a.allow_open,
         max_body_bytes: a.max_body_bytes,
     };
-    match rt.block_on(serve(opts)) {
-        Ok(()) => Exit::Ok,
-        Err(e) => {
-            eprintln!("error[{}]: {e}", e.code());
-            Exit::Error
-        }
-    }
+    rt.block_on(serve(opts))
+        .map_err(|e| CliError::coded(e.code(), &e))?;
+    Ok(Exit::Ok)
 }

@@ -430,3 +430,53 @@ fn check_config_exits_2_for_a_load_level_error() {
     assert!(out.contains("error[lint."), "{out}");
     assert_eq!(code, 1, "{out}");
 }
+
+#[test]
+fn a_failing_command_prints_its_error_once_on_stderr_and_nothing_on_stdout() {
+    // issue 13 item 4: one error exit; each command's failure is printed by `run()`, once.
+    let dir = workspace(Some(
+        "version: 1\npreset: workspace_jail\nroot: $WS\nauth:\n  tokens:\n    - id: agent\n      token_env: AGENT_TOKEN\n      roles: [agent]\n",
+    ));
+    let env = [("AGENT_TOKEN", "agent-token-0123456789abcdef0123456789")];
+    let cases: &[(&[&str], i32, &str)] = &[
+        (
+            &["call", "files.list", "novalue"],
+            2,
+            "error: `novalue` is not `name=value`; arguments are `name=value` (JSON values are parsed)\n",
+        ),
+        (
+            &["call", "--local", "files.list"],
+            2,
+            "error: the config has tokens, so there is no anonymous caller; pass `--principal ID` (one of: `agent`)\n",
+        ),
+        (
+            &["explain", "--op", "files.read", "--autonomy", "L9"],
+            2,
+            "error: `--autonomy L9` is not a level; use L0 to L4\n",
+        ),
+        (
+            &[
+                "confirm",
+                "some-action",
+                "--token-env",
+                "CORRAL_TEST_UNSET_VARIABLE",
+            ],
+            2,
+            "error: `--token-env CORRAL_TEST_UNSET_VARIABLE` names a variable that is unset or empty\n",
+        ),
+        (
+            &["init", "--root", "/"],
+            2,
+            "error: `/` cannot be a root (`--root`); pass the directory the agent works in\n",
+        ),
+    ];
+    for (args, want_code, want_err) in cases {
+        let (code, out, err) = corral_with_env(dir.path(), args, &env);
+        assert_eq!(
+            (code, err.as_str()),
+            (*want_code, *want_err),
+            "corral {args:?}"
+        );
+        assert_eq!(out, "", "corral {args:?}");
+    }
+}

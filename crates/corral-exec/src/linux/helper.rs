@@ -202,6 +202,49 @@ fn write_proc(path: &str, contents: &str) -> Result<(), StepError> {
     std::fs::write(path, contents).map_err(|e| StepError::unavailable(format!("write {path}"), e))
 }
 
+/// The connection to the egress proxy's hand-over socket, for a run with egress: reached by its
+/// host path, so before the unshare.
+fn egress_connection(prep: &Prep) -> Result<Option<std::os::unix::net::UnixStream>, StepError> {
+    match (prep.network, &prep.egress_socket) {
+        (Network::Egress, Some(path)) => Ok(Some(egress_bridge::connect(path)?)),
+        (Network::Egress, None) => Err(StepError::invalid(
+            "egress",
+            "no hand-over socket in the prep",
+        )),
+        (Network::None | Network::Loopback, _) => Ok(None),
+    }
+}
+
+/// Maps the new user namespace's ids: through the assistant (host ids), else the caller's own
+/// uid and gid to `ids`, with `setgroups` denied.
+fn write_id_maps(
+    assistant: Option<&Assistant>,
+    ids: Ids,
+    uid: rustix::process::Uid,
+    gid: rustix::process::Gid,
+) -> Result<(), StepError> {
+    match assistant {
+        Some(a) => a.write_maps(),
+        None => {
+            write_proc("/proc/self/setgroups", "deny")?;
+            write_proc(
+                "/proc/self/uid_map",
+                &format!("{} {} 1\n", ids.uid, uid.as_raw()),
+            )?;
+            write_proc(
+                "/proc/self/gid_map",
+                &format!("{} {} 1\n", ids.gid, gid.as_raw()),
+            )
+        }
+    }
+}
+
+/// Kills the sandbox's init (and so its pid namespace) and reaps it.
+fn kill_init(init_pid: Pid) {
+    let _ = rustix::process::kill_process(init_pid, Signal::KILL);
+    let _ = rustix::process::waitpid(Some(init_pid), WaitOptions::empty());
+}
+
 /// Step 1, in the helper: namespaces, id maps, the init; then the spec, the timeout.
 fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     die_with(prep.parent_pid)?;
@@ -217,16 +260,7 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
         let _ = rustix::thread::set_thread_groups(&[]);
     }
     // Egress: the hand-over socket is reached by its host path, so before the unshare.
-    let egress = match (prep.network, &prep.egress_socket) {
-        (Network::Egress, Some(path)) => Some(egress_bridge::connect(path)?),
-        (Network::Egress, None) => {
-            return Err(StepError::invalid(
-                "egress",
-                "no hand-over socket in the prep",
-            ));
-        }
-        (Network::None | Network::Loopback, _) => None,
-    };
+    let egress = egress_connection(prep)?;
     // Inside, the caller is never uid 0: an `execve` by uid 0 would regain capabilities. With
     // `isolation.host_uids` the program is inside root, an unprivileged host uid, and execs
     // under `SECBIT_NOROOT` (locked) with an empty bounding set.
@@ -246,20 +280,7 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     )]
     // SAFETY: `CLONE_FILES` is not among the flags, and this process has a single thread.
     unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(unavailable("unshare"))?;
-    match &assistant {
-        Some(a) => a.write_maps()?,
-        None => {
-            write_proc("/proc/self/setgroups", "deny")?;
-            write_proc(
-                "/proc/self/uid_map",
-                &format!("{} {} 1\n", ids.uid, uid.as_raw()),
-            )?;
-            write_proc(
-                "/proc/self/gid_map",
-                &format!("{} {} 1\n", ids.gid, gid.as_raw()),
-            )?;
-        }
-    }
+    write_id_maps(assistant.as_ref(), ids, uid, gid)?;
     // The init's end of the assistant, for the run's binds.
     let idmap_sock = assistant.as_ref().map(Assistant::socket).transpose()?;
 
@@ -302,8 +323,7 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     // Before the spec, so before the target exists: its proxy address is listening.
     if let Some(conn) = egress {
         if let Err(e) = egress_bridge::hand_over(conn) {
-            let _ = rustix::process::kill_process(init_pid, Signal::KILL);
-            let _ = rustix::process::waitpid(Some(init_pid), WaitOptions::empty());
+            kill_init(init_pid);
             return Err(e);
         }
     }
@@ -317,8 +337,7 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
         Ok(s) => s,
         Err(e) => {
             // No run (a warm sandbox discarded, or a bad spec): the namespace goes.
-            let _ = rustix::process::kill_process(init_pid, Signal::KILL);
-            let _ = rustix::process::waitpid(Some(init_pid), WaitOptions::empty());
+            kill_init(init_pid);
             return Err(StepError::invalid("read the spec", e));
         }
     };

@@ -54,7 +54,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use rustix::process::Signal;
+use rustix::process::{Pid, Signal};
 use tokio::sync::oneshot;
 
 use crate::common::{Captured, RlimitSpec, capture, feed, kill_group, rlimit_plan, validate};
@@ -468,6 +468,39 @@ fn unavailable(missing: impl Into<String>) -> ExecError {
     }
 }
 
+/// The run's working directory, checked on the host for a clear error (the sandbox resolves
+/// it in its own view): an absolute path to a directory; else why not.
+fn usable_cwd(cwd: &Path) -> Result<PathBuf, String> {
+    match crate::common::cwd_problem(cwd, std::fs::metadata(cwd), true) {
+        None => Ok(cwd.to_path_buf()),
+        Some(problem) => Err(problem),
+    }
+}
+
+/// The write paths a sandbox takes: at most `helper::MAX_WRITE_PATHS`, and none inside a git
+/// repository that has no `.git` in its path (a bare one): the apply checks the write path and
+/// what lies beneath it, not its ancestors, and a live bind checks nothing, so such a run never
+/// starts.
+fn check_write_paths(write_paths: &[PathBuf]) -> Result<(), ExecError> {
+    if write_paths.len() > helper::MAX_WRITE_PATHS {
+        return Err(ExecError::Invalid(format!(
+            "{} write paths are more than a sandbox takes ({}); write to fewer, wider roots",
+            write_paths.len(),
+            helper::MAX_WRITE_PATHS
+        )));
+    }
+    for w in write_paths {
+        if let Some(head) = w.parent().and_then(crate::enclosing_repository) {
+            return Err(ExecError::Invalid(format!(
+                "the write path `{}` lies inside a git repository (`{}`), whose config and hooks git on the host runs; write outside it",
+                w.display(),
+                head.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The request's paths, checked: absolute, normalized, existing, and none the sandbox never
 /// binds. They are not canonicalized: the helper opens each one without following any symlink
 /// and refuses the run if one is in the way, so a root swapped for a symlink never redirects a
@@ -686,21 +719,7 @@ impl LinuxBackend {
         let read_paths = sandbox_paths(&req.read_paths, "read")?;
         let write_paths = sandbox_paths(&req.write_paths, "write")?;
         // Checked on the host for a clear error; the sandbox resolves it in its own view.
-        let cwd = match std::fs::metadata(&req.cwd) {
-            Ok(m) if m.is_dir() && req.cwd.is_absolute() => req.cwd.clone(),
-            Ok(_) => {
-                return Err(spawn_error(format!(
-                    "the working directory `{}` is not an absolute path to a directory",
-                    req.cwd.display()
-                )));
-            }
-            Err(e) => {
-                return Err(spawn_error(format!(
-                    "the working directory `{}` is not usable: {e}",
-                    req.cwd.display()
-                )));
-            }
-        };
+        let cwd = usable_cwd(&req.cwd).map_err(&spawn_error)?;
         // A path of the run's own under /etc needs a writable /etc to make its mount point in.
         let etc = if read_paths
             .iter()
@@ -712,25 +731,7 @@ impl LinuxBackend {
             Etc::Snapshot(self.etc_snapshot()?)
         };
 
-        if write_paths.len() > helper::MAX_WRITE_PATHS {
-            return Err(ExecError::Invalid(format!(
-                "{} write paths are more than a sandbox takes ({}); write to fewer, wider roots",
-                write_paths.len(),
-                helper::MAX_WRITE_PATHS
-            )));
-        }
-        // A write path inside a git repository that has no `.git` in its path (a bare one):
-        // the apply checks the write path and what lies beneath it, not its ancestors, and a
-        // live bind checks nothing, so such a run never starts.
-        for w in &write_paths {
-            if let Some(head) = w.parent().and_then(crate::enclosing_repository) {
-                return Err(ExecError::Invalid(format!(
-                    "the write path `{}` lies inside a git repository (`{}`), whose config and hooks git on the host runs; write outside it",
-                    w.display(),
-                    head.display()
-                )));
-            }
-        }
+        check_write_paths(&write_paths)?;
         // A one-shot run writes into a copy-on-write layer applied after it; an attached one
         // (a long-lived upstream server, whose writes must be live) gets read-write binds,
         // unless the backend gives attached runs the layer too (`corral run`).
@@ -752,15 +753,7 @@ impl LinuxBackend {
         };
         let network = network.filter(|n| *n != self.network);
         let mut proxy = match &egress {
-            Some(_) => {
-                ensure_dir(&self.runtime_dir)?;
-                let id = format!(
-                    "{}-e{}",
-                    std::process::id(),
-                    EGRESS_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                );
-                Some(egress::Proxy::bind(&self.runtime_dir, &id)?)
-            }
+            Some(_) => Some(self.egress_proxy()?),
             None => None,
         };
 
@@ -831,6 +824,17 @@ impl LinuxBackend {
         Ok(out)
     }
 
+    /// A new egress proxy for one run, its socket in the runtime directory.
+    fn egress_proxy(&self) -> Result<egress::Proxy, ExecError> {
+        ensure_dir(&self.runtime_dir)?;
+        let id = format!(
+            "{}-e{}",
+            std::process::id(),
+            EGRESS_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        egress::Proxy::bind(&self.runtime_dir, &id)
+    }
+
     /// Fail closed: every run has a process limit (the default one when the request sets none)
     /// and a memory cap (the request's, else its default one). Writes the run's limits into its
     /// cgroups, before the sandbox gets its spec, and returns the rlimits the target gets:
@@ -887,6 +891,32 @@ impl LinuxBackend {
         Ok(rlimit_plan(&limits).into_iter().flatten().collect())
     }
 
+    /// The run started when the helper reported every primitive applied and no failure; else
+    /// the error its report (or its silence) says: unavailable, invalid, or the program's own.
+    fn check_started(
+        &self,
+        reports: &mut Reports,
+        helper_status: std::process::ExitStatus,
+        spawn_error: &(dyn Fn(String) -> ExecError + Sync),
+    ) -> Result<(), ExecError> {
+        match (&reports.ready, reports.failed.take()) {
+            (None, Some((kind, step, error))) => {
+                let msg = format!("{step}: {error}");
+                Err(match kind {
+                    FailKind::Unavailable => unavailable(msg),
+                    FailKind::Spawn => spawn_error(error),
+                    FailKind::Invalid => ExecError::Invalid(msg),
+                })
+            }
+            (Some(_), Some((_, _, error))) => Err(spawn_error(error)),
+            (None, None) => Err(unavailable(format!(
+                "the sandbox helper `{}` made no report (it ended with {helper_status}); is it a corral binary?",
+                self.helper.display()
+            ))),
+            (Some(_), None) => Ok(()),
+        }
+    }
+
     async fn drive(
         &self,
         req: &ExecRequest,
@@ -900,25 +930,7 @@ impl LinuxBackend {
             return Err(unavailable("the sandbox went missing"));
         };
         let pgid = sb.pgid;
-        let io_err = |e: std::io::Error| unavailable(format!("the sandbox helper's pipes: {e}"));
-        let stdin_pipe = sb
-            .stdin
-            .take()
-            .map(tokio::process::ChildStdin::from_std)
-            .transpose()
-            .map_err(io_err)?;
-        let stdout_pipe = sb
-            .stdout
-            .take()
-            .map(tokio::process::ChildStdout::from_std)
-            .transpose()
-            .map_err(io_err)?;
-        let stderr_pipe = sb
-            .stderr
-            .take()
-            .map(tokio::process::ChildStderr::from_std)
-            .transpose()
-            .map_err(io_err)?;
+        let (stdin_pipe, stdout_pipe, stderr_pipe) = helper_pipes(sb)?;
         let pidfd = sb
             .pidfd
             .try_clone()
@@ -974,38 +986,7 @@ impl LinuxBackend {
                     }
                 }
             };
-            let mut io = std::pin::pin!(io);
-            let mut io_done = false;
-            let waited = {
-                let exit = tokio::time::timeout(backup, exited(&pidfd));
-                let mut exit = std::pin::pin!(exit);
-                loop {
-                    tokio::select! {
-                        r = &mut exit => break r,
-                        () = &mut io, if !io_done => io_done = true,
-                    }
-                }
-            };
-            let killed = match waited {
-                Ok(Ok(())) => false,
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "waiting for the sandbox helper failed; killing it");
-                    true
-                }
-                Err(_elapsed) => {
-                    tracing::warn!("the sandbox helper overstayed its timeout; killing it");
-                    true
-                }
-            };
-            // The helper and the sandbox's init share this group (the target has its own
-            // session, but dies with the init's pid namespace). The helper is not reaped yet,
-            // so its pid (the group's id) cannot have been reused.
-            kill_group(pgid);
-            let duration = start.elapsed();
-            if !io_done && tokio::time::timeout(PIPE_GRACE, &mut io).await.is_err() {
-                tracing::debug!("something still holds the sandbox's pipes; not waiting");
-            }
-            (killed, duration)
+            wait_for_helper(io, &pidfd, pgid, backup, start).await
         };
         let helper_status = taken.reap().await?;
         let status_bytes = match status_task {
@@ -1015,26 +996,8 @@ impl LinuxBackend {
             },
             None => Vec::new(),
         };
-        let reports = parse_reports(&status_bytes);
-
-        match (&reports.ready, reports.failed) {
-            (None, Some((kind, step, error))) => {
-                let msg = format!("{step}: {error}");
-                return Err(match kind {
-                    FailKind::Unavailable => unavailable(msg),
-                    FailKind::Spawn => spawn_error(error),
-                    FailKind::Invalid => ExecError::Invalid(msg),
-                });
-            }
-            (Some(_), Some((_, _, error))) => return Err(spawn_error(error)),
-            (None, None) => {
-                return Err(unavailable(format!(
-                    "the sandbox helper `{}` made no report (it ended with {helper_status}); is it a corral binary?",
-                    self.helper.display()
-                )));
-            }
-            (Some(_), None) => {}
-        }
+        let mut reports = parse_reports(&status_bytes);
+        self.check_started(&mut reports, helper_status, spawn_error)?;
         let primitives_from_helper = reports.ready.unwrap_or_default();
         let timed_out = reports.done.unwrap_or(false) || killed;
         let (exit_code, signal) = match reports.exited {
@@ -1050,20 +1013,7 @@ impl LinuxBackend {
 
         // A run with a layer always says what came of it: no report means the helper did not
         // get to the end of applying it.
-        let changes = match (cow_quota, reports.changes) {
-            (Some(_), Some(changes)) => Some(changes),
-            (Some(_), None) if primitives_from_helper.iter().any(|p| p == "cow:overlay") => {
-                Some(Changes {
-                    refused: vec![RefusedChange {
-                        path: String::new(),
-                        code: corral_policy::codes::EXEC_CHANGE_REFUSED.to_owned(),
-                        reason: "the sandbox ended before the run's changes were applied: none, or only some, reached the host".into(),
-                    }],
-                    ..Changes::default()
-                })
-            }
-            _ => None,
-        };
+        let changes = run_changes(cow_quota, reports.changes, &primitives_from_helper);
         let mut primitives: Vec<String> = vec!["env:clear".into()];
         primitives.extend(primitives_from_helper);
         if let Some(cg) = cgroups {
@@ -1086,6 +1036,60 @@ impl LinuxBackend {
             },
             changes,
         })
+    }
+}
+
+/// The sandbox helper's stdin, stdout and stderr, as tokio pipes.
+type HelperPipes = (
+    Option<tokio::process::ChildStdin>,
+    Option<tokio::process::ChildStdout>,
+    Option<tokio::process::ChildStderr>,
+);
+
+/// Takes the helper's stdin, stdout and stderr pipes from the sandbox, for tokio.
+fn helper_pipes(sb: &mut Sandbox) -> Result<HelperPipes, ExecError> {
+    let io_err = |e: std::io::Error| unavailable(format!("the sandbox helper's pipes: {e}"));
+    let stdin = sb
+        .stdin
+        .take()
+        .map(tokio::process::ChildStdin::from_std)
+        .transpose()
+        .map_err(io_err)?;
+    let stdout = sb
+        .stdout
+        .take()
+        .map(tokio::process::ChildStdout::from_std)
+        .transpose()
+        .map_err(io_err)?;
+    let stderr = sb
+        .stderr
+        .take()
+        .map(tokio::process::ChildStderr::from_std)
+        .transpose()
+        .map_err(io_err)?;
+    Ok((stdin, stdout, stderr))
+}
+
+/// What came of a run's copy-on-write layer: the helper's report; for a run with a layer and no
+/// report (the helper did not get to the end of applying it), one refusal saying so.
+fn run_changes(
+    cow_quota: Option<u64>,
+    reported: Option<Changes>,
+    primitives_from_helper: &[String],
+) -> Option<Changes> {
+    match (cow_quota, reported) {
+        (Some(_), Some(changes)) => Some(changes),
+        (Some(_), None) if primitives_from_helper.iter().any(|p| p == "cow:overlay") => {
+            Some(Changes {
+                refused: vec![RefusedChange {
+                    path: String::new(),
+                    code: corral_policy::codes::EXEC_CHANGE_REFUSED.to_owned(),
+                    reason: "the sandbox ended before the run's changes were applied: none, or only some, reached the host".into(),
+                }],
+                ..Changes::default()
+            })
+        }
+        _ => None,
     }
 }
 
@@ -1133,6 +1137,50 @@ async fn hand_over(
 
 /// How often the helper's state is re-checked even without a `SIGCHLD` (belt and braces).
 const EXIT_POLL: Duration = Duration::from_millis(500);
+
+/// Drives the run's I/O until the helper exits (or `backup` passes), then kills the process
+/// group whatever happened, and gives the pipes `PIPE_GRACE` to drain. Returns whether the
+/// helper had to be killed, and how long the run took from `start`.
+async fn wait_for_helper(
+    io: impl std::future::Future<Output = ()>,
+    pidfd: &OwnedFd,
+    pgid: Pid,
+    backup: Duration,
+    start: Instant,
+) -> (bool, Duration) {
+    let mut io = std::pin::pin!(io);
+    let mut io_done = false;
+    let waited = {
+        let exit = tokio::time::timeout(backup, exited(pidfd));
+        let mut exit = std::pin::pin!(exit);
+        loop {
+            tokio::select! {
+                r = &mut exit => break r,
+                () = &mut io, if !io_done => io_done = true,
+            }
+        }
+    };
+    let killed = match waited {
+        Ok(Ok(())) => false,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "waiting for the sandbox helper failed; killing it");
+            true
+        }
+        Err(_elapsed) => {
+            tracing::warn!("the sandbox helper overstayed its timeout; killing it");
+            true
+        }
+    };
+    // The helper and the sandbox's init share this group (the target has its own session, but
+    // dies with the init's pid namespace). The helper is not reaped yet, so its pid (the
+    // group's id) cannot have been reused.
+    kill_group(pgid);
+    let duration = start.elapsed();
+    if !io_done && tokio::time::timeout(PIPE_GRACE, &mut io).await.is_err() {
+        tracing::debug!("something still holds the sandbox's pipes; not waiting");
+    }
+    (killed, duration)
+}
 
 /// Waits until the helper has exited, without reaping it (so its pid, the process group's id,
 /// stays pinned for the group kill): `waitid(WEXITED | WNOWAIT | WNOHANG)` on its pidfd at every

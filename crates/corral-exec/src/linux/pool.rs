@@ -500,22 +500,7 @@ fn starter(launch: &Launch, size: usize, rx: &mpsc::Receiver<Msg>) {
         match msg {
             Msg::Take { want, reply } => {
                 failed = None;
-                let sandbox = if want.warm_ok() {
-                    adopt_recipe(&mut recipe, &mut idle, &want);
-                    next_usable(&mut idle)
-                        .and_then(|s| {
-                            if want.fits(&s) {
-                                Some(s)
-                            } else {
-                                // Back in line for a run that needs less.
-                                idle.push_front(s);
-                                None
-                            }
-                        })
-                        .map_or_else(|| start(launch, &want), Ok)
-                } else {
-                    start(launch, &want)
-                };
+                let sandbox = sandbox_for(launch, &mut recipe, &mut idle, &want);
                 let ok = sandbox.is_ok();
                 match reply.send(sandbox) {
                     Ok(()) if ok => in_use += 1,
@@ -563,6 +548,31 @@ fn starter(launch: &Launch, size: usize, rx: &mpsc::Receiver<Msg>) {
             _ => {}
         }
     }
+}
+
+/// A sandbox for a run that wants `want`: a warm one that fits when it may be warm (making
+/// `want` the recipe), else one started for it.
+fn sandbox_for(
+    launch: &Launch,
+    recipe: &mut Option<Want>,
+    idle: &mut VecDeque<Sandbox>,
+    want: &Want,
+) -> Result<Sandbox, ExecError> {
+    if !want.warm_ok() {
+        return start(launch, want);
+    }
+    adopt_recipe(recipe, idle, want);
+    next_usable(idle)
+        .and_then(|s| {
+            if want.fits(&s) {
+                Some(s)
+            } else {
+                // Back in line for a run that needs less.
+                idle.push_front(s);
+                None
+            }
+        })
+        .map_or_else(|| start(launch, want), Ok)
 }
 
 /// Makes `want` the recipe; warm sandboxes of an older `/etc` are discarded.
