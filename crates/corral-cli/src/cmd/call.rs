@@ -361,18 +361,23 @@ fn run_local(a: &Args, args: Value) -> Exit {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    // A built-in or custom op needs no upstream server and no purger; an upstream tool
+    // (`mcp.<server>.<tool>`) needs its server.
+    let mut options = corral_runtime::RuntimeOptions::one_shot();
+    if a.op.starts_with("mcp.") {
+        options = options.with_upstreams();
+    }
     rt.block_on(async move {
-        let (state, store) = match corral_server::serve::build_state(&loaded, 1 << 20).await {
-            Ok(s) => s,
+        let runtime = match corral_runtime::Runtime::build(&loaded, options).await {
+            Ok(r) => r,
             Err(e) => {
                 eprintln!("error[{}]: {e}", e.code());
                 return Exit::Error;
             }
         };
         let request_id = uuid::Uuid::now_v7().to_string();
-        let reply = state
-            .0
-            .gateway
+        let reply = runtime
+            .gateway()
             .call(corral_guard::Call {
                 caller,
                 op: a.op.clone(),
@@ -396,7 +401,7 @@ fn run_local(a: &Args, args: Value) -> Exit {
                 a.format,
             ),
         };
-        store.close().await;
+        runtime.close().await;
         code
     })
 }

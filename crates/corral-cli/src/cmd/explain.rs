@@ -276,7 +276,7 @@ fn principal(a: &Args, loaded: &corral_config::Loaded) -> Result<Principal, Stri
             .ok()
             .filter(|t| !t.trim().is_empty())
             .ok_or_else(|| format!("`--token-env {name}`: the variable is not set, or empty"))?;
-        let auth = corral_server::compose::authenticator(loaded)?;
+        let auth = corral_runtime::compose::authenticator(loaded)?;
         return auth
             .authenticate_token(Some(token.trim()))
             .map(|c| c.principal)
@@ -490,7 +490,7 @@ pub fn run(a: Args) -> Exit {
     {
         out.notes.push(format!("did you mean `{n}`?"));
     }
-    let guard = corral_server::compose::guard_settings(&loaded);
+    let guard = corral_runtime::compose::guard_settings(&loaded);
     if let Some(cause) = loaded.rbac_cause() {
         out.notes.push(format!(
             "RBAC by tier is on: {cause}; every caller needs a tier role"

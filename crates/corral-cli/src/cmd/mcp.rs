@@ -32,7 +32,7 @@ pub fn run(a: Args) -> Exit {
         .filter(|t| !t.trim().is_empty());
     let caller = match (&a.principal, token) {
         (None, Some(token)) => {
-            let auth = match corral_server::compose::authenticator(&loaded) {
+            let auth = match corral_runtime::compose::authenticator(&loaded) {
                 Ok(auth) => auth,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -69,14 +69,15 @@ pub fn run(a: Args) -> Exit {
         }
     };
     rt.block_on(async move {
-        let (state, store) = match corral_server::serve::build_state(&loaded, 1 << 20).await {
-            Ok(s) => s,
+        let options = corral_runtime::RuntimeOptions::long_lived();
+        let runtime = match corral_runtime::Runtime::build(&loaded, options).await {
+            Ok(r) => r,
             Err(e) => {
                 eprintln!("error[{}]: {e}", e.code());
                 return Exit::Error;
             }
         };
-        let handler = CorralMcp::for_caller(state.0.gateway.clone(), caller);
+        let handler = CorralMcp::for_caller(runtime.gateway().clone(), caller);
         let code = match handler
             .clone()
             .serve(corral_mcp::rmcp::transport::stdio())
@@ -107,7 +108,7 @@ pub fn run(a: Args) -> Exit {
                 Exit::Error
             }
         };
-        store.close().await;
+        runtime.close().await;
         code
     })
 }
