@@ -164,7 +164,7 @@ pub fn token_caller(
     var: &str,
     token: &str,
 ) -> Result<corral_guard::Caller, CliError> {
-    let auth = corral_server::compose::authenticator(loaded).map_err(CliError::usage)?;
+    let auth = corral_runtime::compose::authenticator(loaded).map_err(CliError::usage)?;
     auth.authenticate_token(Some(token.trim())).map_err(|e| {
         CliError::coded(
             e.code,

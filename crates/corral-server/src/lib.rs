@@ -6,7 +6,6 @@
 
 pub mod auth;
 mod body;
-pub mod compose;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
@@ -15,48 +14,103 @@ pub mod serve;
 
 use std::sync::Arc;
 
+use corral_config::Loaded;
 use corral_guard::Gateway;
+use corral_runtime::{Authenticator, Runtime};
 
 pub use serve::{ServeOptions, serve};
 
-/// Shared state of the app.
+/// Shared state of the app: what every handler gets (derefs to [`App`]).
 #[derive(Debug, Clone)]
-pub struct AppState(pub Arc<App>);
+pub struct AppState(Arc<App>);
 
-/// Everything a request handler may need.
+impl AppState {
+    /// The state of an app.
+    pub fn new(app: App) -> Self {
+        Self(Arc::new(app))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = App;
+
+    fn deref(&self) -> &App {
+        &self.0
+    }
+}
+
+/// Everything a request handler may need: the runtime, and the HTTP settings.
 #[derive(Debug)]
 pub struct App {
-    /// The guard chain.
-    pub gateway: Arc<Gateway>,
-    /// What the gateway reports of each call, rendered on `/metrics`.
-    pub metrics: Arc<metrics::CallMetrics>,
-    /// The upstream MCP servers of the current config (reconciled on reload: unchanged ones
-    /// keep running, new ones start, removed ones stop).
-    pub upstreams: Arc<std::sync::RwLock<corral_mcp::upstream::Upstreams>>,
-    /// Held while a new deployment is computed and swapped in (a reload, an upstream refresh),
-    /// so one never overwrites the other with a deployment built from a stale one.
-    pub deploy_lock: Arc<tokio::sync::Mutex<()>>,
-    /// Who may call, and how they prove it. Swapped with the deployment on reload.
-    pub auth: std::sync::RwLock<Arc<auth::Authenticator>>,
-    /// The storage backend's name, for `/healthz`.
-    pub storage: &'static str,
-    /// The store: where the audit events are read back from (`GET /audit`).
-    pub store: Arc<corral_store::Store>,
-    /// Largest request body accepted.
-    pub max_body_bytes: usize,
-    /// `Host` values `/mcp` answers (`mcp.allowed_hosts`; loopback by default).
-    pub mcp_allowed_hosts: Vec<String>,
-    /// Browser `Origin`s `/mcp` answers (`mcp.allowed_origins`; empty: no Origin check).
-    pub mcp_allowed_origins: Vec<String>,
+    runtime: Runtime,
+    metrics: Arc<metrics::CallMetrics>,
+    max_body_bytes: usize,
+    mcp_allowed_hosts: Vec<String>,
+    mcp_allowed_origins: Vec<String>,
 }
 
 impl App {
-    /// The current upstream MCP servers.
-    pub fn upstreams(&self) -> corral_mcp::upstream::Upstreams {
-        match self.upstreams.read() {
-            Ok(u) => u.clone(),
-            Err(p) => p.into_inner().clone(),
+    /// The app over `runtime` (built with `metrics` as its observer), with the HTTP settings of
+    /// `loaded` (`mcp.allowed_hosts`, `mcp.allowed_origins`; read only at start-up).
+    pub fn new(
+        runtime: Runtime,
+        metrics: Arc<metrics::CallMetrics>,
+        loaded: &Loaded,
+        max_body_bytes: usize,
+    ) -> Self {
+        Self {
+            runtime,
+            metrics,
+            max_body_bytes,
+            mcp_allowed_hosts: loaded.config.mcp.hosts(),
+            mcp_allowed_origins: loaded
+                .config
+                .mcp
+                .allowed_origins
+                .iter()
+                .map(|o| o.value.clone())
+                .collect(),
         }
+    }
+
+    /// The running corral behind the routes.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The guard chain.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        self.runtime.gateway()
+    }
+
+    /// The store: where the audit events are read back from (`GET /audit`).
+    pub fn store(&self) -> &Arc<corral_store::Store> {
+        self.runtime.store()
+    }
+
+    /// The storage backend's name, for `/healthz`.
+    pub fn storage(&self) -> &'static str {
+        self.runtime.store().backend_name()
+    }
+
+    /// What the gateway reports of each call, rendered on `/metrics`.
+    pub fn metrics(&self) -> &metrics::CallMetrics {
+        &self.metrics
+    }
+
+    /// Largest request body accepted.
+    pub fn max_body_bytes(&self) -> usize {
+        self.max_body_bytes
+    }
+
+    /// `Host` values `/mcp` answers (`mcp.allowed_hosts`; loopback by default).
+    pub fn mcp_allowed_hosts(&self) -> &[String] {
+        &self.mcp_allowed_hosts
+    }
+
+    /// Browser `Origin`s `/mcp` answers (`mcp.allowed_origins`; empty: no Origin check).
+    pub fn mcp_allowed_origins(&self) -> &[String] {
+        &self.mcp_allowed_origins
     }
 
     /// `open` (no tokens, no JWT) or `auth`, as the current config has it.
@@ -69,11 +123,8 @@ impl App {
     }
 
     /// The current authenticator.
-    pub fn authenticator(&self) -> Arc<auth::Authenticator> {
-        match self.auth.read() {
-            Ok(a) => a.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+    pub fn authenticator(&self) -> Arc<Authenticator> {
+        self.runtime.authenticator()
     }
 }
 

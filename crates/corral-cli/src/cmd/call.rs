@@ -216,14 +216,19 @@ fn run_local(a: &Args, args: Value) -> CliResult {
     let loaded = context::load(a.config.clone())?;
     let caller = context::local_caller(&loaded, a.principal.as_deref())?;
     let rt = context::runtime(Threads::One)?;
+    // A built-in or custom op needs no upstream server and no purger; an upstream tool
+    // (`mcp.<server>.<tool>`) needs its server.
+    let mut options = corral_runtime::RuntimeOptions::one_shot();
+    if a.op.starts_with("mcp.") {
+        options = options.with_upstreams();
+    }
     rt.block_on(async move {
-        let (state, store) = corral_server::serve::build_state(&loaded, 1 << 20)
+        let runtime = corral_runtime::Runtime::build(&loaded, options)
             .await
             .map_err(|e| CliError::coded(e.code(), &e))?;
         let request_id = uuid::Uuid::now_v7().to_string();
-        let reply = state
-            .0
-            .gateway
+        let reply = runtime
+            .gateway()
             .call(corral_guard::Call {
                 caller,
                 op: a.op.clone(),
@@ -247,7 +252,7 @@ fn run_local(a: &Args, args: Value) -> CliResult {
                 a.format,
             ),
         };
-        store.close().await;
+        runtime.close().await;
         code
     })
 }

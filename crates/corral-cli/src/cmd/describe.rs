@@ -147,7 +147,7 @@ pub fn run(config: Option<PathBuf>, effective: bool, format: Format) -> CliResul
     let engine = loaded.engine();
     // What the gateway offers a caller (`Deployment::callable_ops`): mounted, and let through
     // by its autonomy level and its tier role when RBAC is on (issue 11 item 7).
-    let guard = corral_server::compose::guard_settings(&loaded);
+    let guard = corral_runtime::compose::guard_settings(&loaded);
     let mut principals: Vec<Principal> =
         loaded.tokens.iter().map(|t| t.principal.clone()).collect();
     if loaded.config.auth.tokens.is_empty() {

@@ -530,7 +530,7 @@ pub fn run(a: Args) -> CliResult {
     {
         out.notes.push(format!("did you mean `{n}`?"));
     }
-    let guard = corral_server::compose::guard_settings(&loaded);
+    let guard = corral_runtime::compose::guard_settings(&loaded);
     if let Some(cause) = loaded.rbac_cause() {
         out.notes.push(format!(
             "RBAC by tier is on: {cause}; every caller needs a tier role"

@@ -31,10 +31,11 @@ pub fn run(a: Args) -> CliResult {
     };
     let rt = context::runtime(Threads::Many)?;
     rt.block_on(async move {
-        let (state, store) = corral_server::serve::build_state(&loaded, 1 << 20)
+        let options = corral_runtime::RuntimeOptions::long_lived();
+        let runtime = corral_runtime::Runtime::build(&loaded, options)
             .await
             .map_err(|e| CliError::coded(e.code(), &e))?;
-        let handler = CorralMcp::for_caller(state.0.gateway.clone(), caller);
+        let handler = CorralMcp::for_caller(runtime.gateway().clone(), caller);
         let code = match handler
             .clone()
             .serve(corral_mcp::rmcp::transport::stdio())
@@ -61,7 +62,7 @@ pub fn run(a: Args) -> CliResult {
                 "the MCP session did not start: {e}"
             ))),
         };
-        store.close().await;
+        runtime.close().await;
         code
     })
 }

@@ -44,6 +44,53 @@ fn local_call_lists_files_through_the_guard_chain() {
     assert_eq!(v["result"]["content"], "hello from the jail\n", "{v}");
 }
 
+/// A config whose upstream server, if it starts while `ws/marker` exists, removes it and exits
+/// (the fixture's `--fail-if-exists`); else it serves.
+fn upstream_marking_its_start() -> String {
+    let (fx, bin_dir) = crate::upstream::fixture_and_dir();
+    format!(
+        r#"version: 1
+preset: workspace_jail
+root: $WS
+mcp_servers:
+  fx:
+    command: ["{fx}", --fail-if-exists, "$WS/marker"]
+    read_paths: ["{bin_dir}"]
+    write_paths: ["$WS"]
+    tools:
+      read_file: {{effects: [read]}}
+rules:
+  - allow: [mcp.fx.read_file]
+"#
+    )
+}
+
+#[test]
+fn a_local_call_of_a_built_in_op_starts_no_upstream_server_and_an_upstream_tool_starts_its_own() {
+    let dir = workspace(Some(&upstream_marking_its_start()));
+    write_notes(dir.path());
+    let marker = dir.path().join("ws/marker");
+    let _ = std::fs::write(&marker, "");
+    let (code, out, err) = corral(
+        dir.path(),
+        &["call", "--local", "files.read", "path=notes.txt"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("hello from the jail"), "{out}");
+    // The call is over and its process gone: had it started the upstream server, the marker
+    // would be gone too.
+    assert!(marker.exists(), "files.read started the upstream server");
+
+    // An upstream tool is answered by its server, which the call started (without the marker,
+    // the server serves at once).
+    let _ = std::fs::remove_file(&marker);
+    let notes = dir.path().join("ws/notes.txt");
+    let path = format!("path={}", notes.display());
+    let (code, out, err) = corral(dir.path(), &["call", "--local", "mcp.fx.read_file", &path]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("hello from the jail"), "{out}");
+}
+
 #[test]
 fn a_refused_local_call_exits_1_with_its_code() {
     let dir = workspace(Some(JAIL));

@@ -4,13 +4,12 @@
 use std::collections::HashMap;
 
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use corral_policy::{Role, codes, valid_run_id};
 use corral_store::AuditFilter;
 use serde_json::json;
 
-use super::meta::authed;
+use super::extract::{Audit, Authed};
 use crate::AppState;
 use crate::error::ApiError;
 
@@ -24,11 +23,13 @@ const MAX_FILTER: usize = 256;
 /// `GET /audit?limit=N&run=R&op=OP&principal=ID` (every filter optional).
 pub async fn list(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
+    Authed {
+        caller: c,
+        request_id: rid,
+        ..
+    }: Authed<Audit>,
 ) -> Result<Response, ApiError> {
-    let rid = super::request_id();
-    let c = authed(&state, &headers, "GET /audit", &rid).await?;
     if Role::highest_of(&c.principal.roles) != Some(Role::Admin) {
         return Err(ApiError::new(
             codes::AUDIT_NOT_PERMITTED,
@@ -98,10 +99,9 @@ pub async fn list(
         .principal
         .tenant
         .clone()
-        .unwrap_or_else(|| state.0.gateway.tenant().to_owned());
+        .unwrap_or_else(|| state.gateway().tenant().to_owned());
     let events = state
-        .0
-        .store
+        .store()
         .audit_matching(Some(&tenant), &filter, limit)
         .await
         .map_err(|e| ApiError::new(e.code(), e.to_string(), None, &rid))?;

@@ -14,23 +14,23 @@ use corral_mcp::rmcp::transport::streamable_http_server::{
 };
 use corral_policy::codes;
 
-use super::meta::authed;
+use super::extract::{Authed, Mcp};
 use crate::AppState;
 use crate::error::ApiError;
 
 /// The MCP service: a fresh handler per request; the caller comes from the request.
 pub(crate) fn service(state: &AppState) -> StreamableHttpService<CorralMcp, NeverSessionManager> {
-    let gateway = state.0.gateway.clone();
+    let gateway = state.gateway().clone();
     let mut config = StreamableHttpServerConfig::default();
     config.legacy_session_mode = false;
     config.json_response = true;
     config.sse_keep_alive = None;
-    config.max_request_body_bytes = state.0.max_body_bytes;
+    config.max_request_body_bytes = state.max_body_bytes();
     // Never empty (an empty list would admit every Host): the config refuses `[]`, and the
     // default is the loopback names.
     config = config
-        .with_allowed_hosts(state.0.mcp_allowed_hosts.clone())
-        .with_allowed_origins(state.0.mcp_allowed_origins.clone());
+        .with_allowed_hosts(state.mcp_allowed_hosts().to_vec())
+        .with_allowed_origins(state.mcp_allowed_origins().to_vec());
     StreamableHttpService::new(
         move || Ok(CorralMcp::per_request(gateway.clone())),
         std::sync::Arc::new(NeverSessionManager::default()),
@@ -43,32 +43,28 @@ pub(crate) fn service(state: &AppState) -> StreamableHttpService<CorralMcp, Neve
 /// `Caller` and the `CallOptions` to the MCP handler through the request's extensions.
 pub(crate) async fn authenticate(
     State(state): State<AppState>,
+    authed: Authed<Mcp>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let rid = super::request_id();
-    match authed(&state, request.headers(), "/mcp", &rid).await {
-        Ok(caller) => {
-            // The guardrail headers apply to every tool call of the request, as on `POST /ops`.
-            let opts = match super::confirmations::call_options(request.headers()) {
-                Ok(o) => o,
-                Err(msg) => {
-                    let code = super::confirmations::INVALID_HEADER;
-                    return ApiError::new(code, msg, None, &rid).into_response();
-                }
-            };
-            request.extensions_mut().insert(caller);
-            request.extensions_mut().insert(opts);
-            if request.method() == Method::POST {
-                request = match checked_body(&state, request, &rid).await {
-                    Ok(r) => r,
-                    Err(resp) => return resp,
-                };
-            }
-            next.run(request).await
+    // The guardrail headers apply to every tool call of the request, as on `POST /ops`.
+    let rid = authed.request_id;
+    let opts = match authed.options {
+        Ok(o) => o,
+        Err(msg) => {
+            let code = super::extract::INVALID_HEADER;
+            return ApiError::new(code, msg, None, &rid).into_response();
         }
-        Err(e) => e.into_response(),
+    };
+    request.extensions_mut().insert(authed.caller);
+    request.extensions_mut().insert(opts);
+    if request.method() == Method::POST {
+        request = match checked_body(&state, request, &rid).await {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
     }
+    next.run(request).await
 }
 
 /// Whether a Content-Type is `application/json`, with or without parameters.
@@ -94,7 +90,7 @@ async fn checked_body(state: &AppState, request: Request, rid: &str) -> Result<R
         )
         .into_response());
     }
-    let limit = state.0.max_body_bytes;
+    let limit = state.max_body_bytes();
     let declared = crate::body::content_length(&parts.headers);
     let bytes = crate::body::read(body, limit, declared)
         .await

@@ -1,52 +1,30 @@
 //! `/healthz`, `/me`, `/metrics`, `/openapi.json` and the fallbacks.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use corral_guard::Caller;
 use corral_policy::codes;
 use serde_json::json;
 
+use super::extract::{Authed, Me, Metrics, OpenApi, UnknownRoute, WrongMethod};
 use crate::AppState;
 use crate::error::ApiError;
-
-/// Authenticates or answers 401 (and audits the refusal).
-pub(crate) async fn authed(
-    state: &AppState,
-    headers: &HeaderMap,
-    what: &str,
-    request_id: &str,
-) -> Result<Caller, ApiError> {
-    match state.0.authenticator().authenticate(headers) {
-        Ok(c) => Ok(c),
-        Err(e) => {
-            state
-                .0
-                .gateway
-                .audit_unauthenticated(what, request_id, e.code, 401)
-                .await;
-            Err(ApiError::new(e.code, e.message, None, request_id))
-        }
-    }
-}
 
 /// `GET /healthz`: no auth; says the server is up, its version and mode.
 pub async fn healthz(State(state): State<AppState>) -> Response {
     axum::Json(json!({
         "status": "ok",
         "version": env!("CARGO_PKG_VERSION"),
-        "mode": state.0.mode(),
-        "backend": state.0.gateway.backend().name(),
-        "storage": state.0.storage,
-        "confirmations": state.0.gateway.confirmations_backend(),
+        "mode": state.mode(),
+        "backend": state.gateway().backend().name(),
+        "storage": state.storage(),
+        "confirmations": state.gateway().confirmations_backend(),
     }))
     .into_response()
 }
 
 /// `GET /me`: the caller's principal (and the run its token is scoped to, if any).
-pub async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let rid = super::request_id();
-    let c = authed(&state, &headers, "GET /me", &rid).await?;
+pub async fn me(Authed { caller: c, .. }: Authed<Me>) -> Result<Response, ApiError> {
     let p = &c.principal;
     Ok(axum::Json(json!({
         "id": p.id,
@@ -63,11 +41,11 @@ pub async fn me(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
 /// `GET /metrics`: OpenMetrics text (Prometheus scrapes it).
 pub async fn metrics(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Authed {
+        request_id: rid, ..
+    }: Authed<Metrics>,
 ) -> Result<Response, ApiError> {
-    let rid = super::request_id();
-    authed(&state, &headers, "GET /metrics", &rid).await?;
-    let text = state.0.metrics.render().map_err(|_| {
+    let text = state.metrics().render().map_err(|_| {
         tracing::error!(request_id = %rid, "GET /metrics: the metrics could not be encoded");
         ApiError::new(
             codes::SERVER_INTERNAL,
@@ -82,22 +60,19 @@ pub async fn metrics(
 /// `GET /openapi.json`: the API as the caller sees it.
 pub async fn openapi(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Authed { caller: c, .. }: Authed<OpenApi>,
 ) -> Result<Response, ApiError> {
-    let rid = super::request_id();
-    let c = authed(&state, &headers, "GET /openapi.json", &rid).await?;
-    let d = state.0.gateway.deployment();
+    let d = state.gateway().deployment();
     let ops = d.callable_ops(&c.principal);
     Ok(axum::Json(crate::openapi::document(&ops)).into_response())
 }
 
 /// Unknown routes.
 pub async fn not_found(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    Authed {
+        request_id: rid, ..
+    }: Authed<UnknownRoute>,
 ) -> Result<Response, ApiError> {
-    let rid = super::request_id();
-    authed(&state, &headers, "unknown route", &rid).await?;
     Err(ApiError::new(
         codes::ROUTE_NOT_FOUND,
         "no such route; op calls are `POST /ops/{id}`",
@@ -108,11 +83,10 @@ pub async fn not_found(
 
 /// Known routes with the wrong method.
 pub async fn method_not_allowed(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    Authed {
+        request_id: rid, ..
+    }: Authed<WrongMethod>,
 ) -> Result<Response, ApiError> {
-    let rid = super::request_id();
-    authed(&state, &headers, "wrong method", &rid).await?;
     Err(ApiError::new(
         codes::ROUTE_METHOD_NOT_ALLOWED,
         "op calls are `POST /ops/{id}`; listings are `GET`",

@@ -1,7 +1,8 @@
-//! The route table. Every route but `/healthz` authenticates first.
+//! The route table. Every route but `/healthz` authenticates first (`extract::Authed`).
 
 mod audit;
 mod confirmations;
+mod extract;
 mod mcp;
 mod meta;
 mod ops;
@@ -14,7 +15,7 @@ use crate::AppState;
 
 /// All routes.
 pub fn router(state: AppState) -> Router {
-    let limit = state.0.max_body_bytes;
+    let limit = state.max_body_bytes();
     Router::new()
         .route("/healthz", get(meta::healthz))
         .route("/ops", get(ops::list))

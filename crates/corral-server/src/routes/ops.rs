@@ -2,13 +2,13 @@
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use corral_guard::{Call, Gateway, Reply};
 use corral_policy::{OpSpec, codes};
 use serde_json::json;
 
-use super::meta::authed;
+use super::extract::{Authed, Capabilities, ListOps, OpCall};
 use crate::AppState;
 use crate::error::ApiError;
 
@@ -36,25 +36,28 @@ fn is_json(ct: &HeaderValue) -> bool {
 pub async fn call(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    // Authenticated before a byte of the body is read.
+    Authed {
+        caller,
+        request_id: rid,
+        options,
+        ..
+    }: Authed<OpCall>,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    let rid = super::request_id();
     // Borrowed, not extracted: a `HeaderMap` extractor would copy every header per call.
     let headers = request.headers();
-    // Authenticate before reading a byte of the body.
-    let caller = authed(&state, headers, &id, &rid).await?;
     let json_content = headers.get(header::CONTENT_TYPE).is_none_or(is_json);
-    let opts = super::confirmations::call_options(headers);
-    let gw = &state.0.gateway;
+    let gw = state.gateway();
     let declared = crate::body::content_length(headers);
+    let limit = state.max_body_bytes();
     // Drained when oversized, so the client reads the 413 instead of a reset connection.
-    let body = match crate::body::read(request.into_body(), state.0.max_body_bytes, declared).await
-    {
+    let body = match crate::body::read(request.into_body(), limit, declared).await {
         Ok(b) => b,
         Err(e) => {
             let (status, code) = e.status_code();
             gw.audit_rejected(&caller, &id, &rid, code, status).await;
-            return Ok(e.response(state.0.max_body_bytes, Some(&id), &rid));
+            return Ok(e.response(limit, Some(&id), &rid));
         }
     };
     if !json_content && !body.is_empty() {
@@ -84,10 +87,10 @@ pub async fn call(
             }
         }
     };
-    let opts = match opts {
+    let opts = match options {
         Ok(o) => o,
         Err(msg) => {
-            let code = super::confirmations::INVALID_HEADER;
+            let code = super::extract::INVALID_HEADER;
             gw.audit_rejected(&caller, &id, &rid, code, 400).await;
             return Err(ApiError::new(code, msg, Some(&id), &rid));
         }
@@ -125,10 +128,11 @@ pub async fn call(
 }
 
 /// `GET /ops`: the ops the caller may call.
-pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let rid = super::request_id();
-    let c = authed(&state, &headers, "GET /ops", &rid).await?;
-    let d = state.0.gateway.deployment();
+pub async fn list(
+    State(state): State<AppState>,
+    Authed { caller: c, .. }: Authed<ListOps>,
+) -> Result<Response, ApiError> {
+    let d = state.gateway().deployment();
     let ops: Vec<_> = d
         .callable_ops(&c.principal)
         .into_iter()
@@ -140,11 +144,9 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<R
 /// `GET /capabilities`: the same, with the limits that apply.
 pub async fn capabilities(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Authed { caller: c, .. }: Authed<Capabilities>,
 ) -> Result<Response, ApiError> {
-    let rid = super::request_id();
-    let c = authed(&state, &headers, "GET /capabilities", &rid).await?;
-    let d = state.0.gateway.deployment();
+    let d = state.gateway().deployment();
     let ops: Vec<_> = d
         .callable_ops(&c.principal)
         .into_iter()

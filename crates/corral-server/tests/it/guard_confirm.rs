@@ -567,7 +567,7 @@ async fn an_approved_call_whose_request_is_dropped_mid_run_is_never_run_again() 
     let (state, _store) = corral_server::serve::build_state(&f.load(&yaml), 1 << 20)
         .await
         .unwrap();
-    let gw = state.0.gateway.clone();
+    let gw = state.gateway().clone();
     let caller = Caller::new(corral_policy::Principal::new("ada", &["operator"]));
     let call = |rid: &str| Call {
         caller: caller.clone(),

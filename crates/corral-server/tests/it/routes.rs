@@ -241,3 +241,44 @@ async fn an_unknown_op_and_a_not_allowed_op_get_the_same_404() {
         .await;
     admin.assert_error(400, "args.unknown");
 }
+
+#[tokio::test]
+async fn a_request_without_credentials_is_audited_under_its_routes_name() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let read = json!({"path": ws.at("notes.txt")});
+    let cases = [
+        (Method::POST, "/ops/files.read", Some(read), "files.read"),
+        (Method::GET, "/ops", None, "GET /ops"),
+        (Method::GET, "/capabilities", None, "GET /capabilities"),
+        (Method::GET, "/me", None, "GET /me"),
+        (Method::GET, "/audit", None, "GET /audit"),
+        (Method::GET, "/metrics", None, "GET /metrics"),
+        (Method::GET, "/openapi.json", None, "GET /openapi.json"),
+        (Method::GET, "/confirmations", None, "GET /confirmations"),
+        (
+            Method::POST,
+            "/confirmations/act_0/decision",
+            Some(json!({"decision": "approve"})),
+            "POST /confirmations",
+        ),
+        (
+            Method::POST,
+            "/mcp",
+            Some(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
+            "/mcp",
+        ),
+        (Method::GET, "/random", None, "unknown route"),
+        (Method::DELETE, "/me", None, "wrong method"),
+    ];
+    for (method, path, body, audited_as) in cases {
+        let r = request(&s, method.clone(), path, body.as_ref()).await;
+        r.assert_error(401, "auth.missing");
+        let rid = r.json()["request_id"].as_str().unwrap().to_owned();
+        let events = s.store.audit_recent(None, u32::MAX).await.unwrap();
+        let event = events.iter().find(|e| e.request_id == rid).unwrap();
+        assert_eq!(event.outcome.as_str(), "unauthenticated", "{method} {path}");
+        assert_eq!(event.op, audited_as, "{method} {path}");
+        assert_eq!(event.status, 401, "{method} {path}");
+    }
+}

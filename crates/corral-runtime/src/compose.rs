@@ -1,5 +1,6 @@
-//! Composition root: a loaded config becomes a deployment (engine + op handlers) and an
-//! authenticator. The only place that knows every concrete op.
+//! From a loaded config to the deployment (engine + op handlers + guard settings), the upstream
+//! servers' specs and the authenticator: pure functions of the config (and the upstreams' tool
+//! lists), used at build and on reload. The only place that knows every concrete op.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,6 +40,11 @@ pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Re
             "http.fetch" => Arc::new(HttpFetch::new(spec.clone(), FetchConfig::default())),
             id if id.starts_with("mcp.") => match upstreams.handler(&spec) {
                 Some(op) => op,
+                // A runtime that does not start the upstream servers (a one-shot local call of
+                // another op) still has their declared tools in its catalog.
+                None if upstreams.is_empty() && !loaded.config.mcp_servers.is_empty() => {
+                    Arc::new(NotStarted { spec: spec.clone() })
+                }
                 None => {
                     tracing::error!(
                         op = id,
@@ -67,6 +73,34 @@ pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Re
     Registry::new(catalog.clone(), ops)
 }
 
+/// An upstream tool of a runtime that did not start the upstream servers: every call answers
+/// `upstream.unavailable`.
+#[derive(Debug)]
+struct NotStarted {
+    spec: OpSpec,
+}
+
+impl Op for NotStarted {
+    fn spec(&self) -> &OpSpec {
+        &self.spec
+    }
+
+    fn call(
+        &self,
+        _ctx: corral_ops::OpCtx,
+    ) -> corral_exec::BoxFuture<'_, Result<corral_ops::OpOutput, corral_ops::OpError>> {
+        let id = self.spec.id.to_string();
+        Box::pin(async move {
+            Err(corral_ops::OpError::new(
+                corral_policy::codes::UPSTREAM_UNAVAILABLE,
+                format!(
+                    "`{id}` is a tool of an upstream MCP server, and this process did not start the upstream servers; call it through `corral serve`, `corral mcp` or `corral call --local {id}`"
+                ),
+            ))
+        })
+    }
+}
+
 /// What a custom op runs and may see, from its config.
 fn custom_run(c: &CustomOpConfig, loaded: &Loaded) -> CustomRun {
     let root = loaded.config.root.as_ref().map(|r| r.value.as_str());
@@ -93,9 +127,6 @@ fn custom_run(c: &CustomOpConfig, loaded: &Loaded) -> CustomRun {
         network: c.network.clone(),
     }
 }
-
-/// How long start-up waits for the upstream MCP servers' first tool lists.
-pub const UPSTREAM_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The deployment of a loaded config, with the tools its upstream MCP servers listed, waiting
 /// up to `wait` for servers that are still starting (start-up waits; a reload does not, so the

@@ -1,0 +1,171 @@
+//! The authenticated caller of a request, as an extractor: [`Authed`] authenticates by the
+//! request's headers (or answers 401 and audits the refusal), gives the request its id, and
+//! reads the guardrail headers of an op call (`X-Corral-Run`, `X-Corral-Autonomy`,
+//! `X-Corral-Dry-Run`). Every route but `/healthz` takes one.
+
+use std::marker::PhantomData;
+
+use axum::extract::{FromRequestParts, Path};
+use axum::http::HeaderMap;
+use axum::http::request::Parts;
+use corral_guard::{CallOptions, Caller, valid_run_id};
+use corral_policy::{AutonomyLevel, codes};
+
+use crate::AppState;
+use crate::error::ApiError;
+
+/// The run header.
+pub const RUN_HEADER: &str = "x-corral-run";
+/// The header that lowers the autonomy level (of the run, or of the call).
+pub const AUTONOMY_HEADER: &str = "x-corral-autonomy";
+/// The header that asks for dry-run (of the run, or of the call).
+pub const DRY_RUN_HEADER: &str = "x-corral-dry-run";
+
+/// The code of a malformed guardrail header.
+pub const INVALID_HEADER: &str = codes::RUN_INVALID_HEADER;
+
+/// What a route's requests are audited as when they fail authentication.
+pub(crate) trait Route {
+    /// The audit event's `op` for an unauthenticated request to the route.
+    fn audited_as(parts: &mut Parts) -> impl Future<Output = String> + Send;
+}
+
+/// Routes audited under a fixed name.
+macro_rules! routes {
+    ($($(#[$doc:meta])* $name:ident => $what:literal,)*) => {$(
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub(crate) struct $name;
+        impl Route for $name {
+            async fn audited_as(_: &mut Parts) -> String {
+                $what.to_owned()
+            }
+        }
+    )*};
+}
+
+routes! {
+    /// `GET /ops`.
+    ListOps => "GET /ops",
+    /// `GET /capabilities`.
+    Capabilities => "GET /capabilities",
+    /// `GET /audit`.
+    Audit => "GET /audit",
+    /// `GET /confirmations`.
+    ListConfirmations => "GET /confirmations",
+    /// `POST /confirmations/{action_id}/decision`.
+    Decision => "POST /confirmations",
+    /// `GET /me`.
+    Me => "GET /me",
+    /// `GET /metrics`.
+    Metrics => "GET /metrics",
+    /// `GET /openapi.json`.
+    OpenApi => "GET /openapi.json",
+    /// `/mcp`.
+    Mcp => "/mcp",
+    /// A path no route has.
+    UnknownRoute => "unknown route",
+    /// A route's path with a method it does not take.
+    WrongMethod => "wrong method",
+}
+
+/// `POST /ops/{id}`: audited as the op id it names.
+#[derive(Debug)]
+pub(crate) struct OpCall;
+
+impl Route for OpCall {
+    async fn audited_as(parts: &mut Parts) -> String {
+        Path::<String>::from_request_parts(parts, &())
+            .await
+            .map(|Path(id)| id)
+            .unwrap_or_default()
+    }
+}
+
+/// An authenticated request to the route `R`.
+#[derive(Debug)]
+pub(crate) struct Authed<R> {
+    /// Who called.
+    pub caller: Caller,
+    /// The request's id (a UUIDv7), for its audit events and its answer.
+    pub request_id: String,
+    /// The guardrail headers, or what is wrong with one of them (the route decides when that
+    /// refuses the request, so a body error found first is answered first).
+    pub options: Result<CallOptions, String>,
+    route: PhantomData<fn() -> R>,
+}
+
+impl<R: Route> Authed<R> {
+    /// Authenticates the request `parts` belong to, under the id `request_id`; on failure
+    /// audits it (as `R`'s requests) and answers 401.
+    pub(crate) async fn authenticate(
+        parts: &mut Parts,
+        state: &AppState,
+        request_id: String,
+    ) -> Result<Self, ApiError> {
+        match crate::auth::authenticate(&state.authenticator(), &parts.headers) {
+            Ok(caller) => Ok(Self {
+                caller,
+                options: call_options(&parts.headers),
+                request_id,
+                route: PhantomData,
+            }),
+            Err(e) => {
+                let what = R::audited_as(parts).await;
+                state
+                    .gateway()
+                    .audit_unauthenticated(&what, &request_id, e.code, 401)
+                    .await;
+                Err(ApiError::new(e.code, e.message, None, &request_id))
+            }
+        }
+    }
+}
+
+impl<R: Route> FromRequestParts<AppState> for Authed<R> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        Self::authenticate(parts, state, super::request_id()).await
+    }
+}
+
+/// Reads the guardrail headers of an op call; the message says which one is malformed.
+pub fn call_options(headers: &HeaderMap) -> Result<CallOptions, String> {
+    let text = |name: &str| -> Result<Option<&str>, String> {
+        match headers.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .to_str()
+                .map(|s| Some(s.trim()))
+                .map_err(|_| format!("`{name}` is not text")),
+        }
+    };
+    let run_id = match text(RUN_HEADER)? {
+        None => None,
+        Some(id) if valid_run_id(id) => Some(id.to_owned()),
+        Some(_) => {
+            return Err(format!(
+                "`{RUN_HEADER}` must be 1-128 characters of letters, digits, `_`, `-`, `.` and `:`"
+            ));
+        }
+    };
+    let autonomy = match text(AUTONOMY_HEADER)? {
+        None => None,
+        Some(l) => Some(
+            AutonomyLevel::parse(l)
+                .ok_or_else(|| format!("`{AUTONOMY_HEADER}` must be one of L0, L1, L2, L3, L4"))?,
+        ),
+    };
+    let dry_run = match text(DRY_RUN_HEADER)? {
+        None => false,
+        Some("true" | "1") => true,
+        Some("false" | "0") => false,
+        Some(_) => return Err(format!("`{DRY_RUN_HEADER}` must be `true` or `false`")),
+    };
+    Ok(CallOptions {
+        run_id,
+        autonomy,
+        dry_run,
+    })
+}
