@@ -1599,6 +1599,11 @@ impl Store {
             ),
             ("the principal", &new.principal),
         ])?;
+        if new.trials == Some(0) {
+            return Err(invalid(
+                "a run of 0 trials; ask for at least 1, or leave `trials` unset for one",
+            ));
+        }
         let id = uuid7();
         let trials = new.trials.map(i64::from);
         let inserted = on_pool!(&self.pool, p => sqlx::query_scalar::<_, i64>(INSERT_RUN)

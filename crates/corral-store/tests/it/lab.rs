@@ -996,7 +996,8 @@ async fn an_inconsistent_comparison_is_refused(store: &Store) {
 on_both!(an_inconsistent_comparison_is_refused);
 
 /// Any text round-trips on both backends (PostgreSQL's TEXT cannot hold a NUL; the store keeps
-/// free text as JSON); a NUL in a short identifier is refused alike on both.
+/// free text as JSON); a NUL in a short identifier, or a run of 0 trials, is refused alike on
+/// both.
 async fn a_nul_round_trips_in_text_and_is_refused_in_identifiers(store: &Store) {
     let mut d = worked_example();
     d.name = "nul \u{0} in the name".to_owned();
@@ -1013,6 +1014,10 @@ async fn a_nul_round_trips_in_text_and_is_refused_in_identifiers(store: &Store) 
     let e = store.create_run(A, &run, 2_000).await.unwrap_err();
     assert_eq!(code(&e), "lab.invalid_record", "{e}");
     assert!(e.to_string().contains("the variant contains a NUL"), "{e}");
+    let mut none = new_run(&s.id, None);
+    none.trials = Some(0);
+    let e = store.create_run(A, &none, 2_000).await.unwrap_err();
+    assert_eq!(code(&e), "lab.invalid_record", "{e}");
     assert!(
         store
             .list_runs(A, None, &Page::first(10))
