@@ -271,6 +271,30 @@ catalog! {
     STORE_QUERY_FAILED = "store.query_failed", 503,
         "a storage query failed",
         "retry; see the server log under the request id";
+    LAB_NOT_FOUND = "lab.not_found", 404,
+        "no lab scenario, run or comparison has this id in your tenant",
+        "check the id with `corral sandbox scenarios list` or `corral sandbox runs get`; rows of another tenant are never shown";
+    LAB_SCENARIO_TOO_LARGE = "lab.scenario_too_large", 413,
+        "the scenario's name, description, steps and mocks together are over 1 MiB as stored JSON",
+        "split the scenario into smaller ones, or shorten its mocked responses";
+    LAB_OUTPUT_TOO_LARGE = "lab.output_too_large", 413,
+        "a step's recorded input and output together are over 1 MiB",
+        "have the agent answer with less; the run records the step as an error";
+    LAB_SCENARIO_IN_USE = "lab.scenario_in_use", 409,
+        "the scenario has runs, so it cannot be deleted (runs and comparisons refer to it)",
+        "keep the scenario, or create a new one and stop using this one";
+    LAB_VERSION_CONFLICT = "lab.version_conflict", 409,
+        "the scenario was changed by someone else since you read it",
+        "read it again (`corral sandbox scenarios get`), reapply your change and update with the new version";
+    LAB_RUN_FINISHED = "lab.run_finished", 409,
+        "the run has already finished (completed, failed or cancelled); a run finishes once and then takes no more outputs",
+        "start a new run";
+    LAB_DUPLICATE_OUTPUT = "lab.duplicate_output", 409,
+        "an output for this run, trial and step is already recorded; outputs are append-only",
+        "record each (trial, step) of a run once";
+    LAB_INVALID_RECORD = "lab.invalid_record", 500,
+        "the lab asked the store to keep an inconsistent record (a pass without a scorer, a step numbered 0, a score that is not a finite number, ...)",
+        "this is a bug in corral; report it with the message";
     CONFIG_PARSE = "config.parse", 0,
         "the config file is not valid YAML or JSON",
         "fix the syntax at the position shown";

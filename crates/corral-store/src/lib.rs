@@ -37,6 +37,11 @@
 //! outcomes, shared by every replica on one database and kept across restarts; the approval is
 //! consumed exactly once (PostgreSQL: one `DELETE ... RETURNING` statement; SQLite: one
 //! `BEGIN IMMEDIATE` transaction).
+//!
+//! # Lab
+//!
+//! [`lab`]: the lab's scenarios, runs, outputs and comparisons, tenant-scoped inherent methods
+//! (`create_scenario`, `finish_run`, `append_outputs`, ...) that `corral-lab` calls.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -69,6 +74,7 @@ macro_rules! on_pool {
 mod audit;
 mod confirm;
 mod error;
+pub mod lab;
 mod runs;
 mod writer;
 

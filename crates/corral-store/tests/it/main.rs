@@ -8,6 +8,7 @@
 mod common;
 mod confirmations;
 mod errors;
+mod lab;
 mod layering;
 #[path = "../support/pg_schema.rs"]
 mod pg_schema;
