@@ -30,7 +30,7 @@ use crate::confirm::{
 use crate::guardrails::GuardPolicy;
 use crate::limiter::Limiter;
 use crate::metrics::{CallObserver, NoObserver};
-use crate::runs::{RunLedger, RunStore};
+use crate::runs::{RunLedger, RunPurpose, RunStore};
 
 /// What a config produces: swapped whole on reload, so a call sees one consistent version.
 #[derive(Debug)]
@@ -167,6 +167,19 @@ pub enum Reply {
     Refused(Refusal),
 }
 
+/// Answers every op of a simulation gateway in place of the deployment's handlers (the lab's
+/// mock world): called at the execute step, after every check of the chain passed, with the
+/// op's spec and the call's JSON arguments as the caller sent them. It answers from what it
+/// holds (a table of mocks) and reaches nothing real.
+pub trait SimulatedOps: Send + Sync + std::fmt::Debug {
+    /// The op's answer, or its failure (a mock miss, a mocked error).
+    fn answer(
+        &self,
+        spec: &OpSpec,
+        args: &serde_json::Value,
+    ) -> Result<corral_ops::OpOutput, corral_ops::OpError>;
+}
+
 /// The guard chain and everything it needs.
 #[derive(Debug)]
 pub struct Gateway {
@@ -181,6 +194,11 @@ pub struct Gateway {
     runs: Arc<dyn RunStore>,
     /// Told of every decided call (metrics); `NoObserver` unless `with_observer` is used.
     observer: Arc<dyn CallObserver>,
+    /// The purpose of the runs this gateway's calls belong to: `Live` unless the composition
+    /// root says otherwise (`with_purpose`); no surface or header can change it.
+    purpose: RunPurpose,
+    /// When set, ops are answered by it instead of the deployment's handlers (`simulated`).
+    simulated: Option<Arc<dyn SimulatedOps>>,
 }
 
 /// The message for 404: identical for an unknown op and an op the caller may not call, so the
@@ -215,8 +233,19 @@ impl Gateway {
         sinks: Vec<Arc<dyn AuditSink>>,
         tenant: &str,
     ) -> Self {
+        Self::shared(Arc::new(deployment), backend, sinks, tenant)
+    }
+
+    /// A gateway over a deployment other gateways share (the lab builds one deployment per
+    /// running deployment and one gateway per run over it).
+    pub fn shared(
+        deployment: Arc<Deployment>,
+        backend: Arc<dyn Backend>,
+        sinks: Vec<Arc<dyn AuditSink>>,
+        tenant: &str,
+    ) -> Self {
         Self {
-            deployment: RwLock::new(Arc::new(deployment)),
+            deployment: RwLock::new(deployment),
             replaced: tokio::sync::watch::Sender::new(0),
             backend,
             sinks,
@@ -225,7 +254,29 @@ impl Gateway {
             confirmations: Arc::new(MemoryConfirmations::new()),
             runs: Arc::new(RunLedger::default()),
             observer: Arc::new(NoObserver),
+            purpose: RunPurpose::Live,
+            simulated: None,
         }
+    }
+
+    /// Meters the runs of this gateway's calls under `purpose` (a lab gateway: `Simulation`),
+    /// apart from the `Live` runs of the same ids. Set by the composition root only.
+    pub fn with_purpose(mut self, purpose: RunPurpose) -> Self {
+        self.purpose = purpose;
+        self
+    }
+
+    /// The purpose of this gateway's runs.
+    pub fn purpose(&self) -> RunPurpose {
+        self.purpose
+    }
+
+    /// Answers every op with `ops` instead of the deployment's handlers: each call still passes
+    /// every step of the chain (resolve, arguments, autonomy, RBAC, policy, limits, budgets,
+    /// confirmation) and is audited; only the execute step asks `ops`. The lab's worlds.
+    pub fn simulated(mut self, ops: Arc<dyn SimulatedOps>) -> Self {
+        self.simulated = Some(ops);
+        self
     }
 
     /// Reports every decided call to `observer` (the server's `/metrics`).

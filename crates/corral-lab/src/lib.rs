@@ -1,3 +1,9 @@
 //! Corral's lab: scenarios of steps and mocks, the agents under test (variants) that run them
 //! through the one guard chain, scorers, synthetic inputs, and the before/after comparison
 //! verdict. It stores nothing itself: the store keeps scenarios, runs, outputs and comparisons.
+
+pub mod agent;
+pub mod runner;
+pub mod scenario;
+pub mod workflow;
+pub mod world;

@@ -295,6 +295,33 @@ catalog! {
     LAB_INVALID_RECORD = "lab.invalid_record", 500,
         "the lab asked the store to keep an inconsistent record (a pass without a scorer, a step numbered 0, a score that is not a finite number, ...)",
         "this is a bug in corral; report it with the message";
+    LAB_SCENARIO_INVALID = "lab.scenario_invalid", 400,
+        "a scenario is malformed: not an object, a missing or unknown key, a value of the wrong type",
+        "write `{name, description?, steps: [{input, expected?}], mocks: [...]}`";
+    LAB_SCENARIO_NO_STEPS = "lab.scenario_no_steps", 400,
+        "a scenario has no steps, so a run of it would judge nothing",
+        "add at least one step: `steps: [{\"input\": \"...\"}]`";
+    LAB_MOCK_AMBIGUOUS = "lab.mock_ambiguous", 400,
+        "a mock names both a `resource` and an `op`, so it is unclear what it answers",
+        "split it in two mocks: `{resource, response}` for the identity agent, `{op, args, response}` for an op";
+    LAB_MOCK_INVALID = "lab.mock_invalid", 400,
+        "a mock is malformed: no `resource` or `op`, no `response` or `error`, a resource response that is not a string, or an error code corral does not know",
+        "write `{resource, response: \"text\"}`, `{op, args, response}` or `{op, args, error: {code, message}}` with a code from docs/errors.md";
+    LAB_MOCK_DUPLICATE = "lab.mock_duplicate", 400,
+        "two mocks answer the same resource, or the same op with the same canonical arguments",
+        "keep one of them: a call has exactly one mocked answer";
+    LAB_MOCK_MISS = "lab.mock_miss", 404,
+        "a simulated step asked for a resource, or called an op with arguments, that no mock of the scenario answers; nothing real was reached",
+        "add a mock for exactly that resource (newlines included) or that op and canonical arguments, or fix the step";
+    LAB_RESERVED_OP = "lab.reserved_op", 409,
+        "the deployment already has an op the lab adds to its worlds (`scenario.resource`), so no simulation can run over it",
+        "rename or remove that op in the config";
+    LAB_WORKFLOW_INVALID = "lab.workflow_invalid", 400,
+        "a declarative workflow is malformed (YAML, a missing or unknown key, a value of the wrong type, an unknown op, a repeated `as`)",
+        "fix the workflow at the line and column the message gives";
+    LAB_WORKFLOW_TEMPLATE = "lab.workflow_template", 400,
+        "a workflow template is malformed or refers to something it cannot see (an unclosed `{{`, an unknown name, a step not run before it)",
+        "use `{{input}}`, `{{steps.<as>}}` or `{{steps.<as>.<field>}}` of an earlier step";
     CONFIG_PARSE = "config.parse", 0,
         "the config file is not valid YAML or JSON",
         "fix the syntax at the position shown";

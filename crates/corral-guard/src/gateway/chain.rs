@@ -24,7 +24,7 @@ use crate::confirm::{
 };
 use crate::guardrails::{Confirmation, GuardPolicy, tier_reason};
 use crate::limiter::{Limited, Permit};
-use crate::runs::{RunKey, RunPurpose, RunStoreError, RunView};
+use crate::runs::{RunKey, RunStoreError, RunView};
 
 /// How a call ended: the outcome its audit event records, and the answer.
 pub(super) struct Answer {
@@ -120,7 +120,7 @@ impl Gateway {
         let key = RunKey {
             tenant: principal.tenant.as_deref().unwrap_or(&self.tenant),
             principal: &principal.id,
-            purpose: RunPurpose::Live,
+            purpose: self.purpose,
             run_id: id,
         };
         match self
@@ -403,6 +403,23 @@ impl Gateway {
         event: &mut AuditEvent,
     ) -> Answer {
         let principal = &call.caller.principal;
+        if let Some(sim) = &self.simulated {
+            // A simulation: the mocks answer; no handler, backend, url or connection is used.
+            return match sim.answer(spec, &call.args) {
+                Ok(OpOutput::Json { value, attestation }) => {
+                    event.attestation = attestation.as_ref().map(AttestationRecord::from);
+                    Answer {
+                        outcome: Outcome::Ok,
+                        reply: Reply::Json(value),
+                    }
+                }
+                Ok(OpOutput::Stream(s)) => Answer {
+                    outcome: Outcome::Ok,
+                    reply: Reply::Stream(s),
+                },
+                Err(e) => Answer::refused(Outcome::OpError, op_refusal(&e)),
+            };
+        }
         let Some(handler) = d.registry.get(&call.op) else {
             tracing::error!(op = %call.op, "op is in the catalog but has no handler");
             return Answer::refused(

@@ -5,3 +5,4 @@
 
 mod gateway;
 mod limiter;
+mod simulated;

@@ -1,0 +1,323 @@
+//! `lab-bench`: how many mock steps a core runs through the lab's full call path.
+//!
+//! Every mode runs on one tokio thread (`current_thread`), `IN_FLIGHT` runs at once, each call
+//! through `Gateway::call_with` (resolve, arguments, autonomy, RBAC, the policy decision,
+//! limits, run budgets, execute, audit) with the audit committed by the store's SQLite writer
+//! thread (WAL, `synchronous=FULL`) before the call returns:
+//!
+//! - **identity**: runs of the identity agent, `STEPS` steps each, every step mocked
+//!   (one `scenario.resource` call per step), a fresh world per run;
+//! - **workflow**: runs of a 5-call declarative workflow (`files.read`, `files.stat`,
+//!   `files.list`, `files.read`, `files.stat`, arguments templated from the input and earlier
+//!   answers), `STEPS / 5` steps each, so both modes make the same number of calls;
+//! - **anchor**: the same number of plain `Gateway::call_with` calls of `core.health` (its real,
+//!   trivial handler) on an ordinary gateway, same concurrency, same audit: what any call costs,
+//!   so the ratio is the lab's own overhead per call.
+//!
+//! Each mode also runs with an audit sink that discards events, to split the lab's own cost
+//! from the audit's. Figures: steps/s of wall time, and steps per CPU-second of the whole
+//! process (the tokio thread plus the audit writer thread: "per core"), from `/proc/self/stat`.
+//! Rounds are interleaved; medians are printed. Plus the cost of building one world.
+//!
+//! `cargo bench -p lab-bench` (optimized). `bench/RESULTS.md` keeps the figures.
+
+// A benchmark harness: a broken fixture should abort loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use corral_exec::BoxFuture;
+use corral_exec::mock::MockBackend;
+use corral_guard::audit::{AuditError, AuditEvent, AuditSink};
+use corral_guard::guardrails::GuardPolicy;
+use corral_guard::{Call, CallOptions, Caller, Deployment, Gateway, Reply};
+use corral_lab::agent::{Agent, Identity};
+use corral_lab::runner::run_scenario;
+use corral_lab::scenario::Scenario;
+use corral_lab::workflow::Workflow;
+use corral_lab::world::Lab;
+use corral_ops::health::Health;
+use corral_ops::{Op, Registry};
+use corral_policy::scope::{PathScope, PathScopeSpec};
+use corral_policy::{Catalog, Engine, Policy, Principal, Rule, Selector};
+use serde_json::json;
+
+const RUNS: usize = 200;
+const STEPS: usize = 50;
+const IN_FLIGHT: usize = 64;
+const ROUNDS: usize = 5;
+const ROOT: &str = "/data/u0";
+
+#[derive(Debug)]
+struct Discard;
+
+impl AuditSink for Discard {
+    fn append<'a>(&'a self, event: &'a AuditEvent) -> BoxFuture<'a, Result<(), AuditError>> {
+        std::hint::black_box(event);
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+fn deployment() -> Deployment {
+    let catalog = Catalog::builtin();
+    let scope = PathScope::compile(PathScopeSpec {
+        roots: vec![ROOT.to_owned()],
+        deny: vec!["*.secret".to_owned()],
+        ..PathScopeSpec::default()
+    })
+    .unwrap();
+    let policy = Policy::new().rule(
+        Rule::allow(
+            "reader",
+            vec![
+                Selector::parse("files.read", &catalog).unwrap(),
+                Selector::parse("files.stat", &catalog).unwrap(),
+                Selector::parse("files.list", &catalog).unwrap(),
+            ],
+        )
+        .paths(scope),
+    );
+    let health = catalog.get("core.health").unwrap().clone();
+    let registry = Registry::new(
+        catalog.clone(),
+        vec![Arc::new(Health::new(health)) as Arc<dyn Op>],
+    );
+    Deployment {
+        engine: Engine::new(catalog, policy),
+        registry,
+        protected: Vec::new(),
+        guard: GuardPolicy::new(),
+    }
+}
+
+fn identity_scenario() -> Scenario {
+    let steps: Vec<_> = (0..STEPS)
+        .map(|i| json!({"input": format!("agent:user{i}@example.test")}))
+        .collect();
+    let mocks: Vec<_> = (0..STEPS)
+        .map(|i| json!({"resource": format!("agent:user{i}@example.test"), "response": format!("account {i}")}))
+        .collect();
+    Scenario::from_json(&json!({"name": "identity", "steps": steps, "mocks": mocks})).unwrap()
+}
+
+const WORKFLOW: &str = r#"name: bench
+version: 1
+steps:
+  - op: files.read
+    args: {path: "/data/u0/{{input}}.json"}
+    as: account
+  - op: files.stat
+    args: {path: "/data/u0/{{steps.account.content}}"}
+    as: stat
+  - op: files.list
+    args: {path: "/data/u0/{{steps.account.content}}"}
+    as: list
+  - op: files.read
+    args: {path: "/data/u0/{{steps.account.content}}/{{steps.list.entries.0}}"}
+    as: note
+  - op: files.stat
+    args: {path: "/data/u0/{{input}}.json"}
+output: "{{steps.note.content}} ({{steps.stat.size}} bytes)"
+"#;
+
+fn workflow_scenario() -> Scenario {
+    let n = STEPS / 5;
+    let steps: Vec<_> = (0..n).map(|i| json!({"input": format!("u{i}")})).collect();
+    let mut mocks = Vec::new();
+    for i in 0..n {
+        let p = |s: String| json!({"path": format!("{ROOT}/{s}")});
+        mocks.push(json!({"op": "files.read", "args": p(format!("u{i}.json")), "response": {"content": format!("d{i}")}}));
+        mocks.push(json!({"op": "files.stat", "args": p(format!("d{i}")), "response": {"size": 4096, "kind": "dir"}}));
+        mocks.push(json!({"op": "files.list", "args": p(format!("d{i}")), "response": {"entries": ["note.txt"]}}));
+        mocks.push(json!({"op": "files.read", "args": p(format!("d{i}/note.txt")), "response": {"content": format!("note {i}")}}));
+        mocks.push(json!({"op": "files.stat", "args": p(format!("u{i}.json")), "response": {"size": 10, "kind": "file"}}));
+    }
+    Scenario::from_json(&json!({"name": "workflow", "steps": steps, "mocks": mocks})).unwrap()
+}
+
+/// CPU time of the whole process so far (user + system), from `/proc/self/stat`.
+fn cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    // Fields 14 and 15 of the file (utime, stime), 12 and 13 after the command.
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10) // CLK_TCK is 100 on Linux.
+}
+
+struct Figure {
+    steps: usize,
+    calls: usize,
+    wall: Duration,
+    cpu: Duration,
+}
+
+async fn lab_mode(
+    lab: Arc<Lab>,
+    scenario: Arc<Scenario>,
+    agent: Arc<dyn Agent>,
+    tag: String,
+) -> Figure {
+    let next = Arc::new(AtomicUsize::new(0));
+    let (c0, t0) = (cpu(), Instant::now());
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..IN_FLIGHT {
+        let (lab, scenario, agent, next, tag) = (
+            lab.clone(),
+            scenario.clone(),
+            agent.clone(),
+            next.clone(),
+            tag.clone(),
+        );
+        tasks.spawn(async move {
+            let mut steps = 0;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= RUNS {
+                    return steps;
+                }
+                let world = lab
+                    .world(&scenario, &format!("{tag}-{i}"), Principal::new("ada", &[]))
+                    .unwrap();
+                let r = run_scenario(world, agent.as_ref(), 1, 1).await;
+                assert_eq!(r.steps_ok, r.steps_total, "{:?}", r.agent_errors.first());
+                steps += r.steps_total;
+            }
+        });
+    }
+    let mut steps = 0;
+    while let Some(n) = tasks.join_next().await {
+        steps += n.unwrap();
+    }
+    Figure {
+        steps,
+        calls: 0,
+        wall: t0.elapsed(),
+        cpu: cpu() - c0,
+    }
+}
+
+async fn anchor_mode(gateway: Arc<Gateway>, calls: usize, tag: String) -> Figure {
+    let next = Arc::new(AtomicUsize::new(0));
+    let (c0, t0) = (cpu(), Instant::now());
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..IN_FLIGHT {
+        let (gateway, next, tag) = (gateway.clone(), next.clone(), tag.clone());
+        tasks.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= calls {
+                    return;
+                }
+                let call = Call {
+                    caller: Caller::new(Principal::new("ada", &[])),
+                    op: "core.health".to_owned(),
+                    args: json!({}),
+                    request_id: format!("{tag}-{i}"),
+                };
+                let r = gateway.call_with(call, CallOptions::default()).await;
+                assert!(matches!(r, Reply::Json(_)));
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    Figure {
+        steps: calls,
+        calls,
+        wall: t0.elapsed(),
+        cpu: cpu() - c0,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = corral_store::Store::connect(&corral_store::Store::default_sqlite_url(dir.path()))
+        .await
+        .unwrap();
+    let sqlite: Arc<dyn AuditSink> = Arc::new(corral_store::AuditWriter::spawn(store.clone()));
+    let discard: Arc<dyn AuditSink> = Arc::new(Discard);
+    let base = deployment();
+    let identity = Arc::new(identity_scenario());
+    let flow = Arc::new(workflow_scenario());
+    let wf: Arc<dyn Agent> = Arc::new(Workflow::from_yaml(WORKFLOW).unwrap());
+    let id: Arc<dyn Agent> = Arc::new(Identity);
+
+    // Building worlds: the lab once, then one world per run.
+    let lab = Lab::new(&base, vec![discard.clone()], "default").unwrap();
+    let t = Instant::now();
+    for i in 0..10_000 {
+        std::hint::black_box(
+            lab.world(&identity, &format!("w{i}"), Principal::new("ada", &[]))
+                .unwrap(),
+        );
+    }
+    let per_world = t.elapsed() / 10_000;
+    let t = Instant::now();
+    for _ in 0..100 {
+        std::hint::black_box(Lab::new(&base, vec![discard.clone()], "default").unwrap());
+    }
+    let per_lab = t.elapsed() / 100;
+    println!("world: {per_world:?} per world (a lab: {per_lab:?}, once per deployment)");
+
+    let calls = RUNS * STEPS;
+    let mut results: Vec<(String, Vec<f64>, Vec<f64>)> = Vec::new();
+    let mut push = |name: &str, f: &Figure| {
+        let wall = f.steps as f64 / f.wall.as_secs_f64();
+        let core = f.steps as f64 / f.cpu.as_secs_f64().max(1e-3);
+        match results.iter_mut().find(|(n, _, _)| n == name) {
+            Some((_, w, c)) => {
+                w.push(wall);
+                c.push(core);
+            }
+            None => results.push((name.to_owned(), vec![wall], vec![core])),
+        }
+        let _ = f.calls;
+    };
+    for round in 0..ROUNDS {
+        for (audit, sink) in [("sqlite", &sqlite), ("discard", &discard)] {
+            let lab = Arc::new(Lab::new(&base, vec![sink.clone()], "default").unwrap());
+            let f = lab_mode(
+                lab.clone(),
+                identity.clone(),
+                id.clone(),
+                format!("id-{audit}-{round}"),
+            )
+            .await;
+            push(&format!("identity ({audit} audit), steps"), &f);
+            let f = lab_mode(
+                lab.clone(),
+                flow.clone(),
+                wf.clone(),
+                format!("wf-{audit}-{round}"),
+            )
+            .await;
+            push(&format!("workflow 5 calls ({audit} audit), steps"), &f);
+            let g = Arc::new(Gateway::new(
+                deployment(),
+                Arc::new(MockBackend::default()),
+                vec![sink.clone()],
+                "default",
+            ));
+            let f = anchor_mode(g, calls, format!("anchor-{audit}-{round}")).await;
+            push(&format!("anchor core.health ({audit} audit), calls"), &f);
+        }
+    }
+    println!(
+        "{RUNS} runs x {STEPS} calls per mode, {IN_FLIGHT} runs in flight, {ROUNDS} interleaved rounds, medians"
+    );
+    println!("| mode | per s (wall) | per CPU-second (per core) |");
+    println!("|---|---|---|");
+    for (name, w, c) in results {
+        println!("| {name} | {:.0} | {:.0} |", median(w), median(c));
+    }
+    drop(sqlite);
+    store.close().await;
+}
