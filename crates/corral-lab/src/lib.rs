@@ -1,3 +1,7 @@
 //! Corral's lab: scenarios of steps and mocks, the agents under test (variants) that run them
 //! through the one guard chain, scorers, synthetic inputs, and the before/after comparison
 //! verdict. It stores nothing itself: the store keeps scenarios, runs, outputs and comparisons.
+
+pub mod score;
+pub mod synthetic;
+pub mod verdict;

@@ -1,0 +1,1 @@
+//! The statistics against a reference (scipy, statsmodels): filled in next.
