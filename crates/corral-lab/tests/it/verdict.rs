@@ -299,3 +299,13 @@ fn the_comparison_serializes_to_json_with_its_verdict_and_forcing_rule() {
     let back: verdict::Comparison = serde_json::from_value(v).unwrap();
     assert_eq!(back, c);
 }
+
+#[test]
+fn quantiles_interpolate_linearly_as_numpy_and_scipy_do() {
+    // numpy.percentile([1, 2, 3, 4], [2.5, 25, 97.5]) = 1.075, 1.75, 3.925 (type 7).
+    let xs = [1.0, 2.0, 3.0, 4.0];
+    assert!((verdict::quantile_sorted(&xs, 0.025) - 1.075).abs() < 1e-12);
+    assert!((verdict::quantile_sorted(&xs, 0.25) - 1.75).abs() < 1e-12);
+    assert!((verdict::quantile_sorted(&xs, 0.975) - 3.925).abs() < 1e-12);
+    assert_eq!(verdict::quantile_sorted(&[5.0], 0.975), 5.0);
+}
