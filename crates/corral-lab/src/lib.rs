@@ -2,6 +2,7 @@
 //! through the one guard chain, scorers, synthetic inputs, and the before/after comparison
 //! verdict. It stores nothing itself: the store keeps scenarios, runs, outputs and comparisons.
 
+pub mod inspect;
 pub mod score;
 pub mod synthetic;
 pub mod verdict;

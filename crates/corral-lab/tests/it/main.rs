@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod inspect;
 mod reference;
 mod score;
 mod synthetic;

@@ -25,12 +25,12 @@ use std::process::Command;
 use corral_lab::verdict::{self, Input, Observed, ScoredTrials};
 use serde_json::{Value, json};
 
-fn in_ci() -> bool {
+pub(crate) fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
 /// The reference's Python, or `None` (after saying why) when it is missing outside CI.
-fn python() -> Option<PathBuf> {
+pub(crate) fn python() -> Option<PathBuf> {
     match std::env::var_os("CORRAL_TEST_PYTHON") {
         Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
         _ if in_ci() => panic!(
