@@ -17,7 +17,9 @@
 //!   failure there), not the model's failure; a sample without the scorer's score is executed
 //!   and not scored. Both feed the verdict's forcing rules.
 //! - The archive is hostile input: at most 100,000 entries, each sample entry inflated to at
-//!   most 64 MiB and read through a bounded reader, so a zip bomb stops at the limit.
+//!   most 64 MiB and all of them to at most 1 GiB, read through bounded readers, so a zip bomb
+//!   stops at the limit; of each sample only `id`, `epoch`, `scores` and `error` are kept (the
+//!   messages and events are skipped while parsing).
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -32,6 +34,21 @@ use crate::verdict::{self, Observed, ScoredTrials};
 const MAX_ENTRIES: usize = 100_000;
 /// The most bytes one sample entry may inflate to.
 const MAX_SAMPLE_BYTES: u64 = 64 * 1024 * 1024;
+/// The most bytes all sample entries together may inflate to.
+const MAX_TOTAL_BYTES: u64 = 1024 * 1024 * 1024;
+
+/// The part of a sample entry the comparison reads; serde skips the rest.
+#[derive(Debug, serde::Deserialize)]
+struct RawSample {
+    #[serde(default)]
+    id: Value,
+    #[serde(default)]
+    epoch: Value,
+    #[serde(default)]
+    scores: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    error: Value,
+}
 
 /// One sample of one epoch, as read from a log.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +123,7 @@ pub fn read_log(path: &Path, scorer: Option<&str>) -> Result<Log, InspectError> 
         ));
     }
     let mut raw = Vec::new();
+    let mut total = 0u64;
     for i in 0..zip.len() {
         let entry = zip
             .by_index(i)
@@ -126,8 +144,16 @@ pub fn read_log(path: &Path, scorer: Option<&str>) -> Result<Log, InspectError> 
                 &at,
             ));
         }
-        let v: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| InspectError::new(format!("the entry is not JSON: {e}"), &at))?;
+        total += bytes.len() as u64;
+        if total > MAX_TOTAL_BYTES {
+            return Err(InspectError::new(
+                format!("the samples inflate to over {MAX_TOTAL_BYTES} bytes in all"),
+                &at,
+            ));
+        }
+        let v: RawSample = serde_json::from_slice(&bytes).map_err(|e| {
+            InspectError::new(format!("the entry is not a sample's JSON: {e}"), &at)
+        })?;
         raw.push((at, v));
     }
     if raw.is_empty() {
@@ -150,7 +176,7 @@ pub fn read_log(path: &Path, scorer: Option<&str>) -> Result<Log, InspectError> 
 
 /// The scorer to read: the one named, or the only one any sample has.
 fn pick_scorer(
-    raw: &[(String, Value)],
+    raw: &[(String, RawSample)],
     named: Option<&str>,
     file_at: &str,
 ) -> Result<String, InspectError> {
@@ -159,7 +185,7 @@ fn pick_scorer(
     }
     let mut names = std::collections::BTreeSet::new();
     for (_, v) in raw {
-        if let Some(Value::Object(scores)) = v.get("scores") {
+        if let Some(scores) = &v.scores {
             names.extend(scores.keys().cloned());
         }
     }
@@ -182,10 +208,10 @@ fn pick_scorer(
 }
 
 /// One sample entry.
-fn sample(v: &Value, scorer: &str, at: &str) -> Result<Sample, InspectError> {
-    let id = match v.get("id") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+fn sample(v: &RawSample, scorer: &str, at: &str) -> Result<Sample, InspectError> {
+    let id = match &v.id {
+        Value::String(s) => s.clone(),
+        Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
         _ => {
             return Err(InspectError::new(
                 "the sample has no string or integer `id`",
@@ -193,16 +219,14 @@ fn sample(v: &Value, scorer: &str, at: &str) -> Result<Sample, InspectError> {
             ));
         }
     };
-    let epoch = v
-        .get("epoch")
-        .and_then(Value::as_u64)
-        .filter(|e| *e >= 1)
-        .ok_or_else(|| InspectError::new("the sample has no `epoch` (an integer from 1)", at))?;
-    let errored = v.get("error").is_some_and(|e| !e.is_null());
-    let outcome = if errored {
+    let epoch =
+        v.epoch.as_u64().filter(|e| *e >= 1).ok_or_else(|| {
+            InspectError::new("the sample has no `epoch` (an integer from 1)", at)
+        })?;
+    let outcome = if !v.error.is_null() {
         Outcome::Error
     } else {
-        match v.get("scores").and_then(|s| s.get(scorer)) {
+        match v.scores.as_ref().and_then(|s| s.get(scorer)) {
             None | Some(Value::Null) => Outcome::NotScored,
             Some(score) => {
                 let value = score.get("value").unwrap_or(&Value::Null);

@@ -25,11 +25,11 @@ use serde::{Deserialize, Serialize};
 /// The subject kind when the request names none.
 pub const DEFAULT_SUBJECT_KIND: &str = "agent";
 /// The count when the request names none.
-pub const DEFAULT_COUNT: u32 = 10;
+pub const DEFAULT_COUNT: u64 = 10;
 /// The template when the request names none.
 pub const DEFAULT_TEMPLATE: &str = "{{subject_kind}}-sample-{{index}}";
 /// The largest count.
-pub const MAX_COUNT: u32 = 100;
+pub const MAX_COUNT: u64 = 100;
 /// The largest subject kind, in bytes.
 pub const MAX_SUBJECT_BYTES: usize = 200;
 /// The largest template, in bytes.
@@ -57,9 +57,10 @@ pub struct Request {
     /// The subject kind (`{{subject_kind}}`); default `agent`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject_kind: Option<String>,
-    /// How many samples; default 10.
+    /// How many samples; default 10. (A `u64`, so any count a client can send gets the typed
+    /// range error.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub count: Option<u32>,
+    pub count: Option<u64>,
     /// The template (spec 003 calls it the seed); default `{{subject_kind}}-sample-{{index}}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<String>,
@@ -168,11 +169,12 @@ pub fn template_from_bytes(bytes: &[u8]) -> Result<String, SyntheticError> {
 /// Generates the batch a request asks for, or rejects it whole.
 pub fn generate(request: &Request) -> Result<Batch, SyntheticError> {
     let count = request.count.unwrap_or(DEFAULT_COUNT);
-    if count == 0 || count > MAX_COUNT {
-        return Err(SyntheticError::Count {
-            count: u64::from(count),
-        });
-    }
+    let Some(count) = u32::try_from(count)
+        .ok()
+        .filter(|c| (1..=MAX_COUNT).contains(&u64::from(*c)))
+    else {
+        return Err(SyntheticError::Count { count });
+    };
     let subject = request
         .subject_kind
         .as_deref()

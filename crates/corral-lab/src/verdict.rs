@@ -44,6 +44,9 @@ use std::collections::BTreeMap;
 pub const DEFAULT_MARGIN: f64 = 0.05;
 /// The default number of bootstrap resamples.
 pub const DEFAULT_RESAMPLES: u32 = 10_000;
+/// The most bootstrap resamples a comparison may ask for (the resampled means are kept in
+/// memory: 8 bytes each).
+pub const MAX_RESAMPLES: u32 = 1_000_000;
 /// The confidence level of every interval.
 pub const CONFIDENCE: f64 = 0.95;
 /// The normal quantile of 0.975 (scipy `norm.ppf(0.975)`).
@@ -293,8 +296,11 @@ pub fn compare(input: &Input) -> Result<Comparison, CompareError> {
     if !(input.margin.is_finite() && input.margin >= 0.0) {
         return bad(format!("the margin {} is not a number >= 0", input.margin));
     }
-    if input.resamples == 0 {
-        return bad("the resamples must be at least 1".into());
+    if input.resamples == 0 || input.resamples > MAX_RESAMPLES {
+        return bad(format!(
+            "the resamples ({}) must be 1 to {MAX_RESAMPLES}",
+            input.resamples
+        ));
     }
     let base = index(&input.baseline, &input.baseline_results)?;
     let cand = index(&input.candidate, &input.candidate_results)?;

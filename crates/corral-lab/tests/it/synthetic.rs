@@ -3,7 +3,7 @@
 
 use corral_lab::synthetic::{self, Request, SyntheticError};
 
-fn request(subject: Option<&str>, count: Option<u32>, seed: Option<&str>) -> Request {
+fn request(subject: Option<&str>, count: Option<u64>, seed: Option<&str>) -> Request {
     Request {
         subject_kind: subject.map(str::to_owned),
         count,
@@ -98,6 +98,9 @@ fn count_101_is_rejected_whole_and_100_is_accepted() {
         "lab.synthetic_count",
         &["0", "`count`"],
     );
+    // Any count a client can send is the same typed error, however large.
+    let huge: Request = serde_json::from_str(r#"{"count": 18446744073709551615}"#).unwrap();
+    refused(&huge, "lab.synthetic_count", &["18446744073709551615"]);
     assert_eq!(
         synthetic::generate(&request(None, Some(100), None))
             .unwrap()

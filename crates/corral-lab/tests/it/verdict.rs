@@ -277,6 +277,10 @@ fn sides_that_do_not_pair_up_are_refused_with_a_code() {
     let mut twice = side(2, 1, |_| 1.0);
     twice[1].scenario = "s00".into();
     assert!(err(twice, side(2, 1, |_| 1.0)).contains("appears twice"));
+    let mut too_many = Input::new("b", side(2, 1, |_| 1.0), "c", side(2, 1, |_| 1.0), 1);
+    too_many.resamples = verdict::MAX_RESAMPLES + 1;
+    let e = verdict::compare(&too_many).unwrap_err();
+    assert!(e.to_string().contains("must be 1 to 1000000"), "{e}");
     let mut bad = side(2, 1, |_| 1.0);
     bad[0].scored = Some(ScoredTrials {
         score: 1.5,
