@@ -31,13 +31,29 @@ use serde_json::Value;
 
 /// A scored step: a score in [0, 1] and whether it passes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "ScoredWire")]
 pub struct Scored {
     /// In [0, 1], finite.
     // INVARIANT (score in range): `Scored::new` is the only constructor outside this module's
-    // built-ins, and it refuses a score outside [0, 1] or NaN.
+    // built-ins, and it refuses a score outside [0, 1] or NaN; deserializing goes through it.
     score: f64,
     /// Whether the step passes.
     pass: bool,
+}
+
+/// [`Scored`] as it arrives, before its range is checked.
+#[derive(Deserialize)]
+struct ScoredWire {
+    score: f64,
+    pass: bool,
+}
+
+impl TryFrom<ScoredWire> for Scored {
+    type Error = String;
+    fn try_from(w: ScoredWire) -> Result<Self, Self::Error> {
+        Scored::new(w.score, w.pass)
+            .ok_or_else(|| format!("the score {} is outside [0, 1]", w.score))
+    }
 }
 
 impl Scored {

@@ -282,6 +282,21 @@ fn a_score_outside_zero_to_one_is_not_a_score() {
     assert!(Scored::new(-0.1, false).is_none());
     assert!(Scored::new(f64::NAN, true).is_none());
     assert!(Scored::new(0.25, false).is_some());
+    // Nor can one be read from JSON.
+    let err = serde_json::from_str::<Scored>(r#"{"score": 2.0, "pass": true}"#).unwrap_err();
+    assert!(err.to_string().contains("outside [0, 1]"), "{err}");
+    let ok: Scored = serde_json::from_str(r#"{"score": 0.5, "pass": false}"#).unwrap();
+    assert_eq!(ok, Scored::new(0.5, false).unwrap());
+    let step = StepScore::Scored(Scored::binary(true));
+    let v = serde_json::to_value(step).unwrap();
+    assert_eq!(v, json!({"status": "scored", "score": 1.0, "pass": true}));
+    assert_eq!(serde_json::from_value::<StepScore>(v).unwrap(), step);
+    assert!(
+        serde_json::from_value::<StepScore>(
+            json!({"status": "scored", "score": -1.0, "pass": false})
+        )
+        .is_err()
+    );
 }
 
 #[test]
