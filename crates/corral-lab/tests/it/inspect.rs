@@ -236,3 +236,28 @@ fn a_file_that_is_not_an_eval_log_is_refused_with_where() {
         "entry `samples/x_epoch_1.json`",
     );
 }
+
+#[test]
+fn a_sample_entry_that_inflates_past_64_mib_is_refused_at_the_limit() {
+    // A zip bomb in miniature: 64 MiB + 1 of spaces compress to a few KiB.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bomb.eval");
+    {
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        let opts = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Zstd)
+            .large_file(true);
+        zip.start_file("samples/x_epoch_1.json", opts).unwrap();
+        let chunk = vec![b' '; 1024 * 1024];
+        for _ in 0..64 {
+            zip.write_all(&chunk).unwrap();
+        }
+        zip.write_all(b" ").unwrap();
+        zip.finish().unwrap();
+    }
+    assert!(std::fs::metadata(&path).unwrap().len() < 1024 * 1024);
+    refused(
+        inspect::read_log(&path, None),
+        "inflates to over 67108864 bytes",
+    );
+}
