@@ -3,7 +3,11 @@
 //! verdict. It stores nothing itself: the store keeps scenarios, runs, outputs and comparisons.
 
 pub mod agent;
+pub mod inspect;
 pub mod runner;
 pub mod scenario;
+pub mod score;
+pub mod synthetic;
+pub mod verdict;
 pub mod workflow;
 pub mod world;

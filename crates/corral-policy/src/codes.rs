@@ -322,6 +322,36 @@ catalog! {
     LAB_WORKFLOW_TEMPLATE = "lab.workflow_template", 400,
         "a workflow template is malformed or refers to something it cannot see (an unclosed `{{`, an unknown name, a step not run before it)",
         "use `{{input}}`, `{{steps.<as>}}` or `{{steps.<as>.<field>}}` of an earlier step";
+    LAB_SYNTHETIC_COUNT = "lab.synthetic_count", 400,
+        "the synthetic-input count is 0 or over 100",
+        "ask for 1 to 100 samples (`--count`, `count`); omit it for 10";
+    LAB_SYNTHETIC_SUBJECT_TOO_LONG = "lab.synthetic_subject_too_long", 413,
+        "the synthetic-input subject kind is over 200 bytes",
+        "use a shorter subject kind (`--subject-kind`, `subject_kind`); omit it for `agent`";
+    LAB_SYNTHETIC_TEMPLATE_TOO_LONG = "lab.synthetic_template_too_long", 413,
+        "the synthetic-input template (the seed file) is over 8192 bytes",
+        "shorten the template (`--seed-file`, `seed`); omit it for `{{subject_kind}}-sample-{{index}}`";
+    LAB_SYNTHETIC_TEMPLATE_NOT_TEXT = "lab.synthetic_template_not_text", 400,
+        "the synthetic-input template (the seed file) is not UTF-8 text",
+        "save the seed file as UTF-8";
+    LAB_SYNTHETIC_INPUT_TOO_LONG = "lab.synthetic_input_too_long", 413,
+        "a generated input is over 8192 bytes once its subject kind and index are substituted",
+        "shorten the template or the subject kind; the request was rejected whole";
+    LAB_SYNTHETIC_BATCH_TOO_LARGE = "lab.synthetic_batch_too_large", 413,
+        "the generated batch, encoded as a scenario create request with room for its name, description and subject kind, is over the 1 MiB request limit",
+        "ask for fewer samples or use a shorter template; the request was rejected whole";
+    LAB_SCORER_UNKNOWN = "lab.scorer_unknown", 400,
+        "the scorer named is not a built-in scorer",
+        "use `exact`, `regex` or `json_path`";
+    LAB_EXPECTED_INVALID = "lab.expected_invalid", 400,
+        "a step's expected value does not fit its scorer (a regex that does not compile, a `json_path` expectation without `path` and `value`, a path that is not a JSON Pointer or a singular JSONPath)",
+        "fix the step's `expected`: a string for `exact` and `regex`, `{\"path\": \"$.a.b\", \"value\": ...}` for `json_path`";
+    LAB_COMPARE_INVALID = "lab.compare_invalid", 400,
+        "the two sides of a comparison do not pair up (no scenarios, a scenario on one side only or twice, a score outside [0, 1], more passes or errors than trials)",
+        "compare runs of the same scenarios with the same trials, one result per scenario and side";
+    LAB_INSPECT_LOG_INVALID = "lab.inspect_log_invalid", 400,
+        "an Inspect AI eval log cannot be read (not a `.eval` zip, a missing or malformed entry, a sample without a score)",
+        "pass `.eval` files written by `inspect eval` whose samples were scored";
     CONFIG_PARSE = "config.parse", 0,
         "the config file is not valid YAML or JSON",
         "fix the syntax at the position shown";

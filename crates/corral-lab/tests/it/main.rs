@@ -2,7 +2,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod inspect;
+mod reference;
 mod scenarios;
+mod score;
 mod support;
+mod synthetic;
+mod verdict;
 mod worked_example;
 mod workflows;
