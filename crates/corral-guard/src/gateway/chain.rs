@@ -405,20 +405,7 @@ impl Gateway {
         let principal = &call.caller.principal;
         if let Some(sim) = &self.simulated {
             // A simulation: the mocks answer; no handler, backend, url or connection is used.
-            return match sim.answer(spec, &call.args) {
-                Ok(OpOutput::Json { value, attestation }) => {
-                    event.attestation = attestation.as_ref().map(AttestationRecord::from);
-                    Answer {
-                        outcome: Outcome::Ok,
-                        reply: Reply::Json(value),
-                    }
-                }
-                Ok(OpOutput::Stream(s)) => Answer {
-                    outcome: Outcome::Ok,
-                    reply: Reply::Stream(s),
-                },
-                Err(e) => Answer::refused(Outcome::OpError, op_refusal(&e)),
-            };
+            return op_answer(sim.answer(spec, &call.args), event);
         }
         let Some(handler) = d.registry.get(&call.op) else {
             tracing::error!(op = %call.op, "op is in the catalog but has no handler");
@@ -471,26 +458,31 @@ impl Gateway {
                 return Answer::refused(Outcome::OpError, refusal);
             }
         }
-        match result {
-            Ok(OpOutput::Json { value, attestation }) => {
-                event.attestation = attestation.as_ref().map(AttestationRecord::from);
-                Answer {
-                    outcome: Outcome::Ok,
-                    reply: Reply::Json(value),
-                }
-            }
-            Ok(OpOutput::Stream(s)) => Answer {
+        op_answer(result, event)
+    }
+}
+
+/// What an op's (or a simulation's) result answers; its attestation goes to the audit event.
+fn op_answer(result: Result<OpOutput, OpError>, event: &mut AuditEvent) -> Answer {
+    match result {
+        Ok(OpOutput::Json { value, attestation }) => {
+            event.attestation = attestation.as_ref().map(AttestationRecord::from);
+            Answer {
                 outcome: Outcome::Ok,
-                reply: Reply::Stream(s),
-            },
-            Err(e) => {
-                let outcome = if e.code.starts_with("limit.") {
-                    Outcome::Limited
-                } else {
-                    Outcome::OpError
-                };
-                Answer::refused(outcome, op_refusal(&e))
+                reply: Reply::Json(value),
             }
+        }
+        Ok(OpOutput::Stream(s)) => Answer {
+            outcome: Outcome::Ok,
+            reply: Reply::Stream(s),
+        },
+        Err(e) => {
+            let outcome = if e.code.starts_with("limit.") {
+                Outcome::Limited
+            } else {
+                Outcome::OpError
+            };
+            Answer::refused(outcome, op_refusal(&e))
         }
     }
 }
