@@ -470,3 +470,46 @@ fn yaml_bombs_and_deep_nesting_in_a_workflow_are_load_errors_not_crashes() {
     let e = Workflow::from_yaml(&wide).unwrap_err();
     assert_eq!(e.code, "lab.workflow_template");
 }
+
+#[tokio::test]
+async fn a_workflow_repeating_a_large_answer_is_stopped_at_one_mib_not_held_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = "x".repeat(600 * 1024);
+    let s = Scenario::from_json(&json!({
+        "name": "amplify", "steps": [{"input": "a"}],
+        "mocks": [{"resource": "a", "response": big}]
+    }))
+    .unwrap();
+    let lab = lab(dir.path(), Arc::new(Recorded::default()));
+    let fetch = "  - op: scenario.resource\n    args: {resource: \"{{input}}\"}\n    as: a\n";
+    // The output repeats the answer twice (1.2 MiB); then a call's arguments do.
+    let output = Workflow::from_yaml(&format!(
+        "name: o\nversion: 1\nsteps:\n{fetch}output: \"{{{{steps.a.response}}}}{{{{steps.a.response}}}}\"\n"
+    ))
+    .unwrap();
+    let args = Workflow::from_yaml(&format!(
+        "name: a\nversion: 1\nsteps:\n{fetch}  - op: scenario.resource\n    args: {{resource: [\"{{{{steps.a.response}}}}\", \"{{{{steps.a.response}}}}\"]}}\noutput: done\n"
+    ))
+    .unwrap();
+    for (wf, what) in [(output, "`output`"), (args, "call 2")] {
+        let audit = Arc::new(Recorded::default());
+        let lab = crate::support::lab(dir.path(), audit.clone());
+        let r = run_scenario(lab.world(&s, "amplify-1", ada()).unwrap(), &wf, 0, 1).await;
+        assert_eq!(r.outputs[0].error, Some("lab.output_too_large"), "{what}");
+        assert!(r.outputs[0].output.is_empty());
+        assert!(
+            r.agent_errors[0].message.starts_with(what),
+            "{}",
+            r.agent_errors[0].message
+        );
+        // The call whose arguments were too large was never made.
+        assert_eq!(audit.events().len(), 1, "{what}");
+    }
+    // Under the bound, the same answer renders whole.
+    let once = Workflow::from_yaml(&format!(
+        "name: once\nversion: 1\nsteps:\n{fetch}output: \"{{{{steps.a.response}}}}\"\n"
+    ))
+    .unwrap();
+    let r = run_scenario(lab.world(&s, "amplify-2", ada()).unwrap(), &once, 0, 1).await;
+    assert_eq!(r.outputs[0].output.len(), big.len());
+}
