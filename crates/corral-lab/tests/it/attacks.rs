@@ -513,3 +513,16 @@ async fn a_workflow_repeating_a_large_answer_is_stopped_at_one_mib_not_held_in_m
     let r = run_scenario(lab.world(&s, "amplify-2", ada()).unwrap(), &once, 0, 1).await;
     assert_eq!(r.outputs[0].output.len(), big.len());
 }
+
+#[test]
+fn a_regex_expectation_cannot_close_the_anchoring_group_and_pass_any_output() {
+    let re = corral_lab::score::builtin("regex").unwrap();
+    for pattern in ["no)|(?:.*", "no)|(.*", "x)|(?s:.*", "(?x)no|.*#"] {
+        let r = re.score("in", "any output at all", &json!(pattern));
+        let e = r.map(|s| s.pass()).unwrap_err();
+        assert_eq!(e.code(), "lab.expected_invalid", "{pattern}");
+    }
+    // A pattern that compiles alone keeps whole-output semantics.
+    let r = re.score("in", "line\nyes", &json!("(?x) line \\n yes # comment\n"));
+    assert!(r.unwrap().pass());
+}
