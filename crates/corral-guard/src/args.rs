@@ -27,6 +27,14 @@ pub fn parse_args(spec: &OpSpec, json: &serde_json::Value) -> Result<Args, ArgsR
     };
     let mut args = Args::new();
     for (name, v) in obj {
+        if let Some(n) = crate::canonical::inexact_integer(v) {
+            return Err(ArgsRejection {
+                code: codes::ARGS_INVALID,
+                message: format!(
+                    "argument `{name}` holds the integer {n}, beyond 2^53, where JSON numbers stop being exact (it would share its canonical form, and so a confirmation or a mock, with other integers); pass it as a string"
+                ),
+            });
+        }
         let kind = spec
             .params
             .iter()

@@ -10,7 +10,8 @@
 //! - numbers as ECMAScript's `Number.prototype.toString` prints the IEEE-754 double: the
 //!   shortest digits that round-trip (Rust's `{:e}` gives exactly those), placed by the ES rules
 //!   (`1e+21`, `1e-7`, `0.000001`, `100`), `-0` as `0`; integers beyond 2^53 go through the
-//!   double like any I-JSON number;
+//!   double like any I-JSON number (so two of them can share a form: the guard refuses such
+//!   arguments, [`inexact_integer`]);
 //! - no whitespace.
 
 use std::fmt::Write as _;
@@ -97,6 +98,26 @@ fn write_string(s: &str, out: &mut String) {
 
 /// 2^53: integers up to this magnitude are exact doubles, printed as integers.
 const EXACT: u64 = 1 << 53;
+
+/// The first integer in `v` beyond 2^53 in magnitude, as written: its canonical form is a
+/// rounded double, which it shares with other integers. The guard refuses such arguments
+/// (I-JSON, RFC 7493 2.2), so one canonical form (a confirmation's key, the arguments a person
+/// approved, a mock's key, an audited hash) always means one value.
+pub fn inexact_integer(v: &Value) -> Option<String> {
+    match v {
+        Value::Number(n) => {
+            let beyond = match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => i.unsigned_abs() > EXACT,
+                (None, Some(u)) => u > EXACT,
+                (None, None) => false,
+            };
+            beyond.then(|| n.to_string())
+        }
+        Value::Array(items) => items.iter().find_map(inexact_integer),
+        Value::Object(m) => m.values().find_map(inexact_integer),
+        Value::Null | Value::Bool(_) | Value::String(_) => None,
+    }
+}
 
 fn write_number(n: &serde_json::Number, out: &mut String) {
     if let Some(i) = n.as_i64()

@@ -10,7 +10,12 @@
 //!   is the op's JSON answer;
 //! - `{op, args, error: {code, message}}`: the op fails with a code of corral's catalog (not a
 //!   `server.*` or `store.*` one: those mean corral's own infrastructure failed, and a run keeps
-//!   them apart from the agent's failures).
+//!   them apart from the agent's failures), nor one only corral's guard chain or the lab answers
+//!   (`policy.denied`, `budget.exhausted`, `lab.mock_miss`, ...: a mock may not forge a refusal
+//!   or a miss the run did not have).
+//!
+//! No mocked answer may contain `[[mock-miss:`, the opening of the marker a miss prints (a hit
+//! would print what a miss prints). These hold however the scenario was built.
 //!
 //! Validation refuses, each with its own code: no steps (`lab.scenario_no_steps`), a mock with
 //! both `resource` and `op` (`lab.mock_ambiguous`), a malformed mock (`lab.mock_invalid`), two
@@ -390,20 +395,7 @@ fn error_of(at: &str, e: &Value) -> Result<MockAnswer, ScenarioError> {
         .get("code")
         .and_then(Value::as_str)
         .ok_or_else(|| mock_invalid(at, shape))?;
-    let info = codes::lookup(code).ok_or_else(|| {
-        mock_invalid(
-            at,
-            &format!("`{code}` is not a code of corral's catalog; use one from docs/errors.md"),
-        )
-    })?;
-    if is_infrastructure(info.code) {
-        return Err(mock_invalid(
-            at,
-            &format!(
-                "`{code}` means corral's own infrastructure failed, and a run keeps those apart from the agent's failures; mock the op's own failure instead (e.g. `files.not_found`)"
-            ),
-        ));
-    }
+    let info = error_code(at, code)?;
     let message = match obj.get("message") {
         None => info.title.to_owned(),
         Some(Value::String(m)) => m.clone(),
@@ -415,10 +407,107 @@ fn error_of(at: &str, e: &Value) -> Result<MockAnswer, ScenarioError> {
     })
 }
 
+/// Whether a code is one only corral's guard chain, its surfaces, its config or the lab answer
+/// (never an op's handler): a mocked op error may not forge one, or a run would count a policy
+/// refusal, a spent budget or a mock miss that never happened.
+pub fn is_gate_or_lab(code: &str) -> bool {
+    const FAMILIES: &[&str] = &[
+        "lab.",
+        "auth.",
+        "autonomy.",
+        "rbac.",
+        "budget.",
+        "run.",
+        "confirmation.",
+        "audit.",
+        "route.",
+        "config.",
+        "lint.",
+    ];
+    const CODES: &[&str] = &[
+        codes::OP_NOT_ENABLED,
+        codes::POLICY_DENIED,
+        codes::LIMIT_RATE,
+        codes::LIMIT_CONCURRENCY,
+    ];
+    FAMILIES.iter().any(|f| code.starts_with(f)) || CODES.contains(&code)
+}
+
+/// The miss marker's opening, which no mocked answer may contain: a mocked answer carrying it
+/// would print what a miss prints while the run counts a hit.
+const MARKER_OPEN: &str = "[[mock-miss:";
+
+/// Whether a mocked JSON answer holds the miss marker's opening in any string or key.
+fn carries_marker(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains(MARKER_OPEN),
+        Value::Array(items) => items.iter().any(carries_marker),
+        Value::Object(m) => m
+            .iter()
+            .any(|(k, v)| k.contains(MARKER_OPEN) || carries_marker(v)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+fn marker_refused(at: &str) -> ScenarioError {
+    mock_invalid(
+        at,
+        &format!(
+            "the mocked answer contains `{MARKER_OPEN}`, the opening of the marker a miss prints, so a hit would print what a miss prints; reword that text"
+        ),
+    )
+}
+
 /// Whether a code means corral's own infrastructure failed (the server, the audit, the store),
 /// not the agent.
 pub fn is_infrastructure(code: &str) -> bool {
     code.starts_with("server.") || code.starts_with("store.")
+}
+
+/// What every mock's answer must hold, however the scenario was built (`from_json` or `new`):
+/// an error code of the catalog that an op can answer, and no miss marker in a mocked answer.
+fn check_answer(at: &str, m: &Mock) -> Result<(), ScenarioError> {
+    match m {
+        Mock::Resource { response, .. } if response.contains(MARKER_OPEN) => {
+            Err(marker_refused(at))
+        }
+        Mock::Op {
+            answer: MockAnswer::Response(r),
+            ..
+        } if carries_marker(r) => Err(marker_refused(at)),
+        Mock::Op {
+            answer: MockAnswer::Error { code, .. },
+            ..
+        } => error_code(at, code).map(|_| ()),
+        Mock::Resource { .. } | Mock::Op { .. } => Ok(()),
+    }
+}
+
+/// A mocked error's code: in the catalog, and one an op can answer.
+fn error_code(at: &str, code: &str) -> Result<&'static codes::CodeInfo, ScenarioError> {
+    let info = codes::lookup(code).ok_or_else(|| {
+        mock_invalid(
+            at,
+            &format!("`{code}` is not a code of corral's catalog; use one from docs/errors.md"),
+        )
+    })?;
+    if is_gate_or_lab(info.code) {
+        return Err(mock_invalid(
+            at,
+            &format!(
+                "`{code}` is answered by corral's guard chain or the lab itself (a refusal, a budget, a miss), never by an op, so a mock answering it would report a refusal or a miss the run did not have; mock the op's own failure instead (e.g. `files.not_found`)"
+            ),
+        ));
+    }
+    if is_infrastructure(info.code) {
+        return Err(mock_invalid(
+            at,
+            &format!(
+                "`{code}` means corral's own infrastructure failed, and a run keeps those apart from the agent's failures; mock the op's own failure instead (e.g. `files.not_found`)"
+            ),
+        ));
+    }
+    Ok(info)
 }
 
 fn table_of(mocks: &[Mock]) -> Result<MockTable, ScenarioError> {
@@ -426,6 +515,7 @@ fn table_of(mocks: &[Mock]) -> Result<MockTable, ScenarioError> {
     // Where each key was first written, for the duplicate's message.
     let mut first: HashMap<String, usize> = HashMap::new();
     for (i, m) in mocks.iter().enumerate() {
+        check_answer(&format!("mocks[{i}]"), m)?;
         let (key, shown) = match m {
             Mock::Resource { resource, response } => {
                 t.resources.insert(resource.clone(), response.clone());

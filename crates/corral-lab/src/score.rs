@@ -258,13 +258,19 @@ impl Scorer for Regex {
                 why: "the expected value must be a pattern string".into(),
             });
         };
-        let re = regex::RegexBuilder::new(&format!(r"\A(?:{pattern})\z"))
-            .size_limit(REGEX_SIZE_LIMIT)
-            .build()
-            .map_err(|e| ScoreError::Expected {
-                scorer: "regex",
-                why: format!("the pattern `{pattern}` does not compile ({e})"),
-            })?;
+        let compile = |p: &str| {
+            regex::RegexBuilder::new(p)
+                .size_limit(REGEX_SIZE_LIMIT)
+                .build()
+                .map_err(|e| ScoreError::Expected {
+                    scorer: "regex",
+                    why: format!("the pattern `{pattern}` does not compile ({e})"),
+                })
+        };
+        // The pattern alone first: one that closes the anchoring group itself (`no)|(?:.*`)
+        // does not compile alone, and would otherwise match any output once wrapped.
+        compile(pattern)?;
+        let re = compile(&format!(r"\A(?:{pattern})\z"))?;
         Ok(Scored::binary(re.is_match(output)))
     }
 }

@@ -21,7 +21,9 @@
 //! null) pass as they are. A malformed template or a name the step cannot see (`{{steps.x}}` of
 //! a later or unknown step, an unclosed `{{`) is a load error (`lab.workflow_template`) with the
 //! line and column; a field missing from an actual answer fails that scenario step with the same
-//! code. A refused call or a miss ends the scenario step as an error with its code (a miss's
+//! code. The templates of one call's arguments, and the output, render at most 1 MiB
+//! ([`MAX_RENDERED_BYTES`]): past it the step fails with `lab.output_too_large`, and the call
+//! is not made. A refused call or a miss ends the scenario step as an error with its code (a miss's
 //! output is its marker `[[mock-miss:<op> <canonical args>]]`); later calls are not made.
 
 use corral_config::yaml::{self, Key, Node, Span, Value as Y};
@@ -368,8 +370,25 @@ impl Workflow {
     }
 }
 
+/// The most text the templates of one call's arguments, or of the output, may render, in
+/// bytes (1 MiB, what the store keeps of a step's output): a few placeholders repeating a large
+/// answer must not make the lab hold gigabytes.
+pub const MAX_RENDERED_BYTES: usize = 1024 * 1024;
+
 /// A template that could not be filled from the actual answers.
-struct Unfilled(String);
+enum Unfilled {
+    /// A field missing from an answer: the message.
+    Missing(String),
+    /// The rendered text would pass [`MAX_RENDERED_BYTES`].
+    TooLarge,
+}
+
+/// Appends `text` to `out` within what is left of the rendering budget.
+fn push_within(out: &mut String, text: &str, left: &mut usize) -> Result<(), Unfilled> {
+    *left = left.checked_sub(text.len()).ok_or(Unfilled::TooLarge)?;
+    out.push_str(text);
+    Ok(())
+}
 
 fn pick<'v>(mut v: &'v Value, path: &[String]) -> Option<&'v Value> {
     for seg in path {
@@ -387,12 +406,13 @@ fn render(
     input: &str,
     answers: &[Value],
     names: &[&str],
+    left: &mut usize,
 ) -> Result<String, Unfilled> {
     let mut out = String::new();
     for p in &t.0 {
         match p {
-            Part::Lit(l) => out.push_str(l),
-            Part::Input => out.push_str(input),
+            Part::Lit(l) => push_within(&mut out, l, left)?,
+            Part::Input => push_within(&mut out, input, left)?,
             Part::Step(i, path) => {
                 let v = answers.get(*i).and_then(|a| pick(a, path)).ok_or_else(|| {
                     let name = names.get(*i).copied().unwrap_or("?");
@@ -400,13 +420,13 @@ fn render(
                         .chain(path.iter().cloned())
                         .collect::<Vec<_>>()
                         .join(".");
-                    Unfilled(format!(
+                    Unfilled::Missing(format!(
                         "`{{{{{shown}}}}}`: the answer of step `{name}` has no such field"
                     ))
                 })?;
                 match v {
-                    Value::String(s) => out.push_str(s),
-                    other => out.push_str(&canonical(other)),
+                    Value::String(s) => push_within(&mut out, s, left)?,
+                    other => push_within(&mut out, &canonical(other), left)?,
                 }
             }
         }
@@ -414,24 +434,48 @@ fn render(
     Ok(out)
 }
 
-fn fill(a: &Arg, input: &str, answers: &[Value], names: &[&str]) -> Result<Value, Unfilled> {
+fn fill(
+    a: &Arg,
+    input: &str,
+    answers: &[Value],
+    names: &[&str],
+    left: &mut usize,
+) -> Result<Value, Unfilled> {
     Ok(match a {
         Arg::Plain(v) => v.clone(),
-        Arg::Text(t) => Value::String(render(t, input, answers, names)?),
+        Arg::Text(t) => Value::String(render(t, input, answers, names, left)?),
         Arg::List(items) => Value::Array(
             items
                 .iter()
-                .map(|i| fill(i, input, answers, names))
+                .map(|i| fill(i, input, answers, names, left))
                 .collect::<Result<_, _>>()?,
         ),
         Arg::Object(entries) => {
             let mut m = Map::new();
             for (k, v) in entries {
-                m.insert(k.clone(), fill(v, input, answers, names)?);
+                m.insert(k.clone(), fill(v, input, answers, names, left)?);
             }
             Value::Object(m)
         }
     })
+}
+
+/// A failed step from a template that could not be filled, `what` saying where.
+fn unfilled(u: Unfilled, what: String) -> StepOutcome {
+    match u {
+        Unfilled::Missing(m) => StepOutcome::Failed {
+            output: String::new(),
+            code: codes::LAB_WORKFLOW_TEMPLATE,
+            message: format!("{what}: {m}"),
+        },
+        Unfilled::TooLarge => StepOutcome::Failed {
+            output: String::new(),
+            code: codes::LAB_OUTPUT_TOO_LARGE,
+            message: format!(
+                "{what}: the templates would render over {MAX_RENDERED_BYTES} bytes (1 MiB); have the workflow repeat less of the answers"
+            ),
+        },
+    }
 }
 
 impl Agent for Workflow {
@@ -449,15 +493,10 @@ impl Agent for Workflow {
             let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
             let mut answers: Vec<Value> = Vec::with_capacity(self.calls.len());
             for (i, call) in self.calls.iter().enumerate() {
-                let args = match fill(&call.args, input, &answers, &names) {
+                let mut left = MAX_RENDERED_BYTES;
+                let args = match fill(&call.args, input, &answers, &names, &mut left) {
                     Ok(a) => a,
-                    Err(Unfilled(m)) => {
-                        return StepOutcome::Failed {
-                            output: String::new(),
-                            code: codes::LAB_WORKFLOW_TEMPLATE,
-                            message: format!("call {} (`{}`): {m}", i + 1, call.op),
-                        };
-                    }
+                    Err(u) => return unfilled(u, format!("call {} (`{}`)", i + 1, call.op)),
                 };
                 let resource = || op_resource(&call.op, &args);
                 match world.call(ctx.call(i + 1), &call.op, args.clone()).await {
@@ -472,13 +511,10 @@ impl Agent for Workflow {
                     }
                 }
             }
-            match render(&self.output, input, &answers, &names) {
+            let mut left = MAX_RENDERED_BYTES;
+            match render(&self.output, input, &answers, &names, &mut left) {
                 Ok(out) => StepOutcome::Ok(out),
-                Err(Unfilled(m)) => StepOutcome::Failed {
-                    output: String::new(),
-                    code: codes::LAB_WORKFLOW_TEMPLATE,
-                    message: format!("`output`: {m}"),
-                },
+                Err(u) => unfilled(u, "`output`".to_owned()),
             }
         })
     }

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod exact_args;
 mod gateway;
 mod limiter;
 mod simulated;

@@ -23,12 +23,13 @@ const MAX_FILTER: usize = 256;
 /// `GET /audit?limit=N&run=R&op=OP&principal=ID` (every filter optional).
 pub async fn list(
     State(state): State<AppState>,
-    Query(query): Query<HashMap<String, String>>,
+    // Authenticated before the query is read.
     Authed {
         caller: c,
         request_id: rid,
         ..
     }: Authed<Audit>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     if Role::highest_of(&c.principal.roles) != Some(Role::Admin) {
         return Err(ApiError::new(

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use corral_guard::confirm::Cursor;
 use corral_guard::{LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT};
@@ -17,12 +17,13 @@ use crate::error::ApiError;
 /// the tenant's), newest first, and the cursor of the next page (`next`, `null` on the last).
 pub async fn list(
     State(state): State<AppState>,
-    Query(query): Query<HashMap<String, String>>,
+    // Authenticated before the query is read.
     Authed {
         caller: c,
         request_id: rid,
         ..
     }: Authed<ListConfirmations>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     if let Some(unknown) = query
         .keys()
@@ -71,7 +72,6 @@ pub async fn list(
 /// `POST /confirmations/{action_id}/decision` with `{"decision": "approve"|"deny"}`.
 pub async fn decide(
     State(state): State<AppState>,
-    Path(action_id): Path<String>,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     let rid = super::request_id();
@@ -87,6 +87,16 @@ pub async fn decide(
     let c = Authed::<Decision>::authenticate(&mut parts, &state, rid.clone())
         .await?
         .caller;
+    // Decoded only once the caller is known: an unauthenticated request is answered 401 (and
+    // audited) whatever its path holds; an id that is not UTF-8 names no action.
+    let Ok(Path(action_id)) = Path::<String>::from_request_parts(&mut parts, &state).await else {
+        return Err(ApiError::new(
+            codes::CONFIRMATION_NOT_FOUND,
+            "the action id in the path is not UTF-8 text, so it names no action; list yours with `GET /confirmations`",
+            None,
+            &rid,
+        ));
+    };
     let body: serde_json::Value = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::Value::Null
     } else {

@@ -1,6 +1,7 @@
 //! `POST /ops/{id}`, `GET /ops`, `GET /capabilities`.
 
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -35,16 +36,29 @@ fn is_json(ct: &HeaderValue) -> bool {
 /// `POST /ops/{id}`.
 pub async fn call(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    // Authenticated before a byte of the body is read.
+    // Authenticated before the path is decoded and before a byte of the body is read: an
+    // unauthenticated request is answered 401 (and audited) whatever its path holds.
     Authed {
         caller,
         request_id: rid,
         options,
         ..
     }: Authed<OpCall>,
+    id: Result<Path<String>, PathRejection>,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
+    let Ok(Path(id)) = id else {
+        state
+            .gateway()
+            .audit_rejected(&caller, "", &rid, codes::OP_INVALID_ID, 400)
+            .await;
+        return Err(ApiError::new(
+            codes::OP_INVALID_ID,
+            "the op id in the path is not UTF-8 text; use the dotted id `GET /ops` lists",
+            None,
+            &rid,
+        ));
+    };
     // Borrowed, not extracted: a `HeaderMap` extractor would copy every header per call.
     let headers = request.headers();
     let json_content = headers.get(header::CONTENT_TYPE).is_none_or(is_json);

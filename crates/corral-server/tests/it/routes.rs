@@ -282,3 +282,44 @@ async fn a_request_without_credentials_is_audited_under_its_routes_name() {
         assert_eq!(event.status, 401, "{method} {path}");
     }
 }
+
+#[tokio::test]
+async fn a_path_or_query_that_does_not_decode_is_refused_for_credentials_first_and_audited() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let cases = [
+        (Method::POST, "/ops/%FF%FE", Some(json!({}))),
+        (Method::POST, "/ops/files.read%00", Some(json!({}))),
+        (
+            Method::POST,
+            "/confirmations/%FF/decision",
+            Some(json!({"decision": "approve"})),
+        ),
+        (Method::GET, "/audit?%FF=%FE&limit=%FF", None),
+        (Method::GET, "/audit?limit=1&limit=2&=&&x", None),
+        (Method::GET, "/confirmations?after=%FF&%zz", None),
+    ];
+    for (method, path, body) in cases {
+        let r = request(&s, method.clone(), path, body.as_ref()).await;
+        assert_eq!(r.status, 401, "{method} {path}: {}", r.text);
+        r.assert_error(401, "auth.missing");
+        let rid = r.json()["request_id"].as_str().unwrap().to_owned();
+        let events = s.store.audit_recent(None, u32::MAX).await.unwrap();
+        let event = events.iter().find(|e| e.request_id == rid);
+        assert!(event.is_some(), "{method} {path}: not audited");
+    }
+    // Past authentication, such a path is answered in corral's error shape, with a code.
+    let post = |path: &str, body: Value| {
+        s.client()
+            .post(s.url(path))
+            .bearer_auth(AGENT_TOKEN)
+            .json(&body)
+    };
+    send(post("/ops/%FF%FE", json!({})))
+        .await
+        .assert_error(400, "op.invalid_id");
+    let decide = json!({"decision": "approve"});
+    send(post("/confirmations/%FF/decision", decide))
+        .await
+        .assert_error(404, "confirmation.not_found");
+}
