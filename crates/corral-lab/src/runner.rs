@@ -123,6 +123,9 @@ impl RunReport {
     }
 }
 
+/// The most outputs a run reserves room for up front.
+const RESERVE_OUTPUTS: usize = 4096;
+
 /// Runs the world's scenario with `agent`, `trials` times (at least once), and drops the world.
 pub async fn run_scenario(world: World, agent: &dyn Agent, seed: u64, trials: u32) -> RunReport {
     let trials = trials.max(1);
@@ -142,7 +145,15 @@ pub async fn run_scenario(world: World, agent: &dyn Agent, seed: u64, trials: u3
         steps_total: 0,
         steps_ok: 0,
         steps_error: 0,
-        outputs: Vec::with_capacity(scenario.steps().len() * trials as usize),
+        // Reserved for at most a few thousand outputs: `trials` comes from a caller, and a huge
+        // value must cost time the surface bounds, never one allocation that aborts.
+        outputs: Vec::with_capacity(
+            scenario
+                .steps()
+                .len()
+                .saturating_mul(trials as usize)
+                .min(RESERVE_OUTPUTS),
+        ),
         mock_misses: Vec::new(),
         agent_errors: Vec::new(),
         infra_errors: Vec::new(),

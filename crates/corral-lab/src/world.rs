@@ -17,8 +17,9 @@
 //! audited, and what answers it can reach nothing real: no handler, backend (an empty
 //! `inproc-mock` one), network or file. A policy refusal happens before the mocks are asked,
 //! exactly as in production. The purpose is set here, by the composition root; no surface or
-//! header can change it. A deny rule of the base that reaches `scenario.resource` still wins
-//! (deny beats allow).
+//! header can change it. A base config cannot name `scenario.resource` (it is not in the
+//! config's catalog, and wildcards never reach an explicit-only op), so the lab's rule is the
+//! only one that reaches it, and it reaches nothing else.
 
 use std::sync::{Arc, Mutex};
 
