@@ -133,6 +133,9 @@ pub struct Exhausted {
 #[derive(Debug, Default)]
 pub struct RunLedger {
     runs: Mutex<HashMap<String, Vec<(Owner, RunRecord)>>>,
+    /// The size at which the next sweep of idle runs happens (0: `FORGET_ABOVE`). Doubled past
+    /// what a sweep leaves, so sweeping costs amortized O(1) per new run, not a scan per call.
+    sweep_at: std::sync::atomic::AtomicUsize,
 }
 
 type Runs = HashMap<String, Vec<(Owner, RunRecord)>>;
@@ -165,11 +168,18 @@ impl RunLedger {
                 dry_run,
             };
         };
-        if runs.len() > FORGET_ABOVE {
+        let sweep_at = match self.sweep_at.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => FORGET_ABOVE,
+            n => n,
+        };
+        if runs.len() > sweep_at {
             for owners in runs.values_mut() {
                 owners.retain(|(_, r)| now_ms - r.last_ms < IDLE_FORGET_MS);
             }
             runs.retain(|_, owners| !owners.is_empty());
+            let next = runs.len().saturating_mul(2).max(FORGET_ABOVE);
+            self.sweep_at
+                .store(next, std::sync::atomic::Ordering::Relaxed);
         }
         // Look up first: a known run costs no allocation.
         if find(&mut runs, key).is_none() {

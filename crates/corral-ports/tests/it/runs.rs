@@ -85,3 +85,19 @@ fn a_run_only_ever_lowers_its_level_and_stays_in_dry_run() {
     assert!(ledger.enter(&k, 3, None, true).dry_run);
     assert!(ledger.enter(&k, 4, None, false).dry_run);
 }
+
+#[test]
+fn a_large_ledger_forgets_runs_idle_a_day_and_keeps_the_others() {
+    let ledger = RunLedger::default();
+    let day_ms = 24 * 3600 * 1000;
+    let ids: Vec<String> = (0..10_050).map(|i| format!("old-{i}")).collect();
+    for id in &ids {
+        ledger.enter(&key(id), 0, None, false);
+    }
+    ledger.enter(&key("recent"), day_ms, None, false);
+    // The next new run past the threshold sweeps: a day-idle run is gone, a recent one stays.
+    ledger.enter(&key("new"), day_ms + 1, None, false);
+    assert!(ledger.get(&key("old-0")).is_none());
+    assert!(ledger.get(&key("recent")).is_some());
+    assert!(ledger.get(&key("new")).is_some());
+}
