@@ -90,14 +90,16 @@ fn a_run_only_ever_lowers_its_level_and_stays_in_dry_run() {
 fn a_large_ledger_forgets_runs_idle_a_day_and_keeps_the_others() {
     let ledger = RunLedger::default();
     let day_ms = 24 * 3600 * 1000;
-    let ids: Vec<String> = (0..10_050).map(|i| format!("old-{i}")).collect();
-    for id in &ids {
-        ledger.enter(&key(id), 0, None, false);
+    for i in 0..10_050 {
+        ledger.enter(&key(&format!("old-{i}")), 0, None, false);
     }
-    ledger.enter(&key("recent"), day_ms, None, false);
-    // The next new run past the threshold sweeps: a day-idle run is gone, a recent one stays.
-    ledger.enter(&key("new"), day_ms + 1, None, false);
+    // A day later the ledger keeps growing; once it has doubled since its last sweep, the next
+    // new run sweeps: the day-idle runs are gone, the recent ones stay.
+    for i in 0..10_000 {
+        ledger.enter(&key(&format!("recent-{i}")), day_ms, None, false);
+    }
     assert!(ledger.get(&key("old-0")).is_none());
-    assert!(ledger.get(&key("recent")).is_some());
-    assert!(ledger.get(&key("new")).is_some());
+    assert!(ledger.get(&key("old-10049")).is_none());
+    assert!(ledger.get(&key("recent-0")).is_some());
+    assert!(ledger.get(&key("recent-9999")).is_some());
 }
