@@ -699,3 +699,145 @@ async fn each_lab_action_leaves_one_audit_event_with_its_name_and_no_values() {
         "an input is in the audit"
     );
 }
+
+mod over_mcp {
+    use rmcp::ServiceExt;
+    use rmcp::model::{CallToolRequestParams, CallToolResult};
+    use rmcp::service::{RoleClient, RunningService};
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use serde_json::{Value, json};
+
+    use super::{MOCKED, server, token};
+    use crate::common::{Server, Workspace};
+
+    async fn client(s: &Server, token: &str) -> RunningService<RoleClient, ()> {
+        let config =
+            StreamableHttpClientTransportConfig::with_uri(s.url("/mcp")).auth_header(token);
+        ().serve(StreamableHttpClientTransport::from_config(config))
+            .await
+            .unwrap()
+    }
+
+    async fn lab_tools(c: &RunningService<RoleClient, ()>) -> Vec<String> {
+        let mut names: Vec<String> = c
+            .list_all_tools()
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.name.to_string())
+            .filter(|n| n.starts_with("sandbox_"))
+            .collect();
+        names.sort();
+        names
+    }
+
+    async fn call(c: &RunningService<RoleClient, ()>, name: &str, args: Value) -> CallToolResult {
+        let Value::Object(args) = args else {
+            panic!("args are an object")
+        };
+        c.call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(args))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_agent_sees_the_lab_tools_its_role_allows_and_runs_the_worked_example_through_them()
+    {
+        let ws = Workspace::new();
+        let s = server(&ws, true).await;
+        let op = client(&s, &token("olga", &["operator"], None)).await;
+        let viewer = client(&s, &token("vera", &["viewer"], None)).await;
+        assert_eq!(
+            lab_tools(&op).await,
+            [
+                "sandbox_compare",
+                "sandbox_generate",
+                "sandbox_runs_get",
+                "sandbox_runs_outputs",
+                "sandbox_scenarios_create",
+                "sandbox_scenarios_get",
+                "sandbox_scenarios_list",
+                "sandbox_scenarios_run"
+            ]
+        );
+        assert_eq!(
+            lab_tools(&viewer).await,
+            [
+                "sandbox_runs_get",
+                "sandbox_runs_outputs",
+                "sandbox_scenarios_get",
+                "sandbox_scenarios_list"
+            ]
+        );
+        let samples = call(
+            &op,
+            "sandbox_generate",
+            json!({"count": 2, "seed": super::TEMPLATE}),
+        )
+        .await;
+        assert_eq!(samples.is_error, Some(false), "{samples:?}");
+        let samples = samples.structured_content.unwrap()["samples"].clone();
+        let sc = call(
+            &op,
+            "sandbox_scenarios_create",
+            json!({"name": "via mcp", "samples": samples,
+                   "mocks": [{"resource": "agent:user1@example.test", "response": MOCKED}]}),
+        )
+        .await;
+        let id = sc.structured_content.unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let run = call(
+            &op,
+            "sandbox_scenarios_run",
+            json!({"id": id, "variant": "candidate"}),
+        )
+        .await;
+        let run = run.structured_content.unwrap();
+        assert_eq!(
+            (&run["steps_total"], &run["steps_ok"], &run["steps_error"]),
+            (&json!(2), &json!(1), &json!(1))
+        );
+        let outs = call(&viewer, "sandbox_runs_outputs", json!({"id": run["id"]})).await;
+        let outs = outs.structured_content.unwrap();
+        assert_eq!(outs["items"][0]["output"], MOCKED);
+        assert_eq!(
+            outs["items"][1]["output"],
+            "[[mock-miss:agent:user2@example.test]]"
+        );
+        // Not listed to a viewer, and refused if called anyway.
+        let refused = call(
+            &viewer,
+            "sandbox_scenarios_run",
+            json!({"id": id, "variant": "v"}),
+        )
+        .await;
+        assert_eq!(refused.is_error, Some(true));
+        assert_eq!(refused.structured_content.unwrap()["code"], "rbac.denied");
+        // The tool calls are audited like the routes: one event each, under the action's name.
+        let events = s.store.audit_recent(None, u32::MAX).await.unwrap();
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e.op == "sandbox.scenarios.run")
+                .count(),
+            2
+        );
+        let _ = op.cancel().await;
+        let _ = viewer.cancel().await;
+    }
+
+    #[tokio::test]
+    async fn with_the_lab_off_no_lab_tool_is_listed_or_answered() {
+        let ws = Workspace::new();
+        let s = server(&ws, false).await;
+        let admin = client(&s, &token("adam", &["admin"], None)).await;
+        assert!(lab_tools(&admin).await.is_empty());
+        let r = call(&admin, "sandbox_scenarios_list", json!({})).await;
+        assert_eq!(r.is_error, Some(true));
+        assert_eq!(r.structured_content.unwrap()["code"], "lab.disabled");
+        let _ = admin.cancel().await;
+    }
+}
