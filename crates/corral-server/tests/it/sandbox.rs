@@ -9,6 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::common::{Reply, Server, Workspace, send};
+use crate::pg::Schema;
 
 const SECRET_ENV: &str = "CORRAL_IT_LAB_JWT_SECRET";
 const SECRET: &str = "0123456789abcdef0123456789abcdef-lab";
@@ -17,16 +18,24 @@ const SECRET: &str = "0123456789abcdef0123456789abcdef-lab";
 const TEMPLATE: &str = "{{subject_kind}}:user{{index}}@example.test";
 const MOCKED: &str = "first synthetic account";
 
-fn yaml(ws: &Workspace, enabled: bool) -> String {
+fn yaml(ws: &Workspace, enabled: bool, storage: Option<&str>) -> String {
+    let storage = storage
+        .map(|u| format!("storage: {{url: \"{u}\"}}\n"))
+        .unwrap_or_default();
     format!(
-        "version: 1\npreset: workspace_jail\nroot: {}\nstate_dir: {}\nauth:\n  jwt: {{hs256_secret_env: {SECRET_ENV}}}\nsandbox: {{enabled: {enabled}}}\n",
+        "version: 1\npreset: workspace_jail\nroot: {}\nstate_dir: {}\nauth:\n  jwt: {{hs256_secret_env: {SECRET_ENV}}}\nsandbox: {{enabled: {enabled}}}\n{storage}",
         ws.root.display(),
         ws.state.display()
     )
 }
 
 async fn server(ws: &Workspace, enabled: bool) -> Server {
-    Server::start(&ws.load(&yaml(ws, enabled), &[(SECRET_ENV, SECRET)])).await
+    server_on(ws, enabled, None).await
+}
+
+/// A server whose store is `storage` (a PostgreSQL url), or SQLite in the state dir.
+async fn server_on(ws: &Workspace, enabled: bool, storage: Option<&str>) -> Server {
+    Server::start(&ws.load(&yaml(ws, enabled, storage), &[(SECRET_ENV, SECRET)])).await
 }
 
 /// A JWT for `sub` with `roles` in `tenant` (none: the default tenant).
@@ -126,12 +135,25 @@ fn outputs_of(v: &Value) -> Vec<String> {
 #[tokio::test]
 async fn spec_003s_worked_example_runs_through_http_with_its_counts_and_miss_marker() {
     let ws = Workspace::new();
-    let s = server(&ws, true).await;
+    worked_example(&server(&ws, true).await).await;
+}
+
+#[tokio::test]
+async fn spec_003s_worked_example_runs_through_http_on_postgres() {
+    let Some(schema) = Schema::create("lab_worked").await else {
+        return;
+    };
+    let ws = Workspace::new();
+    worked_example(&server_on(&ws, true, Some(&schema.url)).await).await;
+    schema.drop().await;
+}
+
+async fn worked_example(s: &Server) {
     let t = operator();
-    let id = worked_scenario(&s, &t).await;
+    let id = worked_scenario(s, &t).await;
     let run = created(
         &post(
-            &s,
+            s,
             &t,
             &format!("/v1/sandbox/scenarios/{id}/runs"),
             json!({"variant": "candidate"}),
@@ -139,7 +161,7 @@ async fn spec_003s_worked_example_runs_through_http_with_its_counts_and_miss_mar
         .await,
     );
     let run_id = run["id"].as_str().unwrap();
-    let got = ok(&get(&s, &t, &format!("/v1/sandbox/runs/{run_id}")).await);
+    let got = ok(&get(s, &t, &format!("/v1/sandbox/runs/{run_id}")).await);
     assert_eq!(got["status"], "completed");
     assert_eq!(
         (&got["steps_total"], &got["steps_ok"], &got["steps_error"]),
@@ -166,14 +188,14 @@ async fn spec_003s_worked_example_runs_through_http_with_its_counts_and_miss_mar
         (&misses[0]["step"], &misses[0]["op"]),
         (&json!(2), &json!("scenario.resource"))
     );
-    let outs = ok(&get(&s, &t, &format!("/v1/sandbox/runs/{run_id}/outputs")).await);
+    let outs = ok(&get(s, &t, &format!("/v1/sandbox/runs/{run_id}/outputs")).await);
     assert_eq!(
         outputs_of(&outs),
         [MOCKED, "[[mock-miss:agent:user2@example.test]]"]
     );
     assert_eq!(outs["items"][1]["error_code"], "lab.mock_miss");
     // The run is listed under its scenario.
-    let runs = ok(&get(&s, &t, &format!("/v1/sandbox/runs?scenario={id}")).await);
+    let runs = ok(&get(s, &t, &format!("/v1/sandbox/runs?scenario={id}")).await);
     assert_eq!(runs["items"][0]["id"], run_id);
 }
 
@@ -416,9 +438,22 @@ fn lab_routes(id: &str, run: &str, cmp: &str) -> Vec<(Method, String, Option<Val
 
 #[tokio::test]
 async fn with_the_lab_off_every_route_is_404_lab_disabled_and_turning_it_on_brings_the_data_back() {
+    off_and_on(None).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_restart_and_the_off_switch_keep_every_scenario_run_and_comparison() {
+    let Some(schema) = Schema::create("lab_restart").await else {
+        return;
+    };
+    off_and_on(Some(&schema.url)).await;
+    schema.drop().await;
+}
+
+async fn off_and_on(storage: Option<&str>) {
     let ws = Workspace::new();
     let t = token("adam", &["admin"], None);
-    let s = server(&ws, true).await;
+    let s = server_on(&ws, true, storage).await;
     let id = worked_scenario(&s, &t).await;
     let run = created(
         &post(
@@ -442,7 +477,7 @@ async fn with_the_lab_off_every_route_is_404_lab_disabled_and_turning_it_on_brin
     let cmp_id = cmp["id"].as_str().unwrap().to_owned();
     s.stop().await.close().await;
 
-    let off = server(&ws, false).await;
+    let off = server_on(&ws, false, storage).await;
     for (method, path, body) in lab_routes(&id, &run_id, &cmp_id) {
         let r = req(&off, &t, method.clone(), &path, body).await;
         r.assert_error(404, "lab.disabled");
@@ -455,11 +490,10 @@ async fn with_the_lab_off_every_route_is_404_lab_disabled_and_turning_it_on_brin
     // Still authenticated first.
     let r = send(off.client().get(off.url("/v1/sandbox/scenarios"))).await;
     r.assert_error(401, "auth.missing");
-    // Not in the OpenAPI document? It is: the routes exist, they answer lab.disabled.
     off.stop().await.close().await;
 
     // On again (a restart on the same state dir): everything is back.
-    let on = server(&ws, true).await;
+    let on = server_on(&ws, true, storage).await;
     let sc = ok(&get(&on, &t, &format!("/v1/sandbox/scenarios/{id}")).await);
     assert_eq!(sc["name"], "worked example");
     let got = ok(&get(&on, &t, &format!("/v1/sandbox/runs/{run_id}")).await);
@@ -839,5 +873,19 @@ mod over_mcp {
         assert_eq!(r.is_error, Some(true));
         assert_eq!(r.structured_content.unwrap()["code"], "lab.disabled");
         let _ = admin.cancel().await;
+    }
+}
+
+#[tokio::test]
+async fn every_lab_route_is_in_the_openapi_document_with_its_method() {
+    let ws = Workspace::new();
+    let s = server(&ws, true).await;
+    let doc = ok(&get(&s, &operator(), "/openapi.json").await);
+    for (method, path, _) in lab_routes("{id}", "{id}", "{id}") {
+        let m = method.as_str().to_lowercase();
+        assert!(
+            doc["paths"][&path][&m]["operationId"].is_string(),
+            "{method} {path} is not in /openapi.json"
+        );
     }
 }
