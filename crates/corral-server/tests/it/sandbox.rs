@@ -889,3 +889,97 @@ async fn every_lab_route_is_in_the_openapi_document_with_its_method() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_update_based_on_an_old_version_is_409_and_the_newer_one_is_kept() {
+    let ws = Workspace::new();
+    let s = server(&ws, true).await;
+    let t = operator();
+    let id = worked_scenario(&s, &t).await;
+    let path = format!("/v1/sandbox/scenarios/{id}");
+    let v2 = ok(&req(
+        &s,
+        &t,
+        Method::PUT,
+        &path,
+        Some(json!({"name": "renamed", "steps": [{"input": "a"}], "version": 1})),
+    )
+    .await);
+    assert_eq!(
+        (&v2["version"], &v2["name"]),
+        (&json!(2), &json!("renamed"))
+    );
+    req(
+        &s,
+        &t,
+        Method::PUT,
+        &path,
+        Some(json!({"name": "lost", "steps": [{"input": "b"}], "version": 1})),
+    )
+    .await
+    .assert_error(409, "lab.version_conflict");
+    assert_eq!(ok(&get(&s, &t, &path).await)["name"], "renamed");
+}
+
+#[tokio::test]
+async fn a_scorer_judges_only_steps_with_an_expected_value_and_a_run_with_none_is_not_scored() {
+    let ws = Workspace::new();
+    let s = server(&ws, true).await;
+    let t = operator();
+    let mocks = json!([{"resource": "a", "response": "yes"}, {"resource": "b", "response": "no"}]);
+    let scenario = |steps: Value| json!({"name": "scored", "steps": steps, "mocks": mocks});
+    let run = |id: String, scorer: Option<&str>| {
+        let mut body = json!({"variant": "v"});
+        if let Some(sc) = scorer {
+            body["scorer"] = json!(sc);
+        }
+        (format!("/v1/sandbox/scenarios/{id}/runs"), body)
+    };
+    // Every step has an expected value: scored; one fails, so the run fails.
+    let all = created(
+        &post(
+            &s,
+            &t,
+            "/v1/sandbox/scenarios",
+            scenario(json!([{"input": "a", "expected": "yes"}, {"input": "b", "expected": "yes"}])),
+        )
+        .await,
+    );
+    let (p, b) = run(all["id"].as_str().unwrap().to_owned(), Some("exact"));
+    let r = created(&post(&s, &t, &p, b).await);
+    assert_eq!(
+        (&r["verdict"], &r["score"], &r["scorer_suite"]),
+        (&json!("failed"), &json!(0.5), &json!("exact"))
+    );
+    let outs = ok(&get(
+        &s,
+        &t,
+        &format!("/v1/sandbox/runs/{}/outputs", r["id"].as_str().unwrap()),
+    )
+    .await);
+    assert_eq!(
+        (&outs["items"][0]["pass"], &outs["items"][1]["pass"]),
+        (&json!(true), &json!(false))
+    );
+    // No expected value anywhere: executed, not scored, never a pass.
+    let none = created(
+        &post(
+            &s,
+            &t,
+            "/v1/sandbox/scenarios",
+            scenario(json!([{"input": "a"}, {"input": "b"}])),
+        )
+        .await,
+    );
+    let (p, b) = run(none["id"].as_str().unwrap().to_owned(), Some("exact"));
+    let r = created(&post(&s, &t, &p, b).await);
+    assert_eq!(
+        (&r["verdict"], &r["score"]),
+        (&json!("not_scored"), &Value::Null)
+    );
+    // An unknown scorer is refused before anything runs.
+    let (p, b) = run(none["id"].as_str().unwrap().to_owned(), Some("fuzzy"));
+    post(&s, &t, &p, b)
+        .await
+        .assert_error(400, "lab.scorer_unknown");
+}
