@@ -983,3 +983,25 @@ async fn a_scorer_judges_only_steps_with_an_expected_value_and_a_run_with_none_i
         .await
         .assert_error(400, "lab.scorer_unknown");
 }
+
+#[tokio::test]
+async fn the_anonymous_caller_of_an_open_mode_server_can_use_no_lab_action_and_is_told_to_give_the_token_a_role()
+ {
+    let ws = Workspace::new();
+    let yaml = format!(
+        "version: 1\npreset: workspace_jail\nroot: {}\nstate_dir: {}\n",
+        ws.root.display(),
+        ws.state.display()
+    );
+    let s = Server::start(&ws.load(&yaml, &[])).await;
+    let r = send(s.client().get(s.url("/v1/sandbox/scenarios"))).await;
+    r.assert_error(403, "rbac.denied");
+    assert!(r.text.contains("give the token a role"), "{}", r.text);
+    let r = send(
+        s.client()
+            .post(s.url("/v1/sandbox/synthetic-data"))
+            .json(&json!({})),
+    )
+    .await;
+    r.assert_error(403, "rbac.denied");
+}
