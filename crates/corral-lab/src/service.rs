@@ -411,7 +411,7 @@ impl LabService {
                 .await?)
         }
         .await;
-        let detail = Some(format!("scenario={}", clip(id)));
+        let detail = Some(format!("scenario={}", audited_id(id)));
         self.finish(&SCENARIOS_UPDATE, caller, rid, r, detail, None)
             .await
     }
@@ -446,7 +446,7 @@ impl LabService {
             self.scenario(&tenant, id).await
         }
         .await;
-        let detail = Some(format!("scenario={}", clip(id)));
+        let detail = Some(format!("scenario={}", audited_id(id)));
         self.finish(&SCENARIOS_GET, caller, rid, r, detail, None)
             .await
     }
@@ -496,7 +496,7 @@ impl LabService {
         }
         .await;
         let run_id = r.as_ref().ok().map(|run| run.id.clone());
-        let detail = Some(format!("scenario={}", clip(scenario_id)));
+        let detail = Some(format!("scenario={}", audited_id(scenario_id)));
         self.finish(&SCENARIOS_RUN, caller, rid, r, detail, run_id)
             .await
     }
@@ -537,7 +537,7 @@ impl LabService {
                 .ok_or_else(|| not_found("run", &tenant, id))
         }
         .await;
-        self.finish(&RUNS_GET, caller, rid, r, None, Some(clip(id)))
+        self.finish(&RUNS_GET, caller, rid, r, None, run_of(id))
             .await
     }
 
@@ -554,7 +554,7 @@ impl LabService {
             Ok(self.store.list_outputs(&tenant, id).await?)
         }
         .await;
-        self.finish(&RUNS_OUTPUTS, caller, rid, r, None, Some(clip(id)))
+        self.finish(&RUNS_OUTPUTS, caller, rid, r, None, run_of(id))
             .await
     }
 
@@ -617,7 +617,7 @@ impl LabService {
                 .ok_or_else(|| not_found("comparison", &tenant, id))
         }
         .await;
-        let detail = Some(format!("comparison={}", clip(id)));
+        let detail = Some(format!("comparison={}", audited_id(id)));
         self.finish(&COMPARISONS_GET, caller, rid, r, detail, None)
             .await
     }
@@ -1011,7 +1011,27 @@ fn not_found(what: &'static str, tenant: &str, id: &str) -> LabError {
     })
 }
 
-/// At most 128 characters of caller text, for messages and audit details.
+/// An id as the audit records it: the caller's text only when it has the shape of an id (1-64
+/// letters, digits, `-`, `_`, `.`, `:`), so no free text reaches the audit through a path.
+fn audited_id(id: &str) -> String {
+    if !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+    {
+        id.to_owned()
+    } else {
+        "(not an id)".to_owned()
+    }
+}
+
+/// A run id as the audit's `run_id`, when it is one.
+fn run_of(id: &str) -> Option<String> {
+    corral_guard::valid_run_id(id).then(|| id.to_owned())
+}
+
+/// At most 128 characters of caller text, for messages.
 fn clip(s: &str) -> String {
     s.chars().take(128).collect()
 }
