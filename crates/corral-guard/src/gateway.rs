@@ -336,6 +336,18 @@ impl Gateway {
         self.replaced.subscribe()
     }
 
+    /// The audit sinks (the first one's failure is a call's failure): the lab's worlds audit
+    /// to the same ones.
+    pub fn sinks(&self) -> &[Arc<dyn AuditSink>] {
+        &self.sinks
+    }
+
+    /// Records an event the surface made itself (a lab action) to every sink, as a call's
+    /// event is: the first sink's failure is `server.audit_unavailable`.
+    pub async fn record(&self, event: &AuditEvent) -> Result<(), Refusal> {
+        self.audit(event).await
+    }
+
     /// The backend commands run in.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend

@@ -7,6 +7,7 @@ pub mod inspect;
 pub mod runner;
 pub mod scenario;
 pub mod score;
+pub mod service;
 pub mod synthetic;
 pub mod verdict;
 pub mod workflow;

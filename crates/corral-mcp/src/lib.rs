@@ -9,12 +9,14 @@
 //! The caller is fixed for stdio (`corral mcp`); over HTTP the server authenticates each
 //! request and puts the `Caller` in the request's extensions, which `rmcp` hands to the handler.
 
+pub mod lab;
 pub mod schema;
 pub mod upstream;
 
 use std::sync::Arc;
 
 use corral_guard::{Call, CallOptions, Caller, Gateway, Refusal, Reply};
+use corral_lab::service::LabService;
 use corral_policy::{Effect, OpSpec, Tier};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
@@ -35,6 +37,8 @@ const MAX_STREAM_BYTES: u64 = 1 << 20;
 #[derive(Debug, Clone)]
 pub struct CorralMcp {
     gateway: Arc<Gateway>,
+    /// The lab, whose `sandbox_*` tools are offered beside the ops (`with_lab`).
+    lab: Option<Arc<LabService>>,
     /// `Some` for stdio; `None` over HTTP, where each request carries its own `Caller`.
     caller: Option<Caller>,
 }
@@ -44,6 +48,7 @@ impl CorralMcp {
     pub fn for_caller(gateway: Arc<Gateway>, caller: Caller) -> Self {
         Self {
             gateway,
+            lab: None,
             caller: Some(caller),
         }
     }
@@ -53,8 +58,16 @@ impl CorralMcp {
     pub fn per_request(gateway: Arc<Gateway>) -> Self {
         Self {
             gateway,
+            lab: None,
             caller: None,
         }
+    }
+
+    /// Also offers the lab's `sandbox_*` tools (to the roles they need, while the lab is on).
+    #[must_use]
+    pub fn with_lab(mut self, lab: Arc<LabService>) -> Self {
+        self.lab = Some(lab);
+        self
     }
 
     fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
@@ -182,11 +195,14 @@ impl ServerHandler for CorralMcp {
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = self.caller(&ctx)?;
         let d = self.gateway.deployment();
-        let tools = d
+        let mut tools: Vec<Tool> = d
             .callable_ops(&caller.principal)
             .into_iter()
             .map(tool)
             .collect();
+        if let Some(lab) = &self.lab {
+            tools.extend(lab::tools(lab, &caller.principal));
+        }
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -196,6 +212,12 @@ impl ServerHandler for CorralMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = self.caller(&ctx)?;
+        if let Some(lab) = &self.lab
+            && lab::is_lab_tool(&request.name)
+        {
+            let args = request.arguments.unwrap_or_default();
+            return Ok(lab::call(lab, &caller, &request.name, args).await.into());
+        }
         // Over HTTP, the request's guardrail headers (run, autonomy, dry-run); none on stdio.
         let opts = ctx
             .extensions

@@ -349,6 +349,12 @@ catalog! {
     LAB_COMPARE_INVALID = "lab.compare_invalid", 400,
         "the two sides of a comparison do not pair up (no scenarios, a scenario on one side only or twice, a score outside [0, 1], more passes or errors than trials)",
         "compare runs of the same scenarios with the same trials, one result per scenario and side";
+    LAB_DISABLED = "lab.disabled", 404,
+        "the lab is turned off in this deployment's config (`sandbox.enabled: false`); stored scenarios and runs are kept",
+        "set `sandbox.enabled: true` in the config (or remove the key) and reload to turn it on";
+    LAB_ISOLATION_UNSUPPORTED = "lab.isolation_unsupported", 400,
+        "a run asked for OS-level isolation (`isolation: linux`) that its agent cannot use: a mock run (identity agent or workflow) runs in-process against mocks, and the external-program variant that would run under `linux` does not exist yet",
+        "omit `isolation` (or pass `inproc-mock`): a mock run reaches nothing real and is attested `inproc-mock`";
     LAB_INSPECT_LOG_INVALID = "lab.inspect_log_invalid", 400,
         "an Inspect AI eval log cannot be read (not a `.eval` zip, a missing or malformed entry, a sample without a score)",
         "pass `.eval` files written by `inspect eval` whose samples were scored";

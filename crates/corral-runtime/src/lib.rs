@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use corral_config::Loaded;
 use corral_guard::{CallObserver, Gateway};
+use corral_lab::service::LabService;
 use corral_mcp::upstream::Upstreams;
 use corral_store::Store;
 
@@ -144,6 +145,8 @@ pub struct Runtime {
     /// The state directory the store was opened in.
     state_dir: PathBuf,
     tasks: Vec<BackgroundTask>,
+    /// The lab's use cases (`sandbox.*`), over the same store, gateway and audit sinks.
+    lab: Arc<LabService>,
 }
 
 impl Runtime {
@@ -203,7 +206,13 @@ impl Runtime {
             tasks::spawn_upstream_refresher(&gateway, &upstreams, &deploy_lock);
             tasks.push(BackgroundTask::UpstreamRefresher);
         }
+        let lab = Arc::new(LabService::new(
+            store.clone(),
+            gateway.clone(),
+            loaded.config.sandbox.enabled,
+        ));
         Ok(Self {
+            lab,
             gateway,
             store,
             upstreams,
@@ -218,6 +227,11 @@ impl Runtime {
     /// The guard chain: every call goes through it.
     pub fn gateway(&self) -> &Arc<Gateway> {
         &self.gateway
+    }
+
+    /// The lab (scenarios, runs, comparisons): every surface's lab actions go through it.
+    pub fn lab(&self) -> &Arc<LabService> {
+        &self.lab
     }
 
     /// The store (audit events, confirmations, runs).
@@ -286,6 +300,7 @@ impl Runtime {
             Err(p) => *p.into_inner() = upstreams,
         }
         self.gateway.replace(deployment);
+        self.lab.set_enabled(loaded.config.sandbox.enabled);
         match self.auth.write() {
             Ok(mut a) => *a = Arc::new(auth),
             Err(p) => *p.into_inner() = Arc::new(auth),

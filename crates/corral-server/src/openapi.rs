@@ -101,6 +101,7 @@ pub fn document(ops: &[&OpSpec]) -> Value {
             "security": [{"bearer": []}]
         }}),
     );
+    sandbox_paths(&mut paths, &err);
     json!({
         "openapi": "3.1.0",
         "info": {"title": "corral", "version": env!("CARGO_PKG_VERSION")},
@@ -120,4 +121,113 @@ pub fn document(ops: &[&OpSpec]) -> Value {
             }}}
         }
     })
+}
+
+/// The lab's routes (`/v1/sandbox/*`): every one needs a tier role (viewer reads, operator
+/// writes and runs, admin records deploy comparisons) and answers `404 lab.disabled` when the
+/// lab is off.
+fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
+    let obj = json!({"type": "object"});
+    let json_of =
+        |d: &str| json!({"description": d, "content": {"application/json": {"schema": obj}}});
+    let e = |d: &str| json!({"description": d, "content": {"application/json": {"schema": err}}});
+    let common = |mut r: serde_json::Map<String, Value>| {
+        r.insert("401".to_owned(), e("auth.missing, auth.invalid"));
+        r.insert("403".to_owned(), e("rbac.denied: the caller lacks the role the action needs (the message names it and the one it has)"));
+        r.insert("404".to_owned(), e("lab.disabled (`sandbox.enabled: false`), lab.not_found (no such id in the caller's tenant)"));
+        Value::Object(r)
+    };
+    let map = |pairs: Vec<(&str, Value)>| {
+        pairs
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect::<serde_json::Map<String, Value>>()
+    };
+    let op = |id: &str,
+              summary: &str,
+              params: Value,
+              body: Option<Value>,
+              ok: (&str, Value),
+              more: Vec<(&str, Value)>| {
+        let mut responses = map(more);
+        responses.insert(ok.0.to_owned(), ok.1);
+        let mut o = map(vec![
+            ("operationId", json!(id)),
+            ("summary", json!(summary)),
+            ("parameters", params),
+            ("responses", common(responses)),
+            ("security", json!([{"bearer": []}])),
+        ]);
+        if let Some(b) = body {
+            o.insert(
+                "requestBody".to_owned(),
+                json!({"required": true, "content": {"application/json": {"schema": b}}}),
+            );
+        }
+        Value::Object(o)
+    };
+    let id_param =
+        json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
+    let page_params = json!([
+        {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+        {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
+    ]);
+    let scenario_body = json!({"type": "object", "required": ["name"], "additionalProperties": false, "properties": {
+        "name": {"type": "string", "maxLength": 200}, "description": {"type": "string"},
+        "steps": {"type": "array", "items": {"type": "object", "required": ["input"], "properties": {"input": {"type": "string"}, "expected": {}}}},
+        "samples": {"type": "array", "items": {"type": "object", "required": ["key", "input"], "properties": {"key": {"type": "string"}, "input": {"type": "string"}}}},
+        "mocks": {"type": "array", "items": {"type": "object"}},
+        "version": {"type": "integer", "description": "PUT only: the version read (409 lab.version_conflict if it changed)"}
+    }});
+    let variant = json!({"type": "object", "required": ["variant"], "additionalProperties": false, "properties": {"variant": {"type": "string"}, "workflow": {"type": "string", "description": "a declarative workflow (YAML text); absent: the identity agent"}}});
+    let scorer = json!({"type": "string", "enum": ["exact", "regex", "json_path"]});
+    let bad = |d: &str| e(d);
+    paths.insert("/v1/sandbox/synthetic-data".to_owned(), json!({"post": op(
+        "sandbox.generate", "synthetic inputs from a template (spec 003): `{{index}}` and `{{subject_kind}}`; stores nothing (operator)", json!([]),
+        Some(json!({"type": "object", "additionalProperties": false, "properties": {"subject_kind": {"type": "string", "maxLength": 200}, "count": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10}, "seed": {"type": "string", "description": "the template (at most 8192 bytes)"}}})),
+        ("200", json_of("`{samples: [{key, input}]}`")),
+        vec![("400", bad("lab.synthetic_count, args.invalid")), ("413", bad("lab.synthetic_subject_too_long, lab.synthetic_template_too_long, lab.synthetic_input_too_long, lab.synthetic_batch_too_large, limit.body_too_large: rejected whole"))],
+    )}));
+    paths.insert("/v1/sandbox/scenarios".to_owned(), json!({
+        "post": op("sandbox.scenarios.create", "creates a scenario: steps (or the samples of synthetic-data) and mocks (operator)", json!([]), Some(scenario_body.clone()),
+            ("201", json_of("the scenario `{id, name, description, steps, mocks, version, created_ms, updated_ms}`")),
+            vec![("400", bad("lab.scenario_invalid, lab.scenario_no_steps, lab.mock_*")), ("413", bad("lab.scenario_too_large, limit.body_too_large"))]),
+        "get": op("sandbox.scenarios.list", "a page of the tenant's scenarios, newest first (viewer)", page_params.clone(), None,
+            ("200", json_of("`{items: [summary], next}`")), vec![("400", bad("args.invalid, args.unknown"))]),
+    }));
+    paths.insert("/v1/sandbox/scenarios/{id}".to_owned(), json!({
+        "get": op("sandbox.scenarios.get", "a scenario of the tenant (viewer)", id_param.clone(), None, ("200", json_of("the scenario")), vec![]),
+        "put": op("sandbox.scenarios.update", "replaces a scenario; with `version`, only if unchanged since read (operator)", id_param.clone(), Some(scenario_body),
+            ("200", json_of("the scenario, its version bumped")), vec![("400", bad("lab.scenario_invalid, ...")), ("409", bad("lab.version_conflict"))]),
+    }));
+    paths.insert("/v1/sandbox/scenarios/{id}/runs".to_owned(), json!({"post": op(
+        "sandbox.scenarios.run", "runs the scenario against its mocks, synchronously, and records it (operator)", id_param.clone(),
+        Some(json!({"type": "object", "required": ["variant"], "additionalProperties": false, "properties": {
+            "variant": {"type": "string"}, "workflow": {"type": "string"}, "seed": {"type": "integer", "minimum": 0},
+            "trials": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1}, "scorer": scorer,
+            "isolation": {"type": "string", "enum": ["inproc-mock", "linux"], "description": "`linux` is refused (lab.isolation_unsupported) until the external-program variant exists"}
+        }})),
+        ("201", json_of("the run `{id, scenario_id, status, runner, backend, isolated, destroyed, steps_total, steps_ok, steps_error, infra_errors, purpose, variant, seed, trials, scorer_suite, score, verdict, mock_misses, ...}`")),
+        vec![("400", bad("lab.isolation_unsupported, lab.scorer_unknown, lab.expected_invalid, lab.workflow_invalid, lab.workflow_template, args.invalid"))],
+    )}));
+    paths.insert("/v1/sandbox/runs".to_owned(), json!({"get": op(
+        "sandbox.runs.list", "a page of the tenant's runs, of one scenario or all, newest first (viewer)",
+        json!([{"name": "scenario", "in": "query", "required": false, "schema": {"type": "string"}}, page_params[0], page_params[1]]), None,
+        ("200", json_of("`{items: [run], next}`")), vec![("400", bad("args.invalid, args.unknown"))],
+    )}));
+    paths.insert("/v1/sandbox/runs/{id}".to_owned(), json!({"get": op("sandbox.runs.get", "a run of the tenant (viewer)", id_param.clone(), None, ("200", json_of("the run")), vec![])}));
+    paths.insert("/v1/sandbox/runs/{id}/outputs".to_owned(), json!({"get": op("sandbox.runs.outputs", "a run's outputs by trial then step (viewer)", id_param.clone(), None, ("200", json_of("`{items: [{step, trial, input, output, ok, error_code, score, pass}]}`")), vec![])}));
+    paths.insert("/v1/sandbox/comparisons".to_owned(), json!({
+        "post": op("sandbox.compare", "runs both variants on the same scenarios, mocks and seeds, and records the verdict (operator; `deploy: true` needs admin)", json!([]),
+            Some(json!({"type": "object", "required": ["baseline", "candidate", "scenarios"], "additionalProperties": false, "properties": {
+                "baseline": variant, "candidate": variant, "scenarios": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 200},
+                "trials": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1}, "seed": {"type": "integer", "minimum": 0},
+                "scorer": scorer, "margin": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.05}, "deploy": {"type": "boolean", "default": false}
+            }})),
+            ("201", json_of("the comparison `{id, baseline, candidate, scenarios, verdict, delta, lower, upper, margin, seed, resamples, forced_by, mcnemar_p, wilson, details, recorded_by, deploy, created_ms}`")),
+            vec![("400", bad("lab.compare_invalid, lab.scorer_unknown, args.invalid"))]),
+        "get": op("sandbox.comparisons.list", "a page of the tenant's comparisons, newest first (viewer)", page_params, None,
+            ("200", json_of("`{items: [comparison], next}`")), vec![("400", bad("args.invalid, args.unknown"))]),
+    }));
+    paths.insert("/v1/sandbox/comparisons/{id}".to_owned(), json!({"get": op("sandbox.comparisons.get", "a comparison of the tenant (viewer)", id_param, None, ("200", json_of("the comparison")), vec![])}));
 }

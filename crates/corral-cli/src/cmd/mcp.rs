@@ -35,7 +35,8 @@ pub fn run(a: Args) -> CliResult {
         let runtime = corral_runtime::Runtime::build(&loaded, options)
             .await
             .map_err(|e| CliError::coded(e.code(), &e))?;
-        let handler = CorralMcp::for_caller(runtime.gateway().clone(), caller);
+        let handler = CorralMcp::for_caller(runtime.gateway().clone(), caller)
+            .with_lab(runtime.lab().clone());
         let code = match handler
             .clone()
             .serve(corral_mcp::rmcp::transport::stdio())

@@ -161,3 +161,36 @@ async fn a_reload_swaps_the_authenticator_and_refuses_to_move_the_state_director
     assert!(!runtime.authenticator().is_open());
     runtime.close().await;
 }
+
+#[tokio::test]
+async fn a_reload_turns_the_lab_off_and_on_and_its_scenarios_are_still_there() {
+    let dir = workspace();
+    let on = config(dir.path(), "");
+    let runtime = Runtime::build(&load(dir.path(), &on), RuntimeOptions::one_shot())
+        .await
+        .unwrap();
+    let lab = runtime.lab().clone();
+    let caller = Caller::new(Principal::new("olga", &["operator"]));
+    let body = corral_lab::service::ScenarioBody {
+        name: "kept".to_owned(),
+        steps: Some(json!([{"input": "a"}])),
+        ..Default::default()
+    };
+    let created = lab.create_scenario(&caller, "rid-1", body).await.unwrap();
+
+    let off = load(dir.path(), &format!("{on}sandbox: {{enabled: false}}\n"));
+    let auth = corral_runtime::compose::authenticator(&off).unwrap();
+    runtime.reload(&off, auth).await.unwrap();
+    let refused = lab.get_scenario(&caller, "rid-2", &created.id).await;
+    assert_eq!(refused.unwrap_err().code, "lab.disabled");
+
+    let back = load(dir.path(), &on);
+    let auth = corral_runtime::compose::authenticator(&back).unwrap();
+    runtime.reload(&back, auth).await.unwrap();
+    let got = lab
+        .get_scenario(&caller, "rid-3", &created.id)
+        .await
+        .unwrap();
+    assert_eq!(got.name, "kept");
+    runtime.close().await;
+}

@@ -63,6 +63,8 @@ routes! {
     OpenApi => "GET /openapi.json",
     /// `/mcp`.
     Mcp => "/mcp",
+    /// `/v1/sandbox/*` (the lab).
+    Sandbox => "/v1/sandbox",
     /// A path no route has.
     UnknownRoute => "unknown route",
     /// A route's path with a method it does not take.

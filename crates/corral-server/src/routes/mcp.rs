@@ -21,6 +21,7 @@ use crate::error::ApiError;
 /// The MCP service: a fresh handler per request; the caller comes from the request.
 pub(crate) fn service(state: &AppState) -> StreamableHttpService<CorralMcp, NeverSessionManager> {
     let gateway = state.gateway().clone();
+    let lab = state.runtime().lab().clone();
     let mut config = StreamableHttpServerConfig::default();
     config.legacy_session_mode = false;
     config.json_response = true;
@@ -32,7 +33,7 @@ pub(crate) fn service(state: &AppState) -> StreamableHttpService<CorralMcp, Neve
         .with_allowed_hosts(state.mcp_allowed_hosts().to_vec())
         .with_allowed_origins(state.mcp_allowed_origins().to_vec());
     StreamableHttpService::new(
-        move || Ok(CorralMcp::per_request(gateway.clone())),
+        move || Ok(CorralMcp::per_request(gateway.clone()).with_lab(lab.clone())),
         std::sync::Arc::new(NeverSessionManager::default()),
         config,
     )

@@ -6,6 +6,7 @@ mod extract;
 mod mcp;
 mod meta;
 mod ops;
+mod sandbox;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -31,6 +32,24 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(meta::metrics))
         .route("/mcp", mcp_route(&state))
         .route("/openapi.json", get(meta::openapi))
+        .route("/v1/sandbox/synthetic-data", post(sandbox::generate))
+        .route(
+            "/v1/sandbox/scenarios",
+            post(sandbox::create_scenario).get(sandbox::list_scenarios),
+        )
+        .route(
+            "/v1/sandbox/scenarios/{id}",
+            get(sandbox::get_scenario).put(sandbox::update_scenario),
+        )
+        .route("/v1/sandbox/scenarios/{id}/runs", post(sandbox::run))
+        .route("/v1/sandbox/runs", get(sandbox::list_runs))
+        .route("/v1/sandbox/runs/{id}", get(sandbox::get_run))
+        .route("/v1/sandbox/runs/{id}/outputs", get(sandbox::outputs))
+        .route(
+            "/v1/sandbox/comparisons",
+            post(sandbox::compare).get(sandbox::list_comparisons),
+        )
+        .route("/v1/sandbox/comparisons/{id}", get(sandbox::get_comparison))
         .fallback(meta::not_found)
         .method_not_allowed_fallback(meta::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

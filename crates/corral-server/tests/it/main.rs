@@ -26,4 +26,5 @@ mod pg;
 mod protected;
 mod routes;
 mod run_tokens;
+mod sandbox;
 mod statuses;

@@ -32,6 +32,12 @@ fn route_table(ws: &Workspace) -> Vec<(Method, &'static str, Option<Value>)> {
         (Method::GET, "/audit", None),
         (Method::GET, "/metrics", None),
         (Method::GET, "/openapi.json", None),
+        (Method::GET, "/v1/sandbox/scenarios", None),
+        (
+            Method::POST,
+            "/v1/sandbox/scenarios/s1/runs",
+            Some(json!({"variant": "v"})),
+        ),
         (
             Method::POST,
             "/mcp",
@@ -267,6 +273,12 @@ async fn a_request_without_credentials_is_audited_under_its_routes_name() {
             "/mcp",
             Some(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
             "/mcp",
+        ),
+        (
+            Method::POST,
+            "/v1/sandbox/synthetic-data",
+            Some(json!({})),
+            "/v1/sandbox",
         ),
         (Method::GET, "/random", None, "unknown route"),
         (Method::DELETE, "/me", None, "wrong method"),

@@ -1,0 +1,1273 @@
+//! The lab's use cases, shared by every surface (HTTP routes, `corral sandbox --local`, MCP
+//! tools): [`LabService`] over the store's lab tables, the runner, the synthetic generator, the
+//! scorers and the verdict.
+//!
+//! Every method takes the caller and the request id and, in this order: checks the lab is on
+//! (`lab.disabled` if not, data kept), checks the caller's role (`rbac.denied`: viewer reads,
+//! operator generates, creates, updates, runs and compares, admin records deploy comparisons;
+//! the anonymous caller of an open-mode server has no role, so it can use no lab action), does
+//! the work in the caller's tenant (the principal's, else the gateway's default: another
+//! tenant's id is `lab.not_found`, never a 403), and writes ONE audit event through the
+//! gateway's sinks: op `sandbox.<action>`, outcome, principal, tenant, and never a value (no
+//! input, output or mock; `sandbox.generate`'s event holds only the sample count, in `detail`).
+//!
+//! A run is executed before the method returns: the run record is created (`running`), the
+//! scenario runs in a world of the current base deployment (a reload takes effect for the next
+//! run), the outputs are scored when a scorer is attached and appended, and the run is finished
+//! with the attestation's `isolated`/`destroyed`, the counts, the misses and the
+//! infrastructure errors. An infrastructure failure on the way finishes the run `failed` (it
+//! never stays `running` because of the lab).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use corral_guard::audit::{AuditEvent, Outcome};
+use corral_guard::{Caller, Deployment, Gateway, Refusal, now_ms};
+use corral_policy::{Role, codes};
+use corral_store::Store;
+use corral_store::lab::{
+    self as store_lab, ComparisonVerdict, LabStoreError, NewComparison, NewOutput, NewRun, Page,
+    PageCursor, Paged, RunResult, RunStatus, RunVerdict, ScenarioDraft, VariantRuns,
+    WilsonIntervals,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::agent::{Agent, Identity};
+use crate::runner::{RunReport, run_scenario};
+use crate::scenario::Scenario;
+use crate::score::{RunScore, Scorer, StepScore, builtin, score_step};
+use crate::synthetic::{self, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
+use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
+use crate::workflow::Workflow;
+use crate::world::{BACKEND, Lab};
+
+/// The runner every run of this service records.
+pub const RUNNER: &str = "inproc";
+/// The most trials a run or comparison may ask for.
+pub const MAX_TRIALS: u32 = 100;
+/// The most scenarios one comparison may run.
+pub const MAX_COMPARE_SCENARIOS: usize = 200;
+/// The longest variant label, in bytes.
+pub const MAX_VARIANT_BYTES: usize = 200;
+
+/// Why a lab action was refused or failed: a catalog code (its status is the catalog's) and a
+/// message saying what is wrong, where, and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct LabError {
+    /// The catalog code.
+    pub code: &'static str,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl LabError {
+    fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn invalid(message: impl Into<String>) -> Self {
+        Self::new(codes::ARGS_INVALID, message)
+    }
+}
+
+impl From<LabStoreError> for LabError {
+    fn from(e: LabStoreError) -> Self {
+        Self::new(e.code(), e.to_string())
+    }
+}
+
+impl From<Refusal> for LabError {
+    fn from(r: Refusal) -> Self {
+        Self::new(r.code, r.message)
+    }
+}
+
+/// Reads a request body (JSON) as `T`; the message names the field and how to fix it.
+pub fn parse<T: for<'de> Deserialize<'de>>(what: &str, body: Value) -> Result<T, LabError> {
+    serde_json::from_value(body).map_err(|e| {
+        LabError::new(
+            codes::ARGS_INVALID,
+            format!("the body of {what} is not valid: {e}; see /openapi.json for its shape"),
+        )
+    })
+}
+
+/// A scenario to create or update: `steps` or `samples` (what `generate` answers), not both.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioBody {
+    /// A short name (1-200 bytes).
+    pub name: String,
+    /// What it checks (up to 4096 bytes).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// `[{input, expected?}]`.
+    #[serde(default)]
+    pub steps: Option<Value>,
+    /// `[{key, input}]`, as `POST /v1/sandbox/synthetic-data` answers: one step per sample.
+    #[serde(default)]
+    pub samples: Option<Vec<synthetic::Sample>>,
+    /// The mocks.
+    #[serde(default)]
+    pub mocks: Option<Value>,
+    /// For an update: the version read (optimistic concurrency); absent, the update is
+    /// unconditional.
+    #[serde(default)]
+    pub version: Option<i64>,
+}
+
+/// One variant of an agent under test: a label and, optionally, a declarative workflow (YAML
+/// text); without one the agent is the identity agent.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VariantBody {
+    /// The label (spec 003: `--variant candidate`).
+    pub variant: String,
+    /// The workflow's YAML text.
+    #[serde(default)]
+    pub workflow: Option<String>,
+}
+
+/// A run to make.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunBody {
+    /// The label.
+    pub variant: String,
+    /// The workflow's YAML text; absent: the identity agent.
+    #[serde(default)]
+    pub workflow: Option<String>,
+    /// The seed (default 0).
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Trials (1-100, default 1).
+    #[serde(default)]
+    pub trials: Option<u32>,
+    /// `exact`, `regex` or `json_path`; absent: executed, not scored.
+    #[serde(default)]
+    pub scorer: Option<String>,
+    /// `inproc-mock` (default) or `linux` (refused for mock runs until the external-program
+    /// variant exists).
+    #[serde(default)]
+    pub isolation: Option<String>,
+}
+
+/// A comparison to make.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompareBody {
+    /// The variant compared against.
+    pub baseline: VariantBody,
+    /// The variant judged.
+    pub candidate: VariantBody,
+    /// The scenario ids (each run by both sides).
+    pub scenarios: Vec<String>,
+    /// Trials per scenario and side (1-100, default 1).
+    #[serde(default)]
+    pub trials: Option<u32>,
+    /// The seed of every run and of the bootstrap (default 0).
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// The scorer (default `exact`).
+    #[serde(default)]
+    pub scorer: Option<String>,
+    /// The margin of `unchanged` (default 0.05).
+    #[serde(default)]
+    pub margin: Option<f64>,
+    /// A deploy comparison (needs admin).
+    #[serde(default)]
+    pub deploy: bool,
+}
+
+/// A page request: `limit` and the `next` cursor of the previous page.
+#[derive(Debug, Clone, Default)]
+pub struct PageQuery {
+    /// Rows per page (0: the store's maximum).
+    pub limit: u32,
+    /// The `next` cursor of the previous page, as text.
+    pub after: Option<String>,
+}
+
+impl PageQuery {
+    fn page(&self) -> Result<Page, LabError> {
+        let after = match &self.after {
+            None => None,
+            Some(s) => Some(s.parse::<PageCursor>().map_err(LabError::from)?),
+        };
+        Ok(Page {
+            limit: self.limit,
+            after,
+        })
+    }
+}
+
+/// What an action is audited as, and what it needs.
+struct Action {
+    op: &'static str,
+    role: Role,
+}
+
+const GENERATE: Action = Action {
+    op: "sandbox.generate",
+    role: Role::Operator,
+};
+const SCENARIOS_CREATE: Action = Action {
+    op: "sandbox.scenarios.create",
+    role: Role::Operator,
+};
+const SCENARIOS_UPDATE: Action = Action {
+    op: "sandbox.scenarios.update",
+    role: Role::Operator,
+};
+const SCENARIOS_LIST: Action = Action {
+    op: "sandbox.scenarios.list",
+    role: Role::Viewer,
+};
+const SCENARIOS_GET: Action = Action {
+    op: "sandbox.scenarios.get",
+    role: Role::Viewer,
+};
+const SCENARIOS_RUN: Action = Action {
+    op: "sandbox.scenarios.run",
+    role: Role::Operator,
+};
+const RUNS_LIST: Action = Action {
+    op: "sandbox.runs.list",
+    role: Role::Viewer,
+};
+const RUNS_GET: Action = Action {
+    op: "sandbox.runs.get",
+    role: Role::Viewer,
+};
+const RUNS_OUTPUTS: Action = Action {
+    op: "sandbox.runs.outputs",
+    role: Role::Viewer,
+};
+const COMPARE: Action = Action {
+    op: "sandbox.compare",
+    role: Role::Operator,
+};
+const COMPARE_DEPLOY: Action = Action {
+    op: "sandbox.compare",
+    role: Role::Admin,
+};
+const COMPARISONS_LIST: Action = Action {
+    op: "sandbox.comparisons.list",
+    role: Role::Viewer,
+};
+const COMPARISONS_GET: Action = Action {
+    op: "sandbox.comparisons.get",
+    role: Role::Viewer,
+};
+
+/// The role each lab tool (and route) needs, by its audited op name: what MCP filters its
+/// tool list by.
+pub fn role_needed(op: &str) -> Option<Role> {
+    [
+        GENERATE,
+        SCENARIOS_CREATE,
+        SCENARIOS_UPDATE,
+        SCENARIOS_LIST,
+        SCENARIOS_GET,
+        SCENARIOS_RUN,
+        RUNS_LIST,
+        RUNS_GET,
+        RUNS_OUTPUTS,
+        COMPARE,
+        COMPARISONS_LIST,
+        COMPARISONS_GET,
+    ]
+    .into_iter()
+    .find(|a| a.op == op)
+    .map(|a| a.role)
+}
+
+/// The lab of the current base deployment, rebuilt when the gateway's deployment changes.
+#[derive(Debug, Default)]
+struct LabCache(Mutex<Option<(Arc<Deployment>, Lab)>>);
+
+/// The lab's use cases. Built once by the runtime; cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct LabService {
+    store: Arc<Store>,
+    gateway: Arc<Gateway>,
+    enabled: AtomicBool,
+    lab: LabCache,
+}
+
+/// What one executed run gives a comparison: the record and each trial's score.
+struct Executed {
+    run: store_lab::Run,
+    /// Per trial: `None` when the trial hit an infrastructure error, else its run score.
+    trials: Vec<Option<RunScore>>,
+}
+
+impl LabService {
+    /// The service over `store`, running its worlds over `gateway`'s current deployment and
+    /// auditing to its sinks; `enabled` is the config's `sandbox.enabled`.
+    pub fn new(store: Arc<Store>, gateway: Arc<Gateway>, enabled: bool) -> Self {
+        Self {
+            store,
+            gateway,
+            enabled: AtomicBool::new(enabled),
+            lab: LabCache::default(),
+        }
+    }
+
+    /// Whether the lab answers (`sandbox.enabled`).
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// Turns the lab on or off (a reload of `sandbox.enabled`); nothing stored is touched.
+    pub fn set_enabled(&self, on: bool) {
+        self.enabled.store(on, Ordering::Relaxed);
+    }
+
+    /// The tenant of `caller`, exactly as the gateway picks it.
+    pub fn tenant_of(&self, caller: &Caller) -> String {
+        caller
+            .principal
+            .tenant
+            .clone()
+            .unwrap_or_else(|| self.gateway.tenant().to_owned())
+    }
+
+    /// `lab.disabled` when the lab is off.
+    pub fn check_enabled(&self) -> Result<(), LabError> {
+        if self.enabled() {
+            Ok(())
+        } else {
+            Err(disabled())
+        }
+    }
+
+    // --- the actions ---
+
+    /// Generates synthetic inputs (operator). Stores nothing; the audit holds only the count.
+    pub async fn generate(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        request: &synthetic::Request,
+    ) -> Result<synthetic::Batch, LabError> {
+        let r = self.start(&GENERATE, caller);
+        let r = match r {
+            Ok(()) => {
+                synthetic::generate(request).map_err(|e| LabError::new(e.code(), e.to_string()))
+            }
+            Err(e) => Err(e),
+        };
+        let detail = r
+            .as_ref()
+            .ok()
+            .map(|b| format!("samples={}", b.samples.len()));
+        self.finish(&GENERATE, caller, rid, r, detail, None).await
+    }
+
+    /// Creates a scenario (operator).
+    pub async fn create_scenario(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        body: ScenarioBody,
+    ) -> Result<store_lab::Scenario, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&SCENARIOS_CREATE, caller)?;
+            let draft = draft_of(&body)?;
+            Ok(self
+                .store
+                .create_scenario(&tenant, &draft, now_ms())
+                .await?)
+        }
+        .await;
+        let detail = r.as_ref().ok().map(|s| format!("scenario={}", s.id));
+        self.finish(&SCENARIOS_CREATE, caller, rid, r, detail, None)
+            .await
+    }
+
+    /// Replaces a scenario (operator); with `version`, only if it is still that one
+    /// (`lab.version_conflict`).
+    pub async fn update_scenario(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        id: &str,
+        body: ScenarioBody,
+    ) -> Result<store_lab::Scenario, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&SCENARIOS_UPDATE, caller)?;
+            let draft = draft_of(&body)?;
+            Ok(self
+                .store
+                .update_scenario(&tenant, id, &draft, body.version, now_ms())
+                .await?)
+        }
+        .await;
+        let detail = Some(format!("scenario={}", audited_id(id)));
+        self.finish(&SCENARIOS_UPDATE, caller, rid, r, detail, None)
+            .await
+    }
+
+    /// A page of the tenant's scenarios (viewer).
+    pub async fn list_scenarios(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        page: &PageQuery,
+    ) -> Result<Paged<store_lab::ScenarioSummary>, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&SCENARIOS_LIST, caller)?;
+            Ok(self.store.list_scenarios(&tenant, &page.page()?).await?)
+        }
+        .await;
+        self.finish(&SCENARIOS_LIST, caller, rid, r, None, None)
+            .await
+    }
+
+    /// A scenario of the tenant (viewer).
+    pub async fn get_scenario(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        id: &str,
+    ) -> Result<store_lab::Scenario, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&SCENARIOS_GET, caller)?;
+            self.scenario(&tenant, id).await
+        }
+        .await;
+        let detail = Some(format!("scenario={}", audited_id(id)));
+        self.finish(&SCENARIOS_GET, caller, rid, r, detail, None)
+            .await
+    }
+
+    /// Runs a scenario (operator), synchronously; the finished run record.
+    pub async fn run(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        scenario_id: &str,
+        body: RunBody,
+    ) -> Result<store_lab::Run, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&SCENARIOS_RUN, caller)?;
+            match body.isolation.as_deref() {
+                None | Some("inproc-mock") => {}
+                Some("linux") => return Err(isolation_unsupported()),
+                Some(other) => {
+                    return Err(LabError::invalid(format!(
+                        "`isolation` is `{}`; use `inproc-mock` (the default) or `linux`",
+                        clip(other)
+                    )));
+                }
+            }
+            let variant = check_variant(&body.variant, "variant")?;
+            let agent = agent_of(body.workflow.as_deref())?;
+            let scorer = scorer_of(body.scorer.as_deref())?;
+            let trials = check_trials(body.trials)?;
+            let stored = self.scenario(&tenant, scenario_id).await?;
+            let scenario = scenario_of(&stored)?;
+            check_expected(&scenario, scorer.as_deref())?;
+            let x = self
+                .execute(
+                    caller,
+                    &tenant,
+                    &stored,
+                    &scenario,
+                    &variant,
+                    agent.as_ref(),
+                    scorer.as_deref(),
+                    body.seed.unwrap_or(0),
+                    trials,
+                )
+                .await?;
+            Ok(x.run)
+        }
+        .await;
+        let run_id = r.as_ref().ok().map(|run| run.id.clone());
+        let detail = Some(format!("scenario={}", audited_id(scenario_id)));
+        self.finish(&SCENARIOS_RUN, caller, rid, r, detail, run_id)
+            .await
+    }
+
+    /// A page of the tenant's runs, of one scenario or all (viewer).
+    pub async fn list_runs(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        scenario: Option<&str>,
+        page: &PageQuery,
+    ) -> Result<Paged<store_lab::Run>, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&RUNS_LIST, caller)?;
+            Ok(self
+                .store
+                .list_runs(&tenant, scenario, &page.page()?)
+                .await?)
+        }
+        .await;
+        self.finish(&RUNS_LIST, caller, rid, r, None, None).await
+    }
+
+    /// A run of the tenant (viewer).
+    pub async fn get_run(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        id: &str,
+    ) -> Result<store_lab::Run, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&RUNS_GET, caller)?;
+            self.store
+                .get_run(&tenant, id)
+                .await?
+                .ok_or_else(|| not_found("run", &tenant, id))
+        }
+        .await;
+        self.finish(&RUNS_GET, caller, rid, r, None, run_of(id))
+            .await
+    }
+
+    /// A run's outputs, by trial then step (viewer).
+    pub async fn outputs(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        id: &str,
+    ) -> Result<Vec<store_lab::Output>, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&RUNS_OUTPUTS, caller)?;
+            Ok(self.store.list_outputs(&tenant, id).await?)
+        }
+        .await;
+        self.finish(&RUNS_OUTPUTS, caller, rid, r, None, run_of(id))
+            .await
+    }
+
+    /// Runs both variants over every scenario with the same seeds and trials, computes the
+    /// verdict and records it (operator; a deploy comparison needs admin).
+    pub async fn compare(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        body: CompareBody,
+    ) -> Result<store_lab::Comparison, LabError> {
+        let action = if body.deploy {
+            &COMPARE_DEPLOY
+        } else {
+            &COMPARE
+        };
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(action, caller)?;
+            self.compare_inner(caller, &tenant, &body).await
+        }
+        .await;
+        let detail = r
+            .as_ref()
+            .ok()
+            .map(|c| format!("comparison={} deploy={}", c.id, c.deploy));
+        self.finish(action, caller, rid, r, detail, None).await
+    }
+
+    /// A page of the tenant's comparisons (viewer).
+    pub async fn list_comparisons(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        page: &PageQuery,
+    ) -> Result<Paged<store_lab::Comparison>, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&COMPARISONS_LIST, caller)?;
+            Ok(self.store.list_comparisons(&tenant, &page.page()?).await?)
+        }
+        .await;
+        self.finish(&COMPARISONS_LIST, caller, rid, r, None, None)
+            .await
+    }
+
+    /// A comparison of the tenant (viewer).
+    pub async fn get_comparison(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        id: &str,
+    ) -> Result<store_lab::Comparison, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&COMPARISONS_GET, caller)?;
+            self.store
+                .get_comparison(&tenant, id)
+                .await?
+                .ok_or_else(|| not_found("comparison", &tenant, id))
+        }
+        .await;
+        let detail = Some(format!("comparison={}", audited_id(id)));
+        self.finish(&COMPARISONS_GET, caller, rid, r, detail, None)
+            .await
+    }
+
+    /// Audits a lab request the surface refused before it reached an action (the lab is off,
+    /// the body is not JSON), as `op`, and gives the error back.
+    pub async fn rejected(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        op: &'static str,
+        e: LabError,
+    ) -> LabError {
+        let role = role_needed(op).unwrap_or(Role::Admin);
+        match self
+            .finish::<()>(&Action { op, role }, caller, rid, Err(e), None, None)
+            .await
+        {
+            Err(e) => e,
+            Ok(()) => LabError::new(codes::SERVER_INTERNAL, "a refusal was audited as a success"),
+        }
+    }
+
+    // --- the parts ---
+
+    /// The checks every action starts with: the lab is on, the caller has the role.
+    fn start(&self, action: &Action, caller: &Caller) -> Result<(), LabError> {
+        self.check_enabled()?;
+        check_role(action, caller)
+    }
+
+    /// Audits the action (one event, no values) and answers its result; an audit failure is
+    /// the action's failure (`server.audit_unavailable`), so nothing unaudited is reported done.
+    async fn finish<T>(
+        &self,
+        action: &Action,
+        caller: &Caller,
+        rid: &str,
+        r: Result<T, LabError>,
+        detail: Option<String>,
+        run_id: Option<String>,
+    ) -> Result<T, LabError> {
+        let (outcome, code, status) = match &r {
+            Ok(_) => (Outcome::Ok, None, 200),
+            Err(e) => {
+                let status = Refusal::new(e.code, "").status();
+                let outcome = if e.code == codes::RBAC_DENIED {
+                    Outcome::RbacDenied
+                } else if e.code == codes::LAB_DISABLED {
+                    Outcome::NotEnabled
+                } else if status == 413 || e.code.starts_with("limit.") {
+                    Outcome::Limited
+                } else if status >= 500 {
+                    Outcome::OpError
+                } else {
+                    Outcome::InvalidArgs
+                };
+                (outcome, Some(e.code.to_owned()), status)
+            }
+        };
+        let event = AuditEvent {
+            request_id: rid.to_owned(),
+            tenant: self.tenant_of(caller),
+            ts_ms: now_ms(),
+            principal_id: caller.principal.id.clone(),
+            principal_kind: caller.principal.kind.as_str().to_owned(),
+            act_chain: caller.act_chain.clone(),
+            op: action.op.to_owned(),
+            outcome,
+            code,
+            rule: None,
+            args_hash: String::new(),
+            args_shape: Value::Null,
+            status,
+            duration_us: 0,
+            attestation: None,
+            action_id: None,
+            run_id,
+            detail,
+        };
+        self.gateway.record(&event).await?;
+        r
+    }
+
+    async fn scenario(&self, tenant: &str, id: &str) -> Result<store_lab::Scenario, LabError> {
+        self.store
+            .get_scenario(tenant, id)
+            .await?
+            .ok_or_else(|| not_found("scenario", tenant, id))
+    }
+
+    /// The lab of the gateway's current deployment (rebuilt after a reload).
+    fn lab(&self) -> Result<Lab, LabError> {
+        let current = self.gateway.deployment();
+        let mut cache = match self.lab.0.lock() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        if let Some((d, lab)) = cache.as_ref()
+            && Arc::ptr_eq(d, &current)
+        {
+            return Ok(lab.clone());
+        }
+        let lab = Lab::new(
+            &current,
+            self.gateway.sinks().to_vec(),
+            self.gateway.tenant(),
+        )
+        .map_err(|e| LabError::new(e.code, e.message))?;
+        *cache = Some((current, lab.clone()));
+        Ok(lab)
+    }
+
+    /// Creates, executes, scores, records and finishes one run.
+    #[allow(clippy::too_many_arguments)]
+    async fn execute(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        stored: &store_lab::Scenario,
+        scenario: &Scenario,
+        variant: &str,
+        agent: &dyn Agent,
+        scorer: Option<&dyn Scorer>,
+        seed: u64,
+        trials: u32,
+    ) -> Result<Executed, LabError> {
+        let new = NewRun {
+            scenario_id: stored.id.clone(),
+            runner: RUNNER.to_owned(),
+            backend: BACKEND.to_owned(),
+            purpose: corral_guard::runs::RunPurpose::Simulation
+                .as_str()
+                .to_owned(),
+            variant: variant.to_owned(),
+            seed,
+            trials: Some(trials),
+            scorer_suite: scorer.map(|s| s.name().to_owned()),
+            principal: caller.principal.id.clone(),
+        };
+        let run = self.store.create_run(tenant, &new, now_ms()).await?;
+        let world = self.lab().and_then(|lab| {
+            lab.world(scenario, &run.id, caller.principal.clone())
+                .map_err(|e| LabError::new(e.code, e.message))
+        });
+        let world = match world {
+            Ok(w) => w,
+            Err(e) => {
+                self.fail_run(tenant, &run.id, &e).await;
+                return Err(e);
+            }
+        };
+        let report = run_scenario(world, agent, seed, trials).await;
+        let (outputs, trial_scores) = scored_outputs(&report, scenario, scorer);
+        if let Err(e) = self
+            .store
+            .append_outputs(tenant, &run.id, &outputs, now_ms())
+            .await
+        {
+            let e = LabError::from(e);
+            self.fail_run(tenant, &run.id, &e).await;
+            return Err(e);
+        }
+        let all: Vec<StepScore> = outputs.iter().map(step_score_of).collect();
+        let run_score = if scorer.is_some() {
+            RunScore::of_steps(&all)
+        } else {
+            RunScore::NotScored {
+                steps_not_scored: all.len(),
+            }
+        };
+        let failed = !report.infra_errors.is_empty();
+        let (score, verdict) = match run_score {
+            RunScore::Scored(s) if !failed => (
+                Some(s.score()),
+                if s.pass() {
+                    RunVerdict::Passed
+                } else {
+                    RunVerdict::Failed
+                },
+            ),
+            RunScore::Scored(s) => (Some(s.score()), RunVerdict::Failed),
+            RunScore::NotScored { .. } => (None, RunVerdict::NotScored),
+        };
+        let result = RunResult {
+            status: if failed {
+                RunStatus::Failed
+            } else {
+                RunStatus::Completed
+            },
+            isolated: report.isolated,
+            destroyed: report.destroyed,
+            steps_total: report.steps_total as u64,
+            steps_ok: report.steps_ok as u64,
+            steps_error: report.steps_error as u64,
+            infra_errors: report.infra_errors.len() as u64,
+            score,
+            verdict,
+            error: report.infra_errors.first().map(|f| store_lab::RunError {
+                code: f.code.to_owned(),
+                message: f.message.clone(),
+            }),
+            mock_misses: report
+                .mock_misses
+                .iter()
+                .map(|m| store_lab::MockMiss {
+                    step: u32::try_from(m.step).unwrap_or(u32::MAX),
+                    op: m.op.clone(),
+                    args_hash: m.args_hash.clone(),
+                })
+                .collect(),
+        };
+        let run = self
+            .store
+            .finish_run(tenant, &run.id, &result, now_ms())
+            .await?;
+        Ok(Executed {
+            run,
+            trials: trial_scores,
+        })
+    }
+
+    /// Finishes a run `failed` after an error on the lab's side (best effort: the error that
+    /// caused it is what the caller sees).
+    async fn fail_run(&self, tenant: &str, id: &str, e: &LabError) {
+        let result = RunResult {
+            status: RunStatus::Failed,
+            isolated: false,
+            destroyed: false,
+            steps_total: 0,
+            steps_ok: 0,
+            steps_error: 0,
+            infra_errors: 1,
+            score: None,
+            verdict: RunVerdict::NotScored,
+            error: Some(store_lab::RunError {
+                code: e.code.to_owned(),
+                message: e.message.clone(),
+            }),
+            mock_misses: Vec::new(),
+        };
+        let _ = self.store.finish_run(tenant, id, &result, now_ms()).await;
+    }
+
+    async fn compare_inner(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        body: &CompareBody,
+    ) -> Result<store_lab::Comparison, LabError> {
+        let base_label = check_variant(&body.baseline.variant, "baseline.variant")?;
+        let cand_label = check_variant(&body.candidate.variant, "candidate.variant")?;
+        let base_agent = agent_of(body.baseline.workflow.as_deref())?;
+        let cand_agent = agent_of(body.candidate.workflow.as_deref())?;
+        let scorer = scorer_of(Some(body.scorer.as_deref().unwrap_or("exact")))?;
+        let trials = check_trials(body.trials)?;
+        let seed = body.seed.unwrap_or(0);
+        let margin = body.margin.unwrap_or(verdict::DEFAULT_MARGIN);
+        if !(margin.is_finite() && (0.0..=1.0).contains(&margin)) {
+            return Err(LabError::invalid(format!(
+                "`margin` is {margin}; give a number from 0 to 1 (default {})",
+                verdict::DEFAULT_MARGIN
+            )));
+        }
+        if body.scenarios.is_empty() || body.scenarios.len() > MAX_COMPARE_SCENARIOS {
+            return Err(LabError::invalid(format!(
+                "`scenarios` has {} ids; give 1 to {MAX_COMPARE_SCENARIOS} (at least {} for a verdict that is not forced inconclusive)",
+                body.scenarios.len(),
+                verdict::MIN_SCENARIOS
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = body.scenarios.iter().find(|s| !seen.insert(s.as_str())) {
+            return Err(LabError::invalid(format!(
+                "scenario {:?} is listed twice in `scenarios`; list each once",
+                clip(dup)
+            )));
+        }
+        // Every scenario is read and validated before anything runs.
+        let mut scenarios = Vec::with_capacity(body.scenarios.len());
+        for id in &body.scenarios {
+            let stored = self.scenario(tenant, id).await?;
+            let scenario = scenario_of(&stored)?;
+            check_expected(&scenario, scorer.as_deref())?;
+            scenarios.push((stored, scenario));
+        }
+        let mut sides = [
+            (base_label, base_agent, Vec::new(), Vec::new()),
+            (cand_label, cand_agent, Vec::new(), Vec::new()),
+        ];
+        for (stored, scenario) in &scenarios {
+            for (label, agent, runs, observed) in sides.iter_mut() {
+                let x = self
+                    .execute(
+                        caller,
+                        tenant,
+                        stored,
+                        scenario,
+                        label,
+                        agent.as_ref(),
+                        scorer.as_deref(),
+                        seed,
+                        trials,
+                    )
+                    .await?;
+                observed.push(observed_of(&stored.id, trials, &x.trials));
+                runs.push(x.run.id);
+            }
+        }
+        let [
+            (base_label, _, base_runs, base_obs),
+            (cand_label, _, cand_runs, cand_obs),
+        ] = sides;
+        let mut input = verdict::Input::new(
+            base_label.clone(),
+            base_obs,
+            cand_label.clone(),
+            cand_obs,
+            seed,
+        );
+        input.margin = margin;
+        let c = verdict::compare(&input).map_err(|e| LabError::new(e.code(), e.to_string()))?;
+        let interval = c.interval.unwrap_or(verdict::Interval {
+            lower: 0.0,
+            upper: 0.0,
+        });
+        let new = NewComparison {
+            baseline: VariantRuns {
+                variant: base_label,
+                run_ids: base_runs,
+            },
+            candidate: VariantRuns {
+                variant: cand_label,
+                run_ids: cand_runs,
+            },
+            scenarios: body.scenarios.clone(),
+            verdict: match c.verdict {
+                Verdict::Improved => ComparisonVerdict::Improved,
+                Verdict::Regressed => ComparisonVerdict::Regressed,
+                Verdict::Unchanged => ComparisonVerdict::Unchanged,
+                Verdict::Inconclusive => ComparisonVerdict::Inconclusive,
+            },
+            delta: c.delta.unwrap_or(0.0),
+            lower: interval.lower,
+            upper: interval.upper,
+            margin: c.margin,
+            seed: c.seed,
+            resamples: c.resamples,
+            forced_by: c.forced_by.as_ref().map(|f: &Forced| f.as_str().to_owned()),
+            mcnemar_p: c.mcnemar.as_ref().map(|m| m.p_value),
+            wilson: match (c.baseline.wilson, c.candidate.wilson) {
+                (Some(b), Some(w)) => Some(WilsonIntervals {
+                    baseline: store_lab::Interval {
+                        lower: b.lower,
+                        upper: b.upper,
+                    },
+                    candidate: store_lab::Interval {
+                        lower: w.lower,
+                        upper: w.upper,
+                    },
+                }),
+                _ => None,
+            },
+            details: serde_json::to_value(&c).unwrap_or(Value::Null),
+            recorded_by: caller.principal.id.clone(),
+            deploy: body.deploy,
+        };
+        Ok(self.store.append_comparison(tenant, &new, now_ms()).await?)
+    }
+}
+
+fn disabled() -> LabError {
+    LabError::new(
+        codes::LAB_DISABLED,
+        "the lab is turned off in this deployment's config (`sandbox.enabled: false`); set it to true to turn it on: stored scenarios and runs are kept",
+    )
+}
+
+fn isolation_unsupported() -> LabError {
+    LabError::new(
+        codes::LAB_ISOLATION_UNSUPPORTED,
+        "`isolation: linux` asks for OS-level isolation, which only the external-program variant (not built yet) can use; this run's agent (the identity agent or a workflow) runs in-process against mocks and reaches nothing real: omit `isolation` or pass `inproc-mock`. Nothing was run or recorded",
+    )
+}
+
+fn not_found(what: &'static str, tenant: &str, id: &str) -> LabError {
+    LabError::from(LabStoreError::NotFound {
+        what,
+        id: clip(id),
+        tenant: tenant.to_owned(),
+    })
+}
+
+/// An id as the audit records it: the caller's text only when it has the shape of an id (1-64
+/// letters, digits, `-`, `_`, `.`, `:`), so no free text reaches the audit through a path.
+fn audited_id(id: &str) -> String {
+    if !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+    {
+        id.to_owned()
+    } else {
+        "(not an id)".to_owned()
+    }
+}
+
+/// A run id as the audit's `run_id`, when it is one.
+fn run_of(id: &str) -> Option<String> {
+    corral_guard::valid_run_id(id).then(|| id.to_owned())
+}
+
+/// At most 128 characters of caller text, for messages.
+fn clip(s: &str) -> String {
+    s.chars().take(128).collect()
+}
+
+fn check_role(action: &Action, caller: &Caller) -> Result<(), LabError> {
+    let need = action.role;
+    let have = Role::highest_of(&caller.principal.roles);
+    if have.is_some_and(|h| h >= need) {
+        return Ok(());
+    }
+    let message = if !caller.principal.authenticated {
+        format!(
+            "`{}` needs the role `{need}`; the anonymous caller of an open-mode server has no role, so it can use no lab action: give the token a role (`auth.tokens` with `roles: [{need}]`) and call with it",
+            action.op
+        )
+    } else {
+        let has = have.map_or_else(
+            || "no tier role (`viewer`, `operator` or `admin`)".to_owned(),
+            |h| format!("the role `{h}`"),
+        );
+        format!(
+            "`{}` needs the role `{need}`; `{}` has {has}; call as a principal with the role `{need}` or higher",
+            action.op, caller.principal.id
+        )
+    };
+    Err(LabError::new(codes::RBAC_DENIED, message))
+}
+
+fn check_variant(v: &str, field: &str) -> Result<String, LabError> {
+    if v.is_empty() || v.len() > MAX_VARIANT_BYTES || v.chars().any(char::is_control) {
+        return Err(LabError::invalid(format!(
+            "`{field}` must be 1 to {MAX_VARIANT_BYTES} bytes with no control characters (a label such as `candidate`)"
+        )));
+    }
+    Ok(v.to_owned())
+}
+
+fn check_trials(t: Option<u32>) -> Result<u32, LabError> {
+    match t.unwrap_or(1) {
+        n @ 1..=MAX_TRIALS => Ok(n),
+        n => Err(LabError::invalid(format!(
+            "`trials` is {n}; ask for 1 to {MAX_TRIALS} (default 1)"
+        ))),
+    }
+}
+
+fn agent_of(workflow: Option<&str>) -> Result<Box<dyn Agent>, LabError> {
+    match workflow {
+        None => Ok(Box::new(Identity)),
+        Some(src) => Workflow::from_yaml(src)
+            .map(|w| Box::new(w) as Box<dyn Agent>)
+            .map_err(|e| LabError::new(e.code, format!("the workflow: {}", e.message))),
+    }
+}
+
+fn scorer_of(name: Option<&str>) -> Result<Option<Box<dyn Scorer>>, LabError> {
+    name.map(builtin)
+        .transpose()
+        .map_err(|e| LabError::new(e.code(), e.to_string()))
+}
+
+/// A step's malformed expected value is the scenario's fault: refused before anything runs.
+fn check_expected(scenario: &Scenario, scorer: Option<&dyn Scorer>) -> Result<(), LabError> {
+    let Some(scorer) = scorer else {
+        return Ok(());
+    };
+    for (i, s) in scenario.steps().iter().enumerate() {
+        if let Some(e) = &s.expected
+            && let Err(err) = scorer.score(&s.input, "", e)
+            && err.code() == codes::LAB_EXPECTED_INVALID
+        {
+            return Err(LabError::new(
+                err.code(),
+                format!("step {} of the scenario: {err}", i + 1),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn draft_of(body: &ScenarioBody) -> Result<ScenarioDraft, LabError> {
+    let invalid = |m: String| LabError::new(codes::LAB_SCENARIO_INVALID, m);
+    if body.name.len() > MAX_NAME_BYTES {
+        return Err(invalid(format!(
+            "the scenario's `name` is {} bytes; the limit is {MAX_NAME_BYTES}: shorten it",
+            body.name.len()
+        )));
+    }
+    let description = body.description.clone().unwrap_or_default();
+    if description.len() > MAX_DESCRIPTION_BYTES {
+        return Err(invalid(format!(
+            "the scenario's `description` is {} bytes; the limit is {MAX_DESCRIPTION_BYTES}: shorten it",
+            description.len()
+        )));
+    }
+    let steps = match (&body.steps, &body.samples) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "the scenario has both `steps` and `samples`; give one: `samples` (what generate answers) becomes one step per sample".to_owned(),
+            ));
+        }
+        (Some(s), None) => s.clone(),
+        (None, Some(samples)) => {
+            Value::Array(samples.iter().map(|s| json!({"input": s.input})).collect())
+        }
+        (None, None) => Value::Array(Vec::new()),
+    };
+    let scenario = Scenario::from_json(&json!({
+        "name": body.name,
+        "description": description,
+        "steps": steps,
+        "mocks": body.mocks.clone().unwrap_or(Value::Array(Vec::new())),
+    }))
+    .map_err(|e| LabError::new(e.code, e.message))?;
+    let v = scenario.to_json();
+    Ok(ScenarioDraft {
+        name: body.name.clone(),
+        description,
+        steps: v.get("steps").cloned().unwrap_or(Value::Null),
+        mocks: v.get("mocks").cloned().unwrap_or(Value::Null),
+    })
+}
+
+fn scenario_of(s: &store_lab::Scenario) -> Result<Scenario, LabError> {
+    Scenario::from_json(&json!({
+        "name": s.name,
+        "description": s.description,
+        "steps": s.steps,
+        "mocks": s.mocks,
+    }))
+    .map_err(|e| LabError::new(e.code, format!("stored scenario {:?}: {}", s.id, e.message)))
+}
+
+/// The outputs to record (an output over the store's row limit is recorded as an error, not
+/// kept), and each trial's score (`None` for a trial with an infrastructure error).
+fn scored_outputs(
+    report: &RunReport,
+    scenario: &Scenario,
+    scorer: Option<&dyn Scorer>,
+) -> (Vec<NewOutput>, Vec<Option<RunScore>>) {
+    let mut outputs = Vec::with_capacity(report.outputs.len());
+    let mut per_trial: Vec<Vec<StepScore>> = vec![Vec::new(); report.trials as usize];
+    let mut infra = vec![false; report.trials as usize];
+    for o in &report.outputs {
+        let t = (o.trial as usize).saturating_sub(1);
+        let expected = scenario
+            .steps()
+            .get(o.step.saturating_sub(1))
+            .and_then(|s| s.expected.as_ref());
+        let too_large = o.input.len() + o.output.len() > store_lab::MAX_OUTPUT_BYTES;
+        let (output, ok, error_code) = if too_large {
+            (
+                String::new(),
+                false,
+                Some(codes::LAB_OUTPUT_TOO_LARGE.to_owned()),
+            )
+        } else {
+            (o.output.clone(), o.ok, o.error.map(str::to_owned))
+        };
+        let input = if too_large && o.input.len() > store_lab::MAX_OUTPUT_BYTES / 2 {
+            String::new()
+        } else {
+            o.input.clone()
+        };
+        let s = score_step(scorer, &o.input, &output, expected).unwrap_or(StepScore::NotScored {
+            reason: crate::score::NotScored::NoExpected,
+        });
+        if let Some(e) = o.error
+            && crate::scenario::is_infrastructure(e)
+            && let Some(f) = infra.get_mut(t)
+        {
+            *f = true;
+        }
+        if let Some(v) = per_trial.get_mut(t) {
+            v.push(s);
+        }
+        let (score, pass) = match s {
+            StepScore::Scored(x) => (Some(x.score()), Some(x.pass())),
+            StepScore::NotScored { .. } => (None, None),
+        };
+        outputs.push(NewOutput {
+            step: u32::try_from(o.step).unwrap_or(u32::MAX),
+            trial: o.trial,
+            input,
+            output,
+            ok,
+            error_code,
+            score,
+            pass,
+        });
+    }
+    let trials = per_trial
+        .iter()
+        .zip(infra)
+        .map(|(steps, infra)| (!infra).then(|| RunScore::of_steps(steps)))
+        .collect();
+    (outputs, trials)
+}
+
+fn step_score_of(o: &NewOutput) -> StepScore {
+    match o
+        .score
+        .zip(o.pass)
+        .and_then(|(s, p)| crate::score::Scored::new(s, p))
+    {
+        Some(s) => StepScore::Scored(s),
+        None => StepScore::NotScored {
+            reason: crate::score::NotScored::NoExpected,
+        },
+    }
+}
+
+/// One side's result on one scenario: per scenario the score is the mean over trials (and
+/// steps, within a trial); `None` when a trial without an infrastructure error was not scored.
+fn observed_of(scenario: &str, trials: u32, scores: &[Option<RunScore>]) -> Observed {
+    let infra_errors = scores.iter().filter(|s| s.is_none()).count() as u32;
+    let usable: Vec<&RunScore> = scores.iter().flatten().collect();
+    let mut sum = 0.0;
+    let mut passes = 0;
+    let mut scored = !usable.is_empty();
+    for s in &usable {
+        match s {
+            RunScore::Scored(x) => {
+                sum += x.score();
+                passes += u32::from(x.pass());
+            }
+            RunScore::NotScored { .. } => scored = false,
+        }
+    }
+    Observed {
+        scenario: scenario.to_owned(),
+        trials,
+        infra_errors,
+        scored: scored.then(|| ScoredTrials {
+            score: (sum / usable.len() as f64).clamp(0.0, 1.0),
+            passes,
+        }),
+    }
+}

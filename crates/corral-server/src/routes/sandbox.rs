@@ -1,0 +1,362 @@
+//! `/v1/sandbox/*`: the lab over HTTP (issue 14 item 7), a thin surface over the runtime's
+//! `corral_lab::service::LabService`, which checks the off switch and the caller's role, works
+//! in the caller's tenant and writes the one audit event of each action. A body is read under
+//! the server's limit first (413 before anything else), then the caller is authenticated.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use corral_guard::Caller;
+use corral_lab::service::{CompareBody, LabError, PageQuery, RunBody, ScenarioBody, parse};
+use corral_lab::synthetic;
+use corral_policy::codes;
+use corral_store::lab::Paged;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::extract::{Authed, Sandbox};
+use crate::AppState;
+use crate::error::ApiError;
+
+fn err(e: LabError, rid: &str) -> ApiError {
+    ApiError::new(e.code, e.message, None, rid)
+}
+
+fn answer(status: StatusCode, body: Value, rid: &str) -> Response {
+    let mut resp = (status, axum::Json(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(rid) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
+fn to_json<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+fn paged<T: Serialize>(p: &Paged<T>) -> Value {
+    json!({"items": to_json(&p.items), "next": p.next.as_ref().map(ToString::to_string)})
+}
+
+/// Authenticates a GET (or a bodiless request) and refuses it when the lab is off.
+async fn enter(
+    state: &AppState,
+    auth: Authed<Sandbox>,
+    op: &'static str,
+) -> Result<(Caller, String), ApiError> {
+    let Authed {
+        caller, request_id, ..
+    } = auth;
+    let lab = state.runtime().lab();
+    if let Err(e) = lab.check_enabled() {
+        return Err(err(
+            lab.rejected(&caller, &request_id, op, e).await,
+            &request_id,
+        ));
+    }
+    Ok((caller, request_id))
+}
+
+/// Reads a JSON body under the limit, authenticates, refuses when the lab is off, and parses.
+async fn enter_with_body(
+    state: &AppState,
+    request: Request,
+    op: &'static str,
+) -> Result<(Caller, String, Value), Response> {
+    let rid = super::request_id();
+    let (mut parts, body) = request.into_parts();
+    let declared = crate::body::content_length(&parts.headers);
+    let limit = state.max_body_bytes();
+    let body = match crate::body::read(body, limit, declared).await {
+        Ok(b) => b,
+        Err(e) => return Err(e.response(limit, None, &rid)),
+    };
+    let caller = match Authed::<Sandbox>::authenticate(&mut parts, state, rid.clone()).await {
+        Ok(a) => a.caller,
+        Err(e) => return Err(e.into_response()),
+    };
+    let lab = state.runtime().lab();
+    if let Err(e) = lab.check_enabled() {
+        return Err(err(lab.rejected(&caller, &rid, op, e).await, &rid).into_response());
+    }
+    let value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(serde_json::Map::new())
+    } else {
+        match serde_json::from_slice::<Value>(&body) {
+            Ok(v) => v,
+            Err(e) => {
+                let e = LabError {
+                    code: codes::ARGS_MALFORMED,
+                    message: format!("the request body is not JSON: {e}; send a JSON object"),
+                };
+                return Err(err(lab.rejected(&caller, &rid, op, e).await, &rid).into_response());
+            }
+        }
+    };
+    Ok((caller, rid, value))
+}
+
+/// Reads `limit` and `after` (and lists which other parameters the route takes).
+fn page_of(q: &HashMap<String, String>, extra: &[&str]) -> Result<PageQuery, LabError> {
+    let invalid = |m: String| LabError {
+        code: codes::ARGS_INVALID,
+        message: m,
+    };
+    if let Some(k) = q
+        .keys()
+        .find(|k| !["limit", "after"].contains(&k.as_str()) && !extra.contains(&k.as_str()))
+    {
+        return Err(LabError {
+            code: codes::ARGS_UNKNOWN,
+            message: format!(
+                "`{}` is not a parameter of this listing; it takes `limit` and `after`{}",
+                k.chars().take(64).collect::<String>(),
+                extra.iter().map(|e| format!(", `{e}`")).collect::<String>()
+            ),
+        });
+    }
+    let limit = match q.get("limit") {
+        None => 50,
+        Some(l) => match l.parse::<u32>() {
+            Ok(n) if (1..=corral_store::lab::MAX_PAGE).contains(&n) => n,
+            _ => {
+                return Err(invalid(format!(
+                    "`limit` must be a whole number from 1 to {}",
+                    corral_store::lab::MAX_PAGE
+                )));
+            }
+        },
+    };
+    Ok(PageQuery {
+        limit,
+        after: q.get("after").cloned(),
+    })
+}
+
+/// `POST /v1/sandbox/synthetic-data` `{subject_kind?, count?, seed?}` -> `{samples}`.
+pub async fn generate(State(state): State<AppState>, request: Request) -> Response {
+    const OP: &str = "sandbox.generate";
+    let (caller, rid, body) = match enter_with_body(&state, request, OP).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let lab = state.runtime().lab();
+    let req: synthetic::Request = match parse("POST /v1/sandbox/synthetic-data", body) {
+        Ok(r) => r,
+        Err(e) => return err(lab.rejected(&caller, &rid, OP, e).await, &rid).into_response(),
+    };
+    match lab.generate(&caller, &rid, &req).await {
+        Ok(b) => answer(StatusCode::OK, to_json(&b), &rid),
+        Err(e) => err(e, &rid).into_response(),
+    }
+}
+
+/// `POST /v1/sandbox/scenarios` -> 201 the scenario.
+pub async fn create_scenario(State(state): State<AppState>, request: Request) -> Response {
+    const OP: &str = "sandbox.scenarios.create";
+    let (caller, rid, body) = match enter_with_body(&state, request, OP).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let lab = state.runtime().lab();
+    let b: ScenarioBody = match parse("POST /v1/sandbox/scenarios", body) {
+        Ok(b) => b,
+        Err(e) => return err(lab.rejected(&caller, &rid, OP, e).await, &rid).into_response(),
+    };
+    match lab.create_scenario(&caller, &rid, b).await {
+        Ok(s) => answer(StatusCode::CREATED, to_json(&s), &rid),
+        Err(e) => err(e, &rid).into_response(),
+    }
+}
+
+/// `PUT /v1/sandbox/scenarios/{id}` (the create body plus `version`) -> the scenario.
+pub async fn update_scenario(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Response {
+    const OP: &str = "sandbox.scenarios.update";
+    let (caller, rid, body) = match enter_with_body(&state, request, OP).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let lab = state.runtime().lab();
+    let b: ScenarioBody = match parse("PUT /v1/sandbox/scenarios/{id}", body) {
+        Ok(b) => b,
+        Err(e) => return err(lab.rejected(&caller, &rid, OP, e).await, &rid).into_response(),
+    };
+    match lab.update_scenario(&caller, &rid, &id, b).await {
+        Ok(s) => answer(StatusCode::OK, to_json(&s), &rid),
+        Err(e) => err(e, &rid).into_response(),
+    }
+}
+
+/// `GET /v1/sandbox/scenarios?limit=&after=` -> `{items, next}`.
+pub async fn list_scenarios(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    const OP: &str = "sandbox.scenarios.list";
+    let (caller, rid) = enter(&state, auth, OP).await?;
+    let lab = state.runtime().lab();
+    let page = match page_of(&q, &[]) {
+        Ok(p) => p,
+        Err(e) => return Err(err(lab.rejected(&caller, &rid, OP, e).await, &rid)),
+    };
+    let p = lab
+        .list_scenarios(&caller, &rid, &page)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, paged(&p), &rid))
+}
+
+/// `GET /v1/sandbox/scenarios/{id}`.
+pub async fn get_scenario(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    let (caller, rid) = enter(&state, auth, "sandbox.scenarios.get").await?;
+    let s = state
+        .runtime()
+        .lab()
+        .get_scenario(&caller, &rid, &id)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, to_json(&s), &rid))
+}
+
+/// `POST /v1/sandbox/scenarios/{id}/runs` -> 201 the finished run.
+pub async fn run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Response {
+    const OP: &str = "sandbox.scenarios.run";
+    let (caller, rid, body) = match enter_with_body(&state, request, OP).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let lab = state.runtime().lab();
+    let b: RunBody = match parse("POST /v1/sandbox/scenarios/{id}/runs", body) {
+        Ok(b) => b,
+        Err(e) => return err(lab.rejected(&caller, &rid, OP, e).await, &rid).into_response(),
+    };
+    match lab.run(&caller, &rid, &id, b).await {
+        Ok(r) => answer(StatusCode::CREATED, to_json(&r), &rid),
+        Err(e) => err(e, &rid).into_response(),
+    }
+}
+
+/// `GET /v1/sandbox/runs?scenario=&limit=&after=` -> `{items, next}`.
+pub async fn list_runs(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    const OP: &str = "sandbox.runs.list";
+    let (caller, rid) = enter(&state, auth, OP).await?;
+    let lab = state.runtime().lab();
+    let page = match page_of(&q, &["scenario"]) {
+        Ok(p) => p,
+        Err(e) => return Err(err(lab.rejected(&caller, &rid, OP, e).await, &rid)),
+    };
+    let p = lab
+        .list_runs(&caller, &rid, q.get("scenario").map(String::as_str), &page)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, paged(&p), &rid))
+}
+
+/// `GET /v1/sandbox/runs/{id}`.
+pub async fn get_run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    let (caller, rid) = enter(&state, auth, "sandbox.runs.get").await?;
+    let r = state
+        .runtime()
+        .lab()
+        .get_run(&caller, &rid, &id)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, to_json(&r), &rid))
+}
+
+/// `GET /v1/sandbox/runs/{id}/outputs` -> `{items}`.
+pub async fn outputs(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    let (caller, rid) = enter(&state, auth, "sandbox.runs.outputs").await?;
+    let items = state
+        .runtime()
+        .lab()
+        .outputs(&caller, &rid, &id)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(
+        StatusCode::OK,
+        json!({"items": to_json(&items)}),
+        &rid,
+    ))
+}
+
+/// `POST /v1/sandbox/comparisons` -> 201 the comparison.
+pub async fn compare(State(state): State<AppState>, request: Request) -> Response {
+    const OP: &str = "sandbox.compare";
+    let (caller, rid, body) = match enter_with_body(&state, request, OP).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let lab = state.runtime().lab();
+    let b: CompareBody = match parse("POST /v1/sandbox/comparisons", body) {
+        Ok(b) => b,
+        Err(e) => return err(lab.rejected(&caller, &rid, OP, e).await, &rid).into_response(),
+    };
+    match lab.compare(&caller, &rid, b).await {
+        Ok(c) => answer(StatusCode::CREATED, to_json(&c), &rid),
+        Err(e) => err(e, &rid).into_response(),
+    }
+}
+
+/// `GET /v1/sandbox/comparisons?limit=&after=` -> `{items, next}`.
+pub async fn list_comparisons(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    const OP: &str = "sandbox.comparisons.list";
+    let (caller, rid) = enter(&state, auth, OP).await?;
+    let lab = state.runtime().lab();
+    let page = match page_of(&q, &[]) {
+        Ok(p) => p,
+        Err(e) => return Err(err(lab.rejected(&caller, &rid, OP, e).await, &rid)),
+    };
+    let p = lab
+        .list_comparisons(&caller, &rid, &page)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, paged(&p), &rid))
+}
+
+/// `GET /v1/sandbox/comparisons/{id}`.
+pub async fn get_comparison(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    let (caller, rid) = enter(&state, auth, "sandbox.comparisons.get").await?;
+    let c = state
+        .runtime()
+        .lab()
+        .get_comparison(&caller, &rid, &id)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, to_json(&c), &rid))
+}
