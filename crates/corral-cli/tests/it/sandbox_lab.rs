@@ -345,6 +345,10 @@ fn compare_inspect_prints_the_verdict_interval_wilson_and_mcnemar_of_two_eval_lo
         corral_with_env(dir.path(), &argv, &[])
     };
 
+    // docs/lab.md's example, as a shell runs it, prints what the docs show.
+    let (code, out, err) = sh(dir.path(), INSPECT_EXAMPLE, &[], "");
+    assert_eq!(code, 0, "{err}");
+    matches_docs_sample_output(&out);
     let (code, out, err) = compare("base.eval", "cand.eval", false);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("verdict: improved\n"), "{out}");
@@ -444,4 +448,75 @@ fn compare_inspect_reads_logs_a_real_inspect_task_on_mockllm_wrote() {
         "{out}"
     );
     assert!(out.contains("McNemar: not applicable"), "two epochs: {out}");
+}
+
+/// The fenced blocks of docs/lab.md with their info string (`sh`, `text`, ...).
+fn lab_md_blocks() -> Vec<(String, Vec<String>)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/lab.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = Vec::new();
+    let mut block: Option<(String, Vec<String>)> = None;
+    for line in text.lines() {
+        match &mut block {
+            None => {
+                if let Some(info) = line.strip_prefix("```") {
+                    block = Some((info.trim().to_owned(), Vec::new()));
+                }
+            }
+            Some(_) if line.trim_start() == "```" => out.extend(block.take()),
+            Some((_, lines)) => lines.push(line.to_owned()),
+        }
+    }
+    out
+}
+
+#[test]
+fn every_shell_example_in_docs_lab_md_is_a_session_these_tests_run() {
+    let sessions: Vec<Vec<String>> = lab_md_blocks()
+        .into_iter()
+        .filter(|(info, _)| info == "sh")
+        .map(|(_, lines)| lines)
+        .collect();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    // The worked example, line for line: the server and `--local` tests run exactly these.
+    assert_eq!(sessions[0], WORKED_EXAMPLE);
+    // The Inspect comparison: the command the Inspect test runs.
+    assert_eq!(sessions[1], [INSPECT_EXAMPLE]);
+}
+
+/// docs/lab.md's `compare --inspect` example, run by the Inspect test (in a directory holding
+/// `base.eval` and `cand.eval`).
+const INSPECT_EXAMPLE: &str = "corral sandbox compare --inspect base.eval cand.eval --seed 7";
+
+/// Every line of docs/lab.md's sample output of `compare --inspect` is a line of `out`, a
+/// `[...]` in it standing for an interval.
+fn matches_docs_sample_output(out: &str) {
+    let blocks = lab_md_blocks();
+    let sample = blocks
+        .iter()
+        .find(|(info, lines)| {
+            info == "text" && lines.first().is_some_and(|l| l == "verdict: improved")
+        })
+        .map(|(_, lines)| lines)
+        .unwrap();
+    for want in sample {
+        let parts: Vec<&str> = want.split("[...]").collect();
+        let found = out.lines().any(|have| {
+            let Some(mut rest) = have.strip_prefix(parts[0]) else {
+                return false;
+            };
+            for part in &parts[1..] {
+                // `[...]` is one `[lower, upper]` interval.
+                let Some(after) = rest.strip_prefix('[').and_then(|r| r.split_once(']')) else {
+                    return false;
+                };
+                let Some(r) = after.1.strip_prefix(part) else {
+                    return false;
+                };
+                rest = r;
+            }
+            rest.is_empty()
+        });
+        assert!(found, "docs/lab.md shows `{want}`; the output is:\n{out}");
+    }
 }
