@@ -210,6 +210,92 @@ fn spec_003s_worked_example_runs_through_a_real_server_with_its_exact_counts_and
     );
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.starts_with("error[rbac.denied]: "), "{err}");
+
+    // A comparison on the one scenario, scored: the verdict is forced and says by which rule;
+    // a deploy comparison is an admin's decision.
+    std::fs::write(
+        dir.path().join("scored.json"),
+        r#"[{"input": "agent:user1@example.test", "expected": "first synthetic account"}]"#,
+    )
+    .unwrap();
+    let operator = [
+        ("CORRAL_SERVER", served.url.as_str()),
+        ("CORRAL_TOKEN", OPERATOR_TOKEN),
+    ];
+    let (code, out, err) = sh(
+        dir.path(),
+        "corral sandbox scenarios create --name scored --steps-file scored.json --mocks-file mocks.json -o json",
+        &operator,
+        "",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let scored: Value = serde_json::from_str(&out).unwrap();
+    let scored = scored["id"].as_str().unwrap();
+    let compare = format!(
+        "corral sandbox compare --baseline v1 --candidate v2 --scenario {scored} --scorer exact"
+    );
+    let (code, out, err) = sh(dir.path(), &compare, &operator, "");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("verdict: inconclusive\n"), "{out}");
+    assert!(
+        out.contains("forced inconclusive by: too_few_scenarios (fewer than 10 scenarios)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("delta (candidate - baseline): +0.0000 over 1 scenarios"),
+        "{out}"
+    );
+    let (code, out, err) = sh(dir.path(), &format!("{compare} --deploy"), &operator, "");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.starts_with("error[rbac.denied]: "), "{err}");
+}
+
+#[test]
+fn spec_003s_worked_example_runs_in_process_with_local_and_the_off_switch_keeps_its_data() {
+    let dir = workspace(Some(CONFIG));
+    let env = [
+        ("CORRAL_IT_OPERATOR", OPERATOR_TOKEN),
+        ("CORRAL_IT_VIEWER", VIEWER_TOKEN),
+    ];
+    let local = "--local -c corral.yaml --principal lab-operator";
+    worked_example(dir.path(), &env, local);
+
+    // `sandbox: {enabled: false}`: every command but `generate` refuses, nothing is deleted.
+    let config = std::fs::read_to_string(dir.path().join("corral.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("corral.yaml"),
+        format!("{config}sandbox: {{enabled: false}}\n"),
+    )
+    .unwrap();
+    let (code, out, err) = sh(dir.path(), "corral sandbox scenarios list", &env, local);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.starts_with("error[lab.disabled]: "), "{err}");
+    assert!(
+        err.contains("sandbox.enabled"),
+        "the message says how to turn it on: {err}"
+    );
+    let (code, _, err) = sh(dir.path(), "corral sandbox generate --count 1", &env, local);
+    assert_eq!(code, 0, "generate is local and stores nothing: {err}");
+    std::fs::write(dir.path().join("corral.yaml"), &config).unwrap();
+    let (code, out, err) = sh(dir.path(), "corral sandbox scenarios list", &env, local);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("  v1  generated\n"),
+        "the scenario is back: {out}"
+    );
+
+    // A config without tokens has only the anonymous caller, who has no role.
+    std::fs::write(
+        dir.path().join("corral.yaml"),
+        format!(
+            "version: 1\npreset: workspace_jail\nroot: {}\nstate_dir: .corral\n",
+            dir.path().join("ws").display()
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = sh(dir.path(), "corral sandbox scenarios list --local", &[], "");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.starts_with("error[rbac.denied]: "), "{err}");
 }
 
 #[test]
