@@ -236,6 +236,10 @@ fn spec_003s_worked_example_runs_through_a_real_server_with_its_exact_counts_and
     );
     let (code, out, err) = sh(dir.path(), &compare, &operator, "");
     assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        err, "",
+        "no progress is drawn when stderr is not a terminal"
+    );
     assert!(out.contains("verdict: inconclusive\n"), "{out}");
     assert!(
         out.contains("forced inconclusive by: too_few_scenarios (fewer than 10 scenarios)"),
@@ -245,6 +249,31 @@ fn spec_003s_worked_example_runs_through_a_real_server_with_its_exact_counts_and
         out.contains("delta (candidate - baseline): +0.0000 over 1 scenarios"),
         "{out}"
     );
+    let id = out
+        .strip_prefix("comparison ")
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let viewer = [
+        ("CORRAL_SERVER", served.url.as_str()),
+        ("CORRAL_TOKEN", VIEWER_TOKEN),
+    ];
+    let (code, out, err) = sh(dir.path(), "corral sandbox comparisons list", &viewer, "");
+    assert_eq!(code, 0, "a viewer reads comparisons: {out}{err}");
+    assert!(
+        out.starts_with(&format!("{id}  inconclusive  v1 -> v2  delta +0.0000\n")),
+        "{out}"
+    );
+    let (code, out, err) = sh(
+        dir.path(),
+        &format!("corral sandbox comparisons get {id} -o json"),
+        &viewer,
+        "",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let recorded: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(recorded["verdict"], "inconclusive");
+    assert_eq!(recorded["forced_by"], "too_few_scenarios");
     let (code, out, err) = sh(dir.path(), &format!("{compare} --deploy"), &operator, "");
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.starts_with("error[rbac.denied]: "), "{err}");

@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use corral_client::sandbox::{ComparisonRequest, VariantSpec};
+use clap::Subcommand;
+use corral_client::sandbox::{Comparison, ComparisonRequest, PageRequest, VariantSpec};
 use serde_json::Value;
 
 use super::{Conn, Lab, Progress, printable};
@@ -93,19 +94,84 @@ pub(crate) fn run(a: Args) -> CliResult {
         );
         lab.compare(&req)?
     };
-    let v = serde_json::to_value(&c).unwrap_or(Value::Null);
-    match a.conn.format {
-        Format::Json => crate::output::print_json(&c),
+    print_recorded(&c, a.conn.format);
+    Ok(verdict_exit(&c.verdict))
+}
+
+/// `corral sandbox comparisons list | get`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Recorded {
+    /// List the tenant's recorded comparisons, newest first.
+    List {
+        /// Rows per page.
+        #[arg(long, value_name = "N")]
+        limit: Option<u32>,
+        /// Start after this cursor (the `next` of the previous page).
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Show one recorded comparison: its verdict and statistics.
+    Get {
+        /// The comparison's id.
+        id: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+pub(crate) fn recorded(c: Recorded) -> CliResult {
+    match c {
+        Recorded::List { limit, after, conn } => {
+            let page = Lab::open(&conn)?.list_comparisons(&PageRequest { limit, after })?;
+            match conn.format {
+                Format::Json => crate::output::print_json(&page),
+                Format::Human => {
+                    if page.items.is_empty() {
+                        outln!("no comparisons");
+                    }
+                    for c in &page.items {
+                        let side =
+                            |k: &str| printable(c.extra[k]["variant"].as_str().unwrap_or("?"));
+                        outln!(
+                            "{}  {}  {} -> {}  delta {}{}",
+                            c.id,
+                            printable(&c.verdict),
+                            side("baseline"),
+                            side("candidate"),
+                            c.delta
+                                .map_or_else(|| "-".to_owned(), |d| format!("{d:+.4}")),
+                            if c.deploy { "  deploy" } else { "" }
+                        );
+                    }
+                    if let Some(next) = &page.next {
+                        outln!("more: --after {}", printable(next));
+                    }
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        Recorded::Get { id, conn } => {
+            let c = Lab::open(&conn)?.comparison(&id)?;
+            print_recorded(&c, conn.format);
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+fn print_recorded(c: &Comparison, format: Format) {
+    match format {
+        Format::Json => crate::output::print_json(c),
         Format::Human => {
             outln!(
                 "comparison {}{}",
                 c.id,
                 if c.deploy { " (deploy)" } else { "" }
             );
-            print_verdict(&v);
+            print_verdict(&serde_json::to_value(c).unwrap_or(Value::Null));
         }
     }
-    Ok(verdict_exit(&c.verdict))
 }
 
 /// `--inspect BASE.eval CAND.eval`: the verdict over two Inspect logs.

@@ -242,6 +242,45 @@ impl Lab {
         }
     }
 
+    pub(crate) fn list_comparisons(
+        &self,
+        page: &PageRequest,
+    ) -> Result<Page<Comparison>, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_list_comparisons(page))
+                .map_err(context::remote_error),
+            Lab::Local {
+                runtime,
+                caller,
+                rt,
+            } => {
+                let p = rt
+                    .block_on(lab(runtime).list_comparisons(caller, &rid(), &page_query(page)))
+                    .map_err(refused)?;
+                convert(&p, "comparisons")
+            }
+        }
+    }
+
+    pub(crate) fn comparison(&self, id: &str) -> Result<Comparison, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_comparison(id))
+                .map_err(context::remote_error),
+            Lab::Local {
+                runtime,
+                caller,
+                rt,
+            } => {
+                let c = rt
+                    .block_on(lab(runtime).get_comparison(caller, &rid(), id))
+                    .map_err(refused)?;
+                convert(&c, "comparison")
+            }
+        }
+    }
+
     pub(crate) fn compare(&self, req: &ComparisonRequest) -> Result<Comparison, CliError> {
         match self {
             Lab::Remote { client, rt } => rt

@@ -51,6 +51,9 @@ enum Command {
     /// errors above 5%, or an unscored run. Exit codes: 0 a verdict, 1 `regressed` or a refusal,
     /// 2 usage or connection error.
     Compare(compare::Args),
+    /// Read recorded comparisons.
+    #[command(subcommand)]
+    Comparisons(compare::Recorded),
 }
 
 /// Where a lab command works (a server, or in-process), as whom, and how it prints.
@@ -90,6 +93,7 @@ pub fn run(args: Args) -> CliResult {
         Command::Scenarios(c) => scenarios::run(c),
         Command::Runs(c) => runs::run(c),
         Command::Compare(a) => compare::run(a),
+        Command::Comparisons(c) => compare::recorded(c),
     }
 }
 
@@ -148,31 +152,51 @@ pub(crate) fn printable(s: &str) -> String {
     crate::cmd::audit::printable(s)
 }
 
-/// A spinner on stderr while a long lab call runs, drawn only when stderr is a terminal.
-pub(crate) struct Progress(Option<indicatif::ProgressBar>);
+/// A spinner on stderr while a long lab call runs: drawn only when stderr is a terminal, and
+/// only once the call has taken more than [`PROGRESS_AFTER`] (a quick answer draws nothing).
+pub(crate) struct Progress(Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>);
+
+/// How long a lab call runs before its spinner appears.
+const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Progress {
-    /// Starts a spinner saying `what` (nothing when stderr is not a terminal, or `quiet`).
+    /// Starts the spinner's timer, saying `what` once it draws (nothing when stderr is not a
+    /// terminal, or not `wanted`).
     pub(crate) fn start(what: String, wanted: bool) -> Progress {
         use std::io::IsTerminal as _;
         if !wanted || !std::io::stderr().is_terminal() {
             return Progress(None);
         }
-        let bar =
-            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
-        if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
-            bar.set_style(style);
-        }
-        bar.set_message(what);
-        bar.enable_steady_tick(std::time::Duration::from_millis(120));
-        Progress(Some(bar))
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let ticker = std::thread::spawn(move || {
+            if finished.recv_timeout(PROGRESS_AFTER).is_ok() {
+                return;
+            }
+            let bar = indicatif::ProgressBar::with_draw_target(
+                None,
+                indicatif::ProgressDrawTarget::stderr(),
+            );
+            if let Ok(style) =
+                indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            {
+                bar.set_style(style);
+            }
+            bar.set_message(what);
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            // Until the call ends (or the command's end drops the sender).
+            let _ = finished.recv();
+            bar.finish_and_clear();
+        });
+        Progress(Some((done, ticker)))
     }
 }
 
 impl Drop for Progress {
     fn drop(&mut self) {
-        if let Some(bar) = self.0.take() {
-            bar.finish_and_clear();
+        if let Some((done, ticker)) = self.0.take() {
+            let _ = done.send(());
+            // The spinner is cleared before anything is printed.
+            let _ = ticker.join();
         }
     }
 }
