@@ -177,6 +177,105 @@ fn spec_003s_worked_example_runs_through_a_real_server_with_its_exact_counts_and
     );
 
     // The text output says the same for people.
+    let operator = [
+        ("CORRAL_SERVER", served.url.as_str()),
+        ("CORRAL_TOKEN", OPERATOR_TOKEN),
+    ];
+    let (code, out, err) = sh(
+        dir.path(),
+        "corral sandbox runs list -o json",
+        &operator,
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let run_id = serde_json::from_str::<Value>(&out).unwrap()["items"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, out, err) = sh(
+        dir.path(),
+        &format!("corral sandbox runs get {run_id}"),
+        &operator,
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "  backend inproc-mock via inproc: isolated true, destroyed true; purpose simulation",
+        "  steps: 2 total, 1 ok, 1 error; infrastructure errors: 0",
+        "  verdict: executed, not scored",
+        "  mock miss: step 2 op scenario.resource args ",
+    ] {
+        assert!(out.contains(line), "`{line}` in:\n{out}");
+    }
+    let (code, out, err) = sh(
+        dir.path(),
+        &format!("corral sandbox runs outputs {run_id}"),
+        &operator,
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "step 1 trial 1  ok\n  input:  agent:user1@example.test\n  output: first synthetic account\n\
+         step 2 trial 1  error lab.mock_miss\n  input:  agent:user2@example.test\n  output: [[mock-miss:agent:user2@example.test]]\n"
+    );
+
+    // Same scenario, variant and seed: the same outputs.
+    let scenario_id = serde_json::from_str::<Value>(
+        &sh(
+            dir.path(),
+            "corral sandbox scenarios list -o json",
+            &operator,
+            "",
+        )
+        .1,
+    )
+    .unwrap()["items"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, out, err) = sh(
+        dir.path(),
+        &format!("corral sandbox scenarios run {scenario_id} --variant candidate -o json"),
+        &operator,
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let again = serde_json::from_str::<Value>(&out).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let outputs = |id: &str| {
+        let (_, out, _) = sh(
+            dir.path(),
+            &format!("corral sandbox runs outputs {id} -o json"),
+            &operator,
+            "",
+        );
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| (o["input"].clone(), o["output"].clone(), o["ok"].clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_ne!(again, run_id);
+    assert_eq!(outputs(&again), outputs(&run_id));
+
+    // OS-level isolation asked for a mock run: refused with its code, never run without it.
+    let (code, out, err) = sh(
+        dir.path(),
+        &format!("corral sandbox scenarios run {scenario_id} --isolation linux"),
+        &operator,
+        "",
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.starts_with("error[lab.isolation_unsupported]: "),
+        "{err}"
+    );
+
     let (code, out, err) = sh(
         dir.path(),
         "corral sandbox runs list",

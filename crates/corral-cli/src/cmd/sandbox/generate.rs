@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use corral_lab::synthetic;
 
-use super::printable;
+use super::printable_text;
 use crate::{CliError, CliResult, Exit, Format};
 
 #[derive(Debug, clap::Args)]
@@ -44,7 +44,7 @@ pub(crate) fn run(a: Args) -> CliResult {
         Format::Json => crate::output::print_json(&batch),
         Format::Human => {
             for s in &batch.samples {
-                outln!("{}  {}", s.key, printable(&s.input));
+                outln!("{}  {}", s.key, printable_text(&s.input));
             }
         }
     }

@@ -152,6 +152,20 @@ pub(crate) fn printable(s: &str) -> String {
     crate::cmd::audit::printable(s)
 }
 
+/// `s` as printed at the end of a line (an input, an output, a name): as is when it holds no
+/// character that could forge a line or drive the terminal (spaces are fine), else quoted with
+/// escapes.
+pub(crate) fn printable_text(s: &str) -> String {
+    let plain = s.chars().all(|c| {
+        c == ' ' || (!c.is_whitespace() && c != '"' && c != '\\' && c.escape_debug().count() == 1)
+    });
+    if plain {
+        s.to_owned()
+    } else {
+        format!("{s:?}")
+    }
+}
+
 /// A spinner on stderr while a long lab call runs: drawn only when stderr is a terminal, and
 /// only once the call has taken more than [`PROGRESS_AFTER`] (a quick answer draws nothing).
 pub(crate) struct Progress(Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>);

@@ -3,7 +3,7 @@
 use clap::Subcommand;
 use corral_client::sandbox::{Output, PageRequest, Run};
 
-use super::{Conn, Lab, printable};
+use super::{Conn, Lab, printable, printable_text};
 use crate::{CliResult, Exit, Format};
 
 #[derive(Debug, Subcommand)]
@@ -183,7 +183,7 @@ fn print_output(o: &Output) {
         "step {} trial {}  {status}{scored}\n  input:  {}\n  output: {}",
         o.step,
         o.trial,
-        printable(&o.input),
-        printable(&o.output)
+        printable_text(&o.input),
+        printable_text(&o.output)
     );
 }

@@ -6,7 +6,7 @@ use clap::Subcommand;
 use corral_client::sandbox::{PageRequest, RunRequest, Scenario, ScenarioRequest, Step};
 use serde_json::Value;
 
-use super::{Conn, Lab, Progress, printable};
+use super::{Conn, Lab, Progress, printable, printable_text};
 use crate::{CliError, CliResult, Exit, Format};
 
 #[derive(Debug, Subcommand)]
@@ -254,7 +254,7 @@ fn print_scenario(s: &Scenario) {
         s.version
     );
     if !s.description.is_empty() {
-        outln!("  {}", printable(&s.description));
+        outln!("  {}", printable_text(&s.description));
     }
     outln!("steps: {}", s.steps.len());
     for (i, step) in s.steps.iter().enumerate() {
@@ -262,10 +262,10 @@ fn print_scenario(s: &Scenario) {
             Some(e) => outln!(
                 "  {}  {}  expected {}",
                 i + 1,
-                printable(&step.input),
+                printable_text(&step.input),
                 printable(&e.to_string())
             ),
-            None => outln!("  {}  {}", i + 1, printable(&step.input)),
+            None => outln!("  {}  {}", i + 1, printable_text(&step.input)),
         }
     }
     outln!("mocks: {}", s.mocks.len());
