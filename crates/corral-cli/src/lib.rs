@@ -278,6 +278,13 @@ enum Command {
     /// a new `.git` or `.corral` (at any depth) or what is over `--write-quota` is refused
     /// there, one line per refused path on stderr, and no set-id bit reaches the host.
     Run(cmd::run::Args),
+    /// The lab: synthetic inputs, scenarios of steps and mocks, runs against the mocks, and the
+    /// before/after comparison verdict (`docs/lab.md`).
+    ///
+    /// On a server (`--server`, the token from $CORRAL_TOKEN) or in-process (`--local`).
+    /// Exit codes: 0 ok, 1 a refusal, a failed run or a `regressed` verdict, 2 usage or
+    /// connection error.
+    Sandbox(cmd::sandbox::Args),
     /// Check a server's `/healthz`: exit 0 when healthy, 1 when not or unreachable.
     Healthcheck {
         /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
@@ -436,6 +443,7 @@ pub fn run_cli(cli: Cli) -> CliResult {
             remote,
         ),
         Command::Run(args) => cmd::run::run(args),
+        Command::Sandbox(args) => cmd::sandbox::run(args),
         Command::Healthcheck {
             server,
             timeout_ms,

@@ -20,6 +20,7 @@
 //! reqwest never logs it), never in a URL, and [`Client`]'s `Debug` output redacts it.
 
 pub mod error;
+pub mod sandbox;
 pub mod types;
 
 use std::time::Duration;
@@ -71,7 +72,7 @@ impl std::fmt::Debug for Client {
 }
 
 /// Percent-encodes an op id for one path segment, so no id can name another route.
-fn encode_segment(s: &str) -> String {
+pub(crate) fn encode_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'~') {
@@ -384,7 +385,7 @@ fn transport_message(e: &reqwest::Error) -> String {
     msg
 }
 
-async fn decode_json<T: serde::de::DeserializeOwned>(
+pub(crate) async fn decode_json<T: serde::de::DeserializeOwned>(
     resp: reqwest::Response,
 ) -> Result<T, ClientError> {
     let status = resp.status();

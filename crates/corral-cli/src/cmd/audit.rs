@@ -70,7 +70,7 @@ fn print_lines(v: &Value) {
 /// `s` as printed in a column: as is when it is plain; quoted, with escapes, when it holds
 /// whitespace (which would fake columns), a quote or backslash, or anything Rust would escape
 /// for debugging (control characters, bidi overrides, zero-width and other invisible ones).
-fn printable(s: &str) -> String {
+pub(crate) fn printable(s: &str) -> String {
     let plain = s
         .chars()
         .all(|c| !c.is_whitespace() && c != '"' && c != '\\' && c.escape_debug().count() == 1);

@@ -12,4 +12,5 @@ pub mod healthcheck;
 pub mod init;
 pub mod mcp;
 pub mod run;
+pub mod sandbox;
 pub mod serve;

@@ -5,6 +5,8 @@ mod crash;
 mod custom_ops;
 mod docs;
 mod doctor;
+#[path = "sandbox_lab.rs"]
+mod lab;
 mod mcp;
 mod offline;
 mod reload;

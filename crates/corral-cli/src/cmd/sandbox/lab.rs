@@ -1,0 +1,307 @@
+//! Where a lab command's requests go: a server's `/v1/sandbox/...` routes through the typed
+//! client, or (`--local`) the runtime's lab in-process. Both answer the client's types, so the
+//! commands print the same thing either way.
+
+use corral_client::Client;
+use corral_client::sandbox::{
+    Comparison, ComparisonRequest, Outputs, Page, PageRequest, Run, RunRequest, Scenario,
+    ScenarioRequest, ScenarioSummary,
+};
+use corral_lab::service::{self, LabError, LabService, PageQuery};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::Conn;
+use crate::context::{self, Threads};
+use crate::{CliError, Exit};
+
+/// The lab a command talks to.
+#[derive(Debug)]
+pub(crate) enum Lab {
+    /// A running server.
+    Remote {
+        /// The typed client.
+        client: Client,
+        /// The runtime that drives it.
+        rt: tokio::runtime::Runtime,
+    },
+    /// The config's lab, in-process (`--local`): the runtime's `LabService`, as `caller`.
+    Local {
+        /// The runtime built from the config (its gateway, audit sinks and store).
+        runtime: Box<corral_runtime::Runtime>,
+        /// Who acts.
+        caller: corral_guard::Caller,
+        /// The tokio runtime that drives it.
+        rt: tokio::runtime::Runtime,
+    },
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // The audit events of a local action are flushed before the command ends.
+        if let Lab::Local { runtime, rt, .. } = self {
+            rt.block_on(runtime.close());
+        }
+    }
+}
+
+/// A value of one serde type as another (the client's wire types and the service's): both
+/// are the same JSON.
+fn convert<T: DeserializeOwned>(v: &impl Serialize, what: &str) -> Result<T, CliError> {
+    serde_json::to_value(v)
+        .and_then(serde_json::from_value)
+        .map_err(|e| CliError::usage(format!("the lab's {what} cannot be read: {e}")))
+}
+
+/// A refusal of the local lab: its code, exit 1 (as a server's refusal).
+fn refused(e: LabError) -> CliError {
+    CliError::coded(e.code, e.message).with_exit(Exit::Findings)
+}
+
+/// A request body as the service reads it (its `parse`, so a bad field says what a server
+/// would).
+fn body<T: for<'de> serde::Deserialize<'de>>(
+    what: &str,
+    req: &impl Serialize,
+) -> Result<T, CliError> {
+    let v = serde_json::to_value(req).unwrap_or(Value::Null);
+    service::parse(what, v).map_err(refused)
+}
+
+fn page_query(page: &PageRequest) -> PageQuery {
+    PageQuery {
+        limit: page.limit.unwrap_or(0),
+        after: page.after.clone(),
+    }
+}
+
+/// A fresh request id for the audit of a local action.
+fn rid() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+impl Lab {
+    /// The lab `conn` names: a server, or the config's lab in-process.
+    pub(crate) fn open(conn: &Conn) -> Result<Lab, CliError> {
+        if conn.local {
+            let loaded = context::load(conn.config.clone())?;
+            let caller = context::local_caller(&loaded, conn.principal.as_deref())?;
+            let rt = context::runtime(Threads::One)?;
+            let runtime = rt
+                .block_on(corral_runtime::Runtime::build(
+                    &loaded,
+                    corral_runtime::RuntimeOptions::one_shot(),
+                ))
+                .map_err(|e| CliError::coded(e.code(), &e))?;
+            return Ok(Lab::Local {
+                runtime: Box::new(runtime),
+                caller,
+                rt,
+            });
+        }
+        let client = context::remote_client(conn.server.clone(), conn.token_env.as_deref())?;
+        Ok(Lab::Remote {
+            client,
+            rt: context::runtime(Threads::One)?,
+        })
+    }
+
+    pub(crate) fn create_scenario(&self, req: &ScenarioRequest) -> Result<Scenario, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_create_scenario(req))
+                .map_err(context::remote_error),
+            Lab::Local {
+                runtime,
+                caller,
+                rt,
+            } => {
+                let b = body("a scenario", req)?;
+                let s = rt
+                    .block_on(lab(runtime).create_scenario(caller, &rid(), b))
+                    .map_err(refused)?;
+                convert(&s, "scenario")
+            }
+        }
+    }
+
+    pub(crate) fn list_scenarios(
+        &self,
+        page: &PageRequest,
+    ) -> Result<Page<ScenarioSummary>, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_list_scenarios(page))
+                .map_err(context::remote_error),
+            Lab::Local {
+                runtime,
+                caller,
+                rt,
+            } => {
+                let p = rt
+                    .block_on(lab(runtime).list_scenarios(caller, &rid(), &page_query(page)))
+                    .map_err(refused)?;
+                convert(&p, "scenarios")
+            }
+        }
+    }
+
+    pub(crate) fn scenario(&self, id: &str) -> Result<Scenario, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_scenario(id))
+                .map_err(context::remote_error),
+            Lab::Local {
+                runtime,
+                caller,
+                rt,
+            } => {
+                let s = rt
+                    .block_on(lab(runtime).get_scenario(caller, &rid(), id))
+                    .map_err(refused)?;
+                convert(&s, "scenario")
+            }
+        }
+    }
+
+    pub(crate) fn run(&self, scenario: &str, req: &RunRequest) -> Result<Run, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_run(scenario, req))
+                .map_err(context::remote_error),
+            Lab::Local {
+                runtime,
+                caller,
+                rt,
+            } => {
+                let b = body("a run", req)?;
+                let r = rt
+                    .block_on(lab(runtime).run(caller, &rid(), scenario, b))
+                    .map_err(refused)?;
+                convert(&r, "run")
+            }
+        }
+    }
+
+    pub(crate) fn list_runs(
+        &self,
+        scenario: Option<&str>,
+        page: &PageRequest,
+    ) -> Result<Page<Run>, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_list_runs(scenario, page))
+                .map_err(context::remote_error),
+            Lab::Local {
+                runtime,
+                caller,
+                rt,
+            } => {
+                let p = rt
+                    .block_on(lab(runtime).list_runs(caller, &rid(), scenario, &page_query(page)))
+                    .map_err(refused)?;
+                convert(&p, "runs")
+            }
+        }
+    }
+
+    pub(crate) fn get_run(&self, id: &str) -> Result<Run, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_get_run(id))
+                .map_err(context::remote_error),
+            Lab::Local {
+                runtime,
+                caller,
+                rt,
+            } => {
+                let r = rt
+                    .block_on(lab(runtime).get_run(caller, &rid(), id))
+                    .map_err(refused)?;
+                convert(&r, "run")
+            }
+        }
+    }
+
+    pub(crate) fn outputs(&self, id: &str) -> Result<Outputs, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_run_outputs(id))
+                .map_err(context::remote_error),
+            Lab::Local {
+                runtime,
+                caller,
+                rt,
+            } => {
+                let items = rt
+                    .block_on(lab(runtime).outputs(caller, &rid(), id))
+                    .map_err(refused)?;
+                convert(&serde_json::json!({ "items": items }), "outputs")
+            }
+        }
+    }
+
+    pub(crate) fn list_comparisons(
+        &self,
+        page: &PageRequest,
+    ) -> Result<Page<Comparison>, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_list_comparisons(page))
+                .map_err(context::remote_error),
+            Lab::Local {
+                runtime,
+                caller,
+                rt,
+            } => {
+                let p = rt
+                    .block_on(lab(runtime).list_comparisons(caller, &rid(), &page_query(page)))
+                    .map_err(refused)?;
+                convert(&p, "comparisons")
+            }
+        }
+    }
+
+    pub(crate) fn comparison(&self, id: &str) -> Result<Comparison, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_comparison(id))
+                .map_err(context::remote_error),
+            Lab::Local {
+                runtime,
+                caller,
+                rt,
+            } => {
+                let c = rt
+                    .block_on(lab(runtime).get_comparison(caller, &rid(), id))
+                    .map_err(refused)?;
+                convert(&c, "comparison")
+            }
+        }
+    }
+
+    pub(crate) fn compare(&self, req: &ComparisonRequest) -> Result<Comparison, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_compare(req))
+                .map_err(context::remote_error),
+            Lab::Local {
+                runtime,
+                caller,
+                rt,
+            } => {
+                let b = body("a comparison", req)?;
+                let c = rt
+                    .block_on(lab(runtime).compare(caller, &rid(), b))
+                    .map_err(refused)?;
+                convert(&c, "comparison")
+            }
+        }
+    }
+}
+
+/// The runtime's lab.
+fn lab(runtime: &corral_runtime::Runtime) -> &LabService {
+    runtime.lab()
+}
