@@ -868,45 +868,18 @@ impl LabService {
         tenant: &str,
         body: &CompareBody,
     ) -> Result<store_lab::Comparison, LabError> {
-        let base_label = check_variant(&body.baseline.variant, "baseline.variant")?;
-        let cand_label = check_variant(&body.candidate.variant, "candidate.variant")?;
-        let base_agent = agent_of(body.baseline.workflow.as_deref())?;
-        let cand_agent = agent_of(body.candidate.workflow.as_deref())?;
-        let scorer = scorer_of(Some(body.scorer.as_deref().unwrap_or("exact")))?;
-        let trials = check_trials(body.trials)?;
-        let seed = body.seed.unwrap_or(0);
-        let margin = body.margin.unwrap_or(verdict::DEFAULT_MARGIN);
-        if !(margin.is_finite() && (0.0..=1.0).contains(&margin)) {
-            return Err(LabError::invalid(format!(
-                "`margin` is {margin}; give a number from 0 to 1 (default {})",
-                verdict::DEFAULT_MARGIN
-            )));
-        }
-        if body.scenarios.is_empty() || body.scenarios.len() > MAX_COMPARE_SCENARIOS {
-            return Err(LabError::invalid(format!(
-                "`scenarios` has {} ids; give 1 to {MAX_COMPARE_SCENARIOS} (at least {} for a verdict that is not forced inconclusive)",
-                body.scenarios.len(),
-                verdict::MIN_SCENARIOS
-            )));
-        }
-        let mut seen = std::collections::HashSet::new();
-        if let Some(dup) = body.scenarios.iter().find(|s| !seen.insert(s.as_str())) {
-            return Err(LabError::invalid(format!(
-                "scenario {:?} is listed twice in `scenarios`; list each once",
-                clip(dup)
-            )));
-        }
+        let plan = compare_plan(body)?;
         // Every scenario is read and validated before anything runs.
         let mut scenarios = Vec::with_capacity(body.scenarios.len());
         for id in &body.scenarios {
             let stored = self.scenario(tenant, id).await?;
             let scenario = scenario_of(&stored)?;
-            check_expected(&scenario, scorer.as_deref())?;
+            check_expected(&scenario, plan.scorer.as_deref())?;
             scenarios.push((stored, scenario));
         }
         let mut sides = [
-            (base_label, base_agent, Vec::new(), Vec::new()),
-            (cand_label, cand_agent, Vec::new(), Vec::new()),
+            (plan.base_label, plan.base_agent, Vec::new(), Vec::new()),
+            (plan.cand_label, plan.cand_agent, Vec::new(), Vec::new()),
         ];
         for (stored, scenario) in &scenarios {
             for (label, agent, runs, observed) in sides.iter_mut() {
@@ -918,12 +891,12 @@ impl LabService {
                         scenario,
                         label,
                         agent.as_ref(),
-                        scorer.as_deref(),
-                        seed,
-                        trials,
+                        plan.scorer.as_deref(),
+                        plan.seed,
+                        plan.trials,
                     )
                     .await?;
-                observed.push(observed_of(&stored.id, trials, &x.trials));
+                observed.push(observed_of(&stored.id, plan.trials, &x.trials));
                 runs.push(x.run.id);
             }
         }
@@ -936,56 +909,127 @@ impl LabService {
             base_obs,
             cand_label.clone(),
             cand_obs,
-            seed,
+            plan.seed,
         );
-        input.margin = margin;
+        input.margin = plan.margin;
         let c = verdict::compare(&input).map_err(|e| LabError::new(e.code(), e.to_string()))?;
-        let interval = c.interval.unwrap_or(verdict::Interval {
-            lower: 0.0,
-            upper: 0.0,
-        });
-        let new = NewComparison {
-            baseline: VariantRuns {
+        let new = comparison_record(
+            &c,
+            VariantRuns {
                 variant: base_label,
                 run_ids: base_runs,
             },
-            candidate: VariantRuns {
+            VariantRuns {
                 variant: cand_label,
                 run_ids: cand_runs,
             },
-            scenarios: body.scenarios.clone(),
-            verdict: match c.verdict {
-                Verdict::Improved => ComparisonVerdict::Improved,
-                Verdict::Regressed => ComparisonVerdict::Regressed,
-                Verdict::Unchanged => ComparisonVerdict::Unchanged,
-                Verdict::Inconclusive => ComparisonVerdict::Inconclusive,
-            },
-            delta: c.delta.unwrap_or(0.0),
-            lower: interval.lower,
-            upper: interval.upper,
-            margin: c.margin,
-            seed: c.seed,
-            resamples: c.resamples,
-            forced_by: c.forced_by.as_ref().map(|f: &Forced| f.as_str().to_owned()),
-            mcnemar_p: c.mcnemar.as_ref().map(|m| m.p_value),
-            wilson: match (c.baseline.wilson, c.candidate.wilson) {
-                (Some(b), Some(w)) => Some(WilsonIntervals {
-                    baseline: store_lab::Interval {
-                        lower: b.lower,
-                        upper: b.upper,
-                    },
-                    candidate: store_lab::Interval {
-                        lower: w.lower,
-                        upper: w.upper,
-                    },
-                }),
-                _ => None,
-            },
-            details: serde_json::to_value(&c).unwrap_or(Value::Null),
-            recorded_by: caller.principal.id.clone(),
-            deploy: body.deploy,
-        };
+            body,
+            caller,
+        );
         Ok(self.store.append_comparison(tenant, &new, now_ms()).await?)
+    }
+}
+
+/// A comparison request, checked: both agents, the scorer, trials, seed and margin.
+struct ComparePlan {
+    base_label: String,
+    cand_label: String,
+    base_agent: Box<dyn Agent>,
+    cand_agent: Box<dyn Agent>,
+    scorer: Option<Box<dyn Scorer>>,
+    trials: u32,
+    seed: u64,
+    margin: f64,
+}
+
+/// Checks a comparison request before anything is read or run.
+fn compare_plan(body: &CompareBody) -> Result<ComparePlan, LabError> {
+    let base_label = check_variant(&body.baseline.variant, "baseline.variant")?;
+    let cand_label = check_variant(&body.candidate.variant, "candidate.variant")?;
+    let base_agent = agent_of(body.baseline.workflow.as_deref())?;
+    let cand_agent = agent_of(body.candidate.workflow.as_deref())?;
+    let scorer = scorer_of(Some(body.scorer.as_deref().unwrap_or("exact")))?;
+    let trials = check_trials(body.trials)?;
+    let seed = body.seed.unwrap_or(0);
+    let margin = body.margin.unwrap_or(verdict::DEFAULT_MARGIN);
+    if !(margin.is_finite() && (0.0..=1.0).contains(&margin)) {
+        return Err(LabError::invalid(format!(
+            "`margin` is {margin}; give a number from 0 to 1 (default {})",
+            verdict::DEFAULT_MARGIN
+        )));
+    }
+    if body.scenarios.is_empty() || body.scenarios.len() > MAX_COMPARE_SCENARIOS {
+        return Err(LabError::invalid(format!(
+            "`scenarios` has {} ids; give 1 to {MAX_COMPARE_SCENARIOS} (at least {} for a verdict that is not forced inconclusive)",
+            body.scenarios.len(),
+            verdict::MIN_SCENARIOS
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(dup) = body.scenarios.iter().find(|s| !seen.insert(s.as_str())) {
+        return Err(LabError::invalid(format!(
+            "scenario {:?} is listed twice in `scenarios`; list each once",
+            clip(dup)
+        )));
+    }
+    Ok(ComparePlan {
+        base_label,
+        cand_label,
+        base_agent,
+        cand_agent,
+        scorer,
+        trials,
+        seed,
+        margin,
+    })
+}
+
+/// The stored form of a computed comparison.
+fn comparison_record(
+    c: &verdict::Comparison,
+    baseline: VariantRuns,
+    candidate: VariantRuns,
+    body: &CompareBody,
+    caller: &Caller,
+) -> NewComparison {
+    let interval = c.interval.unwrap_or(verdict::Interval {
+        lower: 0.0,
+        upper: 0.0,
+    });
+    NewComparison {
+        baseline,
+        candidate,
+        scenarios: body.scenarios.clone(),
+        verdict: match c.verdict {
+            Verdict::Improved => ComparisonVerdict::Improved,
+            Verdict::Regressed => ComparisonVerdict::Regressed,
+            Verdict::Unchanged => ComparisonVerdict::Unchanged,
+            Verdict::Inconclusive => ComparisonVerdict::Inconclusive,
+        },
+        delta: c.delta.unwrap_or(0.0),
+        lower: interval.lower,
+        upper: interval.upper,
+        margin: c.margin,
+        seed: c.seed,
+        resamples: c.resamples,
+        forced_by: c.forced_by.as_ref().map(|f: &Forced| f.as_str().to_owned()),
+        mcnemar_p: c.mcnemar.as_ref().map(|m| m.p_value),
+        wilson: match (c.baseline.wilson, c.candidate.wilson) {
+            (Some(b), Some(w)) => Some(WilsonIntervals {
+                baseline: store_lab::Interval {
+                    lower: b.lower,
+                    upper: b.upper,
+                },
+                candidate: store_lab::Interval {
+                    lower: w.lower,
+                    upper: w.upper,
+                },
+            }),
+            _ => None,
+        },
+        details: serde_json::to_value(c).unwrap_or(Value::Null),
+        recorded_by: caller.principal.id.clone(),
+        deploy: body.deploy,
     }
 }
 

@@ -292,6 +292,63 @@ impl CompareError {
 
 /// Compares the two sides.
 pub fn compare(input: &Input) -> Result<Comparison, CompareError> {
+    let (base, cand) = paired_sides(input)?;
+    let facts = Facts::of(&base, &cand);
+    let baseline = summary(&input.baseline, &base);
+    let candidate = summary(&input.candidate, &cand);
+    let mcnemar = (facts.single_trial_passfail && !facts.pairs.is_empty()).then(|| McNemar {
+        baseline_only: facts.baseline_only,
+        candidate_only: facts.candidate_only,
+        p_value: mcnemar_exact(facts.baseline_only, facts.candidate_only),
+    });
+    let diffs: Vec<f64> = facts.pairs.iter().map(|p| p.difference).collect();
+    let delta = mean(&diffs);
+    let interval = delta.map(|_| bootstrap_interval(&diffs, input.resamples, input.seed));
+
+    // Decide.
+    let mut forced_rules = Vec::new();
+    if facts.infra_error_rate > MAX_INFRA_ERROR_RATE {
+        forced_rules.push(Forced::InfraErrors);
+    }
+    if !baseline.unscored.is_empty() || !candidate.unscored.is_empty() {
+        forced_rules.push(Forced::UnscoredRun);
+    }
+    if facts.pairs.len() < MIN_SCENARIOS {
+        forced_rules.push(Forced::TooFewScenarios);
+    }
+    if let Some(m) = &mcnemar {
+        if m.baseline_only + m.candidate_only < MIN_DISCORDANT {
+            forced_rules.push(Forced::TooFewDiscordant);
+        }
+    }
+    let verdict = match (forced_rules.first(), interval) {
+        (Some(_), _) | (None, None) => Verdict::Inconclusive,
+        (None, Some(i)) => by_interval(i, input.margin),
+    };
+    Ok(Comparison {
+        verdict,
+        forced_by: forced_rules.first().copied(),
+        forced_rules,
+        delta,
+        interval,
+        margin: input.margin,
+        confidence: CONFIDENCE,
+        method: "paired_bootstrap_percentile".into(),
+        resamples: input.resamples,
+        seed: input.seed,
+        rng: "chacha20-lemire".into(),
+        scenarios: facts.pairs.len(),
+        mcnemar,
+        infra_error_rate: facts.infra_error_rate,
+        baseline,
+        candidate,
+        pairs: facts.pairs,
+    })
+}
+
+/// Both sides' results by scenario, checked: a usable margin and resample count, at least one
+/// scenario, and every scenario on both sides.
+fn paired_sides(input: &Input) -> Result<(Indexed<'_>, Indexed<'_>), CompareError> {
     let bad = |s: String| Err(CompareError::Invalid(s));
     if !(input.margin.is_finite() && input.margin >= 0.0) {
         return bad(format!("the margin {} is not a number >= 0", input.margin));
@@ -319,100 +376,70 @@ pub fn compare(input: &Input) -> Result<Comparison, CompareError> {
             input.baseline
         ));
     }
+    Ok((base, cand))
+}
 
-    // Gather the facts.
-    let mut pairs = Vec::new();
-    let mut single_trial_passfail = true;
-    let (mut b_only, mut c_only) = (0u64, 0u64);
-    for (scenario, b) in &base {
-        let Some(c) = cand.get(scenario) else {
-            continue;
-        };
-        let (Some(bs), Some(cs)) = (b.scored, c.scored) else {
-            continue;
-        };
-        pairs.push(PairDiff {
-            scenario: (*scenario).to_owned(),
-            baseline: bs.score,
-            candidate: cs.score,
-            difference: cs.score - bs.score,
-        });
-        if usable_trials(b) != 1 || usable_trials(c) != 1 {
-            single_trial_passfail = false;
-        } else {
-            match (bs.passes == 1, cs.passes == 1) {
-                (true, false) => b_only += 1,
-                (false, true) => c_only += 1,
-                (true, true) | (false, false) => {}
+/// What the verdict is decided from: the scored pairs, the discordant counts of single-trial
+/// pass/fail data, and the share of trials that failed for corral's own reasons.
+struct Facts {
+    pairs: Vec<PairDiff>,
+    single_trial_passfail: bool,
+    baseline_only: u64,
+    candidate_only: u64,
+    infra_error_rate: f64,
+}
+
+impl Facts {
+    fn of(base: &Indexed<'_>, cand: &Indexed<'_>) -> Self {
+        let mut pairs = Vec::new();
+        let mut single_trial_passfail = true;
+        let (mut b_only, mut c_only) = (0u64, 0u64);
+        for (scenario, b) in base {
+            let Some(c) = cand.get(scenario) else {
+                continue;
+            };
+            let (Some(bs), Some(cs)) = (b.scored, c.scored) else {
+                continue;
+            };
+            pairs.push(PairDiff {
+                scenario: (*scenario).to_owned(),
+                baseline: bs.score,
+                candidate: cs.score,
+                difference: cs.score - bs.score,
+            });
+            if usable_trials(b) != 1 || usable_trials(c) != 1 {
+                single_trial_passfail = false;
+            } else {
+                match (bs.passes == 1, cs.passes == 1) {
+                    (true, false) => b_only += 1,
+                    (false, true) => c_only += 1,
+                    (true, true) | (false, false) => {}
+                }
             }
         }
-    }
-    let trials: u64 = base
-        .values()
-        .chain(cand.values())
-        .map(|o| u64::from(o.trials))
-        .sum();
-    let infra: u64 = base
-        .values()
-        .chain(cand.values())
-        .map(|o| u64::from(o.infra_errors))
-        .sum();
-    let infra_error_rate = if trials == 0 {
-        0.0
-    } else {
-        infra as f64 / trials as f64
-    };
-    let baseline = summary(&input.baseline, &base);
-    let candidate = summary(&input.candidate, &cand);
-    let mcnemar = (single_trial_passfail && !pairs.is_empty()).then(|| McNemar {
-        baseline_only: b_only,
-        candidate_only: c_only,
-        p_value: mcnemar_exact(b_only, c_only),
-    });
-
-    let diffs: Vec<f64> = pairs.iter().map(|p| p.difference).collect();
-    let delta = mean(&diffs);
-    let interval = delta.map(|_| bootstrap_interval(&diffs, input.resamples, input.seed));
-
-    // Decide.
-    let mut forced_rules = Vec::new();
-    if infra_error_rate > MAX_INFRA_ERROR_RATE {
-        forced_rules.push(Forced::InfraErrors);
-    }
-    if !baseline.unscored.is_empty() || !candidate.unscored.is_empty() {
-        forced_rules.push(Forced::UnscoredRun);
-    }
-    if pairs.len() < MIN_SCENARIOS {
-        forced_rules.push(Forced::TooFewScenarios);
-    }
-    if let Some(m) = &mcnemar {
-        if m.baseline_only + m.candidate_only < MIN_DISCORDANT {
-            forced_rules.push(Forced::TooFewDiscordant);
+        let trials: u64 = base
+            .values()
+            .chain(cand.values())
+            .map(|o| u64::from(o.trials))
+            .sum();
+        let infra: u64 = base
+            .values()
+            .chain(cand.values())
+            .map(|o| u64::from(o.infra_errors))
+            .sum();
+        let infra_error_rate = if trials == 0 {
+            0.0
+        } else {
+            infra as f64 / trials as f64
+        };
+        Facts {
+            pairs,
+            single_trial_passfail,
+            baseline_only: b_only,
+            candidate_only: c_only,
+            infra_error_rate,
         }
     }
-    let verdict = match (forced_rules.first(), interval) {
-        (Some(_), _) | (None, None) => Verdict::Inconclusive,
-        (None, Some(i)) => by_interval(i, input.margin),
-    };
-    Ok(Comparison {
-        verdict,
-        forced_by: forced_rules.first().copied(),
-        forced_rules,
-        delta,
-        interval,
-        margin: input.margin,
-        confidence: CONFIDENCE,
-        method: "paired_bootstrap_percentile".into(),
-        resamples: input.resamples,
-        seed: input.seed,
-        rng: "chacha20-lemire".into(),
-        scenarios: pairs.len(),
-        mcnemar,
-        infra_error_rate,
-        baseline,
-        candidate,
-        pairs,
-    })
 }
 
 /// The verdict an interval gives, before the forcing rules.
@@ -429,10 +456,10 @@ pub fn by_interval(i: Interval, margin: f64) -> Verdict {
 }
 
 /// Checks one side and indexes it by scenario (sorted, so everything after is in one order).
-fn index<'a>(
-    side: &str,
-    results: &'a [Observed],
-) -> Result<BTreeMap<&'a str, &'a Observed>, CompareError> {
+/// One side's results by scenario id.
+type Indexed<'a> = BTreeMap<&'a str, &'a Observed>;
+
+fn index<'a>(side: &str, results: &'a [Observed]) -> Result<Indexed<'a>, CompareError> {
     let mut out = BTreeMap::new();
     for o in results {
         let at = format!("scenario `{}` of `{side}`", o.scenario);
