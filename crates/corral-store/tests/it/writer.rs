@@ -84,3 +84,52 @@ async fn a_batch_is_all_or_nothing() {
     store.append_audit_batch(&batch[..2]).await.unwrap();
     assert_eq!(store.audit_count(None).await.unwrap(), 2);
 }
+
+#[tokio::test]
+async fn a_writer_started_outside_any_runtime_still_answers_each_append_after_its_commit() {
+    let (_dir, store) = fresh().await;
+    let s = store.clone();
+    let writer = std::thread::spawn(move || AuditWriter::spawn(s))
+        .join()
+        .unwrap();
+    writer
+        .append(&event("outside".to_owned(), "default", 1))
+        .await
+        .unwrap();
+    assert_eq!(store.audit_count(None).await.unwrap(), 1);
+}
+
+#[test]
+fn a_writer_whose_runtime_is_gone_still_answers_appends_from_another_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = Store::default_sqlite_url(dir.path());
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let (store, writer) = first.block_on(async {
+        let store = Store::connect(&url).await.unwrap();
+        let writer = AuditWriter::spawn(store.clone());
+        writer
+            .append(&event("first".to_owned(), "default", 1))
+            .await
+            .unwrap();
+        (store, writer)
+    });
+    // The relay task dies with its runtime; the writer must not leave callers waiting.
+    drop(first);
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let count = second.block_on(async {
+        let store = Store::connect(&url).await.unwrap();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            writer.append(&event("second".to_owned(), "default", 2)),
+        )
+        .await
+        .expect("the append is answered")
+        .unwrap();
+        store.audit_count(None).await.unwrap()
+    });
+    assert_eq!(count, 2);
+    drop(store);
+}
