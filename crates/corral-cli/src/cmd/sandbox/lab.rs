@@ -107,81 +107,75 @@ impl Lab {
         })
     }
 
-    pub(crate) fn create_scenario(&self, req: &ScenarioRequest) -> Result<Scenario, CliError> {
+    /// One request, to the server or to the local lab; the local answer is read back as the
+    /// client's type (`what` names it in an error).
+    fn either<T, L>(
+        &self,
+        what: &str,
+        remote: impl AsyncFnOnce(&Client) -> Result<T, corral_client::ClientError>,
+        local: impl AsyncFnOnce(&LabService, &corral_guard::Caller) -> Result<L, CliError>,
+    ) -> Result<T, CliError>
+    where
+        T: DeserializeOwned,
+        L: Serialize,
+    {
         match self {
-            Lab::Remote { client, rt } => rt
-                .block_on(client.sandbox_create_scenario(req))
-                .map_err(context::remote_error),
+            Lab::Remote { client, rt } => {
+                rt.block_on(remote(client)).map_err(context::remote_error)
+            }
             Lab::Local {
                 runtime,
                 caller,
                 rt,
-            } => {
-                let b = body("a scenario", req)?;
-                let s = rt
-                    .block_on(lab(runtime).create_scenario(caller, &rid(), b))
-                    .map_err(refused)?;
-                convert(&s, "scenario")
-            }
+            } => convert(&rt.block_on(local(runtime.lab(), caller))?, what),
         }
+    }
+
+    pub(crate) fn create_scenario(&self, req: &ScenarioRequest) -> Result<Scenario, CliError> {
+        self.either(
+            "scenario",
+            async |c| c.sandbox_create_scenario(req).await,
+            async |lab, caller| {
+                let b = body("a scenario", req)?;
+                lab.create_scenario(caller, &rid(), b)
+                    .await
+                    .map_err(refused)
+            },
+        )
     }
 
     pub(crate) fn list_scenarios(
         &self,
         page: &PageRequest,
     ) -> Result<Page<ScenarioSummary>, CliError> {
-        match self {
-            Lab::Remote { client, rt } => rt
-                .block_on(client.sandbox_list_scenarios(page))
-                .map_err(context::remote_error),
-            Lab::Local {
-                runtime,
-                caller,
-                rt,
-            } => {
-                let p = rt
-                    .block_on(lab(runtime).list_scenarios(caller, &rid(), &page_query(page)))
-                    .map_err(refused)?;
-                convert(&p, "scenarios")
-            }
-        }
+        self.either(
+            "scenarios",
+            async |c| c.sandbox_list_scenarios(page).await,
+            async |lab, caller| {
+                lab.list_scenarios(caller, &rid(), &page_query(page))
+                    .await
+                    .map_err(refused)
+            },
+        )
     }
 
     pub(crate) fn scenario(&self, id: &str) -> Result<Scenario, CliError> {
-        match self {
-            Lab::Remote { client, rt } => rt
-                .block_on(client.sandbox_scenario(id))
-                .map_err(context::remote_error),
-            Lab::Local {
-                runtime,
-                caller,
-                rt,
-            } => {
-                let s = rt
-                    .block_on(lab(runtime).get_scenario(caller, &rid(), id))
-                    .map_err(refused)?;
-                convert(&s, "scenario")
-            }
-        }
+        self.either(
+            "scenario",
+            async |c| c.sandbox_scenario(id).await,
+            async |lab, caller| lab.get_scenario(caller, &rid(), id).await.map_err(refused),
+        )
     }
 
     pub(crate) fn run(&self, scenario: &str, req: &RunRequest) -> Result<Run, CliError> {
-        match self {
-            Lab::Remote { client, rt } => rt
-                .block_on(client.sandbox_run(scenario, req))
-                .map_err(context::remote_error),
-            Lab::Local {
-                runtime,
-                caller,
-                rt,
-            } => {
+        self.either(
+            "run",
+            async |c| c.sandbox_run(scenario, req).await,
+            async |lab, caller| {
                 let b = body("a run", req)?;
-                let r = rt
-                    .block_on(lab(runtime).run(caller, &rid(), scenario, b))
-                    .map_err(refused)?;
-                convert(&r, "run")
-            }
-        }
+                lab.run(caller, &rid(), scenario, b).await.map_err(refused)
+            },
+        )
     }
 
     pub(crate) fn list_runs(
@@ -189,119 +183,71 @@ impl Lab {
         scenario: Option<&str>,
         page: &PageRequest,
     ) -> Result<Page<Run>, CliError> {
-        match self {
-            Lab::Remote { client, rt } => rt
-                .block_on(client.sandbox_list_runs(scenario, page))
-                .map_err(context::remote_error),
-            Lab::Local {
-                runtime,
-                caller,
-                rt,
-            } => {
-                let p = rt
-                    .block_on(lab(runtime).list_runs(caller, &rid(), scenario, &page_query(page)))
-                    .map_err(refused)?;
-                convert(&p, "runs")
-            }
-        }
+        self.either(
+            "runs",
+            async |c| c.sandbox_list_runs(scenario, page).await,
+            async |lab, caller| {
+                lab.list_runs(caller, &rid(), scenario, &page_query(page))
+                    .await
+                    .map_err(refused)
+            },
+        )
     }
 
     pub(crate) fn get_run(&self, id: &str) -> Result<Run, CliError> {
-        match self {
-            Lab::Remote { client, rt } => rt
-                .block_on(client.sandbox_get_run(id))
-                .map_err(context::remote_error),
-            Lab::Local {
-                runtime,
-                caller,
-                rt,
-            } => {
-                let r = rt
-                    .block_on(lab(runtime).get_run(caller, &rid(), id))
-                    .map_err(refused)?;
-                convert(&r, "run")
-            }
-        }
+        self.either(
+            "run",
+            async |c| c.sandbox_get_run(id).await,
+            async |lab, caller| lab.get_run(caller, &rid(), id).await.map_err(refused),
+        )
     }
 
     pub(crate) fn outputs(&self, id: &str) -> Result<Outputs, CliError> {
-        match self {
-            Lab::Remote { client, rt } => rt
-                .block_on(client.sandbox_run_outputs(id))
-                .map_err(context::remote_error),
-            Lab::Local {
-                runtime,
-                caller,
-                rt,
-            } => {
-                let items = rt
-                    .block_on(lab(runtime).outputs(caller, &rid(), id))
-                    .map_err(refused)?;
-                convert(&serde_json::json!({ "items": items }), "outputs")
-            }
-        }
+        self.either(
+            "outputs",
+            async |c| c.sandbox_run_outputs(id).await,
+            async |lab, caller| {
+                let items = lab.outputs(caller, &rid(), id).await.map_err(refused)?;
+                Ok(serde_json::json!({ "items": items }))
+            },
+        )
     }
 
     pub(crate) fn list_comparisons(
         &self,
         page: &PageRequest,
     ) -> Result<Page<Comparison>, CliError> {
-        match self {
-            Lab::Remote { client, rt } => rt
-                .block_on(client.sandbox_list_comparisons(page))
-                .map_err(context::remote_error),
-            Lab::Local {
-                runtime,
-                caller,
-                rt,
-            } => {
-                let p = rt
-                    .block_on(lab(runtime).list_comparisons(caller, &rid(), &page_query(page)))
-                    .map_err(refused)?;
-                convert(&p, "comparisons")
-            }
-        }
+        self.either(
+            "comparisons",
+            async |c| c.sandbox_list_comparisons(page).await,
+            async |lab, caller| {
+                lab.list_comparisons(caller, &rid(), &page_query(page))
+                    .await
+                    .map_err(refused)
+            },
+        )
     }
 
     pub(crate) fn comparison(&self, id: &str) -> Result<Comparison, CliError> {
-        match self {
-            Lab::Remote { client, rt } => rt
-                .block_on(client.sandbox_comparison(id))
-                .map_err(context::remote_error),
-            Lab::Local {
-                runtime,
-                caller,
-                rt,
-            } => {
-                let c = rt
-                    .block_on(lab(runtime).get_comparison(caller, &rid(), id))
-                    .map_err(refused)?;
-                convert(&c, "comparison")
-            }
-        }
+        self.either(
+            "comparison",
+            async |c| c.sandbox_comparison(id).await,
+            async |lab, caller| {
+                lab.get_comparison(caller, &rid(), id)
+                    .await
+                    .map_err(refused)
+            },
+        )
     }
 
     pub(crate) fn compare(&self, req: &ComparisonRequest) -> Result<Comparison, CliError> {
-        match self {
-            Lab::Remote { client, rt } => rt
-                .block_on(client.sandbox_compare(req))
-                .map_err(context::remote_error),
-            Lab::Local {
-                runtime,
-                caller,
-                rt,
-            } => {
+        self.either(
+            "comparison",
+            async |c| c.sandbox_compare(req).await,
+            async |lab, caller| {
                 let b = body("a comparison", req)?;
-                let c = rt
-                    .block_on(lab(runtime).compare(caller, &rid(), b))
-                    .map_err(refused)?;
-                convert(&c, "comparison")
-            }
-        }
+                lab.compare(caller, &rid(), b).await.map_err(refused)
+            },
+        )
     }
-}
-
-/// The runtime's lab.
-fn lab(runtime: &corral_runtime::Runtime) -> &LabService {
-    runtime.lab()
 }
