@@ -14,6 +14,7 @@ use corral_lab::synthetic;
 use corral_policy::codes;
 use corral_store::lab::Paged;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::extract::{Authed, Sandbox};
@@ -59,12 +60,14 @@ async fn enter(
     Ok((caller, request_id))
 }
 
-/// Reads a JSON body under the limit, authenticates, refuses when the lab is off, and parses.
-async fn enter_with_body(
+/// Reads a JSON body under the limit, authenticates, refuses when the lab is off, and parses
+/// it as the route's body (`route` names it in a refusal).
+async fn enter_with_body<B: DeserializeOwned>(
     state: &AppState,
     request: Request,
     op: &'static str,
-) -> Result<(Caller, String, Value), Response> {
+    route: &str,
+) -> Result<(Caller, String, B), Response> {
     let rid = super::request_id();
     let (mut parts, body) = request.into_parts();
     let declared = crate::body::content_length(&parts.headers);
@@ -95,7 +98,18 @@ async fn enter_with_body(
             }
         }
     };
-    Ok((caller, rid, value))
+    match parse(route, value) {
+        Ok(b) => Ok((caller, rid, b)),
+        Err(e) => Err(err(lab.rejected(&caller, &rid, op, e).await, &rid).into_response()),
+    }
+}
+
+/// A lab answer as the route's response.
+fn reply<T: Serialize>(status: StatusCode, r: Result<T, LabError>, rid: &str) -> Response {
+    match r {
+        Ok(v) => answer(status, to_json(&v), rid),
+        Err(e) => err(e, rid).into_response(),
+    }
 }
 
 /// Reads `limit` and `after` (and lists which other parameters the route takes).
@@ -138,37 +152,33 @@ fn page_of(q: &HashMap<String, String>, extra: &[&str]) -> Result<PageQuery, Lab
 /// `POST /v1/sandbox/synthetic-data` `{subject_kind?, count?, seed?}` -> `{samples}`.
 pub async fn generate(State(state): State<AppState>, request: Request) -> Response {
     const OP: &str = "sandbox.generate";
-    let (caller, rid, body) = match enter_with_body(&state, request, OP).await {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
+    let (caller, rid, req): (_, _, synthetic::Request) =
+        match enter_with_body(&state, request, OP, "POST /v1/sandbox/synthetic-data").await {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
     let lab = state.runtime().lab();
-    let req: synthetic::Request = match parse("POST /v1/sandbox/synthetic-data", body) {
-        Ok(r) => r,
-        Err(e) => return err(lab.rejected(&caller, &rid, OP, e).await, &rid).into_response(),
-    };
-    match lab.generate(&caller, &rid, &req).await {
-        Ok(b) => answer(StatusCode::OK, to_json(&b), &rid),
-        Err(e) => err(e, &rid).into_response(),
-    }
+    reply(
+        StatusCode::OK,
+        lab.generate(&caller, &rid, &req).await,
+        &rid,
+    )
 }
 
 /// `POST /v1/sandbox/scenarios` -> 201 the scenario.
 pub async fn create_scenario(State(state): State<AppState>, request: Request) -> Response {
     const OP: &str = "sandbox.scenarios.create";
-    let (caller, rid, body) = match enter_with_body(&state, request, OP).await {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
+    let (caller, rid, b): (_, _, ScenarioBody) =
+        match enter_with_body(&state, request, OP, "POST /v1/sandbox/scenarios").await {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
     let lab = state.runtime().lab();
-    let b: ScenarioBody = match parse("POST /v1/sandbox/scenarios", body) {
-        Ok(b) => b,
-        Err(e) => return err(lab.rejected(&caller, &rid, OP, e).await, &rid).into_response(),
-    };
-    match lab.create_scenario(&caller, &rid, b).await {
-        Ok(s) => answer(StatusCode::CREATED, to_json(&s), &rid),
-        Err(e) => err(e, &rid).into_response(),
-    }
+    reply(
+        StatusCode::CREATED,
+        lab.create_scenario(&caller, &rid, b).await,
+        &rid,
+    )
 }
 
 /// `PUT /v1/sandbox/scenarios/{id}` (the create body plus `version`) -> the scenario.
@@ -178,19 +188,17 @@ pub async fn update_scenario(
     request: Request,
 ) -> Response {
     const OP: &str = "sandbox.scenarios.update";
-    let (caller, rid, body) = match enter_with_body(&state, request, OP).await {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
+    let (caller, rid, b): (_, _, ScenarioBody) =
+        match enter_with_body(&state, request, OP, "PUT /v1/sandbox/scenarios/{id}").await {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
     let lab = state.runtime().lab();
-    let b: ScenarioBody = match parse("PUT /v1/sandbox/scenarios/{id}", body) {
-        Ok(b) => b,
-        Err(e) => return err(lab.rejected(&caller, &rid, OP, e).await, &rid).into_response(),
-    };
-    match lab.update_scenario(&caller, &rid, &id, b).await {
-        Ok(s) => answer(StatusCode::OK, to_json(&s), &rid),
-        Err(e) => err(e, &rid).into_response(),
-    }
+    reply(
+        StatusCode::OK,
+        lab.update_scenario(&caller, &rid, &id, b).await,
+        &rid,
+    )
 }
 
 /// `GET /v1/sandbox/scenarios?limit=&after=` -> `{items, next}`.
@@ -236,19 +244,17 @@ pub async fn run(
     request: Request,
 ) -> Response {
     const OP: &str = "sandbox.scenarios.run";
-    let (caller, rid, body) = match enter_with_body(&state, request, OP).await {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
+    let (caller, rid, b): (_, _, RunBody) =
+        match enter_with_body(&state, request, OP, "POST /v1/sandbox/scenarios/{id}/runs").await {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
     let lab = state.runtime().lab();
-    let b: RunBody = match parse("POST /v1/sandbox/scenarios/{id}/runs", body) {
-        Ok(b) => b,
-        Err(e) => return err(lab.rejected(&caller, &rid, OP, e).await, &rid).into_response(),
-    };
-    match lab.run(&caller, &rid, &id, b).await {
-        Ok(r) => answer(StatusCode::CREATED, to_json(&r), &rid),
-        Err(e) => err(e, &rid).into_response(),
-    }
+    reply(
+        StatusCode::CREATED,
+        lab.run(&caller, &rid, &id, b).await,
+        &rid,
+    )
 }
 
 /// `GET /v1/sandbox/runs?scenario=&limit=&after=` -> `{items, next}`.
@@ -310,19 +316,17 @@ pub async fn outputs(
 /// `POST /v1/sandbox/comparisons` -> 201 the comparison.
 pub async fn compare(State(state): State<AppState>, request: Request) -> Response {
     const OP: &str = "sandbox.compare";
-    let (caller, rid, body) = match enter_with_body(&state, request, OP).await {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
+    let (caller, rid, b): (_, _, CompareBody) =
+        match enter_with_body(&state, request, OP, "POST /v1/sandbox/comparisons").await {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
     let lab = state.runtime().lab();
-    let b: CompareBody = match parse("POST /v1/sandbox/comparisons", body) {
-        Ok(b) => b,
-        Err(e) => return err(lab.rejected(&caller, &rid, OP, e).await, &rid).into_response(),
-    };
-    match lab.compare(&caller, &rid, b).await {
-        Ok(c) => answer(StatusCode::CREATED, to_json(&c), &rid),
-        Err(e) => err(e, &rid).into_response(),
-    }
+    reply(
+        StatusCode::CREATED,
+        lab.compare(&caller, &rid, b).await,
+        &rid,
+    )
 }
 
 /// `GET /v1/sandbox/comparisons?limit=&after=` -> `{items, next}`.
