@@ -50,6 +50,11 @@ pub const MAX_TRIALS: u32 = 100;
 pub const MAX_COMPARE_SCENARIOS: usize = 200;
 /// The longest variant label, in bytes.
 pub const MAX_VARIANT_BYTES: usize = 200;
+/// The most step executions one request may cause (steps x trials, summed over a comparison's
+/// scenarios and both sides): the scenario's size bounds its steps only loosely (tens of
+/// thousands of small steps fit in it), and every execution is an output held in memory and a
+/// stored row, so the product is bounded, not each factor alone.
+pub const MAX_STEP_EXECUTIONS: usize = 10_000;
 
 /// Why a lab action was refused or failed: a catalog code (its status is the catalog's) and a
 /// message saying what is wrong, where, and how to fix it.
@@ -479,6 +484,7 @@ impl LabService {
             let stored = self.scenario(&tenant, scenario_id).await?;
             let scenario = scenario_of(&stored)?;
             check_expected(&scenario, scorer.as_deref())?;
+            check_executions(scenario.steps().len().saturating_mul(trials as usize))?;
             let x = self
                 .execute(
                     caller,
@@ -877,6 +883,14 @@ impl LabService {
             check_expected(&scenario, plan.scorer.as_deref())?;
             scenarios.push((stored, scenario));
         }
+        check_executions(scenarios.iter().fold(0usize, |n, (_, s)| {
+            n.saturating_add(
+                s.steps()
+                    .len()
+                    .saturating_mul(plan.trials as usize)
+                    .saturating_mul(2),
+            )
+        }))?;
         let mut sides = [
             (plan.base_label, plan.base_agent, Vec::new(), Vec::new()),
             (plan.cand_label, plan.cand_agent, Vec::new(), Vec::new()),
@@ -1120,6 +1134,16 @@ fn check_trials(t: Option<u32>) -> Result<u32, LabError> {
             "`trials` is {n}; ask for 1 to {MAX_TRIALS} (default 1)"
         ))),
     }
+}
+
+/// Refuses a request whose step executions would pass [`MAX_STEP_EXECUTIONS`].
+fn check_executions(n: usize) -> Result<(), LabError> {
+    if n > MAX_STEP_EXECUTIONS {
+        return Err(LabError::invalid(format!(
+            "this request would execute {n} steps (steps x trials, x2 sides and summed over the scenarios of a comparison); the limit is {MAX_STEP_EXECUTIONS}: ask for fewer `trials`, or split the scenarios. Nothing was run or recorded"
+        )));
+    }
+    Ok(())
 }
 
 fn agent_of(workflow: Option<&str>) -> Result<Box<dyn Agent>, LabError> {

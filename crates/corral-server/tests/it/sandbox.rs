@@ -1005,3 +1005,57 @@ async fn the_anonymous_caller_of_an_open_mode_server_can_use_no_lab_action_and_i
     .await;
     r.assert_error(403, "rbac.denied");
 }
+
+#[tokio::test]
+async fn a_run_or_comparison_over_the_step_execution_budget_is_refused_and_nothing_runs() {
+    let ws = Workspace::new();
+    let s = server(&ws, true).await;
+    let t = operator();
+    // 200 small steps fit easily in a scenario; 100 trials of them is 20 000 executions.
+    let steps: Vec<Value> = (0..200)
+        .map(|i| json!({"input": format!("s{i}")}))
+        .collect();
+    let scenario = created(
+        &post(
+            &s,
+            &t,
+            "/v1/sandbox/scenarios",
+            json!({"name": "many steps", "steps": steps}),
+        )
+        .await,
+    );
+    let id = scenario["id"].as_str().unwrap().to_owned();
+    let r = post(
+        &s,
+        &t,
+        &format!("/v1/sandbox/scenarios/{id}/runs"),
+        json!({"variant": "base", "trials": 100}),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(r.text.contains("would execute 20000 steps"), "{}", r.text);
+    let r = post(
+        &s,
+        &t,
+        "/v1/sandbox/comparisons",
+        json!({
+            "baseline": {"variant": "a"}, "candidate": {"variant": "b"},
+            "scenarios": [id], "trials": 30, "scorer": "exact"
+        }),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(r.text.contains("would execute 12000 steps"), "{}", r.text);
+    let runs = ok(&get(&s, &t, "/v1/sandbox/runs").await);
+    assert_eq!(runs["items"], json!([]), "nothing was run");
+    // Within the budget the same scenario runs.
+    created(
+        &post(
+            &s,
+            &t,
+            &format!("/v1/sandbox/scenarios/{id}/runs"),
+            json!({"variant": "base", "trials": 50}),
+        )
+        .await,
+    );
+}
