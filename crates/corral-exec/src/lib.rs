@@ -93,7 +93,44 @@ pub enum RunNetwork {
     Loopback,
     /// Only what corral's egress proxy admits (see `linux::egress`).
     Egress(Egress),
+    /// Only corral's own API for this run: the sandbox's `127.0.0.1:`[`linux::PROXY_PORT`]
+    /// ([`linux::CORRAL_LINK_URL`]) is served by the link, in this process; nothing else is
+    /// reachable (a lab run's external program).
+    Corral(CorralLink),
 }
+
+/// Serves the connections a sandboxed program makes to corral's own API: each accepted TCP
+/// connection is handed to the link's function, which serves it (HTTP) until it closes.
+#[derive(Clone)]
+pub struct CorralLink(std::sync::Arc<dyn Fn(tokio::net::TcpStream) -> BoxFuture<'static, ()> + Send + Sync>);
+
+impl CorralLink {
+    /// A link serving each connection with `serve`.
+    pub fn new(
+        serve: impl Fn(tokio::net::TcpStream) -> BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) -> Self {
+        Self(std::sync::Arc::new(serve))
+    }
+
+    /// Serves one connection.
+    pub fn serve(&self, conn: tokio::net::TcpStream) -> BoxFuture<'static, ()> {
+        (self.0)(conn)
+    }
+}
+
+impl fmt::Debug for CorralLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CorralLink")
+    }
+}
+
+impl PartialEq for CorralLink {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for CorralLink {}
 
 /// An egress allow-list and where the proxy reports each connection.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -348,6 +348,14 @@ fn attestation(primitives: Vec<String>) -> Attestation {
 
 /// An allow-list promises that nothing else is reachable: a plain child cannot keep it.
 fn refuse_egress(req: &ExecRequest) -> Result<(), ExecError> {
+    if matches!(req.network, Some(crate::RunNetwork::Corral(_))) {
+        return Err(ExecError::Unavailable {
+            backend: "process",
+            missing: "a program whose only network is corral's own API needs a network namespace; \
+                      use `isolation: {backend: linux}`"
+                .to_owned(),
+        });
+    }
     if matches!(req.network, Some(crate::RunNetwork::Egress(_))) {
         return Err(ExecError::Unavailable {
             backend: "process",

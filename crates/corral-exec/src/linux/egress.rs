@@ -34,8 +34,20 @@ use tokio::sync::{Semaphore, watch};
 
 use super::egress_bridge::HELLO;
 pub use super::egress_bridge::PROXY_PORT;
+
+/// Where a program finds corral's own API in a sandbox with a [`crate::CorralLink`].
+pub const CORRAL_LINK_URL: &str = "http://127.0.0.1:3128";
 use super::unavailable;
-use crate::{Egress, EgressRecord, ExecError};
+use crate::{CorralLink, Egress, EgressRecord, ExecError};
+
+/// What the parent does with the connections of the sandbox's listening socket.
+#[derive(Debug, Clone)]
+pub(crate) enum Served {
+    /// The egress proxy: each connection is checked against the allow-list and relayed.
+    Egress(Egress),
+    /// Corral's own API: each connection is served by the link.
+    Corral(CorralLink),
+}
 
 /// The stable code of a refusal (`corral_policy::codes::EGRESS_DENIED`).
 pub const DENIED: &str = corral_policy::codes::EGRESS_DENIED;
@@ -120,7 +132,7 @@ impl Proxy {
 
     /// Takes the listening socket from the helper `helper_pid` (checked by its credentials),
     /// then serves it. Fails closed: no socket, no run.
-    pub(crate) async fn start(&mut self, helper_pid: i32, egress: Egress) -> Result<(), ExecError> {
+    pub(crate) async fn start(&mut self, helper_pid: i32, served: Served) -> Result<(), ExecError> {
         let Some(handover) = self.handover.take() else {
             return Err(unavailable("egress: the proxy was started twice"));
         };
@@ -138,7 +150,7 @@ impl Proxy {
             .map_err(|e| unavailable(format!("egress: {e}")))?;
         let (tx, rx) = watch::channel(());
         self.cancel = Some(tx);
-        self.task = Some(tokio::spawn(serve(listener, Arc::new(egress), rx)));
+        self.task = Some(tokio::spawn(serve(listener, Arc::new(served), rx)));
         Ok(())
     }
 
@@ -229,7 +241,7 @@ fn check_listener(fd: OwnedFd) -> Result<OwnedFd, String> {
 
 async fn serve(
     listener: tokio::net::TcpListener,
-    egress: Arc<Egress>,
+    served: Arc<Served>,
     cancel: watch::Receiver<()>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -248,11 +260,16 @@ async fn serve(
         let Ok((stream, _)) = accepted else {
             continue;
         };
-        let egress = Arc::clone(&egress);
+        let served = Arc::clone(&served);
         let cancel = cancel.clone();
         conns.spawn(async move {
-            let record = handle(stream, &egress.allow, cancel).await;
-            egress.log.record(record);
+            match &*served {
+                Served::Egress(egress) => {
+                    let record = handle(stream, &egress.allow, cancel).await;
+                    egress.log.record(record);
+                }
+                Served::Corral(link) => link.serve(stream).await,
+            }
             drop(permit);
         });
         // Reap the finished ones as we go.

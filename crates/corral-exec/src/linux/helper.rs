@@ -206,8 +206,10 @@ fn write_proc(path: &str, contents: &str) -> Result<(), StepError> {
 /// host path, so before the unshare.
 fn egress_connection(prep: &Prep) -> Result<Option<std::os::unix::net::UnixStream>, StepError> {
     match (prep.network, &prep.egress_socket) {
-        (Network::Egress, Some(path)) => Ok(Some(egress_bridge::connect(path)?)),
-        (Network::Egress, None) => Err(StepError::invalid(
+        (Network::Egress | Network::CorralLink, Some(path)) => {
+            Ok(Some(egress_bridge::connect(path)?))
+        }
+        (Network::Egress | Network::CorralLink, None) => Err(StepError::invalid(
             "egress",
             "no hand-over socket in the prep",
         )),

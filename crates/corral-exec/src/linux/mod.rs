@@ -63,7 +63,7 @@ use crate::{
     ExecOutput, ExecRequest, RefusedChange, RunNetwork,
 };
 
-pub use egress::{PROXY_PORT, proxy_env};
+pub use egress::{CORRAL_LINK_URL, PROXY_PORT, proxy_env};
 pub use helper::{HELPER_ARG, helper_main};
 pub use idmap::{DEFAULT_HOST_RANGE, HostRange, HostUids};
 pub use probe::{Primitive, probe, probe_for};
@@ -745,11 +745,19 @@ impl LinuxBackend {
         let cow_quota = cow.as_ref().map(|c| c.quota);
 
         // The run's network, when it is not the backend's; with an allow-list, the run's proxy.
+        // With a corral link, the same socket is served by the link instead of the proxy.
         let (network, egress) = match &req.network {
             None => (None, None),
             Some(RunNetwork::None) => (Some(Network::None), None),
             Some(RunNetwork::Loopback) => (Some(Network::Loopback), None),
-            Some(RunNetwork::Egress(e)) => (Some(Network::Egress), Some(e.clone())),
+            Some(RunNetwork::Egress(e)) => (
+                Some(Network::Egress),
+                Some(egress::Served::Egress(e.clone())),
+            ),
+            Some(RunNetwork::Corral(l)) => (
+                Some(Network::CorralLink),
+                Some(egress::Served::Corral(l.clone())),
+            ),
         };
         let network = network.filter(|n| *n != self.network);
         let mut proxy = match &egress {
@@ -757,7 +765,7 @@ impl LinuxBackend {
             None => None,
         };
 
-        let env = if egress.is_some() {
+        let env = if matches!(egress, Some(egress::Served::Egress(_))) {
             egress::with_proxy_env(&req.env)
         } else {
             req.env.clone()

@@ -24,6 +24,10 @@ pub enum Network {
     /// `127.0.0.1:`[`super::egress::PROXY_PORT`] that corral's egress proxy (in the parent)
     /// accepts on: the only way out, and only to what the run's allow-list admits.
     Egress,
+    /// A fresh network namespace with `lo` up and one listening socket on
+    /// `127.0.0.1:`[`super::egress::PROXY_PORT`] whose connections the parent serves itself
+    /// (corral's own API for the run, a [`crate::CorralLink`]): nothing else is reachable.
+    CorralLink,
 }
 
 impl Network {
@@ -33,6 +37,7 @@ impl Network {
             Network::None => "netns:none",
             Network::Loopback => "netns:loopback",
             Network::Egress => "netns:egress-proxy",
+            Network::CorralLink => "netns:corral-link",
         }
     }
 }

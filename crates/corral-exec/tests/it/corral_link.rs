@@ -1,0 +1,137 @@
+//! A run whose only network is corral's own API (`RunNetwork::Corral`, a lab run's external
+//! program): the program reaches `CORRAL_LINK_URL`, served in this process by the link, and
+//! nothing else, not even a server on the host's loopback; the run attests `netns:corral-link`.
+//! The `process` backend cannot keep that promise and refuses the run.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use corral_exec::linux::{CORRAL_LINK_URL, LinuxBackend, PROXY_PORT};
+use corral_exec::process::ProcessBackend;
+use corral_exec::{Backend, CorralLink, ExecOutput, RunNetwork};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::request;
+
+fn helper() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_corral-sandbox-helper"))
+}
+
+/// A link answering every request `hello from corral <path>`, counting the connections.
+fn link(served: Arc<AtomicUsize>) -> CorralLink {
+    CorralLink::new(move |mut conn: tokio::net::TcpStream| {
+        let served = Arc::clone(&served);
+        Box::pin(async move {
+            served.fetch_add(1, Ordering::SeqCst);
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let path = head.split(' ').nth(1).unwrap_or("").to_owned();
+            let body = format!("hello from corral {path}");
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes()).await;
+            let _ = conn.shutdown().await;
+        })
+    })
+}
+
+async fn run_linked(script: &str, served: Arc<AtomicUsize>) -> ExecOutput {
+    let mut req = request(&["/bin/sh", "-c", script]);
+    req.env.push(("CORRAL_URL".into(), CORRAL_LINK_URL.into()));
+    req.network = Some(RunNetwork::Corral(link(served)));
+    let backend = LinuxBackend::new(helper()).with_warm_pool(0);
+    match backend.run(req).await {
+        Ok(out) => out,
+        Err(e) => panic!("the command should run with a corral link: {e}"),
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn the_link_url_names_the_sandboxs_listening_port() {
+    assert_eq!(CORRAL_LINK_URL, format!("http://127.0.0.1:{PROXY_PORT}"));
+}
+
+#[tokio::test]
+async fn a_linked_program_reaches_corral_and_its_run_attests_the_link() {
+    let served = Arc::new(AtomicUsize::new(0));
+    let out = run_linked(
+        "curl -sS \"$CORRAL_URL/ops\"; echo; curl -sS \"$CORRAL_URL/mcp\"",
+        Arc::clone(&served),
+    )
+    .await;
+    assert_eq!(
+        text(&out.stdout),
+        "hello from corral /ops\nhello from corral /mcp",
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(served.load(Ordering::SeqCst), 2);
+    assert!(out.attestation.isolated, "{:?}", out.attestation);
+    assert!(
+        out.attestation
+            .primitives
+            .iter()
+            .any(|p| p == "netns:corral-link"),
+        "{:?}",
+        out.attestation.primitives
+    );
+    assert!(
+        !out.attestation
+            .primitives
+            .iter()
+            .any(|p| p == "netns:egress-proxy"),
+        "{:?}",
+        out.attestation.primitives
+    );
+}
+
+#[tokio::test]
+async fn a_linked_program_reaches_nothing_but_corral_and_gets_no_proxy_variables() {
+    // A server on the host's loopback: outside the sandbox's network namespace.
+    let host = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = host.local_addr().unwrap().port();
+    let served = Arc::new(AtomicUsize::new(0));
+    let out = run_linked(
+        &format!(
+            "env | grep -ci proxy; \
+             curl -sS -m 5 http://127.0.0.1:{port}/ && echo REACHED-HOST; \
+             curl -sS -m 5 -x \"$CORRAL_URL\" http://example.com/ | grep -q 'hello from corral http' && echo LINK-IS-NO-PROXY; \
+             curl -sS -m 5 http://1.1.1.1/ && echo REACHED-OUTSIDE; true"
+        ),
+        Arc::clone(&served),
+    )
+    .await;
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("0\n"), "proxy variables were set: {stdout}");
+    assert!(!stdout.contains("REACHED-HOST"), "{stdout}");
+    assert!(!stdout.contains("REACHED-OUTSIDE"), "{stdout}");
+    // Through the link a proxy-form request is just a request to corral (whose own routes
+    // answer it), never a way out: here the test link echoes the absolute URI it was given.
+    assert!(stdout.contains("LINK-IS-NO-PROXY"), "{stdout}");
+    assert_eq!(served.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_process_backend_refuses_a_run_whose_only_network_is_corral() {
+    let served = Arc::new(AtomicUsize::new(0));
+    let mut req = request(&["/bin/true"]);
+    req.network = Some(RunNetwork::Corral(link(Arc::clone(&served))));
+    let err = ProcessBackend::new().run(req).await.unwrap_err();
+    assert_eq!(err.code(), "isolation.unavailable");
+    assert!(err.to_string().contains("backend: linux"), "{err}");
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+}
