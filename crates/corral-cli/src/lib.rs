@@ -98,7 +98,7 @@ enum Command {
         #[arg(long)]
         allow_open: bool,
         /// Largest request body in bytes.
-        #[arg(long, default_value_t = 1 << 20)]
+        #[arg(long, default_value_t = corral_server::DEFAULT_MAX_BODY_BYTES)]
         max_body_bytes: usize,
     },
     /// Write a commented starter config.

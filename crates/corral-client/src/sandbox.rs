@@ -165,16 +165,22 @@ pub struct PageRequest {
 pub struct RunRequest {
     /// The variant's label (e.g. `candidate`).
     pub variant: String,
-    /// A declarative workflow (YAML text); without it the agent is the identity agent.
+    /// A declarative workflow (YAML text); without it (and `program`) the agent is the
+    /// identity agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
+    /// An external program declared under the server's `sandbox.programs`, run in the `linux`
+    /// backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
     /// The seed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     /// Trials per step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trials: Option<u32>,
-    /// The scorer: `exact`, `regex` or `json_path`; none: "executed, not scored".
+    /// The scorer: `exact`, `regex`, `json_path` or `command:<name>` (declared under
+    /// `sandbox.scorers`); none: "executed, not scored".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scorer: Option<String>,
     /// `inproc-mock` (the default) or `linux`.
@@ -298,9 +304,12 @@ pub struct Outputs {
 pub struct VariantSpec {
     /// The variant's label.
     pub variant: String,
-    /// Its declarative workflow (YAML text); none: the identity agent.
+    /// Its declarative workflow (YAML text); none (and no `program`): the identity agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
+    /// An external program declared under the server's `sandbox.programs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
 }
 
 /// `POST /v1/sandbox/comparisons`.

@@ -507,9 +507,17 @@ pub(super) const MCP: &[Field<McpConfig>] = &[
 ];
 
 /// `sandbox:` the lab.
-pub(super) const SANDBOX: &[Field<SandboxConfig>] = &[Field::new("enabled", |d, e, s| {
-    s.enabled = d.bool(e.node, &e.at).unwrap_or(true);
-})];
+pub(super) const SANDBOX: &[Field<SandboxConfig>] = &[
+    Field::new("enabled", |d, e, s| {
+        s.enabled = d.bool(e.node, &e.at).unwrap_or(true);
+    }),
+    Field::new("programs", |d, e, s| {
+        s.programs = d.lab_programs(e.node, &e.at);
+    }),
+    Field::new("scorers", |d, e, s| {
+        s.scorers = d.lab_programs(e.node, &e.at);
+    }),
+];
 
 /// `isolation:` where commands run.
 pub(super) const ISOLATION: &[Field<IsolationConfig>] = &[
@@ -592,6 +600,8 @@ pub(crate) fn all_tables() -> Vec<(&'static str, Vec<&'static str>)> {
         ("custom.op", keys(ops::CUSTOM)),
         ("custom.op.params.p", keys(ops::PARAM)),
         ("mcp_servers.up", keys(ops::MCP_SERVER)),
+        ("sandbox.programs.p", keys(ops::LAB_PROGRAM)),
+        ("sandbox.scorers.s", keys(ops::LAB_PROGRAM)),
         ("mcp_servers.up.tools.t", keys(ops::MCP_TOOL)),
         ("auth", keys(access::AUTH)),
         ("auth.tokens[0]", keys(access::TOKEN)),

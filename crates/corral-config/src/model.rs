@@ -152,12 +152,44 @@ impl McpConfig {
 pub struct SandboxConfig {
     /// Whether the lab answers.
     pub enabled: bool,
+    /// `programs:` the external programs a run may name as its variant (run in the `linux`
+    /// backend, reaching only corral's API for their run).
+    pub programs: Vec<LabProgramConfig>,
+    /// `scorers:` the external command scorers a run may name (`command:<name>`; run in the
+    /// `linux` backend with no network).
+    pub scorers: Vec<LabProgramConfig>,
 }
 
 impl Default for SandboxConfig {
     fn default() -> Self {
-        Self { enabled: true }
+        Self {
+            enabled: true,
+            programs: Vec::new(),
+            scorers: Vec::new(),
+        }
     }
+}
+
+/// One external program of the lab (`sandbox.programs.<name>` or `sandbox.scorers.<name>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabProgramConfig {
+    /// Its name, as requests give it.
+    pub name: Spanned<String>,
+    /// The program and its arguments (no shell); a relative program path is the config
+    /// directory's.
+    pub command: Vec<Spanned<String>>,
+    /// Directories it may read (besides the sandbox's system view), absolute after loading.
+    pub read_paths: Vec<Spanned<String>>,
+    /// Its working directory (default: the first read path, else `/`).
+    pub cwd: Option<Spanned<String>>,
+    /// How long one step (or one scoring) may take (default 60 s).
+    pub timeout: Option<Duration>,
+    /// Its memory limit, bytes (default: corral's 1 GiB cap).
+    pub memory: Option<u64>,
+    /// Its process limit (default 64).
+    pub processes: Option<u32>,
+    /// Where the entry starts.
+    pub span: Span,
 }
 
 /// One upstream MCP server as written under `mcp_servers:`.

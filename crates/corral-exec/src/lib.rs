@@ -102,7 +102,9 @@ pub enum RunNetwork {
 /// Serves the connections a sandboxed program makes to corral's own API: each accepted TCP
 /// connection is handed to the link's function, which serves it (HTTP) until it closes.
 #[derive(Clone)]
-pub struct CorralLink(std::sync::Arc<dyn Fn(tokio::net::TcpStream) -> BoxFuture<'static, ()> + Send + Sync>);
+pub struct CorralLink(
+    std::sync::Arc<dyn Fn(tokio::net::TcpStream) -> BoxFuture<'static, ()> + Send + Sync>,
+);
 
 impl CorralLink {
     /// A link serving each connection with `serve`.

@@ -4,11 +4,13 @@
 
 pub mod agent;
 pub mod inspect;
+pub mod program;
 pub mod runner;
 pub mod scenario;
 pub mod score;
 pub mod service;
 pub mod synthetic;
+pub mod variant;
 pub mod verdict;
 pub mod workflow;
 pub mod world;

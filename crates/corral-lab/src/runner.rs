@@ -111,6 +111,33 @@ pub struct RunReport {
     pub infra_errors: Vec<Failure>,
     /// The scorer verdict: no scorer is attached here, so "executed, not scored".
     pub verdict: &'static str,
+    /// What the isolation backend applied to the programs the run started (an external
+    /// program's steps), distinct ones in the order first seen; empty for an in-process agent.
+    pub attestations: Vec<Attested>,
+}
+
+/// What an isolation backend applied to a program a run started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Attested {
+    /// The backend (`linux`).
+    pub backend: &'static str,
+    /// Whether the program ran isolated.
+    pub isolated: bool,
+    /// Whether its sandbox was destroyed and the removal checked.
+    pub destroyed: bool,
+    /// The primitives applied (`userns`, `netns:corral-link`, `landlock:abi6`, ...).
+    pub primitives: Vec<String>,
+}
+
+impl From<corral_exec::Attestation> for Attested {
+    fn from(a: corral_exec::Attestation) -> Self {
+        Self {
+            backend: a.backend,
+            isolated: a.isolated,
+            destroyed: a.destroyed,
+            primitives: a.primitives,
+        }
+    }
 }
 
 /// The verdict of a run no scorer judged: never a pass.
@@ -158,6 +185,7 @@ pub async fn run_scenario(world: World, agent: &dyn Agent, seed: u64, trials: u3
         agent_errors: Vec::new(),
         infra_errors: Vec::new(),
         verdict: NOT_SCORED,
+        attestations: Vec::new(),
     };
     for trial in 1..=trials {
         for (i, s) in scenario.steps().iter().enumerate() {
@@ -209,9 +237,28 @@ pub async fn run_scenario(world: World, agent: &dyn Agent, seed: u64, trials: u3
             });
         }
     }
+    // The programs' sandboxes: the run is isolated and destroyed only if every one was, and a
+    // program the backend could not isolate (an `isolation.*`/`exec.*` failure) leaves it
+    // not isolated, whatever the others attested.
+    let attested: Vec<Attested> = world
+        .attestations()
+        .into_iter()
+        .map(Attested::from)
+        .collect();
     // The world and everything it held (its gateway, limiter, mock table handle, misses) end
     // here, before the report says so.
     drop(world);
-    r.destroyed = true;
+    r.destroyed = attested.iter().all(|a| a.destroyed);
+    if let Some(first) = attested.first() {
+        r.backend = first.backend;
+        r.isolated = attested.iter().all(|a| a.isolated);
+    }
+    if r.infra_errors
+        .iter()
+        .any(|f| f.code.starts_with("isolation.") || f.code.starts_with("exec."))
+    {
+        r.isolated = false;
+    }
+    r.attestations = attested;
     r
 }

@@ -458,10 +458,14 @@ fn marker_refused(at: &str) -> ScenarioError {
     )
 }
 
-/// Whether a code means corral's own infrastructure failed (the server, the audit, the store),
-/// not the agent.
+/// Whether a code means corral's own infrastructure failed (the server, the audit, the store,
+/// the isolation backend that runs a program, a command scorer), not the agent.
 pub fn is_infrastructure(code: &str) -> bool {
-    code.starts_with("server.") || code.starts_with("store.")
+    code.starts_with("server.")
+        || code.starts_with("store.")
+        || code.starts_with("isolation.")
+        || code.starts_with("exec.")
+        || code == corral_policy::codes::LAB_SCORER_FAILED
 }
 
 /// What every mock's answer must hold, however the scenario was built (`from_json` or `new`):

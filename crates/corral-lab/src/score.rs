@@ -108,7 +108,9 @@ pub enum StepScore {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScoreError {
     /// The scorer named is not a built-in.
-    #[error("there is no scorer `{name}` (the run's scorer); use `exact`, `regex` or `json_path`")]
+    #[error(
+        "there is no scorer `{name}` (the run's scorer); use `exact`, `regex`, `json_path` or `command:<name>` of a scorer under `sandbox.scorers`"
+    )]
     UnknownScorer {
         /// The name asked for.
         name: String,
@@ -123,6 +125,10 @@ pub enum ScoreError {
         /// What is wrong.
         why: String,
     },
+    /// An external command scorer failed (`lab.scorer_failed`) or printed something else
+    /// (`lab.program_output`).
+    #[error("{1}")]
+    Program(&'static str, String),
 }
 
 impl ScoreError {
@@ -131,6 +137,7 @@ impl ScoreError {
         match self {
             ScoreError::UnknownScorer { .. } => codes::LAB_SCORER_UNKNOWN,
             ScoreError::Expected { .. } => codes::LAB_EXPECTED_INVALID,
+            ScoreError::Program(code, _) => code,
         }
     }
 }

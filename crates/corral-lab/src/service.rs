@@ -19,7 +19,7 @@
 //! never stays `running` because of the lab).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use corral_guard::audit::{AuditEvent, Outcome};
 use corral_guard::{Caller, Deployment, Gateway, Refusal, now_ms};
@@ -33,14 +33,14 @@ use corral_store::lab::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::agent::{Agent, Identity};
+use crate::program::{ProgramLinks, Programs};
 use crate::runner::{RunReport, run_scenario};
 use crate::scenario::Scenario;
-use crate::score::{RunScore, Scorer, StepScore, builtin, score_step};
+use crate::score::{RunScore, StepScore, score_step};
 use crate::synthetic::{self, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
+use crate::variant::{self, Resolved, RunScorer};
 use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
-use crate::workflow::Workflow;
-use crate::world::{BACKEND, Lab};
+use crate::world::Lab;
 
 /// The runner every run of this service records.
 pub const RUNNER: &str = "inproc";
@@ -68,14 +68,14 @@ pub struct LabError {
 }
 
 impl LabError {
-    fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: &'static str, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
         }
     }
 
-    fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::new(codes::ARGS_INVALID, message)
     }
 }
@@ -136,6 +136,9 @@ pub struct VariantBody {
     /// The workflow's YAML text.
     #[serde(default)]
     pub workflow: Option<String>,
+    /// An external program's name under `sandbox.programs` (run in the `linux` backend).
+    #[serde(default)]
+    pub program: Option<String>,
 }
 
 /// A run to make.
@@ -144,20 +147,24 @@ pub struct VariantBody {
 pub struct RunBody {
     /// The label.
     pub variant: String,
-    /// The workflow's YAML text; absent: the identity agent.
+    /// The workflow's YAML text; absent (and no `program`): the identity agent.
     #[serde(default)]
     pub workflow: Option<String>,
+    /// An external program's name under `sandbox.programs` (run in the `linux` backend).
+    #[serde(default)]
+    pub program: Option<String>,
     /// The seed (default 0).
     #[serde(default)]
     pub seed: Option<u64>,
     /// Trials (1-100, default 1).
     #[serde(default)]
     pub trials: Option<u32>,
-    /// `exact`, `regex` or `json_path`; absent: executed, not scored.
+    /// `exact`, `regex`, `json_path` or `command:<name>` (a scorer under `sandbox.scorers`);
+    /// absent: executed, not scored.
     #[serde(default)]
     pub scorer: Option<String>,
-    /// `inproc-mock` (default) or `linux` (refused for mock runs until the external-program
-    /// variant exists).
+    /// `inproc-mock` (the identity agent and workflows) or `linux` (a program); absent: the
+    /// one the variant runs under.
     #[serde(default)]
     pub isolation: Option<String>,
 }
@@ -303,6 +310,10 @@ pub struct LabService {
     gateway: Arc<Gateway>,
     enabled: AtomicBool,
     lab: LabCache,
+    /// The declared programs and scorers (replaced on reload).
+    programs: RwLock<Programs>,
+    /// The API served to programs, once the HTTP crate handed it over.
+    links: OnceLock<Arc<dyn ProgramLinks>>,
 }
 
 /// What one executed run gives a comparison: the record and each trial's score.
@@ -321,6 +332,30 @@ impl LabService {
             gateway,
             enabled: AtomicBool::new(enabled),
             lab: LabCache::default(),
+            programs: RwLock::new(Programs::default()),
+            links: OnceLock::new(),
+        }
+    }
+
+    /// Replaces the declared programs and scorers (`sandbox.programs`, `sandbox.scorers`) and
+    /// the backend that runs them: at start-up and on each reload.
+    pub fn set_programs(&self, programs: Programs) {
+        match self.programs.write() {
+            Ok(mut p) => *p = programs,
+            Err(poisoned) => *poisoned.into_inner() = programs,
+        }
+    }
+
+    /// Hands the lab the API it serves to external programs (the HTTP crate's, once); a later
+    /// call is ignored.
+    pub fn set_program_links(&self, links: Arc<dyn ProgramLinks>) {
+        let _ = self.links.set(links);
+    }
+
+    fn programs(&self) -> Programs {
+        match self.programs.read() {
+            Ok(p) => p.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
@@ -467,23 +502,22 @@ impl LabService {
         let tenant = self.tenant_of(caller);
         let r = async {
             self.start(&SCENARIOS_RUN, caller)?;
-            match body.isolation.as_deref() {
-                None | Some("inproc-mock") => {}
-                Some("linux") => return Err(isolation_unsupported()),
-                Some(other) => {
-                    return Err(LabError::invalid(format!(
-                        "`isolation` is `{}`; use `inproc-mock` (the default) or `linux`",
-                        clip(other)
-                    )));
-                }
-            }
             let variant = check_variant(&body.variant, "variant")?;
-            let agent = agent_of(body.workflow.as_deref())?;
-            let scorer = scorer_of(body.scorer.as_deref())?;
+            let programs = self.programs();
+            let resolved = variant::agent_of(
+                body.workflow.as_deref(),
+                body.program.as_deref(),
+                body.isolation.as_deref(),
+                &programs,
+                self.links.get(),
+            )?;
+            let scorer = variant::scorer_of(body.scorer.as_deref(), &programs)?;
             let trials = check_trials(body.trials)?;
             let stored = self.scenario(&tenant, scenario_id).await?;
             let scenario = scenario_of(&stored)?;
-            check_expected(&scenario, scorer.as_deref())?;
+            if let Some(s) = &scorer {
+                s.check_expected(&scenario)?;
+            }
             check_executions(scenario.steps().len().saturating_mul(trials as usize))?;
             let x = self
                 .execute(
@@ -492,8 +526,8 @@ impl LabService {
                     &stored,
                     &scenario,
                     &variant,
-                    agent.as_ref(),
-                    scorer.as_deref(),
+                    &resolved,
+                    scorer.as_ref(),
                     body.seed.unwrap_or(0),
                     trials,
                 )
@@ -746,15 +780,15 @@ impl LabService {
         stored: &store_lab::Scenario,
         scenario: &Scenario,
         variant: &str,
-        agent: &dyn Agent,
-        scorer: Option<&dyn Scorer>,
+        agent: &Resolved,
+        scorer: Option<&RunScorer>,
         seed: u64,
         trials: u32,
     ) -> Result<Executed, LabError> {
         let new = NewRun {
             scenario_id: stored.id.clone(),
             runner: RUNNER.to_owned(),
-            backend: BACKEND.to_owned(),
+            backend: agent.backend.to_owned(),
             purpose: corral_guard::runs::RunPurpose::Simulation
                 .as_str()
                 .to_owned(),
@@ -776,8 +810,9 @@ impl LabService {
                 return Err(e);
             }
         };
-        let report = run_scenario(world, agent, seed, trials).await;
-        let (outputs, trial_scores) = scored_outputs(&report, scenario, scorer);
+        let mut report = run_scenario(world, agent.agent.as_ref(), seed, trials).await;
+        let scores = score_outputs(&mut report, scenario, scorer).await;
+        let (outputs, trial_scores) = scored_outputs(&report, &scores);
         if let Err(e) = self
             .store
             .append_outputs(tenant, &run.id, &outputs, now_ms())
@@ -874,13 +909,15 @@ impl LabService {
         tenant: &str,
         body: &CompareBody,
     ) -> Result<store_lab::Comparison, LabError> {
-        let plan = compare_plan(body)?;
+        let plan = compare_plan(body, &self.programs(), self.links.get())?;
         // Every scenario is read and validated before anything runs.
         let mut scenarios = Vec::with_capacity(body.scenarios.len());
         for id in &body.scenarios {
             let stored = self.scenario(tenant, id).await?;
             let scenario = scenario_of(&stored)?;
-            check_expected(&scenario, plan.scorer.as_deref())?;
+            if let Some(s) = &plan.scorer {
+                s.check_expected(&scenario)?;
+            }
             scenarios.push((stored, scenario));
         }
         check_executions(scenarios.iter().fold(0usize, |n, (_, s)| {
@@ -904,8 +941,8 @@ impl LabService {
                         stored,
                         scenario,
                         label,
-                        agent.as_ref(),
-                        plan.scorer.as_deref(),
+                        agent,
+                        plan.scorer.as_ref(),
                         plan.seed,
                         plan.trials,
                     )
@@ -948,21 +985,34 @@ impl LabService {
 struct ComparePlan {
     base_label: String,
     cand_label: String,
-    base_agent: Box<dyn Agent>,
-    cand_agent: Box<dyn Agent>,
-    scorer: Option<Box<dyn Scorer>>,
+    base_agent: Resolved,
+    cand_agent: Resolved,
+    scorer: Option<RunScorer>,
     trials: u32,
     seed: u64,
     margin: f64,
 }
 
 /// Checks a comparison request before anything is read or run.
-fn compare_plan(body: &CompareBody) -> Result<ComparePlan, LabError> {
+fn compare_plan(
+    body: &CompareBody,
+    programs: &Programs,
+    links: Option<&Arc<dyn ProgramLinks>>,
+) -> Result<ComparePlan, LabError> {
     let base_label = check_variant(&body.baseline.variant, "baseline.variant")?;
     let cand_label = check_variant(&body.candidate.variant, "candidate.variant")?;
-    let base_agent = agent_of(body.baseline.workflow.as_deref())?;
-    let cand_agent = agent_of(body.candidate.workflow.as_deref())?;
-    let scorer = scorer_of(Some(body.scorer.as_deref().unwrap_or("exact")))?;
+    let side = |v: &VariantBody| {
+        variant::agent_of(
+            v.workflow.as_deref(),
+            v.program.as_deref(),
+            None,
+            programs,
+            links,
+        )
+    };
+    let base_agent = side(&body.baseline)?;
+    let cand_agent = side(&body.candidate)?;
+    let scorer = variant::scorer_of(Some(body.scorer.as_deref().unwrap_or("exact")), programs)?;
     let trials = check_trials(body.trials)?;
     let seed = body.seed.unwrap_or(0);
     let margin = body.margin.unwrap_or(verdict::DEFAULT_MARGIN);
@@ -1054,13 +1104,6 @@ fn disabled() -> LabError {
     )
 }
 
-fn isolation_unsupported() -> LabError {
-    LabError::new(
-        codes::LAB_ISOLATION_UNSUPPORTED,
-        "`isolation: linux` asks for OS-level isolation, which only the external-program variant (not built yet) can use; this run's agent (the identity agent or a workflow) runs in-process against mocks and reaches nothing real: omit `isolation` or pass `inproc-mock`. Nothing was run or recorded",
-    )
-}
-
 fn not_found(what: &'static str, tenant: &str, id: &str) -> LabError {
     LabError::from(LabStoreError::NotFound {
         what,
@@ -1146,40 +1189,6 @@ fn check_executions(n: usize) -> Result<(), LabError> {
     Ok(())
 }
 
-fn agent_of(workflow: Option<&str>) -> Result<Box<dyn Agent>, LabError> {
-    match workflow {
-        None => Ok(Box::new(Identity)),
-        Some(src) => Workflow::from_yaml(src)
-            .map(|w| Box::new(w) as Box<dyn Agent>)
-            .map_err(|e| LabError::new(e.code, format!("the workflow: {}", e.message))),
-    }
-}
-
-fn scorer_of(name: Option<&str>) -> Result<Option<Box<dyn Scorer>>, LabError> {
-    name.map(builtin)
-        .transpose()
-        .map_err(|e| LabError::new(e.code(), e.to_string()))
-}
-
-/// A step's malformed expected value is the scenario's fault: refused before anything runs.
-fn check_expected(scenario: &Scenario, scorer: Option<&dyn Scorer>) -> Result<(), LabError> {
-    let Some(scorer) = scorer else {
-        return Ok(());
-    };
-    for (i, s) in scenario.steps().iter().enumerate() {
-        if let Some(e) = &s.expected
-            && let Err(err) = scorer.score(&s.input, "", e)
-            && err.code() == codes::LAB_EXPECTED_INVALID
-        {
-            return Err(LabError::new(
-                err.code(),
-                format!("step {} of the scenario: {err}", i + 1),
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn draft_of(body: &ScenarioBody) -> Result<ScenarioDraft, LabError> {
     let invalid = |m: String| LabError::new(codes::LAB_SCENARIO_INVALID, m);
     if body.name.len() > MAX_NAME_BYTES {
@@ -1233,22 +1242,95 @@ fn scenario_of(s: &store_lab::Scenario) -> Result<Scenario, LabError> {
     .map_err(|e| LabError::new(e.code, format!("stored scenario {:?}: {}", s.id, e.message)))
 }
 
+/// A step no scorer judged.
+const NOT_SCORED_STEP: StepScore = StepScore::NotScored {
+    reason: crate::score::NotScored::NoExpected,
+};
+
+/// Scores every output of `report`, in order: a built-in in place, a command scorer by running
+/// it once per output with an expected value (in the `linux` backend, no network; each sandbox's
+/// attestation joins the run's). A command scorer's failure makes the run `failed` with that
+/// error (corral's side, not the agent's), and the outputs after it are not scored.
+async fn score_outputs(
+    report: &mut RunReport,
+    scenario: &Scenario,
+    scorer: Option<&RunScorer>,
+) -> Vec<StepScore> {
+    let expected = |step: usize| {
+        scenario
+            .steps()
+            .get(step.saturating_sub(1))
+            .and_then(|s| s.expected.as_ref())
+    };
+    let mut scores = Vec::with_capacity(report.outputs.len());
+    match scorer {
+        None => {
+            for o in &report.outputs {
+                scores.push(
+                    score_step(None, &o.input, &o.output, expected(o.step))
+                        .unwrap_or(NOT_SCORED_STEP),
+                );
+            }
+        }
+        Some(RunScorer::Builtin(b)) => {
+            for o in &report.outputs {
+                let s = score_step(Some(b.as_ref()), &o.input, &o.output, expected(o.step));
+                scores.push(s.unwrap_or(NOT_SCORED_STEP));
+            }
+        }
+        Some(RunScorer::Command(c)) => {
+            let attested = Mutex::new(Vec::new());
+            let attest = |a: corral_exec::Attestation| {
+                if let Ok(mut v) = attested.lock() {
+                    v.push(crate::runner::Attested::from(a));
+                }
+            };
+            let mut failure = None;
+            for o in &report.outputs {
+                let s = match (expected(o.step), &failure) {
+                    (Some(e), None) => match c.score(&o.input, &o.output, e, &attest).await {
+                        Ok(x) => StepScore::Scored(x),
+                        Err(err) => {
+                            failure = Some(crate::runner::Failure {
+                                step: o.step,
+                                trial: o.trial,
+                                code: err.code(),
+                                message: err.to_string(),
+                            });
+                            NOT_SCORED_STEP
+                        }
+                    },
+                    _ => score_step(None, "", "", None).unwrap_or(NOT_SCORED_STEP),
+                };
+                scores.push(s);
+            }
+            for a in attested.into_inner().unwrap_or_default() {
+                if !report.attestations.contains(&a) {
+                    report.attestations.push(a);
+                }
+            }
+            report.isolated &= report.attestations.iter().all(|a| a.isolated);
+            report.destroyed &= report.attestations.iter().all(|a| a.destroyed);
+            if let Some(f) = failure {
+                report.status = crate::runner::RunStatus::Failed;
+                report.infra_errors.push(f);
+            }
+        }
+    }
+    scores
+}
+
 /// The outputs to record (an output over the store's row limit is recorded as an error, not
 /// kept), and each trial's score (`None` for a trial with an infrastructure error).
 fn scored_outputs(
     report: &RunReport,
-    scenario: &Scenario,
-    scorer: Option<&dyn Scorer>,
+    scores: &[StepScore],
 ) -> (Vec<NewOutput>, Vec<Option<RunScore>>) {
     let mut outputs = Vec::with_capacity(report.outputs.len());
     let mut per_trial: Vec<Vec<StepScore>> = vec![Vec::new(); report.trials as usize];
     let mut infra = vec![false; report.trials as usize];
-    for o in &report.outputs {
+    for (i, o) in report.outputs.iter().enumerate() {
         let t = (o.trial as usize).saturating_sub(1);
-        let expected = scenario
-            .steps()
-            .get(o.step.saturating_sub(1))
-            .and_then(|s| s.expected.as_ref());
         let too_large = o.input.len() + o.output.len() > store_lab::MAX_OUTPUT_BYTES;
         let (output, ok, error_code) = if too_large {
             (
@@ -1264,9 +1346,11 @@ fn scored_outputs(
         } else {
             o.input.clone()
         };
-        let s = score_step(scorer, &o.input, &output, expected).unwrap_or(StepScore::NotScored {
-            reason: crate::score::NotScored::NoExpected,
-        });
+        let s = if too_large {
+            score_step(None, "", "", None).unwrap_or(NOT_SCORED_STEP)
+        } else {
+            scores.get(i).copied().unwrap_or(NOT_SCORED_STEP)
+        };
         if let Some(e) = o.error
             && crate::scenario::is_infrastructure(e)
             && let Some(f) = infra.get_mut(t)

@@ -144,7 +144,8 @@ impl Lab {
         .with_purpose(RunPurpose::Simulation)
         .simulated(mocks.clone());
         Ok(World {
-            gateway,
+            gateway: Arc::new(gateway),
+            attested: Mutex::new(Vec::new()),
             caller: Caller::new(principal).with_run(Some(run_id.to_owned())),
             run_id: run_id.to_owned(),
             mocks,
@@ -229,7 +230,9 @@ impl SimulatedOps for Mocks {
 /// Dropped when the run ends, with everything it held (`destroyed`).
 #[derive(Debug)]
 pub struct World {
-    gateway: Gateway,
+    gateway: Arc<Gateway>,
+    /// What the isolation backend attested for each program the run started (distinct ones).
+    attested: Mutex<Vec<Attestation>>,
     caller: Caller,
     run_id: String,
     mocks: Arc<Mocks>,
@@ -250,8 +253,23 @@ impl World {
     }
 
     /// The gateway (for an agent that reaches it through a surface: the external program).
-    pub fn gateway(&self) -> &Gateway {
+    pub fn gateway(&self) -> &Arc<Gateway> {
         &self.gateway
+    }
+
+    /// Records what an isolation backend applied to a program of this run (a variant's or a
+    /// scorer's); equal attestations are kept once.
+    pub fn attest(&self, a: Attestation) {
+        if let Ok(mut v) = self.attested.lock()
+            && !v.contains(&a)
+        {
+            v.push(a);
+        }
+    }
+
+    /// The distinct attestations of the programs this run started, in the order first seen.
+    pub fn attestations(&self) -> Vec<Attestation> {
+        self.attested.lock().map(|v| v.clone()).unwrap_or_default()
     }
 
     /// The run's caller (run-scoped).

@@ -353,8 +353,23 @@ catalog! {
         "the lab is turned off in this deployment's config (`sandbox.enabled: false`); stored scenarios and runs are kept",
         "set `sandbox.enabled: true` in the config (or remove the key) and reload to turn it on";
     LAB_ISOLATION_UNSUPPORTED = "lab.isolation_unsupported", 400,
-        "a run asked for OS-level isolation (`isolation: linux`) that its agent cannot use: a mock run (identity agent or workflow) runs in-process against mocks, and the external-program variant that would run under `linux` does not exist yet",
-        "omit `isolation` (or pass `inproc-mock`): a mock run reaches nothing real and is attested `inproc-mock`";
+        "a run asked for an isolation its agent cannot use: the identity agent and workflows run in-process against mocks (`inproc-mock`), and an external program runs only in the `linux` backend",
+        "omit `isolation`: each variant gets the one it runs under (`inproc-mock` for the identity agent and workflows, `linux` for a program)";
+    LAB_PROGRAM_UNKNOWN = "lab.program_unknown", 400,
+        "a variant or scorer names an external program the config does not declare (programs run only if `sandbox.programs` or `sandbox.scorers` names them)",
+        "declare it in the config (`sandbox: {programs: {NAME: {command: [...], read_paths: [...]}}}`, or `scorers:` for a scorer) and reload, or use a declared name";
+    LAB_PROGRAM_FAILED = "lab.program_failed", 502,
+        "the variant's external program exited with a non-zero status or was killed by a signal (the message has its status and the end of its stderr)",
+        "fix the program; it reads the step's input on stdin, calls ops at `$CORRAL_URL` with `$CORRAL_TOKEN`, prints its answer and exits 0";
+    LAB_PROGRAM_TIMEOUT = "lab.program_timeout", 504,
+        "the variant's external program did not finish a step within its timeout and was killed",
+        "make the program faster, or raise `timeout` of its entry under `sandbox.programs`";
+    LAB_PROGRAM_OUTPUT = "lab.program_output", 502,
+        "an external program (a variant or a scorer) printed what corral cannot use: an answer over 1 MiB or not UTF-8, or a scorer's line that is not `{\"score\": 0..1, \"pass\": bool}`",
+        "print the answer as UTF-8 text (a scorer: one JSON object `{\"score\": <0..1>, \"pass\": <bool>}`)";
+    LAB_SCORER_FAILED = "lab.scorer_failed", 502,
+        "the external command scorer exited with a non-zero status, timed out or could not run; the run is recorded failed (corral's side, not the agent's)",
+        "fix the scorer; it reads `{input, output, expected}` as JSON on stdin and prints `{\"score\": <0..1>, \"pass\": <bool>}`";
     LAB_INSPECT_LOG_INVALID = "lab.inspect_log_invalid", 400,
         "an Inspect AI eval log cannot be read (not a `.eval` zip, a missing or malformed entry, a sample without a score)",
         "pass `.eval` files written by `inspect eval` whose samples were scored";

@@ -236,6 +236,52 @@ pub fn disabled_ops(loaded: &Loaded) -> Vec<String> {
         .collect()
 }
 
+/// The lab's declared programs and scorers (`sandbox.programs`, `sandbox.scorers`), paths made
+/// absolute against the config's directory, run by `backend` (the deployment's: a program runs
+/// only if it is `linux`).
+pub fn lab_programs(
+    loaded: &Loaded,
+    backend: Arc<dyn corral_exec::Backend>,
+) -> corral_lab::program::Programs {
+    use corral_lab::program::{DEFAULT_TIMEOUT, ProgramSpec};
+    let spec = |p: &corral_config::model::LabProgramConfig| {
+        let read_paths: Vec<PathBuf> = p
+            .read_paths
+            .iter()
+            .map(|r| loaded.absolute(&r.value))
+            .collect();
+        let mut argv: Vec<String> = p.command.iter().map(|c| c.value.clone()).collect();
+        if let Some(program) = argv.first_mut()
+            && program.contains('/')
+        {
+            *program = loaded.absolute(program).to_string_lossy().into_owned();
+        }
+        let cwd = p
+            .cwd
+            .as_ref()
+            .map(|c| loaded.absolute(&c.value))
+            .or_else(|| read_paths.first().cloned())
+            .unwrap_or_else(|| PathBuf::from("/"));
+        (
+            p.name.value.clone(),
+            Arc::new(ProgramSpec {
+                name: p.name.value.clone(),
+                argv,
+                cwd,
+                read_paths,
+                timeout: p.timeout.unwrap_or(DEFAULT_TIMEOUT),
+                memory: p.memory,
+                processes: p.processes,
+            }),
+        )
+    };
+    corral_lab::program::Programs {
+        agents: loaded.config.sandbox.programs.iter().map(spec).collect(),
+        scorers: loaded.config.sandbox.scorers.iter().map(spec).collect(),
+        backend: Some(backend),
+    }
+}
+
 /// How to run each `mcp_servers:` entry: paths made absolute against the config's directory,
 /// the environment exactly `env_pass` (never a secret's variable) plus a default `PATH`.
 pub fn upstream_specs(loaded: &Loaded) -> Vec<UpstreamSpec> {

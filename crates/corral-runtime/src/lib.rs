@@ -211,6 +211,7 @@ impl Runtime {
             gateway.clone(),
             loaded.config.sandbox.enabled,
         ));
+        lab.set_programs(compose::lab_programs(loaded, Arc::clone(gateway.backend())));
         Ok(Self {
             lab,
             gateway,
@@ -301,6 +302,10 @@ impl Runtime {
         }
         self.gateway.replace(deployment);
         self.lab.set_enabled(loaded.config.sandbox.enabled);
+        self.lab.set_programs(compose::lab_programs(
+            loaded,
+            Arc::clone(self.gateway.backend()),
+        ));
         match self.auth.write() {
             Ok(mut a) => *a = Arc::new(auth),
             Err(p) => *p.into_inner() = Arc::new(auth),

@@ -9,7 +9,7 @@ use corral_runtime::auth::{AuthError, Authenticator};
 use subtle::ConstantTimeEq;
 
 /// The presented credential, if any.
-fn credential(headers: &HeaderMap) -> Result<Option<String>, AuthError> {
+pub(crate) fn credential(headers: &HeaderMap) -> Result<Option<String>, AuthError> {
     let invalid = |m: &str| AuthError {
         code: codes::AUTH_INVALID,
         message: m.to_owned(),

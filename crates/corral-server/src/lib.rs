@@ -18,16 +18,21 @@ use corral_config::Loaded;
 use corral_guard::Gateway;
 use corral_runtime::{Authenticator, Runtime};
 
-pub use serve::{ServeOptions, serve};
+pub use serve::{DEFAULT_MAX_BODY_BYTES, ServeOptions, local_state, serve};
 
 /// Shared state of the app: what every handler gets (derefs to [`App`]).
 #[derive(Debug, Clone)]
 pub struct AppState(Arc<App>);
 
 impl AppState {
-    /// The state of an app.
+    /// The state of an app. It also hands the app's lab the API it serves to external programs
+    /// (`routes::link`).
     pub fn new(app: App) -> Self {
-        Self(Arc::new(app))
+        let app = Arc::new(app);
+        app.runtime
+            .lab()
+            .set_program_links(Arc::new(routes::link::ServerLinks(Arc::downgrade(&app))));
+        Self(app)
     }
 }
 

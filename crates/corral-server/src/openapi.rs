@@ -179,8 +179,8 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
         "mocks": {"type": "array", "items": {"type": "object"}},
         "version": {"type": "integer", "description": "PUT only: the version read (409 lab.version_conflict if it changed)"}
     }});
-    let variant = json!({"type": "object", "required": ["variant"], "additionalProperties": false, "properties": {"variant": {"type": "string"}, "workflow": {"type": "string", "description": "a declarative workflow (YAML text); absent: the identity agent"}}});
-    let scorer = json!({"type": "string", "enum": ["exact", "regex", "json_path"]});
+    let variant = json!({"type": "object", "required": ["variant"], "additionalProperties": false, "properties": {"variant": {"type": "string"}, "workflow": {"type": "string", "description": "a declarative workflow (YAML text); absent (and no `program`): the identity agent"}, "program": {"type": "string", "description": "an external program declared under `sandbox.programs`, run in the `linux` backend"}}});
+    let scorer = json!({"type": "string", "description": "`exact`, `regex`, `json_path`, or `command:<name>` of a scorer declared under `sandbox.scorers`", "pattern": "^(exact|regex|json_path|command:[A-Za-z][A-Za-z0-9_-]*)$"});
     let bad = |d: &str| e(d);
     paths.insert("/v1/sandbox/synthetic-data".to_owned(), json!({"post": op(
         "sandbox.generate", "synthetic inputs from a template (spec 003): `{{index}}` and `{{subject_kind}}`; stores nothing (operator)", json!([]),
@@ -203,12 +203,12 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
     paths.insert("/v1/sandbox/scenarios/{id}/runs".to_owned(), json!({"post": op(
         "sandbox.scenarios.run", "runs the scenario against its mocks, synchronously, and records it (operator)", id_param.clone(),
         Some(json!({"type": "object", "required": ["variant"], "additionalProperties": false, "properties": {
-            "variant": {"type": "string"}, "workflow": {"type": "string"}, "seed": {"type": "integer", "minimum": 0},
+            "variant": {"type": "string"}, "workflow": {"type": "string"}, "program": {"type": "string", "description": "an external program declared under `sandbox.programs`, run in the `linux` backend"}, "seed": {"type": "integer", "minimum": 0},
             "trials": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1}, "scorer": scorer,
-            "isolation": {"type": "string", "enum": ["inproc-mock", "linux"], "description": "`linux` is refused (lab.isolation_unsupported) until the external-program variant exists"}
+            "isolation": {"type": "string", "enum": ["inproc-mock", "linux"], "description": "the variant's own when absent: `inproc-mock` for the identity agent and workflows, `linux` for a program; another is refused (lab.isolation_unsupported)"}
         }})),
         ("201", json_of("the run `{id, scenario_id, status, runner, backend, isolated, destroyed, steps_total, steps_ok, steps_error, infra_errors, purpose, variant, seed, trials, scorer_suite, score, verdict, mock_misses, ...}`")),
-        vec![("400", bad("lab.isolation_unsupported, lab.scorer_unknown, lab.expected_invalid, lab.workflow_invalid, lab.workflow_template, args.invalid"))],
+        vec![("400", bad("lab.isolation_unsupported, lab.program_unknown, lab.scorer_unknown, lab.expected_invalid, lab.workflow_invalid, lab.workflow_template, args.invalid")), ("503", bad("isolation.unavailable (a program or command scorer on a host without the linux backend)"))],
     )}));
     paths.insert("/v1/sandbox/runs".to_owned(), json!({"get": op(
         "sandbox.runs.list", "a page of the tenant's runs, of one scenario or all, newest first (viewer)",

@@ -92,6 +92,17 @@ fn check_open_mode(
     }
 }
 
+/// The largest request body when nothing says otherwise (`corral serve --max-body-bytes`).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+
+/// The app of an in-process entry point (`corral sandbox --local`) over `runtime`: no listener
+/// and no metrics registry of its own; what it serves is the links of the lab's external
+/// programs (`routes::link`), with the default body limit.
+pub fn local_state(runtime: Runtime, loaded: &Loaded) -> AppState {
+    let metrics = Arc::new(crate::metrics::CallMetrics::default());
+    AppState::new(App::new(runtime, metrics, loaded, DEFAULT_MAX_BODY_BYTES))
+}
+
 /// Builds the app state for a loaded config: a long-lived [`Runtime`] (every background task)
 /// reporting to the `/metrics` registry, and the HTTP settings. Also what tests serve.
 pub async fn build_state(

@@ -7,6 +7,7 @@ mod docs;
 mod doctor;
 #[path = "sandbox_lab.rs"]
 mod lab;
+mod lab_program;
 mod mcp;
 mod offline;
 mod reload;

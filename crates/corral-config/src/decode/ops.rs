@@ -5,7 +5,9 @@ use corral_policy::codes;
 use corral_policy::{Effect, ParamKind, Tier};
 
 use super::{Decoder, Field, Item, Stash, stash};
-use crate::model::{CustomOpConfig, McpServerConfig, McpToolConfig, ParamConfig, Spanned};
+use crate::model::{
+    CustomOpConfig, LabProgramConfig, McpServerConfig, McpToolConfig, ParamConfig, Spanned,
+};
 use crate::yaml::{Node, Value};
 
 /// A custom op.
@@ -125,6 +127,38 @@ pub(super) const MCP_SERVER: &[Field<McpServerConfig>] = &[
     Field::new("tools", tools),
     Field::new("network", |d, e, s| s.network = d.network(e.node, &e.at)),
 ];
+
+/// `sandbox.programs.<name>` and `sandbox.scorers.<name>`.
+pub(super) const LAB_PROGRAM: &[Field<LabProgramConfig>] = &[
+    Field::required(
+        "command",
+        |d, e, s| {
+            s.command = d.strings(e.node, &e.at);
+            if s.command.is_empty() {
+                no_lab_command(d, e, s);
+            }
+        },
+        no_lab_command,
+    ),
+    Field::new("read_paths", |d, e, s| {
+        s.read_paths = d.strings(e.node, &e.at);
+    }),
+    Field::new("cwd", |d, e, s| s.cwd = d.spanned_string(e.node, &e.at)),
+    Field::new("timeout", |d, e, s| s.timeout = d.duration(e.node, &e.at)),
+    Field::new("memory", |d, e, s| s.memory = d.size(e.node, &e.at)),
+    Field::new("processes", |d, e, s| s.processes = d.uint32(e.node, &e.at)),
+];
+
+fn no_lab_command(d: &mut Decoder, e: &Item<'_>, s: &mut LabProgramConfig) {
+    d.err_fix(
+        codes::CONFIG_MISSING_KEY,
+        format!("lab program `{}` has no `command`", s.name.value),
+        e.within,
+        s.name.span,
+        "add `command: [program, arg, ...]` (run without a shell), e.g. `[python3, agents/echo.py]`"
+            .to_owned(),
+    );
+}
 
 fn no_command(d: &mut Decoder, e: &Item<'_>, s: &mut McpServerConfig) {
     d.err_fix(
@@ -275,6 +309,41 @@ impl Decoder {
     fn tier(&mut self, node: &Node, at: &str) -> Option<Tier> {
         let opts = Tier::ALL.map(|t| (t.as_str(), t));
         self.choice(node, at, &opts)
+    }
+
+    /// `sandbox.programs: {name: {...}}` (or `scorers`): names as for upstream servers.
+    pub(super) fn lab_programs(&mut self, node: &Node, at: &str) -> Vec<LabProgramConfig> {
+        let Some(entries) = self.map_any(node, at) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, n) in entries {
+            let at = format!("{at}.{}", k.name);
+            if !is_mcp_name(&k.name) {
+                self.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    format!("`{}` is not a valid lab program name", k.name),
+                    &at,
+                    k.span,
+                    "use letters, digits, `_` and `-`, starting with a letter".to_owned(),
+                );
+                continue;
+            }
+            let mut p = LabProgramConfig {
+                name: Spanned::new(k.name.clone(), k.span),
+                command: Vec::new(),
+                read_paths: Vec::new(),
+                cwd: None,
+                timeout: None,
+                memory: None,
+                processes: None,
+                span: k.span,
+            };
+            if self.fields(n, &at, LAB_PROGRAM, &mut p).is_some() {
+                out.push(p);
+            }
+        }
+        out
     }
 
     /// `mcp_servers: {name: {...}}`.

@@ -116,7 +116,10 @@ async fn a_linked_program_reaches_nothing_but_corral_and_gets_no_proxy_variables
     )
     .await;
     let stdout = text(&out.stdout);
-    assert!(stdout.starts_with("0\n"), "proxy variables were set: {stdout}");
+    assert!(
+        stdout.starts_with("0\n"),
+        "proxy variables were set: {stdout}"
+    );
     assert!(!stdout.contains("REACHED-HOST"), "{stdout}");
     assert!(!stdout.contains("REACHED-OUTSIDE"), "{stdout}");
     // Through the link a proxy-form request is just a request to corral (whose own routes

@@ -4,11 +4,12 @@
 //! `X-Corral-Dry-Run`). Every route but `/healthz` takes one.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, Path};
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
-use corral_guard::{CallOptions, Caller, valid_run_id};
+use corral_guard::{CallOptions, Caller, Gateway, valid_run_id};
 use corral_policy::{AutonomyLevel, codes};
 
 use crate::AppState;
@@ -24,19 +25,25 @@ pub const DRY_RUN_HEADER: &str = "x-corral-dry-run";
 /// The code of a malformed guardrail header.
 pub const INVALID_HEADER: &str = codes::RUN_INVALID_HEADER;
 
-/// What a route's requests are audited as when they fail authentication.
+/// What a route's requests are audited as when they fail authentication, and whether a lab
+/// program may reach it through its link.
 pub(crate) trait Route {
+    /// Whether the route serves a lab program's link (`GET /ops`, `POST /ops/{id}`, `/mcp`);
+    /// every other route refuses a linked request, whatever router it is mounted on.
+    const LINKED: bool = false;
+
     /// The audit event's `op` for an unauthenticated request to the route.
     fn audited_as(parts: &mut Parts) -> impl Future<Output = String> + Send;
 }
 
 /// Routes audited under a fixed name.
 macro_rules! routes {
-    ($($(#[$doc:meta])* $name:ident => $what:literal,)*) => {$(
+    ($($(#[$doc:meta])* $name:ident => $what:literal $(, linked = $linked:literal)?;)*) => {$(
         $(#[$doc])*
         #[derive(Debug)]
         pub(crate) struct $name;
         impl Route for $name {
+            $(const LINKED: bool = $linked;)?
             async fn audited_as(_: &mut Parts) -> String {
                 $what.to_owned()
             }
@@ -46,29 +53,29 @@ macro_rules! routes {
 
 routes! {
     /// `GET /ops`.
-    ListOps => "GET /ops",
+    ListOps => "GET /ops", linked = true;
     /// `GET /capabilities`.
-    Capabilities => "GET /capabilities",
+    Capabilities => "GET /capabilities";
     /// `GET /audit`.
-    Audit => "GET /audit",
+    Audit => "GET /audit";
     /// `GET /confirmations`.
-    ListConfirmations => "GET /confirmations",
+    ListConfirmations => "GET /confirmations";
     /// `POST /confirmations/{action_id}/decision`.
-    Decision => "POST /confirmations",
+    Decision => "POST /confirmations";
     /// `GET /me`.
-    Me => "GET /me",
+    Me => "GET /me";
     /// `GET /metrics`.
-    Metrics => "GET /metrics",
+    Metrics => "GET /metrics";
     /// `GET /openapi.json`.
-    OpenApi => "GET /openapi.json",
+    OpenApi => "GET /openapi.json";
     /// `/mcp`.
-    Mcp => "/mcp",
+    Mcp => "/mcp", linked = true;
     /// `/v1/sandbox/*` (the lab).
-    Sandbox => "/v1/sandbox",
+    Sandbox => "/v1/sandbox";
     /// A path no route has.
-    UnknownRoute => "unknown route",
+    UnknownRoute => "unknown route", linked = true;
     /// A route's path with a method it does not take.
-    WrongMethod => "wrong method",
+    WrongMethod => "wrong method", linked = true;
 }
 
 /// `POST /ops/{id}`: audited as the op id it names.
@@ -76,6 +83,8 @@ routes! {
 pub(crate) struct OpCall;
 
 impl Route for OpCall {
+    const LINKED: bool = true;
+
     async fn audited_as(parts: &mut Parts) -> String {
         Path::<String>::from_request_parts(parts, &())
             .await
@@ -94,6 +103,9 @@ pub(crate) struct Authed<R> {
     /// The guardrail headers, or what is wrong with one of them (the route decides when that
     /// refuses the request, so a body error found first is answered first).
     pub options: Result<CallOptions, String>,
+    /// The gateway the request's calls go through: the deployment's, or for a lab program's
+    /// request through its link, the run's world.
+    pub gateway: Arc<Gateway>,
     route: PhantomData<fn() -> R>,
 }
 
@@ -105,11 +117,15 @@ impl<R: Route> Authed<R> {
         state: &AppState,
         request_id: String,
     ) -> Result<Self, ApiError> {
+        if let Some(link) = parts.extensions.get::<Linked>().cloned() {
+            return Self::authenticate_linked(parts, link, request_id).await;
+        }
         match crate::auth::authenticate(&state.authenticator(), &parts.headers) {
             Ok(caller) => Ok(Self {
                 caller,
                 options: call_options(&parts.headers),
                 request_id,
+                gateway: Arc::clone(state.gateway()),
                 route: PhantomData,
             }),
             Err(e) => {
@@ -122,6 +138,63 @@ impl<R: Route> Authed<R> {
             }
         }
     }
+}
+
+impl<R: Route> Authed<R> {
+    /// A lab program's request through its link: authenticated only by the step's token (no
+    /// configured token, JWT or open mode counts here), made as the run's caller through the
+    /// run's world, and only on a route that serves links.
+    async fn authenticate_linked(
+        parts: &mut Parts,
+        link: Linked,
+        request_id: String,
+    ) -> Result<Self, ApiError> {
+        let refused = match crate::auth::credential(&parts.headers) {
+            Ok(Some(t)) if link.token.accepts(&t) => None,
+            Ok(Some(_)) => Some((
+                codes::AUTH_INVALID,
+                "this is not the run's token; use `$CORRAL_TOKEN` as given to the program"
+                    .to_owned(),
+            )),
+            Ok(None) => Some((
+                codes::AUTH_MISSING,
+                "send the run's token: `Authorization: Bearer $CORRAL_TOKEN`".to_owned(),
+            )),
+            Err(e) => Some((e.code, e.message)),
+        };
+        if let Some((code, message)) = refused {
+            let what = R::audited_as(parts).await;
+            link.gateway
+                .audit_unauthenticated(&what, &request_id, code, 401)
+                .await;
+            return Err(ApiError::new(code, message, None, &request_id));
+        }
+        if !R::LINKED {
+            return Err(ApiError::new(
+                codes::ROUTE_NOT_FOUND,
+                "a lab program reaches only `GET /ops`, `POST /ops/{id}` and `/mcp`",
+                None,
+                &request_id,
+            ));
+        }
+        Ok(Self {
+            caller: link.caller,
+            options: call_options(&parts.headers),
+            request_id,
+            gateway: link.gateway,
+            route: PhantomData,
+        })
+    }
+}
+
+/// The link of one lab program's step, put in each of its requests' extensions by the link's
+/// router (never by the deployment's): who its calls are, through which gateway, and the
+/// one token that authenticates them.
+#[derive(Debug, Clone)]
+pub(crate) struct Linked {
+    pub gateway: Arc<Gateway>,
+    pub caller: Caller,
+    pub token: corral_lab::program::TokenDigest,
 }
 
 impl<R: Route> FromRequestParts<AppState> for Authed<R> {

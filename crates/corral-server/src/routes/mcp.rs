@@ -22,14 +22,9 @@ use crate::error::ApiError;
 pub(crate) fn service(state: &AppState) -> StreamableHttpService<CorralMcp, NeverSessionManager> {
     let gateway = state.gateway().clone();
     let lab = state.runtime().lab().clone();
-    let mut config = StreamableHttpServerConfig::default();
-    config.legacy_session_mode = false;
-    config.json_response = true;
-    config.sse_keep_alive = None;
-    config.max_request_body_bytes = state.max_body_bytes();
     // Never empty (an empty list would admit every Host): the config refuses `[]`, and the
     // default is the loopback names.
-    config = config
+    let config = config(state.max_body_bytes())
         .with_allowed_hosts(state.mcp_allowed_hosts().to_vec())
         .with_allowed_origins(state.mcp_allowed_origins().to_vec());
     StreamableHttpService::new(
@@ -37,6 +32,30 @@ pub(crate) fn service(state: &AppState) -> StreamableHttpService<CorralMcp, Neve
         std::sync::Arc::new(NeverSessionManager::default()),
         config,
     )
+}
+
+/// The MCP service of a lab program's link: the run's world's ops only (no lab tools), for
+/// the sandbox's own `127.0.0.1`, the only address it reaches corral at.
+pub(crate) fn linked_service(
+    gateway: std::sync::Arc<corral_guard::Gateway>,
+    max_body_bytes: usize,
+) -> StreamableHttpService<CorralMcp, NeverSessionManager> {
+    let config = config(max_body_bytes).with_allowed_hosts(["127.0.0.1", "localhost"]);
+    StreamableHttpService::new(
+        move || Ok(CorralMcp::per_request(gateway.clone())),
+        std::sync::Arc::new(NeverSessionManager::default()),
+        config,
+    )
+}
+
+/// Stateless, JSON answers, no keep-alive stream, the body limit.
+fn config(max_body_bytes: usize) -> StreamableHttpServerConfig {
+    let mut config = StreamableHttpServerConfig::default();
+    config.legacy_session_mode = false;
+    config.json_response = true;
+    config.sse_keep_alive = None;
+    config.max_request_body_bytes = max_body_bytes;
+    config
 }
 
 /// Authenticates an MCP request like any route (401 without valid credentials), reads its

@@ -3,6 +3,7 @@
 mod audit;
 mod confirmations;
 mod extract;
+pub(crate) mod link;
 mod mcp;
 mod meta;
 mod ops;

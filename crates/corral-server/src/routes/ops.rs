@@ -42,15 +42,14 @@ pub async fn call(
         caller,
         request_id: rid,
         options,
+        gateway: gw,
         ..
     }: Authed<OpCall>,
     id: Result<Path<String>, PathRejection>,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     let Ok(Path(id)) = id else {
-        state
-            .gateway()
-            .audit_rejected(&caller, "", &rid, codes::OP_INVALID_ID, 400)
+        gw.audit_rejected(&caller, "", &rid, codes::OP_INVALID_ID, 400)
             .await;
         return Err(ApiError::new(
             codes::OP_INVALID_ID,
@@ -62,7 +61,6 @@ pub async fn call(
     // Borrowed, not extracted: a `HeaderMap` extractor would copy every header per call.
     let headers = request.headers();
     let json_content = headers.get(header::CONTENT_TYPE).is_none_or(is_json);
-    let gw = state.gateway();
     let declared = crate::body::content_length(headers);
     let limit = state.max_body_bytes();
     // Drained when oversized, so the client reads the 413 instead of a reset connection.
@@ -143,10 +141,11 @@ pub async fn call(
 
 /// `GET /ops`: the ops the caller may call.
 pub async fn list(
-    State(state): State<AppState>,
-    Authed { caller: c, .. }: Authed<ListOps>,
+    Authed {
+        caller: c, gateway, ..
+    }: Authed<ListOps>,
 ) -> Result<Response, ApiError> {
-    let d = state.gateway().deployment();
+    let d = gateway.deployment();
     let ops: Vec<_> = d
         .callable_ops(&c.principal)
         .into_iter()
@@ -157,10 +156,11 @@ pub async fn list(
 
 /// `GET /capabilities`: the same, with the limits that apply.
 pub async fn capabilities(
-    State(state): State<AppState>,
-    Authed { caller: c, .. }: Authed<Capabilities>,
+    Authed {
+        caller: c, gateway, ..
+    }: Authed<Capabilities>,
 ) -> Result<Response, ApiError> {
-    let d = state.gateway().deployment();
+    let d = gateway.deployment();
     let ops: Vec<_> = d
         .callable_ops(&c.principal)
         .into_iter()

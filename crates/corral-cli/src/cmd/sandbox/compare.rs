@@ -25,14 +25,30 @@ pub(crate) struct Args {
     #[arg(long, value_name = "V", required_unless_present = "inspect")]
     baseline: Option<String>,
     /// The baseline's declarative workflow (YAML file); default: the identity agent.
-    #[arg(long, value_name = "FILE", requires = "baseline")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "baseline",
+        conflicts_with = "baseline_program"
+    )]
     baseline_workflow: Option<PathBuf>,
+    /// The baseline's external program (declared under `sandbox.programs`).
+    #[arg(long, value_name = "NAME", requires = "baseline")]
+    baseline_program: Option<String>,
     /// The candidate variant's label.
     #[arg(long, value_name = "V", required_unless_present = "inspect")]
     candidate: Option<String>,
     /// The candidate's declarative workflow (YAML file); default: the identity agent.
-    #[arg(long, value_name = "FILE", requires = "candidate")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "candidate",
+        conflicts_with = "candidate_program"
+    )]
     candidate_workflow: Option<PathBuf>,
+    /// The candidate's external program (declared under `sandbox.programs`).
+    #[arg(long, value_name = "NAME", requires = "candidate")]
+    candidate_program: Option<String>,
     /// A scenario both run (repeatable; at least 10 for a verdict that is not forced).
     #[arg(long = "scenario", value_name = "ID", required_unless_present = "inspect", num_args = 1..)]
     scenarios: Vec<String>,
@@ -42,7 +58,7 @@ pub(crate) struct Args {
     /// The seed of the runs and of the bootstrap (stored in the record).
     #[arg(long, value_name = "S")]
     seed: Option<u64>,
-    /// The scorer: exact, regex or json_path; with `--inspect`, the Inspect scorer whose
+    /// The scorer: exact, regex, json_path or command:NAME; with `--inspect`, the Inspect scorer whose
     /// values are read (needed when a log has several).
     #[arg(long, value_name = "S")]
     scorer: Option<String>,
@@ -69,10 +85,12 @@ pub(crate) fn run(a: Args) -> CliResult {
         baseline: VariantSpec {
             variant: a.baseline.clone().unwrap_or_default(),
             workflow: workflow(&a.baseline_workflow)?,
+            program: a.baseline_program.clone(),
         },
         candidate: VariantSpec {
             variant: a.candidate.clone().unwrap_or_default(),
             workflow: workflow(&a.candidate_workflow)?,
+            program: a.candidate_program.clone(),
         },
         scenarios: a.scenarios.clone(),
         trials: a.trials,

@@ -28,8 +28,9 @@ pub(crate) enum Lab {
     },
     /// The config's lab, in-process (`--local`): the runtime's `LabService`, as `caller`.
     Local {
-        /// The runtime built from the config (its gateway, audit sinks and store).
-        runtime: Box<corral_runtime::Runtime>,
+        /// The app over the runtime built from the config (its gateway, audit sinks, store,
+        /// and the links it serves to the lab's external programs).
+        app: corral_server::AppState,
         /// Who acts.
         caller: corral_guard::Caller,
         /// The tokio runtime that drives it.
@@ -40,8 +41,8 @@ pub(crate) enum Lab {
 impl Drop for Lab {
     fn drop(&mut self) {
         // The audit events of a local action are flushed before the command ends.
-        if let Lab::Local { runtime, rt, .. } = self {
-            rt.block_on(runtime.close());
+        if let Lab::Local { app, rt, .. } = self {
+            rt.block_on(app.runtime().close());
         }
     }
 }
@@ -94,8 +95,9 @@ impl Lab {
                     corral_runtime::RuntimeOptions::one_shot(),
                 ))
                 .map_err(|e| CliError::coded(e.code(), &e))?;
+            // The app (not only the runtime), so an external program's link has its API.
             return Ok(Lab::Local {
-                runtime: Box::new(runtime),
+                app: corral_server::local_state(runtime, &loaded),
                 caller,
                 rt,
             });
@@ -123,11 +125,9 @@ impl Lab {
             Lab::Remote { client, rt } => {
                 rt.block_on(remote(client)).map_err(context::remote_error)
             }
-            Lab::Local {
-                runtime,
-                caller,
-                rt,
-            } => convert(&rt.block_on(local(runtime.lab(), caller))?, what),
+            Lab::Local { app, caller, rt } => {
+                convert(&rt.block_on(local(app.runtime().lab(), caller))?, what)
+            }
         }
     }
 

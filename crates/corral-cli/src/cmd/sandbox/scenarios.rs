@@ -50,8 +50,9 @@ pub(crate) enum Command {
     },
     /// Run a scenario against its mocks and print the run record (the run finishes first).
     ///
-    /// Without `--workflow` the agent is the identity agent: a step's input is the resource it
-    /// asks for. Without `--scorer` the run is "executed, not scored", never a pass. Exit
+    /// Without `--workflow` or `--program` the agent is the identity agent: a step's input is
+    /// the resource it asks for. `--program NAME` runs an external program the config declares
+    /// under `sandbox.programs`, in the `linux` backend. Without `--scorer` the run is "executed, not scored", never a pass. Exit
     /// codes: 0 the run completed (agent failures such as mock misses included) and did not
     /// fail its scorer; 1 it failed, or its scorer failed it, or the lab refused; 2 usage or
     /// connection error.
@@ -62,19 +63,25 @@ pub(crate) enum Command {
         #[arg(long, default_value = "default")]
         variant: String,
         /// A declarative workflow (YAML file) as the agent under test.
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", conflicts_with = "program")]
         workflow: Option<PathBuf>,
+        /// An external program declared under `sandbox.programs` as the agent under test (run
+        /// in the `linux` backend, reaching only corral's API for its run).
+        #[arg(long, value_name = "NAME")]
+        program: Option<String>,
         /// The seed (same scenario, variant and seed: the same outputs).
         #[arg(long, value_name = "S")]
         seed: Option<u64>,
         /// Trials per step (pass@k and pass^k with a scorer).
         #[arg(long, value_name = "K")]
         trials: Option<u32>,
-        /// The scorer against the steps' expected outputs: exact, regex or json_path.
+        /// The scorer against the steps' expected outputs: exact, regex, json_path, or
+        /// command:NAME (a scorer declared under `sandbox.scorers`, run in the `linux` backend).
         #[arg(long, value_name = "S")]
         scorer: Option<String>,
-        /// Ask for OS-level isolation (`linux`); refused where it cannot be given, never run
-        /// without it.
+        /// The isolation the variant runs under: `inproc-mock` (identity agent, workflow) or
+        /// `linux` (a program); the default is the variant's own. Refused where it cannot be
+        /// given, never run without it.
         #[arg(long, value_name = "BACKEND")]
         isolation: Option<String>,
         #[command(flatten)]
@@ -152,6 +159,7 @@ pub(crate) fn run(c: Command) -> CliResult {
             id,
             variant,
             workflow,
+            program,
             seed,
             trials,
             scorer,
@@ -164,6 +172,7 @@ pub(crate) fn run(c: Command) -> CliResult {
                     .as_deref()
                     .map(|p| super::read_text(p, "workflow"))
                     .transpose()?,
+                program,
                 seed,
                 trials,
                 scorer,
