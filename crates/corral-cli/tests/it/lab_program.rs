@@ -400,3 +400,49 @@ fn an_undeclared_program_or_scorer_and_a_mismatched_isolation_are_refused_before
         "nothing was recorded: {v}"
     );
 }
+
+/// docs/lab.md's external-program example, run by the test below.
+pub(crate) const PROGRAM_EXAMPLE: &str = "corral sandbox scenarios run <scenario-id> --variant candidate --program echo-agent --scorer command:same -o json";
+
+#[test]
+fn docs_lab_md_external_program_example_runs_as_written() {
+    let blocks = crate::lab::lab_md_blocks();
+    let block = |info: &str, first: &str| -> String {
+        blocks
+            .iter()
+            .find(|(i, lines)| i == info && lines.first().is_some_and(|l| l.starts_with(first)))
+            .map(|(_, lines)| lines.join("\n") + "\n")
+            .unwrap_or_else(|| panic!("docs/lab.md has no `{info}` block starting `{first}`"))
+    };
+    let base = CONFIG.split("sandbox:").next().unwrap();
+    let dir = workspace(Some(&format!("{base}{}", block("yaml", "sandbox:"))));
+    let agents = dir.path().join("agents");
+    std::fs::create_dir(&agents).unwrap();
+    std::fs::write(
+        agents.join("echo_agent.py"),
+        block("python", "import json, os"),
+    )
+    .unwrap();
+    std::fs::write(agents.join("same.py"), block("python", "import json, sys")).unwrap();
+    std::fs::write(dir.path().join("steps.json"), STEPS).unwrap();
+    std::fs::write(dir.path().join("mocks.json"), MOCKS).unwrap();
+    let env = env();
+    let id = create_scenario(dir.path(), LOCAL, &env);
+    let line = PROGRAM_EXAMPLE.replace("<scenario-id>", &id);
+    let mut args: Vec<&str> = line.split_whitespace().skip(1).collect();
+    args.extend_from_slice(LOCAL);
+    let (code, out, err) = corral_with_env(dir.path(), &args, &env);
+    assert_eq!(
+        code, 1,
+        "the scorer fails the run's second step: {out}{err}"
+    );
+    let run: Value = serde_json::from_str(&out).unwrap();
+    let (c, outputs, o) = lab(
+        dir.path(),
+        &["runs", "outputs", run["id"].as_str().unwrap()],
+        LOCAL,
+        &env,
+    );
+    assert_eq!(c, 0, "{o}");
+    check_program_run(&run, outputs["items"].as_array().unwrap());
+}

@@ -665,7 +665,7 @@ fn compare_inspect_reads_logs_a_real_inspect_task_on_mockllm_wrote() {
 }
 
 /// The fenced blocks of docs/lab.md with their info string (`sh`, `text`, ...).
-fn lab_md_blocks() -> Vec<(String, Vec<String>)> {
+pub(crate) fn lab_md_blocks() -> Vec<(String, Vec<String>)> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/lab.md");
     let text = std::fs::read_to_string(path).unwrap();
     let mut out = Vec::new();
@@ -691,11 +691,12 @@ fn every_shell_example_in_docs_lab_md_is_a_session_these_tests_run() {
         .filter(|(info, _)| info == "sh")
         .map(|(_, lines)| lines)
         .collect();
-    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    assert_eq!(sessions.len(), 3, "{sessions:?}");
     // The worked example, line for line: the server and `--local` tests run exactly these.
     assert_eq!(sessions[0], WORKED_EXAMPLE);
     // The Inspect comparison: the command the Inspect test runs.
-    assert_eq!(sessions[1], [INSPECT_EXAMPLE]);
+    assert_eq!(sessions[1], [crate::lab_program::PROGRAM_EXAMPLE]);
+    assert_eq!(sessions[2], [INSPECT_EXAMPLE]);
 }
 
 /// docs/lab.md's `compare --inspect` example, run by the Inspect test (in a directory holding
