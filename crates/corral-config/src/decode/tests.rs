@@ -23,6 +23,8 @@ fn document(path: &str, body: &str) -> Option<String> {
             format!("{{version: 1, custom: {{op: {{argv: [x], params: {{p: {{{body}}}}}}}}}}}")
         }
         "mcp_servers.up" => format!("{{version: 1, mcp_servers: {{up: {{{body}}}}}}}"),
+        "sandbox.programs.p" => format!("{{version: 1, sandbox: {{programs: {{p: {{{body}}}}}}}}}"),
+        "sandbox.scorers.s" => format!("{{version: 1, sandbox: {{scorers: {{s: {{{body}}}}}}}}}"),
         "mcp_servers.up.tools.t" => {
             format!(
                 "{{version: 1, mcp_servers: {{up: {{command: [x], tools: {{t: {{{body}}}}}}}}}}}"
