@@ -260,6 +260,10 @@ enum Command {
         /// Only the calls of this principal.
         #[arg(long, value_name = "ID")]
         principal: Option<String>,
+        /// Only the calls of this purpose: `live` (they act on the world) or `simulation` (a
+        /// lab run's calls, answered by its mocks).
+        #[arg(long, value_name = "PURPOSE", value_parser = purpose_name)]
+        purpose: Option<String>,
         #[command(flatten)]
         remote: Remote,
     },
@@ -315,6 +319,17 @@ pub(crate) struct Remote {
 }
 
 /// Parses the command line, runs the subcommand, and returns its exit code.
+/// `--purpose`: the name of a run purpose (`live`, `simulation`, ...), as audited.
+fn purpose_name(s: &str) -> Result<String, String> {
+    use corral_guard::runs::RunPurpose;
+    RunPurpose::parse(s)
+        .map(|p| p.as_str().to_owned())
+        .ok_or_else(|| {
+            let names: Vec<&str> = RunPurpose::ALL.iter().map(|p| p.as_str()).collect();
+            format!("a purpose is one of {}", names.join(", "))
+        })
+}
+
 pub fn run() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -436,10 +451,16 @@ pub fn run_cli(cli: Cli) -> CliResult {
             run,
             op,
             principal,
+            purpose,
             remote,
         } => cmd::audit::run(
             limit,
-            &[("run", run), ("op", op), ("principal", principal)],
+            &[
+                ("run", run),
+                ("op", op),
+                ("principal", principal),
+                ("purpose", purpose),
+            ],
             remote,
         ),
         Command::Run(args) => cmd::run::run(args),

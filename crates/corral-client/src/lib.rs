@@ -299,7 +299,7 @@ impl Client {
         self.get_json("capabilities").await
     }
 
-    /// `GET /audit?limit=N&run=..&op=..&principal=..`: the most recent audit events of the
+    /// `GET /audit?limit=N&run=..&op=..&principal=..&purpose=..`: the most recent audit events of the
     /// caller's tenant, newest first, those `filters` (name, value) match (role admin only).
     /// Returns the server's answer: `{"tenant", "events": [...]}`.
     pub async fn audit(

@@ -454,6 +454,7 @@ impl Gateway {
             action_id: None,
             run_id: caller.and_then(|c| c.run.clone()),
             detail: None,
+            purpose: self.purpose,
         };
         let _ = self.audit(&event).await;
         self.observer
@@ -546,6 +547,7 @@ impl Gateway {
             action_id: Some(action_id.chars().take(64).collect()),
             run_id: None,
             detail: None,
+            purpose: self.purpose,
         };
         let result = self
             .decide_inner(caller, &tenant, action_id, body, &mut event)
@@ -720,6 +722,7 @@ impl Gateway {
             action_id: None,
             run_id: opts.run_id.clone(),
             detail: None,
+            purpose: self.purpose,
         };
         let (outcome, reply) = match scope_mismatch {
             Some(refusal) => (Outcome::Denied, Reply::Refused(refusal)),

@@ -737,6 +737,7 @@ impl LabService {
             action_id: None,
             run_id,
             detail,
+            purpose: corral_guard::runs::RunPurpose::Live,
         };
         self.gateway.record(&event).await?;
         r

@@ -6,6 +6,7 @@
 use std::io::Write as _;
 
 use crate::attestation::Attestation;
+use crate::runs::RunPurpose;
 use futures_core::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
@@ -136,6 +137,11 @@ pub struct AuditEvent {
     /// for a budget refusal, the level for an autonomy refusal, the role for an RBAC refusal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Whether the call acted on the world (`live`) or ran against a lab's mocks (`simulation`):
+    /// the purpose of the gateway that decided it. An event stored before events carried a
+    /// purpose reads back as `live`.
+    #[serde(default)]
+    pub purpose: RunPurpose,
 }
 
 /// An audit event that could not be stored.

@@ -39,10 +39,15 @@ impl Budgets {
     }
 }
 
-/// Why a run exists. Only `Live` is used so far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Why a run exists: `Live` (the default, and what an audit event stored before events carried
+/// a purpose reads back as) and the lab's `Simulation` are used so far.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum RunPurpose {
     /// Calls that act on the world.
+    #[default]
     Live,
     /// A lab scenario against mocks.
     Simulation,
@@ -53,6 +58,19 @@ pub enum RunPurpose {
 }
 
 impl RunPurpose {
+    /// Every purpose, in the order they are documented.
+    pub const ALL: [RunPurpose; 4] = [
+        RunPurpose::Live,
+        RunPurpose::Simulation,
+        RunPurpose::Replay,
+        RunPurpose::Judge,
+    ];
+
+    /// The purpose named `name` (as [`RunPurpose::as_str`] spells it), if there is one.
+    pub fn parse(name: &str) -> Option<RunPurpose> {
+        Self::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
     /// The name, as audited.
     pub fn as_str(self) -> &'static str {
         match self {

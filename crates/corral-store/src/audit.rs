@@ -5,6 +5,7 @@
 //! are stored as JSON text.
 
 use corral_ports::audit::{AttestationRecord, AuditError, AuditEvent, AuditSink, Outcome};
+use corral_ports::runs::RunPurpose;
 use futures_core::future::BoxFuture;
 
 use crate::{Store, StoreError};
@@ -16,20 +17,21 @@ const COUNT_TENANT: &str = "SELECT COUNT(*) FROM audit_events WHERE tenant = $1"
 macro_rules! columns {
     () => {
         "request_id, tenant, ts_ms, principal_id, principal_kind, act_chain, op, outcome, code, \
-         rule, args_hash, args_shape, status, duration_us, attestation, action_id, run_id, detail"
+         rule, args_hash, args_shape, status, duration_us, attestation, action_id, run_id, detail, \
+         purpose"
     };
 }
 
 pub(crate) const INSERT_EVENT: &str = concat!(
     "INSERT INTO audit_events (",
     columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
 );
 /// The optional filters of the recent-events queries: a `NULL` parameter matches every row.
 /// (`CAST(.. AS TEXT)` gives PostgreSQL the parameter's type when it is `NULL`; SQLite reads it
 /// the same.)
 macro_rules! matching {
-    ($run:literal, $op:literal, $principal:literal) => {
+    ($run:literal, $op:literal, $principal:literal, $purpose:literal) => {
         concat!(
             " (CAST(",
             $run,
@@ -45,6 +47,11 @@ macro_rules! matching {
             $principal,
             " AS TEXT) IS NULL OR principal_id = ",
             $principal,
+            ")",
+            " AND (CAST(",
+            $purpose,
+            " AS TEXT) IS NULL OR purpose = ",
+            $purpose,
             ")"
         )
     };
@@ -54,15 +61,15 @@ const RECENT_ALL: &str = concat!(
     "SELECT ",
     columns!(),
     " FROM audit_events WHERE",
-    matching!("$1", "$2", "$3"),
-    " ORDER BY ts_ms DESC, request_id DESC LIMIT $4"
+    matching!("$1", "$2", "$3", "$4"),
+    " ORDER BY ts_ms DESC, request_id DESC LIMIT $5"
 );
 const RECENT_TENANT: &str = concat!(
     "SELECT ",
     columns!(),
     " FROM audit_events WHERE tenant = $1 AND",
-    matching!("$2", "$3", "$4"),
-    " ORDER BY ts_ms DESC, request_id DESC LIMIT $5"
+    matching!("$2", "$3", "$4", "$5"),
+    " ORDER BY ts_ms DESC, request_id DESC LIMIT $6"
 );
 
 /// Narrows [`Store::audit_matching`]: each field that is set must match exactly.
@@ -74,6 +81,8 @@ pub struct AuditFilter {
     pub op: Option<String>,
     /// The caller's principal id.
     pub principal_id: Option<String>,
+    /// The purpose of the call (`live`, `simulation`).
+    pub purpose: Option<RunPurpose>,
 }
 
 /// One stored row, as the drivers decode it.
@@ -97,6 +106,7 @@ struct EventRow {
     action_id: Option<String>,
     run_id: Option<String>,
     detail: Option<String>,
+    purpose: String,
 }
 
 fn malformed(request_id: &str, what: &str, err: impl std::fmt::Display) -> StoreError {
@@ -124,6 +134,16 @@ impl TryFrom<EventRow> for AuditEvent {
             .map(serde_json::from_str)
             .transpose()
             .map_err(|e| malformed(id, "attestation", e))?;
+        let purpose = RunPurpose::parse(&r.purpose).ok_or_else(|| {
+            malformed(
+                id,
+                "purpose",
+                format!(
+                    "{:?} is not a purpose",
+                    r.purpose.chars().take(64).collect::<String>()
+                ),
+            )
+        })?;
         Ok(AuditEvent {
             request_id: r.request_id,
             tenant: r.tenant,
@@ -143,6 +163,7 @@ impl TryFrom<EventRow> for AuditEvent {
             action_id: r.action_id,
             run_id: r.run_id,
             detail: r.detail,
+            purpose,
         })
     }
 }
@@ -190,6 +211,7 @@ macro_rules! bind_event {
             .bind($event.action_id.as_deref())
             .bind($event.run_id.as_deref())
             .bind($event.detail.as_deref())
+            .bind($event.purpose.as_str())
     };
 }
 
@@ -252,7 +274,8 @@ impl Store {
                     .push_bind(e.attestation.as_deref())
                     .push_bind(event.action_id.as_deref())
                     .push_bind(event.run_id.as_deref())
-                    .push_bind(event.detail.as_deref());
+                    .push_bind(event.detail.as_deref())
+                    .push_bind(event.purpose.as_str());
             });
             qb.build().execute(p).await.map(|_| ())
         })
@@ -287,17 +310,18 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<AuditEvent>, StoreError> {
         let limit = i64::from(limit);
-        let (run, op, who) = (
+        let (run, op, who, purpose) = (
             filter.run_id.as_deref(),
             filter.op.as_deref(),
             filter.principal_id.as_deref(),
+            filter.purpose.map(RunPurpose::as_str),
         );
         let rows: Vec<EventRow> = on_pool!(&self.pool, p => match tenant {
             Some(t) => sqlx::query_as(RECENT_TENANT)
-                .bind(t).bind(run).bind(op).bind(who).bind(limit)
+                .bind(t).bind(run).bind(op).bind(who).bind(purpose).bind(limit)
                 .fetch_all(p).await,
             None => sqlx::query_as(RECENT_ALL)
-                .bind(run).bind(op).bind(who).bind(limit)
+                .bind(run).bind(op).bind(who).bind(purpose).bind(limit)
                 .fetch_all(p).await,
         })
         .map_err(|e| self.redactor.query("read audit events", e))?;

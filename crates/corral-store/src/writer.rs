@@ -234,6 +234,7 @@ fn insert_each(
             event.action_id,
             event.run_id,
             event.detail,
+            event.purpose.as_str(),
         ]);
         match r {
             Ok(_) => results.push(Ok(())),

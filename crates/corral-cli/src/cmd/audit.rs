@@ -1,5 +1,5 @@
-//! `corral audit [--limit N] [--run R] [--op OP] [--principal ID]`: the most recent audit events
-//! of a running server, newest first (the caller needs role admin).
+//! `corral audit [--limit N] [--run R] [--op OP] [--principal ID] [--purpose P]`: the most recent
+//! audit events of a running server, newest first (the caller needs role admin).
 
 use serde_json::Value;
 
@@ -28,7 +28,7 @@ pub fn run(limit: u32, filters: &[(&str, Option<String>)], remote: Remote) -> Cl
 }
 
 /// One line per event: time (ms since the epoch), principal, op, outcome, status, code or rule,
-/// run, request id.
+/// run, purpose (`live` or `simulation`), request id.
 fn print_lines(v: &Value) {
     let events = v["events"]
         .as_array()
@@ -56,12 +56,13 @@ fn print_lines(v: &Value) {
                 .unwrap_or("-"),
         );
         outln!(
-            "{}  {principal}  {}  {}  {}  {why}  run={}  {}",
+            "{}  {principal}  {}  {}  {}  {why}  run={}  {}  {}",
             e["ts_ms"].as_i64().unwrap_or_default(),
             s(e, "op"),
             s(e, "outcome"),
             e["status"].as_u64().unwrap_or_default(),
             s(e, "run_id"),
+            s(e, "purpose"),
             s(e, "request_id"),
         );
     }

@@ -446,6 +446,32 @@ auth:
         "only files.list was called: {out}"
     );
 
+    // The agent's call acted on the world: it is `live`, and no lab run made a `simulation` one.
+    let (code, out, err) = run(&[
+        "audit",
+        "--purpose",
+        "live",
+        "--limit",
+        "1",
+        "--token-env",
+        "CORRAL_IT_BOSS",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("  files.list  ok  200  "), "{out}");
+    assert!(out.contains("  run=-  live  "), "{out}");
+    let (code, out, err) = run(&[
+        "audit",
+        "--purpose",
+        "simulation",
+        "--token-env",
+        "CORRAL_IT_BOSS",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("no audit events"), "{out}");
+    let (code, _, err) = run(&["audit", "--purpose", "sim", "--token-env", "CORRAL_IT_BOSS"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("live, simulation"), "{err}");
+
     let (code, _, err) = run(&["audit", "--token-env", "CORRAL_IT_AGENT"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("audit.not_permitted"), "{err}");

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use corral_exec::mock::MockBackend;
+use corral_guard::audit::{AuditError, AuditEvent, AuditSink, JsonLines};
 use corral_guard::guardrails::{Budgets, GuardPolicy};
 use corral_guard::runs::{RunLedger, RunPurpose};
 use corral_guard::{Call, CallOptions, Caller, Deployment, Gateway, Reply, SimulatedOps};
@@ -12,6 +13,22 @@ use corral_policy::{
     Catalog, Effect, Engine, OpId, OpSpec, ParamKind, Policy, Principal, Rule, Selector,
 };
 use serde_json::{Value, json};
+
+/// Keeps every event it is given.
+#[derive(Debug, Default)]
+struct Recorded(Mutex<Vec<AuditEvent>>);
+
+impl AuditSink for Recorded {
+    fn append<'a>(
+        &'a self,
+        event: &'a AuditEvent,
+    ) -> futures_core::future::BoxFuture<'a, Result<(), AuditError>> {
+        Box::pin(async move {
+            self.0.lock().unwrap().push(event.clone());
+            Ok(())
+        })
+    }
+}
 
 /// Answers `{"echo": <args>}` and remembers what it was asked.
 #[derive(Debug, Default)]
@@ -131,4 +148,75 @@ async fn a_simulation_run_is_metered_apart_from_the_live_run_of_the_same_id() {
         code(&call(&live, "ledger.peek", "same", 4).await),
         Some("budget.exhausted")
     );
+}
+
+/// An answered call, a refused one, an unauthenticated request and one refused by the surface,
+/// through `g`: the request id and purpose of each audit event, in order.
+async fn purposes_audited(g: &Gateway, recorded: &Recorded) -> Vec<(String, String)> {
+    call(g, "ledger.peek", "p", 1).await;
+    call(g, "ledger.drop", "p", 2).await;
+    g.audit_unauthenticated("ledger.peek", "p/3", "auth.missing", 401)
+        .await;
+    let caller = Caller::new(Principal::new("ada", &[]));
+    g.audit_rejected(&caller, "ledger.peek", "p/4", "args.invalid", 400)
+        .await;
+    recorded
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| (e.request_id.clone(), e.purpose.as_str().to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_audit_event_of_a_simulation_gateway_says_simulation_and_of_a_live_one_live() {
+    for (purpose, name) in [
+        (RunPurpose::Simulation, "simulation"),
+        (RunPurpose::Live, "live"),
+    ] {
+        let recorded = Arc::new(Recorded::default());
+        let g = Gateway::shared(
+            deployment(),
+            Arc::new(MockBackend::default()),
+            vec![recorded.clone()],
+            "default",
+        )
+        .with_purpose(purpose)
+        .simulated(Arc::new(Echo::default()));
+        let want: Vec<(String, String)> = ["p/1", "p/2", "p/3", "p/4"]
+            .into_iter()
+            .map(|rid| (rid.to_owned(), name.to_owned()))
+            .collect();
+        assert_eq!(purposes_audited(&g, &recorded).await, want);
+    }
+}
+
+#[tokio::test]
+async fn the_json_lines_audit_file_holds_each_events_purpose_and_an_old_line_reads_as_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let recorded = Arc::new(Recorded::default());
+    let sim = Gateway::shared(
+        deployment(),
+        Arc::new(MockBackend::default()),
+        vec![recorded, Arc::new(JsonLines::file(&path).unwrap())],
+        "default",
+    )
+    .with_purpose(RunPurpose::Simulation)
+    .simulated(Arc::new(Echo::default()));
+    assert!(code(&call(&sim, "ledger.peek", "f", 1).await).is_none());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line: Value = serde_json::from_str(text.trim_end()).unwrap();
+    assert_eq!(
+        (&line["request_id"], &line["purpose"]),
+        (&json!("f/1"), &json!("simulation")),
+        "{text}"
+    );
+
+    // A line an older corral wrote has no purpose: it was a live call.
+    let mut old = line.clone();
+    old.as_object_mut().unwrap().remove("purpose");
+    let event: AuditEvent = serde_json::from_value(old).unwrap();
+    assert_eq!(event.purpose, RunPurpose::Live);
 }

@@ -1,10 +1,12 @@
 //! `GET /audit`: the most recent audit events of the caller's tenant, newest first, optionally
-//! only one run's, op's or principal's, for a principal with role `admin`. The events hold argument hashes and shapes, never values.
+//! only one run's, op's, principal's or purpose's (`live` calls or a lab's `simulation` ones),
+//! for a principal with role `admin`. The events hold argument hashes and shapes, never values.
 
 use std::collections::HashMap;
 
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
+use corral_guard::runs::RunPurpose;
 use corral_policy::{Role, codes, valid_run_id};
 use corral_store::AuditFilter;
 use serde_json::json;
@@ -20,7 +22,7 @@ const MAX_LIMIT: u32 = 1000;
 /// The longest value of a filter (`op`, `principal`), in bytes.
 const MAX_FILTER: usize = 256;
 
-/// `GET /audit?limit=N&run=R&op=OP&principal=ID` (every filter optional).
+/// `GET /audit?limit=N&run=R&op=OP&principal=ID&purpose=P` (every filter optional).
 pub async fn list(
     State(state): State<AppState>,
     // Authenticated before the query is read.
@@ -47,12 +49,12 @@ pub async fn list(
             &rid,
         ));
     }
-    let params = ["limit", "run", "op", "principal"];
+    let params = ["limit", "run", "op", "principal", "purpose"];
     if let Some(unknown) = query.keys().find(|k| !params.contains(&k.as_str())) {
         return Err(ApiError::new(
             codes::ARGS_UNKNOWN,
             format!(
-                "`{unknown}` is not a parameter of GET /audit; it takes `limit`, `run`, `op` and `principal`"
+                "`{unknown}` is not a parameter of GET /audit; it takes `limit`, `run`, `op`, `principal` and `purpose`"
             ),
             None,
             &rid,
@@ -77,6 +79,18 @@ pub async fn list(
         run_id: text("run").map_err(invalid)?,
         op: text("op").map_err(invalid)?,
         principal_id: text("principal").map_err(invalid)?,
+        purpose: match query.get("purpose") {
+            None => None,
+            Some(p) => Some(RunPurpose::parse(p).ok_or_else(|| {
+                let allowed: Vec<&str> = RunPurpose::ALL.iter().map(|p| p.as_str()).collect();
+                invalid(format!(
+                    "`purpose` must be one of {} (`live`: calls that act on the world; \
+                     `simulation`: a lab run's calls against its mocks), not {:?}",
+                    allowed.join(", "),
+                    p.chars().take(64).collect::<String>()
+                ))
+            })?),
+        },
     };
     if let Some(run) = &filter.run_id
         && !valid_run_id(run)

@@ -719,12 +719,14 @@ async fn each_lab_action_leaves_one_audit_event_with_its_name_and_no_values() {
     for op in ["sandbox.scenarios.create", "sandbox.scenarios.run"] {
         assert_eq!(events.iter().filter(|e| e.op == op).count(), 1, "{op}");
     }
-    // The run's own calls are audited too, under the run's id, as simulation calls.
-    assert!(
-        events
-            .iter()
-            .any(|e| e.op == "scenario.resource" && e.run_id.as_deref() == Some(run_id))
-    );
+    // The run's own calls are audited too, under the run's id, as simulation calls; the lab's
+    // actions are a person's requests, so live.
+    assert!(events.iter().any(|e| e.op == "scenario.resource"
+        && e.run_id.as_deref() == Some(run_id)
+        && e.purpose.as_str() == "simulation"));
+    for e in events.iter().filter(|e| e.op.starts_with("sandbox.")) {
+        assert_eq!(e.purpose.as_str(), "live", "{e:?}");
+    }
     // No value reached the audit: not the mocked response, not an input.
     let all = serde_json::to_string(&events).unwrap();
     assert!(!all.contains(MOCKED), "a mocked response is in the audit");
@@ -732,6 +734,109 @@ async fn each_lab_action_leaves_one_audit_event_with_its_name_and_no_values() {
         !all.contains("user2@example.test"),
         "an input is in the audit"
     );
+}
+
+/// The `request_id`, `op` and `purpose` of each event of a `GET /audit` answer, newest first.
+fn audited(r: &Reply) -> Vec<(String, String, String)> {
+    ok(r)["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_else(|| panic!("no `{k}` in {e}"));
+            (
+                s("request_id").to_owned(),
+                s("op").to_owned(),
+                s("purpose").to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn get_audit_shows_a_lab_runs_calls_as_simulation_and_a_live_call_as_live_and_filters_on_it()
+{
+    let ws = Workspace::new();
+    ws.write("notes.txt", "hello");
+    let s = server(&ws, true).await;
+    let t = operator();
+    let admin = token("ada", &["admin"], None);
+    let id = worked_scenario(&s, &t).await;
+    let run = created(
+        &post(
+            &s,
+            &t,
+            &format!("/v1/sandbox/scenarios/{id}/runs"),
+            json!({"variant": "v"}),
+        )
+        .await,
+    );
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    let live = post(
+        &s,
+        &t,
+        "/ops/files.read",
+        json!({"path": ws.at("notes.txt")}),
+    )
+    .await;
+    assert_eq!(ok(&live)["result"]["content"], "hello", "{}", live.text);
+    let live_rid = live.headers["x-request-id"].to_str().unwrap().to_owned();
+
+    // Unfiltered: every event says its purpose. The run's two op calls (one answered by the
+    // mock, one a miss) are simulation; the live call and the lab's own actions are live.
+    let all = audited(&get(&s, &admin, "/audit?limit=1000").await);
+    let simulated: Vec<_> = all
+        .iter()
+        .filter(|(_, op, _)| op == "scenario.resource")
+        .collect();
+    assert_eq!(simulated.len(), 2, "{all:?}");
+    for (_, _, purpose) in &simulated {
+        assert_eq!(purpose, "simulation", "{all:?}");
+    }
+    let live_event = all.iter().find(|(rid, _, _)| *rid == live_rid).unwrap();
+    assert_eq!(
+        (live_event.1.as_str(), live_event.2.as_str()),
+        ("files.read", "live")
+    );
+    for (_, op, purpose) in &all {
+        if op.starts_with("sandbox.") {
+            assert_eq!(purpose, "live", "{op}");
+        }
+    }
+
+    // `purpose=simulation`: only the run's calls; `purpose=live`: everything else.
+    let sim = audited(&get(&s, &admin, "/audit?limit=1000&purpose=simulation").await);
+    assert_eq!(sim.iter().collect::<Vec<_>>(), simulated);
+    let run_sim = audited(
+        &get(
+            &s,
+            &admin,
+            &format!("/audit?purpose=simulation&run={run_id}"),
+        )
+        .await,
+    );
+    assert_eq!(run_sim, sim);
+    let lives = audited(&get(&s, &admin, "/audit?limit=1000&purpose=live").await);
+    assert_eq!(lives.len() + sim.len(), all.len(), "{lives:?}");
+    assert!(
+        lives
+            .iter()
+            .all(|(_, op, p)| p == "live" && op != "scenario.resource")
+    );
+    assert!(lives.iter().any(|(rid, _, _)| *rid == live_rid));
+    assert!(lives.iter().any(|(_, op, _)| op == "sandbox.scenarios.run"));
+    let read = audited(&get(&s, &admin, "/audit?purpose=live&op=files.read").await);
+    assert_eq!(
+        read,
+        [(live_rid, "files.read".to_owned(), "live".to_owned())]
+    );
+
+    // Anything but a purpose's exact name is refused, and the answer names the allowed ones.
+    for bad in ["Live", "sim", "", "live,simulation"] {
+        let r = get(&s, &admin, &format!("/audit?purpose={bad}")).await;
+        r.assert_error(400, "args.invalid");
+        assert!(r.text.contains("live, simulation"), "{bad:?}: {}", r.text);
+    }
 }
 
 mod over_mcp {

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use corral_ports::audit::{AttestationRecord, AuditEvent, AuditSink, Outcome};
+use corral_ports::runs::RunPurpose;
 use corral_store::{STORE_QUERY_FAILED, Store};
 
 /// An event with every field set; `attestation` only when `attested`.
@@ -32,6 +33,7 @@ pub fn full_event(request_id: &str, attested: bool) -> AuditEvent {
         action_id: attested.then(|| "6f1c0d2e-0000-4000-8000-000000000001".to_owned()),
         run_id: Some("run-7".to_owned()),
         detail: Some("approve".to_owned()),
+        purpose: RunPurpose::Simulation,
     }
 }
 
@@ -56,6 +58,7 @@ pub fn event(request_id: String, tenant: &str, ts_ms: i64) -> AuditEvent {
         action_id: None,
         run_id: None,
         detail: None,
+        purpose: RunPurpose::Live,
     }
 }
 
@@ -82,6 +85,7 @@ pub async fn round_trip(store: &Store) {
 
     let recent = store.audit_recent(Some("acme"), 10).await.unwrap();
     assert_eq!(recent, vec![without.clone(), with.clone()], "newest first");
+    assert_eq!(recent[1].purpose, RunPurpose::Simulation);
     assert_eq!(store.audit_recent(None, 1).await.unwrap(), vec![without]);
     assert!(
         store
@@ -219,6 +223,10 @@ pub async fn filters_match_exactly(store: &Store) {
         e.run_id = run.map(str::to_owned);
         e.op = op.to_owned();
         e.principal_id = who.to_owned();
+        // The lab's calls of run r2 are simulated.
+        if run == Some("r2") {
+            e.purpose = RunPurpose::Simulation;
+        }
         events.push(e);
     }
     store.append_audit_batch(&events).await.unwrap();
@@ -227,6 +235,7 @@ pub async fn filters_match_exactly(store: &Store) {
         run_id: run.map(str::to_owned),
         op: op.map(str::to_owned),
         principal_id: who.map(str::to_owned),
+        purpose: None,
     };
     let t1 = Some("t1");
     let r1 = store
@@ -242,6 +251,26 @@ pub async fn filters_match_exactly(store: &Store) {
         .await
         .unwrap();
     assert_eq!(ids(bob), ["flt-2"]);
+    let purpose = |p: RunPurpose| AuditFilter {
+        purpose: Some(p),
+        ..AuditFilter::default()
+    };
+    let simulated = store
+        .audit_matching(t1, &purpose(RunPurpose::Simulation), 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(simulated), ["flt-2"]);
+    let live = store
+        .audit_matching(t1, &purpose(RunPurpose::Live), 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(live), ["flt-3", "flt-1", "flt-0"]);
+    let live_read = AuditFilter {
+        op: Some("files.read".to_owned()),
+        ..purpose(RunPurpose::Live)
+    };
+    let r = store.audit_matching(t1, &live_read, 10).await.unwrap();
+    assert_eq!(ids(r), ["flt-3", "flt-0"]);
     let all_tenants = store
         .audit_matching(None, &only(Some("r1"), None, None), 10)
         .await
@@ -260,4 +289,67 @@ pub async fn filters_match_exactly(store: &Store) {
         ids(unfiltered),
         ids(store.audit_recent(t1, 2).await.unwrap())
     );
+}
+
+/// The migrations before audit events carried a purpose (0001 to 0005), as a migrator of their
+/// own: copied into `dir`, so a database can be made the way an older corral left it.
+pub async fn migrator_before_purpose(dir: &std::path::Path) -> sqlx::migrate::Migrator {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut copied = 0;
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if name.as_str() < "0006" {
+            std::fs::copy(&path, dir.join(&name)).unwrap();
+            copied += 1;
+        }
+    }
+    assert_eq!(copied, 5, "migrations 0001 to 0005");
+    sqlx::migrate::Migrator::new(dir).await.unwrap()
+}
+
+/// Rows an older corral wrote: no `purpose` column yet.
+pub const OLD_ROWS: &str = "INSERT INTO audit_events (request_id, tenant, ts_ms, principal_id, \
+    principal_kind, act_chain, op, outcome, args_hash, args_shape, status, duration_us, run_id) \
+    VALUES ('old-1', 'acme', 1000, 'agent', 'service', '[]', 'files.read', 'ok', '00', \
+    '{\"path\":\"string\"}', 200, 7, 'r1'), \
+    ('old-2', 'acme', 1001, 'agent', 'service', '[]', 'files.write', 'denied', '01', '{}', 403, \
+    9, NULL)";
+
+/// A store opened on a database an older corral left (`OLD_ROWS`): its rows read back as
+/// `live`, the `live` filter finds them and the `simulation` one does not, and new events of
+/// both purposes are stored beside them.
+pub async fn old_rows_read_as_live(store: &Store) {
+    use corral_store::AuditFilter;
+    let old = store.audit_recent(Some("acme"), 10).await.unwrap();
+    let seen: Vec<(&str, RunPurpose)> = old
+        .iter()
+        .map(|e| (e.request_id.as_str(), e.purpose))
+        .collect();
+    assert_eq!(
+        seen,
+        [("old-2", RunPurpose::Live), ("old-1", RunPurpose::Live)]
+    );
+    assert_eq!(old[1].run_id.as_deref(), Some("r1"));
+    assert_eq!(old[1].args_shape, serde_json::json!({"path": "string"}));
+    let json = serde_json::to_value(&old[0]).unwrap();
+    assert_eq!(json["purpose"], "live", "{json}");
+
+    let mut sim = event("new-sim".to_owned(), "acme", 2000);
+    sim.purpose = RunPurpose::Simulation;
+    store.append_audit(&sim).await.unwrap();
+    store
+        .append_audit(&event("new-live".to_owned(), "acme", 2001))
+        .await
+        .unwrap();
+    let ids = |p: RunPurpose| async move {
+        let f = AuditFilter {
+            purpose: Some(p),
+            ..AuditFilter::default()
+        };
+        let v = store.audit_matching(Some("acme"), &f, 10).await.unwrap();
+        v.into_iter().map(|e| e.request_id).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(RunPurpose::Live).await, ["new-live", "old-2", "old-1"]);
+    assert_eq!(ids(RunPurpose::Simulation).await, ["new-sim"]);
 }

@@ -10,7 +10,7 @@ use crate::common;
 pub use crate::pg_schema::{Schema, server_url};
 
 #[tokio::test]
-async fn recent_events_filtered_by_run_op_and_principal() {
+async fn recent_events_filtered_by_run_op_principal_and_purpose() {
     let Some(schema) = Schema::create("flt").await else {
         return;
     };
@@ -107,4 +107,28 @@ async fn a_wrong_password_is_unavailable_and_not_echoed() {
             assert!(!text.contains(&real), "{text}");
         }
     }
+}
+
+#[tokio::test]
+async fn events_written_before_purposes_existed_read_back_as_live() {
+    let Some(schema) = Schema::create("purpose").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = PgConnection::connect(&schema.url).await.unwrap();
+    common::migrator_before_purpose(dir.path())
+        .await
+        .run(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query(common::OLD_ROWS)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+
+    let store = Store::connect(&schema.url).await.unwrap();
+    common::old_rows_read_as_live(&store).await;
+    store.close().await;
+    schema.drop().await;
 }

@@ -16,7 +16,7 @@ async fn fresh() -> (tempfile::TempDir, String, Store) {
 }
 
 #[tokio::test]
-async fn recent_events_filtered_by_run_op_and_principal() {
+async fn recent_events_filtered_by_run_op_principal_and_purpose() {
     let (_dir, _url, store) = fresh().await;
     common::filters_match_exactly(&store).await;
 }
@@ -129,4 +129,30 @@ fn committed_append_survives_process_abort() {
             vec![common::full_event("before-crash", true)]
         );
     });
+}
+
+#[tokio::test]
+async fn events_written_before_purposes_existed_read_back_as_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let migrations = tempfile::tempdir().unwrap();
+    let file = dir.path().join("corral.db");
+    let mut conn = SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", file.display()))
+        .await
+        .unwrap();
+    common::migrator_before_purpose(migrations.path())
+        .await
+        .run(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query(common::OLD_ROWS)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+
+    let store = Store::connect(&Store::default_sqlite_url(dir.path()))
+        .await
+        .unwrap();
+    common::old_rows_read_as_live(&store).await;
+    store.close().await;
 }

@@ -133,3 +133,19 @@ fn a_writer_whose_runtime_is_gone_still_answers_appends_from_another_runtime() {
     assert_eq!(count, 2);
     drop(store);
 }
+
+#[tokio::test]
+async fn events_through_the_writer_keep_every_field_and_their_purpose() {
+    let (_dir, store) = fresh().await;
+    let writer = AuditWriter::spawn(store.clone());
+    let simulated = crate::common::full_event("sim", true);
+    assert_eq!(
+        simulated.purpose,
+        corral_ports::runs::RunPurpose::Simulation
+    );
+    let live = event("live".to_owned(), "acme", simulated.ts_ms + 1);
+    writer.append(&simulated).await.unwrap();
+    writer.append(&live).await.unwrap();
+    let stored = store.audit_recent(Some("acme"), 10).await.unwrap();
+    assert_eq!(stored, [live, simulated]);
+}
