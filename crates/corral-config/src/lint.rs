@@ -270,6 +270,7 @@ impl<'a> Linter<'a> {
         for s in &self.l.config.mcp_servers {
             self.mcp_server(s);
         }
+        self.lab_programs();
         self.state_only();
         self.raised_caps();
         self.auth();
@@ -295,8 +296,36 @@ impl<'a> Linter<'a> {
         self.out
     }
 
+    /// `lint.lab_program_unisolated`: lab programs declared where none can run.
+    fn lab_programs(&mut self) {
+        let c = &self.l.config;
+        if c.isolation.backend == crate::model::BackendKind::Linux {
+            return;
+        }
+        let declared = c
+            .sandbox
+            .programs
+            .iter()
+            .map(|p| ("programs", p))
+            .chain(c.sandbox.scorers.iter().map(|p| ("scorers", p)));
+        for (key, p) in declared {
+            self.push(
+                Diagnostic::warning(
+                    codes::LINT_LAB_PROGRAM_UNISOLATED,
+                    format!(
+                        "lab program `{}` will not run: external programs run only in the `linux` isolation backend, and `isolation.backend` is `process`",
+                        p.name.value
+                    ),
+                    format!("sandbox.{key}.{}", p.name.value),
+                    Some(p.name.span),
+                )
+                .with_fix("set `isolation: {backend: linux}`, or remove the entry"),
+            );
+        }
+    }
+
     /// `lint.raised_cap`: a memory cap or write quota above corral's safe default, in the
-    /// global limits, a rule's, or an upstream MCP server's.
+    /// global limits, a rule's, an upstream MCP server's, or a lab program's.
     fn raised_caps(&mut self) {
         use corral_policy::limits::{DEFAULT_MEMORY, DEFAULT_WRITE_QUOTA};
         use corral_policy::units::format_size;
@@ -324,6 +353,23 @@ impl<'a> Linter<'a> {
                     "write quota",
                     q,
                     DEFAULT_WRITE_QUOTA,
+                ));
+            }
+        }
+        for (key, p) in c
+            .sandbox
+            .programs
+            .iter()
+            .map(|p| ("programs", p))
+            .chain(c.sandbox.scorers.iter().map(|p| ("scorers", p)))
+        {
+            if let Some(m) = p.memory.filter(|m| *m > DEFAULT_MEMORY) {
+                found.push((
+                    format!("sandbox.{key}.{}.memory", p.name.value),
+                    Some(p.name.span),
+                    "memory cap",
+                    m,
+                    DEFAULT_MEMORY,
                 ));
             }
         }

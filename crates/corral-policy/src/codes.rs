@@ -508,6 +508,9 @@ catalog! {
     LINT_RBAC_NO_TIER_ROLE = "lint.rbac_no_tier_role", 0,
         "RBAC by tier is on (a `roles:` block, a token with a tier role, or `auth.jwt`) and a token carries no tier role, so every call it makes is refused",
         "add the tier role its calls need (`viewer`, `operator` or `admin`) to the token's roles";
+    LINT_LAB_PROGRAM_UNISOLATED = "lint.lab_program_unisolated", 0,
+        "the config declares lab programs (`sandbox.programs`, `sandbox.scorers`) but its isolation backend is not `linux`, the only one they run in: every run naming one is refused",
+        "set `isolation: {backend: linux}`, or remove the entries";
     LINT_RAISED_CAP = "lint.raised_cap", 0,
         "a limit raises corral's safe default cap (1 GiB of memory, 1 GiB written per run)",
         "keep it only if the commands need it; remove the key to go back to the default";

@@ -1546,3 +1546,49 @@ rules:
         codes::LINT_RAISED_CAP,
     );
 }
+
+// ---------------------------------------------------------------- lab programs
+
+#[test]
+fn lab_programs_under_the_process_backend_are_a_warning_and_a_raised_memory_cap_too() {
+    let yaml = with_auth(
+        "version: 1
+isolation: {backend: process}
+sandbox:
+  programs:
+    agent: {command: [python3, agent.py], memory: 2GiB}
+  scorers:
+    same: {command: [python3, same.py]}
+",
+    );
+    let all = findings(&yaml);
+    let unisolated: Vec<&Diagnostic> = all
+        .iter()
+        .filter(|d| d.code == codes::LINT_LAB_PROGRAM_UNISOLATED)
+        .collect();
+    assert_eq!(unisolated.len(), 2, "{}", list(&all));
+    assert!(
+        unisolated
+            .iter()
+            .any(|d| d.location == "sandbox.programs.agent" && d.message.contains("`agent`")),
+        "{}",
+        list(&all)
+    );
+    assert!(
+        all.iter().any(|d| d.code == codes::LINT_RAISED_CAP
+            && d.message.contains("sandbox.programs.agent.memory")),
+        "{}",
+        list(&all)
+    );
+    // Under the linux backend (the default) the programs can run: no warning.
+    misses(
+        &with_auth(
+            "version: 1
+sandbox:
+  programs:
+    agent: {command: [python3, agent.py]}
+",
+        ),
+        codes::LINT_LAB_PROGRAM_UNISOLATED,
+    );
+}
