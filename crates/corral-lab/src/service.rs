@@ -27,7 +27,7 @@ use corral_policy::{Role, codes};
 use corral_store::Store;
 use corral_store::lab::{
     self as store_lab, ComparisonVerdict, LabStoreError, NewComparison, NewOutput, NewRun, Page,
-    PageCursor, Paged, RunResult, RunStatus, RunVerdict, ScenarioDraft, VariantRuns,
+    PageCursor, Paged, RunResult, RunStatus, RunVerdict, ScenarioDraft, TrialPasses, VariantRuns,
     WilsonIntervals,
 };
 use serde::Deserialize;
@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use crate::agent::{Agent, Identity};
 use crate::runner::{RunReport, run_scenario};
 use crate::scenario::Scenario;
-use crate::score::{RunScore, Scorer, StepScore, builtin, score_step};
+use crate::score::{RunScore, Scorer, StepScore, TrialStats, builtin, score_step};
 use crate::synthetic::{self, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
 use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
 use crate::workflow::Workflow;
@@ -586,7 +586,7 @@ impl LabService {
         let detail = r
             .as_ref()
             .ok()
-            .map(|c| format!("comparison={} deploy={}", c.id, c.deploy));
+            .map(|c| format!("comparison={} deploy={}", c.id, c.record.deploy));
         self.finish(action, caller, rid, r, detail, None).await
     }
 
@@ -822,6 +822,7 @@ impl LabService {
             infra_errors: report.infra_errors.len() as u64,
             score,
             verdict,
+            passes: (verdict != RunVerdict::NotScored).then(|| trial_passes(&trial_scores)),
             error: report.infra_errors.first().map(|f| store_lab::RunError {
                 code: f.code.to_owned(),
                 message: f.message.clone(),
@@ -859,6 +860,7 @@ impl LabService {
             infra_errors: 1,
             score: None,
             verdict: RunVerdict::NotScored,
+            passes: None,
             error: Some(store_lab::RunError {
                 code: e.code.to_owned(),
                 message: e.message.clone(),
@@ -1267,12 +1269,6 @@ fn scored_outputs(
         let s = score_step(scorer, &o.input, &output, expected).unwrap_or(StepScore::NotScored {
             reason: crate::score::NotScored::NoExpected,
         });
-        if let Some(e) = o.error
-            && crate::scenario::is_infrastructure(e)
-            && let Some(f) = infra.get_mut(t)
-        {
-            *f = true;
-        }
         if let Some(v) = per_trial.get_mut(t) {
             v.push(s);
         }
@@ -1291,12 +1287,34 @@ fn scored_outputs(
             pass,
         });
     }
+    // A trial with an infrastructure error, or one the run stopped before finishing (its
+    // output cap), was not judged.
+    for f in &report.infra_errors {
+        if let Some(x) = infra.get_mut((f.trial as usize).saturating_sub(1)) {
+            *x = true;
+        }
+    }
+    for (steps, x) in per_trial.iter().zip(infra.iter_mut()) {
+        *x |= steps.len() < scenario.steps().len();
+    }
     let trials = per_trial
         .iter()
         .zip(infra)
         .map(|(steps, infra)| (!infra).then(|| RunScore::of_steps(steps)))
         .collect();
     (outputs, trials)
+}
+
+/// A scored run's trials that passed, and its pass@k and pass^k with k = its trials (with k = n:
+/// 1 when any trial passed, and 1 when every trial did).
+fn trial_passes(trials: &[Option<RunScore>]) -> TrialPasses {
+    let stats = TrialStats::of_scores(trials);
+    let k = stats.trials;
+    TrialPasses {
+        trials_passed: stats.passes,
+        pass_at_k: stats.pass_at_k(k).unwrap_or(0.0),
+        pass_hat_k: stats.pass_hat_k(k).unwrap_or(0.0),
+    }
 }
 
 fn step_score_of(o: &NewOutput) -> StepScore {
