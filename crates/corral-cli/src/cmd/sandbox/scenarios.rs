@@ -145,24 +145,7 @@ pub(crate) fn run(c: Command) -> CliResult {
             file,
             version,
             conn,
-        } => {
-            let mut req = update_from(super::read_json(&file, "scenario file")?, &file)?;
-            req.version = version;
-            let lab = Lab::open(&conn)?;
-            let s = lab.update_scenario(&id, &req)?;
-            match conn.format {
-                Format::Json => crate::output::print_json(&s),
-                Format::Human => outln!(
-                    "updated scenario {} ({}, version {}): {} steps, {} mocks",
-                    s.id,
-                    printable(&s.name),
-                    s.version,
-                    s.steps.len(),
-                    s.mocks.len()
-                ),
-            }
-            Ok(Exit::Ok)
-        }
+        } => update(&id, &file, version, &conn),
         Command::List { limit, after, conn } => {
             let lab = Lab::open(&conn)?;
             let page = lab.list_scenarios(&PageRequest { limit, after })?;
@@ -227,6 +210,26 @@ pub(crate) fn run(c: Command) -> CliResult {
             Ok(super::runs::run_exit(&run))
         }
     }
+}
+
+/// `scenarios update ID --file F [--version V]`.
+fn update(id: &str, file: &Path, version: Option<i64>, conn: &Conn) -> CliResult {
+    let mut req = update_from(super::read_json(file, "scenario file")?, file)?;
+    req.version = version;
+    let lab = Lab::open(conn)?;
+    let s = lab.update_scenario(id, &req)?;
+    match conn.format {
+        Format::Json => crate::output::print_json(&s),
+        Format::Human => outln!(
+            "updated scenario {} ({}, version {}): {} steps, {} mocks",
+            s.id,
+            printable(&s.name),
+            s.version,
+            s.steps.len(),
+            s.mocks.len()
+        ),
+    }
+    Ok(Exit::Ok)
 }
 
 /// The steps a `--steps-file` holds: a list of steps, `{"steps": [...]}`, or a synthetic batch
