@@ -891,30 +891,56 @@ fn all_pages(dir: &Path, list: &str, env: &[(&str, &str)], extra: &str) -> (Vec<
 #[test]
 fn listing_with_limit_2_and_after_next_shows_every_scenario_and_run_once_and_scored_runs_show_pass_at_k()
  {
+    // In-process.
     let dir = workspace(Some(CONFIG));
     let env = [
         ("CORRAL_IT_OPERATOR", OPERATOR_TOKEN),
         ("CORRAL_IT_VIEWER", VIEWER_TOKEN),
     ];
-    let local = "--local -c corral.yaml --principal lab-operator";
+    paging_and_table(
+        dir.path(),
+        &env,
+        "--local -c corral.yaml --principal lab-operator",
+    );
+    // Through a server.
+    let dir = workspace(Some(CONFIG));
+    let served = serve_with(
+        dir.path(),
+        &["--config", "corral.yaml"],
+        &env,
+        Stdio::null(),
+    );
+    paging_and_table(
+        dir.path(),
+        &[
+            ("CORRAL_SERVER", &served.url),
+            ("CORRAL_TOKEN", OPERATOR_TOKEN),
+        ],
+        "",
+    );
+}
+
+/// Five scenarios and a run of each (scored or not), listed two a page to the end, and the
+/// runs' table lines.
+fn paging_and_table(dir: &Path, env: &[(&str, &str)], local: &str) {
     std::fs::write(
-        dir.path().join("steps.json"),
+        dir.join("steps.json"),
         r#"[{"input": "a", "expected": "yes"}]"#,
     )
     .unwrap();
     std::fs::write(
-        dir.path().join("mocks.json"),
+        dir.join("mocks.json"),
         r#"[{"resource": "a", "response": "yes"}]"#,
     )
     .unwrap();
     let mut scenarios = Vec::new();
     for i in 0..5 {
         let (code, out, err) = sh(
-            dir.path(),
+            dir,
             &format!(
                 "corral sandbox scenarios create --name page{i} --steps-file steps.json --mocks-file mocks.json -o json"
             ),
-            &env,
+            env,
             local,
         );
         assert_eq!(code, 0, "{out}{err}");
@@ -925,9 +951,9 @@ fn listing_with_limit_2_and_after_next_shows_every_scenario_and_run_once_and_sco
     for (i, id) in scenarios.iter().enumerate() {
         let scorer = if i % 2 == 0 { " --scorer exact" } else { "" };
         let (code, out, err) = sh(
-            dir.path(),
+            dir,
             &format!("corral sandbox scenarios run {id} --variant v --trials 2{scorer} -o json"),
-            &env,
+            env,
             local,
         );
         assert_eq!(code, 0, "{out}{err}");
@@ -935,35 +961,30 @@ fn listing_with_limit_2_and_after_next_shows_every_scenario_and_run_once_and_sco
         runs.push(v["id"].as_str().unwrap().to_owned());
     }
     // Newest first, each exactly once, over 3 pages.
-    let (listed, pages) = all_pages(dir.path(), "corral sandbox scenarios list", &env, local);
+    let (listed, pages) = all_pages(dir, "corral sandbox scenarios list", env, local);
     assert_eq!(listed, scenarios.iter().rev().cloned().collect::<Vec<_>>());
     assert_eq!(pages, 3);
-    let (listed, pages) = all_pages(dir.path(), "corral sandbox runs list", &env, local);
+    let (listed, pages) = all_pages(dir, "corral sandbox runs list", env, local);
     assert_eq!(listed, runs.iter().rev().cloned().collect::<Vec<_>>());
     assert_eq!(pages, 3);
     // The text form says where the next page starts, and the last page says nothing more.
-    let (code, out, err) = sh(
-        dir.path(),
-        "corral sandbox runs list --limit 2",
-        &env,
-        local,
-    );
+    let (code, out, err) = sh(dir, "corral sandbox runs list --limit 2", env, local);
     assert_eq!(code, 0, "{err}");
     let more = out.lines().last().unwrap();
     assert!(more.starts_with("more: --after "), "{out}");
     let (_, rest, _) = sh(
-        dir.path(),
+        dir,
         &format!(
             "corral sandbox runs list --limit 10 --after {}",
             more.trim_start_matches("more: --after ")
         ),
-        &env,
+        env,
         local,
     );
     assert_eq!(rest.lines().count(), 3, "{rest}");
     assert!(!rest.contains("more:"), "{rest}");
     // The table: a scored run shows its trials passed, pass@k and pass^k; an unscored one none.
-    let (_, table, _) = sh(dir.path(), "corral sandbox runs list", &env, local);
+    let (_, table, _) = sh(dir, "corral sandbox runs list", env, local);
     for (i, id) in runs.iter().enumerate() {
         let line = table.lines().find(|l| l.starts_with(id.as_str())).unwrap();
         if i % 2 == 0 {
