@@ -14,8 +14,8 @@
 //! A run is executed before the method returns: the run record is created (`running`), the
 //! scenario runs in a world of the current base deployment (a reload takes effect for the next
 //! run), the outputs are scored when a scorer is attached and appended, and the run is finished
-//! with the attestation's `isolated`/`destroyed`, the counts, the misses and the
-//! infrastructure errors. An infrastructure failure on the way finishes the run `failed` (it
+//! with the attestation's `isolated`/`destroyed`, the counts, the misses, the infrastructure
+//! errors and, when it was scored, its trials passed with pass@k and pass^k (k = its trials). An infrastructure failure on the way finishes the run `failed` (it
 //! never stays `running` because of the lab).
 
 use std::sync::atomic::{AtomicBool, Ordering};
