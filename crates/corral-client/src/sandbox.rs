@@ -253,6 +253,15 @@ pub struct Run {
     /// `passed`, `failed` or `not_scored` ("executed, not scored").
     #[serde(default)]
     pub verdict: String,
+    /// Of a scored run: the trials that passed; `None` when not scored.
+    #[serde(default)]
+    pub trials_passed: Option<u32>,
+    /// Of a scored run: pass@k (k = `trials`): at least one of the k trials passed.
+    #[serde(default)]
+    pub pass_at_k: Option<f64>,
+    /// Of a scored run: pass^k (k = `trials`): all k trials passed.
+    #[serde(default)]
+    pub pass_hat_k: Option<f64>,
     /// The steps that missed the mocks.
     #[serde(default)]
     pub mock_misses: Vec<MockMiss>,
@@ -526,7 +535,8 @@ mod tests {
             "backend": "inproc-mock", "isolated": true, "destroyed": true, "steps_total": 2,
             "steps_ok": 1, "steps_error": 1, "infra_errors": 0, "purpose": "simulation",
             "variant": "candidate", "seed": 0, "trials": null, "scorer_suite": null,
-            "score": null, "verdict": "not_scored",
+            "score": null, "verdict": "not_scored", "trials_passed": null, "pass_at_k": null,
+            "pass_hat_k": null,
             "mock_misses": [{"step": 2, "op": "scenario.resource", "args_hash": "ab"}],
             "started_ms": 5, "tenant": "default"
         });

@@ -9,8 +9,14 @@
 //! about the agent). Any infrastructure failure makes the run `failed`. A run is attested
 //! `backend: inproc-mock, isolated: true, destroyed: true`: its world answers only from mocks
 //! and is dropped, with everything it held, before the report is returned.
+//!
+//! A run keeps at most [`MAX_RUN_OUTPUT_BYTES`] of outputs (each step's input and output, over
+//! all trials): the step that would pass it is recorded as an error with nothing kept, the run
+//! stops there and is `failed` with `lab.run_output_too_large`, an infrastructure failure (the
+//! run's own limit, not the agent's answer being wrong).
 
 use corral_guard::canonical::digest;
+use corral_policy::codes;
 use serde::Serialize;
 
 use crate::agent::{Agent, StepCtx, StepOutcome};
@@ -114,6 +120,8 @@ pub struct RunReport {
     /// What the isolation backend applied to the programs the run started (an external
     /// program's steps), distinct ones in the order first seen; empty for an in-process agent.
     pub attestations: Vec<Attested>,
+    /// The bytes of outputs kept (inputs and outputs), at most [`MAX_RUN_OUTPUT_BYTES`].
+    pub output_bytes: usize,
 }
 
 /// What an isolation backend applied to a program a run started.
@@ -149,6 +157,18 @@ impl RunReport {
         digest(&serde_json::to_value(&self.outputs).unwrap_or_default())
     }
 }
+
+/// The most bytes of outputs one run keeps (the sum over its steps and trials of each input and
+/// output, as held in memory and stored): 64 MiB.
+///
+/// Why this figure: a run may execute up to 10,000 steps (steps x trials) and each stored row
+/// may hold 1 MiB, so without a cap one run could hold about 10 GiB, and the service keeps
+/// roughly three copies while it scores and stores them (the report, the scored rows, the SQL
+/// text). 64 MiB leaves room for what runs need (10,000 steps of 6 KiB each, or 100 trials of a
+/// scenario whose steps answer 600 KiB) while one run's peak stays near 200 MiB, which a
+/// two-core host running several runs survives. A comparison runs its runs one at a time and
+/// drops each before the next, so the cap bounds it too.
+pub const MAX_RUN_OUTPUT_BYTES: usize = 64 * 1024 * 1024;
 
 /// The most outputs a run reserves room for up front.
 const RESERVE_OUTPUTS: usize = 4096;
@@ -186,8 +206,9 @@ pub async fn run_scenario(world: World, agent: &dyn Agent, seed: u64, trials: u3
         infra_errors: Vec::new(),
         verdict: NOT_SCORED,
         attestations: Vec::new(),
+        output_bytes: 0,
     };
-    for trial in 1..=trials {
+    'trials: for trial in 1..=trials {
         for (i, s) in scenario.steps().iter().enumerate() {
             let step = i + 1;
             let ctx = StepCtx { trial, step, seed };
@@ -227,6 +248,12 @@ pub async fn run_scenario(world: World, agent: &dyn Agent, seed: u64, trials: u3
                     (output, Some(code))
                 }
             };
+            let bytes = s.input.len().saturating_add(output.len());
+            if r.output_bytes.saturating_add(bytes) > MAX_RUN_OUTPUT_BYTES {
+                over_the_cap(&mut r, step, trial, bytes, error);
+                break 'trials;
+            }
+            r.output_bytes += bytes;
             r.outputs.push(StepOutput {
                 step,
                 trial,
@@ -261,4 +288,40 @@ pub async fn run_scenario(world: World, agent: &dyn Agent, seed: u64, trials: u3
     }
     r.attestations = attested;
     r
+}
+
+/// Stops a run whose step `step` of trial `trial` (`bytes` of input and output) would pass
+/// [`MAX_RUN_OUTPUT_BYTES`]: the step is recorded as an error with nothing kept, and the run
+/// fails with `lab.run_output_too_large`.
+fn over_the_cap(
+    r: &mut RunReport,
+    step: usize,
+    trial: u32,
+    bytes: usize,
+    error: Option<&'static str>,
+) {
+    if error.is_none() {
+        // The step answered, but its answer is not kept: it counts as an error.
+        r.steps_ok = r.steps_ok.saturating_sub(1);
+        r.steps_error += 1;
+    }
+    r.status = RunStatus::Failed;
+    r.infra_errors.push(Failure {
+        step,
+        trial,
+        code: codes::LAB_RUN_OUTPUT_TOO_LARGE,
+        message: format!(
+            "the run's outputs reached the cap of {} MiB (every step's input and output over all trials) at trial {trial} step {step}: {} bytes were kept and this step's {bytes} bytes would pass it, so the run stopped there and its later steps and trials did not run. Ask for fewer `trials`, split the scenario into fewer steps, or mock smaller answers",
+            MAX_RUN_OUTPUT_BYTES / (1024 * 1024),
+            r.output_bytes
+        ),
+    });
+    r.outputs.push(StepOutput {
+        step,
+        trial,
+        input: String::new(),
+        output: String::new(),
+        ok: false,
+        error: Some(codes::LAB_RUN_OUTPUT_TOO_LARGE),
+    });
 }

@@ -483,6 +483,17 @@ impl TrialStats {
         }
     }
 
+    /// The counts of a run's trials from each trial's score: a trial passes only when it was
+    /// scored and passed; a trial not scored, or not judged (`None`: an infrastructure error, or
+    /// never run), counts as a trial and not a pass.
+    pub fn of_scores(trials: &[Option<RunScore>]) -> TrialStats {
+        let passes: Vec<bool> = trials
+            .iter()
+            .map(|t| matches!(t, Some(RunScore::Scored(s)) if s.pass))
+            .collect();
+        TrialStats::of(&passes)
+    }
+
     /// pass@k: the chance that at least one of k trials drawn from these n passes, by the
     /// unbiased estimator of Chen et al. 2021, `1 - C(n-c, k) / C(n, k)`. With k = n it is 1 iff
     /// any trial passed. `None` when k is 0 or over n.

@@ -14,8 +14,8 @@
 //! A run is executed before the method returns: the run record is created (`running`), the
 //! scenario runs in a world of the current base deployment (a reload takes effect for the next
 //! run), the outputs are scored when a scorer is attached and appended, and the run is finished
-//! with the attestation's `isolated`/`destroyed`, the counts, the misses and the
-//! infrastructure errors. An infrastructure failure on the way finishes the run `failed` (it
+//! with the attestation's `isolated`/`destroyed`, the counts, the misses, the infrastructure
+//! errors and, when it was scored, its trials passed with pass@k and pass^k (k = its trials). An infrastructure failure on the way finishes the run `failed` (it
 //! never stays `running` because of the lab).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +27,7 @@ use corral_policy::{Role, codes};
 use corral_store::Store;
 use corral_store::lab::{
     self as store_lab, ComparisonVerdict, LabStoreError, NewComparison, NewOutput, NewRun, Page,
-    PageCursor, Paged, RunResult, RunStatus, RunVerdict, ScenarioDraft, VariantRuns,
+    PageCursor, Paged, RunResult, RunStatus, RunVerdict, ScenarioDraft, TrialPasses, VariantRuns,
     WilsonIntervals,
 };
 use serde::Deserialize;
@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use crate::program::{ProgramLinks, Programs};
 use crate::runner::{RunReport, run_scenario};
 use crate::scenario::Scenario;
-use crate::score::{RunScore, StepScore, score_step};
+use crate::score::{RunScore, StepScore, TrialStats, score_step};
 use crate::synthetic::{self, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
 use crate::variant::{self, Resolved, RunScorer};
 use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
@@ -620,7 +620,7 @@ impl LabService {
         let detail = r
             .as_ref()
             .ok()
-            .map(|c| format!("comparison={} deploy={}", c.id, c.deploy));
+            .map(|c| format!("comparison={} deploy={}", c.id, c.record.deploy));
         self.finish(action, caller, rid, r, detail, None).await
     }
 
@@ -813,7 +813,7 @@ impl LabService {
         };
         let mut report = run_scenario(world, agent.agent.as_ref(), seed, trials).await;
         let scores = score_outputs(&mut report, scenario, scorer).await;
-        let (outputs, trial_scores) = scored_outputs(&report, &scores);
+        let (outputs, trial_scores) = scored_outputs(&report, scenario, &scores);
         if let Err(e) = self
             .store
             .append_outputs(tenant, &run.id, &outputs, now_ms())
@@ -858,6 +858,7 @@ impl LabService {
             infra_errors: report.infra_errors.len() as u64,
             score,
             verdict,
+            passes: (verdict != RunVerdict::NotScored).then(|| trial_passes(&trial_scores)),
             error: report.infra_errors.first().map(|f| store_lab::RunError {
                 code: f.code.to_owned(),
                 message: f.message.clone(),
@@ -895,6 +896,7 @@ impl LabService {
             infra_errors: 1,
             score: None,
             verdict: RunVerdict::NotScored,
+            passes: None,
             error: Some(store_lab::RunError {
                 code: e.code.to_owned(),
                 message: e.message.clone(),
@@ -1325,6 +1327,7 @@ async fn score_outputs(
 /// kept), and each trial's score (`None` for a trial with an infrastructure error).
 fn scored_outputs(
     report: &RunReport,
+    scenario: &Scenario,
     scores: &[StepScore],
 ) -> (Vec<NewOutput>, Vec<Option<RunScore>>) {
     let mut outputs = Vec::with_capacity(report.outputs.len());
@@ -1352,12 +1355,6 @@ fn scored_outputs(
         } else {
             scores.get(i).copied().unwrap_or(NOT_SCORED_STEP)
         };
-        if let Some(e) = o.error
-            && crate::scenario::is_infrastructure(e)
-            && let Some(f) = infra.get_mut(t)
-        {
-            *f = true;
-        }
         if let Some(v) = per_trial.get_mut(t) {
             v.push(s);
         }
@@ -1376,12 +1373,34 @@ fn scored_outputs(
             pass,
         });
     }
+    // A trial with an infrastructure error, or one the run stopped before finishing (its
+    // output cap), was not judged.
+    for f in &report.infra_errors {
+        if let Some(x) = infra.get_mut((f.trial as usize).saturating_sub(1)) {
+            *x = true;
+        }
+    }
+    for (steps, x) in per_trial.iter().zip(infra.iter_mut()) {
+        *x |= steps.len() < scenario.steps().len();
+    }
     let trials = per_trial
         .iter()
         .zip(infra)
         .map(|(steps, infra)| (!infra).then(|| RunScore::of_steps(steps)))
         .collect();
     (outputs, trials)
+}
+
+/// A scored run's trials that passed, and its pass@k and pass^k with k = its trials (with k = n:
+/// 1 when any trial passed, and 1 when every trial did).
+fn trial_passes(trials: &[Option<RunScore>]) -> TrialPasses {
+    let stats = TrialStats::of_scores(trials);
+    let k = stats.trials;
+    TrialPasses {
+        trials_passed: stats.passes,
+        pass_at_k: stats.pass_at_k(k).unwrap_or(0.0),
+        pass_hat_k: stats.pass_hat_k(k).unwrap_or(0.0),
+    }
 }
 
 fn step_score_of(o: &NewOutput) -> StepScore {

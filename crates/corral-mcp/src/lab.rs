@@ -62,7 +62,7 @@ const TOOLS: &[LabTool] = &[
     LabTool {
         name: "sandbox_scenarios_run",
         action: "sandbox.scenarios.run",
-        summary: "runs a lab scenario against its mocks (nothing real is reached) and records the run",
+        summary: "runs a lab scenario against its mocks (nothing real is reached) and records the run; with a `scorer` and k `trials` the run has `trials_passed`, `pass_at_k` and `pass_hat_k` (null when not scored)",
         schema: || json!({"type": "object", "required": ["id", "variant"], "properties": {"id": {"type": "string"}, "variant": {"type": "string"}, "workflow": {"type": "string"}, "program": {"type": "string", "description": "an external program declared under `sandbox.programs`"}, "seed": {"type": "integer", "minimum": 0}, "trials": {"type": "integer", "minimum": 1, "maximum": 100}, "scorer": {"type": "string", "description": "exact, regex, json_path, or command:<name> of a scorer under `sandbox.scorers`"}, "isolation": {"type": "string", "enum": ["inproc-mock", "linux"]}}, "additionalProperties": false}),
     },
     LabTool {

@@ -280,6 +280,9 @@ catalog! {
     LAB_OUTPUT_TOO_LARGE = "lab.output_too_large", 413,
         "a step's recorded input and output together are over 1 MiB",
         "have the agent answer with less; the run records the step as an error";
+    LAB_RUN_OUTPUT_TOO_LARGE = "lab.run_output_too_large", 413,
+        "a run's outputs together (every step's input and output, over all trials) reached the per-run cap of 64 MiB that a run may hold in memory and store: the run stopped at the step named and is recorded `failed`, an infrastructure limit rather than the agent's failure",
+        "ask for fewer `trials`, split the scenario into fewer steps, or mock smaller answers; the outputs before that step are kept";
     LAB_SCENARIO_IN_USE = "lab.scenario_in_use", 409,
         "the scenario has runs, so it cannot be deleted (runs and comparisons refer to it)",
         "keep the scenario, or create a new one and stop using this one";

@@ -218,7 +218,7 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
             "trials": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1}, "scorer": scorer,
             "isolation": {"type": "string", "enum": ["inproc-mock", "linux"], "description": "the variant's own when absent: `inproc-mock` for the identity agent and workflows, `linux` for a program; another is refused (lab.isolation_unsupported)"}
         }})),
-        ("201", json_of("the run `{id, scenario_id, status, runner, backend, isolated, destroyed, steps_total, steps_ok, steps_error, infra_errors, purpose, variant, seed, trials, scorer_suite, score, verdict, mock_misses, ...}`")),
+        ("201", json_of("the run `{id, scenario_id, status, runner, backend, isolated, destroyed, steps_total, steps_ok, steps_error, infra_errors, purpose, variant, seed, trials, scorer_suite, score, verdict, trials_passed, pass_at_k, pass_hat_k, error, mock_misses, ...}`: `trials_passed`, `pass_at_k` and `pass_hat_k` (k = `trials`; pass@k: at least one of the k trials passed, pass^k: all did) are numbers for a scored run and null for one not scored; a run whose outputs reach 64 MiB stops, `failed` with `error.code` lab.run_output_too_large")),
         vec![("400", bad("lab.isolation_unsupported, lab.program_unknown, lab.scorer_unknown, lab.expected_invalid, lab.workflow_invalid, lab.workflow_template, args.invalid")), ("503", bad("isolation.unavailable (a program or command scorer on a host without the linux backend)"))],
     )}));
     paths.insert("/v1/sandbox/runs".to_owned(), json!({"get": op(
@@ -226,7 +226,7 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
         json!([{"name": "scenario", "in": "query", "required": false, "schema": {"type": "string"}}, page_params[0], page_params[1]]), None,
         ("200", json_of("`{items: [run], next}`")), vec![("400", bad("args.invalid, args.unknown"))],
     )}));
-    paths.insert("/v1/sandbox/runs/{id}".to_owned(), json!({"get": op("sandbox.runs.get", "a run of the tenant (viewer)", id_param.clone(), None, ("200", json_of("the run")), vec![])}));
+    paths.insert("/v1/sandbox/runs/{id}".to_owned(), json!({"get": op("sandbox.runs.get", "a run of the tenant (viewer)", id_param.clone(), None, ("200", json_of("the run, as `POST /v1/sandbox/scenarios/{id}/runs` answers it")), vec![])}));
     paths.insert("/v1/sandbox/runs/{id}/outputs".to_owned(), json!({"get": op("sandbox.runs.outputs", "a run's outputs by trial then step (viewer)", id_param.clone(), None, ("200", json_of("`{items: [{step, trial, input, output, ok, error_code, score, pass}]}`")), vec![])}));
     paths.insert("/v1/sandbox/comparisons".to_owned(), json!({
         "post": op("sandbox.compare", "runs both variants on the same scenarios, mocks and seeds, and records the verdict (operator; `deploy: true` needs admin)", json!([]),

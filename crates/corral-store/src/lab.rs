@@ -1,5 +1,5 @@
-//! The lab's entities (issue 14, migration 0005): scenarios, runs, per-step outputs and
-//! comparisons, every one owned by a tenant, in SQLite and PostgreSQL alike.
+//! The lab's entities (issue 14, migrations 0005 and 0007): scenarios, runs, per-step outputs
+//! and comparisons, every one owned by a tenant, in SQLite and PostgreSQL alike.
 //!
 //! The types here are plain serde data; `corral-lab` builds on them and the store never imports
 //! the lab. Every method takes the caller's tenant and every statement says `WHERE tenant = $1`:
@@ -20,7 +20,8 @@
 //!   starts with `isolated` and `destroyed` false and only its finish, from the backend's
 //!   attestation, may set them, so a run that never finished never claims either. A pass or
 //!   fail verdict needs a scorer suite on the run (checked in the same statement): no scorer
-//!   is "executed, not scored", never a pass.
+//!   is "executed, not scored", never a pass. A scored run also records its trials that passed,
+//!   pass@k and pass^k (k = its `trials`; migration 0007); a run not scored has none of them.
 //! - **Output**: append-only (no update or delete exists), one row per (run, trial, step); a
 //!   batch is one transaction that first checks the run is still `running` (PostgreSQL: the run
 //!   row is read `FOR SHARE`, so a concurrent finish waits; SQLite: `BEGIN IMMEDIATE`), so a
@@ -271,10 +272,25 @@ pub struct RunResult {
     pub score: Option<f64>,
     /// The pass verdict.
     pub verdict: RunVerdict,
+    /// A scored run's trials that passed and its pass@k and pass^k; `None` when not scored.
+    pub passes: Option<TrialPasses>,
     /// The infrastructure error that failed the run, if any.
     pub error: Option<RunError>,
     /// The steps that missed the mocks.
     pub mock_misses: Vec<MockMiss>,
+}
+
+/// A scored run's trial counts and estimates, with k = the run's `trials` (pass@k: at least one
+/// of k trials passes; pass^k: all k pass; with k = n they are 1 or 0). A run that was not
+/// scored has none of them: "executed, not scored" is never a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TrialPasses {
+    /// Trials that passed (every step scored and passed, and no infrastructure error).
+    pub trials_passed: u32,
+    /// pass@k, in [0, 1].
+    pub pass_at_k: f64,
+    /// pass^k, in [0, 1], at most `pass_at_k`.
+    pub pass_hat_k: f64,
 }
 
 /// A stored run.
@@ -320,6 +336,12 @@ pub struct Run {
     pub score: Option<f64>,
     /// The pass verdict (`not_scored` until finished, and without a scorer).
     pub verdict: RunVerdict,
+    /// Of a scored run: the trials that passed. `None` when not scored.
+    pub trials_passed: Option<u32>,
+    /// Of a scored run: pass@k, k = `trials`. `None` when not scored.
+    pub pass_at_k: Option<f64>,
+    /// Of a scored run: pass^k, k = `trials`. `None` when not scored.
+    pub pass_hat_k: Option<f64>,
     /// The infrastructure error that failed it, if any.
     pub error: Option<RunError>,
     /// The steps that missed the mocks.
@@ -481,45 +503,17 @@ pub struct NewComparison {
     pub deploy: bool,
 }
 
-/// A stored comparison.
+/// A stored comparison: its id, tenant and time around the fields it was recorded with (one
+/// list of fields, [`NewComparison`], flattened: the JSON is one flat object).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
     /// Its id (UUID v7).
     pub id: String,
     /// The tenant that owns it.
     pub tenant: String,
-    /// The baseline.
-    pub baseline: VariantRuns,
-    /// The candidate.
-    pub candidate: VariantRuns,
-    /// The scenario set compared.
-    pub scenarios: Vec<String>,
-    /// The verdict.
-    pub verdict: ComparisonVerdict,
-    /// The mean paired difference.
-    pub delta: f64,
-    /// The interval's lower bound.
-    pub lower: f64,
-    /// The interval's upper bound.
-    pub upper: f64,
-    /// The margin of `unchanged`.
-    pub margin: f64,
-    /// The bootstrap's seed.
-    pub seed: u64,
-    /// The bootstrap's resamples.
-    pub resamples: u32,
-    /// The rule that forced `inconclusive`.
-    pub forced_by: Option<String>,
-    /// The exact McNemar p-value.
-    pub mcnemar_p: Option<f64>,
-    /// The per-variant Wilson intervals.
-    pub wilson: Option<WilsonIntervals>,
-    /// The whole statistics result.
-    pub details: Value,
-    /// Who recorded it.
-    pub recorded_by: String,
-    /// Whether it is a deploy comparison.
-    pub deploy: bool,
+    /// What was recorded: variants, runs, verdict, statistics, who and whether for a deploy.
+    #[serde(flatten)]
+    pub record: NewComparison,
     /// When it was recorded.
     pub created_ms: i64,
 }
@@ -900,7 +894,7 @@ macro_rules! run_columns {
         "tenant, id, scenario_id, scenario_version, status, runner, backend, isolated, \
          destroyed, steps_total, steps_ok, steps_error, infra_errors, purpose, variant, seed, \
          trials, scorer_suite, score, verdict, error_code, error_message, mock_misses, principal, \
-         started_ms, finished_ms"
+         started_ms, finished_ms, trials_passed, pass_at_k, pass_hat_k"
     };
 }
 
@@ -918,13 +912,16 @@ const GET_RUN: &str = concat!(
     run_columns!(),
     " FROM lab_runs WHERE tenant = $1 AND id = $2"
 );
-/// The compare-and-set of a run's one finish; a pass or fail needs a scorer suite.
+/// The compare-and-set of a run's one finish; a pass or fail needs a scorer suite, and the
+/// trials that passed are at most the run's trials.
 const FINISH_RUN: &str = concat!(
     "UPDATE lab_runs SET status = $3, isolated = $4, destroyed = $5, steps_total = $6, \
      steps_ok = $7, steps_error = $8, infra_errors = $9, score = $10, verdict = $11, \
-     error_code = $12, error_message = $13, mock_misses = $14, finished_ms = $15 \
+     error_code = $12, error_message = $13, mock_misses = $14, finished_ms = $15, \
+     trials_passed = $16, pass_at_k = $17, pass_hat_k = $18 \
      WHERE tenant = $1 AND id = $2 AND status = 'running' \
-     AND (scorer_suite IS NOT NULL OR $11 = 'not_scored') RETURNING ",
+     AND (scorer_suite IS NOT NULL OR $11 = 'not_scored') \
+     AND ($16 IS NULL OR $16 <= COALESCE(trials, 1)) RETURNING ",
     run_columns!()
 );
 const CANCEL_RUN: &str = concat!(
@@ -1059,6 +1056,9 @@ struct RunRow {
     principal: String,
     started_ms: i64,
     finished_ms: Option<i64>,
+    trials_passed: Option<i64>,
+    pass_at_k: Option<String>,
+    pass_hat_k: Option<String>,
 }
 
 impl RunRow {
@@ -1094,6 +1094,12 @@ impl RunRow {
                 .transpose()?,
             score: opt_f64_of("run score", id, self.score.as_deref())?,
             verdict,
+            trials_passed: self
+                .trials_passed
+                .map(|t| small_of("run trials_passed", id, t))
+                .transpose()?,
+            pass_at_k: opt_f64_of("run pass_at_k", id, self.pass_at_k.as_deref())?,
+            pass_hat_k: opt_f64_of("run pass_hat_k", id, self.pass_hat_k.as_deref())?,
             error,
             mock_misses: from_json("run mock_misses", id, &self.mock_misses)?,
             tenant: self.tenant,
@@ -1181,32 +1187,34 @@ impl ComparisonRow {
             )
         })?;
         Ok(Comparison {
-            baseline: VariantRuns {
-                variant: self.baseline_variant,
-                run_ids: from_json("comparison baseline_runs", id, &self.baseline_runs)?,
+            record: NewComparison {
+                baseline: VariantRuns {
+                    variant: self.baseline_variant,
+                    run_ids: from_json("comparison baseline_runs", id, &self.baseline_runs)?,
+                },
+                candidate: VariantRuns {
+                    variant: self.candidate_variant,
+                    run_ids: from_json("comparison candidate_runs", id, &self.candidate_runs)?,
+                },
+                scenarios: from_json("comparison scenarios", id, &self.scenarios)?,
+                verdict,
+                delta: f64_of("comparison delta", id, &self.delta)?,
+                lower: f64_of("comparison lower_bound", id, &self.lower_bound)?,
+                upper: f64_of("comparison upper_bound", id, &self.upper_bound)?,
+                margin: f64_of("comparison margin", id, &self.margin)?,
+                seed: u64_of("comparison seed", id, &self.seed)?,
+                resamples: small_of("comparison resamples", id, self.resamples)?,
+                mcnemar_p: opt_f64_of("comparison mcnemar_p", id, self.mcnemar_p.as_deref())?,
+                wilson: self
+                    .wilson
+                    .as_deref()
+                    .map(|w| from_json("comparison wilson", id, w))
+                    .transpose()?,
+                details: from_json("comparison details", id, &self.details)?,
+                forced_by: self.forced_by,
+                recorded_by: self.recorded_by,
+                deploy: self.deploy == 1,
             },
-            candidate: VariantRuns {
-                variant: self.candidate_variant,
-                run_ids: from_json("comparison candidate_runs", id, &self.candidate_runs)?,
-            },
-            scenarios: from_json("comparison scenarios", id, &self.scenarios)?,
-            verdict,
-            delta: f64_of("comparison delta", id, &self.delta)?,
-            lower: f64_of("comparison lower_bound", id, &self.lower_bound)?,
-            upper: f64_of("comparison upper_bound", id, &self.upper_bound)?,
-            margin: f64_of("comparison margin", id, &self.margin)?,
-            seed: u64_of("comparison seed", id, &self.seed)?,
-            resamples: small_of("comparison resamples", id, self.resamples)?,
-            mcnemar_p: opt_f64_of("comparison mcnemar_p", id, self.mcnemar_p.as_deref())?,
-            wilson: self
-                .wilson
-                .as_deref()
-                .map(|w| from_json("comparison wilson", id, w))
-                .transpose()?,
-            details: from_json("comparison details", id, &self.details)?,
-            forced_by: self.forced_by,
-            recorded_by: self.recorded_by,
-            deploy: self.deploy == 1,
             created_ms: self.created_ms,
             tenant: self.tenant,
             id: self.id,
@@ -1257,6 +1265,16 @@ fn check_result(id: &str, r: &RunResult) -> Result<(), LabStoreError> {
         }
         _ => {}
     }
+    match (r.verdict, &r.passes) {
+        (RunVerdict::NotScored, Some(_)) => {
+            return Err(invalid(format!(
+                "run {id:?} has trial passes but the verdict `not_scored`; a run that was not \
+                 scored has no trials passed, pass@k or pass^k: record none"
+            )));
+        }
+        (_, Some(p)) => check_passes(id, p)?,
+        _ => {}
+    }
     if r.steps_ok.saturating_add(r.steps_error) > r.steps_total {
         return Err(invalid(format!(
             "run {id:?} has {} ok and {} failed steps of {} in total; ok + error cannot exceed the \
@@ -1271,6 +1289,24 @@ fn check_result(id: &str, r: &RunResult) -> Result<(), LabStoreError> {
         return Err(invalid(format!(
             "run {id:?} has a mock miss of op {:?} at step 0; steps count from 1",
             m.op
+        )));
+    }
+    Ok(())
+}
+
+/// pass@k and pass^k are probabilities, and all k trials passing implies one did.
+fn check_passes(id: &str, p: &TrialPasses) -> Result<(), LabStoreError> {
+    for (what, x) in [("pass@k", p.pass_at_k), ("pass^k", p.pass_hat_k)] {
+        if !(x.is_finite() && (0.0..=1.0).contains(&x)) {
+            return Err(invalid(format!(
+                "run {id:?} has {what} {x}, outside [0, 1]; record a probability"
+            )));
+        }
+    }
+    if p.pass_hat_k > p.pass_at_k {
+        return Err(invalid(format!(
+            "run {id:?} has pass^k {} above pass@k {}; all k trials passing implies one did",
+            p.pass_hat_k, p.pass_at_k
         )));
     }
     Ok(())
@@ -1654,6 +1690,9 @@ impl Store {
             scorer_suite: new.scorer_suite.clone(),
             score: None,
             verdict: RunVerdict::NotScored,
+            trials_passed: None,
+            pass_at_k: None,
+            pass_hat_k: None,
             error: None,
             mock_misses: Vec::new(),
             principal: new.principal.clone(),
@@ -1675,6 +1714,9 @@ impl Store {
         let q = self.lab_err("finish a lab run");
         let score = opt_f64_text("the run's score", result.score)?;
         let misses = json_text(&result.mock_misses);
+        let passes = result.passes.as_ref();
+        let pass_at_k = opt_f64_text("the run's pass@k", passes.map(|p| p.pass_at_k))?;
+        let pass_hat_k = opt_f64_text("the run's pass^k", passes.map(|p| p.pass_hat_k))?;
         let row: Option<RunRow> = on_pool!(&self.pool, p => sqlx::query_as(FINISH_RUN)
             .bind(tenant)
             .bind(id)
@@ -1691,19 +1733,43 @@ impl Store {
             .bind(result.error.as_ref().map(|e| json_text(&e.message)))
             .bind(misses.as_str())
             .bind(now_ms)
+            .bind(passes.map(|p| i64::from(p.trials_passed)))
+            .bind(pass_at_k.as_deref())
+            .bind(pass_hat_k.as_deref())
             .fetch_optional(p)
             .await
             .map_err(q)?);
         match row {
             Some(row) => row.into_run(),
-            None => Err(self.why_not_running(tenant, id).await?.unwrap_or_else(|| {
-                invalid(format!(
-                    "run {id:?} has no scorer suite, so it cannot be `{}`: record `not_scored` \
-                     (executed, not scored)",
-                    result.verdict.as_str()
-                ))
-            })),
+            None => Err(match self.why_not_running(tenant, id).await? {
+                Some(e) => e,
+                None => self.why_not_finished(tenant, id, result).await?,
+            }),
         }
+    }
+
+    /// Why a running run's finish was refused by the statement's own checks: a verdict without a
+    /// scorer suite, or more trials passed than the run has.
+    async fn why_not_finished(
+        &self,
+        tenant: &str,
+        id: &str,
+        result: &RunResult,
+    ) -> Result<LabStoreError, LabStoreError> {
+        let run = self.get_run(tenant, id).await?;
+        Ok(match (run, &result.passes) {
+            (Some(run), Some(p)) if run.scorer_suite.is_some() => invalid(format!(
+                "run {id:?} has {} trial(s), so {} cannot have passed: record at most {} passed",
+                run.trials.unwrap_or(1),
+                p.trials_passed,
+                run.trials.unwrap_or(1)
+            )),
+            _ => invalid(format!(
+                "run {id:?} has no scorer suite, so it cannot be `{}`: record `not_scored` \
+                 (executed, not scored)",
+                result.verdict.as_str()
+            )),
+        })
     }
 
     /// Cancels a running run of `tenant`, once (`lab.run_finished` if it has finished).
@@ -1918,22 +1984,7 @@ impl Store {
         Ok(Comparison {
             id,
             tenant: tenant.to_owned(),
-            baseline: new.baseline.clone(),
-            candidate: new.candidate.clone(),
-            scenarios: new.scenarios.clone(),
-            verdict: new.verdict,
-            delta: new.delta,
-            lower: new.lower,
-            upper: new.upper,
-            margin: new.margin,
-            seed: new.seed,
-            resamples: new.resamples,
-            forced_by: new.forced_by.clone(),
-            mcnemar_p: new.mcnemar_p,
-            wilson: new.wilson,
-            details: new.details.clone(),
-            recorded_by: new.recorded_by.clone(),
-            deploy: new.deploy,
+            record: new.clone(),
             created_ms: now_ms,
         })
     }

@@ -40,6 +40,16 @@ pub(crate) const WORKED_EXAMPLE: &[&str] = &[
     "corral sandbox runs outputs <run-id> -o json",
 ];
 
+/// docs/lab.md's second session, after the worked example: the scenario updated with expected
+/// outputs (based on version 1), then run 3 times with a scorer. `<scenario-id>` is the worked
+/// example's scenario.
+pub(crate) const SCORED_EXAMPLE: &[&str] = &[
+    r#"printf '%s\n' '{"name": "generated, scored", "steps": [{"input": "agent:user1@example.test", "expected": "first synthetic account"}], "mocks": [{"resource": "agent:user1@example.test", "response": "first synthetic account"}]}' > scored.json"#,
+    "corral sandbox scenarios update <scenario-id> --file scored.json --version 1 -o json",
+    "corral sandbox scenarios run <scenario-id> --variant candidate --trials 3 --scorer exact -o json",
+    "corral sandbox runs get <run-id>",
+];
+
 /// The directory holding the `corral` binary under test, for a shell's PATH.
 fn bin_dir() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_corral"))
@@ -83,7 +93,7 @@ fn sh(dir: &Path, line: &str, env: &[(&str, &str)], extra: &str) -> (i32, String
 
 /// Runs the worked example in `dir` and checks what the spec says a user sees: the counts, the
 /// attestation and the marker.
-fn worked_example(dir: &Path, env: &[(&str, &str)], extra: &str) {
+fn worked_example(dir: &Path, env: &[(&str, &str)], extra: &str) -> String {
     let mut scenario_id = String::new();
     let mut run_id = String::new();
     let mut answers = Vec::new();
@@ -152,6 +162,121 @@ fn worked_example(dir: &Path, env: &[(&str, &str)], extra: &str) {
     assert_eq!(items[1]["input"], "agent:user2@example.test");
     assert_eq!(items[1]["output"], "[[mock-miss:agent:user2@example.test]]");
     assert_eq!(items[1]["ok"], false);
+    for run in [ran, got] {
+        for k in ["trials_passed", "pass_at_k", "pass_hat_k"] {
+            assert_eq!(run[k], Value::Null, "not scored, so no {k}: {run}");
+        }
+    }
+    scenario_id
+}
+
+/// Runs docs/lab.md's second session on the worked example's scenario and checks what the docs
+/// say: the update is version 2, the scored run of 3 trials passed all three, and a second
+/// update based on version 1 is refused.
+fn scored_example(dir: &Path, env: &[(&str, &str)], extra: &str, scenario_id: &str) {
+    let mut run_id = String::new();
+    let mut answers = Vec::new();
+    for line in SCORED_EXAMPLE {
+        let line = line
+            .replace("<scenario-id>", scenario_id)
+            .replace("<run-id>", &run_id);
+        let (code, out, err) = sh(dir, &line, env, extra);
+        assert_eq!(code, 0, "`{line}` failed:\n{out}{err}");
+        if line.contains("-o json") {
+            let v: Value = serde_json::from_str(&out)
+                .unwrap_or_else(|e| panic!("`{line}` printed no JSON ({e}):\n{out}{err}"));
+            if line.contains("scenarios run") {
+                run_id = v["id"].as_str().unwrap().to_owned();
+            }
+            answers.push(v);
+        } else if line.starts_with("corral sandbox runs get") {
+            for want in [
+                "  verdict: passed (scorer exact, score 1.0000)",
+                "  trials passed 3/3, pass@3 1.0000, pass^3 1.0000",
+                "  seed 0, trials 3",
+            ] {
+                assert!(out.contains(want), "`{want}` in:\n{out}");
+            }
+        }
+    }
+    let [updated, ran] = answers.as_slice() else {
+        panic!("two JSON answers: {answers:?}")
+    };
+    assert_eq!(updated["id"], scenario_id);
+    assert_eq!(updated["version"], 2);
+    assert_eq!(updated["name"], "generated, scored");
+    assert_eq!(updated["steps"][0]["expected"], "first synthetic account");
+    assert_eq!(ran["verdict"], "passed", "{ran}");
+    assert_eq!(
+        (
+            &ran["trials"],
+            &ran["trials_passed"],
+            &ran["pass_at_k"],
+            &ran["pass_hat_k"]
+        ),
+        (&json!(3), &json!(3), &json!(1.0), &json!(1.0)),
+        "{ran}"
+    );
+    // The same update again, still based on version 1: someone changed it since.
+    let (code, out, err) = sh(
+        dir,
+        &SCORED_EXAMPLE[1].replace("<scenario-id>", scenario_id),
+        env,
+        extra,
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.starts_with("error[lab.version_conflict]: "), "{err}");
+    assert!(err.contains("update with version 2"), "{err}");
+    // Without `--version` it is unconditional, and says so for people.
+    let (code, out, err) = sh(
+        dir,
+        &format!("corral sandbox scenarios update {scenario_id} --file scored.json"),
+        env,
+        extra,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "updated scenario {scenario_id} (\"generated, scored\", version 3): 1 steps, 1 mocks\n"
+        )
+    );
+    // What `scenarios get -o json` prints is a valid update file (its own keys ignored); an
+    // unknown key is refused with the keys a scenario takes.
+    let (code, out, err) = sh(
+        dir,
+        &format!("corral sandbox scenarios get {scenario_id} -o json > got.json"),
+        env,
+        extra,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = sh(
+        dir,
+        &format!(
+            "corral sandbox scenarios update {scenario_id} --file got.json --version 3 -o json"
+        ),
+        env,
+        extra,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["version"], 4);
+    std::fs::write(
+        dir.join("bad.json"),
+        r#"{"name": "x", "steps": [{"input": "a"}], "trials": 3}"#,
+    )
+    .unwrap();
+    let (code, _, err) = sh(
+        dir,
+        &format!("corral sandbox scenarios update {scenario_id} --file bad.json"),
+        env,
+        extra,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("has the key trials")
+            && err.contains("keys: name, description, steps, samples, mocks"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -167,7 +292,7 @@ fn spec_003s_worked_example_runs_through_a_real_server_with_its_exact_counts_and
         &env,
         Stdio::null(),
     );
-    worked_example(
+    let worked = worked_example(
         dir.path(),
         &[
             ("CORRAL_SERVER", &served.url),
@@ -376,6 +501,9 @@ fn spec_003s_worked_example_runs_through_a_real_server_with_its_exact_counts_and
     let (code, out, err) = sh(dir.path(), &format!("{compare} --deploy"), &operator, "");
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.starts_with("error[rbac.denied]: "), "{err}");
+
+    // docs/lab.md's second session: the update and the scored run of 3 trials.
+    scored_example(dir.path(), &operator, "", &worked);
 }
 
 #[test]
@@ -386,7 +514,7 @@ fn spec_003s_worked_example_runs_in_process_with_local_and_the_off_switch_keeps_
         ("CORRAL_IT_VIEWER", VIEWER_TOKEN),
     ];
     let local = "--local -c corral.yaml --principal lab-operator";
-    worked_example(dir.path(), &env, local);
+    let worked = worked_example(dir.path(), &env, local);
 
     // `sandbox: {enabled: false}`: every command but `generate` refuses, nothing is deleted.
     let config = std::fs::read_to_string(dir.path().join("corral.yaml")).unwrap();
@@ -411,6 +539,8 @@ fn spec_003s_worked_example_runs_in_process_with_local_and_the_off_switch_keeps_
         out.contains("  v1  generated\n"),
         "the scenario is back: {out}"
     );
+    // docs/lab.md's second session, in-process.
+    scored_example(dir.path(), &env, local, &worked);
 
     // A config without tokens has only the anonymous caller, who has no role.
     std::fs::write(
@@ -691,12 +821,15 @@ fn every_shell_example_in_docs_lab_md_is_a_session_these_tests_run() {
         .filter(|(info, _)| info == "sh")
         .map(|(_, lines)| lines)
         .collect();
-    assert_eq!(sessions.len(), 3, "{sessions:?}");
+    assert_eq!(sessions.len(), 4, "{sessions:?}");
     // The worked example, line for line: the server and `--local` tests run exactly these.
     assert_eq!(sessions[0], WORKED_EXAMPLE);
+    // Then the update and the scored run of 3 trials, run by the same tests.
+    assert_eq!(sessions[1], SCORED_EXAMPLE);
+    // An external program's run, run by `lab_program::docs_lab_md_external_program_example_*`.
+    assert_eq!(sessions[2], [crate::lab_program::PROGRAM_EXAMPLE]);
     // The Inspect comparison: the command the Inspect test runs.
-    assert_eq!(sessions[1], [crate::lab_program::PROGRAM_EXAMPLE]);
-    assert_eq!(sessions[2], [INSPECT_EXAMPLE]);
+    assert_eq!(sessions[3], [INSPECT_EXAMPLE]);
 }
 
 /// docs/lab.md's `compare --inspect` example, run by the Inspect test (in a directory holding
@@ -733,5 +866,141 @@ fn matches_docs_sample_output(out: &str) {
             rest.is_empty()
         });
         assert!(found, "docs/lab.md shows `{want}`; the output is:\n{out}");
+    }
+}
+
+/// Every page of a `corral sandbox ... list` with `--limit 2`, following `next` with `--after`
+/// to the end: the ids, and how many pages.
+fn all_pages(dir: &Path, list: &str, env: &[(&str, &str)], extra: &str) -> (Vec<String>, usize) {
+    let mut ids = Vec::new();
+    let mut after = String::new();
+    for pages in 1..=10 {
+        let (code, out, err) = sh(dir, &format!("{list} --limit 2{after} -o json"), env, extra);
+        assert_eq!(code, 0, "{out}{err}");
+        let page: Value = serde_json::from_str(&out).unwrap();
+        let items = page["items"].as_array().unwrap();
+        assert!(items.len() <= 2, "{page}");
+        ids.extend(items.iter().map(|i| i["id"].as_str().unwrap().to_owned()));
+        match &page["next"] {
+            Value::Null => return (ids, pages),
+            Value::String(n) => after = format!(" --after {n}"),
+            other => panic!("`next` is {other}"),
+        }
+    }
+    panic!("paging does not end: {ids:?}")
+}
+
+#[test]
+fn listing_with_limit_2_and_after_next_shows_every_scenario_and_run_once_and_scored_runs_show_pass_at_k()
+ {
+    // In-process.
+    let dir = workspace(Some(CONFIG));
+    let env = [
+        ("CORRAL_IT_OPERATOR", OPERATOR_TOKEN),
+        ("CORRAL_IT_VIEWER", VIEWER_TOKEN),
+    ];
+    paging_and_table(
+        dir.path(),
+        &env,
+        "--local -c corral.yaml --principal lab-operator",
+    );
+    // Through a server.
+    let dir = workspace(Some(CONFIG));
+    let served = serve_with(
+        dir.path(),
+        &["--config", "corral.yaml"],
+        &env,
+        Stdio::null(),
+    );
+    paging_and_table(
+        dir.path(),
+        &[
+            ("CORRAL_SERVER", &served.url),
+            ("CORRAL_TOKEN", OPERATOR_TOKEN),
+        ],
+        "",
+    );
+}
+
+/// Five scenarios and a run of each (scored or not), listed two a page to the end, and the
+/// runs' table lines.
+fn paging_and_table(dir: &Path, env: &[(&str, &str)], local: &str) {
+    std::fs::write(
+        dir.join("steps.json"),
+        r#"[{"input": "a", "expected": "yes"}]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("mocks.json"),
+        r#"[{"resource": "a", "response": "yes"}]"#,
+    )
+    .unwrap();
+    let mut scenarios = Vec::new();
+    for i in 0..5 {
+        let (code, out, err) = sh(
+            dir,
+            &format!(
+                "corral sandbox scenarios create --name page{i} --steps-file steps.json --mocks-file mocks.json -o json"
+            ),
+            env,
+            local,
+        );
+        assert_eq!(code, 0, "{out}{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        scenarios.push(v["id"].as_str().unwrap().to_owned());
+    }
+    let mut runs = Vec::new();
+    for (i, id) in scenarios.iter().enumerate() {
+        let scorer = if i % 2 == 0 { " --scorer exact" } else { "" };
+        let (code, out, err) = sh(
+            dir,
+            &format!("corral sandbox scenarios run {id} --variant v --trials 2{scorer} -o json"),
+            env,
+            local,
+        );
+        assert_eq!(code, 0, "{out}{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        runs.push(v["id"].as_str().unwrap().to_owned());
+    }
+    // Newest first, each exactly once, over 3 pages.
+    let (listed, pages) = all_pages(dir, "corral sandbox scenarios list", env, local);
+    assert_eq!(listed, scenarios.iter().rev().cloned().collect::<Vec<_>>());
+    assert_eq!(pages, 3);
+    let (listed, pages) = all_pages(dir, "corral sandbox runs list", env, local);
+    assert_eq!(listed, runs.iter().rev().cloned().collect::<Vec<_>>());
+    assert_eq!(pages, 3);
+    // The text form says where the next page starts, and the last page says nothing more.
+    let (code, out, err) = sh(dir, "corral sandbox runs list --limit 2", env, local);
+    assert_eq!(code, 0, "{err}");
+    let more = out.lines().last().unwrap();
+    assert!(more.starts_with("more: --after "), "{out}");
+    let (_, rest, _) = sh(
+        dir,
+        &format!(
+            "corral sandbox runs list --limit 10 --after {}",
+            more.trim_start_matches("more: --after ")
+        ),
+        env,
+        local,
+    );
+    assert_eq!(rest.lines().count(), 3, "{rest}");
+    assert!(!rest.contains("more:"), "{rest}");
+    // The table: a scored run shows its trials passed, pass@k and pass^k; an unscored one none.
+    let (_, table, _) = sh(dir, "corral sandbox runs list", env, local);
+    for (i, id) in runs.iter().enumerate() {
+        let line = table.lines().find(|l| l.starts_with(id.as_str())).unwrap();
+        if i % 2 == 0 {
+            assert!(
+                line.contains("  passed  ")
+                    && line
+                        .ends_with("steps 2/2 ok  trials passed 2/2, pass@2 1.0000, pass^2 1.0000"),
+                "{line}"
+            );
+        } else {
+            assert!(
+                line.contains("executed, not scored") && line.ends_with("steps 2/2 ok"),
+                "{line}"
+            );
+        }
     }
 }

@@ -526,3 +526,57 @@ fn a_regex_expectation_cannot_close_the_anchoring_group_and_pass_any_output() {
     let r = re.score("in", "line\nyes", &json!("(?x) line \\n yes # comment\n"));
     assert!(r.unwrap().pass());
 }
+
+#[tokio::test]
+async fn a_run_whose_outputs_reach_the_per_run_cap_stops_there_failed_and_says_where_and_how_to_fix_it()
+ {
+    use corral_lab::runner::{MAX_RUN_OUTPUT_BYTES, RunStatus};
+    let dir = tempfile::tempdir().unwrap();
+    // One step whose mocked answer is 900 KiB: 100 trials would hold about 88 MiB.
+    let big = "y".repeat(900 * 1024);
+    let s = Scenario::from_json(&json!({
+        "name": "large answers", "steps": [{"input": "big"}],
+        "mocks": [{"resource": "big", "response": big}]
+    }))
+    .unwrap();
+    let audit = Arc::new(Recorded::default());
+    let lab = lab(dir.path(), audit.clone());
+    let r = run_scenario(lab.world(&s, "capped-1", ada()).unwrap(), &Identity, 0, 100).await;
+    let per_step = big.len() + "big".len();
+    let kept = MAX_RUN_OUTPUT_BYTES / per_step;
+    let stop = u32::try_from(kept).unwrap() + 1;
+    assert_eq!(kept, 72);
+    assert_eq!(r.status, RunStatus::Failed);
+    assert!(r.output_bytes <= MAX_RUN_OUTPUT_BYTES, "{}", r.output_bytes);
+    assert_eq!(r.output_bytes, kept * per_step);
+    // The step that would pass the cap is an infrastructure failure naming its trial and step
+    // and how to fix it; nothing of its answer is kept, and no later trial ran.
+    assert_eq!(r.infra_errors.len(), 1);
+    let f = &r.infra_errors[0];
+    assert_eq!(
+        (f.code, f.trial, f.step),
+        ("lab.run_output_too_large", stop, 1)
+    );
+    assert!(
+        f.message.contains(&format!("at trial {stop} step 1"))
+            && f.message.contains("fewer `trials`")
+            && f.message.contains("smaller answers"),
+        "{}",
+        f.message
+    );
+    assert!(r.agent_errors.is_empty(), "not the agent's failure");
+    assert_eq!(r.outputs.len(), kept + 1);
+    let last = r.outputs.last().unwrap();
+    assert_eq!(
+        (last.trial, last.ok, last.error),
+        (stop, false, Some("lab.run_output_too_large"))
+    );
+    assert!(last.output.is_empty() && last.input.is_empty());
+    assert_eq!(
+        (r.steps_total, r.steps_ok, r.steps_error),
+        (kept + 1, kept, 1)
+    );
+    // The trials after it never called anything.
+    assert_eq!(audit.events().len(), kept + 1);
+    assert!(r.destroyed);
+}

@@ -340,3 +340,30 @@ fn pass_at_k_with_more_trials_is_chens_unbiased_estimator() {
     assert!((suite.pass_at_k.unwrap() - (1.0 - 21.0 / 45.0 + 1.0) / 2.0).abs() < 1e-12);
     assert_eq!(score::SuiteStats::of(11, &[s]).pass_at_k, None);
 }
+
+#[test]
+fn a_trial_passes_only_when_scored_and_passed_and_one_not_judged_counts_as_not_passed() {
+    let pass = Some(RunScore::Scored(Scored::binary(true)));
+    let fail = Some(RunScore::Scored(Scored::binary(false)));
+    let unscored = Some(RunScore::NotScored {
+        steps_not_scored: 1,
+    });
+    // An infrastructure error (or a trial the run stopped before): `None`.
+    let s = TrialStats::of_scores(&[pass, fail, unscored, None, pass]);
+    assert_eq!(
+        s,
+        TrialStats {
+            trials: 5,
+            passes: 2
+        }
+    );
+    assert_eq!(s.pass_at_k(5), Some(1.0));
+    assert_eq!(s.pass_hat_k(5), Some(0.0));
+    let all = TrialStats::of_scores(&[pass, pass, pass]);
+    assert_eq!(
+        (all.pass_at_k(3), all.pass_hat_k(3)),
+        (Some(1.0), Some(1.0))
+    );
+    let none = TrialStats::of_scores(&[unscored, None]);
+    assert_eq!((none.passes, none.pass_at_k(2)), (0, Some(0.0)));
+}

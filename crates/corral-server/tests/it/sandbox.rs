@@ -969,6 +969,54 @@ mod over_mcp {
     }
 
     #[tokio::test]
+    async fn a_run_through_the_tools_shows_its_trials_passed_pass_at_k_and_pass_hat_k() {
+        let ws = Workspace::new();
+        let s = server(&ws, true).await;
+        let op = client(&s, &token("olga", &["operator"], None)).await;
+        let sc = call(
+            &op,
+            "sandbox_scenarios_create",
+            json!({"name": "scored via mcp", "steps": [{"input": "a", "expected": "yes"}],
+                   "mocks": [{"resource": "a", "response": "yes"}]}),
+        )
+        .await;
+        let id = sc.structured_content.unwrap()["id"].clone();
+        let fields = |run: &Value| {
+            [
+                run["trials_passed"].clone(),
+                run["pass_at_k"].clone(),
+                run["pass_hat_k"].clone(),
+            ]
+        };
+        let scored = call(
+            &op,
+            "sandbox_scenarios_run",
+            json!({"id": id, "variant": "v", "trials": 2, "scorer": "exact"}),
+        )
+        .await
+        .structured_content
+        .unwrap();
+        assert_eq!(scored["verdict"], "passed");
+        assert_eq!(fields(&scored), [json!(2), json!(1.0), json!(1.0)]);
+        let got = call(&op, "sandbox_runs_get", json!({"id": scored["id"]}))
+            .await
+            .structured_content
+            .unwrap();
+        assert_eq!(fields(&got), fields(&scored));
+        let unscored = call(
+            &op,
+            "sandbox_scenarios_run",
+            json!({"id": id, "variant": "v", "trials": 2}),
+        )
+        .await
+        .structured_content
+        .unwrap();
+        assert_eq!(unscored["verdict"], "not_scored");
+        assert_eq!(fields(&unscored), [Value::Null, Value::Null, Value::Null]);
+        let _ = op.cancel().await;
+    }
+
+    #[tokio::test]
     async fn with_the_lab_off_no_lab_tool_is_listed_or_answered() {
         let ws = Workspace::new();
         let s = server(&ws, false).await;
@@ -1163,4 +1211,258 @@ async fn a_run_or_comparison_over_the_step_execution_budget_is_refused_and_nothi
         )
         .await,
     );
+}
+
+/// `(trials, trials_passed, pass_at_k, pass_hat_k)` of a run record.
+fn passes(run: &Value) -> [Value; 4] {
+    [
+        run["trials"].clone(),
+        run["trials_passed"].clone(),
+        run["pass_at_k"].clone(),
+        run["pass_hat_k"].clone(),
+    ]
+}
+
+#[tokio::test]
+async fn a_scored_run_of_k_trials_shows_trials_passed_pass_at_k_and_pass_hat_k_and_an_unscored_one_none()
+ {
+    let ws = Workspace::new();
+    let s = server(&ws, true).await;
+    let t = operator();
+    let scenario = created(
+        &post(
+            &s,
+            &t,
+            "/v1/sandbox/scenarios",
+            json!({
+                "name": "k trials",
+                "steps": [{"input": "a", "expected": "yes"}, {"input": "b", "expected": "no"}],
+                "mocks": [{"resource": "a", "response": "yes"}, {"resource": "b", "response": "no"}]
+            }),
+        )
+        .await,
+    );
+    let id = scenario["id"].as_str().unwrap().to_owned();
+    let runs = format!("/v1/sandbox/scenarios/{id}/runs");
+    let all = created(
+        &post(
+            &s,
+            &t,
+            &runs,
+            json!({"variant": "v", "trials": 3, "scorer": "exact"}),
+        )
+        .await,
+    );
+    assert_eq!(all["verdict"], "passed");
+    assert_eq!(passes(&all), [json!(3), json!(3), json!(1.0), json!(1.0)]);
+    // The regex `n` fails step 2 in every trial: none passed, pass@3 and pass^3 are 0.
+    let regex = created(
+        &post(
+            &s,
+            &t,
+            "/v1/sandbox/scenarios",
+            json!({
+                "name": "k trials, failing",
+                "steps": [{"input": "a", "expected": "y.."}, {"input": "b", "expected": "n"}],
+                "mocks": [{"resource": "a", "response": "yes"}, {"resource": "b", "response": "no"}]
+            }),
+        )
+        .await,
+    );
+    let failing = created(
+        &post(
+            &s,
+            &t,
+            &format!(
+                "/v1/sandbox/scenarios/{}/runs",
+                regex["id"].as_str().unwrap()
+            ),
+            json!({"variant": "v", "trials": 3, "scorer": "regex"}),
+        )
+        .await,
+    );
+    assert_eq!(failing["verdict"], "failed");
+    assert_eq!(
+        passes(&failing),
+        [json!(3), json!(0), json!(0.0), json!(0.0)]
+    );
+    // No scorer: executed, not scored, and none of the three (never a pass).
+    let unscored = created(&post(&s, &t, &runs, json!({"variant": "v", "trials": 3})).await);
+    assert_eq!(unscored["verdict"], "not_scored");
+    assert_eq!(
+        passes(&unscored),
+        [json!(3), Value::Null, Value::Null, Value::Null]
+    );
+
+    // Every response that shows a run says the same: the run, and the listing.
+    for run in [&all, &failing, &unscored] {
+        let got = ok(&get(
+            &s,
+            &t,
+            &format!("/v1/sandbox/runs/{}", run["id"].as_str().unwrap()),
+        )
+        .await);
+        assert_eq!(passes(&got), passes(run));
+    }
+    let listed = ok(&get(&s, &t, "/v1/sandbox/runs").await);
+    let listed = listed["items"].as_array().unwrap();
+    assert_eq!(listed.len(), 3);
+    for run in listed {
+        let id = &run["id"];
+        let want = [&all, &failing, &unscored]
+            .into_iter()
+            .find(|r| &r["id"] == id)
+            .unwrap();
+        assert_eq!(passes(run), passes(want));
+    }
+    // The openapi document names the fields.
+    let doc = ok(&get(&s, &t, "/openapi.json").await);
+    let described =
+        doc["paths"]["/v1/sandbox/scenarios/{id}/runs"]["post"]["responses"]["201"]["description"]
+            .as_str()
+            .unwrap();
+    for field in ["trials_passed", "pass_at_k", "pass_hat_k"] {
+        assert!(described.contains(field), "{field}: {described}");
+    }
+}
+
+#[tokio::test]
+async fn a_run_whose_outputs_reach_the_per_run_cap_is_recorded_failed_with_the_trial_and_step() {
+    let ws = Workspace::new();
+    let s = server(&ws, true).await;
+    let t = operator();
+    // Two steps answering 450 KiB each: 100 trials would keep about 88 MiB, over the 64 MiB
+    // cap (the scenario itself stays under the 1 MiB request limit).
+    let big = "z".repeat(450 * 1024);
+    let scenario = created(
+        &post(
+            &s,
+            &t,
+            "/v1/sandbox/scenarios",
+            json!({
+                "name": "large answers",
+                "steps": [{"input": "big", "expected": "z+"}, {"input": "big", "expected": "z+"}],
+                "mocks": [{"resource": "big", "response": big}]
+            }),
+        )
+        .await,
+    );
+    let id = scenario["id"].as_str().unwrap().to_owned();
+    let run = created(
+        &post(
+            &s,
+            &t,
+            &format!("/v1/sandbox/scenarios/{id}/runs"),
+            json!({"variant": "v", "trials": 100, "scorer": "regex"}),
+        )
+        .await,
+    );
+    // 64 MiB / (450 KiB + 3 bytes) = 145 steps kept: 72 whole trials and step 1 of trial 73;
+    // step 2 of trial 73 would pass the cap.
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["error"]["code"], "lab.run_output_too_large", "{run}");
+    let message = run["error"]["message"].as_str().unwrap();
+    assert!(message.contains("at trial 73 step 2"), "{message}");
+    assert!(message.contains("fewer `trials`"), "{message}");
+    assert_eq!(
+        (
+            &run["steps_total"],
+            &run["steps_ok"],
+            &run["steps_error"],
+            &run["infra_errors"]
+        ),
+        (&json!(146), &json!(145), &json!(1), &json!(1))
+    );
+    // A failed run never passes; the trials that ran whole and passed are counted.
+    assert_eq!(run["verdict"], "failed");
+    assert_eq!(
+        passes(&run),
+        [json!(100), json!(72), json!(1.0), json!(0.0)]
+    );
+    let got = ok(&get(
+        &s,
+        &t,
+        &format!("/v1/sandbox/runs/{}", run["id"].as_str().unwrap()),
+    )
+    .await);
+    assert_eq!(got["error"], run["error"]);
+    assert_eq!(got["status"], "failed");
+}
+
+/// Every page of `path` (a listing) with `limit=2`, following `next` to the end: the ids.
+async fn all_pages(s: &Server, t: &str, path: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let url = match &after {
+            Some(a) => format!("{path}{sep}limit=2&after={a}"),
+            None => format!("{path}{sep}limit=2"),
+        };
+        let page = ok(&get(s, t, &url).await);
+        let items = page["items"].as_array().unwrap();
+        assert!(items.len() <= 2, "{page}");
+        ids.extend(items.iter().map(|i| i["id"].as_str().unwrap().to_owned()));
+        pages += 1;
+        assert!(pages <= 10, "paging does not end: {ids:?}");
+        match &page["next"] {
+            Value::Null => break,
+            Value::String(n) => after = Some(n.clone()),
+            other => panic!("`next` is {other}"),
+        }
+    }
+    ids
+}
+
+#[tokio::test]
+async fn following_next_with_limit_2_lists_every_scenario_and_run_exactly_once() {
+    let ws = Workspace::new();
+    let s = server(&ws, true).await;
+    let t = operator();
+    let mut scenarios = Vec::new();
+    for i in 0..5 {
+        let sc = created(
+            &post(
+                &s,
+                &t,
+                "/v1/sandbox/scenarios",
+                json!({"name": format!("page {i}"), "steps": [{"input": "a"}]}),
+            )
+            .await,
+        );
+        scenarios.push(sc["id"].as_str().unwrap().to_owned());
+    }
+    let mut runs = Vec::new();
+    for id in scenarios.iter().take(3) {
+        for _ in 0..2 {
+            let r = created(
+                &post(
+                    &s,
+                    &t,
+                    &format!("/v1/sandbox/scenarios/{id}/runs"),
+                    json!({"variant": "v"}),
+                )
+                .await,
+            );
+            runs.push(r["id"].as_str().unwrap().to_owned());
+        }
+    }
+    // Newest first, each exactly once, across 3 pages (2 + 2 + 1, and 2 + 2 + 2).
+    let listed = all_pages(&s, &t, "/v1/sandbox/scenarios").await;
+    assert_eq!(listed, scenarios.iter().rev().cloned().collect::<Vec<_>>());
+    let listed = all_pages(&s, &t, "/v1/sandbox/runs").await;
+    assert_eq!(listed, runs.iter().rev().cloned().collect::<Vec<_>>());
+    // One scenario's runs page on their own.
+    let listed = all_pages(
+        &s,
+        &t,
+        &format!("/v1/sandbox/runs?scenario={}", scenarios[0]),
+    )
+    .await;
+    assert_eq!(listed, [runs[1].clone(), runs[0].clone()]);
+    // The last page says so: no `next`.
+    let last = ok(&get(&s, &t, "/v1/sandbox/scenarios?limit=5").await);
+    assert_eq!(last["items"].as_array().unwrap().len(), 5);
+    assert_eq!(last["next"], Value::Null);
 }

@@ -7,7 +7,7 @@ use corral_store::Store;
 use corral_store::lab::{
     ComparisonVerdict, Interval, LabStoreError, MAX_OUTPUT_BYTES, MAX_SCENARIO_BYTES, MockMiss,
     NewComparison, NewOutput, NewRun, Page, PageCursor, RunError, RunResult, RunStatus, RunVerdict,
-    ScenarioDraft, VariantRuns, WilsonIntervals,
+    ScenarioDraft, TrialPasses, VariantRuns, WilsonIntervals,
 };
 use serde_json::json;
 
@@ -88,6 +88,7 @@ fn completed(score: Option<f64>, verdict: RunVerdict) -> RunResult {
         infra_errors: 0,
         score,
         verdict,
+        passes: None,
         error: None,
         mock_misses: vec![MockMiss {
             step: 2,
@@ -303,14 +304,56 @@ async fn every_entity_round_trips(store: &Store) {
         .unwrap()
         .unwrap();
     assert_eq!(got, recorded);
+    assert_eq!(got.record, new, "every field recorded comes back");
     assert_eq!(
-        (got.delta, got.lower, got.upper),
+        (got.record.delta, got.record.lower, got.record.upper),
         (-0.05, -1e-300, 0.1 + 0.2)
     );
-    assert_eq!((got.seed, got.mcnemar_p), (u64::MAX, Some(1.0 / 3.0)));
-    assert_eq!(got.wilson, new.wilson);
-    assert_eq!(got.details, new.details);
-    assert!(got.deploy);
+    assert_eq!(
+        (got.record.seed, got.record.mcnemar_p),
+        (u64::MAX, Some(1.0 / 3.0))
+    );
+    assert!(got.record.deploy);
+    // The wire form is one flat object: the recorded fields beside id, tenant and created_ms.
+    let wire = serde_json::to_value(&got).unwrap();
+    let mut keys: Vec<&str> = wire
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "baseline",
+            "candidate",
+            "created_ms",
+            "delta",
+            "deploy",
+            "details",
+            "forced_by",
+            "id",
+            "lower",
+            "margin",
+            "mcnemar_p",
+            "recorded_by",
+            "resamples",
+            "scenarios",
+            "seed",
+            "tenant",
+            "upper",
+            "verdict",
+            "wilson"
+        ]
+    );
+    assert_eq!(wire["delta"], json!(-0.05));
+    assert_eq!(wire["baseline"]["variant"], "identity@1");
+    assert_eq!(
+        serde_json::from_value::<corral_store::lab::Comparison>(wire).unwrap(),
+        got,
+        "and reads back as it was"
+    );
     let page = store.list_comparisons(A, &Page::first(10)).await.unwrap();
     assert_eq!(page.items, vec![recorded]);
     assert_eq!(page.next, None);
@@ -597,6 +640,121 @@ async fn a_run_without_a_scorer_never_passes(store: &Store) {
     assert_eq!((done.verdict, done.score), (RunVerdict::NotScored, None));
 }
 on_both!(a_run_without_a_scorer_never_passes);
+
+/// A scored run of 3 trials, 2 of which passed: pass@3 1, pass^3 0.
+fn two_of_three() -> RunResult {
+    let mut r = completed(Some(2.0 / 3.0), RunVerdict::Failed);
+    r.passes = Some(TrialPasses {
+        trials_passed: 2,
+        pass_at_k: 1.0,
+        pass_hat_k: 0.0,
+    });
+    r
+}
+
+/// A scored run keeps its trials passed, pass@k and pass^k; a run not scored has none of
+/// them, and the store refuses them on it, or figures that cannot be (more passes than trials,
+/// a probability outside [0, 1], pass^k above pass@k).
+async fn a_scored_run_keeps_its_trial_passes_and_an_unscored_one_has_none(store: &Store) {
+    let scenario = store
+        .create_scenario(A, &worked_example(), 1_000)
+        .await
+        .unwrap();
+    let scored = store
+        .create_run(A, &new_run(&scenario.id, Some("exact")), 2_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        (scored.trials_passed, scored.pass_at_k, scored.pass_hat_k),
+        (None, None, None),
+        "a running run has none yet"
+    );
+    let mut too_many = two_of_three();
+    too_many.passes = Some(TrialPasses {
+        trials_passed: 4,
+        pass_at_k: 1.0,
+        pass_hat_k: 1.0,
+    });
+    let e = store
+        .finish_run(A, &scored.id, &too_many, 3_000)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "lab.invalid_record", "{e}");
+    assert!(
+        e.to_string()
+            .contains("has 3 trial(s), so 4 cannot have passed"),
+        "{e}"
+    );
+    for (at, hat) in [(1.5, 0.0), (f64::NAN, 0.0), (0.5, 1.0), (1.0, -0.1)] {
+        let mut bad = two_of_three();
+        bad.passes = Some(TrialPasses {
+            trials_passed: 2,
+            pass_at_k: at,
+            pass_hat_k: hat,
+        });
+        let e = store
+            .finish_run(A, &scored.id, &bad, 3_000)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            code(&e),
+            "lab.invalid_record",
+            "pass@k {at} pass^k {hat}: {e}"
+        );
+    }
+    let done = store
+        .finish_run(A, &scored.id, &two_of_three(), 3_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            done.trials,
+            done.trials_passed,
+            done.pass_at_k,
+            done.pass_hat_k
+        ),
+        (Some(3), Some(2), Some(1.0), Some(0.0))
+    );
+    assert_eq!(store.get_run(A, &scored.id).await.unwrap().unwrap(), done);
+
+    let unscored = store
+        .create_run(A, &new_run(&scenario.id, None), 4_000)
+        .await
+        .unwrap();
+    let mut claimed = completed(None, RunVerdict::NotScored);
+    claimed.passes = two_of_three().passes;
+    let e = store
+        .finish_run(A, &unscored.id, &claimed, 5_000)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "lab.invalid_record", "{e}");
+    assert!(
+        e.to_string().contains("not scored has no trials passed"),
+        "{e}"
+    );
+    let done = store
+        .finish_run(
+            A,
+            &unscored.id,
+            &completed(None, RunVerdict::NotScored),
+            5_000,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (done.trials_passed, done.pass_at_k, done.pass_hat_k),
+        (None, None, None)
+    );
+    let wire = serde_json::to_value(&done).unwrap();
+    for k in ["trials_passed", "pass_at_k", "pass_hat_k"] {
+        assert_eq!(
+            wire[k],
+            serde_json::Value::Null,
+            "{k} of an unscored run: {wire}"
+        );
+    }
+}
+on_both!(a_scored_run_keeps_its_trial_passes_and_an_unscored_one_has_none);
 
 /// Outputs are append-only: a duplicate (trial, step), within a batch or against a stored row,
 /// refuses the whole batch; a finished run takes no more.
@@ -890,12 +1048,7 @@ async fn write_everything(store: &Store) -> (String, String, String) {
         .await
         .unwrap();
     store
-        .finish_run(
-            A,
-            &run.id,
-            &completed(Some(0.25), RunVerdict::Failed),
-            3_000,
-        )
+        .finish_run(A, &run.id, &two_of_three(), 3_000)
         .await
         .unwrap();
     let c = store
@@ -909,6 +1062,10 @@ async fn reopened_has_everything(before: &Store, url: &str) {
     let (s, r, c) = write_everything(before).await;
     let scenario = before.get_scenario(A, &s).await.unwrap().unwrap();
     let run = before.get_run(A, &r).await.unwrap().unwrap();
+    assert_eq!(
+        (run.trials_passed, run.pass_at_k, run.pass_hat_k),
+        (Some(2), Some(1.0), Some(0.0))
+    );
     let outs = before.list_outputs(A, &r).await.unwrap();
     let cmp = before.get_comparison(A, &c).await.unwrap().unwrap();
     before.close().await;
@@ -991,7 +1148,7 @@ async fn an_inconsistent_comparison_is_refused(store: &Store) {
         .append_comparison(A, &comparison(&[], &[]), 3_000)
         .await
         .unwrap();
-    assert!(imported.baseline.run_ids.is_empty());
+    assert!(imported.record.baseline.run_ids.is_empty());
 }
 on_both!(an_inconsistent_comparison_is_refused);
 

@@ -144,6 +144,23 @@ impl Lab {
         )
     }
 
+    pub(crate) fn update_scenario(
+        &self,
+        id: &str,
+        req: &ScenarioRequest,
+    ) -> Result<Scenario, CliError> {
+        self.either(
+            "scenario",
+            async |c| c.sandbox_update_scenario(id, req).await,
+            async |lab, caller| {
+                let b = body("a scenario", req)?;
+                lab.update_scenario(caller, &rid(), id, b)
+                    .await
+                    .map_err(refused)
+            },
+        )
+    }
+
     pub(crate) fn list_scenarios(
         &self,
         page: &PageRequest,

@@ -35,7 +35,7 @@ enum Command {
     /// 200 bytes, template and each input 8192 bytes; a request over one is refused whole.
     /// `--format json` prints `{"samples": [...]}`, which `scenarios create --steps-file` takes.
     Generate(generate::Args),
-    /// Create, list, read and run scenarios (steps and mocks).
+    /// Create, update, list, read and run scenarios (steps and mocks).
     #[command(subcommand)]
     Scenarios(scenarios::Command),
     /// Read runs and their per-step outputs.

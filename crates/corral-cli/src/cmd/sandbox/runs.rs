@@ -79,14 +79,15 @@ pub(crate) fn run(c: Command) -> CliResult {
                     }
                     for r in &page.items {
                         outln!(
-                            "{}  {}  {}  {}  scenario={}  steps {}/{} ok",
+                            "{}  {}  {}  {}  scenario={}  steps {}/{} ok{}",
                             r.id,
                             printable(&r.status),
                             printable(&r.variant),
                             verdict_text(&r.verdict),
                             r.scenario_id,
                             r.steps_ok,
-                            r.steps_total
+                            r.steps_total,
+                            passes_text(r).map(|p| format!("  {p}")).unwrap_or_default()
                         );
                     }
                     if let Some(next) = &page.next {
@@ -106,6 +107,16 @@ pub(crate) fn run_exit(run: &Run) -> Exit {
     } else {
         Exit::Findings
     }
+}
+
+/// A scored run's trials passed and pass@k / pass^k, e.g. `trials passed 2/3, pass@3 1.0000,
+/// pass^3 0.0000`; `None` for a run that was not scored (it has none of them).
+fn passes_text(r: &Run) -> Option<String> {
+    let (passed, at, hat) = (r.trials_passed?, r.pass_at_k?, r.pass_hat_k?);
+    let k = r.trials.unwrap_or(1);
+    Some(format!(
+        "trials passed {passed}/{k}, pass@{k} {at:.4}, pass^{k} {hat:.4}"
+    ))
 }
 
 fn verdict_text(v: &str) -> String {
@@ -145,6 +156,9 @@ pub(crate) fn print_run(r: &Run) {
         _ => String::new(),
     };
     outln!("  verdict: {}{scored}", verdict_text(&r.verdict));
+    if let Some(p) = passes_text(r) {
+        outln!("  {p}");
+    }
     if let Some(seed) = r.seed {
         outln!("  seed {seed}, trials {}", r.trials.unwrap_or(1));
     }

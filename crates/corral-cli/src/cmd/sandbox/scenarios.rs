@@ -1,4 +1,4 @@
-//! `corral sandbox scenarios create | list | get | run`.
+//! `corral sandbox scenarios create | update | list | get | run`.
 
 use std::path::{Path, PathBuf};
 
@@ -27,6 +27,26 @@ pub(crate) enum Command {
         /// The mocks, a JSON file (default: none, so every lookup is a mock miss).
         #[arg(long, value_name = "FILE")]
         mocks_file: Option<PathBuf>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Replace a scenario's name, description, steps and mocks with a file's, and bump its
+    /// version.
+    ///
+    /// The file (`-`: stdin) is the scenario as JSON: `{"name", "description"?, "steps":
+    /// [{"input", "expected"?}] | "samples": [...], "mocks"?: [...]}` (what `scenarios get -o
+    /// json` prints is accepted: its `id`, `tenant`, `version` and times are ignored). With
+    /// `--version V` the update applies only if the scenario is still at version V (else
+    /// `lab.version_conflict`: read it again and reapply); without it, it is unconditional.
+    Update {
+        /// The scenario's id.
+        id: String,
+        /// The scenario, a JSON file (`-`: stdin).
+        #[arg(long, value_name = "FILE")]
+        file: PathBuf,
+        /// Update only if the scenario is still at this version (the one you read).
+        #[arg(long, value_name = "V")]
+        version: Option<i64>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -127,6 +147,12 @@ pub(crate) fn run(c: Command) -> CliResult {
             }
             Ok(Exit::Ok)
         }
+        Command::Update {
+            id,
+            file,
+            version,
+            conn,
+        } => update(&id, &file, version, &conn),
         Command::List { limit, after, conn } => {
             let lab = Lab::open(&conn)?;
             let page = lab.list_scenarios(&PageRequest { limit, after })?;
@@ -195,6 +221,26 @@ pub(crate) fn run(c: Command) -> CliResult {
     }
 }
 
+/// `scenarios update ID --file F [--version V]`.
+fn update(id: &str, file: &Path, version: Option<i64>, conn: &Conn) -> CliResult {
+    let mut req = update_from(super::read_json(file, "scenario file")?, file)?;
+    req.version = version;
+    let lab = Lab::open(conn)?;
+    let s = lab.update_scenario(id, &req)?;
+    match conn.format {
+        Format::Json => crate::output::print_json(&s),
+        Format::Human => outln!(
+            "updated scenario {} ({}, version {}): {} steps, {} mocks",
+            s.id,
+            printable(&s.name),
+            s.version,
+            s.steps.len(),
+            s.mocks.len()
+        ),
+    }
+    Ok(Exit::Ok)
+}
+
 /// The steps a `--steps-file` holds: a list of steps, `{"steps": [...]}`, or a synthetic batch
 /// `{"samples": [{key, input}]}` (each sample's input a step's input).
 fn steps_from(v: &Value, path: &Path) -> Result<Vec<Step>, CliError> {
@@ -234,6 +280,36 @@ fn steps_from(v: &Value, path: &Path) -> Result<Vec<Step>, CliError> {
             _ => Err(bad(&format!("has a step {} that is not an object", i + 1))),
         })
         .collect()
+}
+
+/// The keys of a scenario as `scenarios get -o json` prints it that an update does not send
+/// (the store sets them).
+const STORED_KEYS: &[&str] = &["id", "tenant", "version", "created_ms", "updated_ms"];
+
+/// The update a `scenarios update --file` holds: a scenario object (a stored one's own keys
+/// ignored; `--version`, not the file, says which version the change is based on).
+fn update_from(v: Value, path: &Path) -> Result<ScenarioRequest, CliError> {
+    let bad = |why: String| {
+        CliError::usage(format!(
+            "the scenario file `{}` {why}; give `{{\"name\": \"...\", \"steps\": [{{\"input\": \"...\"}}], \"mocks\": [...]}}` (what `scenarios get -o json` prints works)",
+            path.display()
+        ))
+    };
+    let Value::Object(mut o) = v else {
+        return Err(bad("is not a JSON object".to_owned()));
+    };
+    for k in STORED_KEYS {
+        o.remove(*k);
+    }
+    let known = ["name", "description", "steps", "samples", "mocks"];
+    if let Some(k) = o.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(bad(format!(
+            "has the key {}, which a scenario does not take (keys: {})",
+            printable(k),
+            known.join(", ")
+        )));
+    }
+    serde_json::from_value(Value::Object(o)).map_err(|e| bad(format!("is not a scenario: {e}")))
 }
 
 /// The mocks a `--mocks-file` holds: a list, or `{"mocks": [...]}`.
