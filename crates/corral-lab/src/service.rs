@@ -872,6 +872,16 @@ impl LabService {
                     args_hash: m.args_hash.clone(),
                 })
                 .collect(),
+            attestations: report
+                .attestations
+                .iter()
+                .map(|a| store_lab::RunAttestation {
+                    backend: a.backend.to_owned(),
+                    isolated: a.isolated,
+                    destroyed: a.destroyed,
+                    primitives: a.primitives.clone(),
+                })
+                .collect(),
         };
         let run = self
             .store
@@ -902,6 +912,7 @@ impl LabService {
                 message: e.message.clone(),
             }),
             mock_misses: Vec::new(),
+            attestations: Vec::new(),
         };
         let _ = self.store.finish_run(tenant, id, &result, now_ms()).await;
     }

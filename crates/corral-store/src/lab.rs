@@ -217,6 +217,20 @@ pub struct RunError {
     pub message: String,
 }
 
+/// What an isolation backend applied to a program a run started (an external program's step,
+/// a command scorer's scoring).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RunAttestation {
+    /// The backend (`linux`).
+    pub backend: String,
+    /// Whether the program ran isolated.
+    pub isolated: bool,
+    /// Whether its sandbox was destroyed and the removal checked.
+    pub destroyed: bool,
+    /// The primitives applied (`userns`, `netns:corral-link`, `landlock:abi6`, ...).
+    pub primitives: Vec<String>,
+}
+
 /// A step that asked for something the scenario does not mock.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MockMiss {
@@ -278,6 +292,9 @@ pub struct RunResult {
     pub error: Option<RunError>,
     /// The steps that missed the mocks.
     pub mock_misses: Vec<MockMiss>,
+    /// What the isolation backend applied to each program the run started (distinct ones);
+    /// empty for an in-process run.
+    pub attestations: Vec<RunAttestation>,
 }
 
 /// A scored run's trial counts and estimates, with k = the run's `trials` (pass@k: at least one
@@ -346,6 +363,9 @@ pub struct Run {
     pub error: Option<RunError>,
     /// The steps that missed the mocks.
     pub mock_misses: Vec<MockMiss>,
+    /// What the isolation backend applied to each program the run started (distinct ones);
+    /// empty for an in-process run.
+    pub attestations: Vec<RunAttestation>,
     /// Who started it.
     pub principal: String,
     /// When it started.
@@ -894,7 +914,7 @@ macro_rules! run_columns {
         "tenant, id, scenario_id, scenario_version, status, runner, backend, isolated, \
          destroyed, steps_total, steps_ok, steps_error, infra_errors, purpose, variant, seed, \
          trials, scorer_suite, score, verdict, error_code, error_message, mock_misses, principal, \
-         started_ms, finished_ms, trials_passed, pass_at_k, pass_hat_k"
+         started_ms, finished_ms, trials_passed, pass_at_k, pass_hat_k, attestations"
     };
 }
 
@@ -918,7 +938,7 @@ const FINISH_RUN: &str = concat!(
     "UPDATE lab_runs SET status = $3, isolated = $4, destroyed = $5, steps_total = $6, \
      steps_ok = $7, steps_error = $8, infra_errors = $9, score = $10, verdict = $11, \
      error_code = $12, error_message = $13, mock_misses = $14, finished_ms = $15, \
-     trials_passed = $16, pass_at_k = $17, pass_hat_k = $18 \
+     trials_passed = $16, pass_at_k = $17, pass_hat_k = $18, attestations = $19 \
      WHERE tenant = $1 AND id = $2 AND status = 'running' \
      AND (scorer_suite IS NOT NULL OR $11 = 'not_scored') \
      AND ($16 IS NULL OR $16 <= COALESCE(trials, 1)) RETURNING ",
@@ -1059,6 +1079,7 @@ struct RunRow {
     trials_passed: Option<i64>,
     pass_at_k: Option<String>,
     pass_hat_k: Option<String>,
+    attestations: String,
 }
 
 impl RunRow {
@@ -1102,6 +1123,7 @@ impl RunRow {
             pass_hat_k: opt_f64_of("run pass_hat_k", id, self.pass_hat_k.as_deref())?,
             error,
             mock_misses: from_json("run mock_misses", id, &self.mock_misses)?,
+            attestations: from_json("run attestations", id, &self.attestations)?,
             tenant: self.tenant,
             scenario_id: self.scenario_id,
             runner: self.runner,
@@ -1695,6 +1717,7 @@ impl Store {
             pass_hat_k: None,
             error: None,
             mock_misses: Vec::new(),
+            attestations: Vec::new(),
             principal: new.principal.clone(),
             started_ms: now_ms,
             finished_ms: None,
@@ -1714,6 +1737,7 @@ impl Store {
         let q = self.lab_err("finish a lab run");
         let score = opt_f64_text("the run's score", result.score)?;
         let misses = json_text(&result.mock_misses);
+        let attestations = json_text(&result.attestations);
         let passes = result.passes.as_ref();
         let pass_at_k = opt_f64_text("the run's pass@k", passes.map(|p| p.pass_at_k))?;
         let pass_hat_k = opt_f64_text("the run's pass^k", passes.map(|p| p.pass_hat_k))?;
@@ -1736,6 +1760,7 @@ impl Store {
             .bind(passes.map(|p| i64::from(p.trials_passed)))
             .bind(pass_at_k.as_deref())
             .bind(pass_hat_k.as_deref())
+            .bind(attestations.as_str())
             .fetch_optional(p)
             .await
             .map_err(q)?);

@@ -245,6 +245,39 @@ fn check_program_run(run: &Value, outputs: &[Value]) {
         answers(outputs),
         ["first synthetic account", "refused lab.mock_miss"]
     );
+    // The program's sandboxes reached only corral; the scorer's reached nothing.
+    let primitives: Vec<Vec<&str>> = run["attestations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            assert_eq!(
+                (&a["backend"], &a["isolated"], &a["destroyed"]),
+                (&json!("linux"), &json!(true), &json!(true)),
+                "{a}"
+            );
+            a["primitives"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap())
+                .collect()
+        })
+        .collect();
+    assert!(
+        primitives.iter().any(|p| p.contains(&"netns:corral-link")),
+        "{run}"
+    );
+    assert!(
+        primitives.iter().any(|p| p.contains(&"netns:none")),
+        "{run}"
+    );
+    assert!(
+        primitives
+            .iter()
+            .all(|p| p.contains(&"userns") && p.iter().any(|x| x.starts_with("landlock"))),
+        "{run}"
+    );
     assert_eq!(run["scorer_suite"], "command:same", "{run}");
     assert_eq!(run["score"], 0.5, "{run}");
     assert_eq!(run["verdict"], "failed", "{run}");

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use corral_store::Store;
 use corral_store::lab::{
     ComparisonVerdict, Interval, LabStoreError, MAX_OUTPUT_BYTES, MAX_SCENARIO_BYTES, MockMiss,
-    NewComparison, NewOutput, NewRun, Page, PageCursor, RunError, RunResult, RunStatus, RunVerdict,
-    ScenarioDraft, TrialPasses, VariantRuns, WilsonIntervals,
+    NewComparison, NewOutput, NewRun, Page, PageCursor, RunAttestation, RunError, RunResult,
+    RunStatus, RunVerdict, ScenarioDraft, TrialPasses, VariantRuns, WilsonIntervals,
 };
 use serde_json::json;
 
@@ -95,6 +95,12 @@ fn completed(score: Option<f64>, verdict: RunVerdict) -> RunResult {
             op: "scenario.resource".to_owned(),
             args_hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
                 .to_owned(),
+        }],
+        attestations: vec![RunAttestation {
+            backend: "linux".to_owned(),
+            isolated: true,
+            destroyed: true,
+            primitives: vec!["userns".to_owned(), "netns:corral-link".to_owned()],
         }],
     }
 }
@@ -277,6 +283,7 @@ async fn every_entity_round_trips(store: &Store) {
     );
     assert_eq!(finished.error, result.error);
     assert_eq!(finished.mock_misses, result.mock_misses);
+    assert_eq!(finished.attestations, result.attestations);
     assert_eq!(
         (finished.started_ms, finished.finished_ms),
         (3_000, Some(4_000))
