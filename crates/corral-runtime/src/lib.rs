@@ -32,6 +32,9 @@ pub struct RuntimeOptions {
     /// Start the upstream MCP servers (`mcp_servers`) and the refresher that follows their tool
     /// lists. Off: no server is started, and their `mcp.*` ops answer `upstream.unavailable`.
     pub upstreams: bool,
+    /// With `upstreams`: start only the server of this name (`corral call --local` of one of its
+    /// tools), not every one.
+    pub only_upstream: Option<String>,
     /// How long [`Runtime::build`] waits for the upstream servers' first tool lists.
     pub upstream_wait: Duration,
     /// Purge expired confirmations every 10 minutes.
@@ -54,6 +57,7 @@ impl RuntimeOptions {
     pub fn long_lived() -> Self {
         Self {
             upstreams: true,
+            only_upstream: None,
             upstream_wait: UPSTREAM_LIST_WAIT,
             confirmation_purger: true,
             run_purger: true,
@@ -68,6 +72,7 @@ impl RuntimeOptions {
     pub fn one_shot() -> Self {
         Self {
             upstreams: false,
+            only_upstream: None,
             upstream_wait: Duration::ZERO,
             confirmation_purger: false,
             run_purger: false,
@@ -81,6 +86,15 @@ impl RuntimeOptions {
     pub fn with_upstreams(mut self) -> Self {
         self.upstreams = true;
         self.upstream_wait = UPSTREAM_LIST_WAIT;
+        self
+    }
+
+    /// Starts only the upstream MCP server `name` (and the refresher), as
+    /// [`RuntimeOptions::with_upstreams`] does all of them: a call of one server's tool starts
+    /// no other server.
+    pub fn with_upstream(mut self, name: &str) -> Self {
+        self = self.with_upstreams();
+        self.only_upstream = Some(name.to_owned());
         self
     }
 
@@ -166,8 +180,12 @@ impl Runtime {
             if !loaded.config.mcp_servers.is_empty() {
                 tasks.push(BackgroundTask::UpstreamSupervisors);
             }
+            let mut specs = compose::upstream_specs(loaded);
+            if let Some(only) = &options.only_upstream {
+                specs.retain(|s| &s.name == only);
+            }
             Upstreams::start(
-                compose::upstream_specs(loaded),
+                specs,
                 &backend,
                 compose::disabled_ops(loaded),
                 compose::declared_upstream_tools(loaded),

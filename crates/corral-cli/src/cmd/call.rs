@@ -217,10 +217,13 @@ fn run_local(a: &Args, args: Value) -> CliResult {
     let caller = context::local_caller(&loaded, a.principal.as_deref())?;
     let rt = context::runtime(Threads::One)?;
     // A built-in or custom op needs no upstream server and no purger; an upstream tool
-    // (`mcp.<server>.<tool>`) needs its server.
+    // (`mcp.<server>.<tool>`) needs its server, and only that one.
     let mut options = corral_runtime::RuntimeOptions::one_shot();
-    if a.op.starts_with("mcp.") {
-        options = options.with_upstreams();
+    if let Some(server) =
+        a.op.strip_prefix("mcp.")
+            .and_then(|rest| rest.split('.').next())
+    {
+        options = options.with_upstream(server);
     }
     rt.block_on(async move {
         let runtime = corral_runtime::Runtime::build(&loaded, options)

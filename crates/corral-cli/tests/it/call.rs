@@ -59,6 +59,10 @@ mcp_servers:
     write_paths: ["$WS"]
     tools:
       read_file: {{effects: [read]}}
+  gx:
+    command: ["{fx}", --fail-if-exists, "$WS/marker-gx"]
+    read_paths: ["{bin_dir}"]
+    write_paths: ["$WS"]
 rules:
   - allow: [mcp.fx.read_file]
 "#
@@ -84,11 +88,15 @@ fn a_local_call_of_a_built_in_op_starts_no_upstream_server_and_an_upstream_tool_
     // An upstream tool is answered by its server, which the call started (without the marker,
     // the server serves at once).
     let _ = std::fs::remove_file(&marker);
+    let marker_gx = dir.path().join("ws/marker-gx");
+    let _ = std::fs::write(&marker_gx, "");
     let notes = dir.path().join("ws/notes.txt");
     let path = format!("path={}", notes.display());
     let (code, out, err) = corral(dir.path(), &["call", "--local", "mcp.fx.read_file", &path]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("hello from the jail"), "{out}");
+    // And only its own: the other server was not started.
+    assert!(marker_gx.exists(), "mcp.fx.read_file started the server gx");
 }
 
 #[test]
