@@ -8,7 +8,7 @@ use super::{Decoder, Field, Item, Stash, stash};
 use crate::model::{
     CustomOpConfig, LabProgramConfig, McpServerConfig, McpToolConfig, ParamConfig, Spanned,
 };
-use crate::yaml::{Node, Value};
+use crate::yaml::{Key, Node, Value};
 
 /// A custom op.
 pub(super) const CUSTOM: &[Field<CustomOpConfig>] = &[
@@ -313,22 +313,8 @@ impl Decoder {
 
     /// `sandbox.programs: {name: {...}}` (or `scorers`): names as for upstream servers.
     pub(super) fn lab_programs(&mut self, node: &Node, at: &str) -> Vec<LabProgramConfig> {
-        let Some(entries) = self.map_any(node, at) else {
-            return Vec::new();
-        };
         let mut out = Vec::new();
-        for (k, n) in entries {
-            let at = format!("{at}.{}", k.name);
-            if !is_mcp_name(&k.name) {
-                self.err_fix(
-                    codes::CONFIG_INVALID_VALUE,
-                    format!("`{}` is not a valid lab program name", k.name),
-                    &at,
-                    k.span,
-                    "use letters, digits, `_` and `-`, starting with a letter".to_owned(),
-                );
-                continue;
-            }
+        for (k, n, at) in self.named(node, at, "lab program", "") {
             let mut p = LabProgramConfig {
                 name: Spanned::new(k.name.clone(), k.span),
                 command: Vec::new(),
@@ -346,24 +332,42 @@ impl Decoder {
         out
     }
 
-    /// `mcp_servers: {name: {...}}`.
-    pub(super) fn mcp_servers(&mut self, node: &Node, at: &str) -> Vec<McpServerConfig> {
+    /// The entries of the mapping `node` whose names are `[A-Za-z][A-Za-z0-9_-]*`, each with its
+    /// location; an entry with another name is an error (`what` names the kind, `why` is added
+    /// to the fix) and is left out.
+    fn named<'n>(
+        &mut self,
+        node: &'n Node,
+        at: &str,
+        what: &str,
+        why: &str,
+    ) -> Vec<(&'n Key, &'n Node, String)> {
         let Some(entries) = self.map_any(node, at) else {
             return Vec::new();
         };
         let mut out = Vec::new();
         for (k, n) in entries {
             let at = format!("{at}.{}", k.name);
-            if !is_mcp_name(&k.name) {
+            if is_mcp_name(&k.name) {
+                out.push((k, n, at));
+            } else {
                 self.err_fix(
                     codes::CONFIG_INVALID_VALUE,
-                    format!("`{}` is not a valid upstream name", k.name),
+                    format!("`{}` is not a valid {what} name", k.name),
                     &at,
                     k.span,
-                    "use letters, digits, `_` and `-`, starting with a letter (it becomes the middle of op ids `mcp.<name>.<tool>`)".to_owned(),
+                    format!("use letters, digits, `_` and `-`, starting with a letter{why}"),
                 );
-                continue;
             }
+        }
+        out
+    }
+
+    /// `mcp_servers: {name: {...}}`.
+    pub(super) fn mcp_servers(&mut self, node: &Node, at: &str) -> Vec<McpServerConfig> {
+        let mut out = Vec::new();
+        let why = " (it becomes the middle of op ids `mcp.<name>.<tool>`)";
+        for (k, n, at) in self.named(node, at, "upstream", why) {
             let mut s = McpServerConfig {
                 name: Spanned::new(k.name.clone(), k.span),
                 command: Vec::new(),
