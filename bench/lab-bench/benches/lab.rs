@@ -20,6 +20,17 @@
 //! Rounds are interleaved; medians are printed. Plus the cost of building one world.
 //!
 //! `cargo bench -p lab-bench` (optimized). `bench/RESULTS.md` keeps the figures.
+//!
+//! `cargo bench -p lab-bench -- compare` runs the other mode instead, issue 14's "a 10 variants
+//! x 100 scenarios comparison's wall time with 1 and 2 workers": 100 scenarios of 5 mocked steps
+//! created through `LabService` on SQLite in a temp dir (the audit by the store's writer), and
+//! 10 variants, the identity agent as the baseline and 9 five-call declarative workflows
+//! differing in their answers, run as 9 comparisons of a candidate against that baseline (each
+//! comparison runs the baseline and the candidate on all 100 scenarios: 200 runs, 1000 steps,
+//! 3000 op calls), through `LabService::compare`, the path HTTP uses, on a 2-thread tokio
+//! runtime. The 9 comparisons run with `workers: 1`, then with `workers: 2`, in interleaved
+//! rounds; wall time and process CPU time per round, medians, and a check that both give the
+//! same verdicts.
 
 // A benchmark harness: a broken fixture should abort loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -36,6 +47,7 @@ use corral_guard::{Call, CallOptions, Caller, Deployment, Gateway, Reply};
 use corral_lab::agent::{Agent, Identity};
 use corral_lab::runner::run_scenario;
 use corral_lab::scenario::Scenario;
+use corral_lab::service::{CompareBody, LabService, ScenarioBody, VariantBody};
 use corral_lab::workflow::Workflow;
 use corral_lab::world::Lab;
 use corral_ops::health::Health;
@@ -236,8 +248,204 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
+fn main() {
+    if std::env::args().skip(1).any(|a| a == "compare") {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(compare_mode());
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(throughput());
+}
+
+const CMP_SCENARIOS: usize = 100;
+const CMP_STEPS: usize = 5;
+const CMP_CANDIDATES: usize = 9;
+/// Rounds of the compare mode (`LAB_BENCH_ROUNDS` overrides it, e.g. 1 under `strace`).
+fn cmp_rounds() -> usize {
+    std::env::var("LAB_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+}
+
+/// Candidate `k`'s workflow: the five calls of `WORKFLOW`, answering the note (the expected
+/// answer), the note with a suffix (never right), or the directory's first entry.
+fn candidate(k: usize) -> String {
+    let output = match k % 3 {
+        0 => "{{steps.note.content}}".to_owned(),
+        1 => format!("{{{{steps.note.content}}}} (v{k})"),
+        _ => "{{steps.list.entries.0}}".to_owned(),
+    };
+    let head = WORKFLOW.rsplit_once("output:").unwrap().0;
+    format!("{head}output: \"{output}\"\n").replace("name: bench", &format!("name: cand{k}"))
+}
+
+/// Scenario `i`: 5 steps; the identity baseline's mocked answer is right in 3 steps of 4, the
+/// workflows' note file always; a step's expected answer is its note.
+fn compare_scenario(i: usize) -> ScenarioBody {
+    let mut steps = Vec::new();
+    let mut mocks = Vec::new();
+    for j in 0..CMP_STEPS {
+        let u = format!("u{i}-{j}");
+        let note = format!("note {i}-{j}");
+        steps.push(json!({"input": u, "expected": note}));
+        let identity = if (i + j) % 4 == 0 {
+            format!("old {i}-{j}")
+        } else {
+            note.clone()
+        };
+        mocks.push(json!({"resource": u, "response": identity}));
+        let p = |s: String| json!({"path": format!("{ROOT}/{s}")});
+        let d = format!("d{i}-{j}");
+        let list = if i % 2 == 0 {
+            "note.txt".to_owned()
+        } else {
+            note.clone()
+        };
+        mocks.push(
+            json!({"op": "files.read", "args": p(format!("{u}.json")), "response": {"content": d}}),
+        );
+        mocks.push(json!({"op": "files.stat", "args": p(d.clone()), "response": {"size": 4096, "kind": "dir"}}));
+        mocks.push(
+            json!({"op": "files.list", "args": p(d.clone()), "response": {"entries": [list]}}),
+        );
+        mocks.push(json!({"op": "files.read", "args": p(format!("{d}/{list}")), "response": {"content": note}}));
+        mocks.push(json!({"op": "files.stat", "args": p(format!("{u}.json")), "response": {"size": 10, "kind": "file"}}));
+    }
+    ScenarioBody {
+        name: format!("bench {i}"),
+        steps: Some(json!(steps)),
+        mocks: Some(json!(mocks)),
+        ..ScenarioBody::default()
+    }
+}
+
+async fn compare_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = corral_store::Store::connect(&corral_store::Store::default_sqlite_url(dir.path()))
+        .await
+        .unwrap();
+    let sqlite: Arc<dyn AuditSink> = Arc::new(corral_store::AuditWriter::spawn(store.clone()));
+    // `LAB_BENCH_AUDIT=discard`: the events are dropped, so only the run records are written.
+    let discard = std::env::var("LAB_BENCH_AUDIT").is_ok_and(|v| v == "discard");
+    let sink: Arc<dyn AuditSink> = if discard {
+        Arc::new(Discard)
+    } else {
+        sqlite.clone()
+    };
+    println!(
+        "audit: {}",
+        if discard {
+            "discarded"
+        } else {
+            "SQLite (the store's writer)"
+        }
+    );
+    let gateway = Arc::new(Gateway::new(
+        deployment(),
+        Arc::new(MockBackend::default()),
+        vec![sink],
+        "default",
+    ));
+    let lab = LabService::new(Arc::new(store.clone()), gateway, true);
+    let olga = Caller::new(Principal::new("olga", &["operator"]));
+    let mut ids = Vec::new();
+    for i in 0..CMP_SCENARIOS {
+        let s = lab
+            .create_scenario(&olga, &format!("s{i}"), compare_scenario(i))
+            .await
+            .unwrap();
+        ids.push(s.id);
+    }
+    let body = |k: usize, workers: u32| CompareBody {
+        baseline: VariantBody {
+            variant: "identity".to_owned(),
+            workflow: None,
+        },
+        candidate: VariantBody {
+            variant: format!("cand{k}"),
+            workflow: Some(candidate(k)),
+        },
+        scenarios: ids.clone(),
+        seed: Some(7),
+        scorer: Some("exact".to_owned()),
+        workers: Some(workers),
+        ..CompareBody::default()
+    };
+    // `LAB_BENCH_WORKERS=2` runs one setting only (to profile it).
+    let only: Option<u32> = std::env::var("LAB_BENCH_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let mut walls: Vec<(u32, Vec<f64>, Vec<f64>)> = [1, 2]
+        .into_iter()
+        .filter(|w| only.is_none_or(|o| o == *w))
+        .map(|w| (w, vec![], vec![]))
+        .collect();
+    let mut verdicts: Vec<(u32, Vec<String>)> = Vec::new();
+    let mut steps = 0;
+    for round in 0..cmp_rounds() {
+        for (workers, wall, cpus) in walls.iter_mut() {
+            let (c0, t0) = (cpu(), Instant::now());
+            let mut v = Vec::new();
+            steps = 0;
+            for k in 1..=CMP_CANDIDATES {
+                let c = lab
+                    .compare(&olga, &format!("c{round}-{workers}-{k}"), body(k, *workers))
+                    .await
+                    .unwrap();
+                v.push(format!("{:?} {:+.3}", c.verdict, c.delta));
+                steps += 2 * CMP_SCENARIOS * CMP_STEPS;
+            }
+            wall.push(t0.elapsed().as_secs_f64());
+            cpus.push((cpu() - c0).as_secs_f64());
+            verdicts.push((*workers, v));
+        }
+    }
+    let first = &verdicts[0].1;
+    for (w, v) in &verdicts {
+        assert_eq!(v, first, "workers {w} gave other verdicts");
+    }
+    println!(
+        "{CMP_CANDIDATES} comparisons (identity baseline vs 9 workflows) x {CMP_SCENARIOS} scenarios x {CMP_STEPS} steps: {steps} steps and {} runs per round, {} interleaved rounds, medians",
+        2 * CMP_CANDIDATES * CMP_SCENARIOS,
+        cmp_rounds()
+    );
+    println!(
+        "verdicts (the same with 1 and 2 workers): {}",
+        first.join(", ")
+    );
+    println!("| workers | wall time of the 9 comparisons | steps/s (wall) | CPU time (process) |");
+    println!("|---|---|---|---|");
+    let base = median(walls[0].1.clone());
+    for (workers, wall, cpus) in walls {
+        let w = median(wall.clone());
+        println!(
+            "| {workers} | {w:.2} s (rounds: {}) | {:.0} | {:.2} s |",
+            wall.iter()
+                .map(|x| format!("{x:.2}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            steps as f64 / w,
+            median(cpus)
+        );
+        if workers == 2 && only.is_none() {
+            println!("speed-up of 2 workers over 1: {:.2}x", base / w);
+        }
+    }
+    drop(lab);
+    drop(sqlite);
+    store.close().await;
+}
+
+async fn throughput() {
     let dir = tempfile::tempdir().unwrap();
     let store = corral_store::Store::connect(&corral_store::Store::default_sqlite_url(dir.path()))
         .await

@@ -345,6 +345,10 @@ pub struct ComparisonRequest {
     /// A deploy comparison (an admin's decision).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deploy: bool,
+    /// How many runs execute at once (1-8; default: the server's CPUs, at most 8). The
+    /// verdict does not depend on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<u32>,
 }
 
 /// A recorded comparison. Its statistics (interval, McNemar, Wilson intervals, pairs) are in

@@ -17,6 +17,10 @@
 //! with the attestation's `isolated`/`destroyed`, the counts, the misses, the infrastructure
 //! errors and, when it was scored, its trials passed with pass@k and pass^k (k = its trials). An infrastructure failure on the way finishes the run `failed` (it
 //! never stays `running` because of the lab).
+//!
+//! A comparison executes its runs on up to `workers` tokio tasks at once, all on the lab of the
+//! deployment current when it starts, and reads them back in request order: the runs, seeds
+//! and verdict are the same whatever `workers` is.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -33,6 +37,7 @@ use corral_store::lab::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::pool;
 use crate::program::{ProgramLinks, Programs};
 use crate::runner::{RunReport, run_scenario};
 use crate::scenario::Scenario;
@@ -55,6 +60,16 @@ pub const MAX_VARIANT_BYTES: usize = 200;
 /// thousands of small steps fit in it), and every execution is an output held in memory and a
 /// stored row, so the product is bounded, not each factor alone.
 pub const MAX_STEP_EXECUTIONS: usize = 10_000;
+/// The most runs one comparison executes at once (its `workers`).
+pub const MAX_COMPARE_WORKERS: u32 = 8;
+
+/// The workers of a comparison that names none: the machine's CPUs, at most
+/// [`MAX_COMPARE_WORKERS`] (1 when the count cannot be read).
+pub fn default_workers() -> u32 {
+    std::thread::available_parallelism()
+        .map_or(1, |n| u32::try_from(n.get()).unwrap_or(MAX_COMPARE_WORKERS))
+        .clamp(1, MAX_COMPARE_WORKERS)
+}
 
 /// Why a lab action was refused or failed: a catalog code (its status is the catalog's) and a
 /// message saying what is wrong, where, and how to fix it.
@@ -194,6 +209,10 @@ pub struct CompareBody {
     /// A deploy comparison (needs admin).
     #[serde(default)]
     pub deploy: bool,
+    /// How many runs execute at once (1 to [`MAX_COMPARE_WORKERS`]; default
+    /// [`default_workers`]). The result does not depend on it: the same runs, seeds and verdict.
+    #[serde(default)]
+    pub workers: Option<u32>,
 }
 
 /// A page request: `limit` and the `next` cursor of the previous page.
@@ -772,6 +791,110 @@ impl LabService {
         Ok(lab)
     }
 
+    /// What runs need from the service, owned (a comparison's runs are tokio tasks): the store
+    /// and the lab of the current deployment, or why it could not be built.
+    fn executor(&self) -> Executor {
+        Executor {
+            store: self.store.clone(),
+            lab: self.lab(),
+        }
+    }
+
+    /// Creates, executes, scores, records and finishes one run.
+    #[allow(clippy::too_many_arguments)]
+    async fn execute(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        stored: &store_lab::Scenario,
+        scenario: &Scenario,
+        variant: &str,
+        agent: &Resolved,
+        scorer: Option<&RunScorer>,
+        seed: u64,
+        trials: u32,
+    ) -> Result<Executed, LabError> {
+        self.executor()
+            .execute(
+                caller, tenant, stored, scenario, variant, agent, scorer, seed, trials,
+            )
+            .await
+    }
+
+    async fn compare_inner(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        body: &CompareBody,
+    ) -> Result<store_lab::Comparison, LabError> {
+        let plan = compare_plan(body, &self.programs(), self.links.get())?;
+        // Every scenario is read and validated before anything runs.
+        let mut scenarios = Vec::with_capacity(body.scenarios.len());
+        for id in &body.scenarios {
+            let stored = self.scenario(tenant, id).await?;
+            let scenario = scenario_of(&stored)?;
+            if let Some(s) = &plan.scorer {
+                s.check_expected(&scenario)?;
+            }
+            scenarios.push((stored, scenario));
+        }
+        check_executions(scenarios.iter().fold(0usize, |n, (_, s)| {
+            n.saturating_add(
+                s.steps()
+                    .len()
+                    .saturating_mul(plan.trials as usize)
+                    .saturating_mul(2),
+            )
+        }))?;
+        let executed =
+            run_compare_jobs(self.executor(), &plan, caller, tenant, Arc::new(scenarios)).await?;
+        let (mut base_runs, mut base_obs) = (Vec::new(), Vec::new());
+        let (mut cand_runs, mut cand_obs) = (Vec::new(), Vec::new());
+        // The jobs come back in request order: scenario by scenario, baseline then candidate.
+        for ((id, side), x) in executed {
+            let (runs, observed) = match side {
+                Side::Baseline => (&mut base_runs, &mut base_obs),
+                Side::Candidate => (&mut cand_runs, &mut cand_obs),
+            };
+            observed.push(observed_of(&id, plan.trials, &x.trials));
+            runs.push(x.run.id);
+        }
+        let (base_label, cand_label) = (plan.base_label, plan.cand_label);
+        let mut input = verdict::Input::new(
+            base_label.clone(),
+            base_obs,
+            cand_label.clone(),
+            cand_obs,
+            plan.seed,
+        );
+        input.margin = plan.margin;
+        let c = verdict::compare(&input).map_err(|e| LabError::new(e.code(), e.to_string()))?;
+        let new = comparison_record(
+            &c,
+            VariantRuns {
+                variant: base_label,
+                run_ids: base_runs,
+            },
+            VariantRuns {
+                variant: cand_label,
+                run_ids: cand_runs,
+            },
+            body,
+            caller,
+        );
+        Ok(self.store.append_comparison(tenant, &new, now_ms()).await?)
+    }
+}
+
+/// The store and the lab a run is executed with, owned, so that a comparison's runs can be
+/// tokio tasks that finish (and record) their run even when the request is dropped.
+#[derive(Debug, Clone)]
+struct Executor {
+    store: Arc<Store>,
+    lab: Result<Lab, LabError>,
+}
+
+impl Executor {
     /// Creates, executes, scores, records and finishes one run.
     #[allow(clippy::too_many_arguments)]
     async fn execute(
@@ -800,7 +923,7 @@ impl LabService {
             principal: caller.principal.id.clone(),
         };
         let run = self.store.create_run(tenant, &new, now_ms()).await?;
-        let world = self.lab().and_then(|lab| {
+        let world = self.lab.clone().and_then(|lab| {
             lab.world(scenario, &run.id, caller.principal.clone())
                 .map_err(|e| LabError::new(e.code, e.message))
         });
@@ -916,95 +1039,19 @@ impl LabService {
         };
         let _ = self.store.finish_run(tenant, id, &result, now_ms()).await;
     }
-
-    async fn compare_inner(
-        &self,
-        caller: &Caller,
-        tenant: &str,
-        body: &CompareBody,
-    ) -> Result<store_lab::Comparison, LabError> {
-        let plan = compare_plan(body, &self.programs(), self.links.get())?;
-        // Every scenario is read and validated before anything runs.
-        let mut scenarios = Vec::with_capacity(body.scenarios.len());
-        for id in &body.scenarios {
-            let stored = self.scenario(tenant, id).await?;
-            let scenario = scenario_of(&stored)?;
-            if let Some(s) = &plan.scorer {
-                s.check_expected(&scenario)?;
-            }
-            scenarios.push((stored, scenario));
-        }
-        check_executions(scenarios.iter().fold(0usize, |n, (_, s)| {
-            n.saturating_add(
-                s.steps()
-                    .len()
-                    .saturating_mul(plan.trials as usize)
-                    .saturating_mul(2),
-            )
-        }))?;
-        let mut sides = [
-            (plan.base_label, plan.base_agent, Vec::new(), Vec::new()),
-            (plan.cand_label, plan.cand_agent, Vec::new(), Vec::new()),
-        ];
-        for (stored, scenario) in &scenarios {
-            for (label, agent, runs, observed) in sides.iter_mut() {
-                let x = self
-                    .execute(
-                        caller,
-                        tenant,
-                        stored,
-                        scenario,
-                        label,
-                        agent,
-                        plan.scorer.as_ref(),
-                        plan.seed,
-                        plan.trials,
-                    )
-                    .await?;
-                observed.push(observed_of(&stored.id, plan.trials, &x.trials));
-                runs.push(x.run.id);
-            }
-        }
-        let [
-            (base_label, _, base_runs, base_obs),
-            (cand_label, _, cand_runs, cand_obs),
-        ] = sides;
-        let mut input = verdict::Input::new(
-            base_label.clone(),
-            base_obs,
-            cand_label.clone(),
-            cand_obs,
-            plan.seed,
-        );
-        input.margin = plan.margin;
-        let c = verdict::compare(&input).map_err(|e| LabError::new(e.code(), e.to_string()))?;
-        let new = comparison_record(
-            &c,
-            VariantRuns {
-                variant: base_label,
-                run_ids: base_runs,
-            },
-            VariantRuns {
-                variant: cand_label,
-                run_ids: cand_runs,
-            },
-            body,
-            caller,
-        );
-        Ok(self.store.append_comparison(tenant, &new, now_ms()).await?)
-    }
 }
 
 /// A comparison request, checked: both agents, the scorer, trials, seed and margin.
 struct ComparePlan {
     base_label: String,
     cand_label: String,
-    base_agent: Resolved,
-    cand_agent: Resolved,
-    scorer: Option<RunScorer>,
+    base_agent: Arc<Resolved>,
+    cand_agent: Arc<Resolved>,
+    scorer: Option<Arc<RunScorer>>,
     trials: u32,
     seed: u64,
     margin: f64,
+    workers: usize,
 }
 
 /// Checks a comparison request before anything is read or run.
@@ -1024,10 +1071,12 @@ fn compare_plan(
             links,
         )
     };
-    let base_agent = side(&body.baseline)?;
-    let cand_agent = side(&body.candidate)?;
-    let scorer = variant::scorer_of(Some(body.scorer.as_deref().unwrap_or("exact")), programs)?;
+    let base_agent = Arc::new(side(&body.baseline)?);
+    let cand_agent = Arc::new(side(&body.candidate)?);
+    let scorer = variant::scorer_of(Some(body.scorer.as_deref().unwrap_or("exact")), programs)?
+        .map(Arc::new);
     let trials = check_trials(body.trials)?;
+    let workers = check_workers(body.workers)?;
     let seed = body.seed.unwrap_or(0);
     let margin = body.margin.unwrap_or(verdict::DEFAULT_MARGIN);
     if !(margin.is_finite() && (0.0..=1.0).contains(&margin)) {
@@ -1059,7 +1108,68 @@ fn compare_plan(
         trials,
         seed,
         margin,
+        workers,
     })
+}
+
+/// A side of a comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Baseline,
+    Candidate,
+}
+
+/// Executes a comparison's runs, (scenario, side) in request order (scenario by scenario,
+/// baseline then candidate), on at most `plan.workers` tokio tasks at once ([`pool::in_order`]:
+/// started in that order, answered in that order, the first error in that order; runs already
+/// started are finished and recorded, never left `running`, even when the request is dropped).
+async fn run_compare_jobs(
+    executor: Executor,
+    plan: &ComparePlan,
+    caller: &Caller,
+    tenant: &str,
+    scenarios: Arc<Vec<(store_lab::Scenario, Scenario)>>,
+) -> Result<Vec<((String, Side), Executed)>, LabError> {
+    let jobs = (0..scenarios.len())
+        .flat_map(|i| [(i, Side::Baseline), (i, Side::Candidate)])
+        .collect::<Vec<_>>();
+    let job = |(i, side): (usize, Side)| {
+        let (label, agent) = match side {
+            Side::Baseline => (plan.base_label.clone(), plan.base_agent.clone()),
+            Side::Candidate => (plan.cand_label.clone(), plan.cand_agent.clone()),
+        };
+        let (executor, scenarios) = (executor.clone(), scenarios.clone());
+        let (caller, tenant, scorer) = (caller.clone(), tenant.to_owned(), plan.scorer.clone());
+        let (seed, trials) = (plan.seed, plan.trials);
+        async move {
+            let (stored, scenario) = scenarios.get(i).ok_or_else(|| {
+                LabError::new(codes::SERVER_INTERNAL, "a comparison job lost its scenario")
+            })?;
+            let x = executor
+                .execute(
+                    &caller,
+                    &tenant,
+                    stored,
+                    scenario,
+                    &label,
+                    agent.as_ref(),
+                    scorer.as_deref(),
+                    seed,
+                    trials,
+                )
+                .await?;
+            Ok(((stored.id.clone(), side), x))
+        }
+    };
+    let lost = |e: tokio::task::JoinError| {
+        LabError::new(
+            codes::SERVER_INTERNAL,
+            format!(
+                "a run of this comparison stopped before it finished ({e}); see the server log, then retry the comparison"
+            ),
+        )
+    };
+    pool::in_order(jobs, plan.workers, job, lost).await
 }
 
 /// The stored form of a computed comparison.
@@ -1189,6 +1299,16 @@ fn check_trials(t: Option<u32>) -> Result<u32, LabError> {
         n @ 1..=MAX_TRIALS => Ok(n),
         n => Err(LabError::invalid(format!(
             "`trials` is {n}; ask for 1 to {MAX_TRIALS} (default 1)"
+        ))),
+    }
+}
+
+fn check_workers(w: Option<u32>) -> Result<usize, LabError> {
+    match w {
+        None => Ok(default_workers() as usize),
+        Some(n @ 1..=MAX_COMPARE_WORKERS) => Ok(n as usize),
+        Some(n) => Err(LabError::invalid(format!(
+            "`workers` is {n}; ask for 1 to {MAX_COMPARE_WORKERS} runs at once, or omit it for the default (the number of CPUs, at most {MAX_COMPARE_WORKERS}); the verdict does not depend on it"
         ))),
     }
 }

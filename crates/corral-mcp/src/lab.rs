@@ -81,7 +81,7 @@ const TOOLS: &[LabTool] = &[
         name: "sandbox_compare",
         action: "sandbox.compare",
         summary: "runs two variants on the same scenarios and seeds and records the before/after verdict (`deploy: true` needs admin)",
-        schema: || json!({"type": "object", "required": ["baseline", "candidate", "scenarios"], "properties": {"baseline": {"type": "object"}, "candidate": {"type": "object"}, "scenarios": {"type": "array", "items": {"type": "string"}}, "trials": {"type": "integer"}, "seed": {"type": "integer"}, "scorer": {"type": "string"}, "margin": {"type": "number"}, "deploy": {"type": "boolean"}}, "additionalProperties": false}),
+        schema: || json!({"type": "object", "required": ["baseline", "candidate", "scenarios"], "properties": {"baseline": {"type": "object"}, "candidate": {"type": "object"}, "scenarios": {"type": "array", "items": {"type": "string"}}, "trials": {"type": "integer"}, "seed": {"type": "integer"}, "scorer": {"type": "string"}, "margin": {"type": "number"}, "deploy": {"type": "boolean"}, "workers": {"type": "integer", "minimum": 1, "maximum": corral_lab::service::MAX_COMPARE_WORKERS, "description": "runs executed at once (default: the CPUs, at most the maximum); the verdict does not depend on it"}}, "additionalProperties": false}),
     },
 ];
 

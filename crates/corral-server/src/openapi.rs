@@ -233,7 +233,8 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
             Some(json!({"type": "object", "required": ["baseline", "candidate", "scenarios"], "additionalProperties": false, "properties": {
                 "baseline": variant, "candidate": variant, "scenarios": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 200},
                 "trials": {"type": "integer", "minimum": 1, "maximum": 100, "default": 1}, "seed": {"type": "integer", "minimum": 0},
-                "scorer": scorer, "margin": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.05}, "deploy": {"type": "boolean", "default": false}
+                "scorer": scorer, "margin": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.05}, "deploy": {"type": "boolean", "default": false},
+                "workers": {"type": "integer", "minimum": 1, "maximum": corral_lab::service::MAX_COMPARE_WORKERS, "description": "runs executed at once; default: the server's CPUs, at most the maximum. The verdict, runs and seeds do not depend on it"}
             }})),
             ("201", json_of("the comparison `{id, baseline, candidate, scenarios, verdict, delta, lower, upper, margin, seed, resamples, forced_by, mcnemar_p, wilson, details, recorded_by, deploy, created_ms}`")),
             vec![("400", bad("lab.compare_invalid, lab.scorer_unknown, args.invalid"))]),

@@ -498,6 +498,22 @@ fn spec_003s_worked_example_runs_through_a_real_server_with_its_exact_counts_and
     let recorded: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(recorded["verdict"], "inconclusive");
     assert_eq!(recorded["forced_by"], "too_few_scenarios");
+    // `--workers` reaches the server: 1 to 8 runs at once, any other count refused.
+    let (code, out, err) = sh(dir.path(), &format!("{compare} --workers 9"), &operator, "");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.starts_with("error[args.invalid]: `workers` is 9; ask for 1 to 8"),
+        "{err}"
+    );
+    let (code, out, err) = sh(
+        dir.path(),
+        &format!("{compare} --workers 2 -o json"),
+        &operator,
+        "",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let two: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(two["delta"], 0.0, "{two}");
     let (code, out, err) = sh(dir.path(), &format!("{compare} --deploy"), &operator, "");
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.starts_with("error[rbac.denied]: "), "{err}");

@@ -11,4 +11,5 @@ mod support;
 mod synthetic;
 mod verdict;
 mod worked_example;
+mod workers;
 mod workflows;

@@ -1466,3 +1466,50 @@ async fn following_next_with_limit_2_lists_every_scenario_and_run_exactly_once()
     assert_eq!(last["items"].as_array().unwrap().len(), 5);
     assert_eq!(last["next"], Value::Null);
 }
+
+#[tokio::test]
+async fn a_comparison_takes_its_workers_from_1_to_8_and_refuses_any_other_count_before_running() {
+    let ws = Workspace::new();
+    let s = server(&ws, true).await;
+    let t = operator();
+    let doc = ok(&get(&s, &t, "/openapi.json").await);
+    let workers = &doc["paths"]["/v1/sandbox/comparisons"]["post"]["requestBody"]["content"]["application/json"]
+        ["schema"]["properties"]["workers"];
+    assert_eq!(
+        (&workers["minimum"], &workers["maximum"]),
+        (&json!(1), &json!(8)),
+        "{workers}"
+    );
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let sc = created(
+            &post(
+                &s,
+                &t,
+                "/v1/sandbox/scenarios",
+                json!({"name": format!("w{i}"), "steps": [{"input": format!("k{i}"), "expected": "v"}],
+                       "mocks": [{"resource": format!("k{i}"), "response": "v"}]}),
+            )
+            .await,
+        );
+        ids.push(sc["id"].as_str().unwrap().to_owned());
+    }
+    let body = |w: u32| {
+        json!({"baseline": {"variant": "a"}, "candidate": {"variant": "b"}, "scenarios": ids,
+               "scorer": "exact", "workers": w})
+    };
+    for w in [0, 9] {
+        let r = post(&s, &t, "/v1/sandbox/comparisons", body(w)).await;
+        r.assert_error(400, "args.invalid");
+        assert!(r.text.contains(&format!("`workers` is {w}")), "{}", r.text);
+    }
+    let runs = ok(&get(&s, &t, "/v1/sandbox/runs").await);
+    assert_eq!(runs["items"], json!([]), "nothing was run");
+    let c = created(&post(&s, &t, "/v1/sandbox/comparisons", body(2)).await);
+    assert_eq!(c["baseline"]["run_ids"].as_array().unwrap().len(), 3, "{c}");
+    assert_eq!(
+        c["candidate"]["run_ids"].as_array().unwrap().len(),
+        3,
+        "{c}"
+    );
+}

@@ -18,7 +18,7 @@ pub(crate) struct Args {
         long,
         num_args = 2,
         value_names = ["BASE", "CAND"],
-        conflicts_with_all = ["baseline", "candidate", "scenarios", "deploy", "trials", "margin"]
+        conflicts_with_all = ["baseline", "candidate", "scenarios", "deploy", "trials", "margin", "workers"]
     )]
     inspect: Option<Vec<PathBuf>>,
     /// The baseline variant's label.
@@ -68,6 +68,10 @@ pub(crate) struct Args {
     /// Record a deploy comparison (an admin's decision).
     #[arg(long)]
     deploy: bool,
+    /// How many runs execute at once, 1 to 8 (default: the CPUs of the server, or of this
+    /// machine with `--local`, at most 8). The verdict does not depend on it.
+    #[arg(long, value_name = "W")]
+    workers: Option<u32>,
     #[command(flatten)]
     conn: Conn,
 }
@@ -98,6 +102,7 @@ pub(crate) fn run(a: Args) -> CliResult {
         scorer: a.scorer.clone(),
         margin: a.margin,
         deploy: a.deploy,
+        workers: a.workers,
     };
     let lab = Lab::open(&a.conn)?;
     let c = {
