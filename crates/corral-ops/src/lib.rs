@@ -9,6 +9,7 @@ pub mod exec;
 pub mod files;
 pub mod health;
 pub mod http;
+pub mod replay;
 
 use std::collections::HashMap;
 use std::fmt;

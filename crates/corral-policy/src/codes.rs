@@ -358,6 +358,12 @@ catalog! {
     LAB_ISOLATION_UNSUPPORTED = "lab.isolation_unsupported", 400,
         "a run asked for an isolation its agent cannot use: the identity agent and workflows run in-process against mocks (`inproc-mock`), and an external program runs only in the `linux` backend",
         "omit `isolation`: each variant gets the one it runs under (`inproc-mock` for the identity agent and workflows, `linux` for a program)";
+    REPLAY_UNSAFE_OP = "replay.unsafe_op", 400,
+        "a variant given to a sandboxed replay declares a tool whose replay safety class is unsafe (it changes something outside the run's ephemeral workspace); nothing was run",
+        "remove the tool from the variant (its workflow steps or its `tools:` list), or replay a variant that only reads";
+    REPLAY_UNKNOWN_OP = "replay.unknown_op", 400,
+        "a variant given to a sandboxed replay declares a tool that is no op of the deployment; nothing was run",
+        "fix the tool's name; `GET /ops` lists the ops";
     LAB_PROGRAM_UNKNOWN = "lab.program_unknown", 400,
         "a variant or scorer names an external program the config does not declare (programs run only if `sandbox.programs` or `sandbox.scorers` names them)",
         "declare it in the config (`sandbox: {programs: {NAME: {command: [...], read_paths: [...]}}}`, or `scorers:` for a scorer) and reload, or use a declared name";
