@@ -6,6 +6,7 @@ pub mod agent;
 pub mod inspect;
 pub mod pool;
 pub mod program;
+pub mod replay;
 pub mod runner;
 pub mod scenario;
 pub mod score;

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::agent::{Agent, StepCtx, StepOutcome};
 use crate::scenario::is_infrastructure;
-use crate::world::{BACKEND, World};
+use crate::world::World;
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -182,8 +182,8 @@ pub async fn run_scenario(world: World, agent: &dyn Agent, seed: u64, trials: u3
         scenario: scenario.name().to_owned(),
         variant: agent.variant(),
         runner: "inproc",
-        backend: BACKEND,
-        isolated: true,
+        backend: world.backend(),
+        isolated: world.mocked(),
         destroyed: false,
         purpose: world.gateway().purpose().as_str(),
         seed,

@@ -368,6 +368,17 @@ impl Workflow {
     pub fn calls(&self) -> usize {
         self.calls.len()
     }
+
+    /// The ops its steps call, in order, each once: the tools a replay's load-time check walks
+    /// (`corral_ops::replay::check_tools`).
+    pub fn tools(&self) -> Vec<&str> {
+        let mut seen = std::collections::HashSet::new();
+        self.calls
+            .iter()
+            .map(|c| c.op.as_str())
+            .filter(|op| seen.insert(*op))
+            .collect()
+    }
 }
 
 /// The most text the templates of one call's arguments, or of the output, may render, in

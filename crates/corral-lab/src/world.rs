@@ -145,10 +145,41 @@ impl Lab {
         .simulated(mocks.clone());
         Ok(World {
             gateway: Arc::new(gateway),
+            mocked: true,
             attested: Mutex::new(Vec::new()),
             caller: Caller::new(principal).with_run(Some(run_id.to_owned())),
             run_id: run_id.to_owned(),
             mocks,
+            scenario: scenario.clone(),
+        })
+    }
+}
+
+impl World {
+    /// A world over `gateway` (a replay's: real handlers, safe ops only; see `crate::replay`)
+    /// for one run of `scenario`'s inputs: no mocks answer, so nothing is ever a miss.
+    pub fn over(
+        gateway: Gateway,
+        scenario: &Scenario,
+        run_id: &str,
+        principal: Principal,
+    ) -> Result<World, WorldError> {
+        if !corral_guard::valid_run_id(run_id) {
+            return Err(WorldError {
+                code: codes::RUN_INVALID_HEADER,
+                message: "the run id is not valid; use 1-128 characters of letters, digits, `_`, `-`, `.` and `:`".to_owned(),
+            });
+        }
+        Ok(World {
+            gateway: Arc::new(gateway),
+            mocked: false,
+            attested: Mutex::new(Vec::new()),
+            caller: Caller::new(principal).with_run(Some(run_id.to_owned())),
+            run_id: run_id.to_owned(),
+            mocks: Arc::new(Mocks {
+                table: Arc::new(MockTable::default()),
+                misses: Mutex::new(Vec::new()),
+            }),
             scenario: scenario.clone(),
         })
     }
@@ -231,6 +262,9 @@ impl SimulatedOps for Mocks {
 #[derive(Debug)]
 pub struct World {
     gateway: Arc<Gateway>,
+    /// Whether only mocks answer its calls (`Lab::world`), so the run reaches nothing real;
+    /// `false` for a replay's world, whose real tools answer.
+    mocked: bool,
     /// What the isolation backend attested for each program the run started (distinct ones).
     attested: Mutex<Vec<Attestation>>,
     caller: Caller,
@@ -275,6 +309,21 @@ impl World {
     /// The run's caller (run-scoped).
     pub fn caller(&self) -> &Caller {
         &self.caller
+    }
+
+    /// Whether only the scenario's mocks answer its calls (nothing real is reached).
+    pub fn mocked(&self) -> bool {
+        self.mocked
+    }
+
+    /// The backend that answers its calls (`inproc-mock` for a mocked world, else the
+    /// gateway's).
+    pub fn backend(&self) -> &'static str {
+        if self.mocked {
+            BACKEND
+        } else {
+            self.gateway.backend().name()
+        }
     }
 
     /// The run's id.

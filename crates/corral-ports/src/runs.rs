@@ -170,6 +170,19 @@ const IDLE_FORGET_MS: i64 = 24 * 3600 * 1000;
 const FORGET_ABOVE: usize = 10_000;
 
 impl RunLedger {
+    /// How many runs it holds (a run is entered at its first call).
+    pub fn len(&self) -> usize {
+        self.runs
+            .lock()
+            .map(|r| r.values().map(Vec::len).sum())
+            .unwrap_or(0)
+    }
+
+    /// Whether it holds no run.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Opens (or creates) a run at its call, applies what the call asks of it (only ever
     /// lowering the level or turning dry-run on), and returns what the run is now.
     pub fn enter(
