@@ -4,6 +4,7 @@
 //! 3. a safe workflow is accepted and replayed with the real tools (the file it reads is read);
 //! 4. defence in depth: at call time an unsafe op is `404 op.not_enabled`, even with the load
 //!    check bypassed and a policy that allows it.
+//!
 //! Steps 5-7 (continuing past a divergence, purposes and ceilings, N*M runs counted) come with
 //! the replay runner.
 
