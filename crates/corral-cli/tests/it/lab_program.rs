@@ -29,9 +29,11 @@ sandbox:
     http-agent: {command: [python3, http_agent.py], read_paths: [agents]}
     mcp-agent: {command: [python3, mcp_agent.py], read_paths: [agents]}
     probe: {command: [python3, probe.py], read_paths: [agents]}
+    own-files: {command: [python3, agents/own_files.py], read_paths: [.]}
     failing: {command: [python3, -c, 'import sys; sys.stderr.write(\"boom\"); sys.exit(3)']}
   scorers:
     same: {command: [python3, same.py], read_paths: [agents]}
+    own-files: {command: [python3, agents/own_files.py], read_paths: [.]}
     broken: {command: [python3, -c, 'print(\"not json\")']}
 ";
 
@@ -117,6 +119,28 @@ except OSError:
 print("env", sorted(k for k in os.environ if k.startswith("CORRAL_")))
 "#;
 
+/// Reads what it can of corral's own files in its read path (the config's directory): prints
+/// `seen <name>` for each one it could open. As a scorer it prints a passing score after.
+const OWN_FILES: &str = r#"
+import json, os, sys
+sys.stdin.read()
+seen = []
+for p in ("corral.yaml", ".corral", ".corral/corral.db", "agents/own_files.py"):
+    try:
+        if os.path.isdir(p):
+            os.listdir(p)
+        else:
+            open(p, "rb").read(1)
+        seen.append("seen " + p)
+    except OSError:
+        pass
+if os.environ.get("CORRAL_TOKEN"):
+    print(" ".join(seen))
+else:
+    sys.stderr.write(" ".join(seen))
+    print(json.dumps({"score": 1.0, "pass": True}) if len(seen) == 1 else "leaked")
+"#;
+
 /// Exact equality, as a command scorer.
 const SAME: &str = r#"
 import json, sys
@@ -139,6 +163,7 @@ fn lab_dir() -> tempfile::TempDir {
         ("http_agent.py", HTTP_AGENT),
         ("mcp_agent.py", MCP_AGENT),
         ("probe.py", PROBE),
+        ("own_files.py", OWN_FILES),
         ("same.py", SAME),
     ] {
         std::fs::write(agents.join(name), text).unwrap();
@@ -341,6 +366,31 @@ fn a_program_through_a_server_reaches_only_its_runs_ops_and_mcp() {
         "{text}"
     );
     assert!(!text.contains("host secret"));
+}
+
+#[test]
+fn a_program_or_scorer_whose_read_path_holds_corrals_config_and_state_sees_neither() {
+    let dir = lab_dir();
+    let env = env();
+    let id = create_scenario(dir.path(), LOCAL, &env);
+    let (code, run, outputs) = run_scenario(
+        dir.path(),
+        &id,
+        &["--program", "own-files", "--scorer", "command:own-files"],
+        LOCAL,
+        &env,
+    );
+    // The program reads its own file in the config's directory, never corral's config or its
+    // state (the store: every run, scenario and audit event); the scorer neither (it prints
+    // `leaked`, failing the run, if it saw more than its own file).
+    assert_eq!(
+        answers(&outputs),
+        ["seen agents/own_files.py", "seen agents/own_files.py"],
+        "{run}"
+    );
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["score"], 1.0, "{run}");
+    assert_eq!(code, 0, "{run}");
 }
 
 #[test]
