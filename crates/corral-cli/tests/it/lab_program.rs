@@ -106,6 +106,15 @@ try:
         print("run-header", r.status)
 except urllib.error.HTTPError as e:
     print("run-header", e.code, json.load(e).get("code"))
+def raw_status(head):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(head.encode())
+    return s.makefile("rb").readline().decode().split(" ")[1]
+auth = "Authorization: Bearer " + token + "\r\n"
+print("big-head", raw_status("GET /ops HTTP/1.1\r\nHost: x\r\n" + auth + "X-Pad: " + "a" * 100000 + "\r\n\r\n"))
+print("connect", raw_status("CONNECT 1.1.1.1:443 HTTP/1.1\r\nHost: 1.1.1.1:443\r\n" + auth + "\r\n"))
+print("absolute-form", raw_status("GET http://127.0.0.1:3128/audit HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n"))
+print("h2c", raw_status("GET /me HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n" + auth + "\r\n"))
 try:
     socket.create_connection(("1.1.1.1", 80), timeout=3)
     print("outside reached")
@@ -359,6 +368,13 @@ fn a_program_through_a_server_reaches_only_its_runs_ops_and_mcp() {
             "real-op 404 lab.mock_miss",
             // Its calls are its run's: another run id in `X-Corral-Run` is refused.
             "run-header 403 run.scope_mismatch",
+            // A request head over 64 KiB is refused before corral buffers more of it.
+            "big-head 431",
+            // The link is no proxy and no tunnel: CONNECT, an absolute-form URI naming another
+            // route, an upgrade to h2c are requests to the same few routes.
+            "connect 404",
+            "absolute-form 404",
+            "h2c 404",
             "outside unreachable",
             "shadow unreadable",
             "env ['CORRAL_RUN', 'CORRAL_SEED', 'CORRAL_STEP', 'CORRAL_TOKEN', 'CORRAL_TRIAL', 'CORRAL_URL']",

@@ -61,6 +61,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const HAND_OVER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections of one run open at once; more wait in the sandbox's listen backlog.
 const MAX_CONNECTIONS: usize = 256;
+/// Connections of one run a corral link serves at once (each holds buffers in corral's own
+/// memory: a request head, a body up to the server's limit); more wait in the backlog.
+pub const MAX_LINK_CONNECTIONS: usize = 16;
 /// How long, once the run ended, its connections get to write their records.
 const FINISH_GRACE: Duration = Duration::from_secs(2);
 
@@ -244,7 +247,10 @@ async fn serve(
     served: Arc<Served>,
     cancel: watch::Receiver<()>,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(Semaphore::new(match &*served {
+        Served::Egress(_) => MAX_CONNECTIONS,
+        Served::Corral(_) => MAX_LINK_CONNECTIONS,
+    }));
     let mut conns = tokio::task::JoinSet::new();
     let mut stop = cancel.clone();
     loop {
