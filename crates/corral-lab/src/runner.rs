@@ -150,6 +150,11 @@ impl RunReport {
     }
 }
 
+/// The most bytes of answers one run keeps (its steps' outputs, summed over every trial): they are
+/// held in memory until the run is recorded, then stored. Past it, a step's answer is not kept
+/// and the step is the agent's failure, `lab.output_too_large`.
+pub const MAX_RUN_OUTPUT_BYTES: usize = 32 * 1024 * 1024;
+
 /// The most outputs a run reserves room for up front.
 const RESERVE_OUTPUTS: usize = 4096;
 
@@ -187,11 +192,12 @@ pub async fn run_scenario(world: World, agent: &dyn Agent, seed: u64, trials: u3
         verdict: NOT_SCORED,
         attestations: Vec::new(),
     };
+    let mut kept: usize = 0;
     for trial in 1..=trials {
         for (i, s) in scenario.steps().iter().enumerate() {
             let step = i + 1;
             let ctx = StepCtx { trial, step, seed };
-            let outcome = agent.step(&world, ctx, &s.input).await;
+            let outcome = over_budget(agent.step(&world, ctx, &s.input).await, &mut kept);
             for m in world.take_misses() {
                 r.mock_misses.push(MockMiss {
                     step,
@@ -261,4 +267,25 @@ pub async fn run_scenario(world: World, agent: &dyn Agent, seed: u64, trials: u3
     }
     r.attestations = attested;
     r
+}
+
+/// `outcome`, unless its answer would take the run's answers past [`MAX_RUN_OUTPUT_BYTES`]
+/// (`kept` so far): then the agent's failure `lab.output_too_large`, the answer dropped.
+fn over_budget(outcome: StepOutcome, kept: &mut usize) -> StepOutcome {
+    let len = match &outcome {
+        StepOutcome::Ok(out) | StepOutcome::Failed { output: out, .. } => out.len(),
+    };
+    match kept.checked_add(len) {
+        Some(total) if total <= MAX_RUN_OUTPUT_BYTES => {
+            *kept = total;
+            outcome
+        }
+        _ => StepOutcome::Failed {
+            output: String::new(),
+            code: corral_policy::codes::LAB_OUTPUT_TOO_LARGE,
+            message: format!(
+                "the answer ({len} bytes) would take the run's answers past {MAX_RUN_OUTPUT_BYTES} bytes; not kept"
+            ),
+        },
+    }
 }

@@ -278,8 +278,8 @@ catalog! {
         "the scenario's name, description, steps and mocks together are over 1 MiB as stored JSON",
         "split the scenario into smaller ones, or shorten its mocked responses";
     LAB_OUTPUT_TOO_LARGE = "lab.output_too_large", 413,
-        "a step's recorded input and output together are over 1 MiB",
-        "have the agent answer with less; the run records the step as an error";
+        "a step's recorded input and output together are over 1 MiB, or its answer would take the run's answers past 32 MiB",
+        "have the agent answer with less (or run fewer trials); the run records the step as an error";
     LAB_SCENARIO_IN_USE = "lab.scenario_in_use", 409,
         "the scenario has runs, so it cannot be deleted (runs and comparisons refer to it)",
         "keep the scenario, or create a new one and stop using this one";

@@ -30,6 +30,7 @@ sandbox:
     mcp-agent: {command: [python3, mcp_agent.py], read_paths: [agents]}
     probe: {command: [python3, probe.py], read_paths: [agents]}
     own-files: {command: [python3, agents/own_files.py], read_paths: [.]}
+    large: {command: [python3, -c, 'import sys; sys.stdout.write(\"x\" * 1000000)']}
     failing: {command: [python3, -c, 'import sys; sys.stderr.write(\"boom\"); sys.exit(3)']}
   scorers:
     same: {command: [python3, same.py], read_paths: [agents]}
@@ -407,6 +408,65 @@ fn a_program_or_scorer_whose_read_path_holds_corrals_config_and_state_sees_neith
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["score"], 1.0, "{run}");
     assert_eq!(code, 0, "{run}");
+}
+
+#[test]
+fn a_program_answering_a_mib_per_step_has_its_run_keep_at_most_32_mib_of_answers() {
+    // Held in corral's memory until the run is recorded, then stored: without a cap a run of
+    // 10,000 steps could make corral hold (and store) 10 GiB of one program's answers.
+    let dir = lab_dir();
+    let env = env();
+    std::fs::write(
+        dir.path().join("one.json"),
+        r#"[{"input": "agent:user1@example.test"}]"#,
+    )
+    .unwrap();
+    let (code, v, out) = lab(
+        dir.path(),
+        &[
+            "scenarios",
+            "create",
+            "--name",
+            "one",
+            "--steps-file",
+            "one.json",
+            "--mocks-file",
+            "mocks.json",
+        ],
+        LOCAL,
+        &env,
+    );
+    assert_eq!(code, 0, "{out}");
+    let id = v["id"].as_str().unwrap();
+    let mut args = vec![
+        "scenarios",
+        "run",
+        id,
+        "--variant",
+        "v",
+        "--program",
+        "large",
+    ];
+    args.extend_from_slice(&["--trials", "36"]);
+    let (code, run, out) = lab(dir.path(), &args, LOCAL, &env);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(run["status"], "completed", "{run}");
+    // 33 answers of 1,000,000 bytes fit in 32 MiB; the others are the agent's failures.
+    assert_eq!(
+        (run["steps_ok"].as_u64(), run["steps_error"].as_u64()),
+        (Some(33), Some(3)),
+        "{run}"
+    );
+    let (c, outputs, o) = lab(
+        dir.path(),
+        &["runs", "outputs", run["id"].as_str().unwrap()],
+        LOCAL,
+        &env,
+    );
+    assert_eq!(c, 0, "{}", &o[..o.len().min(2000)]);
+    let last = &outputs["items"][35];
+    assert_eq!(last["error_code"], "lab.output_too_large", "{last}");
+    assert_eq!(last["output"], "", "{last}");
 }
 
 #[test]
