@@ -177,6 +177,49 @@ async fn a_linked_program_gets_only_a_few_connections_served_at_once_however_man
     );
 }
 
+/// Set when dropped.
+struct Dropped(Arc<AtomicUsize>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_connection_the_link_serves_ends_with_the_run_even_if_its_serving_never_finishes() {
+    // What serves a connection holds the run's world (its gateway, its mocks): the run is
+    // reported destroyed only if nothing of it outlives the run.
+    let (started, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (s, d) = (Arc::clone(&started), Arc::clone(&dropped));
+    let stuck = CorralLink::new(move |conn: tokio::net::TcpStream| {
+        let held = Dropped(Arc::clone(&d));
+        s.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            let _held = (held, conn);
+            std::future::pending::<()>().await;
+        })
+    });
+    let mut req = request(&[
+        "/usr/bin/python3",
+        "-c",
+        "import socket\ns = socket.create_connection(('127.0.0.1', 3128))\nprint('connected')",
+    ]);
+    req.network = Some(RunNetwork::Corral(stuck));
+    let backend = LinuxBackend::new(helper()).with_warm_pool(0);
+    let out = match backend.run(req).await {
+        Ok(out) => out,
+        Err(e) => panic!("the command should run with a corral link: {e}"),
+    };
+    assert_eq!(text(&out.stdout), "connected\n", "{}", text(&out.stderr));
+    assert_eq!(started.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        1,
+        "the connection's serving outlived its run"
+    );
+}
+
 #[tokio::test]
 async fn the_process_backend_refuses_a_run_whose_only_network_is_corral() {
     let served = Arc::new(AtomicUsize::new(0));
