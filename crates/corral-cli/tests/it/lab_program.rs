@@ -31,6 +31,7 @@ sandbox:
     probe: {command: [python3, probe.py], read_paths: [agents]}
     own-files: {command: [python3, agents/own_files.py], read_paths: [.]}
     large: {command: [python3, -c, 'import sys; sys.stdout.write(\"x\" * 1000000)']}
+    hostile-bytes: {command: [python3, -c, 'import sys; sys.stdout.write(\"\\x1b[2J\\x9b31m\\u202eevil\\u200b\")']}
     failing: {command: [python3, -c, 'import sys; sys.stderr.write(\"boom\"); sys.exit(3)']}
   scorers:
     same: {command: [python3, same.py], read_paths: [agents]}
@@ -467,6 +468,46 @@ fn a_program_answering_a_mib_per_step_has_its_run_keep_at_most_32_mib_of_answers
     let last = &outputs["items"][35];
     assert_eq!(last["error_code"], "lab.output_too_large", "{last}");
     assert_eq!(last["output"], "", "{last}");
+}
+
+#[test]
+fn a_programs_answer_printed_as_json_carries_no_character_a_terminal_acts_on() {
+    // serde_json writes C0 controls as `\u00XX`, but C1 controls (CSI is U+009B) and bidi or
+    // zero-width characters as they are: printed to a terminal, they drive it or spoof the text.
+    let dir = lab_dir();
+    let env = env();
+    let id = create_scenario(dir.path(), LOCAL, &env);
+    let (code, run, outputs) = run_scenario(
+        dir.path(),
+        &id,
+        &["--program", "hostile-bytes"],
+        LOCAL,
+        &env,
+    );
+    assert_eq!(code, 0, "{run}");
+    let answer = "\u{1b}[2J\u{9b}31m\u{202e}evil\u{200b}";
+    assert_eq!(answers(&outputs), [answer, answer]);
+    let (c, out, err) = corral_with_env(
+        dir.path(),
+        &[
+            &[
+                "sandbox",
+                "runs",
+                "outputs",
+                run["id"].as_str().unwrap(),
+                "-o",
+                "json",
+            ][..],
+            LOCAL,
+        ]
+        .concat(),
+        &env,
+    );
+    assert_eq!(c, 0, "{err}");
+    for bad in ['\u{1b}', '\u{9b}', '\u{202e}', '\u{200b}'] {
+        assert!(!out.contains(bad), "{bad:?} printed raw: {out:?}");
+    }
+    assert!(out.contains(r"\u009b31m\u202eevil\u200b"), "{out}");
 }
 
 #[test]
