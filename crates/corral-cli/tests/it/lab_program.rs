@@ -32,6 +32,7 @@ sandbox:
     own-files: {command: [python3, agents/own_files.py], read_paths: [.]}
     large: {command: [python3, -c, 'import sys; sys.stdout.write(\"x\" * 1000000)']}
     hostile-bytes: {command: [python3, -c, 'import sys; sys.stdout.write(\"\\x1b[2J\\x9b31m\\u202eevil\\u200b\")']}
+    forks: {command: [python3, -c, 'import subprocess as s; s.Popen([\"sleep\", \"987.654\"], start_new_session=True, stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL); print(\"forked\")']}
     failing: {command: [python3, -c, 'import sys; sys.stderr.write(\"boom\"); sys.exit(3)']}
   scorers:
     same: {command: [python3, same.py], read_paths: [agents]}
@@ -508,6 +509,26 @@ fn a_programs_answer_printed_as_json_carries_no_character_a_terminal_acts_on() {
         assert!(!out.contains(bad), "{bad:?} printed raw: {out:?}");
     }
     assert!(out.contains(r"\u009b31m\u202eevil\u200b"), "{out}");
+}
+
+/// Whether a process whose command line holds `marker` is running on the host.
+fn running(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+    })
+}
+
+#[test]
+fn a_process_a_program_starts_in_a_session_of_its_own_does_not_outlive_its_step() {
+    let dir = lab_dir();
+    let env = env();
+    let id = create_scenario(dir.path(), LOCAL, &env);
+    let (code, run, outputs) = run_scenario(dir.path(), &id, &["--program", "forks"], LOCAL, &env);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(answers(&outputs), ["forked", "forked"], "{run}");
+    assert_eq!(run["destroyed"], true, "{run}");
+    assert!(!running("987.654"), "a program's process outlived its run");
 }
 
 #[test]
