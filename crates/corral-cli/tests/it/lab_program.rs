@@ -33,6 +33,7 @@ sandbox:
     large: {command: [python3, -c, 'import sys; sys.stdout.write(\"x\" * 1000000)']}
     hostile-bytes: {command: [python3, -c, 'import sys; sys.stdout.write(\"\\x1b[2J\\x9b31m\\u202eevil\\u200b\")']}
     forks: {command: [python3, -c, 'import subprocess as s; s.Popen([\"sleep\", \"987.654\"], start_new_session=True, stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL); print(\"forked\")']}
+    token: {command: [python3, -c, 'import os; print(os.environ[\"CORRAL_TOKEN\"])']}
     failing: {command: [python3, -c, 'import sys; sys.stderr.write(\"boom\"); sys.exit(3)']}
   scorers:
     same: {command: [python3, same.py], read_paths: [agents]}
@@ -385,6 +386,23 @@ fn a_program_through_a_server_reaches_only_its_runs_ops_and_mcp() {
         "{text}"
     );
     assert!(!text.contains("host secret"));
+
+    // A step's token, printed by its program, is worth nothing on corral's own listener.
+    let (code, run, outputs) = run_scenario(dir.path(), &id, &["--program", "token"], &conn, &env);
+    assert_eq!(code, 0, "{run}");
+    let token = outputs[0]["output"].as_str().unwrap().to_owned();
+    assert!(token.starts_with("corral-run-"), "{token}");
+    let mut with_token = env.clone();
+    with_token.push(("CORRAL_IT_RUN_TOKEN", &token));
+    let conn = [
+        "--server",
+        served.url.as_str(),
+        "--token-env",
+        "CORRAL_IT_RUN_TOKEN",
+    ];
+    let (code, _, out) = lab(dir.path(), &["runs", "list"], &conn, &with_token);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("auth.invalid"), "{out}");
 }
 
 #[test]
