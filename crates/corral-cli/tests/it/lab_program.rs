@@ -38,6 +38,7 @@ sandbox:
   scorers:
     same: {command: [python3, same.py], read_paths: [agents]}
     own-files: {command: [python3, agents/own_files.py], read_paths: [.]}
+    netless: {command: [python3, netless.py], read_paths: [agents]}
     broken: {command: [python3, -c, 'print(\"not json\")']}
 ";
 
@@ -154,6 +155,21 @@ else:
     print(json.dumps({"score": 1.0, "pass": True}) if len(seen) == 1 else "leaked")
 "#;
 
+/// A command scorer that passes only if it reaches nothing: not corral's link port, not the
+/// host's loopback, not the outside.
+const NETLESS: &str = r#"
+import json, socket, sys
+sys.stdin.read()
+reached = []
+for addr in (("127.0.0.1", 3128), ("127.0.0.1", 22), ("1.1.1.1", 80)):
+    try:
+        socket.create_connection(addr, timeout=3).close()
+        reached.append("%s:%d" % addr)
+    except OSError:
+        pass
+print(json.dumps({"score": 1.0, "pass": True}) if not reached else "reached " + " ".join(reached))
+"#;
+
 /// Exact equality, as a command scorer.
 const SAME: &str = r#"
 import json, sys
@@ -177,6 +193,7 @@ fn lab_dir() -> tempfile::TempDir {
         ("mcp_agent.py", MCP_AGENT),
         ("probe.py", PROBE),
         ("own_files.py", OWN_FILES),
+        ("netless.py", NETLESS),
         ("same.py", SAME),
     ] {
         std::fs::write(agents.join(name), text).unwrap();
@@ -527,6 +544,24 @@ fn a_programs_answer_printed_as_json_carries_no_character_a_terminal_acts_on() {
         assert!(!out.contains(bad), "{bad:?} printed raw: {out:?}");
     }
     assert!(out.contains(r"\u009b31m\u202eevil\u200b"), "{out}");
+}
+
+#[test]
+fn a_command_scorer_reaches_no_network_at_all() {
+    let dir = lab_dir();
+    let env = env();
+    let id = create_scenario(dir.path(), LOCAL, &env);
+    let (code, run, _) = run_scenario(
+        dir.path(),
+        &id,
+        &["--program", "http-agent", "--scorer", "command:netless"],
+        LOCAL,
+        &env,
+    );
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["score"], 1.0, "{run}");
+    assert_eq!(run["isolated"], true, "{run}");
 }
 
 /// Whether a process whose command line holds `marker` is running on the host.
