@@ -63,6 +63,9 @@ pub struct ProgramSpec {
     pub memory: Option<u64>,
     /// Its process limit (`None`: [`DEFAULT_PROCESSES`]).
     pub processes: Option<u32>,
+    /// Corral's own files (its config, its state directory: the store, the audit), hidden from
+    /// the program even under one of its `read_paths`, as from every other sandbox of corral.
+    pub protected: Vec<PathBuf>,
 }
 
 impl ProgramSpec {
@@ -89,7 +92,13 @@ impl ProgramSpec {
             },
             read_paths: self.read_paths.clone(),
             write_paths: Vec::new(),
-            protected: corral_policy::Protected::default(),
+            protected: {
+                let mut p = corral_policy::Protected::default();
+                for own in &self.protected {
+                    p.add_path(&own.to_string_lossy());
+                }
+                p
+            },
             network: Some(net),
         }
     }

@@ -244,6 +244,8 @@ pub fn lab_programs(
     backend: Arc<dyn corral_exec::Backend>,
 ) -> corral_lab::program::Programs {
     use corral_lab::program::{DEFAULT_TIMEOUT, ProgramSpec};
+    // Corral's own files stay hidden from a program even under its `read_paths`.
+    let protected = own_paths(loaded);
     let spec = |p: &corral_config::model::LabProgramConfig| {
         let read_paths: Vec<PathBuf> = p
             .read_paths
@@ -272,6 +274,7 @@ pub fn lab_programs(
                 timeout: p.timeout.unwrap_or(DEFAULT_TIMEOUT),
                 memory: p.memory,
                 processes: p.processes,
+                protected: protected.clone(),
             }),
         )
     };

@@ -29,9 +29,16 @@ sandbox:
     http-agent: {command: [python3, http_agent.py], read_paths: [agents]}
     mcp-agent: {command: [python3, mcp_agent.py], read_paths: [agents]}
     probe: {command: [python3, probe.py], read_paths: [agents]}
+    own-files: {command: [python3, agents/own_files.py], read_paths: [.]}
+    large: {command: [python3, -c, 'import sys; sys.stdout.write(\"x\" * 1000000)']}
+    hostile-bytes: {command: [python3, -c, 'import sys; sys.stdout.write(\"\\x1b[2J\\x9b31m\\u202eevil\\u200b\")']}
+    forks: {command: [python3, -c, 'import subprocess as s; s.Popen([\"sleep\", \"987.654\"], start_new_session=True, stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL); print(\"forked\")']}
+    token: {command: [python3, -c, 'import os; print(os.environ[\"CORRAL_TOKEN\"])']}
     failing: {command: [python3, -c, 'import sys; sys.stderr.write(\"boom\"); sys.exit(3)']}
   scorers:
     same: {command: [python3, same.py], read_paths: [agents]}
+    own-files: {command: [python3, agents/own_files.py], read_paths: [.]}
+    netless: {command: [python3, netless.py], read_paths: [agents]}
     broken: {command: [python3, -c, 'print(\"not json\")']}
 ";
 
@@ -104,6 +111,15 @@ try:
         print("run-header", r.status)
 except urllib.error.HTTPError as e:
     print("run-header", e.code, json.load(e).get("code"))
+def raw_status(head):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(head.encode())
+    return s.makefile("rb").readline().decode().split(" ")[1]
+auth = "Authorization: Bearer " + token + "\r\n"
+print("big-head", raw_status("GET /ops HTTP/1.1\r\nHost: x\r\n" + auth + "X-Pad: " + "a" * 100000 + "\r\n\r\n"))
+print("connect", raw_status("CONNECT 1.1.1.1:443 HTTP/1.1\r\nHost: 1.1.1.1:443\r\n" + auth + "\r\n"))
+print("absolute-form", raw_status("GET http://127.0.0.1:3128/audit HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n"))
+print("h2c", raw_status("GET /me HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n" + auth + "\r\n"))
 try:
     socket.create_connection(("1.1.1.1", 80), timeout=3)
     print("outside reached")
@@ -115,6 +131,43 @@ try:
 except OSError:
     print("shadow unreadable")
 print("env", sorted(k for k in os.environ if k.startswith("CORRAL_")))
+"#;
+
+/// Reads what it can of corral's own files in its read path (the config's directory): prints
+/// `seen <name>` for each one it could open. As a scorer it prints a passing score after.
+const OWN_FILES: &str = r#"
+import json, os, sys
+sys.stdin.read()
+seen = []
+for p in ("corral.yaml", ".corral", ".corral/corral.db", "agents/own_files.py"):
+    try:
+        if os.path.isdir(p):
+            os.listdir(p)
+        else:
+            open(p, "rb").read(1)
+        seen.append("seen " + p)
+    except OSError:
+        pass
+if os.environ.get("CORRAL_TOKEN"):
+    print(" ".join(seen))
+else:
+    sys.stderr.write(" ".join(seen))
+    print(json.dumps({"score": 1.0, "pass": True}) if len(seen) == 1 else "leaked")
+"#;
+
+/// A command scorer that passes only if it reaches nothing: not corral's link port, not the
+/// host's loopback, not the outside.
+const NETLESS: &str = r#"
+import json, socket, sys
+sys.stdin.read()
+reached = []
+for addr in (("127.0.0.1", 3128), ("127.0.0.1", 22), ("1.1.1.1", 80)):
+    try:
+        socket.create_connection(addr, timeout=3).close()
+        reached.append("%s:%d" % addr)
+    except OSError:
+        pass
+print(json.dumps({"score": 1.0, "pass": True}) if not reached else "reached " + " ".join(reached))
 "#;
 
 /// Exact equality, as a command scorer.
@@ -139,6 +192,8 @@ fn lab_dir() -> tempfile::TempDir {
         ("http_agent.py", HTTP_AGENT),
         ("mcp_agent.py", MCP_AGENT),
         ("probe.py", PROBE),
+        ("own_files.py", OWN_FILES),
+        ("netless.py", NETLESS),
         ("same.py", SAME),
     ] {
         std::fs::write(agents.join(name), text).unwrap();
@@ -367,6 +422,13 @@ fn a_program_through_a_server_reaches_only_its_runs_ops_and_mcp() {
             "real-op 404 lab.mock_miss",
             // Its calls are its run's: another run id in `X-Corral-Run` is refused.
             "run-header 403 run.scope_mismatch",
+            // A request head over 64 KiB is refused before corral buffers more of it.
+            "big-head 431",
+            // The link is no proxy and no tunnel: CONNECT, an absolute-form URI naming another
+            // route, an upgrade to h2c are requests to the same few routes.
+            "connect 404",
+            "absolute-form 404",
+            "h2c 404",
             "outside unreachable",
             "shadow unreadable",
             "env ['CORRAL_RUN', 'CORRAL_SEED', 'CORRAL_STEP', 'CORRAL_TOKEN', 'CORRAL_TRIAL', 'CORRAL_URL']",
@@ -374,6 +436,188 @@ fn a_program_through_a_server_reaches_only_its_runs_ops_and_mcp() {
         "{text}"
     );
     assert!(!text.contains("host secret"));
+
+    // A step's token, printed by its program, is worth nothing on corral's own listener.
+    let (code, run, outputs) = run_scenario(dir.path(), &id, &["--program", "token"], &conn, &env);
+    assert_eq!(code, 0, "{run}");
+    let token = outputs[0]["output"].as_str().unwrap().to_owned();
+    assert!(token.starts_with("corral-run-"), "{token}");
+    let mut with_token = env.clone();
+    with_token.push(("CORRAL_IT_RUN_TOKEN", &token));
+    let conn = [
+        "--server",
+        served.url.as_str(),
+        "--token-env",
+        "CORRAL_IT_RUN_TOKEN",
+    ];
+    let (code, _, out) = lab(dir.path(), &["runs", "list"], &conn, &with_token);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("auth.invalid"), "{out}");
+}
+
+#[test]
+fn a_program_or_scorer_whose_read_path_holds_corrals_config_and_state_sees_neither() {
+    let dir = lab_dir();
+    let env = env();
+    let id = create_scenario(dir.path(), LOCAL, &env);
+    let (code, run, outputs) = run_scenario(
+        dir.path(),
+        &id,
+        &["--program", "own-files", "--scorer", "command:own-files"],
+        LOCAL,
+        &env,
+    );
+    // The program reads its own file in the config's directory, never corral's config or its
+    // state (the store: every run, scenario and audit event); the scorer neither (it prints
+    // `leaked`, failing the run, if it saw more than its own file).
+    assert_eq!(
+        answers(&outputs),
+        ["seen agents/own_files.py", "seen agents/own_files.py"],
+        "{run}"
+    );
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["score"], 1.0, "{run}");
+    assert_eq!(code, 0, "{run}");
+}
+
+#[test]
+fn a_program_answering_a_mib_per_step_has_its_run_keep_at_most_64_mib_of_outputs() {
+    // Held in corral's memory until the run is recorded, then stored: without a cap a run of
+    // 10,000 steps could make corral hold (and store) 10 GiB of one program's answers.
+    let dir = lab_dir();
+    let env = env();
+    std::fs::write(
+        dir.path().join("one.json"),
+        r#"[{"input": "agent:user1@example.test"}]"#,
+    )
+    .unwrap();
+    let (code, v, out) = lab(
+        dir.path(),
+        &[
+            "scenarios",
+            "create",
+            "--name",
+            "one",
+            "--steps-file",
+            "one.json",
+            "--mocks-file",
+            "mocks.json",
+        ],
+        LOCAL,
+        &env,
+    );
+    assert_eq!(code, 0, "{out}");
+    let id = v["id"].as_str().unwrap();
+    let mut args = vec![
+        "scenarios",
+        "run",
+        id,
+        "--variant",
+        "v",
+        "--program",
+        "large",
+    ];
+    args.extend_from_slice(&["--trials", "70"]);
+    let (code, run, out) = lab(dir.path(), &args, LOCAL, &env);
+    assert_eq!(code, 1, "{}", &out[..out.len().min(2000)]);
+    // 67 steps of a 1,000,000-byte answer (and its input) fit in 64 MiB; the 68th would pass
+    // it, so the run stops there, failed on corral's side, and trials 69-70 never run.
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(run["error"]["code"], "lab.run_output_too_large", "{run}");
+    assert_eq!(
+        (run["steps_ok"].as_u64(), run["steps_error"].as_u64()),
+        (Some(67), Some(1)),
+        "{run}"
+    );
+    let (c, outputs, o) = lab(
+        dir.path(),
+        &["runs", "outputs", run["id"].as_str().unwrap()],
+        LOCAL,
+        &env,
+    );
+    assert_eq!(c, 0, "{}", &o[..o.len().min(2000)]);
+    assert_eq!(outputs["items"].as_array().unwrap().len(), 68);
+    let last = &outputs["items"][67];
+    assert_eq!(last["error_code"], "lab.run_output_too_large", "{last}");
+    assert_eq!(last["output"], "", "{last}");
+}
+
+#[test]
+fn a_programs_answer_printed_as_json_carries_no_character_a_terminal_acts_on() {
+    // serde_json writes C0 controls as `\u00XX`, but C1 controls (CSI is U+009B) and bidi or
+    // zero-width characters as they are: printed to a terminal, they drive it or spoof the text.
+    let dir = lab_dir();
+    let env = env();
+    let id = create_scenario(dir.path(), LOCAL, &env);
+    let (code, run, outputs) = run_scenario(
+        dir.path(),
+        &id,
+        &["--program", "hostile-bytes"],
+        LOCAL,
+        &env,
+    );
+    assert_eq!(code, 0, "{run}");
+    let answer = "\u{1b}[2J\u{9b}31m\u{202e}evil\u{200b}";
+    assert_eq!(answers(&outputs), [answer, answer]);
+    let (c, out, err) = corral_with_env(
+        dir.path(),
+        &[
+            &[
+                "sandbox",
+                "runs",
+                "outputs",
+                run["id"].as_str().unwrap(),
+                "-o",
+                "json",
+            ][..],
+            LOCAL,
+        ]
+        .concat(),
+        &env,
+    );
+    assert_eq!(c, 0, "{err}");
+    for bad in ['\u{1b}', '\u{9b}', '\u{202e}', '\u{200b}'] {
+        assert!(!out.contains(bad), "{bad:?} printed raw: {out:?}");
+    }
+    assert!(out.contains(r"\u009b31m\u202eevil\u200b"), "{out}");
+}
+
+#[test]
+fn a_command_scorer_reaches_no_network_at_all() {
+    let dir = lab_dir();
+    let env = env();
+    let id = create_scenario(dir.path(), LOCAL, &env);
+    let (code, run, _) = run_scenario(
+        dir.path(),
+        &id,
+        &["--program", "http-agent", "--scorer", "command:netless"],
+        LOCAL,
+        &env,
+    );
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["score"], 1.0, "{run}");
+    assert_eq!(run["isolated"], true, "{run}");
+}
+
+/// Whether a process whose command line holds `marker` is running on the host.
+fn running(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+    })
+}
+
+#[test]
+fn a_process_a_program_starts_in_a_session_of_its_own_does_not_outlive_its_step() {
+    let dir = lab_dir();
+    let env = env();
+    let id = create_scenario(dir.path(), LOCAL, &env);
+    let (code, run, outputs) = run_scenario(dir.path(), &id, &["--program", "forks"], LOCAL, &env);
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(answers(&outputs), ["forked", "forked"], "{run}");
+    assert_eq!(run["destroyed"], true, "{run}");
+    assert!(!running("987.654"), "a program's process outlived its run");
 }
 
 #[test]

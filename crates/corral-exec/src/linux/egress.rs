@@ -61,6 +61,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const HAND_OVER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections of one run open at once; more wait in the sandbox's listen backlog.
 const MAX_CONNECTIONS: usize = 256;
+/// Connections of one run a corral link serves at once (each holds buffers in corral's own
+/// memory: a request head, a body up to the server's limit); more wait in the backlog.
+pub const MAX_LINK_CONNECTIONS: usize = 16;
 /// How long, once the run ended, its connections get to write their records.
 const FINISH_GRACE: Duration = Duration::from_secs(2);
 
@@ -155,11 +158,17 @@ impl Proxy {
     }
 
     /// Stops accepting and lets the open connections (already cut off: the sandbox is gone)
-    /// write their records.
+    /// write their records; the ones still open after [`FINISH_GRACE`] are dropped, and this
+    /// returns once they are.
     pub(crate) async fn finish(mut self) {
         self.cancel.take();
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(FINISH_GRACE, task).await;
+        if let Some(mut task) = self.task.take()
+            && tokio::time::timeout(FINISH_GRACE * 2, &mut task)
+                .await
+                .is_err()
+        {
+            task.abort();
+            let _ = task.await;
         }
     }
 }
@@ -244,7 +253,10 @@ async fn serve(
     served: Arc<Served>,
     cancel: watch::Receiver<()>,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(Semaphore::new(match &*served {
+        Served::Egress(_) => MAX_CONNECTIONS,
+        Served::Corral(_) => MAX_LINK_CONNECTIONS,
+    }));
     let mut conns = tokio::task::JoinSet::new();
     let mut stop = cancel.clone();
     loop {
@@ -276,7 +288,13 @@ async fn serve(
         while conns.try_join_next().is_some() {}
     }
     drop(listener);
-    while conns.join_next().await.is_some() {}
+    // The sandbox is gone, so its connections are cut off: they get a moment to end (and write
+    // their records), then are dropped with whatever they hold (a link's run world with them),
+    // so that nothing of the run outlives it.
+    let ended = async { while conns.join_next().await.is_some() {} };
+    if tokio::time::timeout(FINISH_GRACE, ended).await.is_err() {
+        conns.shutdown().await;
+    }
 }
 
 /// A request head as far as the proxy needs it.

@@ -63,7 +63,7 @@ use crate::{
     ExecOutput, ExecRequest, RefusedChange, RunNetwork,
 };
 
-pub use egress::{CORRAL_LINK_URL, PROXY_PORT, proxy_env};
+pub use egress::{CORRAL_LINK_URL, MAX_LINK_CONNECTIONS, PROXY_PORT, proxy_env};
 pub use helper::{HELPER_ARG, helper_main};
 pub use idmap::{DEFAULT_HOST_RANGE, HostRange, HostUids};
 pub use probe::{Primitive, probe, probe_for};

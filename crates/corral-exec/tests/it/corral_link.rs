@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use corral_exec::linux::{CORRAL_LINK_URL, LinuxBackend, PROXY_PORT};
+use corral_exec::linux::{CORRAL_LINK_URL, LinuxBackend, MAX_LINK_CONNECTIONS, PROXY_PORT};
 use corral_exec::process::ProcessBackend;
 use corral_exec::{Backend, CorralLink, ExecOutput, RunNetwork};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -126,6 +126,98 @@ async fn a_linked_program_reaches_nothing_but_corral_and_gets_no_proxy_variables
     // answer it), never a way out: here the test link echoes the absolute URI it was given.
     assert!(stdout.contains("LINK-IS-NO-PROXY"), "{stdout}");
     assert_eq!(served.load(Ordering::SeqCst), 1);
+}
+
+/// A link that holds each connection until the program closes it, counting how many it serves
+/// at once (now, and at most).
+fn holding_link(now: Arc<AtomicUsize>, peak: Arc<AtomicUsize>) -> CorralLink {
+    CorralLink::new(move |mut conn: tokio::net::TcpStream| {
+        let (now, peak) = (Arc::clone(&now), Arc::clone(&peak));
+        Box::pin(async move {
+            let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(n, Ordering::SeqCst);
+            let mut buf = [0u8; 64];
+            while let Ok(1..) = conn.read(&mut buf).await {}
+            now.fetch_sub(1, Ordering::SeqCst);
+        })
+    })
+}
+
+#[tokio::test]
+async fn a_linked_program_gets_only_a_few_connections_served_at_once_however_many_it_opens() {
+    // Each connection corral serves holds buffers in corral's own memory (a request head, a
+    // body up to the server's limit): a program opening hundreds must not multiply them.
+    let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut req = request(&[
+        "/usr/bin/python3",
+        "-c",
+        "import socket, time\n\
+         s = [socket.create_connection(('127.0.0.1', 3128)) for _ in range(64)]\n\
+         for c in s: c.sendall(b'G')\n\
+         time.sleep(2)\n\
+         print(len(s))",
+    ]);
+    req.network = Some(RunNetwork::Corral(holding_link(
+        Arc::clone(&now),
+        Arc::clone(&peak),
+    )));
+    let backend = LinuxBackend::new(helper()).with_warm_pool(0);
+    let out = match backend.run(req).await {
+        Ok(out) => out,
+        Err(e) => panic!("the command should run with a corral link: {e}"),
+    };
+    // Every connection was made (the others wait in the sandbox's listen backlog).
+    assert_eq!(text(&out.stdout), "64\n", "stderr: {}", text(&out.stderr));
+    // A few: 16 (a program opening connections in parallel still gets its answers).
+    assert_eq!(MAX_LINK_CONNECTIONS, 16);
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(
+        (1..=16).contains(&peak),
+        "{peak} connections were served at once; at most 16 may be"
+    );
+}
+
+/// Set when dropped.
+struct Dropped(Arc<AtomicUsize>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_connection_the_link_serves_ends_with_the_run_even_if_its_serving_never_finishes() {
+    // What serves a connection holds the run's world (its gateway, its mocks): the run is
+    // reported destroyed only if nothing of it outlives the run.
+    let (started, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (s, d) = (Arc::clone(&started), Arc::clone(&dropped));
+    let stuck = CorralLink::new(move |conn: tokio::net::TcpStream| {
+        let held = Dropped(Arc::clone(&d));
+        s.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            let _held = (held, conn);
+            std::future::pending::<()>().await;
+        })
+    });
+    let mut req = request(&[
+        "/usr/bin/python3",
+        "-c",
+        "import socket\ns = socket.create_connection(('127.0.0.1', 3128))\nprint('connected')",
+    ]);
+    req.network = Some(RunNetwork::Corral(stuck));
+    let backend = LinuxBackend::new(helper()).with_warm_pool(0);
+    let out = match backend.run(req).await {
+        Ok(out) => out,
+        Err(e) => panic!("the command should run with a corral link: {e}"),
+    };
+    assert_eq!(text(&out.stdout), "connected\n", "{}", text(&out.stderr));
+    assert_eq!(started.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        1,
+        "the connection's serving outlived its run"
+    );
 }
 
 #[tokio::test]

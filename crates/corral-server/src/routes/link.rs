@@ -6,6 +6,9 @@
 //!
 //! Each connection the program makes is served in this process, on the connection the
 //! isolation backend accepted in the sandbox's network namespace: no port is opened on the host.
+//! What one connection makes corral hold is bounded (a head of [`MAX_HEAD_BYTES`], a body of
+//! the server's limit), as is the number served at once (the backend's
+//! `corral_exec::linux::MAX_LINK_CONNECTIONS`).
 
 use std::sync::{Arc, Weak};
 
@@ -20,6 +23,11 @@ use hyper_util::service::TowerToHyperService;
 use super::extract::Linked;
 use super::{mcp, meta, ops};
 use crate::{App, AppState};
+
+/// The most bytes of a request head (and of what is read ahead of a request) corral buffers for
+/// one of a program's connections; a larger head is answered `431`. With the backend's cap on the
+/// connections served at once, what a program makes corral hold stays small.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// The link's routes, with `linked` in every request's extensions.
 fn router(state: AppState, linked: Linked) -> Router {
@@ -64,6 +72,8 @@ impl ProgramLinks for ServerLinks {
                 };
                 let service = TowerToHyperService::new(router);
                 let _ = hyper::server::conn::http1::Builder::new()
+                    .max_buf_size(MAX_HEAD_BYTES)
+                    .max_header_size(MAX_HEAD_BYTES)
                     .serve_connection(TokioIo::new(conn), service)
                     .await;
             })
