@@ -41,7 +41,7 @@ use crate::pool;
 use crate::program::{ProgramLinks, Programs};
 use crate::runner::{RunReport, run_scenario};
 use crate::scenario::Scenario;
-use crate::score::{RunScore, StepScore, TrialStats, score_step};
+use crate::score::{RunScore, Scored, StepScore, TrialStats, score_step};
 use crate::synthetic::{self, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
 use crate::variant::{self, Resolved, RunScorer};
 use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
@@ -1381,6 +1381,14 @@ const NOT_SCORED_STEP: StepScore = StepScore::NotScored {
     reason: crate::score::NotScored::NoExpected,
 };
 
+/// Whether the agent failed the step otherwise than by a mock miss (a refusal, a crash, a
+/// timeout, an unusable answer): such a step fails its expected value whatever its (empty)
+/// output, and no scorer is asked. A miss is scored on its marker, spec 003's expected
+/// synthetic result.
+fn failed_step(o: &crate::runner::StepOutput) -> bool {
+    !o.ok && o.error != Some(codes::LAB_MOCK_MISS)
+}
+
 /// Scores every output of `report`, in order: a built-in in place, a command scorer by running
 /// it once per output with an expected value (in the `linux` backend, no network; each sandbox's
 /// attestation joins the run's). A command scorer's failure makes the run `failed` with that
@@ -1408,7 +1416,10 @@ async fn score_outputs(
         }
         Some(RunScorer::Builtin(b)) => {
             for o in &report.outputs {
-                let s = score_step(Some(b.as_ref()), &o.input, &o.output, expected(o.step));
+                let s = match (failed_step(o), expected(o.step)) {
+                    (true, Some(_)) => Ok(StepScore::Scored(Scored::binary(false))),
+                    _ => score_step(Some(b.as_ref()), &o.input, &o.output, expected(o.step)),
+                };
                 scores.push(s.unwrap_or(NOT_SCORED_STEP));
             }
         }
@@ -1422,6 +1433,7 @@ async fn score_outputs(
             let mut failure = None;
             for o in &report.outputs {
                 let s = match (expected(o.step), &failure) {
+                    (Some(_), None) if failed_step(o) => StepScore::Scored(Scored::binary(false)),
                     (Some(e), None) => match c.score(&o.input, &o.output, e, &attest).await {
                         Ok(x) => StepScore::Scored(x),
                         Err(err) => {

@@ -40,6 +40,7 @@ sandbox:
     own-files: {command: [python3, agents/own_files.py], read_paths: [.]}
     netless: {command: [python3, netless.py], read_paths: [agents]}
     broken: {command: [python3, -c, 'print(\"not json\")']}
+    always-pass: {command: [python3, always_pass.py], read_paths: [agents]}
 ";
 
 /// Calls an op of the run over HTTP; prints its `response`, or on a refusal the code.
@@ -195,6 +196,10 @@ fn lab_dir() -> tempfile::TempDir {
         ("own_files.py", OWN_FILES),
         ("netless.py", NETLESS),
         ("same.py", SAME),
+        (
+            "always_pass.py",
+            "print('{\"score\": 1.0, \"pass\": true}')\n",
+        ),
     ] {
         std::fs::write(agents.join(name), text).unwrap();
     }
@@ -647,6 +652,23 @@ fn a_failing_program_is_the_agents_failure_and_a_broken_scorer_fails_the_run() {
     assert_eq!(code, 1, "{run}");
     assert_eq!(run["status"], "failed", "{run}");
     assert_eq!(run["error"]["code"], "lab.program_output", "{run}");
+
+    // A step the program failed (it crashed) fails its expected value: no scorer is asked, not
+    // even one that passes everything.
+    let (code, run, outputs) = run_scenario(
+        dir.path(),
+        &id,
+        &["--program", "failing", "--scorer", "command:always-pass"],
+        LOCAL,
+        &env,
+    );
+    assert_eq!(code, 1, "{run}");
+    assert_eq!(
+        (&run["verdict"], &run["score"]),
+        (&json!("failed"), &json!(0.0)),
+        "{run}"
+    );
+    assert!(outputs.iter().all(|o| o["pass"] == false), "{outputs:?}");
 }
 
 #[test]
