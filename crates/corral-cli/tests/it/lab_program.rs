@@ -29,6 +29,7 @@ sandbox:
     http-agent: {command: [python3, http_agent.py], read_paths: [agents]}
     mcp-agent: {command: [python3, mcp_agent.py], read_paths: [agents]}
     probe: {command: [python3, probe.py], read_paths: [agents]}
+    chatty: {command: [python3, chatty.py], read_paths: [agents]}
     own-files: {command: [python3, agents/own_files.py], read_paths: [.]}
     large: {command: [python3, -c, 'import sys; sys.stdout.write(\"x\" * 1000000)']}
     hostile-bytes: {command: [python3, -c, 'import sys; sys.stdout.write(\"\\x1b[2J\\x9b31m\\u202eevil\\u200b\")']}
@@ -171,6 +172,22 @@ for addr in (("127.0.0.1", 3128), ("127.0.0.1", 22), ("1.1.1.1", 80)):
 print(json.dumps({"score": 1.0, "pass": True}) if not reached else "reached " + " ".join(reached))
 "#;
 
+/// Calls `GET /ops` 1,005 times, keeping one connection, and prints how many answers had each
+/// status.
+const CHATTY: &str = r#"
+import collections, http.client, os, sys
+sys.stdin.read()
+host, port = os.environ["CORRAL_URL"].split("//")[1].split(":")
+conn = http.client.HTTPConnection(host, int(port), timeout=10)
+seen = collections.Counter()
+for _ in range(1005):
+    conn.request("GET", "/ops", headers={"Authorization": "Bearer " + os.environ["CORRAL_TOKEN"]})
+    r = conn.getresponse()
+    r.read()
+    seen[r.status] += 1
+print(" ".join("%d=%d" % kv for kv in sorted(seen.items())))
+"#;
+
 /// Exact equality, as a command scorer.
 const SAME: &str = r#"
 import json, sys
@@ -200,6 +217,7 @@ fn lab_dir() -> tempfile::TempDir {
             "always_pass.py",
             "print('{\"score\": 1.0, \"pass\": true}')\n",
         ),
+        ("chatty.py", CHATTY),
     ] {
         std::fs::write(agents.join(name), text).unwrap();
     }
@@ -744,4 +762,17 @@ fn docs_lab_md_external_program_example_runs_as_written() {
     );
     assert_eq!(c, 0, "{o}");
     check_program_run(&run, outputs["items"].as_array().unwrap());
+}
+
+#[test]
+fn a_program_gets_at_most_1000_requests_per_step_so_it_cannot_flood_the_audit() {
+    let dir = lab_dir();
+    let env = env();
+    let id = create_scenario(dir.path(), LOCAL, &env);
+    let (_, run, outputs) = run_scenario(dir.path(), &id, &["--program", "chatty"], LOCAL, &env);
+    assert_eq!(run["status"], "completed", "{run}");
+    // Each step has its own allowance: 1,000 answered, the rest refused (429 `limit.rate`).
+    for o in &outputs {
+        assert_eq!(o["output"], "200=1000 429=5", "{o}");
+    }
 }

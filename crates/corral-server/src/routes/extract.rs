@@ -149,6 +149,27 @@ impl<R: Route> Authed<R> {
         link: Linked,
         request_id: String,
     ) -> Result<Self, ApiError> {
+        let n = link
+            .requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .saturating_add(1);
+        if n > MAX_LINK_REQUESTS {
+            // Audited once, when the cap is reached; the requests after it write nothing.
+            if n == MAX_LINK_REQUESTS + 1 {
+                let what = R::audited_as(parts).await;
+                link.gateway
+                    .audit_rejected(&link.caller, &what, &request_id, codes::LIMIT_RATE, 429)
+                    .await;
+            }
+            return Err(ApiError::new(
+                codes::LIMIT_RATE,
+                format!(
+                    "this step's program made more than {MAX_LINK_REQUESTS} requests to corral; a step may make at most {MAX_LINK_REQUESTS} (each one is audited): make fewer calls per step"
+                ),
+                None,
+                &request_id,
+            ));
+        }
         let refused = match crate::auth::credential(&parts.headers) {
             Ok(Some(t)) if link.token.accepts(&t) => None,
             Ok(Some(_)) => Some((
@@ -195,7 +216,13 @@ pub(crate) struct Linked {
     pub gateway: Arc<Gateway>,
     pub caller: Caller,
     pub token: corral_lab::program::TokenDigest,
+    /// The requests the step's program made so far (every one, answered or refused).
+    pub requests: Arc<std::sync::atomic::AtomicU32>,
 }
+
+/// The most requests one step's program may make through its link: each is audited, so a
+/// program looping on its link must not write without bound into the audit.
+pub(crate) const MAX_LINK_REQUESTS: u32 = 1_000;
 
 impl<R: Route> FromRequestParts<AppState> for Authed<R> {
     type Rejection = ApiError;

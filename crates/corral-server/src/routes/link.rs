@@ -61,6 +61,7 @@ impl ProgramLinks for ServerLinks {
                     gateway,
                     caller,
                     token,
+                    requests: Arc::default(),
                 },
             )
         });
