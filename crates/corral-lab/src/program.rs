@@ -370,7 +370,7 @@ impl CommandScorer {
             ScoreError::Program(
                 codes::LAB_PROGRAM_OUTPUT,
                 format!(
-                    "scorer `{name}` printed the score {}; give a number from 0 to 1",
+                    "scorer `{name}` printed the score {:?}; give a number from 0 to 1",
                     line.score
                 ),
             )
