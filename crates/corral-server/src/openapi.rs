@@ -49,30 +49,7 @@ pub fn document(ops: &[&OpSpec]) -> Value {
         );
     }
     let err = json!({"$ref": "#/components/schemas/Error"});
-    let purposes: Vec<&str> = corral_guard::runs::RunPurpose::ALL
-        .iter()
-        .map(|p| p.as_str())
-        .collect();
-    paths.insert(
-        "/audit".to_owned(),
-        json!({"get": {
-            "operationId": "audit.list",
-            "summary": "the most recent audit events of the caller's tenant, newest first (role admin); each filter given must match exactly",
-            "parameters": [
-                {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}},
-                {"name": "run", "in": "query", "required": false, "description": "only the calls of this run (`X-Corral-Run`)", "schema": {"type": "string", "minLength": 1, "maxLength": 128}},
-                {"name": "op", "in": "query", "required": false, "description": "only the calls of this op", "schema": {"type": "string", "minLength": 1, "maxLength": 256}},
-                {"name": "principal", "in": "query", "required": false, "description": "only the calls of this principal id", "schema": {"type": "string", "minLength": 1, "maxLength": 256}},
-                {"name": "purpose", "in": "query", "required": false, "description": "only the calls of this purpose: `live` (they act on the world) or `simulation` (a lab run's calls, answered by its mocks)", "schema": {"type": "string", "enum": purposes}}
-            ],
-            "responses": {
-                "200": {"description": "`{tenant, events: [...]}`; an event: `{request_id, tenant, ts_ms, principal_id, principal_kind, act_chain, op, outcome, code, rule, args_hash, args_shape, status, duration_us, attestation, purpose, ...}`, `purpose` being `live` or `simulation`", "content": {"application/json": {"schema": {"type": "object"}}}},
-                "400": {"description": "args.unknown, args.invalid: an unknown parameter, or a bad `limit` or filter (`purpose` not one of the enum)", "content": {"application/json": {"schema": err}}},
-                "403": {"description": "`audit.not_permitted`: the caller is not an admin", "content": {"application/json": {"schema": err}}}
-            },
-            "security": [{"bearer": []}]
-        }}),
-    );
+    audit_path(&mut paths, &err);
     paths.insert(
         "/confirmations".to_owned(),
         json!({"get": {
@@ -132,6 +109,34 @@ pub fn document(ops: &[&OpSpec]) -> Value {
             }}}
         }
     })
+}
+
+/// `GET /audit`.
+fn audit_path(paths: &mut serde_json::Map<String, Value>, err: &Value) {
+    let purposes: Vec<&str> = corral_guard::runs::RunPurpose::ALL
+        .iter()
+        .map(|p| p.as_str())
+        .collect();
+    paths.insert(
+        "/audit".to_owned(),
+        json!({"get": {
+            "operationId": "audit.list",
+            "summary": "the most recent audit events of the caller's tenant, newest first (role admin); each filter given must match exactly",
+            "parameters": [
+                {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}},
+                {"name": "run", "in": "query", "required": false, "description": "only the calls of this run (`X-Corral-Run`)", "schema": {"type": "string", "minLength": 1, "maxLength": 128}},
+                {"name": "op", "in": "query", "required": false, "description": "only the calls of this op", "schema": {"type": "string", "minLength": 1, "maxLength": 256}},
+                {"name": "principal", "in": "query", "required": false, "description": "only the calls of this principal id", "schema": {"type": "string", "minLength": 1, "maxLength": 256}},
+                {"name": "purpose", "in": "query", "required": false, "description": "only the calls of this purpose: `live` (they act on the world) or `simulation` (a lab run's calls, answered by its mocks)", "schema": {"type": "string", "enum": purposes}}
+            ],
+            "responses": {
+                "200": {"description": "`{tenant, events: [...]}`; an event: `{request_id, tenant, ts_ms, principal_id, principal_kind, act_chain, op, outcome, code, rule, args_hash, args_shape, status, duration_us, attestation, purpose, ...}`, `purpose` being `live` or `simulation`", "content": {"application/json": {"schema": {"type": "object"}}}},
+                "400": {"description": "args.unknown, args.invalid: an unknown parameter, or a bad `limit` or filter (`purpose` not one of the enum)", "content": {"application/json": {"schema": err}}},
+                "403": {"description": "`audit.not_permitted`: the caller is not an admin", "content": {"application/json": {"schema": err}}}
+            },
+            "security": [{"bearer": []}]
+        }}),
+    );
 }
 
 /// The lab's routes (`/v1/sandbox/*`): every one needs a tier role (viewer reads, operator

@@ -744,21 +744,7 @@ impl LinuxBackend {
         };
         let cow_quota = cow.as_ref().map(|c| c.quota);
 
-        // The run's network, when it is not the backend's; with an allow-list, the run's proxy.
-        // With a corral link, the same socket is served by the link instead of the proxy.
-        let (network, egress) = match &req.network {
-            None => (None, None),
-            Some(RunNetwork::None) => (Some(Network::None), None),
-            Some(RunNetwork::Loopback) => (Some(Network::Loopback), None),
-            Some(RunNetwork::Egress(e)) => (
-                Some(Network::Egress),
-                Some(egress::Served::Egress(e.clone())),
-            ),
-            Some(RunNetwork::Corral(l)) => (
-                Some(Network::CorralLink),
-                Some(egress::Served::Corral(l.clone())),
-            ),
-        };
+        let (network, egress) = run_network(req.network.as_ref());
         let network = network.filter(|n| *n != self.network);
         let mut proxy = match &egress {
             Some(_) => Some(self.egress_proxy()?),
@@ -1280,5 +1266,23 @@ impl Drop for Taken<'_> {
         if let Some(sb) = self.sandbox.take() {
             self.pool.discard(sb);
         }
+    }
+}
+
+/// The network a run asks for, when it is not the backend's, and what serves its one listening
+/// socket: the egress proxy for an allow-list, the link for corral's own API.
+fn run_network(net: Option<&RunNetwork>) -> (Option<Network>, Option<egress::Served>) {
+    match net {
+        None => (None, None),
+        Some(RunNetwork::None) => (Some(Network::None), None),
+        Some(RunNetwork::Loopback) => (Some(Network::Loopback), None),
+        Some(RunNetwork::Egress(e)) => (
+            Some(Network::Egress),
+            Some(egress::Served::Egress(e.clone())),
+        ),
+        Some(RunNetwork::Corral(l)) => (
+            Some(Network::CorralLink),
+            Some(egress::Served::Corral(l.clone())),
+        ),
     }
 }
