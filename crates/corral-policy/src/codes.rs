@@ -376,6 +376,24 @@ catalog! {
     LAB_INSPECT_LOG_INVALID = "lab.inspect_log_invalid", 400,
         "an Inspect AI eval log cannot be read (not a `.eval` zip, a missing or malformed entry, a sample without a score)",
         "pass `.eval` files written by `inspect eval` whose samples were scored";
+    RECORDING_NOT_FOUND = "recording.not_found", 404,
+        "no recording of this run id in your tenant",
+        "check the run id with `corral sandbox recordings list`; recordings of another tenant are never shown, and expired ones are deleted";
+    RECORDING_FORBIDDEN = "recording.forbidden", 403,
+        "a recording holds call values: reading it needs the `admin` role or the run's own principal",
+        "ask an admin, or read it with the credentials of the principal whose run it is";
+    RECORDING_NOT_ALLOWED = "recording.not_allowed", 403,
+        "`X-Corral-Record: on` needs the `admin` or `operator` role",
+        "drop the header, call with an operator's or admin's credentials, or use a run-scoped token with `record: true`";
+    RECORDING_HEADER_INVALID = "recording.header_invalid", 400,
+        "the `X-Corral-Record` header is not `on` or `off`, or asks to record a call without a run id",
+        "send `X-Corral-Record: on` with an `X-Corral-Run` header (or a run-scoped token)";
+    RECORDING_PRINCIPAL_MISMATCH = "recording.principal_mismatch", 409,
+        "the run id is already recorded for another principal of the tenant; the call was answered but not recorded",
+        "use a run id of your own for each recorded run";
+    RECORDING_INVALID = "recording.invalid", 500,
+        "a recorded event cannot be stored as given (a NUL in an identifier, a count over the storable)",
+        "report it: the gateway builds recorded events itself";
     CONFIG_PARSE = "config.parse", 0,
         "the config file is not valid YAML or JSON",
         "fix the syntax at the position shown";
