@@ -179,8 +179,8 @@ catalog! {
         "the token is scoped to one run and `X-Corral-Run` names another",
         "drop `X-Corral-Run` (the token's run applies to every call it makes), or use a token of the run you named";
     RUN_INVALID_HEADER = "run.invalid_header", 400,
-        "`X-Corral-Run`, `X-Corral-Autonomy` or `X-Corral-Dry-Run` is malformed",
-        "send a run id of 1-128 characters of letters, digits, `_`, `-`, `.` and `:`; a level `L0`-`L4`; dry-run `true` or `false`";
+        "`X-Corral-Run`, `X-Corral-Autonomy`, `X-Corral-Dry-Run` or `X-Corral-Record` is malformed",
+        "send a run id of 1-128 characters of letters, digits, `_`, `-`, `.` and `:`; a level `L0`-`L4`; dry-run `true` or `false`; record `on` or `off`";
     CONFIRMATION_REQUIRED = "confirmation.required", 202,
         "the op's tier needs a human's approval of this exact call before it runs",
         "approve with `POST /confirmations/{action_id}/decision {\"decision\":\"approve\"}` as the requester, then retry the same call with the same arguments";
@@ -386,8 +386,11 @@ catalog! {
         "`X-Corral-Record: on` needs the `admin` or `operator` role",
         "drop the header, call with an operator's or admin's credentials, or use a run-scoped token with `record: true`";
     RECORDING_HEADER_INVALID = "recording.header_invalid", 400,
-        "the `X-Corral-Record` header is not `on` or `off`, or asks to record a call without a run id",
+        "`X-Corral-Record: on` asks to record a call that names no run",
         "send `X-Corral-Record: on` with an `X-Corral-Run` header (or a run-scoped token)";
+    RECORDING_UNAVAILABLE = "recording.unavailable", 503,
+        "the call asked to be recorded and this corral has no recording store, so it was not run",
+        "run the server with its store (the default), or drop `X-Corral-Record` / the token's `record: true`";
     RECORDING_PRINCIPAL_MISMATCH = "recording.principal_mismatch", 409,
         "the run id is already recorded for another principal of the tenant; the call was answered but not recorded",
         "use a run id of your own for each recorded run";

@@ -6,4 +6,5 @@
 mod exact_args;
 mod gateway;
 mod limiter;
+mod recording;
 mod simulated;
