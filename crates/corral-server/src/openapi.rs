@@ -41,7 +41,8 @@ pub fn document(ops: &[&OpSpec]) -> Value {
                 "parameters": [
                     {"name": "X-Corral-Run", "in": "header", "required": false, "schema": {"type": "string"}, "description": "the run the call belongs to (budgets; the run's own level and dry-run)"},
                     {"name": "X-Corral-Autonomy", "in": "header", "required": false, "schema": {"type": "string", "enum": ["L0", "L1", "L2", "L3", "L4"]}, "description": "lower the autonomy level (of the run, for good)"},
-                    {"name": "X-Corral-Dry-Run", "in": "header", "required": false, "schema": {"type": "boolean"}, "description": "describe guarded calls instead of running them (for the run, for good)"}
+                    {"name": "X-Corral-Dry-Run", "in": "header", "required": false, "schema": {"type": "boolean"}, "description": "describe guarded calls instead of running them (for the run, for good)"},
+                    {"name": "X-Corral-Record", "in": "header", "required": false, "schema": {"type": "string", "enum": ["on", "off"]}, "description": "`on`: record the call in its run's recording (needs `X-Corral-Run`, and the role `operator` or `admin`: 403 recording.not_allowed otherwise)"}
                 ],
                 "responses": responses,
                 "security": [{"bearer": []}]
@@ -237,8 +238,34 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
             }})),
             ("201", json_of("the comparison `{id, baseline, candidate, scenarios, verdict, delta, lower, upper, margin, seed, resamples, forced_by, mcnemar_p, wilson, details, recorded_by, deploy, created_ms}`")),
             vec![("400", bad("lab.compare_invalid, lab.scorer_unknown, args.invalid"))]),
-        "get": op("sandbox.comparisons.list", "a page of the tenant's comparisons, newest first (viewer)", page_params, None,
+        "get": op("sandbox.comparisons.list", "a page of the tenant's comparisons, newest first (viewer)", page_params.clone(), None,
             ("200", json_of("`{items: [comparison], next}`")), vec![("400", bad("args.invalid, args.unknown"))]),
     }));
     paths.insert("/v1/sandbox/comparisons/{id}".to_owned(), json!({"get": op("sandbox.comparisons.get", "a comparison of the tenant (viewer)", id_param, None, ("200", json_of("the comparison")), vec![])}));
+    let run_param = json!([{"name": "id", "in": "path", "required": true, "description": "the run id", "schema": {"type": "string"}}]);
+    let recording = "`{tenant, run_id, principal, purpose, created_ms, updated_ms, events, bytes, capped, gapped, expires_ms}`";
+    let forbidden = (
+        "403",
+        bad(
+            "recording.forbidden: a recording holds call values; only an admin or the run's own principal reads it",
+        ),
+    );
+    let missing = (
+        "404",
+        bad(
+            "recording.not_found: no recording of this run in your tenant (never recorded, expired, or another tenant's)",
+        ),
+    );
+    paths.insert("/v1/sandbox/recordings".to_owned(), json!({"get": op(
+        "sandbox.recordings.list", "a page of the tenant's recordings, newest first: every one for an admin, the caller's own runs for anyone else", page_params, None,
+        ("200", json_of(&format!("`{{items: [recording], next}}`; a recording: {recording}"))), vec![("400", bad("args.invalid, args.unknown"))],
+    )}));
+    paths.insert("/v1/sandbox/recordings/{id}".to_owned(), json!({"get": op(
+        "sandbox.recordings.get", "a recording and its events by `seq` (admin, or the run's own principal)", run_param.clone(), None,
+        ("200", json_of(&format!("`{{recording, events: [{{seq, op, args, response, error_code, attestation, started_ms, duration_us}}]}}`; recording: {recording}; `capped`: the cap stopped it, `gapped`: an event could not be written"))), vec![forbidden.clone(), missing.clone()],
+    )}));
+    paths.insert("/v1/sandbox/recordings/{id}/export".to_owned(), json!({"get": op(
+        "sandbox.recordings.export", "a recording as JSON lines: a `{kind: recording, ...}` line, then a `{kind: event, ...}` line per event by `seq` (admin, or the run's own principal)", run_param, None,
+        ("200", json!({"description": "JSON lines", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}})), vec![forbidden, missing],
+    )}));
 }

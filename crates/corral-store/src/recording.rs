@@ -181,6 +181,7 @@ fn get_sql() -> String {
 fn list_sql() -> String {
     format!(
         "SELECT {RECORDING_COLUMNS} FROM recordings WHERE tenant = $1 AND \
+         ($5 IS NULL OR principal = $5) AND \
          ($2 IS NULL OR created_ms < $2 OR (created_ms = $2 AND run_id < $3)) \
          ORDER BY created_ms DESC, run_id DESC LIMIT $4"
     )
@@ -492,11 +493,12 @@ impl Store {
         rows.into_iter().map(|r| r.into_event(run_id)).collect()
     }
 
-    /// The recordings of `tenant`, newest first, a page at a time (the cursor's id is the run
-    /// id).
+    /// The recordings of `tenant` (only `principal`'s when given), newest first, a page at a
+    /// time (the cursor's id is the run id).
     pub async fn list_recordings(
         &self,
         tenant: &str,
+        principal: Option<&str>,
         page: &Page,
     ) -> Result<Paged<Recording>, RecordingError> {
         let q = |e| RecordingError::Store(self.redactor.query("list recordings", e));
@@ -511,6 +513,7 @@ impl Store {
             .bind(after_ms)
             .bind(after_id)
             .bind(i64::from(rows_wanted) + 1)
+            .bind(principal)
             .fetch_all(p)
             .await
             .map_err(&q)?);

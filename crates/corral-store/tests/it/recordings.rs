@@ -150,7 +150,7 @@ async fn another_tenant_sees_no_recording_and_cannot_add_to_it(store: &Store) {
             .is_empty()
     );
     let listed = store
-        .list_recordings("globex", &Page::first(10))
+        .list_recordings("globex", None, &Page::first(10))
         .await
         .unwrap();
     assert!(listed.items.is_empty());
@@ -364,12 +364,18 @@ async fn purge_deletes_only_expired_recordings_with_their_events(store: &Store) 
     assert_eq!(again, Recorded::Stored { seq: 1 });
 }
 
-on_both!(recordings_are_listed_newest_first_a_page_at_a_time);
-async fn recordings_are_listed_newest_first_a_page_at_a_time(store: &Store) {
+on_both!(recordings_are_listed_newest_first_a_page_at_a_time_for_the_tenant_or_one_principal);
+async fn recordings_are_listed_newest_first_a_page_at_a_time_for_the_tenant_or_one_principal(
+    store: &Store,
+) {
     for i in 0..5 {
         store
             .record_call(
-                &key("acme", &format!("run-{i}"), "ada"),
+                &key(
+                    "acme",
+                    &format!("run-{i}"),
+                    if i == 2 { "bob" } else { "ada" },
+                ),
                 &call("files.read", "{}", None),
                 T0 + i,
             )
@@ -377,7 +383,7 @@ async fn recordings_are_listed_newest_first_a_page_at_a_time(store: &Store) {
             .unwrap();
     }
     let first = store
-        .list_recordings("acme", &Page::first(2))
+        .list_recordings("acme", None, &Page::first(2))
         .await
         .unwrap();
     let ids = |p: &corral_store::lab::Paged<corral_store::recording::Recording>| {
@@ -387,6 +393,7 @@ async fn recordings_are_listed_newest_first_a_page_at_a_time(store: &Store) {
     let second = store
         .list_recordings(
             "acme",
+            None,
             &Page {
                 limit: 2,
                 after: first.next.clone(),
@@ -398,6 +405,7 @@ async fn recordings_are_listed_newest_first_a_page_at_a_time(store: &Store) {
     let last = store
         .list_recordings(
             "acme",
+            None,
             &Page {
                 limit: 2,
                 after: second.next.clone(),
@@ -407,6 +415,17 @@ async fn recordings_are_listed_newest_first_a_page_at_a_time(store: &Store) {
         .unwrap();
     assert_eq!(ids(&last), ["run-0"]);
     assert_eq!(last.next, None);
+    // One principal's only.
+    let bob = store
+        .list_recordings("acme", Some("bob"), &Page::first(10))
+        .await
+        .unwrap();
+    assert_eq!(ids(&bob), ["run-2"]);
+    let ada = store
+        .list_recordings("acme", Some("ada"), &Page::first(10))
+        .await
+        .unwrap();
+    assert_eq!(ids(&ada), ["run-4", "run-3", "run-1", "run-0"]);
 }
 
 on_both!(concurrent_calls_of_one_run_get_every_seq_once_without_gaps);
