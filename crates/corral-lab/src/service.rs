@@ -730,11 +730,10 @@ impl LabService {
             if own.is_some() && !caller.principal.authenticated {
                 return Err(forbidden_recording(caller));
             }
-            Ok(self
-                .store
+            self.store
                 .list_recordings(&tenant, own, &page.page()?)
                 .await
-                .map_err(recording_error)?)
+                .map_err(recording_error)
         }
         .await;
         self.finish(&RECORDINGS_LIST, caller, rid, r, None, None)
