@@ -238,34 +238,50 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
             }})),
             ("201", json_of("the comparison `{id, baseline, candidate, scenarios, verdict, delta, lower, upper, margin, seed, resamples, forced_by, mcnemar_p, wilson, details, recorded_by, deploy, created_ms}`")),
             vec![("400", bad("lab.compare_invalid, lab.scorer_unknown, args.invalid"))]),
-        "get": op("sandbox.comparisons.list", "a page of the tenant's comparisons, newest first (viewer)", page_params.clone(), None,
+        "get": op("sandbox.comparisons.list", "a page of the tenant's comparisons, newest first (viewer)", page_params, None,
             ("200", json_of("`{items: [comparison], next}`")), vec![("400", bad("args.invalid, args.unknown"))]),
     }));
     paths.insert("/v1/sandbox/comparisons/{id}".to_owned(), json!({"get": op("sandbox.comparisons.get", "a comparison of the tenant (viewer)", id_param, None, ("200", json_of("the comparison")), vec![])}));
-    let run_param = json!([{"name": "id", "in": "path", "required": true, "description": "the run id", "schema": {"type": "string"}}]);
+    recording_paths(paths, err);
+}
+
+/// The recordings' routes (`/v1/sandbox/recordings*`, issue 15): a recording holds call values,
+/// so no tier role reads one: an admin reads every recording of the tenant, anyone else only
+/// their own runs.
+fn recording_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
+    let e = |d: &str| json!({"description": d, "content": {"application/json": {"schema": err}}});
     let recording = "`{tenant, run_id, principal, purpose, created_ms, updated_ms, events, bytes, capped, gapped, expires_ms}`";
-    let forbidden = (
-        "403",
-        bad(
-            "recording.forbidden: a recording holds call values; only an admin or the run's own principal reads it",
-        ),
-    );
-    let missing = (
-        "404",
-        bad(
-            "recording.not_found: no recording of this run in your tenant (never recorded, expired, or another tenant's)",
-        ),
-    );
-    paths.insert("/v1/sandbox/recordings".to_owned(), json!({"get": op(
-        "sandbox.recordings.list", "a page of the tenant's recordings, newest first: every one for an admin, the caller's own runs for anyone else", page_params, None,
-        ("200", json_of(&format!("`{{items: [recording], next}}`; a recording: {recording}"))), vec![("400", bad("args.invalid, args.unknown"))],
-    )}));
-    paths.insert("/v1/sandbox/recordings/{id}".to_owned(), json!({"get": op(
-        "sandbox.recordings.get", "a recording and its events by `seq` (admin, or the run's own principal)", run_param.clone(), None,
-        ("200", json_of(&format!("`{{recording, events: [{{seq, op, args, response, error_code, attestation, started_ms, duration_us}}]}}`; recording: {recording}; `capped`: the cap stopped it, `gapped`: an event could not be written"))), vec![forbidden.clone(), missing.clone()],
-    )}));
-    paths.insert("/v1/sandbox/recordings/{id}/export".to_owned(), json!({"get": op(
-        "sandbox.recordings.export", "a recording as JSON lines: a `{kind: recording, ...}` line, then a `{kind: event, ...}` line per event by `seq` (admin, or the run's own principal)", run_param, None,
-        ("200", json!({"description": "JSON lines", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}})), vec![forbidden, missing],
-    )}));
+    let run_param = json!([{"name": "id", "in": "path", "required": true, "description": "the run id", "schema": {"type": "string"}}]);
+    let page_params = json!([
+        {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+        {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
+    ]);
+    let op = |id: &str, summary: &str, params: Value, ok: Value| {
+        json!({"get": {
+            "operationId": id,
+            "summary": summary,
+            "parameters": params,
+            "responses": {
+                "200": ok,
+                "400": e("args.invalid, args.unknown"),
+                "401": e("auth.missing, auth.invalid"),
+                "403": e("recording.forbidden: a recording holds call values; only an admin or the run's own principal reads it"),
+                "404": e("recording.not_found (no recording of this run in your tenant: never recorded, expired, or another tenant's), lab.disabled"),
+            },
+            "security": [{"bearer": []}]
+        }})
+    };
+    let json_of = |d: String| json!({"description": d, "content": {"application/json": {"schema": {"type": "object"}}}});
+    paths.insert("/v1/sandbox/recordings".to_owned(), op(
+        "sandbox.recordings.list", "a page of the tenant's recordings, newest first: every one for an admin, the caller's own runs for anyone else", page_params,
+        json_of(format!("`{{items: [recording], next}}`; a recording: {recording}")),
+    ));
+    paths.insert("/v1/sandbox/recordings/{id}".to_owned(), op(
+        "sandbox.recordings.get", "a recording and its events by `seq` (admin, or the run's own principal)", run_param.clone(),
+        json_of(format!("`{{recording, events: [{{seq, op, args, response, error_code, attestation, started_ms, duration_us}}]}}`; recording: {recording}; `capped`: the cap stopped it, `gapped`: an event could not be written")),
+    ));
+    paths.insert("/v1/sandbox/recordings/{id}/export".to_owned(), op(
+        "sandbox.recordings.export", "a recording as JSON lines: a `{kind: recording, ...}` line, then a `{kind: event, ...}` line per event by `seq` (admin, or the run's own principal)", run_param,
+        json!({"description": "JSON lines", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}),
+    ));
 }

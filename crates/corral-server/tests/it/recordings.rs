@@ -272,3 +272,30 @@ async fn the_record_header_records_an_operators_run_and_is_403_for_a_viewer() {
         r.text
     );
 }
+
+#[tokio::test]
+async fn a_recorded_download_keeps_its_type_and_length_never_its_bytes() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let r = call(
+        &s,
+        BOT,
+        "files.download",
+        json!({"path": ws.at("notes.txt")}),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.text, CONTENT, "the caller gets the bytes");
+    let export = get(&s, BOT, "/v1/sandbox/recordings/task-1/export").await;
+    assert_eq!(export.status, 200, "{}", export.text);
+    assert!(!export.text.contains("quarterly"), "{}", export.text);
+    let detail = body(get(&s, BOT, "/v1/sandbox/recordings/task-1").await);
+    let event = &detail["events"][0];
+    assert_eq!(event["op"], "files.download");
+    assert_eq!(event["response"]["stream"]["bytes"], CONTENT.len());
+    assert!(
+        event["response"]["stream"]["content_type"].is_string(),
+        "{event}"
+    );
+}
