@@ -13,6 +13,11 @@
 //!    and PostgreSQL (`CORRAL_TEST_POSTGRES_URL`, a fresh schema): `ConfirmationStore::consume`
 //!    of 1,000 approved actions, one at a time; p50 and p99.
 //!
+//! 3. **Recording overhead** (issue 15): the same call of a run, not recorded and recorded
+//!    (a run-scoped caller with `record: true`) into a SQLite store (a temp dir, WAL,
+//!    `synchronous=FULL`) and, when `CORRAL_TEST_POSTGRES_URL` is set, PostgreSQL; interleaved
+//!    batches; per-call p50 of the batch means. `GUARD_BENCH_ONLY=recording` runs only this.
+//!
 //! `cargo bench -p guard-bench` (optimized). Prints the figures; `bench/RESULTS.md` keeps them.
 
 // A benchmark harness: a broken fixture should abort loudly.
@@ -370,7 +375,86 @@ async fn consume_benches() {
         .unwrap();
 }
 
+/// Part 3: a run's call, not recorded and recorded into `store`; per-call p50 of the batches.
+async fn recording_overhead(name: &str, store: corral_store::Store) {
+    const REC_BATCH: usize = 100;
+    const REC_BATCHES: usize = 40;
+    let live = Gateway::new(
+        deployment(false),
+        Arc::new(ProcessBackend::new()),
+        vec![Arc::new(Discard)],
+        "default",
+    );
+    let recorded = Gateway::new(
+        deployment(false),
+        Arc::new(ProcessBackend::new()),
+        vec![Arc::new(Discard)],
+        "default",
+    )
+    .with_recorder(Arc::new(store.clone()));
+    let (mut plain, mut rec) = (Vec::new(), Vec::new());
+    for b in 0..REC_BATCHES + 4 {
+        let run = format!("bench-{b}");
+        let t = Instant::now();
+        for _ in 0..REC_BATCH {
+            let mut c = call();
+            c.caller = c.caller.with_run(Some(run.clone()));
+            black_box(live.call(c).await);
+        }
+        let plain_t = t.elapsed();
+        let t = Instant::now();
+        for _ in 0..REC_BATCH {
+            let mut c = call();
+            c.caller = c.caller.with_run(Some(run.clone())).with_record(true);
+            black_box(recorded.call(c).await);
+        }
+        let rec_t = t.elapsed();
+        if b >= 4 {
+            plain.push(plain_t / REC_BATCH as u32);
+            rec.push(rec_t / REC_BATCH as u32);
+        }
+    }
+    let r = store
+        .get_recording("default", "bench-4")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.events, REC_BATCH as u64, "every call was recorded");
+    let (plain, rec) = (stats(plain), stats(rec));
+    println!(
+        "| {name} | {} | {} | {} | {:.1}x |",
+        fmt(plain.p50),
+        fmt(rec.p50),
+        fmt(rec.p50.saturating_sub(plain.p50)),
+        rec.p50.as_secs_f64() / plain.p50.as_secs_f64()
+    );
+}
+
+async fn recording_benches() {
+    println!("## recording overhead, per call of a run (p50 of batch means)");
+    println!("| store | not recorded | recorded | overhead | ratio |");
+    println!("|---|---|---|---|---|");
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = corral_store::Store::connect(&corral_store::Store::default_sqlite_url(dir.path()))
+        .await
+        .unwrap();
+    recording_overhead("SQLite (WAL, synchronous=FULL)", sqlite).await;
+    if let Ok(url) = std::env::var("CORRAL_TEST_POSTGRES_URL") {
+        let pg = corral_store::Store::connect(&url).await.unwrap();
+        recording_overhead("PostgreSQL", pg).await;
+    }
+}
+
 fn main() {
+    if std::env::var("GUARD_BENCH_ONLY").is_ok_and(|v| v == "recording") {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(recording_benches());
+        return;
+    }
     chain_overhead();
     if std::env::var("GUARD_BENCH_ONLY").is_ok_and(|v| v == "chain") {
         return;

@@ -131,7 +131,11 @@ pub fn local_caller(
             .tokens
             .iter()
             .find(|t| t.principal.id == id)
-            .map(|t| corral_guard::Caller::new(t.principal.clone()).with_run(t.run.clone()))
+            .map(|t| {
+                corral_guard::Caller::new(t.principal.clone())
+                    .with_run(t.run.clone())
+                    .with_record(t.record)
+            })
             .ok_or_else(|| {
                 CliError::usage(if loaded.tokens.is_empty() {
                     format!(

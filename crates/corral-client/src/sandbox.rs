@@ -308,6 +308,72 @@ pub struct Outputs {
     pub extra: Map<String, Value>,
 }
 
+/// A recording (`GET /v1/sandbox/recordings`): the call timeline of a run marked for
+/// recording, without its events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recording {
+    /// The run id.
+    pub run_id: String,
+    /// The principal whose calls it holds.
+    pub principal: String,
+    /// The run's purpose.
+    #[serde(default)]
+    pub purpose: String,
+    /// Events stored.
+    pub events: u64,
+    /// Bytes of stored event text.
+    #[serde(default)]
+    pub bytes: u64,
+    /// The size cap stopped it: later calls were not recorded.
+    #[serde(default)]
+    pub capped: bool,
+    /// An event could not be written: its timeline has a hole.
+    #[serde(default)]
+    pub gapped: bool,
+    /// When its first event was written (ms since the epoch).
+    #[serde(default)]
+    pub created_ms: i64,
+    /// When retention deletes it.
+    #[serde(default)]
+    pub expires_ms: i64,
+    /// The fields this type does not name.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// One recorded call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordingEvent {
+    /// Its place in the timeline, from 1.
+    pub seq: u64,
+    /// The op id.
+    pub op: String,
+    /// The canonical arguments.
+    #[serde(default)]
+    pub args: Value,
+    /// The response (`null` for a refusal or an error).
+    #[serde(default)]
+    pub response: Option<Value>,
+    /// The code of a refusal or an op error.
+    #[serde(default)]
+    pub error_code: Option<String>,
+    /// How long the call took, in microseconds.
+    #[serde(default)]
+    pub duration_us: i64,
+    /// The fields this type does not name (attestation, started_ms).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `GET /v1/sandbox/recordings/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordingDetail {
+    /// The recording.
+    pub recording: Recording,
+    /// Its events, by `seq`.
+    pub events: Vec<RecordingEvent>,
+}
+
 /// One side of a comparison.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct VariantSpec {
@@ -510,6 +576,36 @@ impl Client {
     pub async fn sandbox_comparison(&self, id: &str) -> Result<Comparison, ClientError> {
         let path = format!("v1/sandbox/comparisons/{}", encode_segment(id));
         self.get_query(&path, &[]).await
+    }
+
+    /// `GET /v1/sandbox/recordings?limit=&after=`: a page of the tenant's recordings (every
+    /// one for an admin, the caller's own runs for anyone else).
+    pub async fn sandbox_list_recordings(
+        &self,
+        page: &PageRequest,
+    ) -> Result<Page<Recording>, ClientError> {
+        self.get_query("v1/sandbox/recordings", &page_query(page, None))
+            .await
+    }
+
+    /// `GET /v1/sandbox/recordings/{id}`: a recording and its events (admin, or the run's own
+    /// principal).
+    pub async fn sandbox_recording(&self, run_id: &str) -> Result<RecordingDetail, ClientError> {
+        let path = format!("v1/sandbox/recordings/{}", encode_segment(run_id));
+        self.get_query(&path, &[]).await
+    }
+
+    /// `GET /v1/sandbox/recordings/{id}/export`: the recording as JSON lines, as the server
+    /// sent them.
+    pub async fn sandbox_export_recording(&self, run_id: &str) -> Result<String, ClientError> {
+        let path = format!("v1/sandbox/recordings/{}/export", encode_segment(run_id));
+        let rb = self
+            .request(Method::GET, self.url(&path)?)
+            .header(ACCEPT, "application/x-ndjson");
+        let resp = self.send(rb).await?;
+        resp.text().await.map_err(|e| ClientError::Transport {
+            message: crate::transport_message(&e),
+        })
     }
 }
 

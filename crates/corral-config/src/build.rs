@@ -41,6 +41,8 @@ pub struct ResolvedToken {
     pub secret: Secret,
     /// The run every call with this token belongs to (`auth.tokens[].run`), if scoped.
     pub run: Option<String>,
+    /// Every call with this token is recorded (`auth.tokens[].record`; only with `run`).
+    pub record: bool,
 }
 
 /// Reads environment variables (a trait so tests can give their own).
@@ -826,6 +828,7 @@ fn resolve_tokens(c: &Config, env: &dyn Env, d: &mut Vec<Diagnostic>) -> Vec<Res
         out.push(ResolvedToken {
             principal,
             run: t.run.as_ref().map(|r| r.value.clone()),
+            record: t.record,
             secret: Secret::new(secret),
         });
     }

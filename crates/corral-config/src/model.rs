@@ -516,6 +516,8 @@ pub struct TokenConfig {
     pub token_env: Spanned<String>,
     /// A run-scoped token: every call it makes belongs to this run (its budgets always apply).
     pub run: Option<Spanned<String>>,
+    /// Every call the token makes is recorded (only with `run:`).
+    pub record: bool,
 }
 
 /// Where audit events go.

@@ -12,6 +12,7 @@
 //! approval writes a `confirmation_consumed` event before the op runs, then the call's own.
 
 mod chain;
+mod recording;
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -30,6 +31,7 @@ use crate::confirm::{
 use crate::guardrails::GuardPolicy;
 use crate::limiter::Limiter;
 use crate::metrics::{CallObserver, NoObserver};
+use crate::recording::Recorder;
 use crate::runs::{RunLedger, RunPurpose, RunStore};
 
 /// What a config produces: swapped whole on reload, so a call sees one consistent version.
@@ -71,6 +73,8 @@ pub struct Caller {
     /// The run every call of this caller belongs to (a run-scoped token): its budgets apply
     /// whether or not `X-Corral-Run` is sent, and the header may only repeat it.
     pub run: Option<String>,
+    /// Every call of this caller is recorded (a run-scoped token with `record: true`).
+    pub record: bool,
 }
 
 impl Caller {
@@ -80,6 +84,7 @@ impl Caller {
             principal,
             act_chain: Vec::new(),
             run: None,
+            record: false,
         }
     }
 
@@ -87,6 +92,13 @@ impl Caller {
     #[must_use]
     pub fn with_run(mut self, run: Option<String>) -> Self {
         self.run = run;
+        self
+    }
+
+    /// Every call recorded (a run-scoped token with `record: true`), or not.
+    #[must_use]
+    pub fn with_record(mut self, record: bool) -> Self {
+        self.record = record;
         self
     }
 }
@@ -115,6 +127,9 @@ pub struct CallOptions {
     /// Dry-run (`X-Corral-Dry-Run: true`): for the run when there is one (it stays), else for
     /// this call.
     pub dry_run: bool,
+    /// Record the call in its run's recording (`X-Corral-Record: on`): only a caller with the
+    /// `operator` or `admin` role may ask (`recording.not_allowed`), and only with a run.
+    pub record: bool,
 }
 
 pub use corral_policy::valid_run_id;
@@ -199,6 +214,9 @@ pub struct Gateway {
     purpose: RunPurpose,
     /// When set, ops are answered by it instead of the deployment's handlers (`simulated`).
     simulated: Option<Arc<dyn SimulatedOps>>,
+    /// Where the calls of runs marked for recording go (`with_recorder`); without one, a call
+    /// asked to be recorded is refused (`recording.unavailable`), never answered unrecorded.
+    recorder: Option<Arc<dyn Recorder>>,
 }
 
 /// The message for 404: identical for an unknown op and an op the caller may not call, so the
@@ -256,6 +274,7 @@ impl Gateway {
             observer: Arc::new(NoObserver),
             purpose: RunPurpose::Live,
             simulated: None,
+            recorder: None,
         }
     }
 
@@ -288,6 +307,13 @@ impl Gateway {
     /// Keeps confirmations in `store` instead of this process's memory (the default).
     pub fn with_confirmations(mut self, store: Arc<dyn ConfirmationStore>) -> Self {
         self.confirmations = store;
+        self
+    }
+
+    /// Writes the calls of runs marked for recording to `recorder` (the store). Set by the
+    /// runtime.
+    pub fn with_recorder(mut self, recorder: Arc<dyn Recorder>) -> Self {
+        self.recorder = Some(recorder);
         self
     }
 
@@ -696,6 +722,8 @@ impl Gateway {
         if let Some(bound) = &call.caller.run {
             opts.run_id = Some(bound.clone());
         }
+        // Whether the call is recorded, or the refusal of a caller who may not ask for it.
+        let recording = self.recording_wanted(&call, &opts);
         let d = self.deployment();
         let known = d.engine.catalog().get(&call.op).is_some();
         let mut event = AuditEvent {
@@ -724,9 +752,10 @@ impl Gateway {
             detail: None,
             purpose: self.purpose,
         };
-        let (outcome, reply) = match scope_mismatch {
-            Some(refusal) => (Outcome::Denied, Reply::Refused(refusal)),
-            None => {
+        let (outcome, reply) = match (scope_mismatch, &recording) {
+            (Some(refusal), _) => (Outcome::Denied, Reply::Refused(refusal)),
+            (None, Err((outcome, refusal))) => (*outcome, Reply::Refused(refusal.clone())),
+            (None, Ok(_)) => {
                 let answer = self.decide_and_run(&d, &call, &opts, &mut event).await;
                 (answer.outcome, answer.reply)
             }
@@ -744,6 +773,10 @@ impl Gateway {
             Ok(()) => reply,
             Err(refusal) => Reply::Refused(refusal),
         };
+        if let (Ok(true), Some(run_id)) = (&recording, &opts.run_id) {
+            let (key, recorded) = self.recorded_call(&call, run_id, &event, &reply);
+            self.write_recording(&call.request_id, key, recorded).await;
+        }
         let label = if known { call.op.as_str() } else { "unknown" };
         self.observer
             .record(label, outcome.as_str(), started.elapsed());

@@ -34,7 +34,8 @@ use corral_store::lab::{
     PageCursor, Paged, RunResult, RunStatus, RunVerdict, ScenarioDraft, TrialPasses, VariantRuns,
     WilsonIntervals,
 };
-use serde::Deserialize;
+use corral_store::recording::{Recording, RecordingError, RecordingEvent};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::pool;
@@ -237,6 +238,43 @@ impl PageQuery {
     }
 }
 
+/// A recording with its events, as `GET /v1/sandbox/recordings/{run}` answers it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecordingView {
+    /// The recording: owner, counts, `capped`, `gapped`, expiry.
+    pub recording: Recording,
+    /// Its events, by `seq`.
+    pub events: Vec<RecordingEvent>,
+}
+
+impl RecordingView {
+    /// The export: a `{"kind": "recording", ...}` line, then a `{"kind": "event", ...}` line per
+    /// event; every line ends with a newline.
+    pub fn json_lines(&self) -> String {
+        let line = |kind: &str, v: Value| {
+            let mut m = serde_json::Map::new();
+            m.insert("kind".to_owned(), Value::String(kind.to_owned()));
+            if let Value::Object(o) = v {
+                m.extend(o);
+            }
+            let mut text = Value::Object(m).to_string();
+            text.push('\n');
+            text
+        };
+        let mut out = line(
+            "recording",
+            serde_json::to_value(&self.recording).unwrap_or(Value::Null),
+        );
+        for e in &self.events {
+            out.push_str(&line(
+                "event",
+                serde_json::to_value(e).unwrap_or(Value::Null),
+            ));
+        }
+        out
+    }
+}
+
 /// What an action is audited as, and what it needs.
 struct Action {
     op: &'static str,
@@ -293,6 +331,21 @@ const COMPARISONS_LIST: Action = Action {
 };
 const COMPARISONS_GET: Action = Action {
     op: "sandbox.comparisons.get",
+    role: Role::Viewer,
+};
+
+// Recordings hold call values: the role is what a refusal is audited with; access is the
+// `admin` role or the run's own principal (`recording_access`).
+const RECORDINGS_LIST: Action = Action {
+    op: "sandbox.recordings.list",
+    role: Role::Viewer,
+};
+const RECORDINGS_GET: Action = Action {
+    op: "sandbox.recordings.get",
+    role: Role::Viewer,
+};
+const RECORDINGS_EXPORT: Action = Action {
+    op: "sandbox.recordings.export",
     role: Role::Viewer,
 };
 
@@ -679,6 +732,94 @@ impl LabService {
         let detail = Some(format!("comparison={}", audited_id(id)));
         self.finish(&COMPARISONS_GET, caller, rid, r, detail, None)
             .await
+    }
+
+    /// A page of the tenant's recordings: every one for an admin, the caller's own runs for
+    /// anyone else.
+    pub async fn list_recordings(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        page: &PageQuery,
+    ) -> Result<Paged<Recording>, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.check_enabled()?;
+            let own = (!is_admin(caller)).then_some(caller.principal.id.as_str());
+            if own.is_some() && !caller.principal.authenticated {
+                return Err(forbidden_recording(caller));
+            }
+            self.store
+                .list_recordings(&tenant, own, &page.page()?)
+                .await
+                .map_err(recording_error)
+        }
+        .await;
+        self.finish(&RECORDINGS_LIST, caller, rid, r, None, None)
+            .await
+    }
+
+    /// A recording of the tenant and its events, by `seq` (admin, or the run's own principal).
+    pub async fn get_recording(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        run_id: &str,
+    ) -> Result<RecordingView, LabError> {
+        let r = self.read_recording(caller, run_id).await;
+        self.finish(&RECORDINGS_GET, caller, rid, r, None, run_of(run_id))
+            .await
+    }
+
+    /// A recording as JSON lines: one `{"kind": "recording", ...}` line, then one
+    /// `{"kind": "event", ...}` line per event, by `seq` (admin, or the run's own principal).
+    pub async fn export_recording(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        run_id: &str,
+    ) -> Result<String, LabError> {
+        let r = self
+            .read_recording(caller, run_id)
+            .await
+            .map(|v| v.json_lines());
+        self.finish(&RECORDINGS_EXPORT, caller, rid, r, None, run_of(run_id))
+            .await
+    }
+
+    async fn read_recording(
+        &self,
+        caller: &Caller,
+        run_id: &str,
+    ) -> Result<RecordingView, LabError> {
+        self.check_enabled()?;
+        let tenant = self.tenant_of(caller);
+        let recording = self
+            .store
+            .get_recording(&tenant, run_id)
+            .await
+            .map_err(recording_error)?
+            .ok_or_else(|| {
+                LabError::new(
+                    codes::RECORDING_NOT_FOUND,
+                    format!(
+                        "no recording of run {:?} in tenant {tenant:?}: it was never recorded, \
+                         has expired, or belongs to another tenant; `corral sandbox recordings \
+                         list` shows yours",
+                        clip(run_id)
+                    ),
+                )
+            })?;
+        let own = caller.principal.authenticated && caller.principal.id == recording.principal;
+        if !(own || is_admin(caller)) {
+            return Err(forbidden_recording(caller));
+        }
+        let events = self
+            .store
+            .recording_events(&tenant, run_id)
+            .await
+            .map_err(recording_error)?;
+        Ok(RecordingView { recording, events })
     }
 
     /// Audits a lab request the surface refused before it reached an action (the lab is off,
@@ -1259,6 +1400,27 @@ fn run_of(id: &str) -> Option<String> {
 /// At most 128 characters of caller text, for messages.
 fn clip(s: &str) -> String {
     s.chars().take(128).collect()
+}
+
+fn is_admin(caller: &Caller) -> bool {
+    caller.principal.authenticated
+        && Role::highest_of(&caller.principal.roles).is_some_and(|r| r >= Role::Admin)
+}
+
+fn forbidden_recording(caller: &Caller) -> LabError {
+    LabError::new(
+        codes::RECORDING_FORBIDDEN,
+        format!(
+            "a recording holds the values of its run's calls, so only an admin or the run's own \
+             principal may read it, and `{}` is neither; ask an admin, or read it with the \
+             credentials of the run's principal",
+            caller.principal.id
+        ),
+    )
+}
+
+fn recording_error(e: RecordingError) -> LabError {
+    LabError::new(e.code(), e.to_string())
 }
 
 fn check_role(action: &Action, caller: &Caller) -> Result<(), LabError> {

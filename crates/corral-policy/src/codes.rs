@@ -179,8 +179,8 @@ catalog! {
         "the token is scoped to one run and `X-Corral-Run` names another",
         "drop `X-Corral-Run` (the token's run applies to every call it makes), or use a token of the run you named";
     RUN_INVALID_HEADER = "run.invalid_header", 400,
-        "`X-Corral-Run`, `X-Corral-Autonomy` or `X-Corral-Dry-Run` is malformed",
-        "send a run id of 1-128 characters of letters, digits, `_`, `-`, `.` and `:`; a level `L0`-`L4`; dry-run `true` or `false`";
+        "`X-Corral-Run`, `X-Corral-Autonomy`, `X-Corral-Dry-Run` or `X-Corral-Record` is malformed",
+        "send a run id of 1-128 characters of letters, digits, `_`, `-`, `.` and `:`; a level `L0`-`L4`; dry-run `true` or `false`; record `on` or `off`";
     CONFIRMATION_REQUIRED = "confirmation.required", 202,
         "the op's tier needs a human's approval of this exact call before it runs",
         "approve with `POST /confirmations/{action_id}/decision {\"decision\":\"approve\"}` as the requester, then retry the same call with the same arguments";
@@ -382,6 +382,27 @@ catalog! {
     LAB_INSPECT_LOG_INVALID = "lab.inspect_log_invalid", 400,
         "an Inspect AI eval log cannot be read (not a `.eval` zip, a missing or malformed entry, a sample without a score)",
         "pass `.eval` files written by `inspect eval` whose samples were scored";
+    RECORDING_NOT_FOUND = "recording.not_found", 404,
+        "no recording of this run id in your tenant",
+        "check the run id with `corral sandbox recordings list`; recordings of another tenant are never shown, and expired ones are deleted";
+    RECORDING_FORBIDDEN = "recording.forbidden", 403,
+        "a recording holds call values: reading it needs the `admin` role or the run's own principal",
+        "ask an admin, or read it with the credentials of the principal whose run it is";
+    RECORDING_NOT_ALLOWED = "recording.not_allowed", 403,
+        "`X-Corral-Record: on` needs the `admin` or `operator` role",
+        "drop the header, call with an operator's or admin's credentials, or use a run-scoped token with `record: true`";
+    RECORDING_HEADER_INVALID = "recording.header_invalid", 400,
+        "`X-Corral-Record: on` asks to record a call that names no run",
+        "send `X-Corral-Record: on` with an `X-Corral-Run` header (or a run-scoped token)";
+    RECORDING_UNAVAILABLE = "recording.unavailable", 503,
+        "the call asked to be recorded and this corral has no recording store, so it was not run",
+        "run the server with its store (the default), or drop `X-Corral-Record` / the token's `record: true`";
+    RECORDING_PRINCIPAL_MISMATCH = "recording.principal_mismatch", 409,
+        "the run id is already recorded for another principal of the tenant; the call was answered but not recorded",
+        "use a run id of your own for each recorded run";
+    RECORDING_INVALID = "recording.invalid", 500,
+        "a recorded event cannot be stored as given (a NUL in an identifier, a count over the storable)",
+        "report it: the gateway builds recorded events itself";
     CONFIG_PARSE = "config.parse", 0,
         "the config file is not valid YAML or JSON",
         "fix the syntax at the position shown";

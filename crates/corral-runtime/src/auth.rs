@@ -222,5 +222,6 @@ fn verify_jwt(cfg: &JwtConfig, token: &str) -> Result<Caller, AuthError> {
         principal: p,
         act_chain: chain,
         run,
+        record: false,
     })
 }

@@ -484,7 +484,9 @@ pub fn authenticator(loaded: &Loaded) -> Result<Authenticator, String> {
         .tokens
         .iter()
         .map(|t| {
-            let caller = Caller::new(t.principal.clone()).with_run(t.run.clone());
+            let caller = Caller::new(t.principal.clone())
+                .with_run(t.run.clone())
+                .with_record(t.record);
             (t.secret.expose().to_owned(), caller)
         })
         .collect();

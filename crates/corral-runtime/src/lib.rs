@@ -37,7 +37,7 @@ pub struct RuntimeOptions {
     pub only_upstream: Option<String>,
     /// How long [`Runtime::build`] waits for the upstream servers' first tool lists.
     pub upstream_wait: Duration,
-    /// Purge expired confirmations every 10 minutes.
+    /// Purge expired confirmations (and expired recordings) every 10 minutes.
     pub confirmation_purger: bool,
     /// Purge idle runs every 10 minutes (PostgreSQL stores only).
     pub run_purger: bool,
@@ -203,8 +203,14 @@ impl Runtime {
             tasks::spawn_confirmation_purger(&confirmations);
             tasks.push(BackgroundTask::ConfirmationPurger);
         }
-        let mut gateway =
-            Gateway::new(deployment, backend, sinks, "default").with_confirmations(confirmations);
+        // Recordings of runs marked for recording (issue 15) go to the store.
+        let mut gateway = Gateway::new(deployment, backend, sinks, "default")
+            .with_confirmations(confirmations)
+            .with_recorder(store.clone());
+        if options.confirmation_purger {
+            tasks::spawn_recording_purger(&store);
+            tasks.push(BackgroundTask::RecordingPurger);
+        }
         if let Some(observer) = options.observer {
             gateway = gateway.with_observer(observer);
         }

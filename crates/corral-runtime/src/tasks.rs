@@ -24,6 +24,8 @@ pub enum BackgroundTask {
     /// Purges the store's idle runs every 10 minutes (PostgreSQL only: with SQLite the run
     /// ledger is in memory and forgets by itself).
     RunPurger,
+    /// Deletes expired recordings every 10 minutes (their retention).
+    RecordingPurger,
 }
 
 impl BackgroundTask {
@@ -34,6 +36,7 @@ impl BackgroundTask {
             BackgroundTask::UpstreamRefresher => "upstream-refresher",
             BackgroundTask::ConfirmationPurger => "confirmation-purger",
             BackgroundTask::RunPurger => "run-purger",
+            BackgroundTask::RecordingPurger => "recording-purger",
         }
     }
 }
@@ -94,6 +97,15 @@ pub(crate) fn spawn_run_purger(store: &Arc<Store>) {
                 .await
                 .map_err(|e| e.to_string())
         },
+    );
+}
+
+/// Expired recordings (and their events) in the store.
+pub(crate) fn spawn_recording_purger(store: &Arc<Store>) {
+    spawn_purger(
+        Arc::downgrade(store),
+        "expired recordings",
+        |store, now| async move { store.purge_recordings(now).await.map_err(|e| e.to_string()) },
     );
 }
 

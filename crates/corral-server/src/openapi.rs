@@ -41,7 +41,8 @@ pub fn document(ops: &[&OpSpec]) -> Value {
                 "parameters": [
                     {"name": "X-Corral-Run", "in": "header", "required": false, "schema": {"type": "string"}, "description": "the run the call belongs to (budgets; the run's own level and dry-run)"},
                     {"name": "X-Corral-Autonomy", "in": "header", "required": false, "schema": {"type": "string", "enum": ["L0", "L1", "L2", "L3", "L4"]}, "description": "lower the autonomy level (of the run, for good)"},
-                    {"name": "X-Corral-Dry-Run", "in": "header", "required": false, "schema": {"type": "boolean"}, "description": "describe guarded calls instead of running them (for the run, for good)"}
+                    {"name": "X-Corral-Dry-Run", "in": "header", "required": false, "schema": {"type": "boolean"}, "description": "describe guarded calls instead of running them (for the run, for good)"},
+                    {"name": "X-Corral-Record", "in": "header", "required": false, "schema": {"type": "string", "enum": ["on", "off"]}, "description": "`on`: record the call in its run's recording (needs `X-Corral-Run`, and the role `operator` or `admin`: 403 recording.not_allowed otherwise)"}
                 ],
                 "responses": responses,
                 "security": [{"bearer": []}]
@@ -247,4 +248,46 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
             ("200", json_of("`{items: [comparison], next}`")), vec![("400", bad("args.invalid, args.unknown"))]),
     }));
     paths.insert("/v1/sandbox/comparisons/{id}".to_owned(), json!({"get": op("sandbox.comparisons.get", "a comparison of the tenant (viewer)", id_param, None, ("200", json_of("the comparison")), vec![])}));
+    recording_paths(paths, err);
+}
+
+/// The recordings' routes (`/v1/sandbox/recordings*`, issue 15): a recording holds call values,
+/// so no tier role reads one: an admin reads every recording of the tenant, anyone else only
+/// their own runs.
+fn recording_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
+    let e = |d: &str| json!({"description": d, "content": {"application/json": {"schema": err}}});
+    let recording = "`{tenant, run_id, principal, purpose, created_ms, updated_ms, events, bytes, capped, gapped, expires_ms}`";
+    let run_param = json!([{"name": "id", "in": "path", "required": true, "description": "the run id", "schema": {"type": "string"}}]);
+    let page_params = json!([
+        {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+        {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
+    ]);
+    let op = |id: &str, summary: &str, params: Value, ok: Value| {
+        json!({"get": {
+            "operationId": id,
+            "summary": summary,
+            "parameters": params,
+            "responses": {
+                "200": ok,
+                "400": e("args.invalid, args.unknown"),
+                "401": e("auth.missing, auth.invalid"),
+                "403": e("recording.forbidden: a recording holds call values; only an admin or the run's own principal reads it"),
+                "404": e("recording.not_found (no recording of this run in your tenant: never recorded, expired, or another tenant's), lab.disabled"),
+            },
+            "security": [{"bearer": []}]
+        }})
+    };
+    let json_of = |d: String| json!({"description": d, "content": {"application/json": {"schema": {"type": "object"}}}});
+    paths.insert("/v1/sandbox/recordings".to_owned(), op(
+        "sandbox.recordings.list", "a page of the tenant's recordings, newest first: every one for an admin, the caller's own runs for anyone else", page_params,
+        json_of(format!("`{{items: [recording], next}}`; a recording: {recording}")),
+    ));
+    paths.insert("/v1/sandbox/recordings/{id}".to_owned(), op(
+        "sandbox.recordings.get", "a recording and its events by `seq` (admin, or the run's own principal)", run_param.clone(),
+        json_of(format!("`{{recording, events: [{{seq, op, args, response, error_code, attestation, started_ms, duration_us}}]}}`; recording: {recording}; `capped`: the cap stopped it, `gapped`: an event could not be written")),
+    ));
+    paths.insert("/v1/sandbox/recordings/{id}/export".to_owned(), op(
+        "sandbox.recordings.export", "a recording as JSON lines: a `{kind: recording, ...}` line, then a `{kind: event, ...}` line per event by `seq` (admin, or the run's own principal)", run_param,
+        json!({"description": "JSON lines", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}),
+    ));
 }

@@ -591,7 +591,7 @@ impl Page {
         Page { limit, after: None }
     }
 
-    fn rows(&self) -> u32 {
+    pub(crate) fn rows(&self) -> u32 {
         if self.limit == 0 || self.limit > MAX_PAGE {
             MAX_PAGE
         } else {

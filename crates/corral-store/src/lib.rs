@@ -42,6 +42,11 @@
 //!
 //! [`lab`]: the lab's scenarios, runs, outputs and comparisons, tenant-scoped inherent methods
 //! (`create_scenario`, `finish_run`, `append_outputs`, ...) that `corral-lab` calls.
+//!
+//! # Recordings
+//!
+//! [`recording`]: the call timelines of runs marked for recording (migration 0009), `impl
+//! Recorder for Store`, capped per run and purged after their retention.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -75,6 +80,7 @@ mod audit;
 mod confirm;
 mod error;
 pub mod lab;
+pub mod recording;
 mod runs;
 mod writer;
 
@@ -99,6 +105,7 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Store {
     pool: Pool,
     redactor: Redactor,
+    recording_limits: recording::RecordingLimits,
 }
 
 #[derive(Debug, Clone)]
@@ -225,6 +232,7 @@ impl Store {
         Ok(Store {
             pool: Pool::Sqlite(pool),
             redactor,
+            recording_limits: recording::RecordingLimits::default(),
         })
     }
 
@@ -258,6 +266,7 @@ impl Store {
         Ok(Store {
             pool: Pool::Postgres(pool),
             redactor,
+            recording_limits: recording::RecordingLimits::default(),
         })
     }
 }

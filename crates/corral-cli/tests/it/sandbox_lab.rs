@@ -837,7 +837,7 @@ fn every_shell_example_in_docs_lab_md_is_a_session_these_tests_run() {
         .filter(|(info, _)| info == "sh")
         .map(|(_, lines)| lines)
         .collect();
-    assert_eq!(sessions.len(), 4, "{sessions:?}");
+    assert_eq!(sessions.len(), 5, "{sessions:?}");
     // The worked example, line for line: the server and `--local` tests run exactly these.
     assert_eq!(sessions[0], WORKED_EXAMPLE);
     // Then the update and the scored run of 3 trials, run by the same tests.
@@ -846,6 +846,120 @@ fn every_shell_example_in_docs_lab_md_is_a_session_these_tests_run() {
     assert_eq!(sessions[2], [crate::lab_program::PROGRAM_EXAMPLE]);
     // The Inspect comparison: the command the Inspect test runs.
     assert_eq!(sessions[3], [INSPECT_EXAMPLE]);
+    // The recordings session, run by `docs_lab_md_recordings_session_*`.
+    assert_eq!(sessions[4], RECORDING_EXAMPLE);
+}
+
+/// docs/lab.md's recordings session: a call with the run-scoped, recording token, then the
+/// recording listed, read and exported.
+const RECORDING_EXAMPLE: &[&str] = &[
+    "corral call files.list path=.",
+    "corral sandbox recordings list -o json",
+    "corral sandbox recordings get task-1 -o json",
+    "corral sandbox recordings export task-1",
+];
+
+const AGENT_TOKEN: &str = "recording-agent-token-0123456789";
+const VIC_TOKEN: &str = "recording-viewer-token-0123456789";
+
+/// A config of docs/lab.md's recording token (its `yaml` block), and a viewer `vic`.
+fn recording_workspace() -> tempfile::TempDir {
+    let docs = lab_md_blocks()
+        .into_iter()
+        .find(|(info, lines)| info == "yaml" && lines.first().is_some_and(|l| l == "auth:"))
+        .map(|(_, lines)| lines.join("\n"))
+        .unwrap();
+    assert!(docs.contains("record: true"), "{docs}");
+    let config = format!(
+        "version: 1\npreset: workspace_jail\nroot: $WS\nstate_dir: .corral\n{docs}\n    - {{id: vic, roles: [viewer], token_env: CORRAL_IT_VIC}}\n"
+    );
+    workspace(Some(&config))
+}
+
+/// Runs docs/lab.md's recordings session (each `corral` line with `extra` appended) and checks
+/// what a user sees; then a viewer who is not the run's principal is refused.
+fn recordings_session(
+    dir: &Path,
+    env: &[(&str, &str)],
+    extra: &str,
+    as_vic: (&[(&str, &str)], &str),
+) {
+    let mut printed = Vec::new();
+    for line in RECORDING_EXAMPLE {
+        let line = format!("{line} {extra}");
+        let (code, out, err) = sh(dir, line.trim_end(), env, "");
+        assert_eq!(code, 0, "`{line}` failed:\n{out}{err}");
+        printed.push(out);
+    }
+    let list: Value = serde_json::from_str(&printed[1]).unwrap();
+    assert_eq!(list["items"][0]["run_id"], "task-1", "{list}");
+    assert_eq!(list["items"][0]["principal"], "agent");
+    assert_eq!(list["items"][0]["events"], 1);
+    let got: Value = serde_json::from_str(&printed[2]).unwrap();
+    assert_eq!(got["recording"]["capped"], false, "{got}");
+    let event = &got["events"][0];
+    assert_eq!(
+        (event["seq"].clone(), event["op"].clone()),
+        (json!(1), json!("files.list"))
+    );
+    assert_eq!(event["args"], json!({"path": "."}));
+    assert!(event["response"].is_object(), "{got}");
+    let kinds: Vec<String> = printed[3]
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(kinds, ["recording", "event"]);
+
+    let (vic_env, vic_extra) = as_vic;
+    let line = format!("corral sandbox recordings get task-1 {vic_extra}");
+    let (code, out, err) = sh(dir, line.trim_end(), vic_env, "");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.starts_with("error[recording.forbidden]: "), "{err}");
+    assert!(out.is_empty(), "nothing of the recording is printed: {out}");
+}
+
+#[test]
+fn docs_lab_md_recordings_session_runs_against_a_server() {
+    let dir = recording_workspace();
+    let env = [
+        ("CORRAL_AGENT_TOKEN", AGENT_TOKEN),
+        ("CORRAL_IT_VIC", VIC_TOKEN),
+    ];
+    let served = serve_with(
+        dir.path(),
+        &["--config", "corral.yaml"],
+        &env,
+        Stdio::null(),
+    );
+    let agent = [
+        ("CORRAL_SERVER", served.url.as_str()),
+        ("CORRAL_TOKEN", AGENT_TOKEN),
+    ];
+    let vic = [
+        ("CORRAL_SERVER", served.url.as_str()),
+        ("CORRAL_TOKEN", VIC_TOKEN),
+    ];
+    recordings_session(dir.path(), &agent, "", (&vic, ""));
+}
+
+#[test]
+fn docs_lab_md_recordings_session_runs_in_process_with_local() {
+    let dir = recording_workspace();
+    let env = [
+        ("CORRAL_AGENT_TOKEN", AGENT_TOKEN),
+        ("CORRAL_IT_VIC", VIC_TOKEN),
+    ];
+    recordings_session(
+        dir.path(),
+        &env,
+        "--local -c corral.yaml --principal agent",
+        (&env, "--local -c corral.yaml --principal vic"),
+    );
 }
 
 /// docs/lab.md's `compare --inspect` example, run by the Inspect test (in a directory holding

@@ -25,6 +25,8 @@ pub(super) struct TokenDraft {
     kind: PrincipalKind,
     token_env: Option<Spanned<String>>,
     run: Option<Spanned<String>>,
+    /// `record:`, with its key path and span (it is only valid with `run:`).
+    record: Option<(bool, String, crate::yaml::Span)>,
 }
 
 /// One of `auth.tokens`.
@@ -66,6 +68,11 @@ pub(super) const TOKEN: &[Field<TokenDraft>] = &[
             ok
         });
     }),
+    Field::new("record", |d, e, t| {
+        t.record = d
+            .bool(e.node, &e.at)
+            .map(|b| (b, e.at.clone(), e.node.span));
+    }),
 ];
 
 /// `auth.tokens: [...]`.
@@ -82,10 +89,27 @@ fn tokens(d: &mut Decoder, e: &Item<'_>, a: &mut AuthConfig) {
             kind: PrincipalKind::Human,
             token_env: None,
             run: None,
+            record: None,
         };
         if d.fields(n, &at, TOKEN, &mut t).is_none() {
             continue;
         }
+        let record = match t.record {
+            Some((true, record_at, span)) if t.run.is_none() => {
+                d.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    "`record: true` records a run, and this token is not scoped to one".to_owned(),
+                    &record_at,
+                    span,
+                    "add `run: <id>` to the token (a run-scoped token), or remove `record:`; an \
+                     operator or admin can record a run with `X-Corral-Record: on`"
+                        .to_owned(),
+                );
+                false
+            }
+            Some((b, _, _)) => b,
+            None => false,
+        };
         match (t.id, t.token_env) {
             (Some((id, id_at)), Some(token_env)) => {
                 if id.value == "anonymous" {
@@ -103,6 +127,7 @@ fn tokens(d: &mut Decoder, e: &Item<'_>, a: &mut AuthConfig) {
                     kind: t.kind,
                     token_env,
                     run: t.run,
+                    record,
                 });
             }
             (id, _) => {

@@ -359,6 +359,46 @@ auth:
     assert_eq!(span_line(&d), 4);
 }
 
+#[test]
+fn a_run_scoped_token_may_record_its_run_and_record_without_a_run_is_refused_where_it_is() {
+    let l = load(
+        "version: 1
+auth:
+  tokens:
+    - {id: agent, token_env: CORRAL_AGENT_TOKEN, run: task-1, record: true}
+    - {id: viewer, token_env: CORRAL_VIEWER_TOKEN, run: task-2}
+    - {id: admin, token_env: CORRAL_ADMIN_TOKEN, record: false}
+",
+    );
+    let record: Vec<_> = l
+        .tokens
+        .iter()
+        .map(|t| (t.principal.id.as_str(), t.record))
+        .collect();
+    assert_eq!(
+        record,
+        [("agent", true), ("viewer", false), ("admin", false)]
+    );
+
+    let yaml = "version: 1
+auth:
+  tokens:
+    - {id: admin, token_env: CORRAL_ADMIN_TOKEN}
+    - {id: agent, token_env: CORRAL_AGENT_TOKEN, record: true}
+";
+    let d = error(yaml, codes::CONFIG_INVALID_VALUE);
+    assert_eq!(d.location, "auth.tokens[1].record");
+    assert!(d.message.contains("not scoped to one"), "{d}");
+    assert!(d.fix.contains("add `run: <id>`"), "{d}");
+    assert!(d.fix.contains("X-Corral-Record: on"), "{d}");
+    assert_eq!(span_line(&d), 5);
+    let d = error(
+        "version: 1\nauth:\n  tokens:\n    - {id: a, token_env: A_TOKEN, run: r, record: yes}\n",
+        codes::CONFIG_INVALID_VALUE,
+    );
+    assert_eq!(d.location, "auth.tokens[0].record");
+}
+
 // ---------------------------------------------------------------- disabled_ops
 
 #[test]

@@ -6,5 +6,6 @@
 mod exact_args;
 mod gateway;
 mod limiter;
+mod recording;
 mod replay_registry;
 mod simulated;

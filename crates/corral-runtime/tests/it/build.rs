@@ -84,7 +84,8 @@ async fn a_one_shot_runtime_starts_no_background_task_and_no_upstream_server() {
 }
 
 #[tokio::test]
-async fn a_long_lived_runtime_starts_the_upstreams_their_refresher_and_the_confirmation_purger() {
+async fn a_long_lived_runtime_starts_the_upstreams_their_refresher_and_the_confirmation_and_recording_purgers()
+ {
     let dir = workspace();
     let loaded = load(dir.path(), &config(dir.path(), ""));
     let options = RuntimeOptions {
@@ -98,6 +99,7 @@ async fn a_long_lived_runtime_starts_the_upstreams_their_refresher_and_the_confi
         &[
             BackgroundTask::UpstreamSupervisors,
             BackgroundTask::ConfirmationPurger,
+            BackgroundTask::RecordingPurger,
             BackgroundTask::UpstreamRefresher,
         ]
     );

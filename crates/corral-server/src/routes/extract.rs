@@ -21,6 +21,8 @@ pub const RUN_HEADER: &str = "x-corral-run";
 pub const AUTONOMY_HEADER: &str = "x-corral-autonomy";
 /// The header that asks for dry-run (of the run, or of the call).
 pub const DRY_RUN_HEADER: &str = "x-corral-dry-run";
+/// The header that records the call in its run's recording (`on`; operator or admin only).
+pub const RECORD_HEADER: &str = "x-corral-record";
 
 /// The code of a malformed guardrail header.
 pub const INVALID_HEADER: &str = codes::RUN_INVALID_HEADER;
@@ -265,9 +267,15 @@ pub fn call_options(headers: &HeaderMap) -> Result<CallOptions, String> {
         Some("false" | "0") => false,
         Some(_) => return Err(format!("`{DRY_RUN_HEADER}` must be `true` or `false`")),
     };
+    let record = match text(RECORD_HEADER)? {
+        None | Some("off") => false,
+        Some("on") => true,
+        Some(_) => return Err(format!("`{RECORD_HEADER}` must be `on` or `off`")),
+    };
     Ok(CallOptions {
         run_id,
         autonomy,
         dry_run,
+        record,
     })
 }

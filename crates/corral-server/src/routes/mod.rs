@@ -51,6 +51,12 @@ pub fn router(state: AppState) -> Router {
             post(sandbox::compare).get(sandbox::list_comparisons),
         )
         .route("/v1/sandbox/comparisons/{id}", get(sandbox::get_comparison))
+        .route("/v1/sandbox/recordings", get(sandbox::list_recordings))
+        .route("/v1/sandbox/recordings/{id}", get(sandbox::get_recording))
+        .route(
+            "/v1/sandbox/recordings/{id}/export",
+            get(sandbox::export_recording),
+        )
         .fallback(meta::not_found)
         .method_not_allowed_fallback(meta::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

@@ -364,3 +364,65 @@ pub async fn get_comparison(
         .map_err(|e| err(e, &rid))?;
     Ok(answer(StatusCode::OK, to_json(&c), &rid))
 }
+
+/// `GET /v1/sandbox/recordings?limit=&after=` -> `{items, next}`: every recording of the tenant
+/// for an admin, the caller's own runs for anyone else.
+pub async fn list_recordings(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    const OP: &str = "sandbox.recordings.list";
+    let (caller, rid) = enter(&state, auth, OP).await?;
+    let lab = state.runtime().lab();
+    let page = match page_of(&q, &[]) {
+        Ok(p) => p,
+        Err(e) => return Err(err(lab.rejected(&caller, &rid, OP, e).await, &rid)),
+    };
+    let p = lab
+        .list_recordings(&caller, &rid, &page)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, paged(&p), &rid))
+}
+
+/// `GET /v1/sandbox/recordings/{id}` -> `{recording, events}` (admin, or the run's principal).
+pub async fn get_recording(
+    State(state): State<AppState>,
+    Path(run): Path<String>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    let (caller, rid) = enter(&state, auth, "sandbox.recordings.get").await?;
+    let r = state
+        .runtime()
+        .lab()
+        .get_recording(&caller, &rid, &run)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, to_json(&r), &rid))
+}
+
+/// `GET /v1/sandbox/recordings/{id}/export` -> JSON lines (`application/x-ndjson`): the
+/// recording, then its events by `seq` (admin, or the run's principal).
+pub async fn export_recording(
+    State(state): State<AppState>,
+    Path(run): Path<String>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    let (caller, rid) = enter(&state, auth, "sandbox.recordings.export").await?;
+    let lines = state
+        .runtime()
+        .lab()
+        .export_recording(&caller, &rid, &run)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    let mut resp = (StatusCode::OK, lines).into_response();
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&rid) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    Ok(resp)
+}

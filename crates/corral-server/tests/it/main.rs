@@ -24,6 +24,7 @@ mod metrics;
 #[path = "../../../corral-store/tests/support/pg_schema.rs"]
 mod pg;
 mod protected;
+mod recordings;
 mod routes;
 mod run_tokens;
 mod sandbox;

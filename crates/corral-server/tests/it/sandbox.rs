@@ -433,6 +433,13 @@ fn lab_routes(id: &str, run: &str, cmp: &str) -> Vec<(Method, String, Option<Val
         ),
         (Method::GET, "/v1/sandbox/comparisons".into(), None),
         (Method::GET, format!("/v1/sandbox/comparisons/{cmp}"), None),
+        (Method::GET, "/v1/sandbox/recordings".into(), None),
+        (Method::GET, format!("/v1/sandbox/recordings/{run}"), None),
+        (
+            Method::GET,
+            format!("/v1/sandbox/recordings/{run}/export"),
+            None,
+        ),
     ]
 }
 

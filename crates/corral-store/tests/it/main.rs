@@ -13,6 +13,7 @@ mod layering;
 #[path = "../support/pg_schema.rs"]
 mod pg_schema;
 mod postgres;
+mod recordings;
 mod runs;
 mod sqlite;
 mod writer;

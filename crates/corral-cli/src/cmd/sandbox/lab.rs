@@ -4,8 +4,8 @@
 
 use corral_client::Client;
 use corral_client::sandbox::{
-    Comparison, ComparisonRequest, Outputs, Page, PageRequest, Run, RunRequest, Scenario,
-    ScenarioRequest, ScenarioSummary,
+    Comparison, ComparisonRequest, Outputs, Page, PageRequest, Recording, RecordingDetail, Run,
+    RunRequest, Scenario, ScenarioRequest, ScenarioSummary,
 };
 use corral_lab::service::{self, LabError, LabService, PageQuery};
 use serde::Serialize;
@@ -217,6 +217,42 @@ impl Lab {
             async |c| c.sandbox_get_run(id).await,
             async |lab, caller| lab.get_run(caller, &rid(), id).await.map_err(refused),
         )
+    }
+
+    pub(crate) fn list_recordings(&self, page: &PageRequest) -> Result<Page<Recording>, CliError> {
+        self.either(
+            "recordings",
+            async |c| c.sandbox_list_recordings(page).await,
+            async |lab, caller| {
+                lab.list_recordings(caller, &rid(), &page_query(page))
+                    .await
+                    .map_err(refused)
+            },
+        )
+    }
+
+    pub(crate) fn recording(&self, run_id: &str) -> Result<RecordingDetail, CliError> {
+        self.either(
+            "recording",
+            async |c| c.sandbox_recording(run_id).await,
+            async |lab, caller| {
+                lab.get_recording(caller, &rid(), run_id)
+                    .await
+                    .map_err(refused)
+            },
+        )
+    }
+
+    /// The recording as JSON lines, as the server (or the local lab) writes them.
+    pub(crate) fn export_recording(&self, run_id: &str) -> Result<String, CliError> {
+        match self {
+            Lab::Remote { client, rt } => rt
+                .block_on(client.sandbox_export_recording(run_id))
+                .map_err(context::remote_error),
+            Lab::Local { app, caller, rt } => rt
+                .block_on(app.runtime().lab().export_recording(caller, &rid(), run_id))
+                .map_err(refused),
+        }
     }
 
     pub(crate) fn outputs(&self, id: &str) -> Result<Outputs, CliError> {

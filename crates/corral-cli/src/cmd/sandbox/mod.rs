@@ -6,6 +6,7 @@
 mod compare;
 mod generate;
 mod lab;
+mod recordings;
 mod runs;
 mod scenarios;
 
@@ -54,6 +55,9 @@ enum Command {
     /// Read recorded comparisons.
     #[command(subcommand)]
     Comparisons(compare::Recorded),
+    /// Read the recorded call timelines of runs (an admin, or the run's own principal).
+    #[command(subcommand)]
+    Recordings(recordings::Command),
 }
 
 /// Where a lab command works (a server, or in-process), as whom, and how it prints.
@@ -94,6 +98,7 @@ pub fn run(args: Args) -> CliResult {
         Command::Runs(c) => runs::run(c),
         Command::Compare(a) => compare::run(a),
         Command::Comparisons(c) => compare::recorded(c),
+        Command::Recordings(c) => recordings::run(c),
     }
 }
 

@@ -1,0 +1,119 @@
+//! `corral sandbox recordings list | get | export`: the recorded call timelines of runs (issue
+//! 15). A recording holds call values: reading one needs the `admin` role or the run's own
+//! principal.
+
+use clap::Subcommand;
+use corral_client::sandbox::{PageRequest, RecordingDetail};
+
+use super::{Conn, Lab, printable};
+use crate::{CliResult, Exit, Format};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// List the recordings you may read, newest first (an admin: every one of the tenant).
+    List {
+        /// Rows per page.
+        #[arg(long, value_name = "N")]
+        limit: Option<u32>,
+        /// Start after this cursor (the `next` of the previous page).
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Show a recording and its calls in order: op, arguments, response or error code.
+    Get {
+        /// The run id.
+        run: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Print a recording as JSON lines: a `{"kind":"recording",...}` line, then one
+    /// `{"kind":"event",...}` line per call, in order.
+    Export {
+        /// The run id.
+        run: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+pub(crate) fn run(c: Command) -> CliResult {
+    match c {
+        Command::List { limit, after, conn } => {
+            let page = Lab::open(&conn)?.list_recordings(&PageRequest { limit, after })?;
+            match conn.format {
+                Format::Json => crate::output::print_json(&page),
+                Format::Human => {
+                    if page.items.is_empty() {
+                        outln!("no recordings");
+                    }
+                    for r in &page.items {
+                        outln!(
+                            "{}  principal={}  {} event(s){}",
+                            printable(&r.run_id),
+                            printable(&r.principal),
+                            r.events,
+                            flags(r.capped, r.gapped)
+                        );
+                    }
+                    if let Some(next) = &page.next {
+                        outln!("more: --after {}", printable(next));
+                    }
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        Command::Get { run, conn } => {
+            let detail = Lab::open(&conn)?.recording(&run)?;
+            match conn.format {
+                Format::Json => crate::output::print_json(&detail),
+                Format::Human => print_recording(&detail),
+            }
+            Ok(Exit::Ok)
+        }
+        Command::Export { run, conn } => {
+            let lines = Lab::open(&conn)?.export_recording(&run)?;
+            // JSON lines whatever `-o` says: each line is JSON, control characters escaped.
+            out!("{lines}");
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+fn flags(capped: bool, gapped: bool) -> String {
+    let mut f = String::new();
+    if capped {
+        f.push_str("  CAPPED (later calls not recorded)");
+    }
+    if gapped {
+        f.push_str("  GAPPED (a call could not be recorded)");
+    }
+    f
+}
+
+fn print_recording(d: &RecordingDetail) {
+    let r = &d.recording;
+    outln!(
+        "recording of run {} (principal {}, purpose {}): {} event(s), {} bytes{}",
+        printable(&r.run_id),
+        printable(&r.principal),
+        printable(&r.purpose),
+        r.events,
+        r.bytes,
+        flags(r.capped, r.gapped)
+    );
+    for e in &d.events {
+        let answer = match (&e.error_code, &e.response) {
+            (Some(code), _) => format!("error {}", printable(code)),
+            (None, Some(v)) => format!("response {}", printable(&v.to_string())),
+            (None, None) => "no response".to_owned(),
+        };
+        outln!(
+            "{:>4}  {}  {}  {answer}",
+            e.seq,
+            printable(&e.op),
+            printable(&e.args.to_string())
+        );
+    }
+}

@@ -1,0 +1,592 @@
+//! Recordings (issue 15, migration 0009): the ordered call timeline of a run marked for
+//! recording, per (tenant, run id); `impl Recorder for Store`.
+//!
+//! - **Append**: one transaction (PostgreSQL: the recording row is read `FOR UPDATE`; SQLite:
+//!   `BEGIN IMMEDIATE`) creates the recording at its first event, checks it belongs to the
+//!   caller's principal, numbers the event `events + 1` (so `seq` runs from 1 without gaps) and
+//!   checks the cap: the event that would take the recording over [`RecordingLimits`]'
+//!   `max_bytes` or `max_events` is not stored, the recording is marked `capped`, and no later
+//!   event is stored either. Never a silent truncation.
+//! - **Gaps**: an event the gateway could not write marks the recording `gapped`.
+//! - **Reads** are tenant-scoped: another tenant's recording is `None`, as if it did not exist.
+//! - **Retention**: a recording expires `retention` after it was created;
+//!   [`Store::purge_recordings`] deletes the expired ones and their events.
+
+use std::time::Duration;
+
+use corral_policy::codes;
+use corral_ports::audit::AttestationRecord;
+use corral_ports::recording::{Recorded, RecordedCall, Recorder, RecorderError, RecordingKey};
+use corral_ports::runs::RunPurpose;
+use futures_core::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::lab::{Page, PageCursor, Paged};
+use crate::{Pool, Store, StoreError};
+
+/// The most a recording may take: the stored text of its events, in bytes (16 MiB).
+pub const MAX_RECORDING_BYTES: u64 = 16 * 1024 * 1024;
+/// The most events a recording may hold.
+pub const MAX_RECORDING_EVENTS: u64 = 10_000;
+/// How long a recording is kept after it was created, unless configured (30 days).
+pub const DEFAULT_RECORDING_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The cap and the retention of recordings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordingLimits {
+    /// Bytes of stored event text per recording.
+    pub max_bytes: u64,
+    /// Events per recording.
+    pub max_events: u64,
+    /// How long a recording is kept after its first event.
+    pub retention: Duration,
+}
+
+impl Default for RecordingLimits {
+    fn default() -> Self {
+        RecordingLimits {
+            max_bytes: MAX_RECORDING_BYTES,
+            max_events: MAX_RECORDING_EVENTS,
+            retention: DEFAULT_RECORDING_RETENTION,
+        }
+    }
+}
+
+/// A recording, without its events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recording {
+    /// The tenant that owns it.
+    pub tenant: String,
+    /// The run id.
+    pub run_id: String,
+    /// The principal whose calls it holds.
+    pub principal: String,
+    /// The run's purpose.
+    pub purpose: RunPurpose,
+    /// When its first event was written (ms since the epoch).
+    pub created_ms: i64,
+    /// When it last changed.
+    pub updated_ms: i64,
+    /// Events stored.
+    pub events: u64,
+    /// Bytes of stored event text.
+    pub bytes: u64,
+    /// Whether it reached its cap: later events were not stored.
+    pub capped: bool,
+    /// Whether an event could not be written: its timeline has a hole.
+    pub gapped: bool,
+    /// When retention deletes it.
+    pub expires_ms: i64,
+}
+
+/// One recorded call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordingEvent {
+    /// Its place in the timeline, from 1.
+    pub seq: u64,
+    /// The op id.
+    pub op: String,
+    /// The canonical arguments (JSON).
+    pub args: Value,
+    /// The response; `None` for a refusal, an error, or a stream.
+    pub response: Option<Value>,
+    /// The code of a refusal or an op error.
+    pub error_code: Option<String>,
+    /// What the isolation backend applied.
+    pub attestation: Option<AttestationRecord>,
+    /// When the call arrived.
+    pub started_ms: i64,
+    /// How long it took, in microseconds.
+    pub duration_us: i64,
+}
+
+/// Why a recording operation was refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordingError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The run id is recorded for another principal.
+    #[error(
+        "run {run_id:?} of tenant {tenant:?} is already recorded for another principal; the \
+         call was not recorded: use a run id of your own for each recorded run"
+    )]
+    PrincipalMismatch {
+        /// The tenant.
+        tenant: String,
+        /// The run id.
+        run_id: String,
+    },
+    /// The event cannot be stored as given.
+    #[error("a recorded event cannot be stored: {reason}")]
+    Invalid {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl RecordingError {
+    /// The stable code (`recording.*`, or the store's `store.*`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            RecordingError::Store(e) => e.code(),
+            RecordingError::PrincipalMismatch { .. } => codes::RECORDING_PRINCIPAL_MISMATCH,
+            RecordingError::Invalid { .. } => codes::RECORDING_INVALID,
+        }
+    }
+}
+
+fn invalid(reason: impl Into<String>) -> RecordingError {
+    RecordingError::Invalid {
+        reason: reason.into(),
+    }
+}
+
+fn corrupt(what: &str, run_id: &str, detail: impl std::fmt::Display) -> RecordingError {
+    RecordingError::Store(StoreError::QueryFailed {
+        what: "read a recording",
+        reason: format!("the stored {what} of recording {run_id:?} cannot be read: {detail}"),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// SQL
+// ---------------------------------------------------------------------------------------------
+
+const RECORDING_COLUMNS: &str = "tenant, run_id, principal, purpose, created_ms, updated_ms, \
+    events, bytes, capped, gapped, expires_ms";
+
+const CREATE: &str = "INSERT INTO recordings (tenant, run_id, principal, purpose, created_ms, \
+    updated_ms, events, bytes, capped, gapped, expires_ms) \
+    VALUES ($1, $2, $3, $4, $5, $5, 0, 0, 0, 0, $6) ON CONFLICT (tenant, run_id) DO NOTHING";
+const STATE: &str = "SELECT principal, events, bytes, capped FROM recordings \
+    WHERE tenant = $1 AND run_id = $2";
+const STATE_LOCKED: &str = "SELECT principal, events, bytes, capped FROM recordings \
+    WHERE tenant = $1 AND run_id = $2 FOR UPDATE";
+const MARK_CAPPED: &str =
+    "UPDATE recordings SET capped = 1, updated_ms = $3 WHERE tenant = $1 AND run_id = $2";
+const MARK_GAPPED: &str = "UPDATE recordings SET gapped = 1, updated_ms = $4 \
+    WHERE tenant = $1 AND run_id = $2 AND principal = $3";
+const INSERT_EVENT: &str = "INSERT INTO recording_events (tenant, run_id, seq, op, args, \
+    response, error_code, attestation, started_ms, duration_us) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+const COUNT_EVENT: &str = "UPDATE recordings SET events = $3, bytes = bytes + $4, \
+    updated_ms = $5 WHERE tenant = $1 AND run_id = $2";
+
+fn get_sql() -> String {
+    format!("SELECT {RECORDING_COLUMNS} FROM recordings WHERE tenant = $1 AND run_id = $2")
+}
+
+fn list_sql() -> String {
+    format!(
+        "SELECT {RECORDING_COLUMNS} FROM recordings WHERE tenant = $1 AND \
+         ($5 IS NULL OR principal = $5) AND \
+         ($2 IS NULL OR created_ms < $2 OR (created_ms = $2 AND run_id < $3)) \
+         ORDER BY created_ms DESC, run_id DESC LIMIT $4"
+    )
+}
+
+const EVENTS: &str = "SELECT seq, op, args, response, error_code, attestation, started_ms, \
+    duration_us FROM recording_events WHERE tenant = $1 AND run_id = $2 ORDER BY seq";
+
+const PURGE_EVENTS: &str = "DELETE FROM recording_events WHERE EXISTS (SELECT 1 FROM recordings \
+    r WHERE r.tenant = recording_events.tenant AND r.run_id = recording_events.run_id \
+    AND r.expires_ms <= $1)";
+const PURGE: &str = "DELETE FROM recordings WHERE expires_ms <= $1";
+
+#[derive(sqlx::FromRow)]
+struct RecordingRow {
+    tenant: String,
+    run_id: String,
+    principal: String,
+    purpose: String,
+    created_ms: i64,
+    updated_ms: i64,
+    events: i64,
+    bytes: i64,
+    capped: i32,
+    gapped: i32,
+    expires_ms: i64,
+}
+
+impl RecordingRow {
+    fn into_recording(self) -> Result<Recording, RecordingError> {
+        let purpose = RunPurpose::parse(&self.purpose)
+            .ok_or_else(|| corrupt("purpose", &self.run_id, &self.purpose))?;
+        let events = u64::try_from(self.events).map_err(|e| corrupt("count", &self.run_id, e))?;
+        let bytes = u64::try_from(self.bytes).map_err(|e| corrupt("size", &self.run_id, e))?;
+        Ok(Recording {
+            tenant: self.tenant,
+            run_id: self.run_id,
+            principal: self.principal,
+            purpose,
+            created_ms: self.created_ms,
+            updated_ms: self.updated_ms,
+            events,
+            bytes,
+            capped: self.capped != 0,
+            gapped: self.gapped != 0,
+            expires_ms: self.expires_ms,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct EventRow {
+    seq: i64,
+    op: String,
+    args: String,
+    response: Option<String>,
+    error_code: Option<String>,
+    attestation: Option<String>,
+    started_ms: i64,
+    duration_us: i64,
+}
+
+impl EventRow {
+    fn into_event(self, run_id: &str) -> Result<RecordingEvent, RecordingError> {
+        let json = |what: &str, t: &str| -> Result<Value, RecordingError> {
+            serde_json::from_str(t).map_err(|e| corrupt(what, run_id, e))
+        };
+        Ok(RecordingEvent {
+            seq: u64::try_from(self.seq).map_err(|e| corrupt("seq", run_id, e))?,
+            op: self.op,
+            args: json("arguments", &self.args)?,
+            response: self
+                .response
+                .as_deref()
+                .map(|t| json("response", t))
+                .transpose()?,
+            error_code: self.error_code,
+            attestation: self
+                .attestation
+                .as_deref()
+                .map(|t| serde_json::from_str(t).map_err(|e| corrupt("attestation", run_id, e)))
+                .transpose()?,
+            started_ms: self.started_ms,
+            duration_us: self.duration_us,
+        })
+    }
+}
+
+/// The event's texts as stored: (response, attestation).
+fn event_texts(call: &RecordedCall) -> (Option<String>, Option<String>) {
+    (
+        call.response.as_ref().map(json_text),
+        call.attestation.as_ref().map(json_text),
+    )
+}
+
+/// JSON text of plain data (serializing maps with string keys, strings and numbers cannot fail).
+fn json_text<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".to_owned())
+}
+
+fn check_plain(key: &RecordingKey, call: &RecordedCall) -> Result<(), RecordingError> {
+    let fields = [
+        ("the tenant", key.tenant.as_str()),
+        ("the run id", key.run_id.as_str()),
+        ("the principal", key.principal.as_str()),
+        ("the op", call.op.as_str()),
+        ("the arguments", call.args.as_str()),
+        ("the error code", call.error_code.as_deref().unwrap_or("")),
+    ];
+    match fields.iter().find(|(_, v)| v.contains('\0')) {
+        Some((name, _)) => Err(invalid(format!(
+            "{name} contains a raw NUL character; identifiers are plain text and arguments \
+             canonical JSON (which escapes NUL)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn expires(now_ms: i64, limits: &RecordingLimits) -> i64 {
+    let keep = i64::try_from(limits.retention.as_millis()).unwrap_or(i64::MAX);
+    now_ms.saturating_add(keep)
+}
+
+/// Appends one event inside the open transaction `$tx`, reading the recording's state with
+/// `$state` (which locks the row where the begin did not).
+macro_rules! record_in {
+    ($store:expr, $tx:expr, $state:expr, $key:expr, $call:expr, $now:expr) => {{
+        let q = |e| RecordingError::Store($store.redactor.query("record a call", e));
+        let limits = $store.recording_limits;
+        let mut tx = $tx.map_err(&q)?;
+        sqlx::query(CREATE)
+            .bind(&$key.tenant)
+            .bind(&$key.run_id)
+            .bind(&$key.principal)
+            .bind($key.purpose.as_str())
+            .bind($now)
+            .bind(expires($now, &limits))
+            .execute(&mut *tx)
+            .await
+            .map_err(&q)?;
+        let (principal, events, bytes, capped): (String, i64, i64, i32) = sqlx::query_as($state)
+            .bind(&$key.tenant)
+            .bind(&$key.run_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(&q)?;
+        if principal != $key.principal {
+            return Err(RecordingError::PrincipalMismatch {
+                tenant: $key.tenant.clone(),
+                run_id: $key.run_id.clone(),
+            });
+        }
+        if capped != 0 {
+            return Ok(Recorded::Capped);
+        }
+        let size = $call.stored_bytes();
+        let events = u64::try_from(events).unwrap_or(u64::MAX);
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        if events.saturating_add(1) > limits.max_events
+            || bytes.saturating_add(size) > limits.max_bytes
+        {
+            sqlx::query(MARK_CAPPED)
+                .bind(&$key.tenant)
+                .bind(&$key.run_id)
+                .bind($now)
+                .execute(&mut *tx)
+                .await
+                .map_err(&q)?;
+            tx.commit().await.map_err(&q)?;
+            return Ok(Recorded::Capped);
+        }
+        let seq = events + 1;
+        let seq_i = i64::try_from(seq).map_err(|_| invalid("the event count is over i64"))?;
+        let size_i = i64::try_from(size).map_err(|_| invalid("the event size is over i64"))?;
+        let (response, attestation) = event_texts($call);
+        sqlx::query(INSERT_EVENT)
+            .bind(&$key.tenant)
+            .bind(&$key.run_id)
+            .bind(seq_i)
+            .bind(&$call.op)
+            .bind(&$call.args)
+            .bind(response)
+            .bind($call.error_code.as_deref())
+            .bind(attestation)
+            .bind($call.started_ms)
+            .bind($call.duration_us)
+            .execute(&mut *tx)
+            .await
+            .map_err(&q)?;
+        sqlx::query(COUNT_EVENT)
+            .bind(&$key.tenant)
+            .bind(&$key.run_id)
+            .bind(seq_i)
+            .bind(size_i)
+            .bind($now)
+            .execute(&mut *tx)
+            .await
+            .map_err(&q)?;
+        tx.commit().await.map_err(&q)?;
+        Ok(Recorded::Stored { seq })
+    }};
+}
+
+impl Store {
+    /// This store with other recording limits (tests, and the `recordings:` config).
+    pub fn with_recording_limits(mut self, limits: RecordingLimits) -> Store {
+        self.recording_limits = limits;
+        self
+    }
+
+    /// The recording limits in force.
+    pub fn recording_limits(&self) -> RecordingLimits {
+        self.recording_limits
+    }
+
+    /// Appends `call` to the recording of `key` (see the module doc): `Stored { seq }`, or
+    /// `Capped` when it would pass the cap (or the recording already had).
+    pub async fn record_call(
+        &self,
+        key: &RecordingKey,
+        call: &RecordedCall,
+        now_ms: i64,
+    ) -> Result<Recorded, RecordingError> {
+        check_plain(key, call)?;
+        match &self.pool {
+            Pool::Postgres(p) => record_in!(self, p.begin().await, STATE_LOCKED, key, call, now_ms),
+            Pool::Sqlite(p) => record_in!(
+                self,
+                p.begin_with("BEGIN IMMEDIATE").await,
+                STATE,
+                key,
+                call,
+                now_ms
+            ),
+        }
+    }
+
+    /// Marks the recording of `key` `gapped`, creating it if needed (a recording of another
+    /// principal is left alone: `recording.principal_mismatch`).
+    pub async fn mark_recording_gapped(
+        &self,
+        key: &RecordingKey,
+        now_ms: i64,
+    ) -> Result<(), RecordingError> {
+        let q = |e| RecordingError::Store(self.redactor.query("mark a recording gapped", e));
+        let exp = expires(now_ms, &self.recording_limits);
+        let changed = on_pool!(&self.pool, p => {
+            sqlx::query(CREATE)
+                .bind(&key.tenant)
+                .bind(&key.run_id)
+                .bind(&key.principal)
+                .bind(key.purpose.as_str())
+                .bind(now_ms)
+                .bind(exp)
+                .execute(p)
+                .await
+                .map_err(&q)?;
+            sqlx::query(MARK_GAPPED)
+                .bind(&key.tenant)
+                .bind(&key.run_id)
+                .bind(&key.principal)
+                .bind(now_ms)
+                .execute(p)
+                .await
+                .map_err(&q)?
+                .rows_affected()
+        });
+        if changed == 0 {
+            return Err(RecordingError::PrincipalMismatch {
+                tenant: key.tenant.clone(),
+                run_id: key.run_id.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The recording of `run_id` in `tenant`, without its events; `None` if `tenant` has none.
+    pub async fn get_recording(
+        &self,
+        tenant: &str,
+        run_id: &str,
+    ) -> Result<Option<Recording>, RecordingError> {
+        let q = |e| RecordingError::Store(self.redactor.query("read a recording", e));
+        let sql = get_sql();
+        let row: Option<RecordingRow> = on_pool!(&self.pool, p => sqlx::query_as(&sql)
+            .bind(tenant)
+            .bind(run_id)
+            .fetch_optional(p)
+            .await
+            .map_err(&q)?);
+        row.map(RecordingRow::into_recording).transpose()
+    }
+
+    /// The events of the recording of `run_id` in `tenant`, by `seq` (empty if `tenant` has no
+    /// such recording: ask [`Store::get_recording`] first).
+    pub async fn recording_events(
+        &self,
+        tenant: &str,
+        run_id: &str,
+    ) -> Result<Vec<RecordingEvent>, RecordingError> {
+        let q = |e| RecordingError::Store(self.redactor.query("read a recording's events", e));
+        let rows: Vec<EventRow> = on_pool!(&self.pool, p => sqlx::query_as(EVENTS)
+            .bind(tenant)
+            .bind(run_id)
+            .fetch_all(p)
+            .await
+            .map_err(&q)?);
+        rows.into_iter().map(|r| r.into_event(run_id)).collect()
+    }
+
+    /// The recordings of `tenant` (only `principal`'s when given), newest first, a page at a
+    /// time (the cursor's id is the run id).
+    pub async fn list_recordings(
+        &self,
+        tenant: &str,
+        principal: Option<&str>,
+        page: &Page,
+    ) -> Result<Paged<Recording>, RecordingError> {
+        let q = |e| RecordingError::Store(self.redactor.query("list recordings", e));
+        let rows_wanted = page.rows();
+        let (after_ms, after_id) = match &page.after {
+            Some(c) => (Some(c.created_ms), c.id.as_str()),
+            None => (None, ""),
+        };
+        let sql = list_sql();
+        let rows: Vec<RecordingRow> = on_pool!(&self.pool, p => sqlx::query_as(&sql)
+            .bind(tenant)
+            .bind(after_ms)
+            .bind(after_id)
+            .bind(i64::from(rows_wanted) + 1)
+            .bind(principal)
+            .fetch_all(p)
+            .await
+            .map_err(&q)?);
+        let mut items = rows
+            .into_iter()
+            .map(RecordingRow::into_recording)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = if items.len() > rows_wanted as usize {
+            items.truncate(rows_wanted as usize);
+            items.last().map(|r| PageCursor {
+                created_ms: r.created_ms,
+                id: r.run_id.clone(),
+            })
+        } else {
+            None
+        };
+        Ok(Paged { items, next })
+    }
+
+    /// Deletes every recording (of every tenant) expired at `now_ms`, with its events, in one
+    /// transaction; returns how many recordings were deleted.
+    pub async fn purge_recordings(&self, now_ms: i64) -> Result<u64, RecordingError> {
+        let q = |e| RecordingError::Store(self.redactor.query("purge recordings", e));
+        let deleted = on_pool!(&self.pool, p => {
+            let mut tx = p.begin().await.map_err(&q)?;
+            sqlx::query(PURGE_EVENTS)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(&q)?;
+            let n = sqlx::query(PURGE)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(&q)?
+                .rows_affected();
+            tx.commit().await.map_err(&q)?;
+            n
+        });
+        if deleted > 0 {
+            tracing::info!(recordings = deleted, "expired recordings deleted");
+        }
+        Ok(deleted)
+    }
+}
+
+fn port_error(e: RecordingError) -> RecorderError {
+    RecorderError(format!("{}: {e}", e.code()))
+}
+
+impl Recorder for Store {
+    fn record<'a>(
+        &'a self,
+        key: &'a RecordingKey,
+        call: &'a RecordedCall,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<Recorded, RecorderError>> {
+        Box::pin(async move {
+            self.record_call(key, call, now_ms)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn mark_gapped<'a>(
+        &'a self,
+        key: &'a RecordingKey,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<(), RecorderError>> {
+        Box::pin(async move {
+            self.mark_recording_gapped(key, now_ms)
+                .await
+                .map_err(port_error)
+        })
+    }
+}
