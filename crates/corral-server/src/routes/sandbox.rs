@@ -9,7 +9,9 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use corral_guard::Caller;
-use corral_lab::service::{CompareBody, LabError, PageQuery, RunBody, ScenarioBody, parse};
+use corral_lab::service::{
+    CompareBody, LabError, LabService, PageQuery, RunBody, ScenarioBody, parse,
+};
 use corral_lab::synthetic;
 use corral_policy::codes;
 use corral_store::lab::Paged;
@@ -39,6 +41,28 @@ fn to_json<T: Serialize>(v: &T) -> Value {
 
 fn paged<T: Serialize>(p: &Paged<T>) -> Value {
     json!({"items": to_json(&p.items), "next": p.next.as_ref().map(ToString::to_string)})
+}
+
+/// A listing (`GET ...?limit=&after=` plus the query keys `extra`) -> `{items, next}`: enters
+/// the route as `op`, reads the page, and answers the one `list` gives.
+async fn listed<T: Serialize>(
+    state: &AppState,
+    q: &HashMap<String, String>,
+    auth: Authed<Sandbox>,
+    op: &'static str,
+    extra: &[&str],
+    list: impl AsyncFnOnce(&LabService, &Caller, &str, &PageQuery) -> Result<Paged<T>, LabError>,
+) -> Result<Response, ApiError> {
+    let (caller, rid) = enter(state, auth, op).await?;
+    let lab = state.runtime().lab();
+    let page = match page_of(q, extra) {
+        Ok(p) => p,
+        Err(e) => return Err(err(lab.rejected(&caller, &rid, op, e).await, &rid)),
+    };
+    let p = list(lab, &caller, &rid, &page)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, paged(&p), &rid))
 }
 
 /// Authenticates a GET (or a bodiless request) and refuses it when the lab is off.
@@ -207,18 +231,15 @@ pub async fn list_scenarios(
     Query(q): Query<HashMap<String, String>>,
     auth: Authed<Sandbox>,
 ) -> Result<Response, ApiError> {
-    const OP: &str = "sandbox.scenarios.list";
-    let (caller, rid) = enter(&state, auth, OP).await?;
-    let lab = state.runtime().lab();
-    let page = match page_of(&q, &[]) {
-        Ok(p) => p,
-        Err(e) => return Err(err(lab.rejected(&caller, &rid, OP, e).await, &rid)),
-    };
-    let p = lab
-        .list_scenarios(&caller, &rid, &page)
-        .await
-        .map_err(|e| err(e, &rid))?;
-    Ok(answer(StatusCode::OK, paged(&p), &rid))
+    listed(
+        &state,
+        &q,
+        auth,
+        "sandbox.scenarios.list",
+        &[],
+        async |lab, caller, rid, page| lab.list_scenarios(caller, rid, page).await,
+    )
+    .await
 }
 
 /// `GET /v1/sandbox/scenarios/{id}`.
@@ -263,18 +284,18 @@ pub async fn list_runs(
     Query(q): Query<HashMap<String, String>>,
     auth: Authed<Sandbox>,
 ) -> Result<Response, ApiError> {
-    const OP: &str = "sandbox.runs.list";
-    let (caller, rid) = enter(&state, auth, OP).await?;
-    let lab = state.runtime().lab();
-    let page = match page_of(&q, &["scenario"]) {
-        Ok(p) => p,
-        Err(e) => return Err(err(lab.rejected(&caller, &rid, OP, e).await, &rid)),
-    };
-    let p = lab
-        .list_runs(&caller, &rid, q.get("scenario").map(String::as_str), &page)
-        .await
-        .map_err(|e| err(e, &rid))?;
-    Ok(answer(StatusCode::OK, paged(&p), &rid))
+    listed(
+        &state,
+        &q,
+        auth,
+        "sandbox.runs.list",
+        &["scenario"],
+        async |lab, caller, rid, page| {
+            lab.list_runs(caller, rid, q.get("scenario").map(String::as_str), page)
+                .await
+        },
+    )
+    .await
 }
 
 /// `GET /v1/sandbox/runs/{id}`.
@@ -335,18 +356,15 @@ pub async fn list_comparisons(
     Query(q): Query<HashMap<String, String>>,
     auth: Authed<Sandbox>,
 ) -> Result<Response, ApiError> {
-    const OP: &str = "sandbox.comparisons.list";
-    let (caller, rid) = enter(&state, auth, OP).await?;
-    let lab = state.runtime().lab();
-    let page = match page_of(&q, &[]) {
-        Ok(p) => p,
-        Err(e) => return Err(err(lab.rejected(&caller, &rid, OP, e).await, &rid)),
-    };
-    let p = lab
-        .list_comparisons(&caller, &rid, &page)
-        .await
-        .map_err(|e| err(e, &rid))?;
-    Ok(answer(StatusCode::OK, paged(&p), &rid))
+    listed(
+        &state,
+        &q,
+        auth,
+        "sandbox.comparisons.list",
+        &[],
+        async |lab, caller, rid, page| lab.list_comparisons(caller, rid, page).await,
+    )
+    .await
 }
 
 /// `GET /v1/sandbox/comparisons/{id}`.
@@ -372,18 +390,15 @@ pub async fn list_recordings(
     Query(q): Query<HashMap<String, String>>,
     auth: Authed<Sandbox>,
 ) -> Result<Response, ApiError> {
-    const OP: &str = "sandbox.recordings.list";
-    let (caller, rid) = enter(&state, auth, OP).await?;
-    let lab = state.runtime().lab();
-    let page = match page_of(&q, &[]) {
-        Ok(p) => p,
-        Err(e) => return Err(err(lab.rejected(&caller, &rid, OP, e).await, &rid)),
-    };
-    let p = lab
-        .list_recordings(&caller, &rid, &page)
-        .await
-        .map_err(|e| err(e, &rid))?;
-    Ok(answer(StatusCode::OK, paged(&p), &rid))
+    listed(
+        &state,
+        &q,
+        auth,
+        "sandbox.recordings.list",
+        &[],
+        async |lab, caller, rid, page| lab.list_recordings(caller, rid, page).await,
+    )
+    .await
 }
 
 /// `GET /v1/sandbox/recordings/{id}` -> `{recording, events}` (admin, or the run's principal).
