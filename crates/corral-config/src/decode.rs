@@ -20,8 +20,8 @@ use corral_policy::units::{parse_duration, parse_size};
 
 use crate::diag::Diagnostic;
 use crate::model::{
-    BackendKind, Config, IsolationConfig, McpConfig, NetworkMode, SandboxConfig, Spanned,
-    StateOnlyEntry, StorageConfig,
+    BackendKind, Config, IsolationConfig, McpConfig, NetworkMode, RecordingsConfig, SandboxConfig,
+    Spanned, StateOnlyEntry, StorageConfig,
 };
 use crate::yaml::{Key, Node, Span, Value};
 
@@ -421,6 +421,18 @@ pub(super) const TOP: &[Field<Config>] = &[
     Field::new("sandbox", |d, e, c| {
         d.fields(e.node, &e.at, SANDBOX, &mut c.sandbox);
     }),
+    Field::new("recordings", |d, e, c| {
+        d.fields(e.node, &e.at, RECORDINGS, &mut c.recordings);
+    }),
+];
+
+/// `recordings:` the limits of recorded runs.
+pub(super) const RECORDINGS: &[Field<RecordingsConfig>] = &[
+    Field::new("retention", |d, e, r| {
+        r.retention = d.duration(e.node, &e.at)
+    }),
+    Field::new("max_bytes", |d, e, r| r.max_bytes = d.size(e.node, &e.at)),
+    Field::new("max_events", |d, e, r| r.max_events = d.uint(e.node, &e.at)),
 ];
 
 fn version(d: &mut Decoder, e: &Item<'_>, c: &mut Config) {
@@ -591,6 +603,7 @@ pub(crate) fn all_tables() -> Vec<(&'static str, Vec<&'static str>)> {
         ("mcp", keys(MCP)),
         ("isolation", keys(ISOLATION)),
         ("sandbox", keys(SANDBOX)),
+        ("recordings", keys(RECORDINGS)),
         ("rules[0]", keys(scopes::RULE)),
         ("rules[0].paths", keys(scopes::PATH)),
         ("rules[0].commands", keys(scopes::COMMAND)),

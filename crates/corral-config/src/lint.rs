@@ -327,7 +327,9 @@ impl<'a> Linter<'a> {
     /// `lint.raised_cap`: a memory cap or write quota above corral's safe default, in the
     /// global limits, a rule's, an upstream MCP server's, or a lab program's.
     fn raised_caps(&mut self) {
-        use corral_policy::limits::{DEFAULT_MEMORY, DEFAULT_WRITE_QUOTA};
+        use corral_policy::limits::{
+            DEFAULT_MEMORY, DEFAULT_RECORDING_BYTES, DEFAULT_RECORDING_EVENTS, DEFAULT_WRITE_QUOTA,
+        };
         use corral_policy::units::format_size;
         let c = &self.l.config;
         let mut places: Vec<(String, Option<Span>, &corral_policy::Limits)> =
@@ -383,6 +385,26 @@ impl<'a> Linter<'a> {
                     DEFAULT_MEMORY,
                 ));
             }
+        }
+        let rec = &c.recordings;
+        if let Some(b) = rec.max_bytes.filter(|b| *b > DEFAULT_RECORDING_BYTES) {
+            found.push((
+                "recordings.max_bytes".to_owned(),
+                None,
+                "recording size cap",
+                b,
+                DEFAULT_RECORDING_BYTES,
+            ));
+        }
+        if let Some(n) = rec.max_events.filter(|n| *n > DEFAULT_RECORDING_EVENTS) {
+            self.push(Diagnostic::warning(
+                codes::LINT_RAISED_CAP,
+                format!(
+                    "`recordings.max_events` raises the recording event cap from the safe default {DEFAULT_RECORDING_EVENTS} to {n}"
+                ),
+                "recordings.max_events",
+                None,
+            ));
         }
         for (at, span, what, value, default) in found {
             self.push(Diagnostic::warning(

@@ -84,6 +84,20 @@ pub struct Config {
     pub run: Option<RunConfig>,
     /// `sandbox:` the lab (scenarios, runs, comparisons).
     pub sandbox: SandboxConfig,
+    /// `recordings:` how long recorded runs are kept and how large one may grow; each `None`
+    /// is the store's default (30 days, 16 MiB, 10,000 events).
+    pub recordings: RecordingsConfig,
+}
+
+/// `recordings:` the limits of recorded runs (issue 15).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecordingsConfig {
+    /// How long a recording is kept after its first event.
+    pub retention: Option<Duration>,
+    /// Bytes of stored events per recording.
+    pub max_bytes: Option<u64>,
+    /// Events per recording.
+    pub max_events: Option<u64>,
 }
 
 /// What of the host `corral run` shows the program besides the system directories.

@@ -34,6 +34,14 @@ pub struct Limits {
 /// servers): 1 GiB. Raising it is explicit (`limits.memory`) and linted (`lint.raised_cap`).
 pub const DEFAULT_MEMORY: u64 = 1 << 30;
 
+/// The most a recording may take when the config sets no `recordings.max_bytes`: the stored
+/// text of its events, 16 MiB. Raising it is explicit and linted (`lint.raised_cap`).
+pub const DEFAULT_RECORDING_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The most events a recording may hold when the config sets no `recordings.max_events`:
+/// 10,000. Raising it is explicit and linted (`lint.raised_cap`).
+pub const DEFAULT_RECORDING_EVENTS: u64 = 10_000;
+
 /// What one run may add to its write paths when the config sets no `limits.write_quota`:
 /// 1 GiB. Raising it is explicit and linted (`lint.raised_cap`).
 pub const DEFAULT_WRITE_QUOTA: u64 = 1 << 30;

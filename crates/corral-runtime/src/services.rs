@@ -29,9 +29,16 @@ pub(crate) async fn store(loaded: &Loaded) -> Result<Arc<Store>, RuntimeError> {
         .url
         .clone()
         .unwrap_or_else(|| Store::default_sqlite_url(&loaded.state_dir));
+    let r = &loaded.config.recordings;
+    let defaults = corral_store::recording::RecordingLimits::default();
     let store = Store::connect(&url)
         .await
-        .map_err(|e| RuntimeError::Store(e.to_string()))?;
+        .map_err(|e| RuntimeError::Store(e.to_string()))?
+        .with_recording_limits(corral_store::recording::RecordingLimits {
+            max_bytes: r.max_bytes.unwrap_or(defaults.max_bytes),
+            max_events: r.max_events.unwrap_or(defaults.max_events),
+            retention: r.retention.unwrap_or(defaults.retention),
+        });
     Ok(Arc::new(store))
 }
 

@@ -25,10 +25,11 @@ use serde_json::Value;
 use crate::lab::{Page, PageCursor, Paged};
 use crate::{Pool, Store, StoreError};
 
-/// The most a recording may take: the stored text of its events, in bytes (16 MiB).
-pub const MAX_RECORDING_BYTES: u64 = 16 * 1024 * 1024;
-/// The most events a recording may hold.
-pub const MAX_RECORDING_EVENTS: u64 = 10_000;
+/// The most a recording may take unless configured: the stored text of its events, in bytes
+/// (16 MiB).
+pub const MAX_RECORDING_BYTES: u64 = corral_policy::limits::DEFAULT_RECORDING_BYTES;
+/// The most events a recording may hold unless configured (10,000).
+pub const MAX_RECORDING_EVENTS: u64 = corral_policy::limits::DEFAULT_RECORDING_EVENTS;
 /// How long a recording is kept after it was created, unless configured (30 days).
 pub const DEFAULT_RECORDING_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 

@@ -962,6 +962,42 @@ fn docs_lab_md_recordings_session_runs_in_process_with_local() {
     );
 }
 
+#[test]
+fn the_configs_recordings_max_events_caps_a_recording_and_marks_it_capped() {
+    let dir = recording_workspace();
+    let path = dir.path().join("corral.yaml");
+    let config = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        format!("{config}recordings: {{max_events: 1, retention: 24h}}\n"),
+    )
+    .unwrap();
+    let env = [
+        ("CORRAL_AGENT_TOKEN", AGENT_TOKEN),
+        ("CORRAL_IT_VIC", VIC_TOKEN),
+    ];
+    let local = "--local -c corral.yaml --principal agent";
+    for _ in 0..2 {
+        let (code, out, err) = sh(
+            dir.path(),
+            &format!("corral call files.list path=. {local}"),
+            &env,
+            "",
+        );
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let (code, out, err) = sh(
+        dir.path(),
+        &format!("corral sandbox recordings get task-1 -o json {local}"),
+        &env,
+        "",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let got: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(got["recording"]["capped"], true, "{got}");
+    assert_eq!(got["events"].as_array().map(Vec::len), Some(1), "{got}");
+}
+
 /// docs/lab.md's `compare --inspect` example, run by the Inspect test (in a directory holding
 /// `base.eval` and `cand.eval`).
 const INSPECT_EXAMPLE: &str = "corral sandbox compare --inspect base.eval cand.eval --seed 7";

@@ -39,7 +39,7 @@ fn document(path: &str, body: &str) -> Option<String> {
         "run.limits" => format!("{{version: 1, run: {{limits: {{{body}}}}}}}"),
         "preset[0]" => format!("{{version: 1, preset: [{{{body}}}]}}"),
         "storage" | "mcp" | "isolation" | "limits" | "auth" | "audit" | "autonomy" | "roles"
-        | "guardrails" | "budgets" | "run" | "sandbox" => {
+        | "guardrails" | "budgets" | "run" | "sandbox" | "recordings" => {
             format!("{{version: 1, {path}: {{{body}}}}}")
         }
         _ => return None,

@@ -1592,3 +1592,27 @@ sandbox:
         codes::LINT_LAB_PROGRAM_UNISOLATED,
     );
 }
+
+#[test]
+fn a_raised_recording_cap_is_a_warning_and_a_lowered_one_is_not() {
+    let raised = findings(&with_auth(
+        "version: 1
+recordings: {max_bytes: 64MiB, max_events: 20000, retention: 24h}
+",
+    ));
+    let caps: Vec<&Diagnostic> = raised
+        .iter()
+        .filter(|d| d.code == codes::LINT_RAISED_CAP)
+        .collect();
+    assert_eq!(caps.len(), 2, "{}", list(&raised));
+    assert!(caps.iter().any(|d| d.message.contains("recordings.max_bytes")));
+    assert!(caps.iter().any(|d| d.message.contains("recordings.max_events")));
+    misses(
+        &with_auth(
+            "version: 1
+recordings: {max_bytes: 1MiB, max_events: 100}
+",
+        ),
+        codes::LINT_RAISED_CAP,
+    );
+}
