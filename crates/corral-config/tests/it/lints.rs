@@ -1605,8 +1605,14 @@ recordings: {max_bytes: 64MiB, max_events: 20000, retention: 24h}
         .filter(|d| d.code == codes::LINT_RAISED_CAP)
         .collect();
     assert_eq!(caps.len(), 2, "{}", list(&raised));
-    assert!(caps.iter().any(|d| d.message.contains("recordings.max_bytes")));
-    assert!(caps.iter().any(|d| d.message.contains("recordings.max_events")));
+    assert!(
+        caps.iter()
+            .any(|d| d.message.contains("recordings.max_bytes"))
+    );
+    assert!(
+        caps.iter()
+            .any(|d| d.message.contains("recordings.max_events"))
+    );
     misses(
         &with_auth(
             "version: 1
