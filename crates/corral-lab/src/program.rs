@@ -179,6 +179,24 @@ fn ending(out: &ExecOutput) -> String {
     }
 }
 
+/// How a program that did not finish well ended: killed at its `timeout` (`Err(true, ..)`), or
+/// a non-zero exit or a signal (`Err(false, ..)`), each with the words that say so.
+fn finished(out: &ExecOutput, timeout: Duration) -> Result<(), (bool, String)> {
+    if out.timed_out {
+        return Err((
+            true,
+            format!("killed after its timeout of {} s", timeout.as_secs_f64()),
+        ));
+    }
+    if out.exit_code != Some(0) {
+        return Err((
+            false,
+            format!("{}; stderr ends: {:?}", ending(out), stderr_tail(out)),
+        ));
+    }
+    Ok(())
+}
+
 /// The external-program variant.
 #[derive(Debug, Clone)]
 pub struct ProgramAgent {
@@ -218,20 +236,13 @@ impl ProgramAgent {
             code,
             message: format!("program `{}`: {message}", self.spec.name),
         };
-        if out.timed_out {
-            return failed(
-                codes::LAB_PROGRAM_TIMEOUT,
-                format!(
-                    "killed after its timeout of {} s",
-                    self.spec.timeout.as_secs_f64()
-                ),
-            );
-        }
-        if out.exit_code != Some(0) {
-            return failed(
-                codes::LAB_PROGRAM_FAILED,
-                format!("{}; stderr ends: {:?}", ending(&out), stderr_tail(&out)),
-            );
+        if let Err((timed_out, why)) = finished(&out, self.spec.timeout) {
+            let code = if timed_out {
+                codes::LAB_PROGRAM_TIMEOUT
+            } else {
+                codes::LAB_PROGRAM_FAILED
+            };
+            return failed(code, why);
         }
         if out.stdout_truncated {
             return failed(
@@ -343,19 +354,7 @@ impl CommandScorer {
             .await
             .map_err(|e| failed(e.to_string()))?;
         attest(out.attestation.clone());
-        if out.timed_out {
-            return Err(failed(format!(
-                "killed after its timeout of {} s",
-                self.spec.timeout.as_secs_f64()
-            )));
-        }
-        if out.exit_code != Some(0) {
-            return Err(failed(format!(
-                "{}; stderr ends: {:?}",
-                ending(&out),
-                stderr_tail(&out)
-            )));
-        }
+        finished(&out, self.spec.timeout).map_err(|(_, why)| failed(why))?;
         let text = String::from_utf8_lossy(&out.stdout);
         let line: ScorerLine = serde_json::from_str(text.trim()).map_err(|e| {
             ScoreError::Program(

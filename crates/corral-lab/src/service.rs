@@ -592,6 +592,7 @@ impl LabService {
             }
             check_executions(scenario.steps().len().saturating_mul(trials as usize))?;
             let x = self
+                .executor()
                 .execute(
                     caller,
                     &tenant,
@@ -939,27 +940,6 @@ impl LabService {
             store: self.store.clone(),
             lab: self.lab(),
         }
-    }
-
-    /// Creates, executes, scores, records and finishes one run.
-    #[allow(clippy::too_many_arguments)]
-    async fn execute(
-        &self,
-        caller: &Caller,
-        tenant: &str,
-        stored: &store_lab::Scenario,
-        scenario: &Scenario,
-        variant: &str,
-        agent: &Resolved,
-        scorer: Option<&RunScorer>,
-        seed: u64,
-        trials: u32,
-    ) -> Result<Executed, LabError> {
-        self.executor()
-            .execute(
-                caller, tenant, stored, scenario, variant, agent, scorer, seed, trials,
-            )
-            .await
     }
 
     async fn compare_inner(
@@ -1608,7 +1588,7 @@ async fn score_outputs(
                             NOT_SCORED_STEP
                         }
                     },
-                    _ => score_step(None, "", "", None).unwrap_or(NOT_SCORED_STEP),
+                    _ => NOT_SCORED_STEP,
                 };
                 scores.push(s);
             }
@@ -1655,10 +1635,9 @@ fn scored_outputs(
         } else {
             o.input.clone()
         };
-        let s = if too_large {
-            score_step(None, "", "", None).unwrap_or(NOT_SCORED_STEP)
-        } else {
-            scores.get(i).copied().unwrap_or(NOT_SCORED_STEP)
+        let s = match scores.get(i) {
+            Some(s) if !too_large => *s,
+            _ => NOT_SCORED_STEP,
         };
         if let Some(v) = per_trial.get_mut(t) {
             v.push(s);

@@ -121,15 +121,7 @@ impl Lab {
         run_id: &str,
         principal: Principal,
     ) -> Result<World, WorldError> {
-        if !corral_guard::valid_run_id(run_id) {
-            return Err(WorldError {
-                code: codes::RUN_INVALID_HEADER,
-                message: format!(
-                    "run id `{}` is not valid; use 1-128 characters of letters, digits, `_`, `-`, `.` and `:`",
-                    run_id.chars().take(140).collect::<String>()
-                ),
-            });
-        }
+        check_run_id(run_id)?;
         let mocks = Arc::new(Mocks {
             table: Arc::clone(scenario.table()),
             misses: Mutex::new(Vec::new()),
@@ -143,16 +135,22 @@ impl Lab {
         .with_runs(self.runs.clone())
         .with_purpose(RunPurpose::Simulation)
         .simulated(mocks.clone());
-        Ok(World {
-            gateway: Arc::new(gateway),
-            mocked: true,
-            attested: Mutex::new(Vec::new()),
-            caller: Caller::new(principal).with_run(Some(run_id.to_owned())),
-            run_id: run_id.to_owned(),
-            mocks,
-            scenario: scenario.clone(),
-        })
+        Ok(World::of(gateway, mocks, true, scenario, run_id, principal))
     }
+}
+
+/// `run_id` as a lab run's id: 1-128 characters of letters, digits, `_`, `-`, `.`, `:`.
+fn check_run_id(run_id: &str) -> Result<(), WorldError> {
+    if corral_guard::valid_run_id(run_id) {
+        return Ok(());
+    }
+    Err(WorldError {
+        code: codes::RUN_INVALID_HEADER,
+        message: format!(
+            "run id `{}` is not valid; use 1-128 characters of letters, digits, `_`, `-`, `.` and `:`",
+            run_id.chars().take(140).collect::<String>()
+        ),
+    })
 }
 
 impl World {
@@ -164,24 +162,34 @@ impl World {
         run_id: &str,
         principal: Principal,
     ) -> Result<World, WorldError> {
-        if !corral_guard::valid_run_id(run_id) {
-            return Err(WorldError {
-                code: codes::RUN_INVALID_HEADER,
-                message: "the run id is not valid; use 1-128 characters of letters, digits, `_`, `-`, `.` and `:`".to_owned(),
-            });
-        }
-        Ok(World {
+        check_run_id(run_id)?;
+        let mocks = Arc::new(Mocks {
+            table: Arc::new(MockTable::default()),
+            misses: Mutex::new(Vec::new()),
+        });
+        Ok(World::of(
+            gateway, mocks, false, scenario, run_id, principal,
+        ))
+    }
+
+    /// The world of one run: its gateway, the mocks it answers from (`mocked`: only them).
+    fn of(
+        gateway: Gateway,
+        mocks: Arc<Mocks>,
+        mocked: bool,
+        scenario: &Scenario,
+        run_id: &str,
+        principal: Principal,
+    ) -> World {
+        World {
             gateway: Arc::new(gateway),
-            mocked: false,
+            mocked,
             attested: Mutex::new(Vec::new()),
             caller: Caller::new(principal).with_run(Some(run_id.to_owned())),
             run_id: run_id.to_owned(),
-            mocks: Arc::new(Mocks {
-                table: Arc::new(MockTable::default()),
-                misses: Mutex::new(Vec::new()),
-            }),
+            mocks,
             scenario: scenario.clone(),
-        })
+        }
     }
 }
 
