@@ -62,7 +62,7 @@ fn risky(c: char) -> bool {
 /// `json` (serde_json's) with each [`risky`] character written `\uXXXX`: outside ASCII, such a
 /// character can only sit inside a string, where the escape means the same. A stored value is
 /// whatever a caller or a sandboxed program wrote, and this is printed to a terminal too.
-fn terminal_safe(json: String) -> String {
+pub(crate) fn terminal_safe(json: String) -> String {
     if !json.chars().any(risky) {
         return json;
     }

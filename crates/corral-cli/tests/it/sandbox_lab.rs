@@ -963,6 +963,45 @@ fn docs_lab_md_recordings_session_runs_in_process_with_local() {
 }
 
 #[test]
+fn a_recordings_export_carries_no_character_a_terminal_acts_on() {
+    let dir = recording_workspace();
+    // A file name a terminal would act on (CSI, a right-to-left override): recorded as
+    // `files.list` answered it.
+    std::fs::write(dir.path().join("ws/evil\u{9b}2J\u{202e}txt.exe"), "x").unwrap();
+    let env = [
+        ("CORRAL_AGENT_TOKEN", AGENT_TOKEN),
+        ("CORRAL_IT_VIC", VIC_TOKEN),
+    ];
+    let local = "--local -c corral.yaml --principal agent";
+    let (code, out, err) = sh(
+        dir.path(),
+        &format!("corral call files.list path=. {local}"),
+        &env,
+        "",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = sh(
+        dir.path(),
+        &format!("corral sandbox recordings export task-1 {local}"),
+        &env,
+        "",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        !out.contains('\u{9b}') && !out.contains('\u{202e}'),
+        "{out:?}"
+    );
+    // Escaped, the lines are the same JSON: the name is there, whole.
+    assert!(
+        out.lines().any(|l| serde_json::from_str::<Value>(l)
+            .unwrap()
+            .to_string()
+            .contains("evil\u{9b}2J\u{202e}txt.exe")),
+        "{out:?}"
+    );
+}
+
+#[test]
 fn the_configs_recordings_max_events_caps_a_recording_and_marks_it_capped() {
     let dir = recording_workspace();
     let path = dir.path().join("corral.yaml");

@@ -74,8 +74,9 @@ pub(crate) fn run(c: Command) -> CliResult {
         }
         Command::Export { run, conn } => {
             let lines = Lab::open(&conn)?.export_recording(&run)?;
-            // JSON lines whatever `-o` says: each line is JSON, control characters escaped.
-            out!("{lines}");
+            // JSON lines whatever `-o` says: each line is JSON, and every character a terminal
+            // acts on is written `\uXXXX` (a recorded value is whatever a caller sent or got).
+            out!("{}", crate::output::terminal_safe(lines));
             Ok(Exit::Ok)
         }
     }
