@@ -529,6 +529,9 @@ pub(super) const SANDBOX: &[Field<SandboxConfig>] = &[
     Field::new("scorers", |d, e, s| {
         s.scorers = d.lab_programs(e.node, &e.at);
     }),
+    Field::new("record_runs", |d, e, s| {
+        s.record_runs = d.bool(e.node, &e.at).unwrap_or(false);
+    }),
 ];
 
 /// `isolation:` where commands run.

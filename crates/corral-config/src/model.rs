@@ -172,6 +172,10 @@ pub struct SandboxConfig {
     /// `scorers:` the external command scorers a run may name (`command:<name>`; run in the
     /// `linux` backend with no network).
     pub scorers: Vec<LabProgramConfig>,
+    /// `record_runs:` record every lab run (its calls and its task input, under the run's id):
+    /// what deterministic replay and the replay runner start from. Off by default: a recording
+    /// holds values.
+    pub record_runs: bool,
 }
 
 impl Default for SandboxConfig {
@@ -180,6 +184,7 @@ impl Default for SandboxConfig {
             enabled: true,
             programs: Vec::new(),
             scorers: Vec::new(),
+            record_runs: false,
         }
     }
 }

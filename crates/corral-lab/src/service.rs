@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use corral_guard::audit::{AuditEvent, Outcome};
+use corral_guard::recording::{Recorder, RecordingKey};
 use corral_guard::{Caller, Deployment, Gateway, Refusal, now_ms};
 use corral_policy::{Role, codes};
 use corral_store::Store;
@@ -386,6 +387,8 @@ pub struct LabService {
     programs: RwLock<Programs>,
     /// The API served to programs, once the HTTP crate handed it over.
     links: OnceLock<Arc<dyn ProgramLinks>>,
+    /// Whether every run is recorded, with its task input (`sandbox.record_runs`).
+    record_runs: AtomicBool,
 }
 
 /// What one executed run gives a comparison: the record and each trial's score.
@@ -406,7 +409,14 @@ impl LabService {
             lab: LabCache::default(),
             programs: RwLock::new(Programs::default()),
             links: OnceLock::new(),
+            record_runs: AtomicBool::new(false),
         }
+    }
+
+    /// Records every run from now on, or stops (`sandbox.record_runs`, at start-up and on each
+    /// reload): its calls and its task input, under the run's id.
+    pub fn set_record_runs(&self, on: bool) {
+        self.record_runs.store(on, Ordering::Relaxed);
     }
 
     /// Replaces the declared programs and scorers (`sandbox.programs`, `sandbox.scorers`) and
@@ -936,9 +946,18 @@ impl LabService {
     /// What runs need from the service, owned (a comparison's runs are tokio tasks): the store
     /// and the lab of the current deployment, or why it could not be built.
     fn executor(&self) -> Executor {
+        let record = self.record_runs.load(Ordering::Relaxed);
+        let recorder: Arc<dyn Recorder> = self.store.clone();
         Executor {
             store: self.store.clone(),
-            lab: self.lab(),
+            lab: self.lab().map(|lab| {
+                if record {
+                    lab.recording_to(recorder)
+                } else {
+                    lab
+                }
+            }),
+            record,
         }
     }
 
@@ -1013,6 +1032,9 @@ impl LabService {
 struct Executor {
     store: Arc<Store>,
     lab: Result<Lab, LabError>,
+    /// Whether the run is recorded (its lab's worlds record their calls): its task input is
+    /// kept first.
+    record: bool,
 }
 
 impl Executor {
@@ -1044,6 +1066,14 @@ impl Executor {
             principal: caller.principal.id.clone(),
         };
         let run = self.store.create_run(tenant, &new, now_ms()).await?;
+        if self.record
+            && let Err(e) = self
+                .keep_input(tenant, caller, stored, scenario, &run.id)
+                .await
+        {
+            self.fail_run(tenant, &run.id, &e).await;
+            return Err(e);
+        }
         let world = self.lab.clone().and_then(|lab| {
             lab.world(scenario, &run.id, caller.principal.clone())
                 .map_err(|e| LabError::new(e.code, e.message))
@@ -1135,6 +1165,32 @@ impl Executor {
             run,
             trials: trial_scores,
         })
+    }
+
+    /// Keeps the task input of a recorded run (its scenario's steps, with their expected
+    /// values) in the run's recording, before any call: what replay re-runs the task from.
+    async fn keep_input(
+        &self,
+        tenant: &str,
+        caller: &Caller,
+        stored: &store_lab::Scenario,
+        scenario: &Scenario,
+        run_id: &str,
+    ) -> Result<(), LabError> {
+        let key = RecordingKey {
+            tenant: tenant.to_owned(),
+            run_id: run_id.to_owned(),
+            principal: caller.principal.id.clone(),
+            purpose: corral_guard::runs::RunPurpose::Simulation,
+        };
+        let input = json!({
+            "scenario": {"id": stored.id, "version": stored.version, "name": scenario.name()},
+            "steps": scenario.to_json()["steps"],
+        });
+        self.store
+            .set_recording_input(&key, &input, now_ms())
+            .await
+            .map_err(|e| LabError::new(e.code(), e.to_string()))
     }
 
     /// Finishes a run `failed` after an error on the lab's side (best effort: the error that

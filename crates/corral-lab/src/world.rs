@@ -27,6 +27,7 @@ use corral_exec::Attestation;
 use corral_exec::mock::MockBackend;
 use corral_guard::args::args_hash;
 use corral_guard::audit::AuditSink;
+use corral_guard::recording::Recorder;
 use corral_guard::runs::{RunLedger, RunPurpose};
 use corral_guard::{Call, CallOptions, Caller, Deployment, Gateway, Reply, SimulatedOps};
 use corral_ops::{OpError, OpOutput, Registry};
@@ -62,6 +63,8 @@ pub struct Lab {
     sinks: Vec<Arc<dyn AuditSink>>,
     tenant: String,
     runs: Arc<RunLedger>,
+    /// Where its worlds record every call (`sandbox.record_runs`), if anywhere.
+    recorder: Option<Arc<dyn Recorder>>,
 }
 
 impl Lab {
@@ -105,7 +108,15 @@ impl Lab {
             sinks,
             tenant: tenant.to_owned(),
             runs: Arc::new(RunLedger::default()),
+            recorder: None,
         })
+    }
+
+    /// This lab, its worlds recording every call they make to `recorder` (under the run's id,
+    /// purpose `simulation`).
+    pub fn recording_to(mut self, recorder: Arc<dyn Recorder>) -> Self {
+        self.recorder = Some(recorder);
+        self
     }
 
     /// The lab's deployment (the base's, with the lab's op and rule).
@@ -126,7 +137,7 @@ impl Lab {
             table: Arc::clone(scenario.table()),
             misses: Mutex::new(Vec::new()),
         });
-        let gateway = Gateway::shared(
+        let mut gateway = Gateway::shared(
             Arc::clone(&self.deployment),
             Arc::new(MockBackend::default()),
             self.sinks.clone(),
@@ -135,7 +146,15 @@ impl Lab {
         .with_runs(self.runs.clone())
         .with_purpose(RunPurpose::Simulation)
         .simulated(mocks.clone());
-        Ok(World::of(gateway, mocks, true, scenario, run_id, principal))
+        if let Some(r) = &self.recorder {
+            gateway = gateway.with_recorder(Arc::clone(r));
+        }
+        let world = World::of(gateway, mocks, true, scenario, run_id, principal);
+        Ok(if self.recorder.is_some() {
+            world.recorded()
+        } else {
+            world
+        })
     }
 }
 
@@ -292,6 +311,13 @@ impl World {
             request_id: format!("{}:{}:{}:{}", self.run_id, at.trial, at.step, at.n),
         };
         self.gateway.call_with(call, CallOptions::default()).await
+    }
+
+    /// This world, every call of its caller recorded (its gateway must have a recorder, or
+    /// each call is refused `recording.unavailable`: never answered as if recorded).
+    pub fn recorded(mut self) -> Self {
+        self.caller = self.caller.with_record(true);
+        self
     }
 
     /// The gateway (for an agent that reaches it through a surface: the external program).

@@ -400,6 +400,12 @@ catalog! {
     RECORDING_PRINCIPAL_MISMATCH = "recording.principal_mismatch", 409,
         "the run id is already recorded for another principal of the tenant; the call was answered but not recorded",
         "use a run id of your own for each recorded run";
+    RECORDING_INPUT_SET = "recording.input_set", 409,
+        "the recording's task input is already set; it is kept as first given",
+        "record the task again under a new run id";
+    RECORDING_INPUT_TOO_LARGE = "recording.input_too_large", 413,
+        "the task input is larger than a recording's byte cap",
+        "shorten the input, or raise `recordings.max_bytes` in the config";
     RECORDING_INVALID = "recording.invalid", 500,
         "a recorded event cannot be stored as given (a NUL in an identifier, a count over the storable)",
         "report it: the gateway builds recorded events itself";

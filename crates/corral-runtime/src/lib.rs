@@ -236,6 +236,7 @@ impl Runtime {
             loaded.config.sandbox.enabled,
         ));
         lab.set_programs(compose::lab_programs(loaded, Arc::clone(gateway.backend())));
+        lab.set_record_runs(loaded.config.sandbox.record_runs);
         Ok(Self {
             lab,
             gateway,
@@ -326,6 +327,7 @@ impl Runtime {
         }
         self.gateway.replace(deployment);
         self.lab.set_enabled(loaded.config.sandbox.enabled);
+        self.lab.set_record_runs(loaded.config.sandbox.record_runs);
         self.lab.set_programs(compose::lab_programs(
             loaded,
             Arc::clone(self.gateway.backend()),

@@ -79,6 +79,10 @@ pub struct Recording {
     pub gapped: bool,
     /// When retention deletes it.
     pub expires_ms: i64,
+    /// The task input the run was given, when it was kept (a lab run's scenario inputs, or
+    /// what `PUT /v1/sandbox/recordings/{run}/input` set): what replay re-runs the task from.
+    #[serde(default)]
+    pub input: Option<Value>,
 }
 
 /// One recorded call.
@@ -119,6 +123,26 @@ pub enum RecordingError {
         /// The run id.
         run_id: String,
     },
+    /// The recording's task input is already set (it is set once).
+    #[error(
+        "the task input of recording {run_id:?} is already set; it is kept as first given: record \
+         the task again under a new run id"
+    )]
+    InputSet {
+        /// The run id.
+        run_id: String,
+    },
+    /// The task input is larger than the recording's size cap.
+    #[error(
+        "the task input is {bytes} bytes, over the recording's cap of {max} bytes; shorten it, or \
+         raise `recordings.max_bytes`"
+    )]
+    InputTooLarge {
+        /// Its size as JSON text.
+        bytes: u64,
+        /// The cap.
+        max: u64,
+    },
     /// The event cannot be stored as given.
     #[error("a recorded event cannot be stored: {reason}")]
     Invalid {
@@ -134,6 +158,8 @@ impl RecordingError {
             RecordingError::Store(e) => e.code(),
             RecordingError::PrincipalMismatch { .. } => codes::RECORDING_PRINCIPAL_MISMATCH,
             RecordingError::Invalid { .. } => codes::RECORDING_INVALID,
+            RecordingError::InputSet { .. } => codes::RECORDING_INPUT_SET,
+            RecordingError::InputTooLarge { .. } => codes::RECORDING_INPUT_TOO_LARGE,
         }
     }
 }
@@ -156,7 +182,7 @@ fn corrupt(what: &str, run_id: &str, detail: impl std::fmt::Display) -> Recordin
 // ---------------------------------------------------------------------------------------------
 
 const RECORDING_COLUMNS: &str = "tenant, run_id, principal, purpose, created_ms, updated_ms, \
-    events, bytes, capped, gapped, expires_ms";
+    events, bytes, capped, gapped, expires_ms, input";
 
 const CREATE: &str = "INSERT INTO recordings (tenant, run_id, principal, purpose, created_ms, \
     updated_ms, events, bytes, capped, gapped, expires_ms) \
@@ -169,6 +195,8 @@ const MARK_CAPPED: &str =
     "UPDATE recordings SET capped = 1, updated_ms = $3 WHERE tenant = $1 AND run_id = $2";
 const MARK_GAPPED: &str = "UPDATE recordings SET gapped = 1, updated_ms = $4 \
     WHERE tenant = $1 AND run_id = $2 AND principal = $3";
+const SET_INPUT: &str = "UPDATE recordings SET input = $4, bytes = bytes + $5, updated_ms = $6 \
+    WHERE tenant = $1 AND run_id = $2 AND principal = $3 AND input IS NULL";
 const INSERT_EVENT: &str = "INSERT INTO recording_events (tenant, run_id, seq, op, args, \
     response, error_code, attestation, started_ms, duration_us) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
@@ -209,6 +237,7 @@ struct RecordingRow {
     capped: i32,
     gapped: i32,
     expires_ms: i64,
+    input: Option<String>,
 }
 
 impl RecordingRow {
@@ -217,6 +246,11 @@ impl RecordingRow {
             .ok_or_else(|| corrupt("purpose", &self.run_id, &self.purpose))?;
         let events = u64::try_from(self.events).map_err(|e| corrupt("count", &self.run_id, e))?;
         let bytes = u64::try_from(self.bytes).map_err(|e| corrupt("size", &self.run_id, e))?;
+        let input = self
+            .input
+            .as_deref()
+            .map(|t| serde_json::from_str(t).map_err(|e| corrupt("task input", &self.run_id, e)))
+            .transpose()?;
         Ok(Recording {
             tenant: self.tenant,
             run_id: self.run_id,
@@ -229,6 +263,7 @@ impl RecordingRow {
             capped: self.capped != 0,
             gapped: self.gapped != 0,
             expires_ms: self.expires_ms,
+            input,
         })
     }
 }
@@ -458,6 +493,67 @@ impl Store {
             });
         }
         Ok(())
+    }
+
+    /// Keeps `input` as the task input of the recording of `key` (creating the recording if
+    /// needed). It is set once (`recording.input_set` after), counts against the recording's
+    /// byte cap, and belongs to the recording's principal (`recording.principal_mismatch`).
+    pub async fn set_recording_input(
+        &self,
+        key: &RecordingKey,
+        input: &Value,
+        now_ms: i64,
+    ) -> Result<(), RecordingError> {
+        let q = |e| RecordingError::Store(self.redactor.query("keep a recording's task input", e));
+        let text = json_text(input);
+        let bytes = u64::try_from(text.len()).unwrap_or(u64::MAX);
+        let max = self.recording_limits.max_bytes;
+        if bytes > max {
+            return Err(RecordingError::InputTooLarge { bytes, max });
+        }
+        if text.contains('\0') || key.run_id.contains('\0') || key.principal.contains('\0') {
+            return Err(invalid("a raw NUL character in the run id or principal"));
+        }
+        let size = i64::try_from(bytes).map_err(|_| invalid("the input size is over i64"))?;
+        let exp = expires(now_ms, &self.recording_limits);
+        let changed = on_pool!(&self.pool, p => {
+            let mut tx = p.begin().await.map_err(&q)?;
+            sqlx::query(CREATE)
+                .bind(&key.tenant)
+                .bind(&key.run_id)
+                .bind(&key.principal)
+                .bind(key.purpose.as_str())
+                .bind(now_ms)
+                .bind(exp)
+                .execute(&mut *tx)
+                .await
+                .map_err(&q)?;
+            let n = sqlx::query(SET_INPUT)
+                .bind(&key.tenant)
+                .bind(&key.run_id)
+                .bind(&key.principal)
+                .bind(&text)
+                .bind(size)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(&q)?
+                .rows_affected();
+            tx.commit().await.map_err(&q)?;
+            n
+        });
+        if changed > 0 {
+            return Ok(());
+        }
+        match self.get_recording(&key.tenant, &key.run_id).await? {
+            Some(r) if r.principal == key.principal => Err(RecordingError::InputSet {
+                run_id: key.run_id.clone(),
+            }),
+            _ => Err(RecordingError::PrincipalMismatch {
+                tenant: key.tenant.clone(),
+                run_id: key.run_id.clone(),
+            }),
+        }
     }
 
     /// The recording of `run_id` in `tenant`, without its events; `None` if `tenant` has none.

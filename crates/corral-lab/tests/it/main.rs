@@ -4,6 +4,7 @@
 
 mod attacks;
 mod inspect;
+mod recorded;
 mod reference;
 mod scenarios;
 mod score;

@@ -461,3 +461,40 @@ async fn concurrent_calls_of_one_run_get_every_seq_once_without_gaps(store: &Sto
     let r = store.get_recording("acme", "busy").await.unwrap().unwrap();
     assert_eq!(r.events, 40);
 }
+
+on_both!(a_task_input_is_kept_once_for_the_recordings_principal_and_counts_in_its_bytes);
+async fn a_task_input_is_kept_once_for_the_recordings_principal_and_counts_in_its_bytes(
+    store: &Store,
+) {
+    let input = json!({"steps": [{"input": "summarise notes.txt"}]});
+    store
+        .set_recording_input(&key("acme", "r", "ada"), &input, T0)
+        .await
+        .unwrap();
+    let r = store.get_recording("acme", "r").await.unwrap().unwrap();
+    assert_eq!(r.input, Some(input.clone()));
+    assert_eq!(r.bytes, input.to_string().len() as u64);
+    // Calls after it join the same recording.
+    store
+        .record_call(
+            &key("acme", "r", "ada"),
+            &call("files.read", "{}", None),
+            T0,
+        )
+        .await
+        .unwrap();
+    let again = store
+        .set_recording_input(&key("acme", "r", "ada"), &json!("other"), T0)
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), "recording.input_set", "{again}");
+    let eve = store
+        .set_recording_input(&key("acme", "r", "eve"), &json!("other"), T0)
+        .await
+        .unwrap_err();
+    assert_eq!(eve.code(), "recording.principal_mismatch", "{eve}");
+    let r = store.get_recording("acme", "r").await.unwrap().unwrap();
+    assert_eq!((r.input, r.events), (Some(input), 1));
+    // Another tenant's run of the same id is its own.
+    assert!(store.get_recording("other", "r").await.unwrap().is_none());
+}
