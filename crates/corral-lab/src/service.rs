@@ -943,6 +943,32 @@ impl LabService {
         Ok(lab)
     }
 
+    /// The lab scenario a replay of `task` runs as: the one it was a run of, if the tenant still
+    /// has it at the same version; else a new scenario of its steps (no mocks), named after
+    /// the recording.
+    pub async fn task_scenario(
+        &self,
+        tenant: &str,
+        task: &crate::task::RecordedTask,
+    ) -> Result<store_lab::Scenario, LabError> {
+        if let Some((id, version)) = &task.from
+            && let Some(s) = self.store.get_scenario(tenant, id).await?
+            && s.version == *version
+        {
+            return Ok(s);
+        }
+        let draft = ScenarioDraft {
+            name: format!("task of recording {}", clip(&task.run_id)),
+            description: format!(
+                "the task input kept by recording {}, for replay",
+                clip(&task.run_id)
+            ),
+            steps: task.scenario.to_json()["steps"].clone(),
+            mocks: json!([]),
+        };
+        Ok(self.store.create_scenario(tenant, &draft, now_ms()).await?)
+    }
+
     /// What runs need from the service, owned (a comparison's runs are tokio tasks): the store
     /// and the lab of the current deployment, or why it could not be built.
     fn executor(&self) -> Executor {

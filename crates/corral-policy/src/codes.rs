@@ -364,6 +364,9 @@ catalog! {
     REPLAY_UNKNOWN_OP = "replay.unknown_op", 400,
         "a variant given to a sandboxed replay declares a tool that is no op of the deployment; nothing was run",
         "fix the tool's name; `GET /ops` lists the ops";
+    REPLAY_NO_INPUT = "replay.no_input", 409,
+        "the recording kept no task input (or one that is not `{steps: [{input, expected?}]}`), so there is no task to re-run",
+        "record lab runs with `sandbox: {record_runs: true}`, or set a live session's input with `PUT /v1/sandbox/recordings/{run}/input` before replaying it";
     LAB_PROGRAM_UNKNOWN = "lab.program_unknown", 400,
         "a variant or scorer names an external program the config does not declare (programs run only if `sandbox.programs` or `sandbox.scorers` names them)",
         "declare it in the config (`sandbox: {programs: {NAME: {command: [...], read_paths: [...]}}}`, or `scorers:` for a scorer) and reload, or use a declared name";
