@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod inspect;
+pub mod playback;
 pub mod pool;
 pub mod program;
 pub mod replay;

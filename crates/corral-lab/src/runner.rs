@@ -61,6 +61,9 @@ pub struct MockMiss {
     pub op: String,
     /// SHA-256 of the canonical arguments (as the call's audit event has it).
     pub args_hash: String,
+    /// In a playback (a divergence), what the recording expected there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected: Option<crate::playback::Expected>,
 }
 
 /// A failed step's code and message.
@@ -219,6 +222,7 @@ pub async fn run_scenario(world: World, agent: &dyn Agent, seed: u64, trials: u3
                     trial,
                     op: m.op,
                     args_hash: m.args_hash,
+                    expected: m.expected,
                 });
             }
             r.steps_total += 1;

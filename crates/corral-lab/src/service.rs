@@ -40,6 +40,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::pool;
+
+mod playback;
 use crate::program::{ProgramLinks, Programs};
 use crate::runner::{RunReport, run_scenario};
 use crate::scenario::Scenario;
@@ -48,6 +50,7 @@ use crate::synthetic::{self, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
 use crate::variant::{self, Resolved, RunScorer};
 use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
 use crate::world::Lab;
+pub use playback::{Divergence, ReplayBody, ReplayReport, ReplayStatus};
 
 /// The runner every run of this service records.
 pub const RUNNER: &str = "inproc";
@@ -396,6 +399,10 @@ struct Executed {
     run: store_lab::Run,
     /// Per trial: `None` when the trial hit an infrastructure error, else its run score.
     trials: Vec<Option<RunScore>>,
+    /// The misses (in a playback, the divergences, with what was expected).
+    misses: Vec<crate::runner::MockMiss>,
+    /// The step outputs, in order.
+    outputs: Vec<crate::runner::StepOutput>,
 }
 
 impl LabService {
@@ -976,6 +983,7 @@ impl LabService {
         let recorder: Arc<dyn Recorder> = self.store.clone();
         Executor {
             store: self.store.clone(),
+            answering: Answering::Mocks,
             lab: self.lab().map(|lab| {
                 if record {
                     lab.recording_to(recorder)
@@ -1058,9 +1066,29 @@ impl LabService {
 struct Executor {
     store: Arc<Store>,
     lab: Result<Lab, LabError>,
+    /// What answers the run's calls.
+    answering: Answering,
     /// Whether the run is recorded (its lab's worlds record their calls): its task input is
     /// kept first.
     record: bool,
+}
+
+/// What answers a run's calls.
+#[derive(Debug, Clone)]
+enum Answering {
+    /// The scenario's mocks (purpose `simulation`).
+    Mocks,
+    /// A recording (deterministic replay, purpose `replay`).
+    Playback(Arc<crate::playback::Playback>),
+}
+
+impl Answering {
+    fn purpose(&self) -> corral_guard::runs::RunPurpose {
+        match self {
+            Answering::Mocks => corral_guard::runs::RunPurpose::Simulation,
+            Answering::Playback(_) => corral_guard::runs::RunPurpose::Replay,
+        }
+    }
 }
 
 impl Executor {
@@ -1082,9 +1110,7 @@ impl Executor {
             scenario_id: stored.id.clone(),
             runner: RUNNER.to_owned(),
             backend: agent.backend.to_owned(),
-            purpose: corral_guard::runs::RunPurpose::Simulation
-                .as_str()
-                .to_owned(),
+            purpose: self.answering.purpose().as_str().to_owned(),
             variant: variant.to_owned(),
             seed,
             trials: Some(trials),
@@ -1101,8 +1127,12 @@ impl Executor {
             return Err(e);
         }
         let world = self.lab.clone().and_then(|lab| {
-            lab.world(scenario, &run.id, caller.principal.clone())
-                .map_err(|e| LabError::new(e.code, e.message))
+            let principal = caller.principal.clone();
+            match &self.answering {
+                Answering::Mocks => lab.world(scenario, &run.id, principal),
+                Answering::Playback(p) => lab.playback(scenario, &run.id, principal, p.clone()),
+            }
+            .map_err(|e| LabError::new(e.code, e.message))
         });
         let world = match world {
             Ok(w) => w,
@@ -1190,6 +1220,8 @@ impl Executor {
         Ok(Executed {
             run,
             trials: trial_scores,
+            misses: std::mem::take(&mut report.mock_misses),
+            outputs: std::mem::take(&mut report.outputs),
         })
     }
 
@@ -1207,7 +1239,7 @@ impl Executor {
             tenant: tenant.to_owned(),
             run_id: run_id.to_owned(),
             principal: caller.principal.id.clone(),
-            purpose: corral_guard::runs::RunPurpose::Simulation,
+            purpose: self.answering.purpose(),
         };
         let input = json!({
             "scenario": {"id": stored.id, "version": stored.version, "name": scenario.name()},

@@ -34,6 +34,7 @@ use corral_ops::{OpError, OpOutput, Registry};
 use corral_policy::{Effect, Engine, OpId, OpSpec, ParamKind, Principal, Rule, Selector, codes};
 use serde_json::{Value, json};
 
+use crate::playback::{Expected, Playback};
 use crate::scenario::{MockAnswer, MockTable, Scenario, op_resource};
 
 /// The lab-only op of the identity agent: a resource's mocked string.
@@ -119,6 +120,29 @@ impl Lab {
         self
     }
 
+    /// A mocked world over `gateway`, its every call recorded when the lab records its runs.
+    fn recorded(
+        &self,
+        gateway: Gateway,
+        mocks: Arc<Mocks>,
+        scenario: &Scenario,
+        run_id: &str,
+        principal: Principal,
+    ) -> World {
+        match &self.recorder {
+            Some(r) => World::of(
+                gateway.with_recorder(Arc::clone(r)),
+                mocks,
+                true,
+                scenario,
+                run_id,
+                principal,
+            )
+            .recorded(),
+            None => World::of(gateway, mocks, true, scenario, run_id, principal),
+        }
+    }
+
     /// The lab's deployment (the base's, with the lab's op and rule).
     pub fn deployment(&self) -> &Arc<Deployment> {
         &self.deployment
@@ -133,11 +157,8 @@ impl Lab {
         principal: Principal,
     ) -> Result<World, WorldError> {
         check_run_id(run_id)?;
-        let mocks = Arc::new(Mocks {
-            table: Arc::clone(scenario.table()),
-            misses: Mutex::new(Vec::new()),
-        });
-        let mut gateway = Gateway::shared(
+        let mocks = Mocks::new(Answers::Table(Arc::clone(scenario.table())));
+        let gateway = Gateway::shared(
             Arc::clone(&self.deployment),
             Arc::new(MockBackend::default()),
             self.sinks.clone(),
@@ -146,15 +167,33 @@ impl Lab {
         .with_runs(self.runs.clone())
         .with_purpose(RunPurpose::Simulation)
         .simulated(mocks.clone());
-        if let Some(r) = &self.recorder {
-            gateway = gateway.with_recorder(Arc::clone(r));
-        }
-        let world = World::of(gateway, mocks, true, scenario, run_id, principal);
-        Ok(if self.recorder.is_some() {
-            world.recorded()
-        } else {
-            world
-        })
+        Ok(self.recorded(gateway, mocks, scenario, run_id, principal))
+    }
+}
+
+impl Lab {
+    /// A world for one deterministic replay of `scenario` (a recorded task, or a recording's
+    /// trajectory): `playback` (the recording) answers every call, purpose `replay`; a call it
+    /// has no event left for is a divergence, noted as a miss with what was expected.
+    pub fn playback(
+        &self,
+        scenario: &Scenario,
+        run_id: &str,
+        principal: Principal,
+        playback: Arc<Playback>,
+    ) -> Result<World, WorldError> {
+        check_run_id(run_id)?;
+        let mocks = Mocks::new(Answers::Recorded(playback));
+        let gateway = Gateway::shared(
+            Arc::clone(&self.deployment),
+            Arc::new(MockBackend::default()),
+            self.sinks.clone(),
+            &self.tenant,
+        )
+        .with_runs(self.runs.clone())
+        .with_purpose(RunPurpose::Replay)
+        .simulated(mocks.clone());
+        Ok(self.recorded(gateway, mocks, scenario, run_id, principal))
     }
 }
 
@@ -182,10 +221,7 @@ impl World {
         principal: Principal,
     ) -> Result<World, WorldError> {
         check_run_id(run_id)?;
-        let mocks = Arc::new(Mocks {
-            table: Arc::new(MockTable::default()),
-            misses: Mutex::new(Vec::new()),
-        });
+        let mocks = Mocks::new(Answers::Table(Arc::new(MockTable::default())));
         Ok(World::of(
             gateway, mocks, false, scenario, run_id, principal,
         ))
@@ -219,32 +255,56 @@ pub struct Miss {
     pub op: String,
     /// SHA-256 of the canonical arguments, as in the call's audit event.
     pub args_hash: String,
+    /// In a playback, what the recording expected there (its next call not yet taken; `None`
+    /// when it was used up); `None` for a scenario's mock miss.
+    pub expected: Option<Expected>,
+}
+
+/// What answers a world's calls: a scenario's mock table, or a recording (a playback).
+#[derive(Debug)]
+enum Answers {
+    Table(Arc<MockTable>),
+    Recorded(Arc<Playback>),
 }
 
 /// The mocks of one world, and the misses they answered.
 #[derive(Debug)]
 struct Mocks {
-    table: Arc<MockTable>,
+    answers: Answers,
     misses: Mutex<Vec<Miss>>,
 }
 
-fn attestation() -> Attestation {
+/// What a mocked answer attests: the in-process mock backend, and what answered
+/// (`mock:table` or `mock:recording`).
+fn attestation(answered_by: &str) -> Attestation {
     Attestation {
         backend: BACKEND,
         isolated: true,
         destroyed: true,
-        primitives: vec!["mock:table".to_owned()],
+        primitives: vec![answered_by.to_owned()],
     }
 }
 
 impl Mocks {
-    fn miss(&self, op: &str, args: &Value, resource: &str) -> OpError {
+    fn new(answers: Answers) -> Arc<Self> {
+        Arc::new(Self {
+            answers,
+            misses: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn note(&self, op: &str, args: &Value, expected: Option<Expected>) {
         if let Ok(mut m) = self.misses.lock() {
             m.push(Miss {
                 op: op.to_owned(),
                 args_hash: args_hash(args),
+                expected,
             });
         }
+    }
+
+    fn miss(&self, op: &str, args: &Value, resource: &str) -> OpError {
+        self.note(op, args, None);
         OpError::new(
             codes::LAB_MOCK_MISS,
             format!(
@@ -263,20 +323,41 @@ impl Mocks {
 impl SimulatedOps for Mocks {
     fn answer(&self, spec: &OpSpec, args: &Value) -> Result<OpOutput, OpError> {
         let op = spec.id.as_str();
+        let table = match &self.answers {
+            Answers::Table(t) => t,
+            Answers::Recorded(p) => {
+                return match p.answer(op, args) {
+                    Ok(answer) => answer.map(|out| match out {
+                        OpOutput::Json { value, .. } => OpOutput::Json {
+                            value,
+                            attestation: Some(attestation("mock:recording")),
+                        },
+                        other => other,
+                    }),
+                    Err(expected) => {
+                        self.note(op, args, expected);
+                        Err(OpError::new(
+                            codes::REPLAY_DIVERGENCE,
+                            "the recording has no such call left (another op, other arguments, or one call too many); nothing real was reached",
+                        ))
+                    }
+                };
+            }
+        };
         if op == RESOURCE_OP {
             let resource = args.get("resource").and_then(Value::as_str).unwrap_or("");
-            return match self.table.resource(resource) {
+            return match table.resource(resource) {
                 Some(r) => Ok(OpOutput::Json {
                     value: json!({ "response": r }),
-                    attestation: Some(attestation()),
+                    attestation: Some(attestation("mock:table")),
                 }),
                 None => Err(self.miss(op, args, resource)),
             };
         }
-        match self.table.op(op, args) {
+        match table.op(op, args) {
             Some(MockAnswer::Response(v)) => Ok(OpOutput::Json {
                 value: v.clone(),
-                attestation: Some(attestation()),
+                attestation: Some(attestation("mock:table")),
             }),
             Some(MockAnswer::Error { code, message }) => Err(OpError::new(code, message.clone())),
             None => Err(self.miss(op, args, &op_resource(op, args))),

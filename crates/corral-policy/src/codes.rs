@@ -364,6 +364,9 @@ catalog! {
     REPLAY_UNKNOWN_OP = "replay.unknown_op", 400,
         "a variant given to a sandboxed replay declares a tool that is no op of the deployment; nothing was run",
         "fix the tool's name; `GET /ops` lists the ops";
+    REPLAY_DIVERGENCE = "replay.divergence", 404,
+        "a replayed run made a call its recording lacks (another op, other arguments, or one call too many); nothing real was reached, and the run went on",
+        "expected when the variant differs from what was recorded: the replay reports each divergence with its step, op, arguments hash and the call the recording expected there";
     REPLAY_NO_INPUT = "replay.no_input", 409,
         "the recording kept no task input (or one that is not `{steps: [{input, expected?}]}`), so there is no task to re-run",
         "record lab runs with `sandbox: {record_runs: true}`, or set a live session's input with `PUT /v1/sandbox/recordings/{run}/input` before replaying it";

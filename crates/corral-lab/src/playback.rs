@@ -1,0 +1,210 @@
+//! Deterministic replay (issue 15 item 2): a recording's responses answer a run's calls, so the
+//! same input gives the same output, and a call the recording lacks is a typed divergence.
+//!
+//! [`Playback`] is the answering side of a playback world (`Lab::playback`): a call of `op`
+//! with arguments `a` takes the first recorded event of that op and those canonical arguments
+//! not yet taken, in `seq` order (so a session that read one file twice and got two answers
+//! gets them again, in order), and answers its response or its recorded error. A call no
+//! event is left for is a divergence: it answers `replay.divergence` (nothing real is reached)
+//! and is reported with its step, op and arguments hash, and with what the recording expected
+//! next (the first event not yet taken: its `seq`, op and arguments hash), or nothing when the
+//! recording was used up.
+//!
+//! [`Trajectory`] is the agent of a replay without a variant: step `n` re-issues the recording's
+//! `n`-th call (the step's input is `"<seq> <op>"`) through the guard chain of the current
+//! deployment, and its output is the answer's JSON text, so a replay of an unchanged session
+//! reproduces every response byte for byte, and a policy that now refuses a call shows as that
+//! step's refusal.
+
+use std::sync::{Arc, Mutex};
+
+use corral_exec::BoxFuture;
+use corral_guard::Reply;
+use corral_guard::args::args_hash;
+use corral_ops::{OpError, OpOutput};
+use corral_policy::codes;
+use corral_store::recording::RecordingEvent;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::agent::{Agent, StepCtx, StepOutcome};
+use crate::scenario::canonical_args;
+use crate::world::World;
+
+/// What the recording held where a run diverged: its next event not yet taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Expected {
+    /// The event's place in the recording, from 1.
+    pub seq: u64,
+    /// Its op.
+    pub op: String,
+    /// SHA-256 of its canonical arguments.
+    pub args_hash: String,
+}
+
+/// One recorded event, as a playback matches it.
+#[derive(Debug)]
+struct Event {
+    seq: u64,
+    op: String,
+    args: String,
+    args_hash: String,
+    response: Option<Value>,
+    error: Option<(&'static str, String)>,
+}
+
+/// A recording's events answering the calls of one run: `Ok` the recorded answer (a response
+/// or the recorded error), `Err` a divergence.
+#[derive(Debug)]
+pub struct Playback {
+    events: Vec<Event>,
+    taken: Mutex<Vec<bool>>,
+}
+
+impl Playback {
+    /// The playback of `events` (an ordered timeline: see `crate::task::timeline`).
+    pub fn new(events: &[RecordingEvent]) -> Self {
+        let events: Vec<Event> = events
+            .iter()
+            .map(|e| Event {
+                seq: e.seq,
+                op: e.op.clone(),
+                args: canonical_args(&e.args),
+                args_hash: args_hash(&e.args),
+                response: e.response.clone(),
+                error: e.error_code.as_deref().map(recorded_error),
+            })
+            .collect();
+        let taken = Mutex::new(vec![false; events.len()]);
+        Self { events, taken }
+    }
+
+    /// The recorded answer of `op` called with `args`, or (a divergence) what the recording
+    /// expected next.
+    pub(crate) fn answer(
+        &self,
+        op: &str,
+        args: &Value,
+    ) -> Result<Result<OpOutput, OpError>, Option<Expected>> {
+        let canonical = canonical_args(args);
+        let mut taken = match self.taken.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        };
+        let found = self
+            .events
+            .iter()
+            .enumerate()
+            .find(|(i, e)| !taken[*i] && e.op == op && e.args == canonical);
+        let Some((i, e)) = found else {
+            let next = self
+                .events
+                .iter()
+                .enumerate()
+                .find(|(i, _)| !taken[*i])
+                .map(|(_, e)| Expected {
+                    seq: e.seq,
+                    op: e.op.clone(),
+                    args_hash: e.args_hash.clone(),
+                });
+            return Err(next);
+        };
+        taken[i] = true;
+        Ok(match &e.error {
+            Some((code, message)) => Err(OpError::new(code, message.clone())),
+            None => Ok(OpOutput::Json {
+                value: e.response.clone().unwrap_or(Value::Null),
+                attestation: None,
+            }),
+        })
+    }
+}
+
+/// A recorded error code as the catalog's (`&'static`), with the message a replayed call gets.
+fn recorded_error(code: &str) -> (&'static str, String) {
+    match codes::lookup(code) {
+        Some(c) => (
+            c.code,
+            format!("the recorded call failed with `{}`; replayed as recorded", c.code),
+        ),
+        None => (
+            codes::REPLAY_DIVERGENCE,
+            "the recorded call failed with a code this corral does not know; replayed as a divergence".to_owned(),
+        ),
+    }
+}
+
+/// The agent of a replay without a variant: step `n` re-issues the recording's `n`-th call.
+#[derive(Debug, Clone)]
+pub struct Trajectory {
+    calls: Arc<Vec<(String, Value)>>,
+}
+
+impl Trajectory {
+    /// The trajectory of `events` (an ordered timeline).
+    pub fn new(events: &[RecordingEvent]) -> Self {
+        Self {
+            calls: Arc::new(
+                events
+                    .iter()
+                    .map(|e| (e.op.clone(), e.args.clone()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The input of the step that re-issues `event`: `"<seq> <op>"`.
+    pub fn step_input(event: &RecordingEvent) -> String {
+        format!("{} {}", event.seq, event.op)
+    }
+}
+
+/// What a recorded call printed, as a trajectory step prints it: the response's JSON text
+/// (`Ok`), or the code it failed with (`Err`).
+pub fn recorded_output(event: &RecordingEvent) -> Result<String, String> {
+    match &event.error_code {
+        Some(code) => Err(code.clone()),
+        None => Ok(event.response.as_ref().unwrap_or(&Value::Null).to_string()),
+    }
+}
+
+impl Agent for Trajectory {
+    fn variant(&self) -> String {
+        "recorded".to_owned()
+    }
+
+    fn step<'a>(
+        &'a self,
+        world: &'a World,
+        ctx: StepCtx,
+        input: &'a str,
+    ) -> BoxFuture<'a, StepOutcome> {
+        Box::pin(async move {
+            let call = input
+                .split_once(' ')
+                .and_then(|(seq, _)| seq.parse::<usize>().ok())
+                .and_then(|seq| seq.checked_sub(1))
+                .and_then(|i| self.calls.get(i));
+            let Some((op, args)) = call else {
+                return StepOutcome::Failed {
+                    output: String::new(),
+                    code: codes::SERVER_INTERNAL,
+                    message: format!("step input {input:?} names no recorded call"),
+                };
+            };
+            match world.call(ctx.call(1), op, args.clone()).await {
+                Reply::Json(v) => StepOutcome::Ok(v.to_string()),
+                Reply::Refused(r) => StepOutcome::Failed {
+                    output: String::new(),
+                    code: r.code,
+                    message: r.message,
+                },
+                Reply::Stream(_) => StepOutcome::Failed {
+                    output: String::new(),
+                    code: codes::SERVER_INTERNAL,
+                    message: format!("`{op}` answered a stream in a playback"),
+                },
+            }
+        })
+    }
+}
