@@ -336,6 +336,9 @@ pub struct Recording {
     /// When retention deletes it.
     #[serde(default)]
     pub expires_ms: i64,
+    /// The task input the run was given, when it was kept.
+    #[serde(default)]
+    pub input: Option<Value>,
     /// The fields this type does not name.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -372,6 +375,74 @@ pub struct RecordingDetail {
     pub recording: Recording,
     /// Its events, by `seq`.
     pub events: Vec<RecordingEvent>,
+}
+
+/// A deterministic replay to make (`POST /v1/sandbox/recordings/{id}/replay`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplayRequest {
+    /// The variant's label; none (and no `workflow` or `program`): the recording's trajectory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// The variant's declarative workflow (YAML text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// An external program declared under the server's `sandbox.programs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
+    /// The seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+/// What the recording expected where a replay diverged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expected {
+    /// The recorded call's place, from 1.
+    pub seq: u64,
+    /// Its op.
+    pub op: String,
+    /// The hash of its canonical arguments.
+    pub args_hash: String,
+}
+
+/// A call a replay made that its recording lacks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Divergence {
+    /// The step, from 1.
+    pub step: u32,
+    /// The op called.
+    pub op: String,
+    /// The hash of its canonical arguments.
+    pub args_hash: String,
+    /// The recording's next call not yet taken there; none when it was used up.
+    #[serde(default)]
+    pub expected: Option<Expected>,
+}
+
+/// A deterministic replay's report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayReport {
+    /// The recorded run's id.
+    pub recording: String,
+    /// `replayed` or `degraded`.
+    pub status: String,
+    /// Why it is degraded.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Steps executed (0 when degraded).
+    pub steps: u64,
+    /// The replay's run (purpose `replay`); none when degraded.
+    #[serde(default)]
+    pub run: Option<Run>,
+    /// The calls the recording lacked.
+    #[serde(default)]
+    pub divergences: Vec<Divergence>,
+    /// A trajectory replay: whether every output equals the recorded one byte for byte.
+    #[serde(default)]
+    pub identical: Option<bool>,
+    /// A trajectory replay: the steps whose output differs.
+    #[serde(default)]
+    pub differing_steps: Vec<u32>,
 }
 
 /// One side of a comparison.
@@ -593,6 +664,29 @@ impl Client {
     pub async fn sandbox_recording(&self, run_id: &str) -> Result<RecordingDetail, ClientError> {
         let path = format!("v1/sandbox/recordings/{}", encode_segment(run_id));
         self.get_query(&path, &[]).await
+    }
+
+    /// `POST /v1/sandbox/recordings/{id}/replay`: replays the recording deterministically (its
+    /// responses answer every call).
+    pub async fn sandbox_replay(
+        &self,
+        run_id: &str,
+        req: &ReplayRequest,
+    ) -> Result<ReplayReport, ClientError> {
+        let path = format!("v1/sandbox/recordings/{}/replay", encode_segment(run_id));
+        self.send_json(Method::POST, &path, req).await
+    }
+
+    /// `PUT /v1/sandbox/recordings/{id}/input`: keeps a live session's task input (`steps`:
+    /// `[{input, expected?}]`), once.
+    pub async fn sandbox_set_recording_input(
+        &self,
+        run_id: &str,
+        steps: &Value,
+    ) -> Result<Recording, ClientError> {
+        let path = format!("v1/sandbox/recordings/{}/input", encode_segment(run_id));
+        self.send_json(Method::PUT, &path, &serde_json::json!({ "steps": steps }))
+            .await
     }
 
     /// `GET /v1/sandbox/recordings/{id}/export`: the recording as JSON lines, as the server

@@ -50,7 +50,7 @@ use crate::synthetic::{self, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
 use crate::variant::{self, Resolved, RunScorer};
 use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
 use crate::world::Lab;
-pub use playback::{Divergence, ReplayBody, ReplayReport, ReplayStatus};
+pub use playback::{Divergence, InputBody, ReplayBody, ReplayReport, ReplayStatus};
 
 /// The runner every run of this service records.
 pub const RUNNER: &str = "inproc";

@@ -286,6 +286,44 @@ fn recording_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
         "sandbox.recordings.get", "a recording and its events by `seq` (admin, or the run's own principal)", run_param.clone(),
         json_of(format!("`{{recording, events: [{{seq, op, args, response, error_code, attestation, started_ms, duration_us}}]}}`; recording: {recording}; `capped`: the cap stopped it, `gapped`: an event could not be written")),
     ));
+    let write = |id: &str,
+                 summary: &str,
+                 body: Value,
+                 ok: (&str, Value),
+                 more: Vec<(&str, Value)>| {
+        let mut responses = serde_json::Map::new();
+        responses.insert(ok.0.to_owned(), ok.1);
+        for (k, v) in more {
+            responses.insert(k.to_owned(), v);
+        }
+        responses.insert("401".to_owned(), e("auth.missing, auth.invalid"));
+        responses.insert(
+            "403".to_owned(),
+            e("recording.forbidden (not the run's principal nor an admin), rbac.denied"),
+        );
+        responses.insert("404".to_owned(), e("recording.not_found, lab.disabled"));
+        json!({
+            "operationId": id,
+            "summary": summary,
+            "parameters": run_param.clone(),
+            "requestBody": {"required": true, "content": {"application/json": {"schema": body}}},
+            "responses": responses,
+            "security": [{"bearer": []}]
+        })
+    };
+    let steps = json!({"type": "array", "minItems": 1, "items": {"type": "object", "required": ["input"], "additionalProperties": false, "properties": {"input": {"type": "string"}, "expected": {}}}});
+    paths.insert("/v1/sandbox/recordings/{id}/input".to_owned(), json!({"put": write(
+        "sandbox.recordings.input", "keeps a live session's task input in its recording, once (the run's own principal; an admin for a recording that exists): what a variant replay re-runs",
+        json!({"type": "object", "required": ["steps"], "additionalProperties": false, "properties": {"steps": steps}}),
+        ("200", json_of(format!("the recording {recording}, with `input`"))),
+        vec![("400", e("lab.scenario_invalid, lab.scenario_no_steps, args.invalid, args.malformed")), ("409", e("recording.input_set, recording.principal_mismatch")), ("413", e("recording.input_too_large, limit.body_too_large"))],
+    )}));
+    paths.insert("/v1/sandbox/recordings/{id}/replay".to_owned(), json!({"post": write(
+        "sandbox.replay", "replays a recording deterministically: its responses answer every call (operator, and the run's own principal or an admin). No variant: its trajectory, every output compared byte for byte; a variant: the recorded task input, each call the recording lacks a typed divergence",
+        json!({"type": "object", "additionalProperties": false, "properties": {"variant": {"type": "string"}, "workflow": {"type": "string"}, "program": {"type": "string"}, "seed": {"type": "integer", "minimum": 0}}}),
+        ("201", json_of("`{recording, status: replayed, steps, run, divergences: [{step, op, args_hash, expected: {seq, op, args_hash} | null}], identical, differing_steps}`".to_owned())),
+        vec![("200", json_of("`{recording, status: degraded, reason, steps: 0, run: null, ...}`: the recording's timeline cannot be put in order (gapped, capped, an event missing)".to_owned())), ("400", e("lab.program_unknown, lab.workflow_invalid, lab.scenario_no_steps, args.invalid, args.malformed")), ("409", e("replay.no_input"))],
+    )}));
     paths.insert("/v1/sandbox/recordings/{id}/export".to_owned(), op(
         "sandbox.recordings.export", "a recording as JSON lines: a `{kind: recording, ...}` line, then a `{kind: event, ...}` line per event by `seq` (admin, or the run's own principal)", run_param,
         json!({"description": "JSON lines", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}),

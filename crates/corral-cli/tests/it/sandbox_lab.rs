@@ -837,7 +837,7 @@ fn every_shell_example_in_docs_lab_md_is_a_session_these_tests_run() {
         .filter(|(info, _)| info == "sh")
         .map(|(_, lines)| lines)
         .collect();
-    assert_eq!(sessions.len(), 5, "{sessions:?}");
+    assert_eq!(sessions.len(), 6, "{sessions:?}");
     // The worked example, line for line: the server and `--local` tests run exactly these.
     assert_eq!(sessions[0], WORKED_EXAMPLE);
     // Then the update and the scored run of 3 trials, run by the same tests.
@@ -848,6 +848,122 @@ fn every_shell_example_in_docs_lab_md_is_a_session_these_tests_run() {
     assert_eq!(sessions[3], [INSPECT_EXAMPLE]);
     // The recordings session, run by `docs_lab_md_recordings_session_*`.
     assert_eq!(sessions[4], RECORDING_EXAMPLE);
+    // The replay session, run by `docs_lab_md_replay_session_*`.
+    assert_eq!(sessions[5], REPLAY_EXAMPLE);
+}
+
+/// docs/lab.md's replay session: the task input kept by the agent, then (as an admin) the
+/// trajectory replayed and the new version re-run on the task.
+const REPLAY_EXAMPLE: &[&str] = &[
+    "corral sandbox recordings input task-1 --steps-file task.json",
+    "corral sandbox replay task-1 -o json",
+    "corral sandbox replay task-1 --variant v2 --workflow v2.yaml -o json",
+];
+
+const ADA_TOKEN: &str = "replay-admin-token-0123456789abc";
+
+/// The recordings workspace with an admin `ada`, docs/lab.md's `task.json` and `v2.yaml`, and
+/// the agent's recorded call made.
+fn replay_workspace(env: &[(&str, &str)], extra: &str) -> tempfile::TempDir {
+    let dir = recording_workspace();
+    let path = dir.path().join("corral.yaml");
+    let config = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        format!("{config}    - {{id: ada, roles: [admin], token_env: CORRAL_IT_ADA}}\n"),
+    )
+    .unwrap();
+    let blocks = lab_md_blocks();
+    let block = |info: &str, first: &str| {
+        blocks
+            .iter()
+            .find(|(i, lines)| i == info && lines.first().is_some_and(|l| l.starts_with(first)))
+            .map(|(_, lines)| lines.join("\n"))
+            .unwrap()
+    };
+    std::fs::write(dir.path().join("task.json"), block("json", "[{\"input\"")).unwrap();
+    std::fs::write(dir.path().join("v2.yaml"), block("yaml", "name: v2")).unwrap();
+    let line = format!("corral call files.list path=. {extra}");
+    let (code, out, err) = sh(dir.path(), line.trim_end(), env, "");
+    assert_eq!(code, 0, "{out}{err}");
+    dir
+}
+
+/// Runs docs/lab.md's replay session: `agent` keeps the input, `ada` replays.
+fn replay_session(dir: &Path, agent: (&[(&str, &str)], &str), ada: (&[(&str, &str)], &str)) {
+    let mut printed = Vec::new();
+    for (i, line) in REPLAY_EXAMPLE.iter().enumerate() {
+        let (env, extra) = if i == 0 { agent } else { ada };
+        let line = format!("{line} {extra}");
+        let (code, out, err) = sh(dir, line.trim_end(), env, "");
+        assert_eq!(code, 0, "`{line}` failed:\n{out}{err}");
+        printed.push(out);
+    }
+    assert!(printed[0].contains("task input kept"), "{}", printed[0]);
+    let same: Value = serde_json::from_str(&printed[1]).unwrap();
+    assert_eq!(
+        (&same["status"], &same["steps"], &same["identical"]),
+        (&json!("replayed"), &json!(1), &json!(true)),
+        "{same}"
+    );
+    assert_eq!(same["run"]["purpose"], "replay");
+    let v2: Value = serde_json::from_str(&printed[2]).unwrap();
+    assert_eq!(v2["run"]["variant"], "v2", "{v2}");
+    assert_eq!(
+        v2["divergences"],
+        json!([]),
+        "v2 makes the recorded call: {v2}"
+    );
+    assert_eq!(v2["identical"], Value::Null);
+    let outputs_line = format!(
+        "corral sandbox runs outputs {} -o json {}",
+        v2["run"]["id"].as_str().unwrap(),
+        ada.1
+    );
+    let (code, out, err) = sh(dir, outputs_line.trim_end(), ada.0, "");
+    assert_eq!(code, 0, "{out}{err}");
+    let outputs: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(outputs["items"][0]["output"], "listed .", "{outputs}");
+}
+
+#[test]
+fn docs_lab_md_replay_session_runs_against_a_server() {
+    let env = [
+        ("CORRAL_AGENT_TOKEN", AGENT_TOKEN),
+        ("CORRAL_IT_VIC", VIC_TOKEN),
+        ("CORRAL_IT_ADA", ADA_TOKEN),
+    ];
+    let dir = replay_workspace(&env, "--local -c corral.yaml --principal agent");
+    let served = serve_with(
+        dir.path(),
+        &["--config", "corral.yaml"],
+        &env,
+        Stdio::null(),
+    );
+    let agent = [
+        ("CORRAL_SERVER", served.url.as_str()),
+        ("CORRAL_TOKEN", AGENT_TOKEN),
+    ];
+    let ada = [
+        ("CORRAL_SERVER", served.url.as_str()),
+        ("CORRAL_TOKEN", ADA_TOKEN),
+    ];
+    replay_session(dir.path(), (&agent, ""), (&ada, ""));
+}
+
+#[test]
+fn docs_lab_md_replay_session_runs_in_process_with_local() {
+    let env = [
+        ("CORRAL_AGENT_TOKEN", AGENT_TOKEN),
+        ("CORRAL_IT_VIC", VIC_TOKEN),
+        ("CORRAL_IT_ADA", ADA_TOKEN),
+    ];
+    let dir = replay_workspace(&env, "--local -c corral.yaml --principal agent");
+    replay_session(
+        dir.path(),
+        (&env, "--local -c corral.yaml --principal agent"),
+        (&env, "--local -c corral.yaml --principal ada"),
+    );
 }
 
 /// docs/lab.md's recordings session: a call with the run-scoped, recording token, then the

@@ -24,16 +24,34 @@ use serde_json::json;
 
 use super::{
     Action, Answering, LabError, LabService, RecordingView, audited_id, check_variant, clip,
+    forbidden_recording, is_admin, recording_error,
 };
 use crate::playback::{Expected, Playback, Trajectory, recorded_output};
 use crate::scenario::Scenario;
 use crate::task::{RecordedTask, Timeline, timeline};
 use crate::variant::{self, Resolved};
+use corral_guard::recording::RecordingKey;
+use corral_store::recording::Recording;
 
 const REPLAY: Action = Action {
     op: "sandbox.replay",
     role: corral_policy::Role::Operator,
 };
+
+// Access is the recording's own principal (or an admin, for a recording that exists): the role
+// is what a refusal is audited with.
+const SET_INPUT: Action = Action {
+    op: "sandbox.recordings.input",
+    role: corral_policy::Role::Viewer,
+};
+
+/// A live session's task input, as `PUT /v1/sandbox/recordings/{run}/input` takes it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputBody {
+    /// `[{input, expected?}]`: the task, as a scenario's steps.
+    pub steps: serde_json::Value,
+}
 
 /// A deterministic replay to make.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -101,6 +119,66 @@ pub struct ReplayReport {
 }
 
 impl LabService {
+    /// Keeps `body` as the task input of the recording of `run_id` (once): by the run's own
+    /// principal (creating the recording if its first call has not come yet), or by an admin
+    /// for a recording that exists. What a variant replay re-runs the task from.
+    pub async fn set_recording_input(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        run_id: &str,
+        body: InputBody,
+    ) -> Result<Recording, LabError> {
+        let r = async {
+            self.start(&SET_INPUT, caller)?;
+            let tenant = self.tenant_of(caller);
+            let steps = Scenario::from_json(&json!({"name": "input", "steps": body.steps}))
+                .map_err(|e| LabError::new(e.code, e.message))?
+                .to_json()["steps"]
+                .clone();
+            let owner = match self.store.get_recording(&tenant, run_id).await {
+                Ok(Some(existing)) => {
+                    let own =
+                        caller.principal.authenticated && caller.principal.id == existing.principal;
+                    if !(own || is_admin(caller)) {
+                        return Err(forbidden_recording(caller));
+                    }
+                    (existing.principal, existing.purpose)
+                }
+                Ok(None) if caller.principal.authenticated => (
+                    caller.principal.id.clone(),
+                    corral_guard::runs::RunPurpose::Live,
+                ),
+                Ok(None) => return Err(forbidden_recording(caller)),
+                Err(e) => return Err(recording_error(e)),
+            };
+            let key = RecordingKey {
+                tenant: tenant.clone(),
+                run_id: run_id.to_owned(),
+                principal: owner.0,
+                purpose: owner.1,
+            };
+            self.store
+                .set_recording_input(&key, &json!({"steps": steps}), now_ms())
+                .await
+                .map_err(recording_error)?;
+            self.store
+                .get_recording(&tenant, run_id)
+                .await
+                .map_err(recording_error)?
+                .ok_or_else(|| {
+                    LabError::new(
+                        codes::RECORDING_NOT_FOUND,
+                        "the recording was deleted while its input was set",
+                    )
+                })
+        }
+        .await;
+        let detail = Some(format!("recording={}", audited_id(run_id)));
+        self.finish(&SET_INPUT, caller, rid, r, detail, super::run_of(run_id))
+            .await
+    }
+
     /// Replays the recording of `run_id` deterministically (operator, and the recording's own
     /// principal or an admin).
     pub async fn replay(

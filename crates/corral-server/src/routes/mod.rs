@@ -57,6 +57,11 @@ pub fn router(state: AppState) -> Router {
             "/v1/sandbox/recordings/{id}/export",
             get(sandbox::export_recording),
         )
+        .route(
+            "/v1/sandbox/recordings/{id}/input",
+            axum::routing::put(sandbox::set_recording_input),
+        )
+        .route("/v1/sandbox/recordings/{id}/replay", post(sandbox::replay))
         .fallback(meta::not_found)
         .method_not_allowed_fallback(meta::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

@@ -10,7 +10,8 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use corral_guard::Caller;
 use corral_lab::service::{
-    CompareBody, LabError, LabService, PageQuery, RunBody, ScenarioBody, parse,
+    CompareBody, InputBody, LabError, LabService, PageQuery, ReplayBody, ReplayStatus, RunBody,
+    ScenarioBody, parse,
 };
 use corral_lab::synthetic;
 use corral_policy::codes;
@@ -440,4 +441,53 @@ pub async fn export_recording(
         resp.headers_mut().insert("x-request-id", v);
     }
     Ok(resp)
+}
+
+/// `PUT /v1/sandbox/recordings/{id}/input` `{steps: [{input, expected?}]}` -> the recording: a
+/// live session's task input, set once (the run's own principal; an admin for one that exists).
+pub async fn set_recording_input(
+    State(state): State<AppState>,
+    Path(run): Path<String>,
+    request: Request,
+) -> Response {
+    const OP: &str = "sandbox.recordings.input";
+    let (caller, rid, b): (_, _, InputBody) =
+        match enter_with_body(&state, request, OP, "PUT /v1/sandbox/recordings/{id}/input").await {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+    let lab = state.runtime().lab();
+    reply(
+        StatusCode::OK,
+        lab.set_recording_input(&caller, &rid, &run, b).await,
+        &rid,
+    )
+}
+
+/// `POST /v1/sandbox/recordings/{id}/replay` `{variant?, workflow?, program?, seed?}` -> the
+/// replay report: 201 with its run, or 200 `degraded` with zero steps and no run.
+pub async fn replay(
+    State(state): State<AppState>,
+    Path(run): Path<String>,
+    request: Request,
+) -> Response {
+    const OP: &str = "sandbox.replay";
+    let (caller, rid, b): (_, _, ReplayBody) = match enter_with_body(
+        &state,
+        request,
+        OP,
+        "POST /v1/sandbox/recordings/{id}/replay",
+    )
+    .await
+    {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let lab = state.runtime().lab();
+    let r = lab.replay(&caller, &rid, &run, b).await;
+    let status = match &r {
+        Ok(x) if x.status == ReplayStatus::Degraded => StatusCode::OK,
+        _ => StatusCode::CREATED,
+    };
+    reply(status, r, &rid)
 }

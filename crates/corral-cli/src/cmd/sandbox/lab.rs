@@ -4,8 +4,8 @@
 
 use corral_client::Client;
 use corral_client::sandbox::{
-    Comparison, ComparisonRequest, Outputs, Page, PageRequest, Recording, RecordingDetail, Run,
-    RunRequest, Scenario, ScenarioRequest, ScenarioSummary,
+    Comparison, ComparisonRequest, Outputs, Page, PageRequest, Recording, RecordingDetail,
+    ReplayReport, ReplayRequest, Run, RunRequest, Scenario, ScenarioRequest, ScenarioSummary,
 };
 use corral_lab::service::{self, LabError, LabService, PageQuery};
 use serde::Serialize;
@@ -237,6 +237,38 @@ impl Lab {
             async |c| c.sandbox_recording(run_id).await,
             async |lab, caller| {
                 lab.get_recording(caller, &rid(), run_id)
+                    .await
+                    .map_err(refused)
+            },
+        )
+    }
+
+    pub(crate) fn replay(
+        &self,
+        run_id: &str,
+        req: &ReplayRequest,
+    ) -> Result<ReplayReport, CliError> {
+        self.either(
+            "replay",
+            async |c| c.sandbox_replay(run_id, req).await,
+            async |lab, caller| {
+                let b = body("a replay", req)?;
+                lab.replay(caller, &rid(), run_id, b).await.map_err(refused)
+            },
+        )
+    }
+
+    pub(crate) fn set_recording_input(
+        &self,
+        run_id: &str,
+        steps: &Value,
+    ) -> Result<Recording, CliError> {
+        self.either(
+            "recording",
+            async |c| c.sandbox_set_recording_input(run_id, steps).await,
+            async |lab, caller| {
+                let b = body("a task input", &serde_json::json!({ "steps": steps }))?;
+                lab.set_recording_input(caller, &rid(), run_id, b)
                     .await
                     .map_err(refused)
             },

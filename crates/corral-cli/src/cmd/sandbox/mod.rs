@@ -7,6 +7,7 @@ mod compare;
 mod generate;
 mod lab;
 mod recordings;
+mod replay;
 mod runs;
 mod scenarios;
 
@@ -58,6 +59,15 @@ enum Command {
     /// Read the recorded call timelines of runs (an admin, or the run's own principal).
     #[command(subcommand)]
     Recordings(recordings::Command),
+    /// Replay a recorded run deterministically: its recorded responses answer every call.
+    ///
+    /// Without a variant, the recorded calls are re-issued through today's guard chain and
+    /// every output compared byte for byte with the recorded one; with `--variant` (and
+    /// `--workflow FILE` or `--program NAME`), the recorded task input is re-run and each call
+    /// the recording lacks is reported as a divergence (step, op, arguments hash, what was
+    /// expected). A recording that is gapped or capped is `degraded`: zero steps. Exit codes: 0
+    /// identical or without divergence, 1 otherwise or a refusal, 2 usage or connection error.
+    Replay(replay::Args),
 }
 
 /// Where a lab command works (a server, or in-process), as whom, and how it prints.
@@ -99,6 +109,7 @@ pub fn run(args: Args) -> CliResult {
         Command::Compare(a) => compare::run(a),
         Command::Comparisons(c) => compare::recorded(c),
         Command::Recordings(c) => recordings::run(c),
+        Command::Replay(a) => replay::run(a),
     }
 }
 

@@ -28,6 +28,17 @@ pub(crate) enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Keep a live session's task input in its recording, once (the run's own principal; an
+    /// admin for a recording that exists): what `corral sandbox replay --variant` re-runs.
+    Input {
+        /// The run id.
+        run: String,
+        /// The steps, `[{"input": ..., "expected": ...}]` (JSON file, `-` for stdin).
+        #[arg(long, value_name = "FILE")]
+        steps_file: std::path::PathBuf,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Print a recording as JSON lines: a `{"kind":"recording",...}` line, then one
     /// `{"kind":"event",...}` line per call, in order.
     Export {
@@ -69,6 +80,23 @@ pub(crate) fn run(c: Command) -> CliResult {
             match conn.format {
                 Format::Json => crate::output::print_json(&detail),
                 Format::Human => print_recording(&detail),
+            }
+            Ok(Exit::Ok)
+        }
+        Command::Input {
+            run,
+            steps_file,
+            conn,
+        } => {
+            let steps = super::read_json(&steps_file, "the steps")?;
+            let r = Lab::open(&conn)?.set_recording_input(&run, &steps)?;
+            match conn.format {
+                Format::Json => crate::output::print_json(&r),
+                Format::Human => outln!(
+                    "recording {}: task input kept ({} event(s) so far)",
+                    printable(&r.run_id),
+                    r.events
+                ),
             }
             Ok(Exit::Ok)
         }
