@@ -49,7 +49,7 @@ use crate::score::{RunScore, Scored, StepScore, TrialStats, score_step};
 use crate::synthetic::{self, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
 use crate::variant::{self, Resolved, RunScorer};
 use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
-use crate::world::Lab;
+use crate::world::{Lab, World};
 pub use playback::{Divergence, InputBody, ReplayBody, ReplayReport, ReplayStatus};
 
 /// The runner every run of this service records.
@@ -1073,6 +1073,29 @@ struct Executor {
     record: bool,
 }
 
+impl Executor {
+    /// The world a run executes in: what answers its calls is the executor's.
+    fn world(&self, scenario: &Scenario, run_id: &str, caller: &Caller) -> Result<World, LabError> {
+        let lab = self.lab.clone()?;
+        let principal = caller.principal.clone();
+        match &self.answering {
+            Answering::Mocks => lab.world(scenario, run_id, principal),
+            Answering::Playback(p) => lab.playback(scenario, run_id, principal, p.clone()),
+        }
+        .map_err(|e| LabError::new(e.code, e.message))
+    }
+}
+
+/// An attestation as a run stores it.
+fn stored_attestation(a: &crate::runner::Attested) -> store_lab::RunAttestation {
+    store_lab::RunAttestation {
+        backend: a.backend.to_owned(),
+        isolated: a.isolated,
+        destroyed: a.destroyed,
+        primitives: a.primitives.clone(),
+    }
+}
+
 /// What answers a run's calls.
 #[derive(Debug, Clone)]
 enum Answering {
@@ -1126,14 +1149,7 @@ impl Executor {
             self.fail_run(tenant, &run.id, &e).await;
             return Err(e);
         }
-        let world = self.lab.clone().and_then(|lab| {
-            let principal = caller.principal.clone();
-            match &self.answering {
-                Answering::Mocks => lab.world(scenario, &run.id, principal),
-                Answering::Playback(p) => lab.playback(scenario, &run.id, principal, p.clone()),
-            }
-            .map_err(|e| LabError::new(e.code, e.message))
-        });
+        let world = self.world(scenario, &run.id, caller);
         let world = match world {
             Ok(w) => w,
             Err(e) => {
@@ -1202,16 +1218,7 @@ impl Executor {
                     args_hash: m.args_hash.clone(),
                 })
                 .collect(),
-            attestations: report
-                .attestations
-                .iter()
-                .map(|a| store_lab::RunAttestation {
-                    backend: a.backend.to_owned(),
-                    isolated: a.isolated,
-                    destroyed: a.destroyed,
-                    primitives: a.primitives.clone(),
-                })
-                .collect(),
+            attestations: report.attestations.iter().map(stored_attestation).collect(),
         };
         let run = self
             .store
