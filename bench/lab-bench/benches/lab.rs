@@ -47,7 +47,7 @@ use corral_guard::{Call, CallOptions, Caller, Deployment, Gateway, Reply};
 use corral_lab::agent::{Agent, Identity};
 use corral_lab::runner::run_scenario;
 use corral_lab::scenario::Scenario;
-use corral_lab::service::{CompareBody, LabService, ScenarioBody, VariantBody};
+use corral_lab::service::{CompareBody, LabService, ReplayBody, ScenarioBody, VariantBody};
 use corral_lab::workflow::Workflow;
 use corral_lab::world::Lab;
 use corral_ops::health::Health;
@@ -249,6 +249,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    if std::env::args().skip(1).any(|a| a == "replay") {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(replay_mode());
+        return;
+    }
     if std::env::args().skip(1).any(|a| a == "compare") {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -369,10 +377,12 @@ async fn compare_mode() {
         baseline: VariantBody {
             variant: "identity".to_owned(),
             workflow: None,
+            program: None,
         },
         candidate: VariantBody {
             variant: format!("cand{k}"),
             workflow: Some(candidate(k)),
+            program: None,
         },
         scenarios: ids.clone(),
         seed: Some(7),
@@ -401,7 +411,7 @@ async fn compare_mode() {
                     .compare(&olga, &format!("c{round}-{workers}-{k}"), body(k, *workers))
                     .await
                     .unwrap();
-                v.push(format!("{:?} {:+.3}", c.verdict, c.delta));
+                v.push(format!("{:?} {:+.3}", c.record.verdict, c.record.delta));
                 steps += 2 * CMP_SCENARIOS * CMP_STEPS;
             }
             wall.push(t0.elapsed().as_secs_f64());
@@ -528,4 +538,124 @@ async fn throughput() {
     }
     drop(sqlite);
     store.close().await;
+}
+
+/// Steps of the recording the replay mode plays back.
+const REPLAY_STEPS: usize = 1000;
+
+/// Issue 15's replay throughput: a 1,000-step lab run recorded (`sandbox.record_runs`), then,
+/// in interleaved rounds through `LabService` on SQLite (the audit by the store's writer):
+/// the anchor, the same scenario run again against its mocks (purpose `simulation`); the
+/// recording's trajectory replayed (`replay`, no variant: 1,000 recorded calls re-issued, each
+/// answered from the recording, every output compared); and the recorded task input re-run
+/// under the identity variant against the recording. Steps/s of wall time and per CPU-second.
+async fn replay_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = corral_store::Store::connect(&corral_store::Store::default_sqlite_url(dir.path()))
+        .await
+        .unwrap();
+    let sink: Arc<dyn AuditSink> = Arc::new(corral_store::AuditWriter::spawn(store.clone()));
+    let store = Arc::new(store);
+    let gateway = Arc::new(
+        Gateway::new(
+            deployment(),
+            Arc::new(MockBackend::default()),
+            vec![sink],
+            "default",
+        )
+        .with_recorder(store.clone()),
+    );
+    let lab = LabService::new(store, gateway, true);
+    let olga = Caller::new(Principal::new("olga", &["operator"]));
+    let steps: Vec<_> = (0..REPLAY_STEPS)
+        .map(|i| json!({"input": format!("agent:user{i}@example.test")}))
+        .collect();
+    let mocks: Vec<_> = (0..REPLAY_STEPS)
+        .map(|i| json!({"resource": format!("agent:user{i}@example.test"), "response": format!("account {i}")}))
+        .collect();
+    let scenario = lab
+        .create_scenario(
+            &olga,
+            "s",
+            ScenarioBody {
+                name: "recorded".to_owned(),
+                steps: Some(json!(steps)),
+                mocks: Some(json!(mocks)),
+                ..ScenarioBody::default()
+            },
+        )
+        .await
+        .unwrap();
+    let run_body = || corral_lab::service::RunBody {
+        variant: "identity".to_owned(),
+        workflow: None,
+        program: None,
+        seed: None,
+        trials: None,
+        scorer: None,
+        isolation: None,
+    };
+    lab.set_record_runs(true);
+    let recorded = lab
+        .run(&olga, "rec", &scenario.id, run_body())
+        .await
+        .unwrap();
+    lab.set_record_runs(false);
+    let view = lab.get_recording(&olga, "get", &recorded.id).await.unwrap();
+    assert_eq!(view.events.len(), REPLAY_STEPS);
+    let rounds = cmp_rounds().max(5);
+    let modes = [
+        "anchor: simulation run",
+        "replay: trajectory",
+        "replay: identity on the input",
+    ];
+    let mut wall = vec![Vec::new(); modes.len()];
+    let mut per_cpu = vec![Vec::new(); modes.len()];
+    for round in 0..rounds {
+        for (m, _) in modes.iter().enumerate() {
+            let (c0, t0) = (cpu(), Instant::now());
+            let rid = format!("r{round}-{m}");
+            let steps = match m {
+                0 => {
+                    lab.run(&olga, &rid, &scenario.id, run_body())
+                        .await
+                        .unwrap()
+                        .steps_total
+                }
+                1 => {
+                    let r = lab
+                        .replay(&olga, &rid, &recorded.id, ReplayBody::default())
+                        .await
+                        .unwrap();
+                    assert_eq!(r.identical, Some(true));
+                    r.steps
+                }
+                _ => {
+                    let body = ReplayBody {
+                        variant: Some("identity".to_owned()),
+                        ..ReplayBody::default()
+                    };
+                    let r = lab.replay(&olga, &rid, &recorded.id, body).await.unwrap();
+                    assert!(r.divergences.is_empty());
+                    r.steps
+                }
+            };
+            assert_eq!(steps as usize, REPLAY_STEPS);
+            let (w, c) = (t0.elapsed().as_secs_f64(), (cpu() - c0).as_secs_f64());
+            wall[m].push(REPLAY_STEPS as f64 / w);
+            per_cpu[m].push(REPLAY_STEPS as f64 / c);
+        }
+    }
+    println!(
+        "a {REPLAY_STEPS}-step recording, {rounds} interleaved rounds, medians (steps/s of wall time; steps per CPU-second)"
+    );
+    let anchor = median(wall[0].clone());
+    for (m, name) in modes.iter().enumerate() {
+        let w = median(wall[m].clone());
+        println!(
+            "{name:<32} {w:>10.0} steps/s  {:>10.0} steps/CPU-s  {:.2}x the anchor",
+            median(per_cpu[m].clone()),
+            w / anchor
+        );
+    }
 }

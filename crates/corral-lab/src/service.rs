@@ -369,6 +369,7 @@ pub fn role_needed(op: &str) -> Option<Role> {
         COMPARE,
         COMPARISONS_LIST,
         COMPARISONS_GET,
+        playback::REPLAY,
     ]
     .into_iter()
     .find(|a| a.op == op)

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use corral_guard::{Caller, Refusal};
 use corral_lab::service::{
-    CompareBody, LabError, LabService, PageQuery, RunBody, ScenarioBody, parse, role_needed,
+    CompareBody, LabError, LabService, PageQuery, ReplayBody, RunBody, ScenarioBody, parse,
+    role_needed,
 };
 use corral_lab::synthetic;
 use corral_policy::{Principal, Role, codes};
@@ -82,6 +83,12 @@ const TOOLS: &[LabTool] = &[
         action: "sandbox.compare",
         summary: "runs two variants on the same scenarios and seeds and records the before/after verdict (`deploy: true` needs admin)",
         schema: || json!({"type": "object", "required": ["baseline", "candidate", "scenarios"], "properties": {"baseline": {"type": "object"}, "candidate": {"type": "object"}, "scenarios": {"type": "array", "items": {"type": "string"}}, "trials": {"type": "integer"}, "seed": {"type": "integer"}, "scorer": {"type": "string"}, "margin": {"type": "number"}, "deploy": {"type": "boolean"}, "workers": {"type": "integer", "minimum": 1, "maximum": corral_lab::service::MAX_COMPARE_WORKERS, "description": "runs executed at once (default: the CPUs, at most the maximum); the verdict does not depend on it"}}, "additionalProperties": false}),
+    },
+    LabTool {
+        name: "sandbox_replay",
+        action: "sandbox.replay",
+        summary: "replays a recorded run deterministically (the recording's responses answer every call; nothing real is reached): without a variant its calls, every output compared byte for byte; with one the recorded task input, each call the recording lacks a divergence; a gapped or capped recording is `degraded` with zero steps (the recording's own principal or an admin)",
+        schema: || json!({"type": "object", "required": ["id"], "properties": {"id": {"type": "string", "description": "the recorded run's id"}, "variant": {"type": "string"}, "workflow": {"type": "string"}, "program": {"type": "string"}, "seed": {"type": "integer", "minimum": 0}}, "additionalProperties": false}),
     },
 ];
 
@@ -166,6 +173,7 @@ enum Request {
     RunsGet(String),
     RunsOutputs(String),
     Compare(CompareBody),
+    Replay(String, ReplayBody),
 }
 
 fn request_of(name: &str, mut args: Map<String, Value>) -> Result<Request, LabError> {
@@ -181,6 +189,10 @@ fn request_of(name: &str, mut args: Map<String, Value>) -> Result<Request, LabEr
         "sandbox_runs_get" => Request::RunsGet(take_id(&mut args)?),
         "sandbox_runs_outputs" => Request::RunsOutputs(take_id(&mut args)?),
         "sandbox_compare" => Request::Compare(parse(name, Value::Object(args))?),
+        "sandbox_replay" => {
+            let id = take_id(&mut args)?;
+            Request::Replay(id, parse(name, Value::Object(args))?)
+        }
         _ => {
             return Err(LabError {
                 code: codes::OP_NOT_ENABLED,
@@ -221,6 +233,7 @@ pub async fn call(
             .await
             .map(|o| done(&json!({"items": o}))),
         Request::Compare(b) => lab.compare(caller, &rid, b).await.map(|c| done(&c)),
+        Request::Replay(id, b) => lab.replay(caller, &rid, &id, b).await.map(|r| done(&r)),
     };
     r.unwrap_or_else(|e| failed(&e, &rid))
 }

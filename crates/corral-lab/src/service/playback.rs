@@ -33,7 +33,7 @@ use crate::variant::{self, Resolved};
 use corral_guard::recording::RecordingKey;
 use corral_store::recording::Recording;
 
-const REPLAY: Action = Action {
+pub(super) const REPLAY: Action = Action {
     op: "sandbox.replay",
     role: corral_policy::Role::Operator,
 };

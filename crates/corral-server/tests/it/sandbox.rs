@@ -899,6 +899,7 @@ mod over_mcp {
             [
                 "sandbox_compare",
                 "sandbox_generate",
+                "sandbox_replay",
                 "sandbox_runs_get",
                 "sandbox_runs_outputs",
                 "sandbox_scenarios_create",
@@ -962,6 +963,13 @@ mod over_mcp {
         .await;
         assert_eq!(refused.is_error, Some(true));
         assert_eq!(refused.structured_content.unwrap()["code"], "rbac.denied");
+        // A replay of a run nobody recorded says so, with the recording's code.
+        let none = call(&op, "sandbox_replay", json!({"id": run["id"]})).await;
+        assert_eq!(none.is_error, Some(true));
+        assert_eq!(
+            none.structured_content.unwrap()["code"],
+            "recording.not_found"
+        );
         // The tool calls are audited like the routes: one event each, under the action's name.
         let events = s.store.audit_recent(None, u32::MAX).await.unwrap();
         assert_eq!(
