@@ -682,6 +682,15 @@ impl LabService {
         let tenant = self.tenant_of(caller);
         let r = async {
             self.start(&RUNS_OUTPUTS, caller)?;
+            // A replay's outputs are a recording's values (its recorded responses, or what the
+            // real tools of a shadow run answered): the recording's access, not a viewer's.
+            if let Some(run) = self.store.get_run(&tenant, id).await?
+                && run.purpose == corral_guard::runs::RunPurpose::Replay.as_str()
+                && !((caller.principal.authenticated && caller.principal.id == run.principal)
+                    || is_admin(caller))
+            {
+                return Err(forbidden_recording(caller));
+            }
             Ok(self.store.list_outputs(&tenant, id).await?)
         }
         .await;

@@ -247,6 +247,8 @@ impl LabService {
         };
         let tenant = self.tenant_of(caller);
         let trajectory = agent.is_none();
+        // A trajectory has a step per recorded call; both are bounded like any run.
+        super::check_executions(events.len())?;
         let (stored, scenario, label, resolved) = match agent {
             Some((label, resolved)) => {
                 let task = RecordedTask::of(view)?;
@@ -262,6 +264,7 @@ impl LabService {
                 (stored, scenario, "recorded".to_owned(), agent)
             }
         };
+        super::check_executions(scenario.steps().len())?;
         let mut executor = self.executor();
         executor.answering = Answering::Playback(Arc::new(Playback::new(events)));
         let x = executor

@@ -381,6 +381,22 @@ async fn a_recording_cannot_be_replayed_by_a_viewer_another_operator_or_another_
         .await
         .unwrap_err();
     assert_eq!(e.code, "recording.forbidden", "{}", e.message);
+    // A replay's outputs are the recording's values: another viewer of the tenant cannot read
+    // them, though run outputs are otherwise a viewer's to read.
+    let run = f
+        .lab
+        .replay(&olga(), "rid", "task-4", ReplayBody::default())
+        .await
+        .unwrap()
+        .run
+        .unwrap();
+    let vera = Caller::new(Principal::new("vera", &["viewer"]));
+    let e = f.lab.outputs(&vera, "rid", &run.id).await.unwrap_err();
+    assert_eq!(e.code, "recording.forbidden", "{}", e.message);
+    assert_eq!(
+        f.lab.outputs(&olga(), "rid", &run.id).await.unwrap().len(),
+        3
+    );
     let mut tenant = Principal::new("olga", &["operator"]);
     tenant.tenant = Some("acme".to_owned());
     let e = f
