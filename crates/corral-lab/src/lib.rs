@@ -12,6 +12,7 @@ pub mod scenario;
 pub mod score;
 pub mod service;
 pub mod synthetic;
+pub mod tournament;
 pub mod variant;
 pub mod verdict;
 pub mod workflow;

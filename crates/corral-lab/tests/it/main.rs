@@ -9,6 +9,7 @@ mod scenarios;
 mod score;
 mod support;
 mod synthetic;
+mod tournament;
 mod verdict;
 mod worked_example;
 mod workers;
