@@ -529,6 +529,9 @@ pub(super) const SANDBOX: &[Field<SandboxConfig>] = &[
     Field::new("scorers", |d, e, s| {
         s.scorers = d.lab_programs(e.node, &e.at);
     }),
+    Field::new("judges", |d, e, s| {
+        s.judges = d.lab_programs(e.node, &e.at);
+    }),
 ];
 
 /// `isolation:` where commands run.
@@ -615,6 +618,7 @@ pub(crate) fn all_tables() -> Vec<(&'static str, Vec<&'static str>)> {
         ("mcp_servers.up", keys(ops::MCP_SERVER)),
         ("sandbox.programs.p", keys(ops::LAB_PROGRAM)),
         ("sandbox.scorers.s", keys(ops::LAB_PROGRAM)),
+        ("sandbox.judges.j", keys(ops::LAB_PROGRAM)),
         ("mcp_servers.up.tools.t", keys(ops::MCP_TOOL)),
         ("auth", keys(access::AUTH)),
         ("auth.tokens[0]", keys(access::TOKEN)),

@@ -172,6 +172,11 @@ pub struct SandboxConfig {
     /// `scorers:` the external command scorers a run may name (`command:<name>`; run in the
     /// `linux` backend with no network).
     pub scorers: Vec<LabProgramConfig>,
+    /// `judges:` the external command judges a tournament may name (`command:<name>`; run in
+    /// the `linux` backend with no network). A judge reads `{input, first, second, expected}`
+    /// and answers `{"prefer": "first" | "second" | "tie"}`: another protocol than a scorer's,
+    /// so it is declared apart.
+    pub judges: Vec<LabProgramConfig>,
 }
 
 impl Default for SandboxConfig {
@@ -180,11 +185,13 @@ impl Default for SandboxConfig {
             enabled: true,
             programs: Vec::new(),
             scorers: Vec::new(),
+            judges: Vec::new(),
         }
     }
 }
 
-/// One external program of the lab (`sandbox.programs.<name>` or `sandbox.scorers.<name>`).
+/// One external program of the lab (`sandbox.programs.<name>`, `sandbox.scorers.<name>` or
+/// `sandbox.judges.<name>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabProgramConfig {
     /// Its name, as requests give it.

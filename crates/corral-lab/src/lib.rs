@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod inspect;
+pub mod judge;
 pub mod pool;
 pub mod program;
 pub mod replay;

@@ -48,6 +48,11 @@ use crate::variant::{self, Resolved, RunScorer};
 use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
 use crate::world::Lab;
 
+mod tournament;
+pub use tournament::{
+    JudgeFailure, MAX_TOURNAMENT_RUNS, NotJudged, RankedRun, TopTwo, Tournament, TournamentBody,
+};
+
 /// The runner every run of this service records.
 pub const RUNNER: &str = "inproc";
 /// The most trials a run or comparison may ask for.
@@ -365,6 +370,7 @@ pub fn role_needed(op: &str) -> Option<Role> {
         COMPARE,
         COMPARISONS_LIST,
         COMPARISONS_GET,
+        tournament::TOURNAMENT,
     ]
     .into_iter()
     .find(|a| a.op == op)

@@ -10,6 +10,7 @@ mod score;
 mod support;
 mod synthetic;
 mod tournament;
+mod tournaments;
 mod verdict;
 mod worked_example;
 mod workers;
