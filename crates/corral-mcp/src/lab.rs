@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use corral_guard::{Caller, Refusal};
 use corral_lab::service::{
-    CompareBody, LabError, LabService, PageQuery, RunBody, ScenarioBody, parse, role_needed,
+    CompareBody, LabError, LabService, PageQuery, RunBody, ScenarioBody, TournamentBody, parse,
+    role_needed,
 };
 use corral_lab::synthetic;
 use corral_policy::{Principal, Role, codes};
@@ -82,6 +83,12 @@ const TOOLS: &[LabTool] = &[
         action: "sandbox.compare",
         summary: "runs two variants on the same scenarios and seeds and records the before/after verdict (`deploy: true` needs admin)",
         schema: || json!({"type": "object", "required": ["baseline", "candidate", "scenarios"], "properties": {"baseline": {"type": "object"}, "candidate": {"type": "object"}, "scenarios": {"type": "array", "items": {"type": "string"}}, "trials": {"type": "integer"}, "seed": {"type": "integer"}, "scorer": {"type": "string"}, "margin": {"type": "number"}, "deploy": {"type": "boolean"}, "workers": {"type": "integer", "minimum": 1, "maximum": corral_lab::service::MAX_COMPARE_WORKERS, "description": "runs executed at once (default: the CPUs, at most the maximum); the verdict does not depend on it"}}, "additionalProperties": false}),
+    },
+    LabTool {
+        name: "sandbox_tournament",
+        action: "sandbox.tournament",
+        summary: "grades finished runs of one scenario (one per variant) by a command judge asked about every task and pair in both orders: a Bradley-Terry ranking with bootstrap intervals, the judge's position bias, and the verdict between the top two; stores nothing",
+        schema: || json!({"type": "object", "required": ["runs", "judge"], "properties": {"runs": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": corral_lab::service::MAX_TOURNAMENT_RUNS}, "judge": {"type": "string", "description": "command:<name> of a judge under `sandbox.judges`"}, "seed": {"type": "integer", "minimum": 0}, "bootstrap": {"type": "integer", "minimum": 1, "maximum": corral_lab::tournament::MAX_BOOTSTRAP}}, "additionalProperties": false}),
     },
 ];
 
@@ -166,6 +173,7 @@ enum Request {
     RunsGet(String),
     RunsOutputs(String),
     Compare(CompareBody),
+    Tournament(TournamentBody),
 }
 
 fn request_of(name: &str, mut args: Map<String, Value>) -> Result<Request, LabError> {
@@ -181,6 +189,7 @@ fn request_of(name: &str, mut args: Map<String, Value>) -> Result<Request, LabEr
         "sandbox_runs_get" => Request::RunsGet(take_id(&mut args)?),
         "sandbox_runs_outputs" => Request::RunsOutputs(take_id(&mut args)?),
         "sandbox_compare" => Request::Compare(parse(name, Value::Object(args))?),
+        "sandbox_tournament" => Request::Tournament(parse(name, Value::Object(args))?),
         _ => {
             return Err(LabError {
                 code: codes::OP_NOT_ENABLED,
@@ -221,6 +230,16 @@ pub async fn call(
             .await
             .map(|o| done(&json!({"items": o}))),
         Request::Compare(b) => lab.compare(caller, &rid, b).await.map(|c| done(&c)),
+        // The ceiling of judge calls: the config's `budgets.judge` is to be wired here.
+        Request::Tournament(b) => lab
+            .tournament(
+                caller,
+                &rid,
+                b,
+                corral_lab::tournament::DEFAULT_MAX_JUDGE_CALLS,
+            )
+            .await
+            .map(|t| done(&t)),
     };
     r.unwrap_or_else(|e| failed(&e, &rid))
 }

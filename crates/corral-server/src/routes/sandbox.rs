@@ -10,7 +10,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use corral_guard::Caller;
 use corral_lab::service::{
-    CompareBody, LabError, LabService, PageQuery, RunBody, ScenarioBody, parse,
+    CompareBody, LabError, LabService, PageQuery, RunBody, ScenarioBody, TournamentBody, parse,
 };
 use corral_lab::synthetic;
 use corral_policy::codes;
@@ -346,6 +346,29 @@ pub async fn compare(State(state): State<AppState>, request: Request) -> Respons
     reply(
         StatusCode::CREATED,
         lab.compare(&caller, &rid, b).await,
+        &rid,
+    )
+}
+
+/// `POST /v1/sandbox/tournaments` -> 200 the graded tournament (not stored).
+pub async fn tournament(State(state): State<AppState>, request: Request) -> Response {
+    const OP: &str = "sandbox.tournament";
+    let (caller, rid, b): (_, _, TournamentBody) =
+        match enter_with_body(&state, request, OP, "POST /v1/sandbox/tournaments").await {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+    let lab = state.runtime().lab();
+    // The ceiling of judge calls: the config's `budgets.judge` is to be wired here.
+    reply(
+        StatusCode::OK,
+        lab.tournament(
+            &caller,
+            &rid,
+            b,
+            corral_lab::tournament::DEFAULT_MAX_JUDGE_CALLS,
+        )
+        .await,
         &rid,
     )
 }
