@@ -114,14 +114,14 @@ impl CommandJudge {
         attest(out.attestation.clone());
         finished(&out, self.spec.timeout).map_err(|(_, why)| failed(printable(&why)))?;
         let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.strip_suffix('\n').unwrap_or(&text);
         let bad = || JudgeError {
             code: codes::LAB_JUDGE_ANSWER,
             message: format!(
                 "judge `{name}` printed {:?}, not one line `{{\"prefer\": \"first\" | \"second\" | \"tie\"}}`",
-                printable(&text)
+                printable(line)
             ),
         };
-        let line = text.strip_suffix('\n').unwrap_or(&text);
         if out.stdout_truncated || line.contains('\n') {
             return Err(bad());
         }
