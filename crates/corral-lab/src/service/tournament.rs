@@ -231,76 +231,15 @@ impl LabService {
                 tasks.len()
             )));
         }
-        let attested = Mutex::new(Vec::<store_lab::RunAttestation>::new());
-        let attest = |a: corral_exec::Attestation| {
-            if let Ok(mut v) = attested.lock() {
-                let a = store_lab::RunAttestation {
-                    backend: a.backend.to_owned(),
-                    isolated: a.isolated,
-                    destroyed: a.destroyed,
-                    primitives: a.primitives,
-                };
-                if !v.contains(&a) {
-                    v.push(a);
-                }
-            }
-        };
-        let mut calls = 0u64;
-        let mut judgments = Vec::new();
-        let mut errors = Vec::new();
-        let mut not_judged = Vec::new();
-        for &task in &tasks {
-            let exp = expected(task);
-            for a in 0..n {
-                for b in (a + 1)..n {
-                    let id = |i: usize| {
-                        entrants
-                            .get(i)
-                            .map(|e| e.run.id.clone())
-                            .unwrap_or_default()
-                    };
-                    if !not_judged.is_empty() || calls.saturating_add(2) > max_judge_calls {
-                        not_judged.push(NotJudged {
-                            task,
-                            a: id(a),
-                            b: id(b),
-                            code: codes::LAB_JUDGE_CEILING.to_owned(),
-                        });
-                        continue;
-                    }
-                    for (first, second) in [(a, b), (b, a)] {
-                        let text = |i: usize| {
-                            entrants
-                                .get(i)
-                                .and_then(|e| e.outputs.get(&task))
-                                .map(|o| (o.input.as_str(), o.output.as_str()))
-                                .unwrap_or(("", ""))
-                        };
-                        let (input, one) = text(first);
-                        let (_, two) = text(second);
-                        calls += 1;
-                        match judge.judge(input, one, two, exp.as_ref(), &attest).await {
-                            Ok(prefer) => judgments.push(Judgment {
-                                task,
-                                first,
-                                second,
-                                prefer,
-                            }),
-                            Err(e) => errors.push(JudgeFailure {
-                                task,
-                                first: id(first),
-                                second: id(second),
-                                code: e.code.to_owned(),
-                                message: e.message,
-                            }),
-                        }
-                    }
-                }
-            }
-        }
+        let Judged {
+            calls,
+            judgments,
+            errors,
+            not_judged,
+            attestations,
+        } = judge_pairs(&judge, &entrants, &tasks, &expected, max_judge_calls).await;
         let ranking = {
-            let judged = judgments.clone();
-            tokio::task::spawn_blocking(move || tournament::rank(n, &judged, bootstrap, seed))
+            tokio::task::spawn_blocking(move || tournament::rank(n, &judgments, bootstrap, seed))
                 .await
                 .map_err(|e| {
                     LabError::new(
@@ -311,7 +250,6 @@ impl LabService {
                     )
                 })?
         };
-        let attestations = attested.into_inner().unwrap_or_default();
         let ranked: Vec<RankedRun> = ranking
             .ranked
             .iter()
@@ -411,6 +349,103 @@ impl LabService {
             });
         }
         Ok(out)
+    }
+}
+
+/// What the judge calls gave.
+struct Judged {
+    calls: u64,
+    judgments: Vec<Judgment>,
+    errors: Vec<JudgeFailure>,
+    not_judged: Vec<NotJudged>,
+    attestations: Vec<store_lab::RunAttestation>,
+}
+
+/// Asks `judge` about every task and pair of `entrants`, in both orders (the first run of the
+/// pair in the first slot, then the other): task by task, pairs in request order. Once a
+/// pair's two calls would pass `max_judge_calls`, it and every pair after it go to
+/// `not_judged` and no call is made.
+async fn judge_pairs(
+    judge: &CommandJudge,
+    entrants: &[Entrant],
+    tasks: &[u32],
+    expected: &(dyn Fn(u32) -> Option<Value> + Sync),
+    max_judge_calls: u64,
+) -> Judged {
+    let n = entrants.len();
+    let attested = Mutex::new(Vec::<store_lab::RunAttestation>::new());
+    let attest = |a: corral_exec::Attestation| {
+        if let Ok(mut v) = attested.lock() {
+            let a = store_lab::RunAttestation {
+                backend: a.backend.to_owned(),
+                isolated: a.isolated,
+                destroyed: a.destroyed,
+                primitives: a.primitives,
+            };
+            if !v.contains(&a) {
+                v.push(a);
+            }
+        }
+    };
+    let mut calls = 0u64;
+    let mut judgments = Vec::new();
+    let mut errors = Vec::new();
+    let mut not_judged = Vec::new();
+    for &task in tasks {
+        let exp = expected(task);
+        for a in 0..n {
+            for b in (a + 1)..n {
+                let id = |i: usize| {
+                    entrants
+                        .get(i)
+                        .map(|e| e.run.id.clone())
+                        .unwrap_or_default()
+                };
+                if !not_judged.is_empty() || calls.saturating_add(2) > max_judge_calls {
+                    not_judged.push(NotJudged {
+                        task,
+                        a: id(a),
+                        b: id(b),
+                        code: codes::LAB_JUDGE_CEILING.to_owned(),
+                    });
+                    continue;
+                }
+                for (first, second) in [(a, b), (b, a)] {
+                    let text = |i: usize| {
+                        entrants
+                            .get(i)
+                            .and_then(|e| e.outputs.get(&task))
+                            .map(|o| (o.input.as_str(), o.output.as_str()))
+                            .unwrap_or(("", ""))
+                    };
+                    let (input, one) = text(first);
+                    let (_, two) = text(second);
+                    calls += 1;
+                    match judge.judge(input, one, two, exp.as_ref(), &attest).await {
+                        Ok(prefer) => judgments.push(Judgment {
+                            task,
+                            first,
+                            second,
+                            prefer,
+                        }),
+                        Err(e) => errors.push(JudgeFailure {
+                            task,
+                            first: id(first),
+                            second: id(second),
+                            code: e.code.to_owned(),
+                            message: e.message,
+                        }),
+                    }
+                }
+            }
+        }
+    }
+    Judged {
+        calls,
+        judgments,
+        errors,
+        not_judged,
+        attestations: attested.into_inner().unwrap_or_default(),
     }
 }
 
