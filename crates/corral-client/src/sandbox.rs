@@ -610,13 +610,19 @@ impl Client {
     }
 
     /// `POST /v1/sandbox/tournaments`: grades finished runs of one scenario by a command judge
-    /// (role operator; stores nothing).
+    /// and stores the answer (role operator).
     pub async fn sandbox_tournament(
         &self,
         req: &TournamentRequest,
     ) -> Result<Tournament, ClientError> {
         self.send_json(Method::POST, "v1/sandbox/tournaments", req)
             .await
+    }
+
+    /// `GET /v1/sandbox/tournaments/{id}`: a stored tournament (role viewer).
+    pub async fn sandbox_tournament_get(&self, id: &str) -> Result<Tournament, ClientError> {
+        let path = format!("v1/sandbox/tournaments/{}", encode_segment(id));
+        self.get_query(&path, &[]).await
     }
 
     /// `GET /v1/sandbox/comparisons?limit=&after=`.

@@ -371,6 +371,7 @@ pub fn role_needed(op: &str) -> Option<Role> {
         COMPARISONS_LIST,
         COMPARISONS_GET,
         tournament::TOURNAMENT,
+        tournament::TOURNAMENTS_GET,
     ]
     .into_iter()
     .find(|a| a.op == op)

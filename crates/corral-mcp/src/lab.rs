@@ -87,7 +87,7 @@ const TOOLS: &[LabTool] = &[
     LabTool {
         name: "sandbox_tournament",
         action: "sandbox.tournament",
-        summary: "grades finished runs of one scenario (one per variant) by a command judge asked about every task and pair in both orders: a Bradley-Terry ranking with bootstrap intervals, the judge's position bias, and the verdict between the top two; stores nothing",
+        summary: "grades finished runs of one scenario (one per variant) by a command judge asked about every task and pair in both orders: a Bradley-Terry ranking with bootstrap intervals, the judge's position bias, and the verdict between the top two; the answer is stored",
         schema: || json!({"type": "object", "required": ["runs", "judge"], "properties": {"runs": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": corral_lab::service::MAX_TOURNAMENT_RUNS}, "judge": {"type": "string", "description": "command:<name> of a judge under `sandbox.judges`"}, "seed": {"type": "integer", "minimum": 0}, "bootstrap": {"type": "integer", "minimum": 1, "maximum": corral_lab::tournament::MAX_BOOTSTRAP}}, "additionalProperties": false}),
     },
 ];

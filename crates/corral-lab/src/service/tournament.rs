@@ -3,20 +3,20 @@
 //! runs in both orders, and answers the Bradley-Terry ranking with bootstrap intervals, the
 //! judge's position bias, the judge calls made (purpose `judge`, each counted against the
 //! caller's ceiling), the judge errors and the pairs not judged, and the lab's comparison
-//! verdict between the top two. Stores nothing; audited once as `sandbox.tournament`, with
-//! counts only.
+//! verdict between the top two. The answer is stored (`get_tournament` reads it back); audited
+//! once as `sandbox.tournament`, with its id and counts only.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use corral_guard::Caller;
 use corral_guard::runs::RunPurpose;
+use corral_guard::{Caller, now_ms};
 use corral_policy::{Role, codes};
 use corral_store::lab::{self as store_lab, RunStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Action, LabError, LabService, MAX_STEP_EXECUTIONS, clip, not_found};
+use super::{Action, LabError, LabService, MAX_STEP_EXECUTIONS, audited_id, clip, not_found};
 use crate::judge::CommandJudge;
 use crate::tournament::{self, DEFAULT_BOOTSTRAP, Judgment, MAX_BOOTSTRAP, PositionBias};
 use crate::verdict::{self, Interval, Observed, ScoredTrials};
@@ -25,6 +25,12 @@ use crate::verdict::{self, Interval, Observed, ScoredTrials};
 pub(super) const TOURNAMENT: Action = Action {
     op: "sandbox.tournament",
     role: Role::Operator,
+};
+
+/// Reading a stored tournament, as audited.
+pub(super) const TOURNAMENTS_GET: Action = Action {
+    op: "sandbox.tournaments.get",
+    role: Role::Viewer,
 };
 
 /// The most runs one tournament grades.
@@ -109,6 +115,15 @@ pub struct TopTwo {
 /// A graded tournament.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Tournament {
+    /// Its id, as stored (`GET /v1/sandbox/tournaments/{id}`).
+    #[serde(default)]
+    pub id: String,
+    /// Who graded it.
+    #[serde(default)]
+    pub recorded_by: String,
+    /// When it was stored (ms since the epoch).
+    #[serde(default)]
+    pub created_ms: i64,
     /// The scenario every run ran.
     pub scenario_id: String,
     /// Its version.
@@ -155,7 +170,7 @@ impl LabService {
     /// Grades the runs `body.runs` by the judge `body.judge` (operator), making at most
     /// `max_judge_calls` judge calls: a pair of runs is judged on a task in both orders, and
     /// when its two calls would pass the ceiling, it and every pair after it are reported in
-    /// `not_judged` (never silently left out). Stores nothing; one audit event.
+    /// `not_judged` (never silently left out). Stores the answer; one audit event.
     pub async fn tournament(
         &self,
         caller: &Caller,
@@ -166,12 +181,24 @@ impl LabService {
         let tenant = self.tenant_of(caller);
         let r = async {
             self.start(&TOURNAMENT, caller)?;
-            self.tournament_inner(&tenant, &body, max_judge_calls).await
+            let mut t = self
+                .tournament_inner(&tenant, &body, max_judge_calls)
+                .await?;
+            let details = serde_json::to_value(&t).unwrap_or(Value::Null);
+            let stored = self
+                .store
+                .append_tournament(&tenant, &caller.principal.id, &details, now_ms())
+                .await?;
+            t.id = stored.id;
+            t.recorded_by = stored.recorded_by;
+            t.created_ms = stored.created_ms;
+            Ok(t)
         }
         .await;
         let detail = r.as_ref().ok().map(|t| {
             format!(
-                "runs={} judge_calls={} errors={} not_judged={}",
+                "tournament={} runs={} judge_calls={} errors={} not_judged={}",
+                t.id,
                 t.ranking.len(),
                 t.judge_calls,
                 t.errors.len(),
@@ -179,6 +206,38 @@ impl LabService {
             )
         });
         self.finish(&TOURNAMENT, caller, rid, r, detail, None).await
+    }
+
+    /// A stored tournament of the tenant (viewer).
+    pub async fn get_tournament(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        id: &str,
+    ) -> Result<Tournament, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&TOURNAMENTS_GET, caller)?;
+            let stored = self
+                .store
+                .get_tournament(&tenant, id)
+                .await?
+                .ok_or_else(|| not_found("tournament", &tenant, id))?;
+            let mut t: Tournament = serde_json::from_value(stored.details).map_err(|e| {
+                LabError::new(
+                    codes::LAB_INVALID_RECORD,
+                    format!("stored tournament {:?} cannot be read: {e}", stored.id),
+                )
+            })?;
+            t.id = stored.id;
+            t.recorded_by = stored.recorded_by;
+            t.created_ms = stored.created_ms;
+            Ok(t)
+        }
+        .await;
+        let detail = Some(format!("tournament={}", audited_id(id)));
+        self.finish(&TOURNAMENTS_GET, caller, rid, r, detail, None)
+            .await
     }
 
     async fn tournament_inner(
@@ -274,6 +333,9 @@ impl LabService {
             _ => None,
         };
         Ok(Tournament {
+            id: String::new(),
+            recorded_by: String::new(),
+            created_ms: 0,
             scenario_id,
             scenario_version,
             judge: judge.name().to_owned(),

@@ -260,7 +260,13 @@ async fn a_judge_asked_in_both_orders_ranks_the_runs_and_the_top_two_get_the_lab
     assert_eq!(events.len(), 1);
     assert_eq!(
         events[0].detail.as_deref(),
-        Some("runs=3 judge_calls=18 errors=0 not_judged=0")
+        Some(
+            format!(
+                "tournament={} runs=3 judge_calls=18 errors=0 not_judged=0",
+                t.id
+            )
+            .as_str()
+        )
     );
     // The same seed gives the same answer.
     let again = f
@@ -502,4 +508,28 @@ async fn runs_of_another_scenario_or_version_or_unfinished_are_refused_naming_th
             .code,
         "rbac.denied"
     );
+}
+
+#[tokio::test]
+async fn a_graded_tournament_is_stored_and_read_back_by_a_viewer_of_its_tenant_only() {
+    let f = fixture(Rule::Longer).await;
+    let (_, runs) = group(&f.lab).await;
+    let t = f
+        .lab
+        .tournament(&olga(), "rid", body(&runs), 1000)
+        .await
+        .unwrap();
+    assert!(!t.id.is_empty());
+    assert_eq!(t.recorded_by, "olga");
+    let viewer = Caller::new(Principal::new("vic", &["viewer"]));
+    let got = f.lab.get_tournament(&viewer, "rid", &t.id).await.unwrap();
+    assert_eq!(got, t);
+    let mut stranger = Principal::new("eve", &["admin"]);
+    stranger.tenant = Some("other".to_owned());
+    let e = f
+        .lab
+        .get_tournament(&Caller::new(stranger), "rid", &t.id)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "lab.not_found");
 }

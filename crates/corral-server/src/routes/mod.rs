@@ -52,6 +52,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/sandbox/comparisons/{id}", get(sandbox::get_comparison))
         .route("/v1/sandbox/tournaments", post(sandbox::tournament))
+        .route("/v1/sandbox/tournaments/{id}", get(sandbox::get_tournament))
         .route("/v1/sandbox/recordings", get(sandbox::list_recordings))
         .route("/v1/sandbox/recordings/{id}", get(sandbox::get_recording))
         .route(

@@ -350,7 +350,7 @@ pub async fn compare(State(state): State<AppState>, request: Request) -> Respons
     )
 }
 
-/// `POST /v1/sandbox/tournaments` -> 200 the graded tournament (not stored).
+/// `POST /v1/sandbox/tournaments` -> 201 the graded tournament, stored.
 pub async fn tournament(State(state): State<AppState>, request: Request) -> Response {
     const OP: &str = "sandbox.tournament";
     let (caller, rid, b): (_, _, TournamentBody) =
@@ -361,7 +361,7 @@ pub async fn tournament(State(state): State<AppState>, request: Request) -> Resp
     let lab = state.runtime().lab();
     // The ceiling of judge calls: the config's `budgets.judge` is to be wired here.
     reply(
-        StatusCode::OK,
+        StatusCode::CREATED,
         lab.tournament(
             &caller,
             &rid,
@@ -371,6 +371,22 @@ pub async fn tournament(State(state): State<AppState>, request: Request) -> Resp
         .await,
         &rid,
     )
+}
+
+/// `GET /v1/sandbox/tournaments/{id}`.
+pub async fn get_tournament(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    let (caller, rid) = enter(&state, auth, "sandbox.tournaments.get").await?;
+    let t = state
+        .runtime()
+        .lab()
+        .get_tournament(&caller, &rid, &id)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, to_json(&t), &rid))
 }
 
 /// `GET /v1/sandbox/comparisons?limit=&after=` -> `{items, next}`.

@@ -438,6 +438,7 @@ fn lab_routes(id: &str, run: &str, cmp: &str) -> Vec<(Method, String, Option<Val
             "/v1/sandbox/tournaments".into(),
             Some(json!({"runs": [run, run], "judge": "command:j"})),
         ),
+        (Method::GET, format!("/v1/sandbox/tournaments/{cmp}"), None),
         (Method::GET, "/v1/sandbox/recordings".into(), None),
         (Method::GET, format!("/v1/sandbox/recordings/{run}"), None),
         (
@@ -1093,6 +1094,9 @@ async fn a_tournament_over_http_is_refused_for_a_viewer_or_an_undeclared_judge_a
     post(&s, &op, path, json!({"runs": [a], "judge": "command:j"}))
         .await
         .assert_error(400, "args.invalid");
+    get(&s, &viewer, "/v1/sandbox/tournaments/no-such-id")
+        .await
+        .assert_error(404, "lab.not_found");
     let admin = token("adam", &["admin"], None);
     let audit = ok(&get(&s, &admin, "/audit?limit=500").await);
     let refused = audit["events"]

@@ -304,6 +304,18 @@ impl Lab {
         )
     }
 
+    pub(crate) fn get_tournament(&self, id: &str) -> Result<Tournament, CliError> {
+        self.either(
+            "tournament",
+            async |c| c.sandbox_tournament_get(id).await,
+            async |lab, caller| {
+                lab.get_tournament(caller, &rid(), id)
+                    .await
+                    .map_err(refused)
+            },
+        )
+    }
+
     pub(crate) fn tournament(&self, req: &TournamentRequest) -> Result<Tournament, CliError> {
         self.either(
             "tournament",

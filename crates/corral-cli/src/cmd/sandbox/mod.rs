@@ -55,10 +55,13 @@ enum Command {
     Compare(compare::Args),
     /// Grade finished runs of one scenario (one per variant) by a command judge asked about
     /// every task and pair in both orders: a Bradley-Terry ranking with 95% bootstrap
-    /// intervals, the judge's position bias, and the verdict between the top two. Stores
-    /// nothing. Exit codes: 0 graded, 1 a refusal, a judge error or a pair not judged (the
+    /// intervals, the judge's position bias, and the verdict between the top two. The answer
+    /// is stored (`tournaments get ID`). Exit codes: 0 graded, 1 a refusal, a judge error or a pair not judged (the
     /// judge ceiling), 2 usage or connection error.
     Tournament(tournament::Args),
+    /// Read stored tournaments.
+    #[command(subcommand)]
+    Tournaments(tournament::Recorded),
     /// Read recorded comparisons.
     #[command(subcommand)]
     Comparisons(compare::Recorded),
@@ -105,6 +108,7 @@ pub fn run(args: Args) -> CliResult {
         Command::Runs(c) => runs::run(c),
         Command::Compare(a) => compare::run(a),
         Command::Tournament(a) => tournament::run(a),
+        Command::Tournaments(c) => tournament::recorded(c),
         Command::Comparisons(c) => compare::recorded(c),
         Command::Recordings(c) => recordings::run(c),
     }

@@ -1,7 +1,8 @@
 //! `corral sandbox tournament RUN_ID RUN_ID... --judge command:NAME`: grades finished runs of
 //! one scenario by a command judge asked about every task and pair in both orders, and prints
 //! the Bradley-Terry ranking with its intervals, the judge's position bias, the calls made, the
-//! errors and the pairs not judged, and the verdict between the top two. Nothing is stored.
+//! errors and the pairs not judged, and the verdict between the top two; the answer is stored,
+//! and `corral sandbox tournaments get ID` prints it again.
 
 use corral_client::sandbox::{Tournament, TournamentRequest};
 use serde_json::Value;
@@ -53,6 +54,32 @@ pub(crate) fn run(a: Args) -> CliResult {
     })
 }
 
+/// `corral sandbox tournaments get`.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Recorded {
+    /// Show a stored tournament: its ranking, position bias, judge calls, errors and pairs not
+    /// judged.
+    Get {
+        /// The tournament's id.
+        id: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+pub(crate) fn recorded(c: Recorded) -> CliResult {
+    match c {
+        Recorded::Get { id, conn } => {
+            let t = Lab::open(&conn)?.get_tournament(&id)?;
+            match conn.format {
+                Format::Json => crate::output::print_json(&t),
+                Format::Human => print(&t),
+            }
+            Ok(Exit::Ok)
+        }
+    }
+}
+
 fn share(v: &Value) -> String {
     v.as_f64()
         .map_or_else(|| "-".to_owned(), |x| format!("{x:.4}"))
@@ -62,7 +89,8 @@ fn print(t: &Tournament) {
     let v = serde_json::to_value(t).unwrap_or(Value::Null);
     let s = |k: &str| printable(v[k].as_str().unwrap_or("?"));
     outln!(
-        "tournament of {} runs of scenario {} (version {}), judge {}",
+        "tournament {} of {} runs of scenario {} (version {}), judge {}",
+        s("id"),
         t.ranking.len(),
         s("scenario_id"),
         v["scenario_version"].as_i64().unwrap_or_default(),

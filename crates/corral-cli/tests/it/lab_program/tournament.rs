@@ -176,7 +176,7 @@ fn docs_command(
 /// Every line of docs/lab.md's sample output is a line of `out`, each `...` or `[...]` in it
 /// standing for any text.
 fn matches_docs_sample(out: &str) {
-    let sample = docs_block("text", "tournament of");
+    let sample = docs_block("text", "tournament ");
     for want in sample.lines() {
         let want = want.replace("[...]", "...");
         let parts: Vec<&str> = want.split("...").collect();
@@ -276,6 +276,16 @@ fn docs_lab_md_tournament_example_runs_as_written_in_process() {
     let (_, again, _) = docs_command(dir.path(), &runs, &[LOCAL, &["-o", "json"]].concat(), &env);
     let again: Value = serde_json::from_str(&again).unwrap();
     assert_eq!(again["ranking"], t["ranking"]);
+    assert_ne!(again["id"], t["id"]);
+    // Stored: `tournaments get` answers it again.
+    let (code, got, out) = lab(
+        dir.path(),
+        &["tournaments", "get", t["id"].as_str().unwrap()],
+        LOCAL,
+        &env,
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(got, t);
 }
 
 #[test]
