@@ -860,7 +860,7 @@ mod over_mcp {
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     use serde_json::{Value, json};
 
-    use super::{MOCKED, server, token};
+    use super::{MOCKED, created, operator, post, server, token, worked_scenario};
     use crate::common::{Server, Workspace};
 
     async fn client(s: &Server, token: &str) -> RunningService<RoleClient, ()> {
@@ -1028,6 +1028,37 @@ mod over_mcp {
         assert_eq!(unscored["verdict"], "not_scored");
         assert_eq!(fields(&unscored), [Value::Null, Value::Null, Value::Null]);
         let _ = op.cancel().await;
+    }
+
+    #[tokio::test]
+    async fn the_tournament_tool_answers_as_the_route_does_an_undeclared_judge_refused_by_its_code()
+    {
+        let ws = Workspace::new();
+        let s = server(&ws, true).await;
+        let t = operator();
+        let id = worked_scenario(&s, &t).await;
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let r = created(
+                &post(
+                    &s,
+                    &t,
+                    &format!("/v1/sandbox/scenarios/{id}/runs"),
+                    json!({"variant": "v"}),
+                )
+                .await,
+            );
+            runs.push(r["id"].clone());
+        }
+        let op = client(&s, &token("olga", &["operator"], None)).await;
+        let r = call(
+            &op,
+            "sandbox_tournament",
+            json!({"runs": runs, "judge": "command:nope"}),
+        )
+        .await;
+        assert_eq!(r.is_error, Some(true), "{r:?}");
+        assert_eq!(r.structured_content.unwrap()["code"], "lab.program_unknown");
     }
 
     #[tokio::test]
