@@ -131,10 +131,9 @@ pub struct Ranking {
     pub position_bias: PositionBias,
 }
 
-/// The win counts of `players` variants: `w[i][j]` is i's wins over j, a tie half a win each,
-/// with the prior's virtual ties. Judgments that name a variant out of range, or the same one
-/// twice, are left out.
-fn wins<'a>(players: usize, judgments: impl Iterator<Item = &'a Judgment>) -> Vec<Vec<f64>> {
+/// The prior's win counts of `players` variants: `w[i][j]` is i's wins over j, half a win each
+/// way per virtual tie.
+fn prior(players: usize) -> Vec<Vec<f64>> {
     let mut w = vec![vec![0.0; players]; players];
     for (i, row) in w.iter_mut().enumerate() {
         for (j, x) in row.iter_mut().enumerate() {
@@ -143,44 +142,69 @@ fn wins<'a>(players: usize, judgments: impl Iterator<Item = &'a Judgment>) -> Ve
             }
         }
     }
+    w
+}
+
+/// Adds one judgment to the win counts `w` (a tie half a win each); a judgment that names a
+/// variant out of range, or the same one twice, is left out.
+fn count(w: &mut [Vec<f64>], j: &Judgment) {
+    let players = w.len();
+    if j.first >= players || j.second >= players || j.first == j.second {
+        return;
+    }
+    let mut add = |x: usize, y: usize, v: f64| {
+        if let Some(c) = w.get_mut(x).and_then(|r| r.get_mut(y)) {
+            *c += v;
+        }
+    };
+    match j.prefer {
+        Prefer::First => add(j.first, j.second, 1.0),
+        Prefer::Second => add(j.second, j.first, 1.0),
+        Prefer::Tie => {
+            add(j.first, j.second, 0.5);
+            add(j.second, j.first, 0.5);
+        }
+    }
+}
+
+/// The win counts of `players` variants from `judgments`, with the prior.
+fn wins<'a>(players: usize, judgments: impl Iterator<Item = &'a Judgment>) -> Vec<Vec<f64>> {
+    let mut w = prior(players);
     for j in judgments {
-        if j.first >= players || j.second >= players || j.first == j.second {
-            continue;
-        }
-        let (a, b) = (j.first, j.second);
-        let mut add = |x: usize, y: usize, v: f64| {
-            if let Some(c) = w.get_mut(x).and_then(|r| r.get_mut(y)) {
-                *c += v;
-            }
-        };
-        match j.prefer {
-            Prefer::First => add(a, b, 1.0),
-            Prefer::Second => add(b, a, 1.0),
-            Prefer::Tie => {
-                add(a, b, 0.5);
-                add(b, a, 0.5);
-            }
-        }
+        count(&mut w, j);
     }
     w
 }
 
-/// The Bradley-Terry strengths of the win counts `w` by MM, geometric mean 1.
+/// The Bradley-Terry strengths of the win counts `w` by MM from equal strengths, geometric
+/// mean 1.
 fn fit(w: &[Vec<f64>]) -> Vec<f64> {
+    fit_from(w, &vec![1.0; w.len()])
+}
+
+/// The same from `start` (the bootstrap starts each refit at the point estimate: the same
+/// maximum, reached in fewer iterations).
+fn fit_from(w: &[Vec<f64>], start: &[f64]) -> Vec<f64> {
     let n = w.len();
-    let mut p = vec![1.0; n];
-    if n < 2 {
-        return p;
+    let mut p = start.to_vec();
+    if n < 2 || p.len() != n {
+        return vec![1.0; n];
     }
     let total: Vec<f64> = w.iter().map(|row| row.iter().sum()).collect();
+    let games: Vec<Vec<f64>> = (0..n)
+        .map(|i| {
+            (0..n)
+                .map(|j| if i == j { 0.0 } else { w[i][j] + w[j][i] })
+                .collect()
+        })
+        .collect();
+    let mut next = vec![0.0; n];
     for _ in 0..MAX_ITERATIONS {
-        let mut next = vec![0.0; n];
         for i in 0..n {
             let mut denom = 0.0;
             for j in 0..n {
                 if i != j {
-                    let nij = w[i][j] + w[j][i];
-                    denom += nij / (p[i] + p[j]);
+                    denom += games[i][j] / (p[i] + p[j]);
                 }
             }
             next[i] = if denom > 0.0 { total[i] / denom } else { p[i] };
@@ -188,11 +212,11 @@ fn fit(w: &[Vec<f64>]) -> Vec<f64> {
         let mean_log = next.iter().map(|x| x.ln()).sum::<f64>() / n as f64;
         let scale = mean_log.exp();
         let mut moved: f64 = 0.0;
-        for (x, old) in next.iter_mut().zip(&p) {
+        for (x, old) in next.iter_mut().zip(p.iter_mut()) {
             *x /= scale;
             moved = moved.max((x.ln() - old.ln()).abs());
+            *old = *x;
         }
-        p = next;
         if moved <= TOLERANCE {
             break;
         }
@@ -253,10 +277,13 @@ pub fn rank(players: usize, judgments: &[Judgment], bootstrap: u32, seed: u64) -
     let m = judgments.len();
     let mut stream = Stream::new(seed);
     for _ in 0..bootstrap {
-        let drawn: Vec<&Judgment> = (0..m)
-            .filter_map(|_| judgments.get(stream.below(m as u64) as usize))
-            .collect();
-        let s = fit(&wins(players, drawn.into_iter()));
+        let mut w = prior(players);
+        for _ in 0..m {
+            if let Some(j) = judgments.get(stream.below(m as u64) as usize) {
+                count(&mut w, j);
+            }
+        }
+        let s = fit_from(&w, &point);
         for (col, x) in samples.iter_mut().zip(s) {
             col.push(x);
         }
