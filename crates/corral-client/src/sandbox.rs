@@ -510,6 +510,52 @@ pub struct Comparison {
     pub extra: Map<String, Value>,
 }
 
+/// `POST /v1/sandbox/tournaments`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TournamentRequest {
+    /// Finished runs of the same scenario and version, one per variant (2 to 16).
+    pub runs: Vec<String>,
+    /// `command:<name>` of a judge declared under the server's `sandbox.judges`.
+    pub judge: String,
+    /// The bootstrap's seed (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// The bootstrap's resamples (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<u32>,
+}
+
+/// A run's place in a tournament's ranking.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TournamentEntry {
+    /// 1 for the strongest.
+    pub rank: usize,
+    /// The run's variant label.
+    pub variant: String,
+    /// The run.
+    pub run_id: String,
+    /// Its Bradley-Terry strength (geometric mean 1).
+    pub strength: f64,
+    /// Its 95% bootstrap interval: `{lower, upper}`.
+    pub interval: Value,
+    /// The fields this type does not name.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A graded tournament. Its position bias, errors, pairs not judged and the top two's verdict
+/// are in `extra` as the server sent them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tournament {
+    /// The runs, strongest first.
+    pub ranking: Vec<TournamentEntry>,
+    /// Judge calls made.
+    pub judge_calls: u64,
+    /// The fields this type does not name.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
 impl Client {
     async fn send_json<T: serde::de::DeserializeOwned>(
         &self,
@@ -632,6 +678,22 @@ impl Client {
     ) -> Result<Comparison, ClientError> {
         self.send_json(Method::POST, "v1/sandbox/comparisons", req)
             .await
+    }
+
+    /// `POST /v1/sandbox/tournaments`: grades finished runs of one scenario by a command judge
+    /// and stores the answer (role operator).
+    pub async fn sandbox_tournament(
+        &self,
+        req: &TournamentRequest,
+    ) -> Result<Tournament, ClientError> {
+        self.send_json(Method::POST, "v1/sandbox/tournaments", req)
+            .await
+    }
+
+    /// `GET /v1/sandbox/tournaments/{id}`: a stored tournament (role viewer).
+    pub async fn sandbox_tournament_get(&self, id: &str) -> Result<Tournament, ClientError> {
+        let path = format!("v1/sandbox/tournaments/{}", encode_segment(id));
+        self.get_query(&path, &[]).await
     }
 
     /// `GET /v1/sandbox/comparisons?limit=&after=`.

@@ -532,6 +532,9 @@ pub(super) const SANDBOX: &[Field<SandboxConfig>] = &[
     Field::new("record_runs", |d, e, s| {
         s.record_runs = d.bool(e.node, &e.at).unwrap_or(false);
     }),
+    Field::new("judges", |d, e, s| {
+        s.judges = d.lab_programs(e.node, &e.at);
+    }),
 ];
 
 /// `isolation:` where commands run.
@@ -618,6 +621,7 @@ pub(crate) fn all_tables() -> Vec<(&'static str, Vec<&'static str>)> {
         ("mcp_servers.up", keys(ops::MCP_SERVER)),
         ("sandbox.programs.p", keys(ops::LAB_PROGRAM)),
         ("sandbox.scorers.s", keys(ops::LAB_PROGRAM)),
+        ("sandbox.judges.j", keys(ops::LAB_PROGRAM)),
         ("mcp_servers.up.tools.t", keys(ops::MCP_TOOL)),
         ("auth", keys(access::AUTH)),
         ("auth.tokens[0]", keys(access::TOKEN)),

@@ -307,7 +307,8 @@ impl<'a> Linter<'a> {
             .programs
             .iter()
             .map(|p| ("programs", p))
-            .chain(c.sandbox.scorers.iter().map(|p| ("scorers", p)));
+            .chain(c.sandbox.scorers.iter().map(|p| ("scorers", p)))
+            .chain(c.sandbox.judges.iter().map(|p| ("judges", p)));
         for (key, p) in declared {
             self.push(
                 Diagnostic::warning(
@@ -364,6 +365,7 @@ impl<'a> Linter<'a> {
             .iter()
             .map(|p| ("programs", p))
             .chain(c.sandbox.scorers.iter().map(|p| ("scorers", p)))
+            .chain(c.sandbox.judges.iter().map(|p| ("judges", p)))
         {
             if let Some(m) = p.memory.filter(|m| *m > DEFAULT_MEMORY) {
                 found.push((

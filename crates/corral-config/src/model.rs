@@ -176,6 +176,11 @@ pub struct SandboxConfig {
     /// what deterministic replay and the replay runner start from. Off by default: a recording
     /// holds values.
     pub record_runs: bool,
+    /// `judges:` the external command judges a tournament may name (`command:<name>`; run in
+    /// the `linux` backend with no network). A judge reads `{input, first, second, expected}`
+    /// and answers `{"prefer": "first" | "second" | "tie"}`: another protocol than a scorer's,
+    /// so it is declared apart.
+    pub judges: Vec<LabProgramConfig>,
 }
 
 impl Default for SandboxConfig {
@@ -185,11 +190,13 @@ impl Default for SandboxConfig {
             programs: Vec::new(),
             scorers: Vec::new(),
             record_runs: false,
+            judges: Vec::new(),
         }
     }
 }
 
-/// One external program of the lab (`sandbox.programs.<name>` or `sandbox.scorers.<name>`).
+/// One external program of the lab (`sandbox.programs.<name>`, `sandbox.scorers.<name>` or
+/// `sandbox.judges.<name>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabProgramConfig {
     /// Its name, as requests give it.

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod inspect;
+pub mod judge;
 pub mod playback;
 pub mod pool;
 pub mod program;
@@ -14,6 +15,7 @@ pub mod score;
 pub mod service;
 pub mod synthetic;
 pub mod task;
+pub mod tournament;
 pub mod variant;
 pub mod verdict;
 pub mod workflow;

@@ -70,7 +70,12 @@ pub struct ProgramSpec {
 
 impl ProgramSpec {
     /// The request that runs it once, reading `stdin`, with the extra variables `env`.
-    fn request(&self, stdin: Vec<u8>, env: Vec<(String, String)>, net: RunNetwork) -> ExecRequest {
+    pub(crate) fn request(
+        &self,
+        stdin: Vec<u8>,
+        env: Vec<(String, String)>,
+        net: RunNetwork,
+    ) -> ExecRequest {
         let mut vars = vec![
             ("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned()),
             ("HOME".to_owned(), "/tmp".to_owned()),
@@ -140,6 +145,8 @@ pub struct Programs {
     pub agents: BTreeMap<String, Arc<ProgramSpec>>,
     /// `sandbox.scorers`, by name.
     pub scorers: BTreeMap<String, Arc<ProgramSpec>>,
+    /// `sandbox.judges`, by name.
+    pub judges: BTreeMap<String, Arc<ProgramSpec>>,
     /// The deployment's isolation backend (programs run only if it is `linux`).
     pub backend: Option<Arc<dyn Backend>>,
 }
@@ -181,7 +188,7 @@ fn ending(out: &ExecOutput) -> String {
 
 /// How a program that did not finish well ended: killed at its `timeout` (`Err(true, ..)`), or
 /// a non-zero exit or a signal (`Err(false, ..)`), each with the words that say so.
-fn finished(out: &ExecOutput, timeout: Duration) -> Result<(), (bool, String)> {
+pub(crate) fn finished(out: &ExecOutput, timeout: Duration) -> Result<(), (bool, String)> {
     if out.timed_out {
         return Err((
             true,

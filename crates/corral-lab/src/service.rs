@@ -52,6 +52,11 @@ use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
 use crate::world::{Lab, World};
 pub use playback::{Divergence, InputBody, ReplayBody, ReplayReport, ReplayStatus};
 
+mod tournament;
+pub use tournament::{
+    JudgeFailure, MAX_TOURNAMENT_RUNS, NotJudged, RankedRun, TopTwo, Tournament, TournamentBody,
+};
+
 /// The runner every run of this service records.
 pub const RUNNER: &str = "inproc";
 /// The most trials a run or comparison may ask for.
@@ -370,6 +375,8 @@ pub fn role_needed(op: &str) -> Option<Role> {
         COMPARISONS_LIST,
         COMPARISONS_GET,
         playback::REPLAY,
+        tournament::TOURNAMENT,
+        tournament::TOURNAMENTS_GET,
     ]
     .into_iter()
     .find(|a| a.op == op)

@@ -78,7 +78,9 @@ impl std::fmt::Debug for Resolved {
 }
 
 /// The programs' backend, checked: the deployment's, if it is `linux` and its preflight holds.
-fn program_backend(programs: &Programs) -> Result<Arc<dyn corral_exec::Backend>, LabError> {
+pub(crate) fn program_backend(
+    programs: &Programs,
+) -> Result<Arc<dyn corral_exec::Backend>, LabError> {
     let backend = programs
         .backend
         .as_ref()
@@ -194,12 +196,17 @@ pub fn scorer_of(name: Option<&str>, programs: &Programs) -> Result<Option<RunSc
         .map_err(|e| LabError::new(e.code(), e.to_string()))
 }
 
-fn unknown<'a>(what: &str, name: &str, declared: impl Iterator<Item = &'a String>) -> LabError {
+/// `lab.program_unknown`: no `what` (`program`, `scorer` or `judge`) named `name` is declared.
+pub(crate) fn unknown<'a>(
+    what: &str,
+    name: &str,
+    declared: impl Iterator<Item = &'a String>,
+) -> LabError {
     let declared: Vec<&str> = declared.map(String::as_str).collect();
-    let key = if what == "program" {
-        "programs"
-    } else {
-        "scorers"
+    let key = match what {
+        "program" => "programs",
+        "judge" => "judges",
+        _ => "scorers",
     };
     LabError::new(
         codes::LAB_PROGRAM_UNKNOWN,

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use corral_guard::{Caller, Refusal};
 use corral_lab::service::{
-    CompareBody, LabError, LabService, PageQuery, ReplayBody, RunBody, ScenarioBody, parse,
-    role_needed,
+    CompareBody, LabError, LabService, PageQuery, ReplayBody, RunBody, ScenarioBody,
+    TournamentBody, parse, role_needed,
 };
 use corral_lab::synthetic;
 use corral_policy::{Principal, Role, codes};
@@ -89,6 +89,12 @@ const TOOLS: &[LabTool] = &[
         action: "sandbox.replay",
         summary: "replays a recorded run deterministically (the recording's responses answer every call; nothing real is reached): without a variant its calls, every output compared byte for byte; with one the recorded task input, each call the recording lacks a divergence; a gapped or capped recording is `degraded` with zero steps (the recording's own principal or an admin)",
         schema: || json!({"type": "object", "required": ["id"], "properties": {"id": {"type": "string", "description": "the recorded run's id"}, "variant": {"type": "string"}, "workflow": {"type": "string"}, "program": {"type": "string"}, "seed": {"type": "integer", "minimum": 0}}, "additionalProperties": false}),
+    },
+    LabTool {
+        name: "sandbox_tournament",
+        action: "sandbox.tournament",
+        summary: "grades finished runs of one scenario (one per variant) by a command judge asked about every task and pair in both orders: a Bradley-Terry ranking with bootstrap intervals, the judge's position bias, and the verdict between the top two; the answer is stored",
+        schema: || json!({"type": "object", "required": ["runs", "judge"], "properties": {"runs": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": corral_lab::service::MAX_TOURNAMENT_RUNS}, "judge": {"type": "string", "description": "command:<name> of a judge under `sandbox.judges`"}, "seed": {"type": "integer", "minimum": 0}, "bootstrap": {"type": "integer", "minimum": 1, "maximum": corral_lab::tournament::MAX_BOOTSTRAP}}, "additionalProperties": false}),
     },
 ];
 
@@ -174,6 +180,7 @@ enum Request {
     RunsOutputs(String),
     Compare(CompareBody),
     Replay(String, ReplayBody),
+    Tournament(TournamentBody),
 }
 
 fn request_of(name: &str, mut args: Map<String, Value>) -> Result<Request, LabError> {
@@ -193,6 +200,7 @@ fn request_of(name: &str, mut args: Map<String, Value>) -> Result<Request, LabEr
             let id = take_id(&mut args)?;
             Request::Replay(id, parse(name, Value::Object(args))?)
         }
+        "sandbox_tournament" => Request::Tournament(parse(name, Value::Object(args))?),
         _ => {
             return Err(LabError {
                 code: codes::OP_NOT_ENABLED,
@@ -234,6 +242,16 @@ pub async fn call(
             .map(|o| done(&json!({"items": o}))),
         Request::Compare(b) => lab.compare(caller, &rid, b).await.map(|c| done(&c)),
         Request::Replay(id, b) => lab.replay(caller, &rid, &id, b).await.map(|r| done(&r)),
+        // The ceiling of judge calls: the config's `budgets.judge` is to be wired here.
+        Request::Tournament(b) => lab
+            .tournament(
+                caller,
+                &rid,
+                b,
+                corral_lab::tournament::DEFAULT_MAX_JUDGE_CALLS,
+            )
+            .await
+            .map(|t| done(&t)),
     };
     r.unwrap_or_else(|e| failed(&e, &rid))
 }

@@ -388,6 +388,21 @@ catalog! {
     LAB_INSPECT_LOG_INVALID = "lab.inspect_log_invalid", 400,
         "an Inspect AI eval log cannot be read (not a `.eval` zip, a missing or malformed entry, a sample without a score)",
         "pass `.eval` files written by `inspect eval` whose samples were scored";
+    LAB_TOURNAMENT_MISMATCH = "lab.tournament_mismatch", 400,
+        "the runs of a tournament are not all of the same scenario at the same version (the message names the first that differs), so their outputs are not answers to the same tasks",
+        "name runs of one scenario and version (`corral sandbox runs list --scenario ID` lists them), one per variant";
+    LAB_TOURNAMENT_RUN_INCOMPLETE = "lab.tournament_run_incomplete", 409,
+        "a run of a tournament did not complete (it is still running, or failed), so it has no answer to every task",
+        "wait for it to finish, or leave it out and name a completed run of that variant";
+    LAB_JUDGE_FAILED = "lab.judge_failed", 502,
+        "the external command judge exited with a non-zero status, timed out or could not run; the judgment is counted as an error and reported, never as a tie",
+        "fix the judge; it reads `{input, first, second, expected}` as JSON on stdin and prints one line `{\"prefer\": \"first\" | \"second\" | \"tie\"}`";
+    LAB_JUDGE_ANSWER = "lab.judge_answer", 502,
+        "the external command judge printed something other than one line `{\"prefer\": \"first\" | \"second\" | \"tie\"}`; the judgment is counted as an error and reported, never as a tie",
+        "make the judge print exactly one JSON object `{\"prefer\": ...}` with one of the three answers, and nothing else on stdout";
+    LAB_JUDGE_CEILING = "lab.judge_ceiling", 429,
+        "a tournament reached its ceiling of judge calls (`budgets.judge`): the pairs left were not judged, and the answer lists each one",
+        "raise the judge ceiling, or judge fewer runs or a scenario with fewer steps";
     RECORDING_NOT_FOUND = "recording.not_found", 404,
         "no recording of this run id in your tenant",
         "check the run id with `corral sandbox recordings list`; recordings of another tenant are never shown, and expired ones are deleted";

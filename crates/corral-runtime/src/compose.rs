@@ -236,7 +236,8 @@ pub fn disabled_ops(loaded: &Loaded) -> Vec<String> {
         .collect()
 }
 
-/// The lab's declared programs and scorers (`sandbox.programs`, `sandbox.scorers`), paths made
+/// The lab's declared programs, scorers and judges (`sandbox.programs`, `sandbox.scorers`,
+/// `sandbox.judges`), paths made
 /// absolute against the config's directory, run by `backend` (the deployment's: a program runs
 /// only if it is `linux`).
 pub fn lab_programs(
@@ -281,6 +282,7 @@ pub fn lab_programs(
     corral_lab::program::Programs {
         agents: loaded.config.sandbox.programs.iter().map(spec).collect(),
         scorers: loaded.config.sandbox.scorers.iter().map(spec).collect(),
+        judges: loaded.config.sandbox.judges.iter().map(spec).collect(),
         backend: Some(backend),
     }
 }

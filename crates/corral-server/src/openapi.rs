@@ -247,7 +247,19 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
         "get": op("sandbox.comparisons.list", "a page of the tenant's comparisons, newest first (viewer)", page_params, None,
             ("200", json_of("`{items: [comparison], next}`")), vec![("400", bad("args.invalid, args.unknown"))]),
     }));
-    paths.insert("/v1/sandbox/comparisons/{id}".to_owned(), json!({"get": op("sandbox.comparisons.get", "a comparison of the tenant (viewer)", id_param, None, ("200", json_of("the comparison")), vec![])}));
+    paths.insert("/v1/sandbox/comparisons/{id}".to_owned(), json!({"get": op("sandbox.comparisons.get", "a comparison of the tenant (viewer)", id_param.clone(), None, ("200", json_of("the comparison")), vec![])}));
+    paths.insert("/v1/sandbox/tournaments".to_owned(), json!({"post": op(
+        "sandbox.tournament", "grades finished runs of one scenario and version (one per variant) by a command judge asked about every task and pair in both orders: a Bradley-Terry ranking with bootstrap intervals, the judge's position bias, and the verdict between the top two; stores the answer (operator)", json!([]),
+        Some(json!({"type": "object", "required": ["runs", "judge"], "additionalProperties": false, "properties": {
+            "runs": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": corral_lab::service::MAX_TOURNAMENT_RUNS, "uniqueItems": true, "description": "finished runs of the same scenario and version"},
+            "judge": {"type": "string", "description": "`command:<name>` of a judge declared under `sandbox.judges`", "pattern": "^command:[A-Za-z][A-Za-z0-9_-]*$"},
+            "seed": {"type": "integer", "minimum": 0, "description": "the bootstrap's seed (default 0): the same seed gives the same intervals"},
+            "bootstrap": {"type": "integer", "minimum": 1, "maximum": corral_lab::tournament::MAX_BOOTSTRAP, "default": corral_lab::tournament::DEFAULT_BOOTSTRAP, "description": "the bootstrap's resamples"}
+        }})),
+        ("201", json_of("`{id, recorded_by, created_ms, scenario_id, scenario_version, judge, purpose, ranking: [{rank, variant, run_id, strength, interval: {lower, upper}, wins, judgments}], position_bias: {first_share, first_preferred, decisive, order_disagreement, pairs_both_orders, pairs_disagreeing}, judge_calls, max_judge_calls, judgments, errors: [{task, first, second, code, message}], not_judged: [{task, a, b, code}], bootstrap, seed, isolated, attestations, top_two: {baseline, candidate, comparison}}`: `errors` are judge calls that did not answer (lab.judge_failed, lab.judge_answer), `not_judged` the pairs past the ceiling of judge calls (lab.judge_ceiling)")),
+        vec![("400", bad("lab.tournament_mismatch, lab.program_unknown, args.invalid")), ("409", bad("lab.tournament_run_incomplete")), ("503", bad("isolation.unavailable (a judge on a host without the linux backend)"))],
+    )}));
+    paths.insert("/v1/sandbox/tournaments/{id}".to_owned(), json!({"get": op("sandbox.tournaments.get", "a stored tournament of the tenant (viewer)", id_param, None, ("200", json_of("the tournament, as `POST /v1/sandbox/tournaments` answered it")), vec![])}));
     recording_paths(paths, err);
 }
 

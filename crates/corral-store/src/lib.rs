@@ -47,6 +47,10 @@
 //!
 //! [`recording`]: the call timelines of runs marked for recording (migration 0009), `impl
 //! Recorder for Store`, capped per run and purged after their retention.
+//!
+//! # Tournaments
+//!
+//! [`tournament`]: graded tournaments (migration 0012), kept as the lab's JSON answer.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -82,6 +86,7 @@ mod error;
 pub mod lab;
 pub mod recording;
 mod runs;
+pub mod tournament;
 mod writer;
 
 /// The schema, embedded from `crates/corral-store/migrations/` (shared by both backends).

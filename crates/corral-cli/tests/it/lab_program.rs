@@ -15,6 +15,8 @@ use serde_json::{Value, json};
 use crate::call::serve_with;
 use crate::{corral_with_env, workspace};
 
+pub(crate) mod tournament;
+
 const OPERATOR_TOKEN: &str = "lab-operator-token-0123456789abcdef";
 
 const CONFIG: &str = "version: 1

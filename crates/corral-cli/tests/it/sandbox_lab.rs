@@ -837,19 +837,24 @@ fn every_shell_example_in_docs_lab_md_is_a_session_these_tests_run() {
         .filter(|(info, _)| info == "sh")
         .map(|(_, lines)| lines)
         .collect();
-    assert_eq!(sessions.len(), 6, "{sessions:?}");
+    assert_eq!(sessions.len(), 7, "{sessions:?}");
     // The worked example, line for line: the server and `--local` tests run exactly these.
     assert_eq!(sessions[0], WORKED_EXAMPLE);
     // Then the update and the scored run of 3 trials, run by the same tests.
     assert_eq!(sessions[1], SCORED_EXAMPLE);
     // An external program's run, run by `lab_program::docs_lab_md_external_program_example_*`.
     assert_eq!(sessions[2], [crate::lab_program::PROGRAM_EXAMPLE]);
+    // A tournament, run by `lab_program::tournament::docs_lab_md_tournament_example_*`.
+    assert_eq!(
+        sessions[3],
+        [crate::lab_program::tournament::TOURNAMENT_EXAMPLE]
+    );
     // The Inspect comparison: the command the Inspect test runs.
-    assert_eq!(sessions[3], [INSPECT_EXAMPLE]);
+    assert_eq!(sessions[4], [INSPECT_EXAMPLE]);
     // The recordings session, run by `docs_lab_md_recordings_session_*`.
-    assert_eq!(sessions[4], RECORDING_EXAMPLE);
+    assert_eq!(sessions[5], RECORDING_EXAMPLE);
     // The replay session, run by `docs_lab_md_replay_session_*`.
-    assert_eq!(sessions[5], REPLAY_EXAMPLE);
+    assert_eq!(sessions[6], REPLAY_EXAMPLE);
 }
 
 /// docs/lab.md's replay session: the task input kept by the agent, then (as an admin) the

@@ -25,6 +25,7 @@ fn document(path: &str, body: &str) -> Option<String> {
         "mcp_servers.up" => format!("{{version: 1, mcp_servers: {{up: {{{body}}}}}}}"),
         "sandbox.programs.p" => format!("{{version: 1, sandbox: {{programs: {{p: {{{body}}}}}}}}}"),
         "sandbox.scorers.s" => format!("{{version: 1, sandbox: {{scorers: {{s: {{{body}}}}}}}}}"),
+        "sandbox.judges.j" => format!("{{version: 1, sandbox: {{judges: {{j: {{{body}}}}}}}}}"),
         "mcp_servers.up.tools.t" => {
             format!(
                 "{{version: 1, mcp_servers: {{up: {{command: [x], tools: {{t: {{{body}}}}}}}}}}}"

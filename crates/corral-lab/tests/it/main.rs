@@ -10,6 +10,8 @@ mod scenarios;
 mod score;
 mod support;
 mod synthetic;
+mod tournament;
+mod tournaments;
 mod verdict;
 mod worked_example;
 mod workers;

@@ -51,6 +51,8 @@ pub fn router(state: AppState) -> Router {
             post(sandbox::compare).get(sandbox::list_comparisons),
         )
         .route("/v1/sandbox/comparisons/{id}", get(sandbox::get_comparison))
+        .route("/v1/sandbox/tournaments", post(sandbox::tournament))
+        .route("/v1/sandbox/tournaments/{id}", get(sandbox::get_tournament))
         .route("/v1/sandbox/recordings", get(sandbox::list_recordings))
         .route("/v1/sandbox/recordings/{id}", get(sandbox::get_recording))
         .route(

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use corral_guard::Caller;
 use corral_lab::service::{
     CompareBody, InputBody, LabError, LabService, PageQuery, ReplayBody, ReplayStatus, RunBody,
-    ScenarioBody, parse,
+    ScenarioBody, TournamentBody, parse,
 };
 use corral_lab::synthetic;
 use corral_policy::codes;
@@ -349,6 +349,45 @@ pub async fn compare(State(state): State<AppState>, request: Request) -> Respons
         lab.compare(&caller, &rid, b).await,
         &rid,
     )
+}
+
+/// `POST /v1/sandbox/tournaments` -> 201 the graded tournament, stored.
+pub async fn tournament(State(state): State<AppState>, request: Request) -> Response {
+    const OP: &str = "sandbox.tournament";
+    let (caller, rid, b): (_, _, TournamentBody) =
+        match enter_with_body(&state, request, OP, "POST /v1/sandbox/tournaments").await {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+    let lab = state.runtime().lab();
+    // The ceiling of judge calls: the config's `budgets.judge` is to be wired here.
+    reply(
+        StatusCode::CREATED,
+        lab.tournament(
+            &caller,
+            &rid,
+            b,
+            corral_lab::tournament::DEFAULT_MAX_JUDGE_CALLS,
+        )
+        .await,
+        &rid,
+    )
+}
+
+/// `GET /v1/sandbox/tournaments/{id}`.
+pub async fn get_tournament(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    let (caller, rid) = enter(&state, auth, "sandbox.tournaments.get").await?;
+    let t = state
+        .runtime()
+        .lab()
+        .get_tournament(&caller, &rid, &id)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, to_json(&t), &rid))
 }
 
 /// `GET /v1/sandbox/comparisons?limit=&after=` -> `{items, next}`.

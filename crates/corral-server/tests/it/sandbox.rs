@@ -433,6 +433,12 @@ fn lab_routes(id: &str, run: &str, cmp: &str) -> Vec<(Method, String, Option<Val
         ),
         (Method::GET, "/v1/sandbox/comparisons".into(), None),
         (Method::GET, format!("/v1/sandbox/comparisons/{cmp}"), None),
+        (
+            Method::POST,
+            "/v1/sandbox/tournaments".into(),
+            Some(json!({"runs": [run, run], "judge": "command:j"})),
+        ),
+        (Method::GET, format!("/v1/sandbox/tournaments/{cmp}"), None),
         (Method::GET, "/v1/sandbox/recordings".into(), None),
         (Method::GET, format!("/v1/sandbox/recordings/{run}"), None),
         (
@@ -854,7 +860,7 @@ mod over_mcp {
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     use serde_json::{Value, json};
 
-    use super::{MOCKED, server, token};
+    use super::{MOCKED, created, operator, post, server, token, worked_scenario};
     use crate::common::{Server, Workspace};
 
     async fn client(s: &Server, token: &str) -> RunningService<RoleClient, ()> {
@@ -905,7 +911,8 @@ mod over_mcp {
                 "sandbox_scenarios_create",
                 "sandbox_scenarios_get",
                 "sandbox_scenarios_list",
-                "sandbox_scenarios_run"
+                "sandbox_scenarios_run",
+                "sandbox_tournament"
             ]
         );
         assert_eq!(
@@ -1032,6 +1039,37 @@ mod over_mcp {
     }
 
     #[tokio::test]
+    async fn the_tournament_tool_answers_as_the_route_does_an_undeclared_judge_refused_by_its_code()
+    {
+        let ws = Workspace::new();
+        let s = server(&ws, true).await;
+        let t = operator();
+        let id = worked_scenario(&s, &t).await;
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let r = created(
+                &post(
+                    &s,
+                    &t,
+                    &format!("/v1/sandbox/scenarios/{id}/runs"),
+                    json!({"variant": "v"}),
+                )
+                .await,
+            );
+            runs.push(r["id"].clone());
+        }
+        let op = client(&s, &token("olga", &["operator"], None)).await;
+        let r = call(
+            &op,
+            "sandbox_tournament",
+            json!({"runs": runs, "judge": "command:nope"}),
+        )
+        .await;
+        assert_eq!(r.is_error, Some(true), "{r:?}");
+        assert_eq!(r.structured_content.unwrap()["code"], "lab.program_unknown");
+    }
+
+    #[tokio::test]
     async fn with_the_lab_off_no_lab_tool_is_listed_or_answered() {
         let ws = Workspace::new();
         let s = server(&ws, false).await;
@@ -1042,6 +1080,71 @@ mod over_mcp {
         assert_eq!(r.structured_content.unwrap()["code"], "lab.disabled");
         let _ = admin.cancel().await;
     }
+}
+
+#[tokio::test]
+async fn a_tournament_over_http_is_refused_for_a_viewer_or_an_undeclared_judge_and_each_refusal_is_audited()
+ {
+    let ws = Workspace::new();
+    let s = server(&ws, true).await;
+    let op = operator();
+    let viewer = token("vera", &["viewer"], None);
+    let id = worked_scenario(&s, &op).await;
+    let run = |scenario: String| {
+        let s = &s;
+        let op = op.clone();
+        async move {
+            created(
+                &post(
+                    s,
+                    &op,
+                    &format!("/v1/sandbox/scenarios/{scenario}/runs"),
+                    json!({"variant": "v"}),
+                )
+                .await,
+            )["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let (a, b) = (run(id.clone()).await, run(id).await);
+    let path = "/v1/sandbox/tournaments";
+    post(
+        &s,
+        &viewer,
+        path,
+        json!({"runs": [a, b], "judge": "command:j"}),
+    )
+    .await
+    .assert_error(403, "rbac.denied");
+    let r = post(&s, &op, path, json!({"runs": [a, b], "judge": "command:j"})).await;
+    r.assert_error(400, "lab.program_unknown");
+    assert!(r.text.contains("sandbox.judges"), "{}", r.text);
+    // (A real judge's tournament runs in corral-cli's `lab_program` tests.)
+    post(
+        &s,
+        &op,
+        path,
+        json!({"runs": [a, b], "judge": "command:j", "extra": 1}),
+    )
+    .await
+    .assert_error(400, "args.invalid");
+    post(&s, &op, path, json!({"runs": [a], "judge": "command:j"}))
+        .await
+        .assert_error(400, "args.invalid");
+    get(&s, &viewer, "/v1/sandbox/tournaments/no-such-id")
+        .await
+        .assert_error(404, "lab.not_found");
+    let admin = token("adam", &["admin"], None);
+    let audit = ok(&get(&s, &admin, "/audit?limit=500").await);
+    let refused = audit["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["op"] == "sandbox.tournament")
+        .count();
+    assert_eq!(refused, 4);
 }
 
 #[tokio::test]

@@ -16,4 +16,5 @@ mod postgres;
 mod recordings;
 mod runs;
 mod sqlite;
+mod tournaments;
 mod writer;

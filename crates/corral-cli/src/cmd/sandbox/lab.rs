@@ -6,6 +6,7 @@ use corral_client::Client;
 use corral_client::sandbox::{
     Comparison, ComparisonRequest, Outputs, Page, PageRequest, Recording, RecordingDetail,
     ReplayReport, ReplayRequest, Run, RunRequest, Scenario, ScenarioRequest, ScenarioSummary,
+    Tournament, TournamentRequest,
 };
 use corral_lab::service::{self, LabError, LabService, PageQuery};
 use serde::Serialize;
@@ -332,6 +333,37 @@ impl Lab {
             async |lab, caller| {
                 let b = body("a comparison", req)?;
                 lab.compare(caller, &rid(), b).await.map_err(refused)
+            },
+        )
+    }
+
+    pub(crate) fn get_tournament(&self, id: &str) -> Result<Tournament, CliError> {
+        self.either(
+            "tournament",
+            async |c| c.sandbox_tournament_get(id).await,
+            async |lab, caller| {
+                lab.get_tournament(caller, &rid(), id)
+                    .await
+                    .map_err(refused)
+            },
+        )
+    }
+
+    pub(crate) fn tournament(&self, req: &TournamentRequest) -> Result<Tournament, CliError> {
+        self.either(
+            "tournament",
+            async |c| c.sandbox_tournament(req).await,
+            async |lab, caller| {
+                let b = body("a tournament", req)?;
+                // The ceiling of judge calls: the config's `budgets.judge` is to be wired here.
+                lab.tournament(
+                    caller,
+                    &rid(),
+                    b,
+                    corral_lab::tournament::DEFAULT_MAX_JUDGE_CALLS,
+                )
+                .await
+                .map_err(refused)
             },
         )
     }

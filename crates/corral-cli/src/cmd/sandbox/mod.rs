@@ -10,6 +10,7 @@ mod recordings;
 mod replay;
 mod runs;
 mod scenarios;
+mod tournament;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -53,6 +54,15 @@ enum Command {
     /// errors above 5%, or an unscored run. Exit codes: 0 a verdict, 1 `regressed` or a refusal,
     /// 2 usage or connection error.
     Compare(compare::Args),
+    /// Grade finished runs of one scenario (one per variant) by a command judge asked about
+    /// every task and pair in both orders: a Bradley-Terry ranking with 95% bootstrap
+    /// intervals, the judge's position bias, and the verdict between the top two. The answer
+    /// is stored (`tournaments get ID`). Exit codes: 0 graded, 1 a refusal, a judge error or a pair not judged (the
+    /// judge ceiling), 2 usage or connection error.
+    Tournament(tournament::Args),
+    /// Read stored tournaments.
+    #[command(subcommand)]
+    Tournaments(tournament::Recorded),
     /// Read recorded comparisons.
     #[command(subcommand)]
     Comparisons(compare::Recorded),
@@ -107,6 +117,8 @@ pub fn run(args: Args) -> CliResult {
         Command::Scenarios(c) => scenarios::run(c),
         Command::Runs(c) => runs::run(c),
         Command::Compare(a) => compare::run(a),
+        Command::Tournament(a) => tournament::run(a),
+        Command::Tournaments(c) => tournament::recorded(c),
         Command::Comparisons(c) => compare::recorded(c),
         Command::Recordings(c) => recordings::run(c),
         Command::Replay(a) => replay::run(a),
