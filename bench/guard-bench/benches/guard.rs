@@ -415,10 +415,10 @@ async fn recording_overhead(name: &str, store: corral_store::Store) {
         }
     }
     let r = store
-        .get_recording("default", "bench-4")
+        .recordings_of_run("default", "bench-4", 1)
         .await
         .unwrap()
-        .unwrap();
+        .remove(0);
     assert_eq!(r.events, REC_BATCH as u64, "every call was recorded");
     let (plain, rec) = (stats(plain), stats(rec));
     println!(

@@ -1,9 +1,13 @@
-//! Recordings (issue 15, migration 0009): the ordered call timeline of a run marked for
-//! recording, per (tenant, run id); `impl Recorder for Store`.
+//! Recordings (issue 15, migrations 0009 and 0011): the ordered call timeline of a run marked for
+//! recording, per (tenant, run id, principal identity); `impl Recorder for Store`.
+//!
+//! - **Ownership**: a recording is the principal identity's (`Principal::identity()`), never
+//!   the bare id: a JWT whose `sub` names a static token is another principal. Two principals
+//!   recording under one run id get one recording each, so neither captures, hides or reads the
+//!   other's calls; an admin reading a run id several principals recorded names one.
 //!
 //! - **Append**: one transaction (PostgreSQL: the recording row is read `FOR UPDATE`; SQLite:
-//!   `BEGIN IMMEDIATE`) creates the recording at its first event, checks it belongs to the
-//!   caller's principal, numbers the event `events + 1` (so `seq` runs from 1 without gaps) and
+//!   `BEGIN IMMEDIATE`) creates the recording at its first event, numbers the event `events + 1` (so `seq` runs from 1 without gaps) and
 //!   checks the cap: the event that would take the recording over [`RecordingLimits`]'
 //!   `max_bytes` or `max_events` is not stored, the recording is marked `capped`, and no later
 //!   event is stored either. Never a silent truncation.
@@ -61,7 +65,11 @@ pub struct Recording {
     pub tenant: String,
     /// The run id.
     pub run_id: String,
-    /// The principal whose calls it holds.
+    /// The full identity of the principal whose calls it holds (`Principal::identity()`):
+    /// `token:service:bot`, `jwt:<issuer>:person:ada`, ...; `legacy:<id>` for a recording
+    /// written before identities were kept (only an admin reads those).
+    pub identity: String,
+    /// That principal's id, for display.
     pub principal: String,
     /// The run's purpose.
     pub purpose: RunPurpose,
@@ -108,17 +116,6 @@ pub enum RecordingError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The run id is recorded for another principal.
-    #[error(
-        "run {run_id:?} of tenant {tenant:?} is already recorded for another principal; the \
-         call was not recorded: use a run id of your own for each recorded run"
-    )]
-    PrincipalMismatch {
-        /// The tenant.
-        tenant: String,
-        /// The run id.
-        run_id: String,
-    },
     /// The event cannot be stored as given.
     #[error("a recorded event cannot be stored: {reason}")]
     Invalid {
@@ -132,7 +129,6 @@ impl RecordingError {
     pub fn code(&self) -> &'static str {
         match self {
             RecordingError::Store(e) => e.code(),
-            RecordingError::PrincipalMismatch { .. } => codes::RECORDING_PRINCIPAL_MISMATCH,
             RecordingError::Invalid { .. } => codes::RECORDING_INVALID,
         }
     }
@@ -155,51 +151,67 @@ fn corrupt(what: &str, run_id: &str, detail: impl std::fmt::Display) -> Recordin
 // SQL
 // ---------------------------------------------------------------------------------------------
 
-const RECORDING_COLUMNS: &str = "tenant, run_id, principal, purpose, created_ms, updated_ms, \
-    events, bytes, capped, gapped, expires_ms";
+const RECORDING_COLUMNS: &str = "tenant, run_id, identity, principal, purpose, created_ms, \
+    updated_ms, events, bytes, capped, gapped, expires_ms";
 
-const CREATE: &str = "INSERT INTO recordings (tenant, run_id, principal, purpose, created_ms, \
-    updated_ms, events, bytes, capped, gapped, expires_ms) \
-    VALUES ($1, $2, $3, $4, $5, $5, 0, 0, 0, 0, $6) ON CONFLICT (tenant, run_id) DO NOTHING";
-const STATE: &str = "SELECT principal, events, bytes, capped FROM recordings \
-    WHERE tenant = $1 AND run_id = $2";
-const STATE_LOCKED: &str = "SELECT principal, events, bytes, capped FROM recordings \
-    WHERE tenant = $1 AND run_id = $2 FOR UPDATE";
-const MARK_CAPPED: &str =
-    "UPDATE recordings SET capped = 1, updated_ms = $3 WHERE tenant = $1 AND run_id = $2";
+// Every statement on one recording names it by `$1` tenant, `$2` run id, `$3` identity.
+const CREATE: &str = "INSERT INTO recordings (tenant, run_id, identity, principal, purpose, \
+    created_ms, updated_ms, events, bytes, capped, gapped, expires_ms) \
+    VALUES ($1, $2, $3, $4, $5, $6, $6, 0, 0, 0, 0, $7) \
+    ON CONFLICT (tenant, run_id, identity) DO NOTHING";
+const STATE: &str = "SELECT events, bytes, capped FROM recordings \
+    WHERE tenant = $1 AND run_id = $2 AND identity = $3";
+const STATE_LOCKED: &str = "SELECT events, bytes, capped FROM recordings \
+    WHERE tenant = $1 AND run_id = $2 AND identity = $3 FOR UPDATE";
+const MARK_CAPPED: &str = "UPDATE recordings SET capped = 1, updated_ms = $4 \
+    WHERE tenant = $1 AND run_id = $2 AND identity = $3";
 const MARK_GAPPED: &str = "UPDATE recordings SET gapped = 1, updated_ms = $4 \
-    WHERE tenant = $1 AND run_id = $2 AND principal = $3";
-const INSERT_EVENT: &str = "INSERT INTO recording_events (tenant, run_id, seq, op, args, \
-    response, error_code, attestation, started_ms, duration_us) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-const COUNT_EVENT: &str = "UPDATE recordings SET events = $3, bytes = bytes + $4, \
-    updated_ms = $5 WHERE tenant = $1 AND run_id = $2";
+    WHERE tenant = $1 AND run_id = $2 AND identity = $3";
+const INSERT_EVENT: &str = "INSERT INTO recording_events (tenant, run_id, identity, seq, op, \
+    args, response, error_code, attestation, started_ms, duration_us) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+const COUNT_EVENT: &str = "UPDATE recordings SET events = $4, bytes = bytes + $5, \
+    updated_ms = $6 WHERE tenant = $1 AND run_id = $2 AND identity = $3";
 
 fn get_sql() -> String {
-    format!("SELECT {RECORDING_COLUMNS} FROM recordings WHERE tenant = $1 AND run_id = $2")
+    format!(
+        "SELECT {RECORDING_COLUMNS} FROM recordings \
+         WHERE tenant = $1 AND run_id = $2 AND identity = $3"
+    )
 }
 
+fn of_run_sql() -> String {
+    format!(
+        "SELECT {RECORDING_COLUMNS} FROM recordings WHERE tenant = $1 AND run_id = $2 \
+         ORDER BY identity LIMIT $3"
+    )
+}
+
+/// A page, newest first; the cursor is (created_ms, run id, identity).
 fn list_sql() -> String {
     format!(
         "SELECT {RECORDING_COLUMNS} FROM recordings WHERE tenant = $1 AND \
-         ($5 IS NULL OR principal = $5) AND \
-         ($2 IS NULL OR created_ms < $2 OR (created_ms = $2 AND run_id < $3)) \
-         ORDER BY created_ms DESC, run_id DESC LIMIT $4"
+         ($5 IS NULL OR identity = $5) AND \
+         ($2 IS NULL OR created_ms < $2 OR (created_ms = $2 AND run_id < $3) \
+          OR (created_ms = $2 AND run_id = $3 AND identity < $6)) \
+         ORDER BY created_ms DESC, run_id DESC, identity DESC LIMIT $4"
     )
 }
 
 const EVENTS: &str = "SELECT seq, op, args, response, error_code, attestation, started_ms, \
-    duration_us FROM recording_events WHERE tenant = $1 AND run_id = $2 ORDER BY seq";
+    duration_us FROM recording_events WHERE tenant = $1 AND run_id = $2 AND identity = $3 \
+    ORDER BY seq";
 
 const PURGE_EVENTS: &str = "DELETE FROM recording_events WHERE EXISTS (SELECT 1 FROM recordings \
     r WHERE r.tenant = recording_events.tenant AND r.run_id = recording_events.run_id \
-    AND r.expires_ms <= $1)";
+    AND r.identity = recording_events.identity AND r.expires_ms <= $1)";
 const PURGE: &str = "DELETE FROM recordings WHERE expires_ms <= $1";
 
 #[derive(sqlx::FromRow)]
 struct RecordingRow {
     tenant: String,
     run_id: String,
+    identity: String,
     principal: String,
     purpose: String,
     created_ms: i64,
@@ -220,6 +232,7 @@ impl RecordingRow {
         Ok(Recording {
             tenant: self.tenant,
             run_id: self.run_id,
+            identity: self.identity,
             principal: self.principal,
             purpose,
             created_ms: self.created_ms,
@@ -288,6 +301,7 @@ fn check_plain(key: &RecordingKey, call: &RecordedCall) -> Result<(), RecordingE
     let fields = [
         ("the tenant", key.tenant.as_str()),
         ("the run id", key.run_id.as_str()),
+        ("the identity", key.identity.as_str()),
         ("the principal", key.principal.as_str()),
         ("the op", call.op.as_str()),
         ("the arguments", call.args.as_str()),
@@ -317,6 +331,7 @@ macro_rules! record_in {
         sqlx::query(CREATE)
             .bind(&$key.tenant)
             .bind(&$key.run_id)
+            .bind(&$key.identity)
             .bind(&$key.principal)
             .bind($key.purpose.as_str())
             .bind($now)
@@ -324,18 +339,13 @@ macro_rules! record_in {
             .execute(&mut *tx)
             .await
             .map_err(&q)?;
-        let (principal, events, bytes, capped): (String, i64, i64, i32) = sqlx::query_as($state)
+        let (events, bytes, capped): (i64, i64, i32) = sqlx::query_as($state)
             .bind(&$key.tenant)
             .bind(&$key.run_id)
+            .bind(&$key.identity)
             .fetch_one(&mut *tx)
             .await
             .map_err(&q)?;
-        if principal != $key.principal {
-            return Err(RecordingError::PrincipalMismatch {
-                tenant: $key.tenant.clone(),
-                run_id: $key.run_id.clone(),
-            });
-        }
         if capped != 0 {
             return Ok(Recorded::Capped);
         }
@@ -348,6 +358,7 @@ macro_rules! record_in {
             sqlx::query(MARK_CAPPED)
                 .bind(&$key.tenant)
                 .bind(&$key.run_id)
+                .bind(&$key.identity)
                 .bind($now)
                 .execute(&mut *tx)
                 .await
@@ -362,6 +373,7 @@ macro_rules! record_in {
         sqlx::query(INSERT_EVENT)
             .bind(&$key.tenant)
             .bind(&$key.run_id)
+            .bind(&$key.identity)
             .bind(seq_i)
             .bind(&$call.op)
             .bind(&$call.args)
@@ -376,6 +388,7 @@ macro_rules! record_in {
         sqlx::query(COUNT_EVENT)
             .bind(&$key.tenant)
             .bind(&$key.run_id)
+            .bind(&$key.identity)
             .bind(seq_i)
             .bind(size_i)
             .bind($now)
@@ -421,8 +434,7 @@ impl Store {
         }
     }
 
-    /// Marks the recording of `key` `gapped`, creating it if needed (a recording of another
-    /// principal is left alone: `recording.principal_mismatch`).
+    /// Marks the recording of `key` `gapped`, creating it if needed.
     pub async fn mark_recording_gapped(
         &self,
         key: &RecordingKey,
@@ -430,10 +442,11 @@ impl Store {
     ) -> Result<(), RecordingError> {
         let q = |e| RecordingError::Store(self.redactor.query("mark a recording gapped", e));
         let exp = expires(now_ms, &self.recording_limits);
-        let changed = on_pool!(&self.pool, p => {
+        on_pool!(&self.pool, p => {
             sqlx::query(CREATE)
                 .bind(&key.tenant)
                 .bind(&key.run_id)
+                .bind(&key.identity)
                 .bind(&key.principal)
                 .bind(key.purpose.as_str())
                 .bind(now_ms)
@@ -444,77 +457,99 @@ impl Store {
             sqlx::query(MARK_GAPPED)
                 .bind(&key.tenant)
                 .bind(&key.run_id)
-                .bind(&key.principal)
+                .bind(&key.identity)
                 .bind(now_ms)
                 .execute(p)
                 .await
-                .map_err(&q)?
-                .rows_affected()
+                .map_err(&q)?;
         });
-        if changed == 0 {
-            return Err(RecordingError::PrincipalMismatch {
-                tenant: key.tenant.clone(),
-                run_id: key.run_id.clone(),
-            });
-        }
         Ok(())
     }
 
-    /// The recording of `run_id` in `tenant`, without its events; `None` if `tenant` has none.
+    /// The recording of `run_id` by the principal `identity` in `tenant`, without its events;
+    /// `None` if there is none.
     pub async fn get_recording(
         &self,
         tenant: &str,
         run_id: &str,
+        identity: &str,
     ) -> Result<Option<Recording>, RecordingError> {
         let q = |e| RecordingError::Store(self.redactor.query("read a recording", e));
         let sql = get_sql();
         let row: Option<RecordingRow> = on_pool!(&self.pool, p => sqlx::query_as(&sql)
             .bind(tenant)
             .bind(run_id)
+            .bind(identity)
             .fetch_optional(p)
             .await
             .map_err(&q)?);
         row.map(RecordingRow::into_recording).transpose()
     }
 
-    /// The events of the recording of `run_id` in `tenant`, by `seq` (empty if `tenant` has no
-    /// such recording: ask [`Store::get_recording`] first).
+    /// The recordings of `run_id` in `tenant`, one per principal that recorded under it, by
+    /// identity (at most `limit`).
+    pub async fn recordings_of_run(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        limit: u32,
+    ) -> Result<Vec<Recording>, RecordingError> {
+        let q = |e| RecordingError::Store(self.redactor.query("read a run's recordings", e));
+        let sql = of_run_sql();
+        let rows: Vec<RecordingRow> = on_pool!(&self.pool, p => sqlx::query_as(&sql)
+            .bind(tenant)
+            .bind(run_id)
+            .bind(i64::from(limit))
+            .fetch_all(p)
+            .await
+            .map_err(&q)?);
+        rows.into_iter().map(RecordingRow::into_recording).collect()
+    }
+
+    /// The events of the recording of `run_id` by `identity` in `tenant`, by `seq` (empty if
+    /// there is no such recording: ask [`Store::get_recording`] first).
     pub async fn recording_events(
         &self,
         tenant: &str,
         run_id: &str,
+        identity: &str,
     ) -> Result<Vec<RecordingEvent>, RecordingError> {
         let q = |e| RecordingError::Store(self.redactor.query("read a recording's events", e));
         let rows: Vec<EventRow> = on_pool!(&self.pool, p => sqlx::query_as(EVENTS)
             .bind(tenant)
             .bind(run_id)
+            .bind(identity)
             .fetch_all(p)
             .await
             .map_err(&q)?);
         rows.into_iter().map(|r| r.into_event(run_id)).collect()
     }
 
-    /// The recordings of `tenant` (only `principal`'s when given), newest first, a page at a
-    /// time (the cursor's id is the run id).
+    /// The recordings of `tenant` (only those of the principal `identity` when given), newest
+    /// first, a page at a time (the cursor's id is the run id, `/`, the identity: a run id holds no `/`).
     pub async fn list_recordings(
         &self,
         tenant: &str,
-        principal: Option<&str>,
+        identity: Option<&str>,
         page: &Page,
     ) -> Result<Paged<Recording>, RecordingError> {
         let q = |e| RecordingError::Store(self.redactor.query("list recordings", e));
         let rows_wanted = page.rows();
-        let (after_ms, after_id) = match &page.after {
-            Some(c) => (Some(c.created_ms), c.id.as_str()),
-            None => (None, ""),
+        let (after_ms, after_run, after_identity) = match &page.after {
+            Some(c) => {
+                let (run, identity) = c.id.split_once('/').unwrap_or((c.id.as_str(), ""));
+                (Some(c.created_ms), run, identity)
+            }
+            None => (None, "", ""),
         };
         let sql = list_sql();
         let rows: Vec<RecordingRow> = on_pool!(&self.pool, p => sqlx::query_as(&sql)
             .bind(tenant)
             .bind(after_ms)
-            .bind(after_id)
+            .bind(after_run)
             .bind(i64::from(rows_wanted) + 1)
-            .bind(principal)
+            .bind(identity)
+            .bind(after_identity)
             .fetch_all(p)
             .await
             .map_err(&q)?);
@@ -526,7 +561,7 @@ impl Store {
             items.truncate(rows_wanted as usize);
             items.last().map(|r| PageCursor {
                 created_ms: r.created_ms,
-                id: r.run_id.clone(),
+                id: format!("{}/{}", r.run_id, r.identity),
             })
         } else {
             None

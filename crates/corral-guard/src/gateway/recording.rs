@@ -80,6 +80,8 @@ impl Gateway {
         let key = RecordingKey {
             tenant: event.tenant.clone(),
             run_id: run_id.to_owned(),
+            // The full identity owns the recording: a JWT `sub: bot` is not the token `bot`.
+            identity: call.caller.principal.identity(),
             principal: call.caller.principal.id.clone(),
             purpose: self.purpose,
         };

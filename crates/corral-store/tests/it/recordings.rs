@@ -50,6 +50,7 @@ fn key(tenant: &str, run: &str, principal: &str) -> RecordingKey {
     RecordingKey {
         tenant: tenant.to_owned(),
         run_id: run.to_owned(),
+        identity: principal.to_owned(),
         principal: principal.to_owned(),
         purpose: RunPurpose::Live,
     }
@@ -96,7 +97,11 @@ async fn a_recording_keeps_every_call_in_order_with_its_values(store: &Store) {
         assert_eq!(got, Recorded::Stored { seq: i as u64 + 1 });
     }
 
-    let r = store.get_recording("acme", "run-1").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "run-1", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (
             r.principal.as_str(),
@@ -118,7 +123,10 @@ async fn a_recording_keeps_every_call_in_order_with_its_values(store: &Store) {
         T0 + RecordingLimits::default().retention.as_millis() as i64
     );
 
-    let events = store.recording_events("acme", "run-1").await.unwrap();
+    let events = store
+        .recording_events("acme", "run-1", "ada")
+        .await
+        .unwrap();
     let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, [1, 2, 3]);
     assert_eq!(events[0].op, "files.read");
@@ -139,12 +147,15 @@ async fn another_tenant_sees_no_recording_and_cannot_add_to_it(store: &Store) {
         .await
         .unwrap();
     assert_eq!(
-        store.get_recording("globex", "shared-id").await.unwrap(),
+        store
+            .get_recording("globex", "shared-id", "ada")
+            .await
+            .unwrap(),
         None
     );
     assert!(
         store
-            .recording_events("globex", "shared-id")
+            .recording_events("globex", "shared-id", "ada")
             .await
             .unwrap()
             .is_empty()
@@ -162,44 +173,44 @@ async fn another_tenant_sees_no_recording_and_cannot_add_to_it(store: &Store) {
         .await
         .unwrap();
     assert_eq!(got, Recorded::Stored { seq: 1 });
-    let acme = store.recording_events("acme", "shared-id").await.unwrap();
+    let acme = store
+        .recording_events("acme", "shared-id", "ada")
+        .await
+        .unwrap();
     assert_eq!(acme.len(), 1);
     assert_eq!(acme[0].op, "files.read");
 }
 
-on_both!(another_principal_cannot_write_into_a_recorded_run);
-async fn another_principal_cannot_write_into_a_recorded_run(store: &Store) {
+on_both!(two_principals_recording_under_one_run_id_get_a_recording_each);
+async fn two_principals_recording_under_one_run_id_get_a_recording_each(store: &Store) {
+    let ada = key("acme", "r", "token:service:ada");
+    let eve = key("acme", "r", "jwt:idp:person:ada");
     store
-        .record_call(
-            &key("acme", "r", "ada"),
-            &call("files.read", "{}", None),
-            T0,
-        )
+        .record_call(&ada, &call("files.read", "{}", None), T0)
         .await
         .unwrap();
-    let err = store
-        .record_call(
-            &key("acme", "r", "eve"),
-            &call("files.write", "{}", None),
-            T0,
-        )
+    // Another identity (even with the same id) writes its own recording, from seq 1.
+    let got = store
+        .record_call(&eve, &call("files.write", "{}", None), T0 + 1)
         .await
-        .unwrap_err();
-    assert_eq!(err.code(), "recording.principal_mismatch", "{err}");
-    assert!(
-        err.to_string().contains("use a run id of your own"),
-        "{err}"
-    );
-    let err = store
-        .mark_recording_gapped(&key("acme", "r", "eve"), T0)
+        .unwrap();
+    assert_eq!(got, Recorded::Stored { seq: 1 });
+    store.mark_recording_gapped(&eve, T0 + 2).await.unwrap();
+    let mine = store
+        .get_recording("acme", "r", "token:service:ada")
         .await
-        .unwrap_err();
-    assert_eq!(err.code(), "recording.principal_mismatch");
-    let r = store.get_recording("acme", "r").await.unwrap().unwrap();
-    assert_eq!(
-        (r.principal.as_str(), r.events, r.gapped),
-        ("ada", 1, false)
-    );
+        .unwrap()
+        .unwrap();
+    assert_eq!((mine.events, mine.gapped), (1, false));
+    let theirs = store
+        .recording_events("acme", "r", "jwt:idp:person:ada")
+        .await
+        .unwrap();
+    assert_eq!(theirs.len(), 1);
+    assert_eq!(theirs[0].op, "files.write");
+    let both = store.recordings_of_run("acme", "r", 10).await.unwrap();
+    let ids: Vec<&str> = both.iter().map(|r| r.identity.as_str()).collect();
+    assert_eq!(ids, ["jwt:idp:person:ada", "token:service:ada"]);
 }
 
 on_both!(the_event_that_would_pass_the_event_cap_is_not_stored_and_the_recording_says_capped);
@@ -223,10 +234,18 @@ async fn the_event_that_would_pass_the_event_cap_is_not_stored_and_the_recording
         .await
         .unwrap();
     assert_eq!(fourth, Recorded::Capped);
-    let r = store.get_recording("acme", "long").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "long", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((r.events, r.capped), (3, true));
     assert_eq!(
-        store.recording_events("acme", "long").await.unwrap().len(),
+        store
+            .recording_events("acme", "long", "ada")
+            .await
+            .unwrap()
+            .len(),
         3
     );
 }
@@ -254,7 +273,11 @@ async fn the_event_that_would_pass_the_byte_cap_is_not_stored_nor_any_after_it(s
         store.record_call(&k, &tiny, T0).await.unwrap(),
         Recorded::Capped
     );
-    let r = store.get_recording("acme", "big").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "big", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (r.events, r.bytes, r.capped),
         (1, small.stored_bytes(), true)
@@ -273,11 +296,15 @@ async fn an_event_over_16_mib_caps_a_recording_with_the_default_limits(store: &S
         store.record_call(&k, &huge, T0).await.unwrap(),
         Recorded::Capped
     );
-    let r = store.get_recording("acme", "huge").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "huge", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((r.events, r.bytes, r.capped), (0, 0, true));
     assert!(
         store
-            .recording_events("acme", "huge")
+            .recording_events("acme", "huge", "ada")
             .await
             .unwrap()
             .is_empty()
@@ -293,7 +320,11 @@ async fn a_gap_is_marked_on_the_recording(store: &Store) {
         .unwrap();
     let port: &dyn Recorder = store;
     port.mark_gapped(&k, T0 + 9).await.unwrap();
-    let r = store.get_recording("acme", "holed").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "holed", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (r.events, r.gapped, r.capped, r.updated_ms),
         (1, true, false, T0 + 9)
@@ -302,7 +333,7 @@ async fn a_gap_is_marked_on_the_recording(store: &Store) {
     let fresh = key("acme", "holed-first", "ada");
     store.mark_recording_gapped(&fresh, T0).await.unwrap();
     let r = store
-        .get_recording("acme", "holed-first")
+        .get_recording("acme", "holed-first", "ada")
         .await
         .unwrap()
         .unwrap();
@@ -333,23 +364,30 @@ async fn purge_deletes_only_expired_recordings_with_their_events(store: &Store) 
         .unwrap();
     assert_eq!(store.purge_recordings(T0 + 59_999).await.unwrap(), 0);
     assert_eq!(store.purge_recordings(T0 + 60_000).await.unwrap(), 1);
-    assert_eq!(store.get_recording("acme", "old").await.unwrap(), None);
+    assert_eq!(
+        store.get_recording("acme", "old", "ada").await.unwrap(),
+        None
+    );
     assert!(
         store
-            .recording_events("acme", "old")
+            .recording_events("acme", "old", "ada")
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
         store
-            .get_recording("globex", "new")
+            .get_recording("globex", "new", "bob")
             .await
             .unwrap()
             .is_some()
     );
     assert_eq!(
-        store.recording_events("globex", "new").await.unwrap().len(),
+        store
+            .recording_events("globex", "new", "bob")
+            .await
+            .unwrap()
+            .len(),
         1
     );
     // A run id purged is free again: a new recording starts at seq 1.
@@ -456,8 +494,12 @@ async fn concurrent_calls_of_one_run_get_every_seq_once_without_gaps(store: &Sto
     }
     all.sort_unstable();
     assert_eq!(all, (1..=40).collect::<Vec<u64>>());
-    let events = store.recording_events("acme", "busy").await.unwrap();
+    let events = store.recording_events("acme", "busy", "ada").await.unwrap();
     assert_eq!(events.len(), 40);
-    let r = store.get_recording("acme", "busy").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "busy", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(r.events, 40);
 }
