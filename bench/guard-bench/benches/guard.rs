@@ -391,7 +391,7 @@ async fn recording_overhead(name: &str, store: corral_store::Store) {
         vec![Arc::new(Discard)],
         "default",
     )
-    .with_recorder(Arc::new(store.clone()));
+    .with_recorder(Arc::new(corral_store::RecordingWriter::spawn(&store)));
     let (mut plain, mut rec) = (Vec::new(), Vec::new());
     for b in 0..REC_BATCHES + 4 {
         let run = format!("bench-{b}");

@@ -752,6 +752,13 @@ impl Gateway {
             detail: None,
             purpose: self.purpose,
         };
+        // A call marked for recording runs only if its event can be recorded.
+        let recording = match (recording, &opts.run_id) {
+            (Ok(true), Some(run_id)) if scope_mismatch.is_none() => {
+                self.admit_recording(&call, run_id, &event.tenant).await
+            }
+            (other, _) => other,
+        };
         let (outcome, reply) = match (scope_mismatch, &recording) {
             (Some(refusal), _) => (Outcome::Denied, Reply::Refused(refusal)),
             (None, Err((outcome, refusal))) => (*outcome, Reply::Refused(refusal.clone())),

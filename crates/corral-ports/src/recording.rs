@@ -78,6 +78,20 @@ pub enum Recorded {
     },
     /// Not stored: the recording reached its size cap (or had already), and is marked `capped`.
     Capped,
+    /// Queued for the recording writer, which commits it with others (`seq` is assigned there,
+    /// in queue order); a batch that cannot be written marks its recordings `gapped`.
+    Queued,
+}
+
+/// Why a call marked for recording may not run: it could not be recorded (the tenant's limit of
+/// recordings, the store down), and a recorded run never loses a call silently.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct AdmitRefusal {
+    /// The stable code (`recording.limit`, `store.unavailable`, ...).
+    pub code: &'static str,
+    /// What is wrong and how to fix it.
+    pub message: String,
 }
 
 /// A recorder failed; the call's answer is unchanged, the failure is logged (value-free) and the
@@ -88,6 +102,15 @@ pub struct RecorderError(pub String);
 
 /// Where recordings are kept.
 pub trait Recorder: Send + Sync + std::fmt::Debug {
+    /// Before a call marked for recording runs: `Ok` when its event can be recorded (its
+    /// recording exists, or the tenant may start one more), else why not; the call is then
+    /// refused, never run unrecorded.
+    fn admit<'a>(
+        &'a self,
+        key: &'a RecordingKey,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<(), AdmitRefusal>>;
+
     /// Appends `call` to the recording of `key` (creating it at its first call), unless that
     /// would pass the recording's cap: then it stores nothing and marks the recording `capped`.
     fn record<'a>(

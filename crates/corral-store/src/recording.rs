@@ -1,5 +1,6 @@
 //! Recordings (issue 15, migrations 0009 and 0011): the ordered call timeline of a run marked for
-//! recording, per (tenant, run id, principal identity); `impl Recorder for Store`.
+//! recording, per (tenant, run id, principal identity); the gateway writes them through
+//! [`crate::RecordingWriter`] (group commit).
 //!
 //! - **Ownership**: a recording is the principal identity's (`Principal::identity()`), never
 //!   the bare id: a JWT whose `sub` names a static token is another principal. Two principals
@@ -20,9 +21,8 @@ use std::time::Duration;
 
 use corral_policy::codes;
 use corral_ports::audit::AttestationRecord;
-use corral_ports::recording::{Recorded, RecordedCall, Recorder, RecorderError, RecordingKey};
+use corral_ports::recording::{Recorded, RecordedCall, RecordingKey};
 use corral_ports::runs::RunPurpose;
-use futures_core::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -46,6 +46,9 @@ pub struct RecordingLimits {
     pub max_events: u64,
     /// How long a recording is kept after its first event.
     pub retention: Duration,
+    /// Live (unexpired) recordings per tenant: a call that would start one more is refused
+    /// before it runs (`recording.limit`).
+    pub max_per_tenant: u64,
 }
 
 impl Default for RecordingLimits {
@@ -54,6 +57,7 @@ impl Default for RecordingLimits {
             max_bytes: MAX_RECORDING_BYTES,
             max_events: MAX_RECORDING_EVENTS,
             retention: DEFAULT_RECORDING_RETENTION,
+            max_per_tenant: corral_policy::limits::DEFAULT_RECORDINGS_PER_TENANT,
         }
     }
 }
@@ -155,23 +159,23 @@ const RECORDING_COLUMNS: &str = "tenant, run_id, identity, principal, purpose, c
     updated_ms, events, bytes, capped, gapped, expires_ms";
 
 // Every statement on one recording names it by `$1` tenant, `$2` run id, `$3` identity.
-const CREATE: &str = "INSERT INTO recordings (tenant, run_id, identity, principal, purpose, \
+pub(crate) const CREATE: &str = "INSERT INTO recordings (tenant, run_id, identity, principal, purpose, \
     created_ms, updated_ms, events, bytes, capped, gapped, expires_ms) \
     VALUES ($1, $2, $3, $4, $5, $6, $6, 0, 0, 0, 0, $7) \
     ON CONFLICT (tenant, run_id, identity) DO NOTHING";
-const STATE: &str = "SELECT events, bytes, capped FROM recordings \
+pub(crate) const STATE: &str = "SELECT events, bytes, capped, gapped FROM recordings \
     WHERE tenant = $1 AND run_id = $2 AND identity = $3";
-const STATE_LOCKED: &str = "SELECT events, bytes, capped FROM recordings \
+const STATE_LOCKED: &str = "SELECT events, bytes, capped, gapped FROM recordings \
     WHERE tenant = $1 AND run_id = $2 AND identity = $3 FOR UPDATE";
-const MARK_CAPPED: &str = "UPDATE recordings SET capped = 1, updated_ms = $4 \
+pub(crate) const MARK_GAPPED: &str = "UPDATE recordings SET gapped = 1, updated_ms = $4 \
     WHERE tenant = $1 AND run_id = $2 AND identity = $3";
-const MARK_GAPPED: &str = "UPDATE recordings SET gapped = 1, updated_ms = $4 \
+pub(crate) const UPDATE_STATE: &str = "UPDATE recordings SET events = $4, bytes = $5, \
+    capped = $6, gapped = $7, updated_ms = $8, writer = COALESCE($9, writer) \
     WHERE tenant = $1 AND run_id = $2 AND identity = $3";
-const INSERT_EVENT: &str = "INSERT INTO recording_events (tenant, run_id, identity, seq, op, \
+const COUNT_LIVE: &str = "SELECT COUNT(*) FROM recordings WHERE tenant = $1 AND expires_ms > $2";
+pub(crate) const INSERT_EVENT: &str = "INSERT INTO recording_events (tenant, run_id, identity, seq, op, \
     args, response, error_code, attestation, started_ms, duration_us) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
-const COUNT_EVENT: &str = "UPDATE recordings SET events = $4, bytes = bytes + $5, \
-    updated_ms = $6 WHERE tenant = $1 AND run_id = $2 AND identity = $3";
 
 fn get_sql() -> String {
     format!(
@@ -297,7 +301,7 @@ fn json_text<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".to_owned())
 }
 
-fn check_plain(key: &RecordingKey, call: &RecordedCall) -> Result<(), RecordingError> {
+pub(crate) fn check_plain(key: &RecordingKey, call: &RecordedCall) -> Result<(), RecordingError> {
     let fields = [
         ("the tenant", key.tenant.as_str()),
         ("the run id", key.run_id.as_str()),
@@ -316,88 +320,212 @@ fn check_plain(key: &RecordingKey, call: &RecordedCall) -> Result<(), RecordingE
     }
 }
 
-fn expires(now_ms: i64, limits: &RecordingLimits) -> i64 {
+pub(crate) fn expires(now_ms: i64, limits: &RecordingLimits) -> i64 {
     let keep = i64::try_from(limits.retention.as_millis()).unwrap_or(i64::MAX);
     now_ms.saturating_add(keep)
 }
 
-/// Appends one event inside the open transaction `$tx`, reading the recording's state with
-/// `$state` (which locks the row where the begin did not).
-macro_rules! record_in {
-    ($store:expr, $tx:expr, $state:expr, $key:expr, $call:expr, $now:expr) => {{
-        let q = |e| RecordingError::Store($store.redactor.query("record a call", e));
+/// A recording's state while a batch is written.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct State {
+    pub(crate) events: u64,
+    pub(crate) bytes: u64,
+    pub(crate) capped: bool,
+    pub(crate) gapped: bool,
+}
+
+impl State {
+    pub(crate) fn from_row((events, bytes, capped, gapped): (i64, i64, i32, i32)) -> State {
+        State {
+            events: u64::try_from(events).unwrap_or(u64::MAX),
+            bytes: u64::try_from(bytes).unwrap_or(u64::MAX),
+            capped: capped != 0,
+            gapped: gapped != 0,
+        }
+    }
+
+    /// Places an event of `size` bytes: the next `seq`, or `Capped` when it would pass the cap
+    /// (the recording is capped from then on: no later event either).
+    pub(crate) fn place(&mut self, size: u64, limits: &RecordingLimits) -> Recorded {
+        if self.capped {
+            return Recorded::Capped;
+        }
+        if self.events.saturating_add(1) > limits.max_events
+            || self.bytes.saturating_add(size) > limits.max_bytes
+        {
+            self.capped = true;
+            return Recorded::Capped;
+        }
+        self.events += 1;
+        self.bytes = self.bytes.saturating_add(size);
+        Recorded::Stored { seq: self.events }
+    }
+}
+
+/// An event ready to store: its texts and size computed by the calling task.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) key: RecordingKey,
+    pub(crate) call: RecordedCall,
+    pub(crate) response: Option<String>,
+    pub(crate) attestation: Option<String>,
+    pub(crate) size: u64,
+    pub(crate) now_ms: i64,
+}
+
+impl Pending {
+    /// Checks and encodes `call` (on the caller's task, in parallel with other calls).
+    pub(crate) fn new(
+        key: &RecordingKey,
+        call: &RecordedCall,
+        now_ms: i64,
+    ) -> Result<Pending, RecordingError> {
+        check_plain(key, call)?;
+        let (response, attestation) = event_texts(call);
+        Ok(Pending {
+            key: key.clone(),
+            call: call.clone(),
+            response,
+            attestation,
+            size: call.stored_bytes(),
+            now_ms,
+        })
+    }
+}
+
+/// One thing a batch writes: an event, or a gap mark.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Item {
+    Event(Pending),
+    Gap { key: RecordingKey, now_ms: i64 },
+}
+
+impl Item {
+    pub(crate) fn key(&self) -> &RecordingKey {
+        match self {
+            Item::Event(p) => &p.key,
+            Item::Gap { key, .. } => key,
+        }
+    }
+
+    fn now_ms(&self) -> i64 {
+        match self {
+            Item::Event(p) => p.now_ms,
+            Item::Gap { now_ms, .. } => *now_ms,
+        }
+    }
+}
+
+/// A recording's name in a batch.
+pub(crate) type KeyId = (String, String, String);
+
+fn key_id(k: &RecordingKey) -> KeyId {
+    (k.tenant.clone(), k.run_id.clone(), k.identity.clone())
+}
+
+/// The distinct recordings of a batch, each with the first item naming it, in (tenant, run
+/// id, identity) order: every writer locks rows in the same order, so two never deadlock.
+pub(crate) fn batch_keys(items: &[Item]) -> std::collections::BTreeMap<KeyId, &Item> {
+    let mut keys = std::collections::BTreeMap::new();
+    for item in items {
+        keys.entry(key_id(item.key())).or_insert(item);
+    }
+    keys
+}
+
+/// Writes a batch inside the open transaction `$tx` (sqlx), reading each recording's state with
+/// `$state` (which locks the row where the begin did not); the outcome of each event, in order.
+macro_rules! commit_in {
+    ($store:expr, $tx:expr, $state:expr, $items:expr, $writer:expr) => {{
+        let q = |e| RecordingError::Store($store.redactor.query("record calls", e));
         let limits = $store.recording_limits;
         let mut tx = $tx.map_err(&q)?;
-        sqlx::query(CREATE)
-            .bind(&$key.tenant)
-            .bind(&$key.run_id)
-            .bind(&$key.identity)
-            .bind(&$key.principal)
-            .bind($key.purpose.as_str())
-            .bind($now)
-            .bind(expires($now, &limits))
-            .execute(&mut *tx)
-            .await
-            .map_err(&q)?;
-        let (events, bytes, capped): (i64, i64, i32) = sqlx::query_as($state)
-            .bind(&$key.tenant)
-            .bind(&$key.run_id)
-            .bind(&$key.identity)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(&q)?;
-        if capped != 0 {
-            return Ok(Recorded::Capped);
-        }
-        let size = $call.stored_bytes();
-        let events = u64::try_from(events).unwrap_or(u64::MAX);
-        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
-        if events.saturating_add(1) > limits.max_events
-            || bytes.saturating_add(size) > limits.max_bytes
-        {
-            sqlx::query(MARK_CAPPED)
-                .bind(&$key.tenant)
-                .bind(&$key.run_id)
-                .bind(&$key.identity)
-                .bind($now)
+        let mut states = std::collections::BTreeMap::new();
+        for (id, first) in batch_keys($items) {
+            let k = first.key();
+            sqlx::query(CREATE)
+                .bind(&k.tenant)
+                .bind(&k.run_id)
+                .bind(&k.identity)
+                .bind(&k.principal)
+                .bind(k.purpose.as_str())
+                .bind(first.now_ms())
+                .bind(expires(first.now_ms(), &limits))
                 .execute(&mut *tx)
                 .await
                 .map_err(&q)?;
-            tx.commit().await.map_err(&q)?;
-            return Ok(Recorded::Capped);
+            let row: (i64, i64, i32, i32) = sqlx::query_as($state)
+                .bind(&k.tenant)
+                .bind(&k.run_id)
+                .bind(&k.identity)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(&q)?;
+            states.insert(id, (State::from_row(row), first.now_ms()));
         }
-        let seq = events + 1;
-        let seq_i = i64::try_from(seq).map_err(|_| invalid("the event count is over i64"))?;
-        let size_i = i64::try_from(size).map_err(|_| invalid("the event size is over i64"))?;
-        let (response, attestation) = event_texts($call);
-        sqlx::query(INSERT_EVENT)
-            .bind(&$key.tenant)
-            .bind(&$key.run_id)
-            .bind(&$key.identity)
-            .bind(seq_i)
-            .bind(&$call.op)
-            .bind(&$call.args)
-            .bind(response)
-            .bind($call.error_code.as_deref())
-            .bind(attestation)
-            .bind($call.started_ms)
-            .bind($call.duration_us)
-            .execute(&mut *tx)
-            .await
-            .map_err(&q)?;
-        sqlx::query(COUNT_EVENT)
-            .bind(&$key.tenant)
-            .bind(&$key.run_id)
-            .bind(&$key.identity)
-            .bind(seq_i)
-            .bind(size_i)
-            .bind($now)
-            .execute(&mut *tx)
-            .await
-            .map_err(&q)?;
+        let mut outcomes = Vec::with_capacity($items.len());
+        for item in $items {
+            let Some((state, at)) = states.get_mut(&key_id(item.key())) else {
+                continue;
+            };
+            *at = (*at).max(item.now_ms());
+            let p = match item {
+                Item::Gap { .. } => {
+                    state.gapped = true;
+                    continue;
+                }
+                Item::Event(p) => p,
+            };
+            let placed = state.place(p.size, &limits);
+            outcomes.push(placed);
+            let Recorded::Stored { seq } = placed else {
+                continue;
+            };
+            let seq = i64::try_from(seq).map_err(|_| invalid("the event count is over i64"))?;
+            sqlx::query(INSERT_EVENT)
+                .bind(&p.key.tenant)
+                .bind(&p.key.run_id)
+                .bind(&p.key.identity)
+                .bind(seq)
+                .bind(&p.call.op)
+                .bind(&p.call.args)
+                .bind(p.response.as_deref())
+                .bind(p.call.error_code.as_deref())
+                .bind(p.attestation.as_deref())
+                .bind(p.call.started_ms)
+                .bind(p.call.duration_us)
+                .execute(&mut *tx)
+                .await
+                .map_err(&q)?;
+        }
+        for ((tenant, run_id, identity), (st, at)) in &states {
+            let (events, bytes) = state_numbers(st)?;
+            sqlx::query(UPDATE_STATE)
+                .bind(tenant)
+                .bind(run_id)
+                .bind(identity)
+                .bind(events)
+                .bind(bytes)
+                .bind(i32::from(st.capped))
+                .bind(i32::from(st.gapped))
+                .bind(*at)
+                .bind($writer)
+                .execute(&mut *tx)
+                .await
+                .map_err(&q)?;
+        }
         tx.commit().await.map_err(&q)?;
-        Ok(Recorded::Stored { seq })
+        Ok(outcomes)
     }};
+}
+
+/// A state's counters as stored.
+pub(crate) fn state_numbers(st: &State) -> Result<(i64, i64), RecordingError> {
+    Ok((
+        i64::try_from(st.events).map_err(|_| invalid("the event count is over i64"))?,
+        i64::try_from(st.bytes).map_err(|_| invalid("the size is over i64"))?,
+    ))
 }
 
 impl Store {
@@ -412,24 +540,37 @@ impl Store {
         self.recording_limits
     }
 
-    /// Appends `call` to the recording of `key` (see the module doc): `Stored { seq }`, or
-    /// `Capped` when it would pass the cap (or the recording already had).
+    /// Appends `call` to the recording of `key` now, in a transaction of its own (see the
+    /// module doc): `Stored { seq }`, or `Capped` when it would pass the cap (or the recording
+    /// already had). The gateway writes through [`crate::RecordingWriter`] instead, which
+    /// batches events the same way without the caller waiting.
     pub async fn record_call(
         &self,
         key: &RecordingKey,
         call: &RecordedCall,
         now_ms: i64,
     ) -> Result<Recorded, RecordingError> {
-        check_plain(key, call)?;
+        let items = [Item::Event(Pending::new(key, call, now_ms)?)];
+        let outcomes = self.commit_recordings(&items, None).await?;
+        Ok(outcomes.first().copied().unwrap_or(Recorded::Capped))
+    }
+
+    /// Writes a batch of events and gap marks in one transaction; the outcome of each event,
+    /// in order. `writer` is the epoch of the writer that queued them (the recordings are
+    /// marked with it until it shuts down cleanly).
+    pub(crate) async fn commit_recordings(
+        &self,
+        items: &[Item],
+        writer: Option<&str>,
+    ) -> Result<Vec<Recorded>, RecordingError> {
         match &self.pool {
-            Pool::Postgres(p) => record_in!(self, p.begin().await, STATE_LOCKED, key, call, now_ms),
-            Pool::Sqlite(p) => record_in!(
+            Pool::Postgres(p) => commit_in!(self, p.begin().await, STATE_LOCKED, items, writer),
+            Pool::Sqlite(p) => commit_in!(
                 self,
                 p.begin_with("BEGIN IMMEDIATE").await,
                 STATE,
-                key,
-                call,
-                now_ms
+                items,
+                writer
             ),
         }
     }
@@ -440,30 +581,27 @@ impl Store {
         key: &RecordingKey,
         now_ms: i64,
     ) -> Result<(), RecordingError> {
-        let q = |e| RecordingError::Store(self.redactor.query("mark a recording gapped", e));
-        let exp = expires(now_ms, &self.recording_limits);
-        on_pool!(&self.pool, p => {
-            sqlx::query(CREATE)
-                .bind(&key.tenant)
-                .bind(&key.run_id)
-                .bind(&key.identity)
-                .bind(&key.principal)
-                .bind(key.purpose.as_str())
-                .bind(now_ms)
-                .bind(exp)
-                .execute(p)
-                .await
-                .map_err(&q)?;
-            sqlx::query(MARK_GAPPED)
-                .bind(&key.tenant)
-                .bind(&key.run_id)
-                .bind(&key.identity)
-                .bind(now_ms)
-                .execute(p)
-                .await
-                .map_err(&q)?;
-        });
-        Ok(())
+        let items = [Item::Gap {
+            key: key.clone(),
+            now_ms,
+        }];
+        self.commit_recordings(&items, None).await.map(|_| ())
+    }
+
+    /// How many recordings of `tenant` are live (not expired) at `now_ms`.
+    pub(crate) async fn live_recordings(
+        &self,
+        tenant: &str,
+        now_ms: i64,
+    ) -> Result<u64, RecordingError> {
+        let q = |e| RecordingError::Store(self.redactor.query("count recordings", e));
+        let (n,): (i64,) = on_pool!(&self.pool, p => sqlx::query_as(COUNT_LIVE)
+            .bind(tenant)
+            .bind(now_ms)
+            .fetch_one(p)
+            .await
+            .map_err(&q)?);
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     /// The recording of `run_id` by the principal `identity` in `tenant`, without its events;
@@ -475,6 +613,8 @@ impl Store {
         identity: &str,
     ) -> Result<Option<Recording>, RecordingError> {
         let q = |e| RecordingError::Store(self.redactor.query("read a recording", e));
+        // Read your writes: every event queued before this read is committed first.
+        self.flush_recordings().await;
         let sql = get_sql();
         let row: Option<RecordingRow> = on_pool!(&self.pool, p => sqlx::query_as(&sql)
             .bind(tenant)
@@ -495,6 +635,8 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<Recording>, RecordingError> {
         let q = |e| RecordingError::Store(self.redactor.query("read a run's recordings", e));
+        // Read your writes: every event queued before this read is committed first.
+        self.flush_recordings().await;
         let sql = of_run_sql();
         let rows: Vec<RecordingRow> = on_pool!(&self.pool, p => sqlx::query_as(&sql)
             .bind(tenant)
@@ -515,6 +657,8 @@ impl Store {
         identity: &str,
     ) -> Result<Vec<RecordingEvent>, RecordingError> {
         let q = |e| RecordingError::Store(self.redactor.query("read a recording's events", e));
+        // Read your writes: every event queued before this read is committed first.
+        self.flush_recordings().await;
         let rows: Vec<EventRow> = on_pool!(&self.pool, p => sqlx::query_as(EVENTS)
             .bind(tenant)
             .bind(run_id)
@@ -534,6 +678,8 @@ impl Store {
         page: &Page,
     ) -> Result<Paged<Recording>, RecordingError> {
         let q = |e| RecordingError::Store(self.redactor.query("list recordings", e));
+        // Read your writes: every event queued before this read is committed first.
+        self.flush_recordings().await;
         let rows_wanted = page.rows();
         let (after_ms, after_run, after_identity) = match &page.after {
             Some(c) => {
@@ -593,36 +739,5 @@ impl Store {
             tracing::info!(recordings = deleted, "expired recordings deleted");
         }
         Ok(deleted)
-    }
-}
-
-fn port_error(e: RecordingError) -> RecorderError {
-    RecorderError(format!("{}: {e}", e.code()))
-}
-
-impl Recorder for Store {
-    fn record<'a>(
-        &'a self,
-        key: &'a RecordingKey,
-        call: &'a RecordedCall,
-        now_ms: i64,
-    ) -> BoxFuture<'a, Result<Recorded, RecorderError>> {
-        Box::pin(async move {
-            self.record_call(key, call, now_ms)
-                .await
-                .map_err(port_error)
-        })
-    }
-
-    fn mark_gapped<'a>(
-        &'a self,
-        key: &'a RecordingKey,
-        now_ms: i64,
-    ) -> BoxFuture<'a, Result<(), RecorderError>> {
-        Box::pin(async move {
-            self.mark_recording_gapped(key, now_ms)
-                .await
-                .map_err(port_error)
-        })
     }
 }

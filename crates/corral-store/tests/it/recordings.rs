@@ -7,9 +7,9 @@ use std::time::Duration;
 use corral_ports::audit::AttestationRecord;
 use corral_ports::recording::{Recorded, RecordedCall, Recorder, RecordingKey};
 use corral_ports::runs::RunPurpose;
-use corral_store::Store;
 use corral_store::lab::Page;
 use corral_store::recording::{MAX_RECORDING_BYTES, RecordingLimits};
+use corral_store::{RecordingWriter, Store};
 use serde_json::json;
 
 use crate::postgres::Schema;
@@ -90,11 +90,14 @@ async fn a_recording_keeps_every_call_in_order_with_its_values(store: &Store) {
         primitives: vec!["landlock".to_owned(), "seccomp".to_owned()],
     });
     ran.started_ms = T0 + 5;
-    // Through the port, as the gateway writes.
-    let port: &dyn Recorder = store;
+    // Through the port, as the gateway writes: queued, numbered by the writer in order, and
+    // seen by the next read.
+    let writer = RecordingWriter::spawn(store);
+    let port: &dyn Recorder = &writer;
+    port.admit(&k, T0).await.unwrap();
     for (i, c) in [&read, &denied, &ran].into_iter().enumerate() {
         let got = port.record(&k, c, T0 + i as i64).await.unwrap();
-        assert_eq!(got, Recorded::Stored { seq: i as u64 + 1 });
+        assert_eq!(got, Recorded::Queued);
     }
 
     let r = store
@@ -318,7 +321,8 @@ async fn a_gap_is_marked_on_the_recording(store: &Store) {
         .record_call(&k, &call("files.read", "{}", None), T0)
         .await
         .unwrap();
-    let port: &dyn Recorder = store;
+    let writer = RecordingWriter::spawn(store);
+    let port: &dyn Recorder = &writer;
     port.mark_gapped(&k, T0 + 9).await.unwrap();
     let r = store
         .get_recording("acme", "holed", "ada")
@@ -482,7 +486,7 @@ async fn concurrent_calls_of_one_run_get_every_seq_once_without_gaps(store: &Sto
                     .unwrap()
                 {
                     Recorded::Stored { seq } => seqs.push(seq),
-                    Recorded::Capped => panic!("not capped"),
+                    other => panic!("stored at once, not {other:?}"),
                 }
             }
             seqs
@@ -502,4 +506,78 @@ async fn concurrent_calls_of_one_run_get_every_seq_once_without_gaps(store: &Sto
         .unwrap()
         .unwrap();
     assert_eq!(r.events, 40);
+}
+
+on_both!(calls_of_many_runs_queued_together_keep_each_runs_order_without_gaps);
+async fn calls_of_many_runs_queued_together_keep_each_runs_order_without_gaps(store: &Store) {
+    let writer = Arc::new(RecordingWriter::spawn(store));
+    let mut handles = Vec::new();
+    for t in 0..4 {
+        let writer = Arc::clone(&writer);
+        handles.push(tokio::spawn(async move {
+            let k = key("acme", &format!("run-{t}"), "ada");
+            for i in 0..50 {
+                let c = call("files.read", &format!("{{\"i\":{i}}}"), None);
+                writer.record(&k, &c, T0).await.unwrap();
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    for t in 0..4 {
+        let events = store
+            .recording_events("acme", &format!("run-{t}"), "ada")
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=50).collect::<Vec<u64>>());
+        let args: Vec<String> = events.iter().map(|e| e.args["i"].to_string()).collect();
+        let want: Vec<String> = (0..50).map(|i| i.to_string()).collect();
+        assert_eq!(args, want, "in the order each run called");
+    }
+}
+
+on_both!(a_call_that_would_start_a_recording_past_the_tenants_limit_is_refused_before_it_runs);
+async fn a_call_that_would_start_a_recording_past_the_tenants_limit_is_refused_before_it_runs(
+    store: &Store,
+) {
+    let store = store.clone().with_recording_limits(RecordingLimits {
+        max_per_tenant: 2,
+        ..RecordingLimits::default()
+    });
+    let writer = RecordingWriter::spawn(&store);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for run in ["a", "b"] {
+        let k = key("acme", run, "ada");
+        writer.admit(&k, now).await.unwrap();
+        writer
+            .record(&k, &call("files.read", "{}", None), now)
+            .await
+            .unwrap();
+    }
+    let refused = writer
+        .admit(&key("acme", "c", "ada"), now)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, "recording.limit");
+    assert!(
+        refused.message.contains("recordings.max_per_tenant"),
+        "{}",
+        refused.message
+    );
+    // A recording that exists takes more calls; another tenant has its own count.
+    writer.admit(&key("acme", "a", "ada"), now).await.unwrap();
+    writer.admit(&key("globex", "c", "ada"), now).await.unwrap();
+    // A fresh writer (another process) counts from the store.
+    let other = RecordingWriter::spawn(&store);
+    let refused = other
+        .admit(&key("acme", "d", "bob"), now)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, "recording.limit");
+    other.admit(&key("acme", "b", "ada"), now).await.unwrap();
 }
