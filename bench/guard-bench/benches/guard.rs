@@ -439,9 +439,25 @@ async fn recording_benches() {
         .await
         .unwrap();
     recording_overhead("SQLite (WAL, synchronous=FULL)", sqlite).await;
-    if let Ok(url) = std::env::var("CORRAL_TEST_POSTGRES_URL") {
-        let pg = corral_store::Store::connect(&url).await.unwrap();
-        recording_overhead("PostgreSQL", pg).await;
+    if let Ok(server) = std::env::var("CORRAL_TEST_POSTGRES_URL") {
+        // A fresh schema: the run ids of an earlier bench must not add to these.
+        use sqlx::{Connection, Executor};
+        let schema = format!("corral_rec_bench_{}", std::process::id());
+        let mut conn = sqlx::postgres::PgConnection::connect(&server)
+            .await
+            .unwrap();
+        conn.execute(format!("CREATE SCHEMA {schema}").as_str())
+            .await
+            .unwrap();
+        let mut url = url::Url::parse(&server).unwrap();
+        url.query_pairs_mut()
+            .append_pair("options[search_path]", &schema);
+        let pg = corral_store::Store::connect(url.as_str()).await.unwrap();
+        recording_overhead("PostgreSQL", pg.clone()).await;
+        pg.close().await;
+        conn.execute(format!("DROP SCHEMA {schema} CASCADE").as_str())
+            .await
+            .unwrap();
     }
 }
 

@@ -17,6 +17,10 @@
 //!   clears the marks. A writer that starts (and each heartbeat) marks `gapped` the recordings of
 //!   every dead epoch: a process of this host that no longer runs, or a writer of another host
 //!   silent for [`STALE_MS`].
+//!   Two limits, said so in docs/lab.md: a run whose every event was still queued when the
+//!   process died leaves no recording at all (nothing was committed to mark), and a recording
+//!   written by two processes at once (one identity calling one run through two replicas)
+//!   carries the last writer's mark only.
 //! - **Reads see writes**: the store's recording reads flush the writer first.
 //! - **Limit**: [`RecordingWriter`] admits a call before it runs: a call that would start a new
 //!   recording while its tenant keeps `max_per_tenant` is refused (`recording.limit`).
@@ -48,6 +52,9 @@ const HEARTBEAT: Duration = Duration::from_secs(60);
 const QUEUE: usize = 4 * MAX_BATCH;
 /// How long a tenant's count of live recordings is trusted before it is read again.
 const COUNT_FRESH_MS: i64 = 30_000;
+/// How long the writer lets events gather after a batch before it takes the next one: calls
+/// then queue without waking it (one wake per batch, not per call).
+const GATHER: Duration = Duration::from_millis(1);
 /// Recordings remembered as admitted, at most (forgetting one costs a count, never a refusal).
 const ADMITTED_MAX: usize = 100_000;
 
@@ -132,7 +139,10 @@ fn now_ms() -> i64 {
 /// count of live recordings with when it was read.
 #[derive(Debug, Default)]
 struct Admissions {
-    known: HashSet<(String, String, String)>,
+    /// tenant -> run id -> identities (looked up by `&str`, no copy per call).
+    known: HashMap<String, HashMap<String, HashSet<String>>>,
+    /// How many recordings `known` holds.
+    remembered: usize,
     tenants: HashMap<String, (u64, i64)>,
 }
 
@@ -205,20 +215,22 @@ impl RecordingWriter {
         }
     }
 
-    fn known(&self, id: &(String, String, String)) -> bool {
+    fn known(&self, key: &RecordingKey) -> bool {
         let a = self.admissions.lock().unwrap_or_else(|p| p.into_inner());
-        a.known.contains(id)
+        a.known
+            .get(&key.tenant)
+            .and_then(|runs| runs.get(&key.run_id))
+            .is_some_and(|ids| ids.contains(&key.identity))
     }
 
     /// Admits the call of `key` (see [`Recorder::admit`]).
     async fn admit_key(&self, key: &RecordingKey, now: i64) -> Result<(), AdmitRefusal> {
-        let id = (key.tenant.clone(), key.run_id.clone(), key.identity.clone());
-        if self.known(&id) {
+        if self.known(key) {
             return Ok(());
         }
         // Recordings new to this process: one at a time, so the count cannot be passed here.
         let _one = self.slow.lock().await;
-        if self.known(&id) {
+        if self.known(key) {
             return Ok(());
         }
         let limit = self.store.recording_limits.max_per_tenant;
@@ -280,10 +292,17 @@ impl RecordingWriter {
             }
         }
         let mut a = self.admissions.lock().unwrap_or_else(|p| p.into_inner());
-        if a.known.len() >= ADMITTED_MAX {
+        if a.remembered >= ADMITTED_MAX {
             a.known.clear();
+            a.remembered = 0;
         }
-        a.known.insert(id);
+        a.remembered += 1;
+        a.known
+            .entry(key.tenant.clone())
+            .or_default()
+            .entry(key.run_id.clone())
+            .or_default()
+            .insert(key.identity.clone());
         a.tenants.insert(key.tenant.clone(), (count + 1, now));
         Ok(())
     }
@@ -414,6 +433,7 @@ fn sqlite_writer(
                 sqlite_gaps(&conn, store, &s.items).unwrap_or_else(err("mark recordings gapped"));
             }
         }
+        let wrote = !s.items.is_empty();
         if s.heartbeat {
             sqlite_sweep(&conn, epoch)
                 .unwrap_or_else(err("mark the recordings of dead writers gapped"));
@@ -425,6 +445,9 @@ fn sqlite_writer(
             sqlite_clean(&conn, &epoch.id).unwrap_or_else(err("close the recording writer"));
             let _ = w.send(());
             return;
+        }
+        if wrote {
+            std::thread::sleep(GATHER);
         }
     }
     sqlite_clean(&conn, &epoch.id).unwrap_or_else(err("close the recording writer"));
@@ -652,6 +675,7 @@ async fn pooled_writer(store: Store, epoch: Epoch, mut rx: mpsc::Receiver<Job>) 
                 }
             }
         }
+        let wrote = !s.items.is_empty();
         if s.heartbeat {
             if let Err(e) = pooled_sweep(pool, &epoch).await {
                 warn("cannot mark the recordings of dead writers gapped", e);
@@ -666,6 +690,9 @@ async fn pooled_writer(store: Store, epoch: Epoch, mut rx: mpsc::Receiver<Job>) 
             }
             let _ = w.send(());
             return;
+        }
+        if wrote {
+            tokio::time::sleep(GATHER).await;
         }
     }
     if let Err(e) = pooled_clean(pool, &epoch.id).await {

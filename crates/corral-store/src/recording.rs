@@ -382,12 +382,18 @@ impl Pending {
     ) -> Result<Pending, RecordingError> {
         check_plain(key, call)?;
         let (response, attestation) = event_texts(call);
+        // `RecordedCall::stored_bytes`, from the texts already made (no second encoding).
+        let size = call.op.len()
+            + call.args.len()
+            + response.as_ref().map_or(0, String::len)
+            + call.error_code.as_ref().map_or(0, String::len)
+            + attestation.as_ref().map_or(0, String::len);
         Ok(Pending {
             key: key.clone(),
             call: call.clone(),
             response,
             attestation,
-            size: call.stored_bytes(),
+            size: u64::try_from(size).unwrap_or(u64::MAX),
             now_ms,
         })
     }
