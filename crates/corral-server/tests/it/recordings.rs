@@ -54,12 +54,17 @@ auth:
 
 /// An admin of another tenant.
 fn other_tenant_admin() -> String {
+    jwt(json!({"sub": "mallory", "roles": ["admin"], "tenant": "globex"}))
+}
+
+/// A JWT of the server's secret with `claims` and an expiry an hour away.
+fn jwt(mut claims: Value) -> String {
     let exp = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs()
         + 3600;
-    let claims = json!({"sub": "mallory", "roles": ["admin"], "tenant": "globex", "exp": exp});
+    claims["exp"] = json!(exp);
     encode(
         &Header::new(Algorithm::HS256),
         &claims,
@@ -382,18 +387,7 @@ async fn a_jwt_whose_sub_names_a_static_token_cannot_read_that_tokens_recording(
     )
     .await
     .ok();
-    let exp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 3600;
-    let claims = json!({"sub": "bot", "roles": ["viewer"], "exp": exp});
-    let jwt = encode(
-        &Header::new(Algorithm::HS256),
-        &claims,
-        &EncodingKey::from_secret(JWT.as_bytes()),
-    )
-    .unwrap();
+    let jwt = jwt(json!({"sub": "bot", "roles": ["viewer"]}));
     for path in [
         "/v1/sandbox/recordings/task-1",
         "/v1/sandbox/recordings/task-1?principal=bot",
@@ -411,4 +405,57 @@ async fn a_jwt_whose_sub_names_a_static_token_cannot_read_that_tokens_recording(
     // The token itself still reads it.
     let own = body(get(&s, BOT, "/v1/sandbox/recordings/task-1").await);
     assert_eq!(own["events"][0]["op"], "files.read");
+}
+
+#[tokio::test]
+async fn a_call_that_would_start_a_recording_past_the_tenants_limit_is_refused_and_does_not_run() {
+    let ws = Workspace::new();
+    let yaml = format!(
+        "version: 1
+preset: {{name: workspace_jail, confirm: never}}
+root: {}
+state_dir: {}
+recordings: {{max_per_tenant: 1}}
+auth:
+  tokens:
+    - {{id: olga, roles: [operator], token_env: {OLGA_ENV}}}
+",
+        ws.root.display(),
+        ws.state.display()
+    );
+    let s = Server::start(&ws.load(&yaml, &[(OLGA_ENV, OLGA)])).await;
+    let write = |run: &'static str, name: &'static str| {
+        let path = ws.at(name);
+        let s = &s;
+        async move {
+            call(
+                s,
+                OLGA,
+                "files.write",
+                json!({"path": path, "content": "x"}),
+                &[("X-Corral-Record", "on"), ("X-Corral-Run", run)],
+            )
+            .await
+        }
+    };
+    body(write("first", "a.txt").await);
+    // The same recording takes more calls.
+    body(write("first", "b.txt").await);
+    let r = write("second", "c.txt").await;
+    r.assert_error(429, "recording.limit");
+    assert!(r.text.contains("recordings.max_per_tenant"), "{}", r.text);
+    assert!(
+        !ws.root.join("c.txt").exists(),
+        "a call that could not be recorded did not run"
+    );
+    // Unrecorded calls are not limited.
+    let plain = call(
+        &s,
+        OLGA,
+        "files.write",
+        json!({"path": ws.at("d.txt"), "content": "x"}),
+        &[("X-Corral-Run", "second")],
+    )
+    .await;
+    assert_eq!(plain.status, 200, "{}", plain.text);
 }
