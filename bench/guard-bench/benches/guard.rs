@@ -329,6 +329,36 @@ async fn consume_latency(store: &dyn ConfirmationStore) -> Stats {
     stats(took)
 }
 
+/// A throwaway schema of the PostgreSQL server at `server`, and a store on it.
+struct PgSchema {
+    conn: sqlx::postgres::PgConnection,
+    name: String,
+}
+
+impl PgSchema {
+    async fn create(server: &str, prefix: &str) -> (corral_store::Store, PgSchema) {
+        use sqlx::{Connection, Executor};
+        let name = format!("{prefix}_{}", std::process::id());
+        let mut conn = sqlx::postgres::PgConnection::connect(server).await.unwrap();
+        conn.execute(format!("CREATE SCHEMA {name}").as_str())
+            .await
+            .unwrap();
+        let mut url = url::Url::parse(server).unwrap();
+        url.query_pairs_mut()
+            .append_pair("options[search_path]", &name);
+        let store = corral_store::Store::connect(url.as_str()).await.unwrap();
+        (store, PgSchema { conn, name })
+    }
+
+    async fn drop(mut self) {
+        use sqlx::Executor;
+        self.conn
+            .execute(format!("DROP SCHEMA {} CASCADE", self.name).as_str())
+            .await
+            .unwrap();
+    }
+}
+
 async fn consume_benches() {
     println!();
     println!("## confirmation consume ({CONSUMES} approved actions, consumed one at a time)");
@@ -351,18 +381,7 @@ async fn consume_benches() {
         println!("| PostgreSQL | skipped: `CORRAL_TEST_POSTGRES_URL` is unset | |");
         return;
     };
-    use sqlx::{Connection, Executor};
-    let schema = format!("corral_bench_{}", std::process::id());
-    let mut conn = sqlx::postgres::PgConnection::connect(&server)
-        .await
-        .unwrap();
-    conn.execute(format!("CREATE SCHEMA {schema}").as_str())
-        .await
-        .unwrap();
-    let mut url = url::Url::parse(&server).unwrap();
-    url.query_pairs_mut()
-        .append_pair("options[search_path]", &schema);
-    let pg = corral_store::Store::connect(url.as_str()).await.unwrap();
+    let (pg, schema) = PgSchema::create(&server, "corral_bench").await;
     let s = consume_latency(&pg).await;
     println!(
         "| PostgreSQL (local, `DELETE ... RETURNING` in one statement) | {} | {} |",
@@ -370,9 +389,7 @@ async fn consume_benches() {
         fmt(s.p99)
     );
     pg.close().await;
-    conn.execute(format!("DROP SCHEMA {schema} CASCADE").as_str())
-        .await
-        .unwrap();
+    schema.drop().await;
 }
 
 /// Part 3: a run's call, not recorded and recorded into `store`; per-call p50 of the batches.
@@ -391,7 +408,7 @@ async fn recording_overhead(name: &str, store: corral_store::Store) {
         vec![Arc::new(Discard)],
         "default",
     )
-    .with_recorder(Arc::new(store.clone()));
+    .with_recorder(Arc::new(corral_store::RecordingWriter::spawn(&store)));
     let (mut plain, mut rec) = (Vec::new(), Vec::new());
     for b in 0..REC_BATCHES + 4 {
         let run = format!("bench-{b}");
@@ -415,10 +432,10 @@ async fn recording_overhead(name: &str, store: corral_store::Store) {
         }
     }
     let r = store
-        .get_recording("default", "bench-4")
+        .recordings_of_run("default", "bench-4", 1)
         .await
         .unwrap()
-        .unwrap();
+        .remove(0);
     assert_eq!(r.events, REC_BATCH as u64, "every call was recorded");
     let (plain, rec) = (stats(plain), stats(rec));
     println!(
@@ -439,9 +456,12 @@ async fn recording_benches() {
         .await
         .unwrap();
     recording_overhead("SQLite (WAL, synchronous=FULL)", sqlite).await;
-    if let Ok(url) = std::env::var("CORRAL_TEST_POSTGRES_URL") {
-        let pg = corral_store::Store::connect(&url).await.unwrap();
-        recording_overhead("PostgreSQL", pg).await;
+    if let Ok(server) = std::env::var("CORRAL_TEST_POSTGRES_URL") {
+        // A fresh schema: the run ids of an earlier bench must not add to these.
+        let (pg, schema) = PgSchema::create(&server, "corral_rec_bench").await;
+        recording_overhead("PostgreSQL", pg.clone()).await;
+        pg.close().await;
+        schema.drop().await;
     }
 }
 

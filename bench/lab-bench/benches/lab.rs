@@ -563,7 +563,7 @@ async fn replay_mode() {
             vec![sink],
             "default",
         )
-        .with_recorder(store.clone()),
+        .with_recorder(Arc::new(corral_store::RecordingWriter::spawn(&store))),
     );
     let lab = LabService::new(store, gateway, true);
     let olga = Caller::new(Principal::new("olga", &["operator"]));
@@ -601,7 +601,10 @@ async fn replay_mode() {
         .await
         .unwrap();
     lab.set_record_runs(false);
-    let view = lab.get_recording(&olga, "get", &recorded.id).await.unwrap();
+    let view = lab
+        .get_recording(&olga, "get", &recorded.id, None)
+        .await
+        .unwrap();
     assert_eq!(view.events.len(), REPLAY_STEPS);
     let rounds = cmp_rounds().max(5);
     let modes = [

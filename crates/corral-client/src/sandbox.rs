@@ -316,6 +316,9 @@ pub struct Recording {
     pub run_id: String,
     /// The principal whose calls it holds.
     pub principal: String,
+    /// That principal's full identity (`token:service:bot`, ...), which owns the recording.
+    #[serde(default)]
+    pub identity: String,
     /// The run's purpose.
     #[serde(default)]
     pub purpose: String,
@@ -723,9 +726,18 @@ impl Client {
 
     /// `GET /v1/sandbox/recordings/{id}`: a recording and its events (admin, or the run's own
     /// principal).
-    pub async fn sandbox_recording(&self, run_id: &str) -> Result<RecordingDetail, ClientError> {
+    /// `owner` names the principal (identity or id) when several recorded under `run_id`.
+    pub async fn sandbox_recording(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<RecordingDetail, ClientError> {
         let path = format!("v1/sandbox/recordings/{}", encode_segment(run_id));
-        self.get_query(&path, &[]).await
+        let query: Vec<(&str, String)> = owner
+            .map(|o| ("principal", o.to_owned()))
+            .into_iter()
+            .collect();
+        self.get_query(&path, &query).await
     }
 
     /// `POST /v1/sandbox/recordings/{id}/replay`: replays the recording deterministically (its
@@ -753,10 +765,18 @@ impl Client {
 
     /// `GET /v1/sandbox/recordings/{id}/export`: the recording as JSON lines, as the server
     /// sent them.
-    pub async fn sandbox_export_recording(&self, run_id: &str) -> Result<String, ClientError> {
+    pub async fn sandbox_export_recording(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<String, ClientError> {
         let path = format!("v1/sandbox/recordings/{}/export", encode_segment(run_id));
+        let mut url = self.url(&path)?;
+        if let Some(o) = owner {
+            url.query_pairs_mut().append_pair("principal", o);
+        }
         let rb = self
-            .request(Method::GET, self.url(&path)?)
+            .request(Method::GET, url)
             .header(ACCEPT, "application/x-ndjson");
         let resp = self.send(rb).await?;
         resp.text().await.map_err(|e| ClientError::Transport {

@@ -433,6 +433,9 @@ pub(super) const RECORDINGS: &[Field<RecordingsConfig>] = &[
     }),
     Field::new("max_bytes", |d, e, r| r.max_bytes = d.size(e.node, &e.at)),
     Field::new("max_events", |d, e, r| r.max_events = d.uint(e.node, &e.at)),
+    Field::new("max_per_tenant", |d, e, r| {
+        r.max_per_tenant = d.uint(e.node, &e.at)
+    }),
 ];
 
 fn version(d: &mut Decoder, e: &Item<'_>, c: &mut Config) {

@@ -329,7 +329,8 @@ impl<'a> Linter<'a> {
     /// global limits, a rule's, an upstream MCP server's, or a lab program's.
     fn raised_caps(&mut self) {
         use corral_policy::limits::{
-            DEFAULT_MEMORY, DEFAULT_RECORDING_BYTES, DEFAULT_RECORDING_EVENTS, DEFAULT_WRITE_QUOTA,
+            DEFAULT_MEMORY, DEFAULT_RECORDING_BYTES, DEFAULT_RECORDING_EVENTS,
+            DEFAULT_RECORDINGS_PER_TENANT, DEFAULT_WRITE_QUOTA,
         };
         use corral_policy::units::format_size;
         let c = &self.l.config;
@@ -405,6 +406,19 @@ impl<'a> Linter<'a> {
                     "`recordings.max_events` raises the recording event cap from the safe default {DEFAULT_RECORDING_EVENTS} to {n}"
                 ),
                 "recordings.max_events",
+                None,
+            ));
+        }
+        if let Some(n) = rec
+            .max_per_tenant
+            .filter(|n| *n > DEFAULT_RECORDINGS_PER_TENANT)
+        {
+            self.push(Diagnostic::warning(
+                codes::LINT_RAISED_CAP,
+                format!(
+                    "`recordings.max_per_tenant` raises the live recordings a tenant may keep from the safe default {DEFAULT_RECORDINGS_PER_TENANT} to {n}"
+                ),
+                "recordings.max_per_tenant",
                 None,
             ));
         }

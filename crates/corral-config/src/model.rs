@@ -98,6 +98,8 @@ pub struct RecordingsConfig {
     pub max_bytes: Option<u64>,
     /// Events per recording.
     pub max_events: Option<u64>,
+    /// Live recordings per tenant.
+    pub max_per_tenant: Option<u64>,
 }
 
 /// What of the host `corral run` shows the program besides the system directories.

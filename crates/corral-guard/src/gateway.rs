@@ -317,6 +317,12 @@ impl Gateway {
         self
     }
 
+    /// Where this gateway records the calls of recorded runs, if anywhere (the lab's worlds
+    /// record to the same writer).
+    pub fn recorder(&self) -> Option<&Arc<dyn Recorder>> {
+        self.recorder.as_ref()
+    }
+
     /// Keeps run records in `store` instead of this process's memory (the default): replicas
     /// sharing the store then share each run's budgets.
     pub fn with_runs(mut self, store: Arc<dyn RunStore>) -> Self {
@@ -751,6 +757,13 @@ impl Gateway {
             run_id: opts.run_id.clone(),
             detail: None,
             purpose: self.purpose,
+        };
+        // A call marked for recording runs only if its event can be recorded.
+        let recording = match (recording, &opts.run_id) {
+            (Ok(true), Some(run_id)) if scope_mismatch.is_none() => {
+                self.admit_recording(&call, run_id, &event.tenant).await
+            }
+            (other, _) => other,
         };
         let (outcome, reply) = match (scope_mismatch, &recording) {
             (Some(refusal), _) => (Outcome::Denied, Reply::Refused(refusal)),

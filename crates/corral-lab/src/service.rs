@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use corral_guard::audit::{AuditEvent, Outcome};
-use corral_guard::recording::{Recorder, RecordingKey};
+use corral_guard::recording::RecordingKey;
 use corral_guard::{Caller, Deployment, Gateway, Refusal, now_ms};
 use corral_policy::{Role, codes};
 use corral_store::Store;
@@ -780,12 +780,12 @@ impl LabService {
         let tenant = self.tenant_of(caller);
         let r = async {
             self.check_enabled()?;
-            let own = (!is_admin(caller)).then_some(caller.principal.id.as_str());
+            let own = (!is_admin(caller)).then(|| caller.principal.identity());
             if own.is_some() && !caller.principal.authenticated {
                 return Err(forbidden_recording(caller));
             }
             self.store
-                .list_recordings(&tenant, own, &page.page()?)
+                .list_recordings(&tenant, own.as_deref(), &page.page()?)
                 .await
                 .map_err(recording_error)
         }
@@ -795,13 +795,16 @@ impl LabService {
     }
 
     /// A recording of the tenant and its events, by `seq` (admin, or the run's own principal).
+    /// `owner` names the principal (its identity, or its id) when several recorded under
+    /// `run_id` (`recording.ambiguous` otherwise, for an admin).
     pub async fn get_recording(
         &self,
         caller: &Caller,
         rid: &str,
         run_id: &str,
+        owner: Option<&str>,
     ) -> Result<RecordingView, LabError> {
-        let r = self.read_recording(caller, run_id).await;
+        let r = self.read_recording(caller, run_id, owner).await;
         self.finish(&RECORDINGS_GET, caller, rid, r, None, run_of(run_id))
             .await
     }
@@ -813,45 +816,90 @@ impl LabService {
         caller: &Caller,
         rid: &str,
         run_id: &str,
+        owner: Option<&str>,
     ) -> Result<String, LabError> {
         let r = self
-            .read_recording(caller, run_id)
+            .read_recording(caller, run_id, owner)
             .await
             .map(|v| v.json_lines());
         self.finish(&RECORDINGS_EXPORT, caller, rid, r, None, run_of(run_id))
             .await
     }
 
+    /// The recording of `run_id` the caller may read: its own (by identity, never the bare
+    /// id), or, for an admin, the only one of the run or the one `owner` names.
     async fn read_recording(
         &self,
         caller: &Caller,
         run_id: &str,
+        owner: Option<&str>,
     ) -> Result<RecordingView, LabError> {
         self.check_enabled()?;
         let tenant = self.tenant_of(caller);
-        let recording = self
+        let of_run = self
             .store
-            .get_recording(&tenant, run_id)
+            .recordings_of_run(&tenant, run_id, RUN_RECORDINGS_SHOWN)
             .await
-            .map_err(recording_error)?
-            .ok_or_else(|| {
-                LabError::new(
-                    codes::RECORDING_NOT_FOUND,
-                    format!(
-                        "no recording of run {:?} in tenant {tenant:?}: it was never recorded, \
-                         has expired, or belongs to another tenant; `corral sandbox recordings \
-                         list` shows yours",
-                        clip(run_id)
-                    ),
-                )
-            })?;
-        let own = caller.principal.authenticated && caller.principal.id == recording.principal;
-        if !(own || is_admin(caller)) {
-            return Err(forbidden_recording(caller));
+            .map_err(recording_error)?;
+        let not_found = || {
+            LabError::new(
+                codes::RECORDING_NOT_FOUND,
+                format!(
+                    "no recording of run {:?} in tenant {tenant:?}: it was never recorded, \
+                     has expired, or belongs to another tenant; `corral sandbox recordings \
+                     list` shows yours",
+                    clip(run_id)
+                ),
+            )
+        };
+        if of_run.is_empty() {
+            return Err(not_found());
         }
+        let recording = if is_admin(caller) {
+            let mut named: Vec<Recording> = of_run
+                .iter()
+                .filter(|r| owner.is_none_or(|o| r.identity == o || r.principal == o))
+                .cloned()
+                .collect();
+            match named.len() {
+                0 => {
+                    return Err(LabError::new(
+                        codes::RECORDING_NOT_FOUND,
+                        format!(
+                            "run {:?} has no recording by {:?}; its recordings are by: {}",
+                            clip(run_id),
+                            clip(owner.unwrap_or_default()),
+                            identities(&of_run)
+                        ),
+                    ));
+                }
+                1 => named.remove(0),
+                _ => {
+                    return Err(LabError::new(
+                        codes::RECORDING_AMBIGUOUS,
+                        format!(
+                            "several principals recorded run {:?}, each in a recording of its \
+                             own: {}; name one with `?principal=IDENTITY` (`--owner IDENTITY`)",
+                            clip(run_id),
+                            identities(&named)
+                        ),
+                    ));
+                }
+            }
+        } else {
+            // Only the caller's own identity: a JWT `sub: bot` is not the static token `bot`,
+            // and a `legacy:` recording (no identity kept) is an admin's to read.
+            let me = caller.principal.identity();
+            let mine = caller.principal.authenticated
+                && owner.is_none_or(|o| o == me || o == caller.principal.id);
+            match of_run.into_iter().find(|r| mine && r.identity == me) {
+                Some(r) => r,
+                None => return Err(forbidden_recording(caller)),
+            }
+        };
         let events = self
             .store
-            .recording_events(&tenant, run_id)
+            .recording_events(&tenant, run_id, &recording.identity)
             .await
             .map_err(recording_error)?;
         Ok(RecordingView { recording, events })
@@ -997,17 +1045,19 @@ impl LabService {
     /// and the lab of the current deployment, or why it could not be built.
     fn executor(&self) -> Executor {
         let record = self.record_runs.load(Ordering::Relaxed);
-        let recorder: Arc<dyn Recorder> = self.store.clone();
+        let lab = match (record, self.gateway.recorder()) {
+            (false, _) => self.lab(),
+            (true, Some(r)) => self.lab().map(|lab| lab.recording_to(Arc::clone(r))),
+            (true, None) => Err(LabError::new(
+                codes::RECORDING_UNAVAILABLE,
+                "`sandbox.record_runs` is on and this corral keeps no recordings (no store), so \
+                 no run is made; turn it off, or run the server with its store",
+            )),
+        };
         Executor {
             store: self.store.clone(),
             answering: Answering::Mocks,
-            lab: self.lab().map(|lab| {
-                if record {
-                    lab.recording_to(recorder)
-                } else {
-                    lab
-                }
-            }),
+            lab,
             record,
         }
     }
@@ -1262,6 +1312,7 @@ impl Executor {
         let key = RecordingKey {
             tenant: tenant.to_owned(),
             run_id: run_id.to_owned(),
+            identity: caller.principal.identity(),
             principal: caller.principal.id.clone(),
             purpose: self.answering.purpose(),
         };
@@ -1535,6 +1586,17 @@ fn forbidden_recording(caller: &Caller) -> LabError {
             caller.principal.id
         ),
     )
+}
+
+/// The most recordings of one run id a read looks at (one per principal that recorded under it).
+const RUN_RECORDINGS_SHOWN: u32 = 50;
+
+/// The identities of recordings, for a message: `token:service:bot, jwt:...`.
+fn identities(of: &[Recording]) -> String {
+    of.iter()
+        .map(|r| format!("`{}`", clip(&r.identity)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn recording_error(e: RecordingError) -> LabError {

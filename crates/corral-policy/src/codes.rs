@@ -418,15 +418,18 @@ catalog! {
     RECORDING_UNAVAILABLE = "recording.unavailable", 503,
         "the call asked to be recorded and this corral has no recording store, so it was not run",
         "run the server with its store (the default), or drop `X-Corral-Record` / the token's `record: true`";
-    RECORDING_PRINCIPAL_MISMATCH = "recording.principal_mismatch", 409,
-        "the run id is already recorded for another principal of the tenant; the call was answered but not recorded",
-        "use a run id of your own for each recorded run";
     RECORDING_INPUT_SET = "recording.input_set", 409,
         "the recording's task input is already set; it is kept as first given",
         "record the task again under a new run id";
     RECORDING_INPUT_TOO_LARGE = "recording.input_too_large", 413,
         "the task input is larger than a recording's byte cap",
         "shorten the input, or raise `recordings.max_bytes` in the config";
+    RECORDING_AMBIGUOUS = "recording.ambiguous", 409,
+        "several principals recorded a run under this run id (each has its own recording), and the request names none of them",
+        "name the one you mean: `?principal=IDENTITY` (the `identity` the listing shows; or the principal's id when it names one), `--owner IDENTITY` on the CLI";
+    RECORDING_LIMIT = "recording.limit", 429,
+        "the call is marked for recording and would start a new recording, and the tenant already keeps as many recordings as `recordings.max_per_tenant` allows; the call was not run (never answered unrecorded)",
+        "wait for retention to delete old recordings, record under a run id already recorded, or raise `recordings.max_per_tenant`";
     RECORDING_INVALID = "recording.invalid", 500,
         "a recorded event cannot be stored as given (a NUL in an identifier, a count over the storable)",
         "report it: the gateway builds recorded events itself";

@@ -42,6 +42,10 @@ pub const DEFAULT_RECORDING_BYTES: u64 = 16 * 1024 * 1024;
 /// 10,000. Raising it is explicit and linted (`lint.raised_cap`).
 pub const DEFAULT_RECORDING_EVENTS: u64 = 10_000;
 
+/// The most live (unexpired) recordings a tenant may keep when the config sets no
+/// `recordings.max_per_tenant`: a call that would start one more is refused (`recording.limit`).
+pub const DEFAULT_RECORDINGS_PER_TENANT: u64 = 10_000;
+
 /// What one run may add to its write paths when the config sets no `limits.write_quota`:
 /// 1 GiB. Raising it is explicit and linted (`lint.raised_cap`).
 pub const DEFAULT_WRITE_QUOTA: u64 = 1 << 30;

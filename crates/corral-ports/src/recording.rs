@@ -3,8 +3,9 @@
 //!
 //! Unlike the audit, a recording holds values (the canonical arguments and the response), so
 //! reading one needs the `admin` role or the run's own principal. A recording belongs to one
-//! (tenant, run id) and to the principal whose call started it; its events are numbered from 1
-//! without gaps in the order they were written. A recording that reached its size cap is marked
+//! (tenant, run id, principal identity): two principals recording under the same run id get two
+//! recordings, so neither can capture, hide or read the other's calls. Its events are numbered
+//! from 1 without gaps in the order they were written. A recording that reached its size cap is marked
 //! `capped` and takes no more events; one whose event could not be written is marked `gapped`.
 //! Either way the recording says so: it is never silently truncated.
 
@@ -21,7 +22,10 @@ pub struct RecordingKey {
     pub tenant: String,
     /// The run id (`X-Corral-Run`, or the token's run).
     pub run_id: String,
-    /// The principal whose calls the run holds.
+    /// The principal whose calls the run holds: its full identity (`Principal::identity()`,
+    /// e.g. `token:service:bot`), which owns the recording.
+    pub identity: String,
+    /// The principal's id, for display (`bot`); never compared for access.
     pub principal: String,
     /// The run's purpose.
     pub purpose: RunPurpose,
@@ -74,6 +78,20 @@ pub enum Recorded {
     },
     /// Not stored: the recording reached its size cap (or had already), and is marked `capped`.
     Capped,
+    /// Queued for the recording writer, which commits it with others (`seq` is assigned there,
+    /// in queue order); a batch that cannot be written marks its recordings `gapped`.
+    Queued,
+}
+
+/// Why a call marked for recording may not run: it could not be recorded (the tenant's limit of
+/// recordings, the store down), and a recorded run never loses a call silently.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct AdmitRefusal {
+    /// The stable code (`recording.limit`, `store.unavailable`, ...).
+    pub code: &'static str,
+    /// What is wrong and how to fix it.
+    pub message: String,
 }
 
 /// A recorder failed; the call's answer is unchanged, the failure is logged (value-free) and the
@@ -84,9 +102,17 @@ pub struct RecorderError(pub String);
 
 /// Where recordings are kept.
 pub trait Recorder: Send + Sync + std::fmt::Debug {
+    /// Before a call marked for recording runs: `Ok` when its event can be recorded (its
+    /// recording exists, or the tenant may start one more), else why not; the call is then
+    /// refused, never run unrecorded.
+    fn admit<'a>(
+        &'a self,
+        key: &'a RecordingKey,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<(), AdmitRefusal>>;
+
     /// Appends `call` to the recording of `key` (creating it at its first call), unless that
     /// would pass the recording's cap: then it stores nothing and marks the recording `capped`.
-    /// A run id of the tenant already recorded for another principal is an error.
     fn record<'a>(
         &'a self,
         key: &'a RecordingKey,

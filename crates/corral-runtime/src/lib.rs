@@ -203,10 +203,11 @@ impl Runtime {
             tasks::spawn_confirmation_purger(&confirmations);
             tasks.push(BackgroundTask::ConfirmationPurger);
         }
-        // Recordings of runs marked for recording (issue 15) go to the store.
+        // Recordings of runs marked for recording (issue 15) go to the store, through its
+        // recording writer (group commit; `close` stops it cleanly).
         let mut gateway = Gateway::new(deployment, backend, sinks, "default")
             .with_confirmations(confirmations)
-            .with_recorder(store.clone());
+            .with_recorder(Arc::new(corral_store::RecordingWriter::spawn(&store)));
         if options.confirmation_purger {
             tasks::spawn_recording_purger(&store);
             tasks.push(BackgroundTask::RecordingPurger);

@@ -38,6 +38,7 @@ pub(crate) async fn store(loaded: &Loaded) -> Result<Arc<Store>, RuntimeError> {
             max_bytes: r.max_bytes.unwrap_or(defaults.max_bytes),
             max_events: r.max_events.unwrap_or(defaults.max_events),
             retention: r.retention.unwrap_or(defaults.retention),
+            max_per_tenant: r.max_per_tenant.unwrap_or(defaults.max_per_tenant),
         });
     Ok(Arc::new(store))
 }

@@ -268,8 +268,11 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
 /// their own runs.
 fn recording_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
     let e = |d: &str| json!({"description": d, "content": {"application/json": {"schema": err}}});
-    let recording = "`{tenant, run_id, principal, purpose, created_ms, updated_ms, events, bytes, capped, gapped, expires_ms}`";
-    let run_param = json!([{"name": "id", "in": "path", "required": true, "description": "the run id", "schema": {"type": "string"}}]);
+    let recording = "`{tenant, run_id, identity, principal, purpose, created_ms, updated_ms, events, bytes, capped, gapped, expires_ms}`";
+    let run_param = json!([
+        {"name": "id", "in": "path", "required": true, "description": "the run id", "schema": {"type": "string"}},
+        {"name": "principal", "in": "query", "required": false, "description": "whose recording of the run id (its `identity`, or the principal's id), when several principals recorded under it", "schema": {"type": "string"}}
+    ]);
     let page_params = json!([
         {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
         {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
@@ -285,6 +288,7 @@ fn recording_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
                 "401": e("auth.missing, auth.invalid"),
                 "403": e("recording.forbidden: a recording holds call values; only an admin or the run's own principal reads it"),
                 "404": e("recording.not_found (no recording of this run in your tenant: never recorded, expired, or another tenant's), lab.disabled"),
+                "409": e("recording.ambiguous: several principals recorded under the run id; name one with `?principal=`"),
             },
             "security": [{"bearer": []}]
         }})

@@ -54,6 +54,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Connection;
@@ -68,6 +69,7 @@ use crate::error::Redactor;
 
 pub use crate::audit::AuditFilter;
 pub use crate::error::{STORE_MIGRATION_FAILED, STORE_QUERY_FAILED, STORE_UNAVAILABLE, StoreError};
+pub use crate::recorder::RecordingWriter;
 pub use crate::writer::AuditWriter;
 
 /// Runs the same body against whichever pool the store holds; `$p` is bound to the typed pool.
@@ -84,6 +86,7 @@ mod audit;
 mod confirm;
 mod error;
 pub mod lab;
+mod recorder;
 pub mod recording;
 mod runs;
 pub mod tournament;
@@ -111,6 +114,9 @@ pub struct Store {
     pool: Pool,
     redactor: Redactor,
     recording_limits: recording::RecordingLimits,
+    /// The recording writer, once spawned (`RecordingWriter::spawn`): reads flush it, `close`
+    /// stops it cleanly. Weak: the writer stops when its last `RecordingWriter` is gone.
+    recorder: Arc<std::sync::OnceLock<tokio::sync::mpsc::WeakSender<recorder::Job>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -172,6 +178,8 @@ impl Store {
     /// `store.unavailable`. Dropping the store without calling this is safe: committed data is
     /// already durable.
     pub async fn close(&self) {
+        // The recording writer first: it commits what it holds and marks its epoch clean.
+        self.close_recordings().await;
         on_pool!(&self.pool, p => p.close().await)
     }
 
@@ -238,6 +246,7 @@ impl Store {
             pool: Pool::Sqlite(pool),
             redactor,
             recording_limits: recording::RecordingLimits::default(),
+            recorder: Arc::default(),
         })
     }
 
@@ -272,6 +281,7 @@ impl Store {
             pool: Pool::Postgres(pool),
             redactor,
             recording_limits: recording::RecordingLimits::default(),
+            recorder: Arc::default(),
         })
     }
 }

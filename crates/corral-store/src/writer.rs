@@ -36,7 +36,7 @@ use crate::error::Redactor;
 use crate::{Pool, Store, StoreError};
 
 /// Events committed in one transaction at most.
-const MAX_BATCH: usize = 256;
+pub(crate) const MAX_BATCH: usize = 256;
 
 /// Where a caller learns its event's fate.
 type Done = oneshot::Sender<Result<(), StoreError>>;
@@ -123,7 +123,8 @@ impl AuditWriter {
 }
 
 /// Receives up to `MAX_BATCH` jobs: blocks for the first, then takes what is already queued.
-fn next_batch(rx: &mut mpsc::Receiver<Job>, jobs: &mut Vec<Job>) -> bool {
+/// (The recording writer's thread batches the same way.)
+pub(crate) fn next_batch<J>(rx: &mut mpsc::Receiver<J>, jobs: &mut Vec<J>) -> bool {
     let Some(first) = rx.blocking_recv() else {
         return false;
     };
@@ -180,7 +181,7 @@ fn sqlite_writer(
 
 /// Opens the writer's own connection with the store's settings (the file is already in WAL
 /// mode and migrated: `Store::connect` did both).
-fn open_sqlite(file: &std::path::Path) -> rusqlite::Result<rusqlite::Connection> {
+pub(crate) fn open_sqlite(file: &std::path::Path) -> rusqlite::Result<rusqlite::Connection> {
     use rusqlite::OpenFlags;
     let conn = rusqlite::Connection::open_with_flags(
         file,
@@ -259,7 +260,11 @@ fn is_constraint(e: &rusqlite::Error) -> bool {
 
 /// Classifies a SQLite error as the sqlx path does: a duplicate key or any statement error is
 /// `store.query_failed`; a file that cannot be reached or locked is `store.unavailable`.
-fn sqlite_error(redactor: &Redactor, what: &'static str, e: rusqlite::Error) -> StoreError {
+pub(crate) fn sqlite_error(
+    redactor: &Redactor,
+    what: &'static str,
+    e: rusqlite::Error,
+) -> StoreError {
     use rusqlite::ErrorCode as C;
     match e.sqlite_error_code() {
         Some(C::ConstraintViolation) => StoreError::QueryFailed {

@@ -125,3 +125,77 @@ async fn a_sigkill_mid_burst_loses_no_answered_calls_audit_event() {
         );
     }
 }
+
+const REC_CONFIG: &str = "version: 1
+preset: {name: workspace_jail, confirm: never}
+root: $WS
+state_dir: .corral
+auth:
+  tokens:
+    - {id: calm, token_env: CORRAL_IT_REC_CALM, run: calm-1, record: true}
+    - {id: doomed, token_env: CORRAL_IT_REC_DOOMED, run: doomed-1, record: true}
+";
+const CALM: &str = "recorded-calm-token-0123456789";
+const DOOMED: &str = "recorded-doomed-token-012345678";
+
+/// `n` recorded calls with `token`, all answered.
+async fn recorded_calls(url: &str, token: &str, n: usize) {
+    let Ok(client) = Client::new(url, Some(token.to_owned())) else {
+        unreachable!("the client builds")
+    };
+    for _ in 0..n {
+        let r = client.call_reply("files.list", json!({"path": "."})).await;
+        assert!(matches!(r, Ok(Reply::Json { .. })), "{r:?}");
+    }
+}
+
+/// The recording of the token's run, as its principal reads it: (events, gapped).
+async fn recording(url: &str, token: &str, run: &str) -> (u64, bool) {
+    let Ok(client) = Client::new(url, Some(token.to_owned())) else {
+        unreachable!("the client builds")
+    };
+    match client.sandbox_recording(run, None).await {
+        Ok(d) => (d.recording.events, d.recording.gapped),
+        Err(e) => unreachable!("the recording of {run} reads: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_whose_server_was_killed_reads_gapped_and_one_shut_down_cleanly_does_not() {
+    let dir = workspace(Some(REC_CONFIG));
+    let root = dir.path();
+    let env = [
+        ("CORRAL_IT_REC_CALM", CALM),
+        ("CORRAL_IT_REC_DOOMED", DOOMED),
+    ];
+    let serve = || serve_with(root, &["--config", "corral.yaml"], &env, Stdio::null());
+
+    // A clean shutdown (SIGTERM): everything queued is committed and the recording is whole.
+    let mut first = serve();
+    recorded_calls(&first.url, CALM, 20).await;
+    let pid = first.child.id().to_string();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    assert!(term.is_ok_and(|s| s.success()), "SIGTERM was sent");
+    let _ = first.child.wait();
+
+    // SIGKILL: no drain, no final commit; what the writer had queued may be lost.
+    let mut second = serve();
+    recorded_calls(&second.url, DOOMED, 20).await;
+    assert!(second.child.kill().is_ok(), "the server could be killed");
+    let _ = second.child.wait();
+
+    let third = serve();
+    assert_eq!(
+        recording(&third.url, CALM, "calm-1").await,
+        (20, false),
+        "a recording whose server shut down cleanly is complete"
+    );
+    let (events, gapped) = recording(&third.url, DOOMED, "doomed-1").await;
+    assert!(events <= 20, "{events}");
+    assert!(
+        gapped,
+        "a recording whose server was killed must not look complete ({events} events)"
+    );
+}

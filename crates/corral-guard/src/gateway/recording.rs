@@ -68,6 +68,43 @@ impl Gateway {
         Ok(true)
     }
 
+    /// The key of the recording a call of `run_id` goes to.
+    fn recording_key(&self, call: &Call, run_id: &str, tenant: &str) -> RecordingKey {
+        RecordingKey {
+            tenant: tenant.to_owned(),
+            run_id: run_id.to_owned(),
+            // The full identity owns the recording: a JWT `sub: bot` is not the token `bot`.
+            identity: call.caller.principal.identity(),
+            principal: call.caller.principal.id.clone(),
+            purpose: self.purpose,
+        }
+    }
+
+    /// `Ok(true)` when the recorder can take the call's event (the tenant may keep its
+    /// recording), else the refusal: a call marked for recording never runs unrecorded.
+    pub(super) async fn admit_recording(
+        &self,
+        call: &Call,
+        run_id: &str,
+        tenant: &str,
+    ) -> Result<bool, (Outcome, Refusal)> {
+        let Some(recorder) = &self.recorder else {
+            return Ok(false);
+        };
+        let key = self.recording_key(call, run_id, tenant);
+        match recorder.admit(&key, now_ms()).await {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                let outcome = if e.code == codes::RECORDING_LIMIT {
+                    Outcome::Limited
+                } else {
+                    Outcome::Denied
+                };
+                Err((outcome, Refusal::new(e.code, e.message)))
+            }
+        }
+    }
+
     /// The recording event of a decided call (built before any await: a reply holding a stream
     /// is not `Sync`).
     pub(super) fn recorded_call(
@@ -77,12 +114,7 @@ impl Gateway {
         event: &AuditEvent,
         reply: &Reply,
     ) -> (RecordingKey, RecordedCall) {
-        let key = RecordingKey {
-            tenant: event.tenant.clone(),
-            run_id: run_id.to_owned(),
-            principal: call.caller.principal.id.clone(),
-            purpose: self.purpose,
-        };
+        let key = self.recording_key(call, run_id, &event.tenant);
         let (response, error_code) = match reply {
             Reply::Json(v) => (Some(v.clone()), None),
             // A stream's bytes are not kept: what it was, not what it held.
@@ -117,7 +149,7 @@ impl Gateway {
         };
         let now = now_ms();
         match recorder.record(&key, &recorded, now).await {
-            Ok(Recorded::Stored { .. }) => {}
+            Ok(Recorded::Stored { .. } | Recorded::Queued) => {}
             Ok(Recorded::Capped) => tracing::warn!(
                 tenant = %key.tenant,
                 run = %key.run_id,

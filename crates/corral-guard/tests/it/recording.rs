@@ -8,7 +8,9 @@ use corral_exec::BoxFuture;
 use corral_exec::mock::{MockBackend, MockResponse};
 use corral_guard::audit::{AuditError, AuditEvent, AuditSink};
 use corral_guard::guardrails::GuardPolicy;
-use corral_guard::recording::{Recorded, RecordedCall, Recorder, RecorderError, RecordingKey};
+use corral_guard::recording::{
+    AdmitRefusal, Recorded, RecordedCall, Recorder, RecorderError, RecordingKey,
+};
 use corral_guard::{Call, CallOptions, Caller, Deployment, Gateway, Reply};
 use corral_ops::exec::{CustomOp, CustomRun};
 use corral_ops::{Op, Registry};
@@ -32,6 +34,14 @@ impl Memory {
 }
 
 impl Recorder for Memory {
+    fn admit<'a>(
+        &'a self,
+        _key: &'a RecordingKey,
+        _now_ms: i64,
+    ) -> BoxFuture<'a, Result<(), AdmitRefusal>> {
+        Box::pin(async { Ok(()) })
+    }
+
     fn record<'a>(
         &'a self,
         key: &'a RecordingKey,

@@ -24,7 +24,7 @@ use serde_json::json;
 
 use super::{
     Action, Answering, LabError, LabService, RecordingView, audited_id, check_variant, clip,
-    forbidden_recording, is_admin, recording_error,
+    recording_error,
 };
 use crate::playback::{Expected, Playback, Trajectory, recorded_output};
 use crate::scenario::Scenario;
@@ -119,9 +119,9 @@ pub struct ReplayReport {
 }
 
 impl LabService {
-    /// Keeps `body` as the task input of the recording of `run_id` (once): by the run's own
-    /// principal (creating the recording if its first call has not come yet), or by an admin
-    /// for a recording that exists. What a variant replay re-runs the task from.
+    /// Keeps `body` as the task input of the recording of `run_id` (once): by a run-scoped
+    /// caller of that run (creating its recording if its first call has not come yet), or by
+    /// whoever may read the recording (its principal, an admin) once it exists. What a variant replay re-runs the task from.
     pub async fn set_recording_input(
         &self,
         caller: &Caller,
@@ -136,34 +136,33 @@ impl LabService {
                 .map_err(|e| LabError::new(e.code, e.message))?
                 .to_json()["steps"]
                 .clone();
-            let owner = match self.store.get_recording(&tenant, run_id).await {
-                Ok(Some(existing)) => {
-                    let own =
-                        caller.principal.authenticated && caller.principal.id == existing.principal;
-                    if !(own || is_admin(caller)) {
-                        return Err(forbidden_recording(caller));
-                    }
-                    (existing.principal, existing.purpose)
+            // A run-scoped caller sets its own run's input (creating its recording); anyone
+            // else only that of a recording they may read (their own, or an admin's pick), so
+            // no one can claim a run id another principal has not recorded yet.
+            let key = if caller.run.as_deref() == Some(run_id) {
+                RecordingKey {
+                    tenant: tenant.clone(),
+                    run_id: run_id.to_owned(),
+                    identity: caller.principal.identity(),
+                    principal: caller.principal.id.clone(),
+                    purpose: corral_guard::runs::RunPurpose::Live,
                 }
-                Ok(None) if caller.principal.authenticated => (
-                    caller.principal.id.clone(),
-                    corral_guard::runs::RunPurpose::Live,
-                ),
-                Ok(None) => return Err(forbidden_recording(caller)),
-                Err(e) => return Err(recording_error(e)),
-            };
-            let key = RecordingKey {
-                tenant: tenant.clone(),
-                run_id: run_id.to_owned(),
-                principal: owner.0,
-                purpose: owner.1,
+            } else {
+                let r = self.read_recording(caller, run_id, None).await?.recording;
+                RecordingKey {
+                    tenant: tenant.clone(),
+                    run_id: run_id.to_owned(),
+                    identity: r.identity,
+                    principal: r.principal,
+                    purpose: r.purpose,
+                }
             };
             self.store
                 .set_recording_input(&key, &json!({"steps": steps}), now_ms())
                 .await
                 .map_err(recording_error)?;
             self.store
-                .get_recording(&tenant, run_id)
+                .get_recording(&tenant, run_id, &key.identity)
                 .await
                 .map_err(recording_error)?
                 .ok_or_else(|| {
@@ -190,7 +189,7 @@ impl LabService {
     ) -> Result<ReplayReport, LabError> {
         let r = async {
             self.start(&REPLAY, caller)?;
-            let view = self.read_recording(caller, run_id).await?;
+            let view = self.read_recording(caller, run_id, None).await?;
             let agent = self.replay_agent(&body)?;
             self.replay_inner(caller, &view, agent, body.seed.unwrap_or(0))
                 .await

@@ -42,7 +42,7 @@ pub(crate) async fn fixture(record_runs: bool) -> Fixture {
             vec![Arc::new(support::Recorded::default()) as Arc<dyn AuditSink>],
             "default",
         )
-        .with_recorder(store.clone()),
+        .with_recorder(Arc::new(corral_store::RecordingWriter::spawn(&store))),
     );
     let lab = LabService::new(store.clone(), gateway.clone(), true);
     lab.set_record_runs(record_runs);
@@ -97,7 +97,11 @@ async fn with_record_runs_a_lab_run_keeps_its_task_input_and_every_call_in_its_r
         .run(&olga(), "rid", &scenario, identity())
         .await
         .unwrap();
-    let got = f.lab.get_recording(&olga(), "rid", &run.id).await.unwrap();
+    let got = f
+        .lab
+        .get_recording(&olga(), "rid", &run.id, None)
+        .await
+        .unwrap();
     assert_eq!(got.recording.principal, "olga");
     assert_eq!(
         got.recording.input,
@@ -145,7 +149,7 @@ async fn without_record_runs_a_lab_run_leaves_no_recording() {
         .unwrap();
     let e = f
         .lab
-        .get_recording(&olga(), "rid", &run.id)
+        .get_recording(&olga(), "rid", &run.id, None)
         .await
         .unwrap_err();
     assert_eq!(e.code, "recording.not_found", "{}", e.message);
@@ -201,7 +205,11 @@ async fn replaying_a_recorded_live_session_reproduces_every_output_byte_for_byte
         (run.purpose.as_str(), run.variant.as_str()),
         ("replay", "recorded")
     );
-    let recorded = f.lab.get_recording(&olga(), "rid", "task-1").await.unwrap();
+    let recorded = f
+        .lab
+        .get_recording(&olga(), "rid", "task-1", None)
+        .await
+        .unwrap();
     let outputs = f.lab.outputs(&olga(), "rid", &run.id).await.unwrap();
     let printed: Vec<(String, Option<String>)> = outputs
         .iter()
@@ -338,6 +346,7 @@ async fn a_gapped_recording_replays_degraded_with_zero_steps_and_makes_no_run() 
     let key = RecordingKey {
         tenant: "default".to_owned(),
         run_id: "task-3".to_owned(),
+        identity: olga().principal.identity(),
         principal: "olga".to_owned(),
         purpose: RunPurpose::Live,
     };

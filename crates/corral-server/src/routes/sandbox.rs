@@ -441,34 +441,37 @@ pub async fn list_recordings(
     .await
 }
 
-/// `GET /v1/sandbox/recordings/{id}` -> `{recording, events}` (admin, or the run's principal).
+/// `GET /v1/sandbox/recordings/{id}?principal=` -> `{recording, events}` (admin, or the run's
+/// principal; `principal` names one when several recorded under the run id).
 pub async fn get_recording(
     State(state): State<AppState>,
     Path(run): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
     auth: Authed<Sandbox>,
 ) -> Result<Response, ApiError> {
     let (caller, rid) = enter(&state, auth, "sandbox.recordings.get").await?;
     let r = state
         .runtime()
         .lab()
-        .get_recording(&caller, &rid, &run)
+        .get_recording(&caller, &rid, &run, q.get("principal").map(String::as_str))
         .await
         .map_err(|e| err(e, &rid))?;
     Ok(answer(StatusCode::OK, to_json(&r), &rid))
 }
 
-/// `GET /v1/sandbox/recordings/{id}/export` -> JSON lines (`application/x-ndjson`): the
-/// recording, then its events by `seq` (admin, or the run's principal).
+/// `GET /v1/sandbox/recordings/{id}/export?principal=` -> JSON lines (`application/x-ndjson`):
+/// the recording, then its events by `seq` (admin, or the run's principal).
 pub async fn export_recording(
     State(state): State<AppState>,
     Path(run): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
     auth: Authed<Sandbox>,
 ) -> Result<Response, ApiError> {
     let (caller, rid) = enter(&state, auth, "sandbox.recordings.export").await?;
     let lines = state
         .runtime()
         .lab()
-        .export_recording(&caller, &rid, &run)
+        .export_recording(&caller, &rid, &run, q.get("principal").map(String::as_str))
         .await
         .map_err(|e| err(e, &rid))?;
     let mut resp = (StatusCode::OK, lines).into_response();

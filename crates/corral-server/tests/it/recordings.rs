@@ -54,12 +54,17 @@ auth:
 
 /// An admin of another tenant.
 fn other_tenant_admin() -> String {
+    jwt(json!({"sub": "mallory", "roles": ["admin"], "tenant": "globex"}))
+}
+
+/// A JWT of the server's secret with `claims` and an expiry an hour away.
+fn jwt(mut claims: Value) -> String {
     let exp = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs()
         + 3600;
-    let claims = json!({"sub": "mallory", "roles": ["admin"], "tenant": "globex", "exp": exp});
+    claims["exp"] = json!(exp);
     encode(
         &Header::new(Algorithm::HS256),
         &claims,
@@ -298,4 +303,159 @@ async fn a_recorded_download_keeps_its_type_and_length_never_its_bytes() {
         event["response"]["stream"]["content_type"].is_string(),
         "{event}"
     );
+}
+
+/// Attack finding F-2: an operator who records a run id first (`X-Corral-Record: on` +
+/// `X-Corral-Run: task-1`) once made every later call of the token recorded for `task-1`
+/// answered and silently unrecorded. Each principal now has its own recording of the run id.
+#[tokio::test]
+async fn an_operator_who_records_a_run_id_first_never_hides_the_calls_of_a_token_recorded_for_it() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let squat = [("X-Corral-Record", "on"), ("X-Corral-Run", "task-1")];
+    body(call(&s, OLGA, "files.list", json!({"path": ws.root}), &squat).await);
+    let read = call(
+        &s,
+        BOT,
+        "files.read",
+        json!({"path": ws.at("notes.txt")}),
+        &[],
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.text);
+
+    // The token reads its own recording, which holds its call and nothing of the operator's.
+    let mine = body(get(&s, BOT, "/v1/sandbox/recordings/task-1").await);
+    assert_eq!(mine["recording"]["identity"], "token:person:bot");
+    let ops: Vec<&str> = mine["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["op"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, ["files.read"]);
+    assert_eq!(mine["recording"]["gapped"], false);
+
+    // An admin sees both recordings of the run id and names the one to read.
+    let listed = body(get(&s, ROOT, "/v1/sandbox/recordings").await);
+    let mut owners: Vec<String> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| format!("{} {}", r["run_id"], r["identity"]))
+        .collect();
+    owners.sort();
+    assert_eq!(
+        owners,
+        [
+            "\"task-1\" \"token:person:bot\"",
+            "\"task-1\" \"token:person:olga\""
+        ]
+    );
+    let r = get(&s, ROOT, "/v1/sandbox/recordings/task-1").await;
+    r.assert_error(409, "recording.ambiguous");
+    assert!(
+        r.text.contains("token:person:bot") && r.text.contains("?principal="),
+        "{}",
+        r.text
+    );
+    let bots = body(get(&s, ROOT, "/v1/sandbox/recordings/task-1?principal=bot").await);
+    assert_eq!(bots["events"][0]["op"], "files.read");
+    let export = get(
+        &s,
+        ROOT,
+        "/v1/sandbox/recordings/task-1/export?principal=token:person:olga",
+    )
+    .await;
+    assert_eq!(export.status, 200, "{}", export.text);
+    assert!(export.text.contains("files.list"), "{}", export.text);
+    assert!(!export.text.contains("files.read"), "{}", export.text);
+}
+
+/// Attack finding F-3: a recording was owned by `principal.id` alone, so a JWT whose `sub` is
+/// `bot` read the static token `bot`'s recording. It is owned by the full identity now.
+#[tokio::test]
+async fn a_jwt_whose_sub_names_a_static_token_cannot_read_that_tokens_recording() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    call(
+        &s,
+        BOT,
+        "files.read",
+        json!({"path": ws.at("notes.txt")}),
+        &[],
+    )
+    .await
+    .ok();
+    let jwt = jwt(json!({"sub": "bot", "roles": ["viewer"]}));
+    for path in [
+        "/v1/sandbox/recordings/task-1",
+        "/v1/sandbox/recordings/task-1?principal=bot",
+        "/v1/sandbox/recordings/task-1/export",
+    ] {
+        let r = get(&s, &jwt, path).await;
+        assert!(
+            !r.text.contains("quarterly"),
+            "a JWT `sub: bot` read the static token bot's recording: {}",
+            r.text
+        );
+        r.assert_error(403, "recording.forbidden");
+    }
+    assert!(runs(&body(get(&s, &jwt, "/v1/sandbox/recordings").await)).is_empty());
+    // The token itself still reads it.
+    let own = body(get(&s, BOT, "/v1/sandbox/recordings/task-1").await);
+    assert_eq!(own["events"][0]["op"], "files.read");
+}
+
+#[tokio::test]
+async fn a_call_that_would_start_a_recording_past_the_tenants_limit_is_refused_and_does_not_run() {
+    let ws = Workspace::new();
+    let yaml = format!(
+        "version: 1
+preset: {{name: workspace_jail, confirm: never}}
+root: {}
+state_dir: {}
+recordings: {{max_per_tenant: 1}}
+auth:
+  tokens:
+    - {{id: olga, roles: [operator], token_env: {OLGA_ENV}}}
+",
+        ws.root.display(),
+        ws.state.display()
+    );
+    let s = Server::start(&ws.load(&yaml, &[(OLGA_ENV, OLGA)])).await;
+    let write = |run: &'static str, name: &'static str| {
+        let path = ws.at(name);
+        let s = &s;
+        async move {
+            call(
+                s,
+                OLGA,
+                "files.write",
+                json!({"path": path, "content": "x"}),
+                &[("X-Corral-Record", "on"), ("X-Corral-Run", run)],
+            )
+            .await
+        }
+    };
+    body(write("first", "a.txt").await);
+    // The same recording takes more calls.
+    body(write("first", "b.txt").await);
+    let r = write("second", "c.txt").await;
+    r.assert_error(429, "recording.limit");
+    assert!(r.text.contains("recordings.max_per_tenant"), "{}", r.text);
+    assert!(
+        !ws.root.join("c.txt").exists(),
+        "a call that could not be recorded did not run"
+    );
+    // Unrecorded calls are not limited.
+    let plain = call(
+        &s,
+        OLGA,
+        "files.write",
+        json!({"path": ws.at("d.txt"), "content": "x"}),
+        &[("X-Corral-Run", "second")],
+    )
+    .await;
+    assert_eq!(plain.status, 200, "{}", plain.text);
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 use corral_ports::audit::AttestationRecord;
 use corral_ports::recording::{Recorded, RecordedCall, Recorder, RecordingKey};
 use corral_ports::runs::RunPurpose;
-use corral_store::Store;
 use corral_store::lab::Page;
 use corral_store::recording::{MAX_RECORDING_BYTES, RecordingLimits};
+use corral_store::{RecordingWriter, Store};
 use serde_json::json;
 
 use crate::postgres::Schema;
@@ -50,6 +50,7 @@ fn key(tenant: &str, run: &str, principal: &str) -> RecordingKey {
     RecordingKey {
         tenant: tenant.to_owned(),
         run_id: run.to_owned(),
+        identity: principal.to_owned(),
         principal: principal.to_owned(),
         purpose: RunPurpose::Live,
     }
@@ -89,14 +90,21 @@ async fn a_recording_keeps_every_call_in_order_with_its_values(store: &Store) {
         primitives: vec!["landlock".to_owned(), "seccomp".to_owned()],
     });
     ran.started_ms = T0 + 5;
-    // Through the port, as the gateway writes.
-    let port: &dyn Recorder = store;
+    // Through the port, as the gateway writes: queued, numbered by the writer in order, and
+    // seen by the next read.
+    let writer = RecordingWriter::spawn(store);
+    let port: &dyn Recorder = &writer;
+    port.admit(&k, T0).await.unwrap();
     for (i, c) in [&read, &denied, &ran].into_iter().enumerate() {
         let got = port.record(&k, c, T0 + i as i64).await.unwrap();
-        assert_eq!(got, Recorded::Stored { seq: i as u64 + 1 });
+        assert_eq!(got, Recorded::Queued);
     }
 
-    let r = store.get_recording("acme", "run-1").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "run-1", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (
             r.principal.as_str(),
@@ -118,7 +126,10 @@ async fn a_recording_keeps_every_call_in_order_with_its_values(store: &Store) {
         T0 + RecordingLimits::default().retention.as_millis() as i64
     );
 
-    let events = store.recording_events("acme", "run-1").await.unwrap();
+    let events = store
+        .recording_events("acme", "run-1", "ada")
+        .await
+        .unwrap();
     let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, [1, 2, 3]);
     assert_eq!(events[0].op, "files.read");
@@ -139,12 +150,15 @@ async fn another_tenant_sees_no_recording_and_cannot_add_to_it(store: &Store) {
         .await
         .unwrap();
     assert_eq!(
-        store.get_recording("globex", "shared-id").await.unwrap(),
+        store
+            .get_recording("globex", "shared-id", "ada")
+            .await
+            .unwrap(),
         None
     );
     assert!(
         store
-            .recording_events("globex", "shared-id")
+            .recording_events("globex", "shared-id", "ada")
             .await
             .unwrap()
             .is_empty()
@@ -162,44 +176,44 @@ async fn another_tenant_sees_no_recording_and_cannot_add_to_it(store: &Store) {
         .await
         .unwrap();
     assert_eq!(got, Recorded::Stored { seq: 1 });
-    let acme = store.recording_events("acme", "shared-id").await.unwrap();
+    let acme = store
+        .recording_events("acme", "shared-id", "ada")
+        .await
+        .unwrap();
     assert_eq!(acme.len(), 1);
     assert_eq!(acme[0].op, "files.read");
 }
 
-on_both!(another_principal_cannot_write_into_a_recorded_run);
-async fn another_principal_cannot_write_into_a_recorded_run(store: &Store) {
+on_both!(two_principals_recording_under_one_run_id_get_a_recording_each);
+async fn two_principals_recording_under_one_run_id_get_a_recording_each(store: &Store) {
+    let ada = key("acme", "r", "token:service:ada");
+    let eve = key("acme", "r", "jwt:idp:person:ada");
     store
-        .record_call(
-            &key("acme", "r", "ada"),
-            &call("files.read", "{}", None),
-            T0,
-        )
+        .record_call(&ada, &call("files.read", "{}", None), T0)
         .await
         .unwrap();
-    let err = store
-        .record_call(
-            &key("acme", "r", "eve"),
-            &call("files.write", "{}", None),
-            T0,
-        )
+    // Another identity (even with the same id) writes its own recording, from seq 1.
+    let got = store
+        .record_call(&eve, &call("files.write", "{}", None), T0 + 1)
         .await
-        .unwrap_err();
-    assert_eq!(err.code(), "recording.principal_mismatch", "{err}");
-    assert!(
-        err.to_string().contains("use a run id of your own"),
-        "{err}"
-    );
-    let err = store
-        .mark_recording_gapped(&key("acme", "r", "eve"), T0)
+        .unwrap();
+    assert_eq!(got, Recorded::Stored { seq: 1 });
+    store.mark_recording_gapped(&eve, T0 + 2).await.unwrap();
+    let mine = store
+        .get_recording("acme", "r", "token:service:ada")
         .await
-        .unwrap_err();
-    assert_eq!(err.code(), "recording.principal_mismatch");
-    let r = store.get_recording("acme", "r").await.unwrap().unwrap();
-    assert_eq!(
-        (r.principal.as_str(), r.events, r.gapped),
-        ("ada", 1, false)
-    );
+        .unwrap()
+        .unwrap();
+    assert_eq!((mine.events, mine.gapped), (1, false));
+    let theirs = store
+        .recording_events("acme", "r", "jwt:idp:person:ada")
+        .await
+        .unwrap();
+    assert_eq!(theirs.len(), 1);
+    assert_eq!(theirs[0].op, "files.write");
+    let both = store.recordings_of_run("acme", "r", 10).await.unwrap();
+    let ids: Vec<&str> = both.iter().map(|r| r.identity.as_str()).collect();
+    assert_eq!(ids, ["jwt:idp:person:ada", "token:service:ada"]);
 }
 
 on_both!(the_event_that_would_pass_the_event_cap_is_not_stored_and_the_recording_says_capped);
@@ -223,10 +237,18 @@ async fn the_event_that_would_pass_the_event_cap_is_not_stored_and_the_recording
         .await
         .unwrap();
     assert_eq!(fourth, Recorded::Capped);
-    let r = store.get_recording("acme", "long").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "long", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((r.events, r.capped), (3, true));
     assert_eq!(
-        store.recording_events("acme", "long").await.unwrap().len(),
+        store
+            .recording_events("acme", "long", "ada")
+            .await
+            .unwrap()
+            .len(),
         3
     );
 }
@@ -254,7 +276,11 @@ async fn the_event_that_would_pass_the_byte_cap_is_not_stored_nor_any_after_it(s
         store.record_call(&k, &tiny, T0).await.unwrap(),
         Recorded::Capped
     );
-    let r = store.get_recording("acme", "big").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "big", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (r.events, r.bytes, r.capped),
         (1, small.stored_bytes(), true)
@@ -273,11 +299,15 @@ async fn an_event_over_16_mib_caps_a_recording_with_the_default_limits(store: &S
         store.record_call(&k, &huge, T0).await.unwrap(),
         Recorded::Capped
     );
-    let r = store.get_recording("acme", "huge").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "huge", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((r.events, r.bytes, r.capped), (0, 0, true));
     assert!(
         store
-            .recording_events("acme", "huge")
+            .recording_events("acme", "huge", "ada")
             .await
             .unwrap()
             .is_empty()
@@ -291,9 +321,14 @@ async fn a_gap_is_marked_on_the_recording(store: &Store) {
         .record_call(&k, &call("files.read", "{}", None), T0)
         .await
         .unwrap();
-    let port: &dyn Recorder = store;
+    let writer = RecordingWriter::spawn(store);
+    let port: &dyn Recorder = &writer;
     port.mark_gapped(&k, T0 + 9).await.unwrap();
-    let r = store.get_recording("acme", "holed").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "holed", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (r.events, r.gapped, r.capped, r.updated_ms),
         (1, true, false, T0 + 9)
@@ -302,7 +337,7 @@ async fn a_gap_is_marked_on_the_recording(store: &Store) {
     let fresh = key("acme", "holed-first", "ada");
     store.mark_recording_gapped(&fresh, T0).await.unwrap();
     let r = store
-        .get_recording("acme", "holed-first")
+        .get_recording("acme", "holed-first", "ada")
         .await
         .unwrap()
         .unwrap();
@@ -333,23 +368,30 @@ async fn purge_deletes_only_expired_recordings_with_their_events(store: &Store) 
         .unwrap();
     assert_eq!(store.purge_recordings(T0 + 59_999).await.unwrap(), 0);
     assert_eq!(store.purge_recordings(T0 + 60_000).await.unwrap(), 1);
-    assert_eq!(store.get_recording("acme", "old").await.unwrap(), None);
+    assert_eq!(
+        store.get_recording("acme", "old", "ada").await.unwrap(),
+        None
+    );
     assert!(
         store
-            .recording_events("acme", "old")
+            .recording_events("acme", "old", "ada")
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
         store
-            .get_recording("globex", "new")
+            .get_recording("globex", "new", "bob")
             .await
             .unwrap()
             .is_some()
     );
     assert_eq!(
-        store.recording_events("globex", "new").await.unwrap().len(),
+        store
+            .recording_events("globex", "new", "bob")
+            .await
+            .unwrap()
+            .len(),
         1
     );
     // A run id purged is free again: a new recording starts at seq 1.
@@ -444,7 +486,7 @@ async fn concurrent_calls_of_one_run_get_every_seq_once_without_gaps(store: &Sto
                     .unwrap()
                 {
                     Recorded::Stored { seq } => seqs.push(seq),
-                    Recorded::Capped => panic!("not capped"),
+                    other => panic!("stored at once, not {other:?}"),
                 }
             }
             seqs
@@ -456,9 +498,13 @@ async fn concurrent_calls_of_one_run_get_every_seq_once_without_gaps(store: &Sto
     }
     all.sort_unstable();
     assert_eq!(all, (1..=40).collect::<Vec<u64>>());
-    let events = store.recording_events("acme", "busy").await.unwrap();
+    let events = store.recording_events("acme", "busy", "ada").await.unwrap();
     assert_eq!(events.len(), 40);
-    let r = store.get_recording("acme", "busy").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "busy", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(r.events, 40);
 }
 
@@ -471,7 +517,11 @@ async fn a_task_input_is_kept_once_for_the_recordings_principal_and_counts_in_it
         .set_recording_input(&key("acme", "r", "ada"), &input, T0)
         .await
         .unwrap();
-    let r = store.get_recording("acme", "r").await.unwrap().unwrap();
+    let r = store
+        .get_recording("acme", "r", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(r.input, Some(input.clone()));
     assert_eq!(r.bytes, input.to_string().len() as u64);
     // Calls after it join the same recording.
@@ -488,13 +538,97 @@ async fn a_task_input_is_kept_once_for_the_recordings_principal_and_counts_in_it
         .await
         .unwrap_err();
     assert_eq!(again.code(), "recording.input_set", "{again}");
-    let eve = store
+    // Another principal's input of the same run id is its own recording's.
+    store
         .set_recording_input(&key("acme", "r", "eve"), &json!("other"), T0)
         .await
-        .unwrap_err();
-    assert_eq!(eve.code(), "recording.principal_mismatch", "{eve}");
-    let r = store.get_recording("acme", "r").await.unwrap().unwrap();
+        .unwrap();
+    let r = store
+        .get_recording("acme", "r", "ada")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((r.input, r.events), (Some(input), 1));
     // Another tenant's run of the same id is its own.
-    assert!(store.get_recording("other", "r").await.unwrap().is_none());
+    assert!(
+        store
+            .get_recording("other", "r", "ada")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+on_both!(calls_of_many_runs_queued_together_keep_each_runs_order_without_gaps);
+async fn calls_of_many_runs_queued_together_keep_each_runs_order_without_gaps(store: &Store) {
+    let writer = Arc::new(RecordingWriter::spawn(store));
+    let mut handles = Vec::new();
+    for t in 0..4 {
+        let writer = Arc::clone(&writer);
+        handles.push(tokio::spawn(async move {
+            let k = key("acme", &format!("run-{t}"), "ada");
+            for i in 0..50 {
+                let c = call("files.read", &format!("{{\"i\":{i}}}"), None);
+                writer.record(&k, &c, T0).await.unwrap();
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    for t in 0..4 {
+        let events = store
+            .recording_events("acme", &format!("run-{t}"), "ada")
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=50).collect::<Vec<u64>>());
+        let args: Vec<String> = events.iter().map(|e| e.args["i"].to_string()).collect();
+        let want: Vec<String> = (0..50).map(|i| i.to_string()).collect();
+        assert_eq!(args, want, "in the order each run called");
+    }
+}
+
+on_both!(a_call_that_would_start_a_recording_past_the_tenants_limit_is_refused_before_it_runs);
+async fn a_call_that_would_start_a_recording_past_the_tenants_limit_is_refused_before_it_runs(
+    store: &Store,
+) {
+    let store = store.clone().with_recording_limits(RecordingLimits {
+        max_per_tenant: 2,
+        ..RecordingLimits::default()
+    });
+    let writer = RecordingWriter::spawn(&store);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for run in ["a", "b"] {
+        let k = key("acme", run, "ada");
+        writer.admit(&k, now).await.unwrap();
+        writer
+            .record(&k, &call("files.read", "{}", None), now)
+            .await
+            .unwrap();
+    }
+    let refused = writer
+        .admit(&key("acme", "c", "ada"), now)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, "recording.limit");
+    assert!(
+        refused.message.contains("recordings.max_per_tenant"),
+        "{}",
+        refused.message
+    );
+    // A recording that exists takes more calls; another tenant has its own count.
+    writer.admit(&key("acme", "a", "ada"), now).await.unwrap();
+    writer.admit(&key("globex", "c", "ada"), now).await.unwrap();
+    // A fresh writer (another process) counts from the store.
+    let other = RecordingWriter::spawn(&store);
+    let refused = other
+        .admit(&key("acme", "d", "bob"), now)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, "recording.limit");
+    other.admit(&key("acme", "b", "ada"), now).await.unwrap();
 }

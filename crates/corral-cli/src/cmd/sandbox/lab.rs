@@ -232,12 +232,16 @@ impl Lab {
         )
     }
 
-    pub(crate) fn recording(&self, run_id: &str) -> Result<RecordingDetail, CliError> {
+    pub(crate) fn recording(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<RecordingDetail, CliError> {
         self.either(
             "recording",
-            async |c| c.sandbox_recording(run_id).await,
+            async |c| c.sandbox_recording(run_id, owner).await,
             async |lab, caller| {
-                lab.get_recording(caller, &rid(), run_id)
+                lab.get_recording(caller, &rid(), run_id, owner)
                     .await
                     .map_err(refused)
             },
@@ -277,13 +281,21 @@ impl Lab {
     }
 
     /// The recording as JSON lines, as the server (or the local lab) writes them.
-    pub(crate) fn export_recording(&self, run_id: &str) -> Result<String, CliError> {
+    pub(crate) fn export_recording(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<String, CliError> {
         match self {
             Lab::Remote { client, rt } => rt
-                .block_on(client.sandbox_export_recording(run_id))
+                .block_on(client.sandbox_export_recording(run_id, owner))
                 .map_err(context::remote_error),
             Lab::Local { app, caller, rt } => rt
-                .block_on(app.runtime().lab().export_recording(caller, &rid(), run_id))
+                .block_on(
+                    app.runtime()
+                        .lab()
+                        .export_recording(caller, &rid(), run_id, owner),
+                )
                 .map_err(refused),
         }
     }

@@ -25,6 +25,10 @@ pub(crate) enum Command {
     Get {
         /// The run id.
         run: String,
+        /// The principal whose recording of the run to show (its identity, or its id), when
+        /// several principals recorded under the run id (an admin's read).
+        #[arg(long, value_name = "IDENTITY")]
+        owner: Option<String>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -44,6 +48,10 @@ pub(crate) enum Command {
     Export {
         /// The run id.
         run: String,
+        /// The principal whose recording of the run to export (its identity, or its id), when
+        /// several principals recorded under the run id (an admin's read).
+        #[arg(long, value_name = "IDENTITY")]
+        owner: Option<String>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -75,8 +83,8 @@ pub(crate) fn run(c: Command) -> CliResult {
             }
             Ok(Exit::Ok)
         }
-        Command::Get { run, conn } => {
-            let detail = Lab::open(&conn)?.recording(&run)?;
+        Command::Get { run, owner, conn } => {
+            let detail = Lab::open(&conn)?.recording(&run, owner.as_deref())?;
             match conn.format {
                 Format::Json => crate::output::print_json(&detail),
                 Format::Human => print_recording(&detail),
@@ -100,8 +108,8 @@ pub(crate) fn run(c: Command) -> CliResult {
             }
             Ok(Exit::Ok)
         }
-        Command::Export { run, conn } => {
-            let lines = Lab::open(&conn)?.export_recording(&run)?;
+        Command::Export { run, owner, conn } => {
+            let lines = Lab::open(&conn)?.export_recording(&run, owner.as_deref())?;
             // JSON lines whatever `-o` says: each line is JSON, and every character a terminal
             // acts on is written `\uXXXX` (a recorded value is whatever a caller sent or got).
             out!("{}", crate::output::terminal_safe(lines));
