@@ -396,6 +396,35 @@ impl<'a> Linter<'a> {
                 DEFAULT_RECORDING_BYTES,
             ));
         }
+        let (replay, judge) = (&c.budgets.replay, &c.budgets.judge);
+        for (at, value, default) in [
+            (
+                "budgets.replay.max_runs",
+                replay.max_runs,
+                crate::model::ReplayBudget::DEFAULT_MAX_RUNS,
+            ),
+            (
+                "budgets.replay.max_calls",
+                replay.max_calls,
+                crate::model::ReplayBudget::DEFAULT_MAX_CALLS,
+            ),
+            (
+                "budgets.judge.max_calls",
+                judge.max_calls,
+                crate::model::JudgeBudget::DEFAULT_MAX_CALLS,
+            ),
+        ] {
+            if value > default {
+                self.push(Diagnostic::warning(
+                    codes::LINT_RAISED_CAP,
+                    format!(
+                        "`{at}` raises the ceiling from the safe default {default} to {value}: every unit of it is paid for"
+                    ),
+                    at,
+                    None,
+                ));
+            }
+        }
         if let Some(n) = rec.max_events.filter(|n| *n > DEFAULT_RECORDING_EVENTS) {
             self.push(Diagnostic::warning(
                 codes::LINT_RAISED_CAP,

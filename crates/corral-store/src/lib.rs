@@ -82,6 +82,7 @@ mod error;
 pub mod lab;
 pub mod recording;
 mod runs;
+pub mod shadow;
 mod writer;
 
 /// The schema, embedded from `crates/corral-store/migrations/` (shared by both backends).
