@@ -207,6 +207,15 @@ struct Checked {
     agent: Resolved,
 }
 
+/// An evaluation checked and stored, not yet run.
+struct Accepted {
+    shadow: Shadow,
+    variants: Vec<Checked>,
+    tasks: Vec<Task>,
+    scorer: Option<variant::RunScorer>,
+    seed: u64,
+}
+
 /// A task read and ready: its recording's timeline and its scenario.
 struct Task {
     run_id: String,
@@ -392,8 +401,8 @@ impl LabService {
     ) -> Result<Shadow, LabError> {
         let r = async {
             self.start(&SHADOW_RUN, caller)?;
-            let prepared = self.prepare_shadow(caller, &body).await?;
-            self.run_shadow(caller, &body, prepared, progress).await
+            let accepted = self.accept_shadow(caller, body).await?;
+            self.run_shadow(caller, accepted, progress).await
         }
         .await;
         let detail = r.as_ref().ok().map(|s| {
@@ -403,6 +412,38 @@ impl LabService {
             )
         });
         self.finish(&SHADOW_RUN, caller, rid, r, detail, None).await
+    }
+
+    /// Starts a shadow evaluation in the background (operator; what `POST /v1/sandbox/shadows`
+    /// does): everything is checked, and the evaluation stored `running`, before this answers;
+    /// its runs then execute on a tokio task and `GET /v1/sandbox/shadows/{id}` shows their
+    /// progress (`ran` of `planned`) and, when it ends, the report. The audit event (one, as for
+    /// every action) is written at acceptance, with the evaluation's id and planned count.
+    pub async fn spawn_shadow(
+        self: &Arc<Self>,
+        caller: &Caller,
+        rid: &str,
+        body: ShadowBody,
+    ) -> Result<Shadow, LabError> {
+        let r = async {
+            self.start(&SHADOW_RUN, caller)?;
+            self.accept_shadow(caller, body).await
+        }
+        .await;
+        let detail = r
+            .as_ref()
+            .ok()
+            .map(|a| format!("shadow={} planned={}", a.shadow.id, a.shadow.planned));
+        let accepted = self
+            .finish(&SHADOW_RUN, caller, rid, r, detail, None)
+            .await?;
+        let shadow = accepted.shadow.clone();
+        let (lab, caller) = (Arc::clone(self), caller.clone());
+        tokio::spawn(async move {
+            // The outcome is stored in the evaluation's row (`failed` with its error).
+            let _ = lab.run_shadow(&caller, accepted, &|_| {}).await;
+        });
+        Ok(shadow)
     }
 
     /// A page of the tenant's shadow evaluations, newest first (viewer).
@@ -442,13 +483,10 @@ impl LabService {
             .await
     }
 
-    /// Everything checked before anything runs: the request's shape, every variant's
-    /// eligibility and agent, the scorer, the announced count, every task's recording.
-    async fn prepare_shadow(
-        &self,
-        caller: &Caller,
-        body: &ShadowBody,
-    ) -> Result<(Vec<Checked>, Vec<Task>, Option<variant::RunScorer>), LabError> {
+    /// Everything checked before anything runs (the request's shape, every variant's
+    /// eligibility and agent, the scorer, the announced count, every task's recording), then
+    /// the evaluation stored `running`.
+    async fn accept_shadow(&self, caller: &Caller, body: ShadowBody) -> Result<Accepted, LabError> {
         if body.tasks.is_empty() || body.tasks.len() > MAX_SHADOW_TASKS {
             return Err(LabError::invalid(format!(
                 "`tasks` has {} run ids; give 1 to {MAX_SHADOW_TASKS} recorded runs (`corral sandbox recordings list`)",
@@ -515,6 +553,7 @@ impl LabService {
             read.push((task, timeline));
         }
         let steps: usize = read.iter().map(|(t, _)| t.scenario.steps().len()).sum();
+        let body = &body;
         crate::service::check_executions(steps.saturating_mul(checked.len()))?;
         let mut tasks = Vec::with_capacity(read.len());
         for (task, timeline) in read {
@@ -526,21 +565,7 @@ impl LabService {
                 timeline,
             });
         }
-        Ok((checked, tasks, scorer))
-    }
-
-    /// Executes the planned runs, variant by variant and task by task, within the ceilings.
-    async fn run_shadow(
-        &self,
-        caller: &Caller,
-        body: &ShadowBody,
-        (variants, tasks, scorer): (Vec<Checked>, Vec<Task>, Option<variant::RunScorer>),
-        progress: &(dyn Fn(Progress) + Send + Sync),
-    ) -> Result<Shadow, LabError> {
-        let tenant = self.tenant_of(caller);
-        let ceilings = self.ceilings();
-        let planned = (variants.len() as u64).saturating_mul(tasks.len() as u64);
-        let labels: Vec<String> = variants.iter().map(|v| v.label.clone()).collect();
+        let labels: Vec<String> = checked.iter().map(|v| v.label.clone()).collect();
         let shadow = self
             .store()
             .create_shadow(
@@ -552,6 +577,33 @@ impl LabService {
                 now_ms(),
             )
             .await?;
+        Ok(Accepted {
+            shadow,
+            variants: checked,
+            tasks,
+            scorer,
+            seed: body.seed.unwrap_or(0),
+        })
+    }
+
+    /// Executes the planned runs, variant by variant and task by task, within the ceilings.
+    async fn run_shadow(
+        &self,
+        caller: &Caller,
+        accepted: Accepted,
+        progress: &(dyn Fn(Progress) + Send + Sync),
+    ) -> Result<Shadow, LabError> {
+        let Accepted {
+            shadow,
+            variants,
+            tasks,
+            scorer,
+            seed,
+        } = accepted;
+        let tenant = self.tenant_of(caller);
+        let ceilings = self.ceilings();
+        let planned = shadow.planned;
+        let labels = shadow.variants.clone();
         let mut runs = serde_json::Map::new();
         for t in &tasks {
             let per: serde_json::Map<String, Value> =
@@ -606,7 +658,7 @@ impl LabService {
                     variant: &v.label,
                     agent: &v.agent,
                     scorer: scorer.as_ref(),
-                    seed: body.seed.unwrap_or(0),
+                    seed,
                     trials: 1,
                 };
                 let executed = executor

@@ -433,6 +433,13 @@ fn lab_routes(id: &str, run: &str, cmp: &str) -> Vec<(Method, String, Option<Val
         ),
         (Method::GET, "/v1/sandbox/comparisons".into(), None),
         (Method::GET, format!("/v1/sandbox/comparisons/{cmp}"), None),
+        (
+            Method::POST,
+            "/v1/sandbox/shadows".into(),
+            Some(json!({"tasks": [run], "variants": [{"variant": "v", "workflow": "x"}]})),
+        ),
+        (Method::GET, "/v1/sandbox/shadows".into(), None),
+        (Method::GET, format!("/v1/sandbox/shadows/{cmp}"), None),
         (Method::GET, "/v1/sandbox/recordings".into(), None),
         (Method::GET, format!("/v1/sandbox/recordings/{run}"), None),
         (
