@@ -9,6 +9,7 @@ mod lab;
 mod recordings;
 mod runs;
 mod scenarios;
+mod shadow;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -58,6 +59,10 @@ enum Command {
     /// Read the recorded call timelines of runs (an admin, or the run's own principal).
     #[command(subcommand)]
     Recordings(recordings::Command),
+    /// Shadow evaluation: re-run recorded tasks under N variants with the real tools, unsafe
+    /// ops absent (N*M runs, announced first), and read the evaluations back.
+    #[command(subcommand)]
+    Shadow(shadow::Command),
 }
 
 /// Where a lab command works (a server, or in-process), as whom, and how it prints.
@@ -99,6 +104,7 @@ pub fn run(args: Args) -> CliResult {
         Command::Compare(a) => compare::run(a),
         Command::Comparisons(c) => compare::recorded(c),
         Command::Recordings(c) => recordings::run(c),
+        Command::Shadow(c) => shadow::run(c),
     }
 }
 
