@@ -83,6 +83,18 @@ const TOOLS: &[LabTool] = &[
         summary: "runs two variants on the same scenarios and seeds and records the before/after verdict (`deploy: true` needs admin)",
         schema: || json!({"type": "object", "required": ["baseline", "candidate", "scenarios"], "properties": {"baseline": {"type": "object"}, "candidate": {"type": "object"}, "scenarios": {"type": "array", "items": {"type": "string"}}, "trials": {"type": "integer"}, "seed": {"type": "integer"}, "scorer": {"type": "string"}, "margin": {"type": "number"}, "deploy": {"type": "boolean"}, "workers": {"type": "integer", "minimum": 1, "maximum": corral_lab::service::MAX_COMPARE_WORKERS, "description": "runs executed at once (default: the CPUs, at most the maximum); the verdict does not depend on it"}}, "additionalProperties": false}),
     },
+    LabTool {
+        name: "sandbox_shadow_run",
+        action: "sandbox.shadows.run",
+        summary: "shadow evaluation: re-runs recorded tasks (run ids of recordings with a task input) under each variant (a `workflow` or a declared `program`), N*M replay runs with the real tools and unsafe ops absent, and answers the report when they are done: per run its first divergence from the recording, the pairs a ceiling stopped, the metering. Every variant is checked first (its first unsafe or unknown op is named, nothing runs); over 10 runs `expected_runs` must be N*M",
+        schema: || json!({"type": "object", "required": ["tasks", "variants"], "properties": {"tasks": {"type": "array", "items": {"type": "string"}, "minItems": 1}, "variants": {"type": "array", "items": {"type": "object", "required": ["variant"], "properties": {"variant": {"type": "string"}, "workflow": {"type": "string"}, "program": {"type": "string"}}, "additionalProperties": false}, "minItems": 1}, "seed": {"type": "integer", "minimum": 0}, "scorer": {"type": "string"}, "expected_runs": {"type": "integer", "minimum": 0, "description": "N variants x M tasks: required over 10 runs"}}, "additionalProperties": false}),
+    },
+    LabTool {
+        name: "sandbox_shadows_get",
+        action: "sandbox.shadows.get",
+        summary: "a shadow evaluation: status, ran of planned, run ids per task and variant, not run pairs, report",
+        schema: id_schema,
+    },
 ];
 
 /// Whether `name` is a lab tool's.
@@ -166,6 +178,8 @@ enum Request {
     RunsGet(String),
     RunsOutputs(String),
     Compare(CompareBody),
+    ShadowRun(corral_lab::shadow::ShadowBody),
+    ShadowsGet(String),
 }
 
 fn request_of(name: &str, mut args: Map<String, Value>) -> Result<Request, LabError> {
@@ -181,6 +195,8 @@ fn request_of(name: &str, mut args: Map<String, Value>) -> Result<Request, LabEr
         "sandbox_runs_get" => Request::RunsGet(take_id(&mut args)?),
         "sandbox_runs_outputs" => Request::RunsOutputs(take_id(&mut args)?),
         "sandbox_compare" => Request::Compare(parse(name, Value::Object(args))?),
+        "sandbox_shadow_run" => Request::ShadowRun(parse(name, Value::Object(args))?),
+        "sandbox_shadows_get" => Request::ShadowsGet(take_id(&mut args)?),
         _ => {
             return Err(LabError {
                 code: codes::OP_NOT_ENABLED,
@@ -221,6 +237,8 @@ pub async fn call(
             .await
             .map(|o| done(&json!({"items": o}))),
         Request::Compare(b) => lab.compare(caller, &rid, b).await.map(|c| done(&c)),
+        Request::ShadowRun(b) => lab.shadow(caller, &rid, b).await.map(|s| done(&s)),
+        Request::ShadowsGet(id) => lab.get_shadow(caller, &rid, &id).await.map(|s| done(&s)),
     };
     r.unwrap_or_else(|e| failed(&e, &rid))
 }

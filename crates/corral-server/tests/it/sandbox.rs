@@ -911,7 +911,9 @@ mod over_mcp {
                 "sandbox_scenarios_create",
                 "sandbox_scenarios_get",
                 "sandbox_scenarios_list",
-                "sandbox_scenarios_run"
+                "sandbox_scenarios_run",
+                "sandbox_shadow_run",
+                "sandbox_shadows_get"
             ]
         );
         assert_eq!(
@@ -920,7 +922,8 @@ mod over_mcp {
                 "sandbox_runs_get",
                 "sandbox_runs_outputs",
                 "sandbox_scenarios_get",
-                "sandbox_scenarios_list"
+                "sandbox_scenarios_list",
+                "sandbox_shadows_get"
             ]
         );
         let samples = call(
@@ -953,6 +956,18 @@ mod over_mcp {
             (&run["steps_total"], &run["steps_ok"], &run["steps_error"]),
             (&json!(2), &json!(1), &json!(1))
         );
+        // A shadow evaluation through MCP: an unsafe variant is named before anything runs.
+        let shadow = call(
+            &op,
+            "sandbox_shadow_run",
+            json!({"tasks": [run["id"]], "variants": [{"variant": "writer", "workflow":
+                "name: w\nversion: 1\nsteps:\n  - op: files.write\n    args: {path: x.txt, content: x}\n    as: s0\noutput: done\n"}]}),
+        )
+        .await;
+        assert_eq!(shadow.is_error, Some(true), "{shadow:?}");
+        let refusal = shadow.structured_content.unwrap();
+        assert_eq!(refusal["code"], "replay.unsafe_op");
+        assert!(refusal["error"].as_str().unwrap().contains("`files.write`"));
         let outs = call(&viewer, "sandbox_runs_outputs", json!({"id": run["id"]})).await;
         let outs = outs.structured_content.unwrap();
         assert_eq!(outs["items"][0]["output"], MOCKED);
