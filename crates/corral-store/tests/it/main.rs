@@ -15,5 +15,6 @@ mod pg_schema;
 mod postgres;
 mod recordings;
 mod runs;
+mod shadows;
 mod sqlite;
 mod writer;
