@@ -1221,66 +1221,7 @@ impl Executor {
             self.fail_run(tenant, &run.id, &e).await;
             return Err(e);
         }
-        let all: Vec<StepScore> = outputs.iter().map(step_score_of).collect();
-        let run_score = if scorer.is_some() {
-            RunScore::of_steps(&all)
-        } else {
-            RunScore::NotScored {
-                steps_not_scored: all.len(),
-            }
-        };
-        let failed = !report.infra_errors.is_empty();
-        let (score, verdict) = match run_score {
-            RunScore::Scored(s) if !failed => (
-                Some(s.score()),
-                if s.pass() {
-                    RunVerdict::Passed
-                } else {
-                    RunVerdict::Failed
-                },
-            ),
-            RunScore::Scored(s) => (Some(s.score()), RunVerdict::Failed),
-            RunScore::NotScored { .. } => (None, RunVerdict::NotScored),
-        };
-        let result = RunResult {
-            status: if failed {
-                RunStatus::Failed
-            } else {
-                RunStatus::Completed
-            },
-            isolated: report.isolated,
-            destroyed: report.destroyed,
-            steps_total: report.steps_total as u64,
-            steps_ok: report.steps_ok as u64,
-            steps_error: report.steps_error as u64,
-            infra_errors: report.infra_errors.len() as u64,
-            score,
-            verdict,
-            passes: (verdict != RunVerdict::NotScored).then(|| trial_passes(&trial_scores)),
-            error: report.infra_errors.first().map(|f| store_lab::RunError {
-                code: f.code.to_owned(),
-                message: f.message.clone(),
-            }),
-            mock_misses: report
-                .mock_misses
-                .iter()
-                .map(|m| store_lab::MockMiss {
-                    step: u32::try_from(m.step).unwrap_or(u32::MAX),
-                    op: m.op.clone(),
-                    args_hash: m.args_hash.clone(),
-                })
-                .collect(),
-            attestations: report
-                .attestations
-                .iter()
-                .map(|a| store_lab::RunAttestation {
-                    backend: a.backend.to_owned(),
-                    isolated: a.isolated,
-                    destroyed: a.destroyed,
-                    primitives: a.primitives.clone(),
-                })
-                .collect(),
-        };
+        let result = run_result(&report, &outputs, &trial_scores, scorer.is_some());
         let run = self
             .store
             .finish_run(tenant, &run.id, &result, now_ms())
@@ -1339,6 +1280,76 @@ impl Executor {
             attestations: Vec::new(),
         };
         let _ = self.store.finish_run(tenant, id, &result, now_ms()).await;
+    }
+}
+
+/// The finished run's record: its status, attestation, counts, score and verdict (`scored`:
+/// a scorer was attached), the pass@k figures of its trials, its misses and first error.
+fn run_result(
+    report: &RunReport,
+    outputs: &[NewOutput],
+    trial_scores: &[Option<RunScore>],
+    scored: bool,
+) -> RunResult {
+    let all: Vec<StepScore> = outputs.iter().map(step_score_of).collect();
+    let run_score = if scored {
+        RunScore::of_steps(&all)
+    } else {
+        RunScore::NotScored {
+            steps_not_scored: all.len(),
+        }
+    };
+    let failed = !report.infra_errors.is_empty();
+    let (score, verdict) = match run_score {
+        RunScore::Scored(s) if !failed => (
+            Some(s.score()),
+            if s.pass() {
+                RunVerdict::Passed
+            } else {
+                RunVerdict::Failed
+            },
+        ),
+        RunScore::Scored(s) => (Some(s.score()), RunVerdict::Failed),
+        RunScore::NotScored { .. } => (None, RunVerdict::NotScored),
+    };
+    RunResult {
+        status: if failed {
+            RunStatus::Failed
+        } else {
+            RunStatus::Completed
+        },
+        isolated: report.isolated,
+        destroyed: report.destroyed,
+        steps_total: report.steps_total as u64,
+        steps_ok: report.steps_ok as u64,
+        steps_error: report.steps_error as u64,
+        infra_errors: report.infra_errors.len() as u64,
+        score,
+        verdict,
+        passes: (verdict != RunVerdict::NotScored).then(|| trial_passes(trial_scores)),
+        error: report.infra_errors.first().map(|f| store_lab::RunError {
+            code: f.code.to_owned(),
+            message: f.message.clone(),
+        }),
+        mock_misses: report
+            .mock_misses
+            .iter()
+            .map(|m| store_lab::MockMiss {
+                step: u32::try_from(m.step).unwrap_or(u32::MAX),
+                op: m.op.clone(),
+                args_hash: m.args_hash.clone(),
+            })
+            .collect(),
+        attestations: report
+            .attestations
+            .iter()
+            .map(|a| store_lab::RunAttestation {
+                backend: a.backend.to_owned(),
+                isolated: a.isolated,
+                destroyed: a.destroyed,
+                primitives: a.primitives.clone(),
+            })
+            .collect(),
     }
 }
 

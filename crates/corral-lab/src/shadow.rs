@@ -636,35 +636,10 @@ impl LabService {
                 let left = ceilings
                     .replay_max_calls
                     .saturating_sub(metering.replay.calls);
-                let lab = ReplayLab::new(
-                    &capped(&base, left),
-                    Arc::clone(self.gateway().backend()),
-                    self.gateway().sinks().to_vec(),
-                    self.gateway().tenant(),
-                );
-                let capture = Arc::new(Capture::default());
-                let gateway = lab.gateway().with_recorder(capture.clone());
-                let backend = gateway.backend().name();
-                let principal = caller.principal.clone();
-                let scenario = &t.scenario;
-                let world = move |run_id: &str| {
-                    World::over(gateway, scenario, run_id, principal)
-                        .map(World::recorded)
-                        .map_err(|e| LabError::new(e.code, e.message))
-                };
-                let run = Runnable {
-                    stored: &t.stored,
-                    scenario: &t.scenario,
-                    variant: &v.label,
-                    agent: &v.agent,
-                    scorer: scorer.as_ref(),
-                    seed,
-                    trials: 1,
-                };
-                let executed = executor
-                    .execute_in(caller, &tenant, &run, RunPurpose::Replay, backend, world)
-                    .await;
-                let x = match executed {
+                let (run, charged) = match self
+                    .replay_run(caller, &executor, &base, left, v, t, scorer.as_ref(), seed)
+                    .await
+                {
                     Ok(x) => x,
                     Err(e) => {
                         failure = Some(e);
@@ -672,41 +647,16 @@ impl LabService {
                         continue;
                     }
                 };
-                let calls = capture.calls();
-                let charged = calls
-                    .iter()
-                    .filter(|c| c.error_code.as_deref() != Some(codes::BUDGET_EXHAUSTED))
-                    .count() as u64;
                 metering.replay.runs += 1;
                 metering.replay.calls = metering.replay.calls.saturating_add(charged);
-                let replayed: Vec<CallAt> = calls.iter().map(call_of_recorded).collect();
-                let (timeline_kind, degraded, divergence) = match &t.timeline {
-                    Ok(events) => {
-                        let recorded: Vec<CallAt> = events.iter().map(call_of_event).collect();
-                        ("ordered", None, first_divergence(&replayed, &recorded))
-                    }
-                    Err(why) => ("degraded", Some(why.clone()), None),
-                };
                 if let Some(per) = runs
                     .get_mut(&t.run_id)
                     .and_then(|e| e.get_mut("runs"))
                     .and_then(Value::as_object_mut)
                 {
-                    per.insert(v.label.clone(), Value::String(x.run.id.clone()));
+                    per.insert(v.label.clone(), Value::String(run.run_id.clone()));
                 }
-                reported.push(ShadowRun {
-                    variant: v.label.clone(),
-                    task: t.run_id.clone(),
-                    run_id: x.run.id.clone(),
-                    scenario_id: t.stored.id.clone(),
-                    status: x.run.status.as_str().to_owned(),
-                    steps_total: x.run.steps_total,
-                    steps_ok: x.run.steps_ok,
-                    calls: calls.len() as u64,
-                    timeline: timeline_kind.to_owned(),
-                    degraded,
-                    divergence,
-                });
+                reported.push(run);
                 let p = progress_of(
                     "running", &metering, &runs, &not_run, &reported, &ceilings, None, false,
                 );
@@ -753,6 +703,79 @@ impl LabService {
             .get_shadow(&tenant, &shadow.id)
             .await?
             .ok_or_else(|| not_found("shadow evaluation", &tenant, &shadow.id))
+    }
+
+    /// One replay run of `t` by `v`, its calls capped at `left` (what is left of the replay
+    /// call ceiling): the run as reported, and the calls it was charged (a call the budget
+    /// refused is not).
+    #[allow(clippy::too_many_arguments)]
+    async fn replay_run(
+        &self,
+        caller: &Caller,
+        executor: &crate::service::Executor,
+        base: &Deployment,
+        left: u64,
+        v: &Checked,
+        t: &Task,
+        scorer: Option<&variant::RunScorer>,
+        seed: u64,
+    ) -> Result<(ShadowRun, u64), LabError> {
+        let lab = ReplayLab::new(
+            &capped(base, left),
+            Arc::clone(self.gateway().backend()),
+            self.gateway().sinks().to_vec(),
+            self.gateway().tenant(),
+        );
+        let capture = Arc::new(Capture::default());
+        let gateway = lab.gateway().with_recorder(capture.clone());
+        let backend = gateway.backend().name();
+        let principal = caller.principal.clone();
+        let scenario = &t.scenario;
+        let world = move |run_id: &str| {
+            World::over(gateway, scenario, run_id, principal)
+                .map(World::recorded)
+                .map_err(|e| LabError::new(e.code, e.message))
+        };
+        let run = Runnable {
+            stored: &t.stored,
+            scenario: &t.scenario,
+            variant: &v.label,
+            agent: &v.agent,
+            scorer,
+            seed,
+            trials: 1,
+        };
+        let tenant = self.tenant_of(caller);
+        let x = executor
+            .execute_in(caller, &tenant, &run, RunPurpose::Replay, backend, world)
+            .await?;
+        let calls = capture.calls();
+        let charged = calls
+            .iter()
+            .filter(|c| c.error_code.as_deref() != Some(codes::BUDGET_EXHAUSTED))
+            .count() as u64;
+        let replayed: Vec<CallAt> = calls.iter().map(call_of_recorded).collect();
+        let (timeline, degraded, divergence) = match &t.timeline {
+            Ok(events) => {
+                let recorded: Vec<CallAt> = events.iter().map(call_of_event).collect();
+                ("ordered", None, first_divergence(&replayed, &recorded))
+            }
+            Err(why) => ("degraded", Some(why.clone()), None),
+        };
+        let run = ShadowRun {
+            variant: v.label.clone(),
+            task: t.run_id.clone(),
+            run_id: x.run.id.clone(),
+            scenario_id: t.stored.id.clone(),
+            status: x.run.status.as_str().to_owned(),
+            steps_total: x.run.steps_total,
+            steps_ok: x.run.steps_ok,
+            calls: calls.len() as u64,
+            timeline: timeline.to_owned(),
+            degraded,
+            divergence,
+        };
+        Ok((run, charged))
     }
 }
 
