@@ -559,6 +559,56 @@ pub struct Tournament {
     pub extra: Map<String, Value>,
 }
 
+/// `POST /v1/sandbox/shadows`: a shadow evaluation, M recorded tasks under N variants.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShadowRequest {
+    /// The recorded tasks (run ids of recordings that kept their task input).
+    pub tasks: Vec<String>,
+    /// The variants (each a workflow or a declared program).
+    pub variants: Vec<VariantSpec>,
+    /// The seed of every run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// The scorer of every run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scorer: Option<String>,
+    /// N*M as announced: required over 10 runs, and exact when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_runs: Option<u64>,
+}
+
+/// A shadow evaluation: its status, its progress (`ran` of `planned`), the run ids per task and
+/// variant, the pairs not run and the report; the other fields are in `extra`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Shadow {
+    /// Its id.
+    pub id: String,
+    /// `running`, `completed`, `stopped_by_ceiling` or `failed`.
+    pub status: String,
+    /// N variants x M tasks.
+    pub planned: u64,
+    /// Runs finished so far.
+    pub ran: u64,
+    /// The tasks, in request order.
+    #[serde(default)]
+    pub tasks: Vec<String>,
+    /// The variant labels, in request order.
+    #[serde(default)]
+    pub variants: Vec<String>,
+    /// Per task: `{scenario_id, runs: {variant: run_id | null}}`.
+    #[serde(default)]
+    pub runs: Value,
+    /// The `{variant, task}` pairs a ceiling stopped.
+    #[serde(default)]
+    pub not_run: Value,
+    /// The runs' divergences, the metering and the ceilings.
+    #[serde(default)]
+    pub report: Value,
+    /// The fields this type does not name.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
 impl Client {
     async fn send_json<T: serde::de::DeserializeOwned>(
         &self,
@@ -711,6 +761,28 @@ impl Client {
     /// `GET /v1/sandbox/comparisons/{id}`.
     pub async fn sandbox_comparison(&self, id: &str) -> Result<Comparison, ClientError> {
         let path = format!("v1/sandbox/comparisons/{}", encode_segment(id));
+        self.get_query(&path, &[]).await
+    }
+
+    /// `POST /v1/sandbox/shadows`: starts a shadow evaluation (answered `running`; poll
+    /// [`Client::sandbox_shadow`]).
+    pub async fn sandbox_start_shadow(&self, req: &ShadowRequest) -> Result<Shadow, ClientError> {
+        self.send_json(Method::POST, "v1/sandbox/shadows", req)
+            .await
+    }
+
+    /// `GET /v1/sandbox/shadows?limit=&after=`.
+    pub async fn sandbox_list_shadows(
+        &self,
+        page: &PageRequest,
+    ) -> Result<Page<Shadow>, ClientError> {
+        self.get_query("v1/sandbox/shadows", &page_query(page, None))
+            .await
+    }
+
+    /// `GET /v1/sandbox/shadows/{id}`.
+    pub async fn sandbox_shadow(&self, id: &str) -> Result<Shadow, ClientError> {
+        let path = format!("v1/sandbox/shadows/{}", encode_segment(id));
         self.get_query(&path, &[]).await
     }
 

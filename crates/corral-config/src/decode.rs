@@ -636,6 +636,8 @@ pub(crate) fn all_tables() -> Vec<(&'static str, Vec<&'static str>)> {
         ("roles", keys(access::ROLES)),
         ("guardrails", keys(control::GUARDRAILS)),
         ("budgets", keys(control::BUDGETS)),
+        ("budgets.replay", keys(control::REPLAY_BUDGET)),
+        ("budgets.judge", keys(control::JUDGE_BUDGET)),
         ("run", keys(control::RUN)),
         ("run.limits", keys(control::RUN_LIMITS)),
         ("preset[0]", keys(control::PRESET)),

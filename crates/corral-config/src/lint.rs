@@ -273,6 +273,7 @@ impl<'a> Linter<'a> {
         self.lab_programs();
         self.state_only();
         self.raised_caps();
+        self.raised_ceilings();
         self.auth();
         self.guardrails();
         self.secrets();
@@ -322,6 +323,41 @@ impl<'a> Linter<'a> {
                 )
                 .with_fix("set `isolation: {backend: linux}`, or remove the entry"),
             );
+        }
+    }
+
+    /// `lint.raised_cap`: a shadow evaluation's replay ceiling or a tournament's judge ceiling
+    /// above corral's safe default.
+    fn raised_ceilings(&mut self) {
+        let c = &self.l.config;
+        let (replay, judge) = (&c.budgets.replay, &c.budgets.judge);
+        for (at, value, default) in [
+            (
+                "budgets.replay.max_runs",
+                replay.max_runs,
+                crate::model::ReplayBudget::DEFAULT_MAX_RUNS,
+            ),
+            (
+                "budgets.replay.max_calls",
+                replay.max_calls,
+                crate::model::ReplayBudget::DEFAULT_MAX_CALLS,
+            ),
+            (
+                "budgets.judge.max_calls",
+                judge.max_calls,
+                crate::model::JudgeBudget::DEFAULT_MAX_CALLS,
+            ),
+        ] {
+            if value > default {
+                self.push(Diagnostic::warning(
+                    codes::LINT_RAISED_CAP,
+                    format!(
+                        "`{at}` raises the ceiling from the safe default {default} to {value}: every unit of it is paid for"
+                    ),
+                    at,
+                    None,
+                ));
+            }
         }
     }
 

@@ -216,6 +216,9 @@ pub struct LabProgramConfig {
     pub memory: Option<u64>,
     /// Its process limit (default 64).
     pub processes: Option<u32>,
+    /// `tools:` the ops it calls, for a shadow evaluation's load-time check (`None`: not
+    /// declared, so it is ineligible for shadow evaluation, `replay.tools_undeclared`).
+    pub tools: Option<Vec<Spanned<String>>>,
     /// Where the entry starts.
     pub span: Span,
 }
@@ -351,6 +354,56 @@ pub struct BudgetsConfig {
     pub max_wall_time: Duration,
     /// Bytes of results per run.
     pub max_output_bytes: u64,
+    /// `replay:` the ceiling of one shadow evaluation's replay runs (purpose `replay`).
+    pub replay: ReplayBudget,
+    /// `judge:` the ceiling of one tournament's judge calls (purpose `judge`).
+    pub judge: JudgeBudget,
+}
+
+/// The replay runs' ceiling (`budgets.replay`), per shadow evaluation: separate from the
+/// judge's, so replay, which dominates, can never spend the grading budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayBudget {
+    /// Runs (default [`ReplayBudget::DEFAULT_MAX_RUNS`]).
+    pub max_runs: u64,
+    /// Gateway calls, summed over the runs (default [`ReplayBudget::DEFAULT_MAX_CALLS`]).
+    pub max_calls: u64,
+}
+
+impl ReplayBudget {
+    /// The safe default of `max_runs`.
+    pub const DEFAULT_MAX_RUNS: u64 = 100;
+    /// The safe default of `max_calls`.
+    pub const DEFAULT_MAX_CALLS: u64 = 10_000;
+}
+
+impl Default for ReplayBudget {
+    fn default() -> Self {
+        Self {
+            max_runs: Self::DEFAULT_MAX_RUNS,
+            max_calls: Self::DEFAULT_MAX_CALLS,
+        }
+    }
+}
+
+/// The judge calls' ceiling (`budgets.judge`), per tournament.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JudgeBudget {
+    /// Judge calls (default [`JudgeBudget::DEFAULT_MAX_CALLS`]).
+    pub max_calls: u64,
+}
+
+impl JudgeBudget {
+    /// The safe default of `max_calls`.
+    pub const DEFAULT_MAX_CALLS: u64 = 1_000;
+}
+
+impl Default for JudgeBudget {
+    fn default() -> Self {
+        Self {
+            max_calls: Self::DEFAULT_MAX_CALLS,
+        }
+    }
 }
 
 /// One preset in use.

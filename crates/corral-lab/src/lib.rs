@@ -13,6 +13,7 @@ pub mod runner;
 pub mod scenario;
 pub mod score;
 pub mod service;
+pub mod shadow;
 pub mod synthetic;
 pub mod task;
 pub mod tournament;

@@ -66,6 +66,10 @@ pub struct ProgramSpec {
     /// Corral's own files (its config, its state directory: the store, the audit), hidden from
     /// the program even under one of its `read_paths`, as from every other sandbox of corral.
     pub protected: Vec<PathBuf>,
+    /// The ops it calls, as its entry's `tools:` declares them: what a shadow evaluation checks
+    /// before it runs (`None`: undeclared, so it is ineligible for shadow evaluation; its calls
+    /// would be limited to the replay's safe ops anyway).
+    pub tools: Option<Vec<String>>,
 }
 
 impl ProgramSpec {

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use corral_guard::audit::{AuditEvent, Outcome};
 use corral_guard::recording::RecordingKey;
+use corral_guard::runs::RunPurpose;
 use corral_guard::{Caller, Deployment, Gateway, Refusal, now_ms};
 use corral_policy::{Role, codes};
 use corral_store::Store;
@@ -49,7 +50,7 @@ use crate::score::{RunScore, Scored, StepScore, TrialStats, score_step};
 use crate::synthetic::{self, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
 use crate::variant::{self, Resolved, RunScorer};
 use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
-use crate::world::{Lab, World};
+use crate::world::Lab;
 pub use playback::{Divergence, InputBody, ReplayBody, ReplayReport, ReplayStatus};
 
 mod tournament;
@@ -235,7 +236,7 @@ pub struct PageQuery {
 }
 
 impl PageQuery {
-    fn page(&self) -> Result<Page, LabError> {
+    pub(crate) fn page(&self) -> Result<Page, LabError> {
         let after = match &self.after {
             None => None,
             Some(s) => Some(s.parse::<PageCursor>().map_err(LabError::from)?),
@@ -285,9 +286,9 @@ impl RecordingView {
 }
 
 /// What an action is audited as, and what it needs.
-struct Action {
-    op: &'static str,
-    role: Role,
+pub(crate) struct Action {
+    pub(crate) op: &'static str,
+    pub(crate) role: Role,
 }
 
 const GENERATE: Action = Action {
@@ -377,6 +378,9 @@ pub fn role_needed(op: &str) -> Option<Role> {
         playback::REPLAY,
         tournament::TOURNAMENT,
         tournament::TOURNAMENTS_GET,
+        crate::shadow::SHADOW_RUN,
+        crate::shadow::SHADOWS_LIST,
+        crate::shadow::SHADOWS_GET,
     ]
     .into_iter()
     .find(|a| a.op == op)
@@ -400,17 +404,19 @@ pub struct LabService {
     links: OnceLock<Arc<dyn ProgramLinks>>,
     /// Whether every run is recorded, with its task input (`sandbox.record_runs`).
     record_runs: AtomicBool,
+    /// The replay and judge ceilings (`budgets.replay`, `budgets.judge`; replaced on reload).
+    ceilings: RwLock<crate::shadow::Ceilings>,
 }
 
 /// What one executed run gives a comparison: the record and each trial's score.
-struct Executed {
-    run: store_lab::Run,
+pub(crate) struct Executed {
+    pub(crate) run: store_lab::Run,
     /// Per trial: `None` when the trial hit an infrastructure error, else its run score.
     trials: Vec<Option<RunScore>>,
     /// The misses (in a playback, the divergences, with what was expected).
-    misses: Vec<crate::runner::MockMiss>,
+    pub(crate) misses: Vec<crate::runner::MockMiss>,
     /// The step outputs, in order.
-    outputs: Vec<crate::runner::StepOutput>,
+    pub(crate) outputs: Vec<crate::runner::StepOutput>,
 }
 
 impl LabService {
@@ -425,7 +431,43 @@ impl LabService {
             programs: RwLock::new(Programs::default()),
             links: OnceLock::new(),
             record_runs: AtomicBool::new(false),
+            ceilings: RwLock::new(crate::shadow::Ceilings::default()),
         }
+    }
+
+    /// Replaces the replay and judge ceilings (`budgets.replay`, `budgets.judge`): at start-up
+    /// and on each reload.
+    pub fn set_ceilings(&self, ceilings: crate::shadow::Ceilings) {
+        match self.ceilings.write() {
+            Ok(mut c) => *c = ceilings,
+            Err(poisoned) => *poisoned.into_inner() = ceilings,
+        }
+    }
+
+    /// The replay and judge ceilings in force.
+    pub fn ceilings(&self) -> crate::shadow::Ceilings {
+        match self.ceilings.read() {
+            Ok(c) => *c,
+            Err(poisoned) => *poisoned.into_inner(),
+        }
+    }
+
+    /// The most judge calls one tournament may make (`budgets.judge.max_calls`): what the
+    /// tournament is handed; replay runs never count against it.
+    pub fn max_judge_calls(&self) -> u64 {
+        self.ceilings().judge_max_calls
+    }
+
+    pub(crate) fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub(crate) fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    pub(crate) fn program_links(&self) -> Option<&Arc<dyn ProgramLinks>> {
+        self.links.get()
     }
 
     /// Records every run from now on, or stops (`sandbox.record_runs`, at start-up and on each
@@ -449,7 +491,7 @@ impl LabService {
         let _ = self.links.set(links);
     }
 
-    fn programs(&self) -> Programs {
+    pub(crate) fn programs(&self) -> Programs {
         match self.programs.read() {
             Ok(p) => p.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -828,7 +870,7 @@ impl LabService {
 
     /// The recording of `run_id` the caller may read: its own (by identity, never the bare
     /// id), or, for an admin, the only one of the run or the one `owner` names.
-    async fn read_recording(
+    pub(crate) async fn read_recording(
         &self,
         caller: &Caller,
         run_id: &str,
@@ -927,14 +969,14 @@ impl LabService {
     // --- the parts ---
 
     /// The checks every action starts with: the lab is on, the caller has the role.
-    fn start(&self, action: &Action, caller: &Caller) -> Result<(), LabError> {
+    pub(crate) fn start(&self, action: &Action, caller: &Caller) -> Result<(), LabError> {
         self.check_enabled()?;
         check_role(action, caller)
     }
 
     /// Audits the action (one event, no values) and answers its result; an audit failure is
     /// the action's failure (`server.audit_unavailable`), so nothing unaudited is reported done.
-    async fn finish<T>(
+    pub(crate) async fn finish<T>(
         &self,
         action: &Action,
         caller: &Caller,
@@ -1043,7 +1085,7 @@ impl LabService {
 
     /// What runs need from the service, owned (a comparison's runs are tokio tasks): the store
     /// and the lab of the current deployment, or why it could not be built.
-    fn executor(&self) -> Executor {
+    pub(crate) fn executor(&self) -> Executor {
         let record = self.record_runs.load(Ordering::Relaxed);
         let lab = match (record, self.gateway.recorder()) {
             (false, _) => self.lab(),
@@ -1056,7 +1098,6 @@ impl LabService {
         };
         Executor {
             store: self.store.clone(),
-            answering: Answering::Mocks,
             lab,
             record,
         }
@@ -1127,62 +1168,32 @@ impl LabService {
     }
 }
 
+/// One run to execute: its scenario, its agent, how it is scored.
+#[derive(Clone, Copy)]
+pub(crate) struct Runnable<'a> {
+    pub(crate) stored: &'a store_lab::Scenario,
+    pub(crate) scenario: &'a Scenario,
+    pub(crate) variant: &'a str,
+    pub(crate) agent: &'a Resolved,
+    pub(crate) scorer: Option<&'a RunScorer>,
+    pub(crate) seed: u64,
+    pub(crate) trials: u32,
+}
+
 /// The store and the lab a run is executed with, owned, so that a comparison's runs can be
 /// tokio tasks that finish (and record) their run even when the request is dropped.
 #[derive(Debug, Clone)]
-struct Executor {
+pub(crate) struct Executor {
     store: Arc<Store>,
     lab: Result<Lab, LabError>,
-    /// What answers the run's calls.
-    answering: Answering,
     /// Whether the run is recorded (its lab's worlds record their calls): its task input is
     /// kept first.
     record: bool,
 }
 
 impl Executor {
-    /// The world a run executes in: what answers its calls is the executor's.
-    fn world(&self, scenario: &Scenario, run_id: &str, caller: &Caller) -> Result<World, LabError> {
-        let lab = self.lab.clone()?;
-        let principal = caller.principal.clone();
-        match &self.answering {
-            Answering::Mocks => lab.world(scenario, run_id, principal),
-            Answering::Playback(p) => lab.playback(scenario, run_id, principal, p.clone()),
-        }
-        .map_err(|e| LabError::new(e.code, e.message))
-    }
-}
-
-/// An attestation as a run stores it.
-fn stored_attestation(a: &crate::runner::Attested) -> store_lab::RunAttestation {
-    store_lab::RunAttestation {
-        backend: a.backend.to_owned(),
-        isolated: a.isolated,
-        destroyed: a.destroyed,
-        primitives: a.primitives.clone(),
-    }
-}
-
-/// What answers a run's calls.
-#[derive(Debug, Clone)]
-enum Answering {
-    /// The scenario's mocks (purpose `simulation`).
-    Mocks,
-    /// A recording (deterministic replay, purpose `replay`).
-    Playback(Arc<crate::playback::Playback>),
-}
-
-impl Answering {
-    fn purpose(&self) -> corral_guard::runs::RunPurpose {
-        match self {
-            Answering::Mocks => corral_guard::runs::RunPurpose::Simulation,
-            Answering::Playback(_) => corral_guard::runs::RunPurpose::Replay,
-        }
-    }
-}
-
-impl Executor {
-    /// Creates, executes, scores, records and finishes one run.
+    /// Creates, executes, scores, records and finishes one run in a world of the lab (purpose
+    /// `simulation`).
     #[allow(clippy::too_many_arguments)]
     async fn execute(
         &self,
@@ -1196,11 +1207,59 @@ impl Executor {
         seed: u64,
         trials: u32,
     ) -> Result<Executed, LabError> {
+        let lab = self.lab.clone();
+        let principal = caller.principal.clone();
+        let world = move |run_id: &str| {
+            lab.and_then(|lab| {
+                lab.world(scenario, run_id, principal)
+                    .map_err(|e| LabError::new(e.code, e.message))
+            })
+        };
+        let run = Runnable {
+            stored,
+            scenario,
+            variant,
+            agent,
+            scorer,
+            seed,
+            trials,
+        };
+        self.execute_in(
+            caller,
+            tenant,
+            &run,
+            RunPurpose::Simulation,
+            agent.backend,
+            world,
+        )
+        .await
+    }
+
+    /// Creates, executes (in the world `world` makes for the run's id), scores, records and
+    /// finishes one run of `purpose`, attested as run on `backend`.
+    pub(crate) async fn execute_in(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        run: &Runnable<'_>,
+        purpose: RunPurpose,
+        backend: &str,
+        world: impl FnOnce(&str) -> Result<crate::world::World, LabError>,
+    ) -> Result<Executed, LabError> {
+        let Runnable {
+            stored,
+            scenario,
+            variant,
+            agent,
+            scorer,
+            seed,
+            trials,
+        } = *run;
         let new = NewRun {
             scenario_id: stored.id.clone(),
             runner: RUNNER.to_owned(),
-            backend: agent.backend.to_owned(),
-            purpose: self.answering.purpose().as_str().to_owned(),
+            backend: backend.to_owned(),
+            purpose: purpose.as_str().to_owned(),
             variant: variant.to_owned(),
             seed,
             trials: Some(trials),
@@ -1209,6 +1268,7 @@ impl Executor {
         };
         let run = self.store.create_run(tenant, &new, now_ms()).await?;
         if self.record
+            && purpose == RunPurpose::Simulation
             && let Err(e) = self
                 .keep_input(tenant, caller, stored, scenario, &run.id)
                 .await
@@ -1216,8 +1276,7 @@ impl Executor {
             self.fail_run(tenant, &run.id, &e).await;
             return Err(e);
         }
-        let world = self.world(scenario, &run.id, caller);
-        let world = match world {
+        let world = match world(&run.id) {
             Ok(w) => w,
             Err(e) => {
                 self.fail_run(tenant, &run.id, &e).await;
@@ -1236,57 +1295,7 @@ impl Executor {
             self.fail_run(tenant, &run.id, &e).await;
             return Err(e);
         }
-        let all: Vec<StepScore> = outputs.iter().map(step_score_of).collect();
-        let run_score = if scorer.is_some() {
-            RunScore::of_steps(&all)
-        } else {
-            RunScore::NotScored {
-                steps_not_scored: all.len(),
-            }
-        };
-        let failed = !report.infra_errors.is_empty();
-        let (score, verdict) = match run_score {
-            RunScore::Scored(s) if !failed => (
-                Some(s.score()),
-                if s.pass() {
-                    RunVerdict::Passed
-                } else {
-                    RunVerdict::Failed
-                },
-            ),
-            RunScore::Scored(s) => (Some(s.score()), RunVerdict::Failed),
-            RunScore::NotScored { .. } => (None, RunVerdict::NotScored),
-        };
-        let result = RunResult {
-            status: if failed {
-                RunStatus::Failed
-            } else {
-                RunStatus::Completed
-            },
-            isolated: report.isolated,
-            destroyed: report.destroyed,
-            steps_total: report.steps_total as u64,
-            steps_ok: report.steps_ok as u64,
-            steps_error: report.steps_error as u64,
-            infra_errors: report.infra_errors.len() as u64,
-            score,
-            verdict,
-            passes: (verdict != RunVerdict::NotScored).then(|| trial_passes(&trial_scores)),
-            error: report.infra_errors.first().map(|f| store_lab::RunError {
-                code: f.code.to_owned(),
-                message: f.message.clone(),
-            }),
-            mock_misses: report
-                .mock_misses
-                .iter()
-                .map(|m| store_lab::MockMiss {
-                    step: u32::try_from(m.step).unwrap_or(u32::MAX),
-                    op: m.op.clone(),
-                    args_hash: m.args_hash.clone(),
-                })
-                .collect(),
-            attestations: report.attestations.iter().map(stored_attestation).collect(),
-        };
+        let result = run_result(&report, &outputs, &trial_scores, scorer.is_some());
         let run = self
             .store
             .finish_run(tenant, &run.id, &result, now_ms())
@@ -1314,7 +1323,7 @@ impl Executor {
             run_id: run_id.to_owned(),
             identity: caller.principal.identity(),
             principal: caller.principal.id.clone(),
-            purpose: self.answering.purpose(),
+            purpose: RunPurpose::Simulation,
         };
         let input = json!({
             "scenario": {"id": stored.id, "version": stored.version, "name": scenario.name()},
@@ -1348,6 +1357,76 @@ impl Executor {
             attestations: Vec::new(),
         };
         let _ = self.store.finish_run(tenant, id, &result, now_ms()).await;
+    }
+}
+
+/// The finished run's record: its status, attestation, counts, score and verdict (`scored`:
+/// a scorer was attached), the pass@k figures of its trials, its misses and first error.
+fn run_result(
+    report: &RunReport,
+    outputs: &[NewOutput],
+    trial_scores: &[Option<RunScore>],
+    scored: bool,
+) -> RunResult {
+    let all: Vec<StepScore> = outputs.iter().map(step_score_of).collect();
+    let run_score = if scored {
+        RunScore::of_steps(&all)
+    } else {
+        RunScore::NotScored {
+            steps_not_scored: all.len(),
+        }
+    };
+    let failed = !report.infra_errors.is_empty();
+    let (score, verdict) = match run_score {
+        RunScore::Scored(s) if !failed => (
+            Some(s.score()),
+            if s.pass() {
+                RunVerdict::Passed
+            } else {
+                RunVerdict::Failed
+            },
+        ),
+        RunScore::Scored(s) => (Some(s.score()), RunVerdict::Failed),
+        RunScore::NotScored { .. } => (None, RunVerdict::NotScored),
+    };
+    RunResult {
+        status: if failed {
+            RunStatus::Failed
+        } else {
+            RunStatus::Completed
+        },
+        isolated: report.isolated,
+        destroyed: report.destroyed,
+        steps_total: report.steps_total as u64,
+        steps_ok: report.steps_ok as u64,
+        steps_error: report.steps_error as u64,
+        infra_errors: report.infra_errors.len() as u64,
+        score,
+        verdict,
+        passes: (verdict != RunVerdict::NotScored).then(|| trial_passes(trial_scores)),
+        error: report.infra_errors.first().map(|f| store_lab::RunError {
+            code: f.code.to_owned(),
+            message: f.message.clone(),
+        }),
+        mock_misses: report
+            .mock_misses
+            .iter()
+            .map(|m| store_lab::MockMiss {
+                step: u32::try_from(m.step).unwrap_or(u32::MAX),
+                op: m.op.clone(),
+                args_hash: m.args_hash.clone(),
+            })
+            .collect(),
+        attestations: report
+            .attestations
+            .iter()
+            .map(|a| store_lab::RunAttestation {
+                backend: a.backend.to_owned(),
+                isolated: a.isolated,
+                destroyed: a.destroyed,
+                primitives: a.primitives.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -1538,7 +1617,7 @@ fn disabled() -> LabError {
     )
 }
 
-fn not_found(what: &'static str, tenant: &str, id: &str) -> LabError {
+pub(crate) fn not_found(what: &'static str, tenant: &str, id: &str) -> LabError {
     LabError::from(LabStoreError::NotFound {
         what,
         id: clip(id),
@@ -1548,7 +1627,7 @@ fn not_found(what: &'static str, tenant: &str, id: &str) -> LabError {
 
 /// An id as the audit records it: the caller's text only when it has the shape of an id (1-64
 /// letters, digits, `-`, `_`, `.`, `:`), so no free text reaches the audit through a path.
-fn audited_id(id: &str) -> String {
+pub(crate) fn audited_id(id: &str) -> String {
     if !id.is_empty()
         && id.len() <= 64
         && id
@@ -1567,7 +1646,7 @@ fn run_of(id: &str) -> Option<String> {
 }
 
 /// At most 128 characters of caller text, for messages.
-fn clip(s: &str) -> String {
+pub(crate) fn clip(s: &str) -> String {
     s.chars().take(128).collect()
 }
 
@@ -1627,7 +1706,7 @@ fn check_role(action: &Action, caller: &Caller) -> Result<(), LabError> {
     Err(LabError::new(codes::RBAC_DENIED, message))
 }
 
-fn check_variant(v: &str, field: &str) -> Result<String, LabError> {
+pub(crate) fn check_variant(v: &str, field: &str) -> Result<String, LabError> {
     if v.is_empty() || v.len() > MAX_VARIANT_BYTES || v.chars().any(char::is_control) {
         return Err(LabError::invalid(format!(
             "`{field}` must be 1 to {MAX_VARIANT_BYTES} bytes with no control characters (a label such as `candidate`)"
@@ -1656,7 +1735,7 @@ fn check_workers(w: Option<u32>) -> Result<usize, LabError> {
 }
 
 /// Refuses a request whose step executions would pass [`MAX_STEP_EXECUTIONS`].
-fn check_executions(n: usize) -> Result<(), LabError> {
+pub(crate) fn check_executions(n: usize) -> Result<(), LabError> {
     if n > MAX_STEP_EXECUTIONS {
         return Err(LabError::invalid(format!(
             "this request would execute {n} steps (steps x trials, x2 sides and summed over the scenarios of a comparison); the limit is {MAX_STEP_EXECUTIONS}: ask for fewer `trials`, or split the scenarios. Nothing was run or recorded"

@@ -96,6 +96,18 @@ const TOOLS: &[LabTool] = &[
         summary: "grades finished runs of one scenario (one per variant) by a command judge asked about every task and pair in both orders: a Bradley-Terry ranking with bootstrap intervals, the judge's position bias, and the verdict between the top two; the answer is stored",
         schema: || json!({"type": "object", "required": ["runs", "judge"], "properties": {"runs": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": corral_lab::service::MAX_TOURNAMENT_RUNS}, "judge": {"type": "string", "description": "command:<name> of a judge under `sandbox.judges`"}, "seed": {"type": "integer", "minimum": 0}, "bootstrap": {"type": "integer", "minimum": 1, "maximum": corral_lab::tournament::MAX_BOOTSTRAP}}, "additionalProperties": false}),
     },
+    LabTool {
+        name: "sandbox_shadow_run",
+        action: "sandbox.shadows.run",
+        summary: "shadow evaluation: re-runs recorded tasks (run ids of recordings with a task input) under each variant (a `workflow` or a declared `program`), N*M replay runs with the real tools and unsafe ops absent, and answers the report when they are done: per run its first divergence from the recording, the pairs a ceiling stopped, the metering. Every variant is checked first (its first unsafe or unknown op is named, nothing runs); over 10 runs `expected_runs` must be N*M",
+        schema: || json!({"type": "object", "required": ["tasks", "variants"], "properties": {"tasks": {"type": "array", "items": {"type": "string"}, "minItems": 1}, "variants": {"type": "array", "items": {"type": "object", "required": ["variant"], "properties": {"variant": {"type": "string"}, "workflow": {"type": "string"}, "program": {"type": "string"}}, "additionalProperties": false}, "minItems": 1}, "seed": {"type": "integer", "minimum": 0}, "scorer": {"type": "string"}, "expected_runs": {"type": "integer", "minimum": 0, "description": "N variants x M tasks: required over 10 runs"}}, "additionalProperties": false}),
+    },
+    LabTool {
+        name: "sandbox_shadows_get",
+        action: "sandbox.shadows.get",
+        summary: "a shadow evaluation: status, ran of planned, run ids per task and variant, not run pairs, report",
+        schema: id_schema,
+    },
 ];
 
 /// Whether `name` is a lab tool's.
@@ -181,6 +193,8 @@ enum Request {
     Compare(CompareBody),
     Replay(String, ReplayBody),
     Tournament(TournamentBody),
+    ShadowRun(corral_lab::shadow::ShadowBody),
+    ShadowsGet(String),
 }
 
 fn request_of(name: &str, mut args: Map<String, Value>) -> Result<Request, LabError> {
@@ -201,6 +215,8 @@ fn request_of(name: &str, mut args: Map<String, Value>) -> Result<Request, LabEr
             Request::Replay(id, parse(name, Value::Object(args))?)
         }
         "sandbox_tournament" => Request::Tournament(parse(name, Value::Object(args))?),
+        "sandbox_shadow_run" => Request::ShadowRun(parse(name, Value::Object(args))?),
+        "sandbox_shadows_get" => Request::ShadowsGet(take_id(&mut args)?),
         _ => {
             return Err(LabError {
                 code: codes::OP_NOT_ENABLED,
@@ -242,16 +258,13 @@ pub async fn call(
             .map(|o| done(&json!({"items": o}))),
         Request::Compare(b) => lab.compare(caller, &rid, b).await.map(|c| done(&c)),
         Request::Replay(id, b) => lab.replay(caller, &rid, &id, b).await.map(|r| done(&r)),
-        // The ceiling of judge calls: the config's `budgets.judge` is to be wired here.
+        // The ceiling of judge calls: the config's `budgets.judge.max_calls`.
         Request::Tournament(b) => lab
-            .tournament(
-                caller,
-                &rid,
-                b,
-                corral_lab::tournament::DEFAULT_MAX_JUDGE_CALLS,
-            )
+            .tournament(caller, &rid, b, lab.max_judge_calls())
             .await
             .map(|t| done(&t)),
+        Request::ShadowRun(b) => lab.shadow(caller, &rid, b).await.map(|s| done(&s)),
+        Request::ShadowsGet(id) => lab.get_shadow(caller, &rid, &id).await.map(|s| done(&s)),
     };
     r.unwrap_or_else(|e| failed(&e, &rid))
 }

@@ -367,6 +367,15 @@ catalog! {
     REPLAY_DIVERGENCE = "replay.divergence", 404,
         "a replayed run made a call its recording lacks (another op, other arguments, or one call too many); nothing real was reached, and the run went on",
         "expected when the variant differs from what was recorded: the replay reports each divergence with its step, op, arguments hash and the call the recording expected there";
+    REPLAY_TOOLS_UNDECLARED = "replay.tools_undeclared", 400,
+        "an external program given to a shadow evaluation declares no `tools:` list, so what it may call is unknown and it cannot be checked before it runs; nothing was run",
+        "add `tools: [op, ...]` (the ops it calls, all replay-safe) to its entry under `sandbox.programs` in the config";
+    REPLAY_CONFIRM_NEEDED = "replay.confirm_needed", 409,
+        "a shadow evaluation of N variants x M tasks is N*M full agent runs, over the threshold that must be announced; nothing was run",
+        "send `expected_runs` equal to N*M (the count in the message), or `corral sandbox shadow run ... --yes` after reading it";
+    REPLAY_VARIANT_INVALID = "replay.variant_invalid", 400,
+        "a shadow evaluation's variant is neither a workflow nor a declared program (the identity agent only answers from mocks, which a replay does not have); nothing was run",
+        "give each variant a `workflow` (YAML) or a `program` (a name under `sandbox.programs`)";
     REPLAY_NO_INPUT = "replay.no_input", 409,
         "the recording kept no task input (or one that is not `{steps: [{input, expected?}]}`), so there is no task to re-run",
         "record lab runs with `sandbox: {record_runs: true}`, or set a live session's input with `PUT /v1/sandbox/recordings/{run}/input` before replaying it";

@@ -236,6 +236,16 @@ pub fn disabled_ops(loaded: &Loaded) -> Vec<String> {
         .collect()
 }
 
+/// The replay and judge ceilings (`budgets.replay`, `budgets.judge`).
+pub fn lab_ceilings(loaded: &Loaded) -> corral_lab::shadow::Ceilings {
+    let b = &loaded.config.budgets;
+    corral_lab::shadow::Ceilings {
+        replay_max_runs: b.replay.max_runs,
+        replay_max_calls: b.replay.max_calls,
+        judge_max_calls: b.judge.max_calls,
+    }
+}
+
 /// The lab's declared programs, scorers and judges (`sandbox.programs`, `sandbox.scorers`,
 /// `sandbox.judges`), paths made
 /// absolute against the config's directory, run by `backend` (the deployment's: a program runs
@@ -276,6 +286,10 @@ pub fn lab_programs(
                 memory: p.memory,
                 processes: p.processes,
                 protected: protected.clone(),
+                tools: p
+                    .tools
+                    .as_ref()
+                    .map(|t| t.iter().map(|o| o.value.clone()).collect()),
             }),
         )
     };

@@ -238,6 +238,7 @@ impl Runtime {
         ));
         lab.set_programs(compose::lab_programs(loaded, Arc::clone(gateway.backend())));
         lab.set_record_runs(loaded.config.sandbox.record_runs);
+        lab.set_ceilings(compose::lab_ceilings(loaded));
         Ok(Self {
             lab,
             gateway,
@@ -329,6 +330,7 @@ impl Runtime {
         self.gateway.replace(deployment);
         self.lab.set_enabled(loaded.config.sandbox.enabled);
         self.lab.set_record_runs(loaded.config.sandbox.record_runs);
+        self.lab.set_ceilings(compose::lab_ceilings(loaded));
         self.lab.set_programs(compose::lab_programs(
             loaded,
             Arc::clone(self.gateway.backend()),

@@ -260,7 +260,47 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
         vec![("400", bad("lab.tournament_mismatch, lab.program_unknown, args.invalid")), ("409", bad("lab.tournament_run_incomplete")), ("503", bad("isolation.unavailable (a judge on a host without the linux backend)"))],
     )}));
     paths.insert("/v1/sandbox/tournaments/{id}".to_owned(), json!({"get": op("sandbox.tournaments.get", "a stored tournament of the tenant (viewer)", id_param, None, ("200", json_of("the tournament, as `POST /v1/sandbox/tournaments` answered it")), vec![])}));
+    shadow_paths(paths, &op, &variant, &scorer, &e);
     recording_paths(paths, err);
+}
+
+/// A route's operation, as `sandbox_paths` builds it: id, summary, parameters, body, the
+/// success answer and the other answers.
+type OpOf<'a> =
+    &'a dyn Fn(&str, &str, Value, Option<Value>, (&str, Value), Vec<(&str, Value)>) -> Value;
+
+/// The shadow evaluations' routes (`/v1/sandbox/shadows*`, issue 15 items 3-5).
+fn shadow_paths(
+    paths: &mut serde_json::Map<String, Value>,
+    op: OpOf<'_>,
+    variant: &Value,
+    scorer: &Value,
+    e: &dyn Fn(&str) -> Value,
+) {
+    let json_of = |d: &str| json!({"description": d, "content": {"application/json": {"schema": {"type": "object"}}}});
+    let id_param =
+        json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
+    let page_params = json!([
+        {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+        {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
+    ]);
+    let shadow = "the shadow evaluation `{id, tenant, principal, status, planned, ran, tasks, variants, runs, not_run, report, created_ms, updated_ms, finished_ms}`: `status` is `running`, `completed`, `stopped_by_ceiling` or `failed`; `runs` maps each task to `{scenario_id, runs: {variant: run_id | null}}` (the run ids a tournament grades); `not_run` lists the `{variant, task}` pairs a ceiling stopped; `report` has `runs` (per run: `{variant, task, run_id, scenario_id, status, steps_total, steps_ok, calls, timeline, degraded?, divergence}`, `divergence` being `{step, op, args_hash, recorded: {op, args_hash} | null}` or null), `metering` (`{replay: {runs, calls, tokens, spend}, judge: {...}}`; `tokens` and `spend` are null: not known), `ceilings`, `stopped_by` and `error`";
+    paths.insert("/v1/sandbox/shadows".to_owned(), json!({
+        "post": op("sandbox.shadows.run", "starts a shadow evaluation: the recorded tasks' inputs re-run under every variant (N*M replay runs, purpose `replay`, real tools, unsafe ops absent), in the background (operator, and the caller must be allowed to read every task's recording: admin or its principal). Every variant is checked first; N*M over 10 needs `expected_runs`", json!([]),
+            Some(json!({"type": "object", "required": ["tasks", "variants"], "additionalProperties": false, "properties": {
+                "tasks": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": corral_lab::shadow::MAX_SHADOW_TASKS, "description": "run ids of recordings that kept their task input"},
+                "variants": {"type": "array", "items": variant, "minItems": 1, "maxItems": corral_lab::shadow::MAX_SHADOW_VARIANTS, "description": "each a `workflow` or a `program` (with a `tools:` list in the config)"},
+                "seed": {"type": "integer", "minimum": 0}, "scorer": scorer,
+                "expected_runs": {"type": "integer", "minimum": 0, "description": "N variants x M tasks, as announced to the caller: required over 10 runs, and exact when given (409 replay.confirm_needed otherwise)"}
+            }})),
+            ("202", json_of(&format!("{shadow}; answered `running`: poll `GET /v1/sandbox/shadows/{{id}}`"))),
+            vec![("400", e("replay.unsafe_op, replay.unknown_op, replay.tools_undeclared, replay.variant_invalid (a variant is ineligible: the message names it and its first unsafe or unknown tool), lab.program_unknown, lab.scorer_unknown, lab.expected_invalid, lab.workflow_invalid, args.invalid; nothing was run")),
+                 ("409", e("replay.confirm_needed (N*M over 10 without the exact `expected_runs`), replay.no_input (a recording kept no task input); nothing was run")),
+                 ("503", e("isolation.unavailable (a program variant on a host without the linux backend)"))]),
+        "get": op("sandbox.shadows.list", "a page of the tenant's shadow evaluations, newest first (viewer)", page_params, None,
+            ("200", json_of("`{items: [shadow evaluation], next}`")), vec![("400", e("args.invalid, args.unknown"))]),
+    }));
+    paths.insert("/v1/sandbox/shadows/{id}".to_owned(), json!({"get": op("sandbox.shadows.get", "a shadow evaluation of the tenant: its progress while it runs, its report when it ends (viewer)", id_param, None, ("200", json_of(shadow)), vec![])}));
 }
 
 /// The recordings' routes (`/v1/sandbox/recordings*`, issue 15): a recording holds call values,

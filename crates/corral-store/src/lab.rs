@@ -740,7 +740,7 @@ impl LabStoreError {
     }
 }
 
-fn invalid(reason: impl Into<String>) -> LabStoreError {
+pub(crate) fn invalid(reason: impl Into<String>) -> LabStoreError {
     LabStoreError::Invalid {
         reason: reason.into(),
     }
@@ -758,12 +758,12 @@ fn corrupt(what: &str, id: &str, detail: impl fmt::Display) -> LabStoreError {
 // Encoding
 // ---------------------------------------------------------------------------------------------
 
-fn json_text<T: Serialize + ?Sized>(v: &T) -> String {
+pub(crate) fn json_text<T: Serialize + ?Sized>(v: &T) -> String {
     // Serializing plain data (strings, numbers, maps with string keys) cannot fail.
     serde_json::to_string(v).unwrap_or_else(|_| "null".to_owned())
 }
 
-fn from_json<T: for<'de> Deserialize<'de>>(
+pub(crate) fn from_json<T: for<'de> Deserialize<'de>>(
     what: &str,
     id: &str,
     text: &str,
@@ -827,7 +827,7 @@ fn scenario_texts(d: &ScenarioDraft) -> [String; 4] {
 
 /// Refuses a NUL in a short identifier (PostgreSQL's `TEXT` cannot hold one, SQLite's can: the
 /// backends must agree). Free text is stored as JSON, which escapes it.
-fn check_plain(fields: &[(&str, &str)]) -> Result<(), LabStoreError> {
+pub(crate) fn check_plain(fields: &[(&str, &str)]) -> Result<(), LabStoreError> {
     match fields.iter().find(|(_, v)| v.contains('\0')) {
         Some((name, _)) => Err(invalid(format!(
             "{name} contains a NUL character; identifiers are plain text: remove it"
@@ -836,12 +836,12 @@ fn check_plain(fields: &[(&str, &str)]) -> Result<(), LabStoreError> {
     }
 }
 
-fn uuid7() -> String {
+pub(crate) fn uuid7() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
 /// The page, and the cursor of the next one, from `rows + 1` fetched rows.
-fn paged<T>(mut items: Vec<T>, page: &Page, key: impl Fn(&T) -> PageCursor) -> Paged<T> {
+pub(crate) fn paged<T>(mut items: Vec<T>, page: &Page, key: impl Fn(&T) -> PageCursor) -> Paged<T> {
     let rows = page.rows() as usize;
     let next = if items.len() > rows {
         items.truncate(rows);
@@ -868,7 +868,7 @@ impl Store {
         }
     }
 
-    fn lab_err(&self, what: &'static str) -> impl Fn(sqlx::Error) -> LabStoreError + '_ {
+    pub(crate) fn lab_err(&self, what: &'static str) -> impl Fn(sqlx::Error) -> LabStoreError + '_ {
         move |e| LabStoreError::Store(self.redactor.query(what, e))
     }
 }
@@ -2057,7 +2057,7 @@ impl Store {
     }
 }
 
-fn not_found(what: &'static str, tenant: &str, id: &str) -> LabStoreError {
+pub(crate) fn not_found(what: &'static str, tenant: &str, id: &str) -> LabStoreError {
     LabStoreError::NotFound {
         what,
         id: id.to_owned(),
@@ -2065,7 +2065,7 @@ fn not_found(what: &'static str, tenant: &str, id: &str) -> LabStoreError {
     }
 }
 
-fn cursor_binds(page: &Page) -> (Option<i64>, Option<&str>) {
+pub(crate) fn cursor_binds(page: &Page) -> (Option<i64>, Option<&str>) {
     match &page.after {
         Some(c) => (Some(c.created_ms), Some(c.id.as_str())),
         None => (None, None),

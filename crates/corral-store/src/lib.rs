@@ -89,6 +89,7 @@ pub mod lab;
 mod recorder;
 pub mod recording;
 mod runs;
+pub mod shadow;
 pub mod tournament;
 mod writer;
 

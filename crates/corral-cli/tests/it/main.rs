@@ -13,6 +13,7 @@ mod offline;
 mod reload;
 mod run;
 mod sandbox;
+mod shadow_lab;
 mod upstream;
 
 use std::path::Path;

@@ -61,7 +61,12 @@ fn bin_dir() -> PathBuf {
 /// One line of a session, run by `sh` in `dir` with the `corral` under test first on PATH,
 /// `env` added and, when given, `extra` appended to a `corral sandbox scenarios|runs` command
 /// (`--local ...`). Returns (exit code, stdout, stderr).
-fn sh(dir: &Path, line: &str, env: &[(&str, &str)], extra: &str) -> (i32, String, String) {
+pub(crate) fn sh(
+    dir: &Path,
+    line: &str,
+    env: &[(&str, &str)],
+    extra: &str,
+) -> (i32, String, String) {
     let line = if !extra.is_empty()
         && (line.starts_with("corral sandbox scenarios") || line.starts_with("corral sandbox runs"))
     {
@@ -837,7 +842,7 @@ fn every_shell_example_in_docs_lab_md_is_a_session_these_tests_run() {
         .filter(|(info, _)| info == "sh")
         .map(|(_, lines)| lines)
         .collect();
-    assert_eq!(sessions.len(), 7, "{sessions:?}");
+    assert_eq!(sessions.len(), 8, "{sessions:?}");
     // The worked example, line for line: the server and `--local` tests run exactly these.
     assert_eq!(sessions[0], WORKED_EXAMPLE);
     // Then the update and the scored run of 3 trials, run by the same tests.
@@ -855,6 +860,8 @@ fn every_shell_example_in_docs_lab_md_is_a_session_these_tests_run() {
     assert_eq!(sessions[5], RECORDING_EXAMPLE);
     // The replay session, run by `docs_lab_md_replay_session_*`.
     assert_eq!(sessions[6], REPLAY_EXAMPLE);
+    // The shadow evaluation session, run by `shadow_lab::docs_lab_md_shadow_session_*`.
+    assert_eq!(sessions[7], crate::shadow_lab::SHADOW_EXAMPLE);
 }
 
 /// docs/lab.md's replay session: the task input kept by the agent, then (as an admin) the

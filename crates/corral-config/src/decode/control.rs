@@ -8,8 +8,8 @@ use corral_policy::presets::{Preset, PresetOptions};
 use super::{Decoder, Field, Item, is_zero_quantity};
 use crate::diag::Diagnostic;
 use crate::model::{
-    BudgetsConfig, ConfirmationBackend, GuardrailsConfig, GuardrailsMode, PresetUse, RunConfig,
-    RunProfile, Spanned,
+    BudgetsConfig, ConfirmationBackend, GuardrailsConfig, GuardrailsMode, JudgeBudget, PresetUse,
+    ReplayBudget, RunConfig, RunProfile, Spanned,
 };
 use crate::yaml::{Node, Span, Value};
 
@@ -113,7 +113,34 @@ pub(super) const BUDGETS: &[Field<BudgetsConfig>] = &[
             d.size(e.node, &e.at).unwrap_or(0)
         };
     }),
+    Field::new("replay", |d, e, b| {
+        d.fields(e.node, &e.at, REPLAY_BUDGET, &mut b.replay);
+    }),
+    Field::new("judge", |d, e, b| {
+        d.fields(e.node, &e.at, JUDGE_BUDGET, &mut b.judge);
+    }),
 ];
+
+/// `budgets.replay:` one shadow evaluation's ceiling.
+pub(super) const REPLAY_BUDGET: &[Field<ReplayBudget>] = &[
+    Field::new("max_runs", |d, e, r| {
+        r.max_runs = d
+            .uint(e.node, &e.at)
+            .unwrap_or(ReplayBudget::DEFAULT_MAX_RUNS);
+    }),
+    Field::new("max_calls", |d, e, r| {
+        r.max_calls = d
+            .uint(e.node, &e.at)
+            .unwrap_or(ReplayBudget::DEFAULT_MAX_CALLS);
+    }),
+];
+
+/// `budgets.judge:` one tournament's ceiling.
+pub(super) const JUDGE_BUDGET: &[Field<JudgeBudget>] = &[Field::new("max_calls", |d, e, j| {
+    j.max_calls = d
+        .uint(e.node, &e.at)
+        .unwrap_or(JudgeBudget::DEFAULT_MAX_CALLS);
+})];
 
 /// `run:` the profile of `corral run --config F`.
 pub(super) const RUN: &[Field<RunConfig>] = &[

@@ -147,6 +147,7 @@ pub(super) const LAB_PROGRAM: &[Field<LabProgramConfig>] = &[
     Field::new("timeout", |d, e, s| s.timeout = d.duration(e.node, &e.at)),
     Field::new("memory", |d, e, s| s.memory = d.size(e.node, &e.at)),
     Field::new("processes", |d, e, s| s.processes = d.uint32(e.node, &e.at)),
+    Field::new("tools", |d, e, s| s.tools = Some(d.strings(e.node, &e.at))),
 ];
 
 fn no_lab_command(d: &mut Decoder, e: &Item<'_>, s: &mut LabProgramConfig) {
@@ -323,6 +324,7 @@ impl Decoder {
                 timeout: None,
                 memory: None,
                 processes: None,
+                tools: None,
                 span: k.span,
             };
             if self.fields(n, &at, LAB_PROGRAM, &mut p).is_some() {

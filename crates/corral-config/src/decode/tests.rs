@@ -39,6 +39,10 @@ fn document(path: &str, body: &str) -> Option<String> {
         "autonomy.pins[0]" => format!("{{version: 1, autonomy: {{pins: [{{{body}}}]}}}}"),
         "run.limits" => format!("{{version: 1, run: {{limits: {{{body}}}}}}}"),
         "preset[0]" => format!("{{version: 1, preset: [{{{body}}}]}}"),
+        "budgets.replay" | "budgets.judge" => {
+            let key = path.trim_start_matches("budgets.");
+            format!("{{version: 1, budgets: {{{key}: {{{body}}}}}}}")
+        }
         "storage" | "mcp" | "isolation" | "limits" | "auth" | "audit" | "autonomy" | "roles"
         | "guardrails" | "budgets" | "run" | "sandbox" | "recordings" => {
             format!("{{version: 1, {path}: {{{body}}}}}")

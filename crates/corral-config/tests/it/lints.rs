@@ -1547,6 +1547,89 @@ rules:
     );
 }
 
+// Shadow evaluation's ceilings (issue 15 item 4): raising the replay or judge ceiling is linted
+// like the other caps; the defaults and a lowered one are not.
+#[test]
+fn raising_the_replay_or_judge_ceiling_is_a_raised_cap_warning_and_the_defaults_are_not() {
+    let all = findings(&with_auth(
+        "version: 1
+budgets:
+  replay: {max_runs: 500, max_calls: 10000}
+  judge: {max_calls: 5000}
+",
+    ));
+    let raised: Vec<&Diagnostic> = all
+        .iter()
+        .filter(|d| d.code == codes::LINT_RAISED_CAP)
+        .collect();
+    assert_eq!(raised.len(), 2, "{}", list(&all));
+    assert!(
+        raised
+            .iter()
+            .any(|d| d.message.contains("`budgets.replay.max_runs`")
+                && d.message.contains("100 to 500")),
+        "{}",
+        list(&all)
+    );
+    assert!(
+        raised
+            .iter()
+            .any(|d| d.message.contains("`budgets.judge.max_calls`")),
+        "{}",
+        list(&all)
+    );
+    misses(
+        &with_auth("version: 1\nbudgets: {replay: {max_runs: 5}, judge: {max_calls: 10}}\n"),
+        codes::LINT_RAISED_CAP,
+    );
+}
+
+#[test]
+fn the_replay_and_judge_ceilings_decode_with_safe_defaults_and_a_programs_tools_list_is_kept() {
+    let c = load("version: 1\n").config;
+    assert_eq!(
+        (
+            c.budgets.replay.max_runs,
+            c.budgets.replay.max_calls,
+            c.budgets.judge.max_calls
+        ),
+        (100, 10_000, 1_000)
+    );
+    let c = load(
+        "version: 1
+budgets: {max_calls: 50, replay: {max_runs: 7}, judge: {max_calls: 3}}
+sandbox:
+  programs:
+    reader: {command: [python3, r.py], tools: [files.read, files.list]}
+    unknown: {command: [python3, u.py]}
+",
+    )
+    .config;
+    assert_eq!(c.budgets.max_calls, 50);
+    assert_eq!(
+        (c.budgets.replay.max_runs, c.budgets.replay.max_calls),
+        (7, 10_000)
+    );
+    assert_eq!(c.budgets.judge.max_calls, 3);
+    let tools: Vec<Option<Vec<String>>> = c
+        .sandbox
+        .programs
+        .iter()
+        .map(|p| {
+            p.tools
+                .as_ref()
+                .map(|t| t.iter().map(|o| o.value.clone()).collect())
+        })
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            Some(vec!["files.read".to_owned(), "files.list".to_owned()]),
+            None
+        ]
+    );
+}
+
 // ---------------------------------------------------------------- lab programs
 
 #[test]

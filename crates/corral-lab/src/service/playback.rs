@@ -22,8 +22,10 @@ use corral_store::lab::{self as store_lab, ScenarioDraft};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use corral_guard::runs::RunPurpose;
+
 use super::{
-    Action, Answering, LabError, LabService, RecordingView, audited_id, check_variant, clip,
+    Action, LabError, LabService, RecordingView, Runnable, audited_id, check_variant, clip,
     recording_error,
 };
 use crate::playback::{Expected, Playback, Trajectory, recorded_output};
@@ -264,11 +266,34 @@ impl LabService {
             }
         };
         super::check_executions(scenario.steps().len())?;
-        let mut executor = self.executor();
-        executor.answering = Answering::Playback(Arc::new(Playback::new(events)));
+        let playback = Arc::new(Playback::new(events));
+        let executor = self.executor();
+        let lab = executor.lab.clone();
+        let principal = caller.principal.clone();
+        let played = &scenario;
+        let world = move |run_id: &str| {
+            lab.and_then(|lab| {
+                lab.playback(played, run_id, principal, playback)
+                    .map_err(|e| LabError::new(e.code, e.message))
+            })
+        };
+        let run = Runnable {
+            stored: &stored,
+            scenario: &scenario,
+            variant: &label,
+            agent: &resolved,
+            scorer: None,
+            seed,
+            trials: 1,
+        };
         let x = executor
-            .execute(
-                caller, &tenant, &stored, &scenario, &label, &resolved, None, seed, 1,
+            .execute_in(
+                caller,
+                &tenant,
+                &run,
+                RunPurpose::Replay,
+                resolved.backend,
+                world,
             )
             .await?;
         let differing_steps: Vec<usize> = if trajectory {

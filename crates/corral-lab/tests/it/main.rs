@@ -8,6 +8,7 @@ mod recorded;
 mod reference;
 mod scenarios;
 mod score;
+mod shadow;
 mod support;
 mod synthetic;
 mod tournament;

@@ -125,6 +125,7 @@ async fn fixture(rule: Rule) -> Fixture {
         memory: None,
         processes: None,
         protected: Vec::new(),
+        tools: None,
     };
     lab.set_programs(Programs {
         judges: BTreeMap::from([("by-rule".to_owned(), Arc::new(spec))]),

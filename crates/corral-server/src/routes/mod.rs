@@ -8,6 +8,7 @@ mod mcp;
 mod meta;
 mod ops;
 mod sandbox;
+mod shadows;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -53,6 +54,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sandbox/comparisons/{id}", get(sandbox::get_comparison))
         .route("/v1/sandbox/tournaments", post(sandbox::tournament))
         .route("/v1/sandbox/tournaments/{id}", get(sandbox::get_tournament))
+        .route(
+            "/v1/sandbox/shadows",
+            post(shadows::start).get(shadows::list),
+        )
+        .route("/v1/sandbox/shadows/{id}", get(shadows::get))
         .route("/v1/sandbox/recordings", get(sandbox::list_recordings))
         .route("/v1/sandbox/recordings/{id}", get(sandbox::get_recording))
         .route(

@@ -24,11 +24,11 @@ use super::extract::{Authed, Sandbox};
 use crate::AppState;
 use crate::error::ApiError;
 
-fn err(e: LabError, rid: &str) -> ApiError {
+pub(super) fn err(e: LabError, rid: &str) -> ApiError {
     ApiError::new(e.code, e.message, None, rid)
 }
 
-fn answer(status: StatusCode, body: Value, rid: &str) -> Response {
+pub(super) fn answer(status: StatusCode, body: Value, rid: &str) -> Response {
     let mut resp = (status, axum::Json(body)).into_response();
     if let Ok(v) = HeaderValue::from_str(rid) {
         resp.headers_mut().insert("x-request-id", v);
@@ -36,7 +36,7 @@ fn answer(status: StatusCode, body: Value, rid: &str) -> Response {
     resp
 }
 
-fn to_json<T: Serialize>(v: &T) -> Value {
+pub(super) fn to_json<T: Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
@@ -46,7 +46,7 @@ fn paged<T: Serialize>(p: &Paged<T>) -> Value {
 
 /// A listing (`GET ...?limit=&after=` plus the query keys `extra`) -> `{items, next}`: enters
 /// the route as `op`, reads the page, and answers the one `list` gives.
-async fn listed<T: Serialize>(
+pub(super) async fn listed<T: Serialize>(
     state: &AppState,
     q: &HashMap<String, String>,
     auth: Authed<Sandbox>,
@@ -67,7 +67,7 @@ async fn listed<T: Serialize>(
 }
 
 /// Authenticates a GET (or a bodiless request) and refuses it when the lab is off.
-async fn enter(
+pub(super) async fn enter(
     state: &AppState,
     auth: Authed<Sandbox>,
     op: &'static str,
@@ -87,7 +87,7 @@ async fn enter(
 
 /// Reads a JSON body under the limit, authenticates, refuses when the lab is off, and parses
 /// it as the route's body (`route` names it in a refusal).
-async fn enter_with_body<B: DeserializeOwned>(
+pub(super) async fn enter_with_body<B: DeserializeOwned>(
     state: &AppState,
     request: Request,
     op: &'static str,
@@ -130,7 +130,11 @@ async fn enter_with_body<B: DeserializeOwned>(
 }
 
 /// A lab answer as the route's response.
-fn reply<T: Serialize>(status: StatusCode, r: Result<T, LabError>, rid: &str) -> Response {
+pub(super) fn reply<T: Serialize>(
+    status: StatusCode,
+    r: Result<T, LabError>,
+    rid: &str,
+) -> Response {
     match r {
         Ok(v) => answer(status, to_json(&v), rid),
         Err(e) => err(e, rid).into_response(),
@@ -360,16 +364,11 @@ pub async fn tournament(State(state): State<AppState>, request: Request) -> Resp
             Err(r) => return r,
         };
     let lab = state.runtime().lab();
-    // The ceiling of judge calls: the config's `budgets.judge` is to be wired here.
+    // The ceiling of judge calls: the config's `budgets.judge.max_calls`.
     reply(
         StatusCode::CREATED,
-        lab.tournament(
-            &caller,
-            &rid,
-            b,
-            corral_lab::tournament::DEFAULT_MAX_JUDGE_CALLS,
-        )
-        .await,
+        lab.tournament(&caller, &rid, b, lab.max_judge_calls())
+            .await,
         &rid,
     )
 }

@@ -28,4 +28,5 @@ mod recordings;
 mod routes;
 mod run_tokens;
 mod sandbox;
+mod shadows;
 mod statuses;

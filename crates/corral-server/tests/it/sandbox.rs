@@ -439,6 +439,13 @@ fn lab_routes(id: &str, run: &str, cmp: &str) -> Vec<(Method, String, Option<Val
             Some(json!({"runs": [run, run], "judge": "command:j"})),
         ),
         (Method::GET, format!("/v1/sandbox/tournaments/{cmp}"), None),
+        (
+            Method::POST,
+            "/v1/sandbox/shadows".into(),
+            Some(json!({"tasks": [run], "variants": [{"variant": "v", "workflow": "x"}]})),
+        ),
+        (Method::GET, "/v1/sandbox/shadows".into(), None),
+        (Method::GET, format!("/v1/sandbox/shadows/{cmp}"), None),
         (Method::GET, "/v1/sandbox/recordings".into(), None),
         (Method::GET, format!("/v1/sandbox/recordings/{run}"), None),
         (
@@ -912,6 +919,8 @@ mod over_mcp {
                 "sandbox_scenarios_get",
                 "sandbox_scenarios_list",
                 "sandbox_scenarios_run",
+                "sandbox_shadow_run",
+                "sandbox_shadows_get",
                 "sandbox_tournament"
             ]
         );
@@ -921,7 +930,8 @@ mod over_mcp {
                 "sandbox_runs_get",
                 "sandbox_runs_outputs",
                 "sandbox_scenarios_get",
-                "sandbox_scenarios_list"
+                "sandbox_scenarios_list",
+                "sandbox_shadows_get"
             ]
         );
         let samples = call(
@@ -954,6 +964,18 @@ mod over_mcp {
             (&run["steps_total"], &run["steps_ok"], &run["steps_error"]),
             (&json!(2), &json!(1), &json!(1))
         );
+        // A shadow evaluation through MCP: an unsafe variant is named before anything runs.
+        let shadow = call(
+            &op,
+            "sandbox_shadow_run",
+            json!({"tasks": [run["id"]], "variants": [{"variant": "writer", "workflow":
+                "name: w\nversion: 1\nsteps:\n  - op: files.write\n    args: {path: x.txt, content: x}\n    as: s0\noutput: done\n"}]}),
+        )
+        .await;
+        assert_eq!(shadow.is_error, Some(true), "{shadow:?}");
+        let refusal = shadow.structured_content.unwrap();
+        assert_eq!(refusal["code"], "replay.unsafe_op");
+        assert!(refusal["error"].as_str().unwrap().contains("`files.write`"));
         let outs = call(&viewer, "sandbox_runs_outputs", json!({"id": run["id"]})).await;
         let outs = outs.structured_content.unwrap();
         assert_eq!(outs["items"][0]["output"], MOCKED);

@@ -15,6 +15,7 @@ mod pg_schema;
 mod postgres;
 mod recordings;
 mod runs;
+mod shadows;
 mod sqlite;
 mod tournaments;
 mod writer;

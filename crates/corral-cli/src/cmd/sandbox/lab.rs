@@ -367,15 +367,10 @@ impl Lab {
             async |c| c.sandbox_tournament(req).await,
             async |lab, caller| {
                 let b = body("a tournament", req)?;
-                // The ceiling of judge calls: the config's `budgets.judge` is to be wired here.
-                lab.tournament(
-                    caller,
-                    &rid(),
-                    b,
-                    corral_lab::tournament::DEFAULT_MAX_JUDGE_CALLS,
-                )
-                .await
-                .map_err(refused)
+                // The ceiling of judge calls: the config's `budgets.judge.max_calls`.
+                lab.tournament(caller, &rid(), b, lab.max_judge_calls())
+                    .await
+                    .map_err(refused)
             },
         )
     }

@@ -10,6 +10,7 @@ mod recordings;
 mod replay;
 mod runs;
 mod scenarios;
+mod shadow;
 mod tournament;
 
 use std::io::Read as _;
@@ -78,6 +79,10 @@ enum Command {
     /// expected). A recording that is gapped or capped is `degraded`: zero steps. Exit codes: 0
     /// identical or without divergence, 1 otherwise or a refusal, 2 usage or connection error.
     Replay(replay::Args),
+    /// Shadow evaluation: re-run recorded tasks under N variants with the real tools, unsafe
+    /// ops absent (N*M runs, announced first), and read the evaluations back.
+    #[command(subcommand)]
+    Shadow(shadow::Command),
 }
 
 /// Where a lab command works (a server, or in-process), as whom, and how it prints.
@@ -122,6 +127,7 @@ pub fn run(args: Args) -> CliResult {
         Command::Comparisons(c) => compare::recorded(c),
         Command::Recordings(c) => recordings::run(c),
         Command::Replay(a) => replay::run(a),
+        Command::Shadow(c) => shadow::run(c),
     }
 }
 
