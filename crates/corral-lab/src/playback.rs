@@ -51,6 +51,8 @@ struct Event {
     args_hash: String,
     response: Option<Value>,
     error: Option<(&'static str, String)>,
+    /// Whether the event holds no answer of the op (see `Playback::new`).
+    unanswerable: bool,
 }
 
 /// A recording's events answering the calls of one run: `Ok` the recorded answer (a response
@@ -73,9 +75,16 @@ impl Playback {
                 args_hash: args_hash(&e.args),
                 response: e.response.clone(),
                 error: e.error_code.as_deref().map(recorded_error),
+                unanswerable: e
+                    .error_code
+                    .as_deref()
+                    .is_some_and(|c| codes::lookup(c).is_none() || decided_before_the_op(c)),
             })
             .collect();
-        let taken = Mutex::new(vec![false; events.len()]);
+        // An event without a recorded answer of the op (a refusal the guard chain decided
+        // before the op ran, or a code this corral does not know) answers nothing: if today's
+        // chain lets that call through, it is a divergence, never the old refusal replayed.
+        let taken = Mutex::new(events.iter().map(|e| e.unanswerable).collect());
         Self { events, taken }
     }
 
@@ -118,6 +127,27 @@ impl Playback {
             }),
         })
     }
+}
+
+/// Whether a refusal with `code` was decided by the guard chain before the op ran (policy,
+/// scopes, authentication, autonomy, RBAC, budgets, limits, arguments, confirmation, recording):
+/// not an answer of the op, so not one a playback gives.
+fn decided_before_the_op(code: &str) -> bool {
+    const FAMILIES: &[&str] = &[
+        "policy.",
+        "auth.",
+        "autonomy.",
+        "rbac.",
+        "budget.",
+        "run.",
+        "confirmation.",
+        "audit.",
+        "route.",
+        "limit.",
+        "args.",
+        "recording.",
+    ];
+    FAMILIES.iter().any(|f| code.starts_with(f)) || code == codes::OP_NOT_ENABLED
 }
 
 /// A recorded error code as the catalog's (`&'static`), with the message a replayed call gets.

@@ -894,7 +894,11 @@ fn replay_workspace(env: &[(&str, &str)], extra: &str) -> tempfile::TempDir {
             .unwrap()
     };
     std::fs::write(dir.path().join("task.json"), block("json", "[{\"input\"")).unwrap();
-    std::fs::write(dir.path().join("v2.yaml"), block("yaml", "name: v2")).unwrap();
+    std::fs::write(
+        dir.path().join("v2.yaml"),
+        block("yaml workflow", "name: v2"),
+    )
+    .unwrap();
     let line = format!("corral call files.list path=. {extra}");
     let (code, out, err) = sh(dir.path(), line.trim_end(), env, "");
     assert_eq!(code, 0, "{out}{err}");

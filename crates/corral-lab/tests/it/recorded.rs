@@ -11,7 +11,9 @@ use corral_guard::audit::AuditSink;
 use corral_guard::recording::RecordingKey;
 use corral_guard::runs::RunPurpose;
 use corral_guard::{Call, CallOptions, Caller, Gateway};
-use corral_lab::service::{LabService, PageQuery, ReplayBody, ReplayStatus, RunBody, ScenarioBody};
+use corral_lab::service::{
+    InputBody, LabService, PageQuery, ReplayBody, ReplayStatus, RunBody, ScenarioBody,
+};
 use corral_policy::Principal;
 use corral_store::Store;
 use serde_json::json;
@@ -435,4 +437,125 @@ async fn a_variant_replay_of_a_recording_without_a_task_input_says_how_to_keep_o
         .unwrap_err();
     assert_eq!(e.code, "replay.no_input");
     assert!(e.message.contains("record_runs"), "{}", e.message);
+}
+
+// Found by the attack review of session 6 (task X): a recorded refusal of the guard chain, and a
+// code outside the catalog, are no answer of the op.
+
+#[tokio::test]
+async fn a_replay_under_a_policy_that_now_allows_a_recorded_refusal_shows_the_step_as_different_and_diverging()
+ {
+    let f = fixture(false).await;
+    let private = f.root.join("private");
+    std::fs::create_dir_all(&private).unwrap();
+    std::fs::write(private.join("key"), "secret").unwrap();
+    let call = Call {
+        caller: olga(),
+        op: "files.read".to_owned(),
+        args: json!({"path": private.join("key").display().to_string()}),
+        request_id: "live-key".to_owned(),
+    };
+    let opts = CallOptions {
+        run_id: Some("task-x3".to_owned()),
+        record: true,
+        ..CallOptions::default()
+    };
+    f.gateway.call_with(call, opts).await;
+    let recorded = f
+        .lab
+        .get_recording(&olga(), "rid", "task-x3", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        recorded.events[0].error_code.as_deref(),
+        Some("policy.path_denied")
+    );
+    // Today's policy allows what was refused then.
+    let looser = format!(
+        "version: 1\nrules:\n  - allow: [files.read]\n    paths: {{roots: [{r}]}}\n",
+        r = f.root.display()
+    );
+    f.gateway.replace(support::deployment(&looser, &f.root));
+    let got = f
+        .lab
+        .replay(&olga(), "rid", "task-x3", ReplayBody::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            got.identical,
+            got.differing_steps.clone(),
+            got.divergences.len()
+        ),
+        (Some(false), vec![1], 1),
+        "the call today's policy allows was answered with the recorded refusal: {got:?}"
+    );
+}
+
+/// What: a recorded error code this corral's catalog does not know (a recording kept by another
+/// version, or written by anything that can append to the store) is answered, per
+/// `playback::recorded_error`, "as a divergence" (`replay.divergence`), yet no divergence is
+/// reported: the event was found and taken, so it is not a miss, and the report says
+/// `divergences: []` (the CLI prints "no divergence: every call was one the recording holds",
+/// exit 0). Repro: a recording whose one event is `files.read {path}` failed with
+/// `made.up_code`, a task input of that path, a variant replay (a workflow reading `{{input}}`):
+/// the step fails `replay.divergence` and the report lists no divergence. Impact: the replay
+/// verdict a user acts on ("the new variant makes exactly the recorded calls") is wrong
+/// whenever the recording holds a code outside the catalog; a divergence is hidden.
+#[tokio::test]
+async fn a_recorded_error_code_outside_the_catalog_answers_nothing_and_is_reported_as_a_divergence()
+{
+    let f = fixture(false).await;
+    let path = f.root.join("notes.txt").display().to_string();
+    let key = corral_guard::recording::RecordingKey {
+        tenant: "default".to_owned(),
+        run_id: "task-x4".to_owned(),
+        identity: olga().principal.identity(),
+        principal: "olga".to_owned(),
+        purpose: corral_guard::runs::RunPurpose::Live,
+    };
+    let event = corral_guard::recording::RecordedCall {
+        op: "files.read".to_owned(),
+        args: corral_guard::canonical::canonical(&json!({"path": path})),
+        response: None,
+        error_code: Some("made.up_code".to_owned()),
+        attestation: None,
+        started_ms: 1,
+        duration_us: 1,
+    };
+    f.store.record_call(&key, &event, 1).await.unwrap();
+    f.lab
+        .set_recording_input(
+            &olga(),
+            "rid",
+            "task-x4",
+            InputBody {
+                steps: json!([{"input": path}]),
+            },
+        )
+        .await
+        .unwrap();
+    let reader = "name: reader\nversion: 2\nsteps:\n  - op: files.read\n    args: {path: \"{{input}}\"}\n    as: r\noutput: \"{{steps.r.content}}\"\n";
+    let got = f
+        .lab
+        .replay(
+            &olga(),
+            "rid",
+            "task-x4",
+            ReplayBody {
+                variant: Some("reader".to_owned()),
+                workflow: Some(reader.to_owned()),
+                ..ReplayBody::default()
+            },
+        )
+        .await
+        .unwrap();
+    let run = got.run.clone().unwrap();
+    let outputs = f.lab.outputs(&olga(), "rid", &run.id).await.unwrap();
+    let codes: Vec<Option<String>> = outputs.iter().map(|o| o.error_code.clone()).collect();
+    assert_eq!(codes, vec![Some("replay.divergence".to_owned())], "{got:?}");
+    assert!(
+        !got.divergences.is_empty(),
+        "the step was answered `replay.divergence` and the report lists no divergence: {got:?}"
+    );
 }
