@@ -31,9 +31,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::verdict::{CONFIDENCE, Interval, Stream, quantile_sorted};
 
-/// The judge calls a tournament may make when its surface sets no ceiling of its own (the
-/// config's `budgets.judge`, once wired): as many as one tournament may ever ask for.
-pub const DEFAULT_MAX_JUDGE_CALLS: u64 = 10_000;
 /// The bootstrap resamples of a tournament that names none.
 pub const DEFAULT_BOOTSTRAP: u32 = 1000;
 /// The most bootstrap resamples a tournament may ask for (each refits every strength).

@@ -173,19 +173,24 @@ async fn live_session(f: &Fixture, caller: &Caller, run: &str) {
         if let Some(c) = content {
             std::fs::write(&notes, c).unwrap();
         }
-        let call = Call {
-            caller: caller.clone(),
-            op: "files.read".to_owned(),
-            args: json!({"path": path.display().to_string()}),
-            request_id: format!("live-{}", path.display()),
-        };
-        let opts = CallOptions {
-            run_id: Some(run.to_owned()),
-            record: true,
-            ..CallOptions::default()
-        };
-        f.gateway.call_with(call, opts).await;
+        read_recorded(f, caller, run, &path).await;
     }
+}
+
+/// `caller` reads `path` in run `run`, the call recorded.
+async fn read_recorded(f: &Fixture, caller: &Caller, run: &str, path: &std::path::Path) {
+    let call = Call {
+        caller: caller.clone(),
+        op: "files.read".to_owned(),
+        args: json!({"path": path.display().to_string()}),
+        request_id: format!("live-{}", path.display()),
+    };
+    let opts = CallOptions {
+        run_id: Some(run.to_owned()),
+        record: true,
+        ..CallOptions::default()
+    };
+    f.gateway.call_with(call, opts).await;
 }
 
 #[tokio::test]
@@ -236,18 +241,7 @@ async fn a_replay_under_a_policy_that_now_refuses_a_recorded_call_names_the_step
     let dir = f.root.join("sub");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("a.txt"), "a").unwrap();
-    let call = Call {
-        caller: olga(),
-        op: "files.read".to_owned(),
-        args: json!({"path": dir.join("a.txt").display().to_string()}),
-        request_id: "live-a".to_owned(),
-    };
-    let opts = CallOptions {
-        run_id: Some("task-2".to_owned()),
-        record: true,
-        ..CallOptions::default()
-    };
-    f.gateway.call_with(call, opts).await;
+    read_recorded(&f, &olga(), "task-2", &dir.join("a.txt")).await;
     // Today's policy denies what was read then.
     let tighter = format!(
         "version: 1\nrules:\n  - allow: [files.read]\n    paths: {{roots: [{r}], deny: ['{r}/sub/**']}}\n",
@@ -449,18 +443,7 @@ async fn a_replay_under_a_policy_that_now_allows_a_recorded_refusal_shows_the_st
     let private = f.root.join("private");
     std::fs::create_dir_all(&private).unwrap();
     std::fs::write(private.join("key"), "secret").unwrap();
-    let call = Call {
-        caller: olga(),
-        op: "files.read".to_owned(),
-        args: json!({"path": private.join("key").display().to_string()}),
-        request_id: "live-key".to_owned(),
-    };
-    let opts = CallOptions {
-        run_id: Some("task-x3".to_owned()),
-        record: true,
-        ..CallOptions::default()
-    };
-    f.gateway.call_with(call, opts).await;
+    read_recorded(&f, &olga(), "task-x3", &private.join("key")).await;
     let recorded = f
         .lab
         .get_recording(&olga(), "rid", "task-x3", None)
