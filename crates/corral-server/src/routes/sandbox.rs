@@ -66,6 +66,21 @@ pub(super) async fn listed<T: Serialize>(
     Ok(answer(StatusCode::OK, paged(&p), &rid))
 }
 
+/// A read of one record (`GET .../{id}`) -> the record: enters the route as `op` and answers
+/// what `get` gives.
+pub(super) async fn fetched<T: Serialize>(
+    state: &AppState,
+    auth: Authed<Sandbox>,
+    op: &'static str,
+    get: impl AsyncFnOnce(&LabService, &Caller, &str) -> Result<T, LabError>,
+) -> Result<Response, ApiError> {
+    let (caller, rid) = enter(state, auth, op).await?;
+    let v = get(state.runtime().lab(), &caller, &rid)
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, to_json(&v), &rid))
+}
+
 /// Authenticates a GET (or a bodiless request) and refuses it when the lab is off.
 pub(super) async fn enter(
     state: &AppState,
@@ -253,14 +268,13 @@ pub async fn get_scenario(
     Path(id): Path<String>,
     auth: Authed<Sandbox>,
 ) -> Result<Response, ApiError> {
-    let (caller, rid) = enter(&state, auth, "sandbox.scenarios.get").await?;
-    let s = state
-        .runtime()
-        .lab()
-        .get_scenario(&caller, &rid, &id)
-        .await
-        .map_err(|e| err(e, &rid))?;
-    Ok(answer(StatusCode::OK, to_json(&s), &rid))
+    fetched(
+        &state,
+        auth,
+        "sandbox.scenarios.get",
+        async |lab, caller, rid| lab.get_scenario(caller, rid, &id).await,
+    )
+    .await
 }
 
 /// `POST /v1/sandbox/scenarios/{id}/runs` -> 201 the finished run.
@@ -309,14 +323,13 @@ pub async fn get_run(
     Path(id): Path<String>,
     auth: Authed<Sandbox>,
 ) -> Result<Response, ApiError> {
-    let (caller, rid) = enter(&state, auth, "sandbox.runs.get").await?;
-    let r = state
-        .runtime()
-        .lab()
-        .get_run(&caller, &rid, &id)
-        .await
-        .map_err(|e| err(e, &rid))?;
-    Ok(answer(StatusCode::OK, to_json(&r), &rid))
+    fetched(
+        &state,
+        auth,
+        "sandbox.runs.get",
+        async |lab, caller, rid| lab.get_run(caller, rid, &id).await,
+    )
+    .await
 }
 
 /// `GET /v1/sandbox/runs/{id}/outputs` -> `{items}`.
@@ -379,14 +392,13 @@ pub async fn get_tournament(
     Path(id): Path<String>,
     auth: Authed<Sandbox>,
 ) -> Result<Response, ApiError> {
-    let (caller, rid) = enter(&state, auth, "sandbox.tournaments.get").await?;
-    let t = state
-        .runtime()
-        .lab()
-        .get_tournament(&caller, &rid, &id)
-        .await
-        .map_err(|e| err(e, &rid))?;
-    Ok(answer(StatusCode::OK, to_json(&t), &rid))
+    fetched(
+        &state,
+        auth,
+        "sandbox.tournaments.get",
+        async |lab, caller, rid| lab.get_tournament(caller, rid, &id).await,
+    )
+    .await
 }
 
 /// `GET /v1/sandbox/comparisons?limit=&after=` -> `{items, next}`.
@@ -412,14 +424,13 @@ pub async fn get_comparison(
     Path(id): Path<String>,
     auth: Authed<Sandbox>,
 ) -> Result<Response, ApiError> {
-    let (caller, rid) = enter(&state, auth, "sandbox.comparisons.get").await?;
-    let c = state
-        .runtime()
-        .lab()
-        .get_comparison(&caller, &rid, &id)
-        .await
-        .map_err(|e| err(e, &rid))?;
-    Ok(answer(StatusCode::OK, to_json(&c), &rid))
+    fetched(
+        &state,
+        auth,
+        "sandbox.comparisons.get",
+        async |lab, caller, rid| lab.get_comparison(caller, rid, &id).await,
+    )
+    .await
 }
 
 /// `GET /v1/sandbox/recordings?limit=&after=` -> `{items, next}`: every recording of the tenant

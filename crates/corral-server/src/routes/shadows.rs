@@ -12,7 +12,7 @@ use axum::response::Response;
 use corral_lab::shadow::ShadowBody;
 
 use super::extract::{Authed, Sandbox};
-use super::sandbox::{answer, enter, enter_with_body, err, listed, reply, to_json};
+use super::sandbox::{enter_with_body, fetched, listed, reply};
 use crate::AppState;
 use crate::error::ApiError;
 
@@ -55,12 +55,11 @@ pub async fn get(
     Path(id): Path<String>,
     auth: Authed<Sandbox>,
 ) -> Result<Response, ApiError> {
-    let (caller, rid) = enter(&state, auth, "sandbox.shadows.get").await?;
-    let s = state
-        .runtime()
-        .lab()
-        .get_shadow(&caller, &rid, &id)
-        .await
-        .map_err(|e| err(e, &rid))?;
-    Ok(answer(StatusCode::OK, to_json(&s), &rid))
+    fetched(
+        &state,
+        auth,
+        "sandbox.shadows.get",
+        async |lab, caller, rid| lab.get_shadow(caller, rid, &id).await,
+    )
+    .await
 }
