@@ -432,9 +432,15 @@ impl OpSpec {
         self.tier_raised.map_or(derived, |t| t.max(derived))
     }
 
-    /// Safety for replay.
+    /// Safety for replay: a read-only op, or one declared `contained` (its writes stay in the
+    /// run's ephemeral workspace) whose effects are reads and writes only. `contained` is a
+    /// claim about where writes land; it never vouches for removing state, running programs,
+    /// reaching the network or administering the server (nor for an op that declares no
+    /// effects, which counts as `admin`).
     pub fn safety(&self) -> Safety {
-        if self.effects.is_read_only() || self.contained {
+        let e = self.effective_effects();
+        let writes_only = e.iter().all(|x| matches!(x, Effect::Read | Effect::Write));
+        if e.is_read_only() || (self.contained && writes_only) {
             Safety::Safe
         } else {
             Safety::Unsafe

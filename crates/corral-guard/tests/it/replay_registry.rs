@@ -80,6 +80,22 @@ fn registry() -> (Registry, Arc<Mutex<u32>>) {
 }
 
 #[test]
+fn contained_vouches_only_for_writes_never_for_delete_exec_net_admin_or_no_declared_effect() {
+    use corral_policy::Safety;
+    assert_eq!(spec("a.write", Effect::Write, true).safety(), Safety::Safe);
+    for effect in [Effect::Delete, Effect::Exec, Effect::Net, Effect::Admin] {
+        assert_eq!(
+            spec("a.op", effect, true).safety(),
+            Safety::Unsafe,
+            "{effect:?}"
+        );
+    }
+    let mut none = OpSpec::new(OpId::parse("a.none").unwrap(), &[], "declares nothing");
+    none.contained = true;
+    assert_eq!(none.safety(), Safety::Unsafe);
+}
+
+#[test]
 fn a_safe_registry_keeps_reads_and_contained_writes_and_names_what_it_left_out() {
     let (full, _) = registry();
     let (safe, left_out) = SafeRegistry::of(&full);
