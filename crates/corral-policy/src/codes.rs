@@ -583,6 +583,51 @@ catalog! {
     LINT_RAISED_CAP = "lint.raised_cap", 0,
         "a limit raises corral's safe default cap (1 GiB of memory, 1 GiB written per run)",
         "keep it only if the commands need it; remove the key to go back to the default";
+    LEARNING_MANIFEST_UNREADABLE = "learning.manifest_unreadable", 500,
+        "the scenario manifest (`CORRAL_SCENARIO_MANIFEST`) cannot be read: missing, not a regular file, or larger than 1 MiB",
+        "point `CORRAL_SCENARIO_MANIFEST` at the regular JSON file the lab's seeder writes (atomically: a temp file in the same directory, then rename)";
+    LEARNING_MANIFEST_SYNTAX = "learning.manifest_syntax", 500,
+        "the scenario manifest is not valid JSON, repeats a key, or holds a number out of range",
+        "fix the JSON at the line and column named; write NaN, infinities and huge numbers nowhere";
+    LEARNING_MANIFEST_SCHEMA = "learning.manifest_schema", 500,
+        "a field of the scenario manifest is missing, unknown, of the wrong JSON type or out of range (contract v1)",
+        "write `schema_version: 1`, `scenario_id`, `seeded_at` (RFC 3339 with an offset), `default_disclosure` 0-2 and at least one target (`id`, `descriptor`, `value`: a number >= 100 in absolute value or a string of >= 4 characters, optional `unit`), nothing else";
+    LEARNING_MANIFEST_VALUE_EXPOSED = "learning.manifest_value_exposed", 500,
+        "a target's value appears inside a descriptor, a target id, a unit or the scenario id, which reach the learner, audit lines and /healthz",
+        "reword the field named so it does not state the value (digits, separators, k-form or words)";
+    LEARNING_FLAG_INVALID = "learning.flag_invalid", 500,
+        "`CORRAL_LEARNING_MODE` is set to something other than `true` or `false`",
+        "set it to `true`, `false`, or unset it";
+    LEARNING_GRACE_INVALID = "learning.grace_invalid", 500,
+        "`CORRAL_LEARNING_GRACE_SECONDS` is not a whole number of seconds",
+        "set it to a whole number of seconds (3600 by default), or unset it";
+    LEARNING_NOT_THIS_ENTRY_POINT = "learning.not_this_entry_point", 500,
+        "`CORRAL_LEARNING_MODE=true` is honoured only by `corral serve`; this entry point refuses to start with it",
+        "run `corral serve` for a learning lab, or unset `CORRAL_LEARNING_MODE` here";
+    LEARNING_PRECONDITION_AUTH = "learning.precondition_auth", 500,
+        "learning mode needs authentication: no `auth.tokens` or `auth.jwt` is configured",
+        "configure `auth.tokens` or `auth.jwt`, or unset `CORRAL_LEARNING_MODE`";
+    LEARNING_PRECONDITION_OPEN_MODE = "learning.precondition_open_mode", 500,
+        "learning mode refuses open mode: anonymous callers would share one learner's level",
+        "configure tokens so every caller is authenticated, or unset `CORRAL_LEARNING_MODE`";
+    LEARNING_PRECONDITION_MANIFEST = "learning.precondition_manifest", 500,
+        "learning mode needs a valid scenario manifest at `CORRAL_SCENARIO_MANIFEST`",
+        "set `CORRAL_SCENARIO_MANIFEST` to the seeder's manifest and fix the errors listed with it";
+    LEARNING_PRECONDITION_AUTONOMY = "learning.precondition_autonomy", 500,
+        "learning mode runs at autonomy L2 or lower; the config sets a higher level",
+        "set `autonomy: L2` (or lower), or unset `CORRAL_LEARNING_MODE`";
+    LEARNING_PRECONDITION_AUDIT = "learning.precondition_audit", 500,
+        "learning mode needs the audit on: every withheld answer and hint is an audit event",
+        "turn the audit on (`audit:`), or unset `CORRAL_LEARNING_MODE`";
+    LEARNING_HINT_NOT_HUMAN = "learning.hint_not_human", 403,
+        "only a verified human may take a hint; an agent, a service or an anonymous caller cannot raise a level",
+        "press the hint button as the learner (a human token), not from an agent's or a service's token";
+    LEARNING_HINT_RATE_LIMITED = "learning.hint_rate_limited", 429,
+        "hints are rate-limited per learner and the last one was too recent",
+        "wait the seconds named, then ask again";
+    LEARNING_HINT_AT_MAX = "learning.hint_at_max", 409,
+        "the learner is already at the highest disclosure level (3)",
+        "nothing to do: every answer is already shown";
     LINT_FULL_ACCESS = "lint.full_access", 0,
         "the full_access preset (or an `unsafe: true` scope) is in use",
         "use a narrower preset such as workspace_jail";

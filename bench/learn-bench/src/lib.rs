@@ -1,0 +1,1 @@
+//! learn-bench: see benches/learn.rs.

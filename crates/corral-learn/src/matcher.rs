@@ -1,0 +1,642 @@
+//! The answer matcher: one Aho-Corasick automaton over every form of every target's value,
+//! one scan of the text, deterministic.
+//!
+//! What matches a **number** (its absolute value; a sign is ignored):
+//!
+//! - its digits on token boundaries, plain or grouped by thousands with `,` `.` ` ` `_` `'`
+//!   (`5100`, `5,100`, `5.100`, `5 100`, `5_100`, `5'100`); a decimal with `.` or `,` as its
+//!   decimal mark (`5100.25`, `5,100.25`, `5.100,25`, `5 100,25`), trailing zeros allowed
+//!   (`5100.0`, `5100.250`);
+//! - k/M/B abbreviations within the value's rounding: `x` thousand (million, billion) written
+//!   with 0-3 decimals matches when it is the value truncated or rounded half-up to those
+//!   decimals, and shows at least two significant digits unless it is exact: 5100 matches
+//!   `5.1k`, `5.10K`, `5,1 k`, `5.1 thousand`, not `5k` (an approximation, like "about five
+//!   thousand", a residual risk the spec accepts); 5000 matches `5k`; 5149 matches `5.1k` and
+//!   `5.15k`, not `5.2k`. Suffixes: `k`, `thousand`; `m`, `mn`, `million`; `b`, `bn`, `billion`;
+//!   with or without a space;
+//! - the integer in English words, hyphens, commas and "and" allowed: "five thousand one
+//!   hundred", "fifty-one hundred", "Five Thousand, One Hundred". Words are found by the same
+//!   automaton (the number words are among its patterns) and parsed from there.
+//!
+//! What does not match (near misses): `51000`, `510`, `51001`, `abc5100`, `x5100`, `0.5100`,
+//! `15,100`, `5,1000`, a version `5.100.2`, `5100k` / `5100m` (another magnitude), `5100_000`,
+//! `5100e3`, `5100abc123`. Left of the digits must not be a letter, digit or `_` (nor `.` or `,`
+//! after a digit); right of them must not be a digit, `_`, a magnitude letter (`k`, `m`, `b`,
+//! `bn`, `mn`, `g`, `t`) or a letter run followed by a digit, nor `.`/`,` followed by digits
+//! other than zeros. A unit written straight after the digits (`5100msgs`, `5100ms`) matches.
+//!
+//! What matches a **string**: the value as a substring, ASCII-case-insensitive (a non-ASCII
+//! value also in its full lowercase and uppercase forms), no boundaries.
+//!
+//! Before matching, text that is not pure ASCII is normalized (so is every pattern): zero-width
+//! and format characters (U+200B-U+200F, U+2060-U+2064, U+FEFF, U+00AD) are removed, every
+//! Unicode space becomes ` `, fullwidth forms become ASCII, U+2018/U+2019 become `'` and Unicode
+//! dashes and minus become `-`. Other encodings (digits of other scripts, digits spelled one by
+//! one, hex, arithmetic, reversed digits, a value split across two responses) are the residual
+//! risks the spec names; the eval measures them.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+
+use crate::manifest::Value;
+
+/// Group separators a thousands-grouped number may use.
+const GROUP_SEPARATORS: [&str; 5] = [",", ".", " ", "_", "'"];
+/// (group separator, decimal mark) pairs a decimal may use.
+const DECIMAL_STYLES: [(&str, &str); 8] = [
+    ("", "."),
+    (",", "."),
+    (" ", "."),
+    ("_", "."),
+    ("'", "."),
+    ("", ","),
+    (".", ","),
+    (" ", ","),
+];
+/// Magnitudes and the suffixes that write them.
+const MAGNITUDES: [(u64, &[&str]); 3] = [
+    (1_000, &["k", " k", " thousand"]),
+    (1_000_000, &["m", " m", "mn", " mn", " million"]),
+    (1_000_000_000, &["b", " b", "bn", " bn", " billion"]),
+];
+/// Letter runs right after digits that make them another magnitude, not a unit.
+const MAGNITUDE_LETTERS: [&[u8]; 7] = [b"k", b"m", b"b", b"bn", b"mn", b"g", b"t"];
+
+const UNITS: [&str; 19] = [
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+];
+const TENS: [&str; 8] = [
+    "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+];
+const SCALES: [(&str, u64); 4] = [
+    ("thousand", 1_000),
+    ("million", 1_000_000),
+    ("billion", 1_000_000_000),
+    ("trillion", 1_000_000_000_000),
+];
+
+/// The matcher could not be built (more patterns than the automaton holds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatcherError(String);
+
+impl fmt::Display for MatcherError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the answer matcher cannot be built: {}", self.0)
+    }
+}
+
+impl std::error::Error for MatcherError {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Digits (grouped or not); `fraction`: the pattern ends in fractional digits.
+    Digits { fraction: bool },
+    /// A k/M/B abbreviation, suffix included.
+    Abbrev,
+    /// A string value.
+    Text,
+    /// A number word that may start a number in words.
+    Word,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pattern {
+    target: usize,
+    kind: Kind,
+}
+
+/// Finds target values in text. Build it once per manifest; `find` is `&self` and allocation
+/// free on ASCII text that matches nothing.
+#[derive(Clone)]
+pub struct Matcher {
+    automaton: Option<AhoCorasick>,
+    patterns: Vec<Pattern>,
+    /// (absolute integer value, target index), for numbers in words.
+    integers: Vec<(u64, usize)>,
+    targets: usize,
+}
+
+impl fmt::Debug for Matcher {
+    // The patterns are the values: never printed.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Matcher")
+            .field("targets", &self.targets)
+            .field("patterns", &self.patterns.len())
+            .finish()
+    }
+}
+
+impl Matcher {
+    /// A matcher over `values`; `find` reports indices into it.
+    pub fn new(values: &[Value]) -> Result<Self, MatcherError> {
+        let mut texts: Vec<String> = Vec::new();
+        let mut patterns: Vec<Pattern> = Vec::new();
+        let mut integers = Vec::new();
+        let mut add = |text: String, target: usize, kind: Kind| {
+            texts.push(text);
+            patterns.push(Pattern { target, kind });
+        };
+        for (target, value) in values.iter().enumerate() {
+            match value {
+                Value::Integer(n) => {
+                    let abs = n.unsigned_abs();
+                    let digits = abs.to_string();
+                    for form in integer_forms(&digits) {
+                        add(form, target, Kind::Digits { fraction: false });
+                    }
+                    for form in abbreviations(u128::from(abs), 0) {
+                        add(form, target, Kind::Abbrev);
+                    }
+                    integers.push((abs, target));
+                }
+                Value::Decimal(x) => {
+                    let shown = format!("{}", x.abs());
+                    let (int, frac) = shown.split_once('.').unwrap_or((shown.as_str(), ""));
+                    let mut seen = Vec::new();
+                    for (group, mark) in DECIMAL_STYLES {
+                        let form = if frac.is_empty() {
+                            group_digits(int, group)
+                        } else {
+                            format!("{}{mark}{frac}", group_digits(int, group))
+                        };
+                        if !seen.contains(&form) {
+                            seen.push(form.clone());
+                            add(
+                                form,
+                                target,
+                                Kind::Digits {
+                                    fraction: !frac.is_empty(),
+                                },
+                            );
+                        }
+                    }
+                    let mantissa: Option<u128> = format!("{int}{frac}").parse().ok();
+                    if let Some(m) = mantissa {
+                        let exp = u32::try_from(frac.len()).unwrap_or(u32::MAX);
+                        for form in abbreviations(m, exp) {
+                            add(form, target, Kind::Abbrev);
+                        }
+                    }
+                }
+                Value::Text(s) => {
+                    let norm = normalize(s).into_owned();
+                    let mut forms = vec![norm.clone()];
+                    if !norm.is_ascii() {
+                        for f in [norm.to_lowercase(), norm.to_uppercase()] {
+                            if !forms.contains(&f) {
+                                forms.push(f);
+                            }
+                        }
+                    }
+                    for f in forms {
+                        add(f, target, Kind::Text);
+                    }
+                }
+            }
+        }
+        if !integers.is_empty() {
+            for w in UNITS.iter().chain(TENS.iter()) {
+                add((*w).to_owned(), usize::MAX, Kind::Word);
+            }
+        }
+        integers.sort_unstable();
+        let automaton = if texts.is_empty() {
+            None
+        } else {
+            Some(
+                AhoCorasick::builder()
+                    .ascii_case_insensitive(true)
+                    .match_kind(MatchKind::Standard)
+                    .kind(Some(AhoCorasickKind::DFA))
+                    .build(&texts)
+                    .or_else(|_| {
+                        AhoCorasick::builder()
+                            .ascii_case_insensitive(true)
+                            .match_kind(MatchKind::Standard)
+                            .build(&texts)
+                    })
+                    .map_err(|e| MatcherError(e.to_string()))?,
+            )
+        };
+        Ok(Self {
+            automaton,
+            patterns,
+            integers,
+            targets: values.len(),
+        })
+    }
+
+    /// How many targets it was built over.
+    pub fn len(&self) -> usize {
+        self.targets
+    }
+
+    /// Whether it was built over no target.
+    pub fn is_empty(&self) -> bool {
+        self.targets == 0
+    }
+
+    /// Whether any target's value is in `text`.
+    pub fn is_match(&self, text: &str) -> bool {
+        let mut found = false;
+        self.scan(text, &mut |_| {
+            found = true;
+            false
+        });
+        found
+    }
+
+    /// The indices of every target whose value is in `text`, ascending, once each.
+    pub fn find(&self, text: &str) -> Vec<usize> {
+        let mut hits = Vec::new();
+        self.scan(text, &mut |t| {
+            if !hits.contains(&t) {
+                hits.push(t);
+            }
+            true
+        });
+        hits.sort_unstable();
+        hits
+    }
+
+    /// Calls `hit` with each matching target index; stops when it returns false.
+    fn scan(&self, text: &str, hit: &mut dyn FnMut(usize) -> bool) {
+        let Some(ac) = &self.automaton else {
+            return;
+        };
+        let text = normalize(text);
+        let bytes = text.as_bytes();
+        // Number words already parsed: hits starting before this end are inside that number.
+        let mut words_end = 0usize;
+        for m in ac.find_overlapping_iter(bytes) {
+            let Some(p) = self.patterns.get(m.pattern().as_usize()) else {
+                continue;
+            };
+            let (start, end) = (m.start(), m.end());
+            let matched = match p.kind {
+                Kind::Text => Some(p.target),
+                Kind::Digits { fraction } => (left_ok(bytes, start)
+                    && digits_right_ok(bytes, end, fraction))
+                .then_some(p.target),
+                Kind::Abbrev => (left_ok(bytes, start)
+                    && !bytes
+                        .get(end)
+                        .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_'))
+                .then_some(p.target),
+                Kind::Word => {
+                    if start < words_end || !word_left_ok(bytes, start) {
+                        None
+                    } else {
+                        match parse_words(bytes, start) {
+                            Some((n, stop)) => {
+                                words_end = stop;
+                                self.integer_target(n)
+                            }
+                            None => None,
+                        }
+                    }
+                }
+            };
+            if let Some(t) = matched {
+                if !hit(t) {
+                    return;
+                }
+                // The same number in words may be the value of several targets.
+                if p.kind == Kind::Word {
+                    if let Some((n, _)) = parse_words(bytes, start) {
+                        for (v, other) in &self.integers {
+                            if *v == n && *other != t && !hit(*other) {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn integer_target(&self, n: u64) -> Option<usize> {
+        let i = self.integers.partition_point(|(v, _)| *v < n);
+        self.integers
+            .get(i)
+            .filter(|(v, _)| *v == n)
+            .map(|(_, t)| *t)
+    }
+}
+
+/// `digits` plain and grouped by thousands with each separator.
+fn integer_forms(digits: &str) -> Vec<String> {
+    let mut out = vec![digits.to_owned()];
+    if digits.len() > 3 {
+        for sep in GROUP_SEPARATORS {
+            out.push(group_digits(digits, sep));
+        }
+    }
+    out
+}
+
+fn group_digits(digits: &str, sep: &str) -> String {
+    if sep.is_empty() || digits.len() <= 3 {
+        return digits.to_owned();
+    }
+    let head = digits.len() % 3;
+    let mut out = String::with_capacity(digits.len() * 2);
+    out.push_str(&digits[..head]);
+    let mut i = head;
+    while i < digits.len() {
+        if !out.is_empty() {
+            out.push_str(sep);
+        }
+        out.push_str(&digits[i..i + 3]);
+        i += 3;
+    }
+    out
+}
+
+/// The abbreviations of the value `mantissa / 10^exp` (see the module docs).
+fn abbreviations(mantissa: u128, exp: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(denominator_base) = 10u128.checked_pow(exp) else {
+        return out;
+    };
+    for (scale, suffixes) in MAGNITUDES {
+        // Below a tenth of the magnitude, no abbreviation in it is written.
+        let Some(value_tenths) = mantissa.checked_mul(10) else {
+            continue;
+        };
+        if value_tenths < u128::from(scale) * denominator_base {
+            continue;
+        }
+        for decimals in 0..=3u32 {
+            let p = 10u128.pow(decimals);
+            let (Some(num), Some(den)) = (
+                mantissa.checked_mul(p),
+                u128::from(scale).checked_mul(denominator_base),
+            ) else {
+                continue;
+            };
+            let floor = num / den;
+            let exact = num % den == 0;
+            let round = (num + den / 2) / den;
+            let mut shown = vec![floor];
+            if round != floor {
+                shown.push(round);
+            }
+            for m in shown {
+                if !(exact && m == floor) && m < 10 {
+                    continue;
+                }
+                let int = m / p;
+                let frac = m % p;
+                for mark in [".", ","] {
+                    let number = if decimals == 0 {
+                        int.to_string()
+                    } else {
+                        format!("{int}{mark}{frac:0width$}", width = decimals as usize)
+                    };
+                    for suffix in suffixes {
+                        let form = format!("{number}{suffix}");
+                        if !out.contains(&form) {
+                            out.push(form);
+                        }
+                    }
+                    if decimals == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// Left of a number: not inside a token, not the fraction or tail of another number.
+fn left_ok(bytes: &[u8], start: usize) -> bool {
+    let Some(prev) = start.checked_sub(1).and_then(|i| bytes.get(i)) else {
+        return true;
+    };
+    if is_word_byte(*prev) {
+        return false;
+    }
+    if matches!(prev, b'.' | b',') {
+        let before = start.checked_sub(2).and_then(|i| bytes.get(i));
+        return !before.is_some_and(u8::is_ascii_digit);
+    }
+    true
+}
+
+/// Right of a number's digits.
+fn digits_right_ok(bytes: &[u8], end: usize, fraction: bool) -> bool {
+    let mut i = end;
+    if fraction {
+        while bytes.get(i) == Some(&b'0') {
+            i += 1;
+        }
+    }
+    let Some(&next) = bytes.get(i) else {
+        return true;
+    };
+    if next.is_ascii_digit() || next == b'_' {
+        return false;
+    }
+    if matches!(next, b'.' | b',') {
+        let mut j = i + 1;
+        while bytes.get(j).is_some_and(u8::is_ascii_digit) {
+            j += 1;
+        }
+        let run = &bytes[i + 1..j];
+        if run.is_empty() {
+            return true;
+        }
+        if fraction || !run.iter().all(|b| *b == b'0') {
+            return false;
+        }
+        // `5100.00` is the value; `5100,000` is another number grouped by thousands.
+        return next == b'.' || run.len() < 3;
+    }
+    if next.is_ascii_alphabetic() {
+        let mut j = i;
+        while bytes.get(j).is_some_and(u8::is_ascii_alphabetic) {
+            j += 1;
+        }
+        let run = bytes[i..j].to_ascii_lowercase();
+        if MAGNITUDE_LETTERS.contains(&run.as_slice()) {
+            return false;
+        }
+        return !bytes
+            .get(j)
+            .is_some_and(|b| b.is_ascii_digit() || *b == b'_');
+    }
+    true
+}
+
+fn word_left_ok(bytes: &[u8], start: usize) -> bool {
+    !start
+        .checked_sub(1)
+        .and_then(|i| bytes.get(i))
+        .is_some_and(|b| is_word_byte(*b))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Last {
+    Start,
+    Unit,
+    Teen,
+    Tens,
+    TensUnit,
+    Hundred,
+    Scale,
+    And,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Word {
+    Unit(u64),
+    Teen(u64),
+    Tens(u64),
+    Hundred,
+    Scale(u64),
+    And,
+}
+
+fn word_at(bytes: &[u8], start: usize) -> Option<(Word, usize)> {
+    let mut end = start;
+    while bytes.get(end).is_some_and(u8::is_ascii_alphabetic) {
+        end += 1;
+    }
+    if end == start || bytes.get(end).is_some_and(|b| is_word_byte(*b)) {
+        return None;
+    }
+    let w = bytes[start..end].to_ascii_lowercase();
+    let word = if let Some(i) = UNITS.iter().position(|u| u.as_bytes() == w.as_slice()) {
+        let n = i as u64 + 1;
+        if n < 10 { Word::Unit(n) } else { Word::Teen(n) }
+    } else if let Some(i) = TENS.iter().position(|u| u.as_bytes() == w.as_slice()) {
+        Word::Tens(20 + 10 * i as u64)
+    } else if w == b"hundred" {
+        Word::Hundred
+    } else if let Some((_, s)) = SCALES.iter().find(|(n, _)| n.as_bytes() == w.as_slice()) {
+        Word::Scale(*s)
+    } else if w == b"and" {
+        Word::And
+    } else {
+        return None;
+    };
+    Some((word, end))
+}
+
+/// The integer written in words from `start`, and where it ends; the longest valid reading.
+fn parse_words(bytes: &[u8], start: usize) -> Option<(u64, usize)> {
+    let mut total: u64 = 0;
+    let mut group: u64 = 0;
+    let mut last = Last::Start;
+    let mut last_scale = u64::MAX;
+    let mut pos = start;
+    let mut end = start;
+    while let Some((word, word_end)) = word_at(bytes, pos) {
+        let next = match (word, last) {
+            (Word::Unit(n), Last::Start | Last::Tens | Last::Hundred | Last::Scale | Last::And) => {
+                group += n;
+                if last == Last::Tens {
+                    Last::TensUnit
+                } else {
+                    Last::Unit
+                }
+            }
+            (Word::Teen(n), Last::Start | Last::Hundred | Last::Scale | Last::And) => {
+                group += n;
+                Last::Teen
+            }
+            (Word::Tens(n), Last::Start | Last::Hundred | Last::Scale | Last::And) => {
+                group += n;
+                Last::Tens
+            }
+            (Word::Hundred, Last::Unit | Last::Teen | Last::Tens | Last::TensUnit)
+                if group % 100 != 0 && group < 100 =>
+            {
+                group *= 100;
+                Last::Hundred
+            }
+            (
+                Word::Scale(s),
+                Last::Unit | Last::Teen | Last::Tens | Last::TensUnit | Last::Hundred,
+            ) if s < last_scale => {
+                total = total.checked_add(group.checked_mul(s)?)?;
+                group = 0;
+                last_scale = s;
+                Last::Scale
+            }
+            (Word::And, Last::Hundred | Last::Scale) => Last::And,
+            _ => break,
+        };
+        last = next;
+        if last != Last::And {
+            end = word_end;
+        }
+        // Separators between words: spaces, hyphens, commas.
+        pos = word_end;
+        while bytes
+            .get(pos)
+            .is_some_and(|b| matches!(b, b' ' | b'-' | b',' | b'\n' | b'\t' | b'\r'))
+        {
+            pos += 1;
+        }
+        if pos == word_end {
+            break;
+        }
+    }
+    if last == Last::Start {
+        return None;
+    }
+    Some((total + group, end))
+}
+
+fn is_removed(c: char) -> bool {
+    matches!(c, '\u{00AD}' | '\u{200B}'..='\u{200F}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}' | '\u{180E}')
+}
+
+/// Text as the matcher reads it (see the module docs); ASCII text is borrowed unchanged.
+pub fn normalize(text: &str) -> Cow<'_, str> {
+    if text.is_ascii() {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if is_removed(c) {
+            continue;
+        }
+        let mapped = match c {
+            '\u{FF01}'..='\u{FF5E}' => char::from_u32(c as u32 - 0xFEE0).unwrap_or(c),
+            '\u{2018}' | '\u{2019}' | '\u{201B}' | '\u{2032}' => '\'',
+            '\u{2010}'..='\u{2015}' | '\u{2212}' | '\u{FE63}' => '-',
+            c if c.is_whitespace() => ' ',
+            c => c,
+        };
+        out.push(mapped);
+    }
+    Cow::Owned(out)
+}

@@ -1,0 +1,3 @@
+//! corral-learn tests.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod manifest;
