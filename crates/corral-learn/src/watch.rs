@@ -4,7 +4,9 @@
 //! [`Watcher::check`] takes `stat()` of the manifest path (device, inode, mtime, ctime, size;
 //! symlinks followed) synchronously on every call, and reads the file again when the stamp
 //! differs from the last one seen, so an atomic replace (temp file + rename) is in force on the
-//! very next call: no polling interval leaves new values unguarded. A reload that fails keeps
+//! very next call: no polling interval leaves new values unguarded. (An in-place rewrite that
+//! keeps the inode and the size within one tick of the file system's timestamps would look
+//! unchanged: the seeder writes atomically, as the spec requires.) A reload that fails keeps
 //! the last good manifest, increments [`Watcher::errors_total`] (exported by the server as
 //! `corral_learning_manifest_errors_total`) once per failing version of the file, and hands the
 //! error (paths and kinds only, never a value) to the caller to log.

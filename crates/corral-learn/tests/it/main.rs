@@ -1,3 +1,4 @@
 //! corral-learn tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod manifest;
+mod watch;
