@@ -23,7 +23,11 @@
 //! `5100e3`, `5100abc123`. Left of the digits must not be a letter, digit or `_` (nor `.` or `,`
 //! after a digit); right of them must not be a digit, `_`, a magnitude letter (`k`, `m`, `b`,
 //! `bn`, `mn`, `g`, `t`) or a letter run followed by a digit, nor `.`/`,` followed by digits
-//! other than zeros. A unit written straight after the digits (`5100msgs`, `5100ms`) matches.
+//! other than trailing zeros (three digits after a mark read as a thousands group: `5.100.000`
+//! and `5100.000` do not match 5100). A unit written straight after the digits (`5100msgs`,
+//! `5100ms`) matches. A space is a boundary, so a space-grouped larger number (`5 100 000`)
+//! matches 5100: the ambiguity is resolved toward withholding. Abbreviations are not
+//! thousands-grouped (`2340k` matches 2,340,000; `2,340k` does not).
 //!
 //! What matches a **string**: the value as a substring, ASCII-case-insensitive (a non-ASCII
 //! value also in its full lowercase and uppercase forms), no boundaries.
@@ -472,11 +476,9 @@ fn digits_right_ok(bytes: &[u8], end: usize, fraction: bool) -> bool {
         if run.is_empty() {
             return true;
         }
-        if fraction || !run.iter().all(|b| *b == b'0') {
-            return false;
-        }
-        // `5100.00` is the value; `5100,000` is another number grouped by thousands.
-        return next == b'.' || run.len() < 3;
+        // `5100.00` is the value; `5100,000` and `5.100.000` are another number grouped by
+        // thousands (so three zeros are read as a group, whichever the mark).
+        return !fraction && run.len() != 3 && run.iter().all(|b| *b == b'0');
     }
     if next.is_ascii_alphabetic() {
         let mut j = i;

@@ -1,4 +1,5 @@
 //! corral-learn tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod manifest;
+mod matcher;
 mod watch;
