@@ -1,6 +1,8 @@
 //! corral-learn tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod gate;
 mod guard;
+mod levels;
 mod manifest;
 mod matcher;
 mod watch;
