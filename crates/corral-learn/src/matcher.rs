@@ -1,5 +1,5 @@
-//! The answer matcher: one Aho-Corasick automaton over every form of every target's value,
-//! one scan of the text, deterministic.
+//! The answer matcher: one automaton over every form of every numeric target, one over every
+//! string target, one pass over the text, deterministic (see [`Matcher`]).
 //!
 //! What matches a **number** (its absolute value; a sign is ignored):
 //!
@@ -42,7 +42,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+use aho_corasick::automaton::Automaton;
+use aho_corasick::{AhoCorasick, Anchored, Input, MatchKind, StartKind, dfa};
 
 use crate::manifest::Value;
 
@@ -68,37 +69,6 @@ const MAGNITUDES: [(u64, &[&str]); 3] = [
 /// Letter runs right after digits that make them another magnitude, not a unit.
 const MAGNITUDE_LETTERS: [&[u8]; 7] = [b"k", b"m", b"b", b"bn", b"mn", b"g", b"t"];
 
-const UNITS: [&str; 19] = [
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-];
-const TENS: [&str; 8] = [
-    "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
-];
-const SCALES: [(&str, u64); 4] = [
-    ("thousand", 1_000),
-    ("million", 1_000_000),
-    ("billion", 1_000_000_000),
-    ("trillion", 1_000_000_000_000),
-];
-
 /// The matcher could not be built (more patterns than the automaton holds).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MatcherError(String);
@@ -117,10 +87,6 @@ enum Kind {
     Digits { fraction: bool },
     /// A k/M/B abbreviation, suffix included.
     Abbrev,
-    /// A string value.
-    Text,
-    /// A number word that may start a number in words.
-    Word,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -131,10 +97,28 @@ struct Pattern {
 
 /// Finds target values in text. Build it once per manifest; `find` is `&self` and allocation
 /// free on ASCII text that matches nothing.
+///
+/// Two automata, each over every target at once (never one per target):
+///
+/// - `numbers`: an anchored DFA over every number form (digits, abbreviations; each starts with
+///   a digit). A number starts only at a digit whose left neighbour is not a letter, digit or
+///   `_`, so the scan skips 32-byte blocks without a digit and walks the DFA from each such
+///   start until it dies;
+/// - `texts`: an unanchored automaton over the string values (a substring may start anywhere)
+///   and the 27 number words that can begin a number (`one` ... `ninety`), prefiltered,
+///   leftmost-first; at each hit every string value is compared,
+///   a number word at a token start is read as a number in words and looked up among the
+///   integer targets (a sorted table), and the search goes on from the next byte, so every
+///   target is reported.
 #[derive(Clone)]
 pub struct Matcher {
-    automaton: Option<AhoCorasick>,
-    patterns: Vec<Pattern>,
+    numbers: Option<dfa::DFA>,
+    /// What each pattern of `numbers` is.
+    number_patterns: Vec<Pattern>,
+    texts: Option<AhoCorasick>,
+    /// The patterns of `strings` (normalized) and the target of each.
+    string_patterns: Vec<Vec<u8>>,
+    string_targets: Vec<usize>,
     /// (absolute integer value, target index), for numbers in words.
     integers: Vec<(u64, usize)>,
     targets: usize,
@@ -145,7 +129,8 @@ impl fmt::Debug for Matcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Matcher")
             .field("targets", &self.targets)
-            .field("patterns", &self.patterns.len())
+            .field("number_patterns", &self.number_patterns.len())
+            .field("string_patterns", &self.string_targets.len())
             .finish()
     }
 }
@@ -153,12 +138,14 @@ impl fmt::Debug for Matcher {
 impl Matcher {
     /// A matcher over `values`; `find` reports indices into it.
     pub fn new(values: &[Value]) -> Result<Self, MatcherError> {
-        let mut texts: Vec<String> = Vec::new();
-        let mut patterns: Vec<Pattern> = Vec::new();
+        let mut number_texts: Vec<String> = Vec::new();
+        let mut number_patterns: Vec<Pattern> = Vec::new();
+        let mut string_texts: Vec<String> = Vec::new();
+        let mut string_targets: Vec<usize> = Vec::new();
         let mut integers = Vec::new();
         let mut add = |text: String, target: usize, kind: Kind| {
-            texts.push(text);
-            patterns.push(Pattern { target, kind });
+            number_texts.push(text);
+            number_patterns.push(Pattern { target, kind });
         };
         for (target, value) in values.iter().enumerate() {
             match value {
@@ -213,38 +200,50 @@ impl Matcher {
                         }
                     }
                     for f in forms {
-                        add(f, target, Kind::Text);
+                        string_texts.push(f);
+                        string_targets.push(target);
                     }
                 }
             }
         }
-        if !integers.is_empty() {
-            for w in UNITS.iter().chain(TENS.iter()) {
-                add((*w).to_owned(), usize::MAX, Kind::Word);
-            }
-        }
         integers.sort_unstable();
-        let automaton = if texts.is_empty() {
+        let numbers = if number_texts.is_empty() {
+            None
+        } else {
+            Some(
+                dfa::DFA::builder()
+                    .ascii_case_insensitive(true)
+                    .match_kind(MatchKind::Standard)
+                    .start_kind(StartKind::Anchored)
+                    .prefilter(false)
+                    .build(&number_texts)
+                    .map_err(|e| MatcherError(e.to_string()))?,
+            )
+        };
+        if !integers.is_empty() {
+            string_texts.extend(NUMBER_STARTERS.iter().map(|p| (*p).to_owned()));
+        }
+        let texts = if string_texts.is_empty() {
             None
         } else {
             Some(
                 AhoCorasick::builder()
                     .ascii_case_insensitive(true)
-                    .match_kind(MatchKind::Standard)
-                    .kind(Some(AhoCorasickKind::DFA))
-                    .build(&texts)
-                    .or_else(|_| {
-                        AhoCorasick::builder()
-                            .ascii_case_insensitive(true)
-                            .match_kind(MatchKind::Standard)
-                            .build(&texts)
-                    })
+                    .match_kind(MatchKind::LeftmostFirst)
+                    .build(&string_texts)
                     .map_err(|e| MatcherError(e.to_string()))?,
             )
         };
         Ok(Self {
-            automaton,
-            patterns,
+            numbers,
+            number_patterns,
+            texts,
+            string_patterns: string_texts
+                .into_iter()
+                .take(string_targets.len())
+                .map(String::into_bytes)
+                .collect(),
+            string_targets,
             integers,
             targets: values.len(),
         })
@@ -285,66 +284,116 @@ impl Matcher {
 
     /// Calls `hit` with each matching target index; stops when it returns false.
     fn scan(&self, text: &str, hit: &mut dyn FnMut(usize) -> bool) {
-        let Some(ac) = &self.automaton else {
-            return;
-        };
         let text = normalize(text);
         let bytes = text.as_bytes();
-        // Number words already parsed: hits starting before this end are inside that number.
-        let mut words_end = 0usize;
-        for m in ac.find_overlapping_iter(bytes) {
-            let Some(p) = self.patterns.get(m.pattern().as_usize()) else {
+        if let Some(ac) = &self.texts {
+            // Leftmost-first (prefiltered), restarting one byte after each hit's start; at a
+            // hit, every string value is compared there (so each target starting at that byte
+            // is reported, not only the first pattern's), and a number word at a token start
+            // is read as a number in words.
+            let mut at = 0usize;
+            // Number words already parsed: hits before this end are inside that number.
+            let mut words_end = 0usize;
+            while let Some(m) = ac.find(Input::new(bytes).span(at..bytes.len())) {
+                let start = m.start();
+                for (pattern, target) in self.string_patterns.iter().zip(&self.string_targets) {
+                    let here = bytes.get(start..start + pattern.len());
+                    if here.is_some_and(|h| h.eq_ignore_ascii_case(pattern)) && !hit(*target) {
+                        return;
+                    }
+                }
+                let token_start = start
+                    .checked_sub(1)
+                    .and_then(|i| bytes.get(i))
+                    .is_none_or(|b| !is_word_byte(*b));
+                if !self.integers.is_empty() && token_start && start >= words_end {
+                    if let Some((n, stop)) = parse_words(bytes, start) {
+                        words_end = stop;
+                        if !self.hit_integer(n, hit) {
+                            return;
+                        }
+                    }
+                }
+                at = start + 1;
+            }
+        }
+        let Some(numbers) = &self.numbers else {
+            return;
+        };
+        let Ok(start_state) = numbers.start_state(Anchored::Yes) else {
+            return;
+        };
+        const BLOCK: usize = 32;
+        for (block, chunk) in bytes.chunks(BLOCK).enumerate() {
+            // Branch-free, so it vectorizes: most blocks of prose hold no digit.
+            let any_digit = chunk
+                .iter()
+                .fold(0u8, |acc, b| acc | u8::from(b.wrapping_sub(b'0') < 10));
+            if any_digit == 0 {
                 continue;
-            };
-            let (start, end) = (m.start(), m.end());
-            let matched = match p.kind {
-                Kind::Text => Some(p.target),
-                Kind::Digits { fraction } => (left_ok(bytes, start)
-                    && digits_right_ok(bytes, end, fraction))
-                .then_some(p.target),
-                Kind::Abbrev => (left_ok(bytes, start)
-                    && !bytes
-                        .get(end)
-                        .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_'))
-                .then_some(p.target),
-                Kind::Word => {
-                    if start < words_end || !word_left_ok(bytes, start) {
-                        None
-                    } else {
-                        match parse_words(bytes, start) {
-                            Some((n, stop)) => {
-                                words_end = stop;
-                                self.integer_target(n)
-                            }
-                            None => None,
-                        }
-                    }
+            }
+            for (offset, b) in chunk.iter().enumerate() {
+                let start = block * BLOCK + offset;
+                if !b.is_ascii_digit() || !left_ok(bytes, start) {
+                    continue;
                 }
-            };
-            if let Some(t) = matched {
-                if !hit(t) {
+                if !self.walk_number(numbers, start_state, bytes, start, hit) {
                     return;
-                }
-                // The same number in words may be the value of several targets.
-                if p.kind == Kind::Word {
-                    if let Some((n, _)) = parse_words(bytes, start) {
-                        for (v, other) in &self.integers {
-                            if *v == n && *other != t && !hit(*other) {
-                                return;
-                            }
-                        }
-                    }
                 }
             }
         }
     }
 
-    fn integer_target(&self, n: u64) -> Option<usize> {
+    /// Walks the number DFA from `start`; false when `hit` says stop.
+    fn walk_number(
+        &self,
+        numbers: &dfa::DFA,
+        start_state: aho_corasick::automaton::StateID,
+        bytes: &[u8],
+        start: usize,
+        hit: &mut dyn FnMut(usize) -> bool,
+    ) -> bool {
+        let mut sid = start_state;
+        for (offset, &byte) in bytes.get(start..).unwrap_or(&[]).iter().enumerate() {
+            sid = numbers.next_state(Anchored::Yes, sid, byte);
+            if numbers.is_dead(sid) {
+                break;
+            }
+            if !numbers.is_match(sid) {
+                continue;
+            }
+            let end = start + offset + 1;
+            for i in 0..numbers.match_len(sid) {
+                let id = numbers.match_pattern(sid, i).as_usize();
+                let Some(p) = self.number_patterns.get(id) else {
+                    continue;
+                };
+                let matched = match p.kind {
+                    Kind::Digits { fraction } => digits_right_ok(bytes, end, fraction),
+                    Kind::Abbrev => !bytes
+                        .get(end)
+                        .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_'),
+                };
+                if matched && !hit(p.target) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Reports every target whose integer value is `n`; false when `hit` says stop.
+    fn hit_integer(&self, n: u64, hit: &mut dyn FnMut(usize) -> bool) -> bool {
         let i = self.integers.partition_point(|(v, _)| *v < n);
-        self.integers
-            .get(i)
-            .filter(|(v, _)| *v == n)
-            .map(|(_, t)| *t)
+        for (v, t) in self.integers.get(i..).unwrap_or(&[]) {
+            if *v != n {
+                break;
+            }
+            if !hit(*t) {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -496,13 +545,6 @@ fn digits_right_ok(bytes: &[u8], end: usize, fraction: bool) -> bool {
     true
 }
 
-fn word_left_ok(bytes: &[u8], start: usize) -> bool {
-    !start
-        .checked_sub(1)
-        .and_then(|i| bytes.get(i))
-        .is_some_and(|b| is_word_byte(*b))
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Last {
     Start,
@@ -533,23 +575,80 @@ fn word_at(bytes: &[u8], start: usize) -> Option<(Word, usize)> {
     if end == start || bytes.get(end).is_some_and(|b| is_word_byte(*b)) {
         return None;
     }
-    let w = bytes[start..end].to_ascii_lowercase();
-    let word = if let Some(i) = UNITS.iter().position(|u| u.as_bytes() == w.as_slice()) {
-        let n = i as u64 + 1;
-        if n < 10 { Word::Unit(n) } else { Word::Teen(n) }
-    } else if let Some(i) = TENS.iter().position(|u| u.as_bytes() == w.as_slice()) {
-        Word::Tens(20 + 10 * i as u64)
-    } else if w == b"hundred" {
-        Word::Hundred
-    } else if let Some((_, s)) = SCALES.iter().find(|(n, _)| n.as_bytes() == w.as_slice()) {
-        Word::Scale(*s)
-    } else if w == b"and" {
-        Word::And
-    } else {
-        return None;
+    // The longest word of the vocabulary has 9 letters.
+    let mut buf = [0u8; 9];
+    let w = buf.get_mut(..end - start)?;
+    w.copy_from_slice(bytes.get(start..end)?);
+    w.make_ascii_lowercase();
+    let word = match &*w {
+        b"one" => Word::Unit(1),
+        b"two" => Word::Unit(2),
+        b"three" => Word::Unit(3),
+        b"four" => Word::Unit(4),
+        b"five" => Word::Unit(5),
+        b"six" => Word::Unit(6),
+        b"seven" => Word::Unit(7),
+        b"eight" => Word::Unit(8),
+        b"nine" => Word::Unit(9),
+        b"ten" => Word::Teen(10),
+        b"eleven" => Word::Teen(11),
+        b"twelve" => Word::Teen(12),
+        b"thirteen" => Word::Teen(13),
+        b"fourteen" => Word::Teen(14),
+        b"fifteen" => Word::Teen(15),
+        b"sixteen" => Word::Teen(16),
+        b"seventeen" => Word::Teen(17),
+        b"eighteen" => Word::Teen(18),
+        b"nineteen" => Word::Teen(19),
+        b"twenty" => Word::Tens(20),
+        b"thirty" => Word::Tens(30),
+        b"forty" => Word::Tens(40),
+        b"fifty" => Word::Tens(50),
+        b"sixty" => Word::Tens(60),
+        b"seventy" => Word::Tens(70),
+        b"eighty" => Word::Tens(80),
+        b"ninety" => Word::Tens(90),
+        b"hundred" => Word::Hundred,
+        b"thousand" => Word::Scale(1_000),
+        b"million" => Word::Scale(1_000_000),
+        b"billion" => Word::Scale(1_000_000_000),
+        b"trillion" => Word::Scale(1_000_000_000_000),
+        b"and" => Word::And,
+        _ => return None,
     };
     Some((word, end))
 }
+
+/// Every word that can begin a number in words.
+const NUMBER_STARTERS: [&str; 27] = [
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+    "thirty",
+    "forty",
+    "fifty",
+    "sixty",
+    "seventy",
+    "eighty",
+    "ninety",
+];
 
 /// The integer written in words from `start`, and where it ends; the longest valid reading.
 fn parse_words(bytes: &[u8], start: usize) -> Option<(u64, usize)> {
