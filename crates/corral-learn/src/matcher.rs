@@ -1,5 +1,5 @@
 //! The answer matcher: one automaton over every form of every numeric target, one over every
-//! string target, one pass over the text, deterministic (see [`Matcher`]).
+//! string target and the number words, never one per target; deterministic (see [`Matcher`]).
 //!
 //! What matches a **number** (its absolute value; a sign is ignored):
 //!
@@ -15,8 +15,9 @@
 //!   `5.15k`, not `5.2k`. Suffixes: `k`, `thousand`; `m`, `mn`, `million`; `b`, `bn`, `billion`;
 //!   with or without a space;
 //! - the integer in English words, hyphens, commas and "and" allowed: "five thousand one
-//!   hundred", "fifty-one hundred", "Five Thousand, One Hundred". Words are found by the same
-//!   automaton (the number words are among its patterns) and parsed from there.
+//!   hundred", "fifty-one hundred", "Five Thousand, One Hundred". The words that can begin a number are
+//!   found by the string automaton and parsed from there; the value is compared with the
+//!   integer targets (integers only: a decimal in words is not matched).
 //!
 //! What does not match (near misses): `51000`, `510`, `51001`, `abc5100`, `x5100`, `0.5100`,
 //! `15,100`, `5,1000`, a version `5.100.2`, `5100k` / `5100m` (another magnitude), `5100_000`,
@@ -106,8 +107,7 @@ struct Pattern {
 ///   start until it dies;
 /// - `texts`: an unanchored automaton over the string values (a substring may start anywhere)
 ///   and the 27 number words that can begin a number (`one` ... `ninety`), prefiltered,
-///   leftmost-first; at each hit every string value is compared,
-///   a number word at a token start is read as a number in words and looked up among the
+///   leftmost-first; at each hit every string value is compared, a number word at a token start is read as a number in words and looked up among the
 ///   integer targets (a sorted table), and the search goes on from the next byte, so every
 ///   target is reported.
 #[derive(Clone)]
@@ -116,7 +116,8 @@ pub struct Matcher {
     /// What each pattern of `numbers` is.
     number_patterns: Vec<Pattern>,
     texts: Option<AhoCorasick>,
-    /// The patterns of `strings` (normalized) and the target of each.
+    /// The string values' patterns (normalized; the first patterns of `texts`) and the target
+    /// of each.
     string_patterns: Vec<Vec<u8>>,
     string_targets: Vec<usize>,
     /// (absolute integer value, target index), for numbers in words.
