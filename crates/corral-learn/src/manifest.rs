@@ -654,9 +654,9 @@ impl Validator {
                 }
             }
             Json::Str(s) => {
-                if s.chars().count() < MIN_STRING_CHARS
-                    || s.trim().chars().count() < MIN_STRING_CHARS
-                {
+                // Counted as the matcher reads it: zero-width characters and the blanks around
+                // it do not count.
+                if crate::matcher::normalize(s).trim().chars().count() < MIN_STRING_CHARS {
                     self.push(path.into(), IssueKind::StringTooShort);
                     None
                 } else {

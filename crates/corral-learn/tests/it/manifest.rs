@@ -213,6 +213,10 @@ fn short_and_small_values_are_refused() {
         (json!(99.5), IssueKind::NumberTooSmall),
         (json!("abc"), IssueKind::StringTooShort),
         (json!("  ab  "), IssueKind::StringTooShort),
+        (
+            json!("ab\u{200b}\u{200b}\u{feff}"),
+            IssueKind::StringTooShort,
+        ),
     ] {
         assert_eq!(
             refused(&with(&["targets", "0", "value"], v.clone())),
