@@ -19,6 +19,7 @@ mod guard_replicas;
 mod http_fetch;
 mod jwt;
 mod limits;
+mod llm;
 mod mcp;
 mod metrics;
 #[path = "../../../corral-store/tests/support/pg_schema.rs"]
@@ -28,5 +29,6 @@ mod recordings;
 mod routes;
 mod run_tokens;
 mod sandbox;
+mod scripted_llm;
 mod shadows;
 mod statuses;
