@@ -22,6 +22,7 @@ mod limits;
 mod llm;
 mod mcp;
 mod metrics;
+mod openai_sdk;
 #[path = "../../../corral-store/tests/support/pg_schema.rs"]
 mod pg;
 mod protected;
