@@ -175,20 +175,32 @@ where
     // Built here, polled only if the chain reaches its execute step.
     let perform = perform(tx);
     let mut task = tokio::spawn(async move { gateway.call_proxied(call, opts, perform).await });
-    let answer = tokio::select! {
-        a = rx => a.ok(),
-        // The chain ended without an answer (it refused, the provider failed); `rx` is closed.
-        r = &mut task => return Err(reply_error(r, &rid)),
+    let mut rx = rx;
+    // The answer, and the chain's end if it came first (or with it: an answer sent just before
+    // the task ended is still taken).
+    let (answer, ended) = tokio::select! {
+        biased;
+        a = &mut rx => (a.ok(), None),
+        r = &mut task => (rx.try_recv().ok(), Some(r)),
     };
     let Some(answer) = answer else {
-        return Err(reply_error(task.await, &rid));
+        // The chain ended without an answer: it refused, or the provider failed.
+        let r = match ended {
+            Some(r) => r,
+            None => task.await,
+        };
+        return Err(reply_error(r, &rid));
     };
     if answer.streaming {
         return Ok(with_request_id(answer.resp, &rid));
     }
     // Answered only once its audit event is written: a call that cannot be audited is
     // refused (`server.audit_unavailable`), never reported as done.
-    match task.await {
+    let r = match ended {
+        Some(r) => r,
+        None => task.await,
+    };
+    match r {
         Ok(Reply::Refused(r)) => Err(refusal_error(&r, &rid)),
         Ok(_) => Ok(with_request_id(answer.resp, &rid)),
         Err(e) => Err(reply_error(Err(e), &rid)),

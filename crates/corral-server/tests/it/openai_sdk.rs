@@ -115,3 +115,94 @@ async fn the_openai_sdks_streaming_client_accepts_a_held_stream() {
     );
     assert_eq!(v["tools"]["finish"], "tool_calls");
 }
+
+/// The fenced blocks of docs/llm-proxy.md with the given info string.
+fn doc_blocks(info: &str) -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/llm-proxy.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    for line in text.lines() {
+        match &mut cur {
+            None if line.trim_start() == format!("```{info}") => cur = Some(String::new()),
+            None => {}
+            Some(body) if line.trim_start() == "```" => {
+                out.push(std::mem::take(body));
+                cur = None;
+            }
+            Some(body) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// A proxy over the scripted provider as docs/llm-proxy.md's examples expect it: `$CORRAL_URL`
+/// and a token allowed `llm.chat` in `$CORRAL_TOKEN`.
+async fn docs_proxy() -> (Server, ScriptedLlm, Workspace) {
+    let upstream = ScriptedLlm::start().await;
+    let ws = Workspace::new();
+    let env = upstream.env(&token_env());
+    let loaded = ws.load(
+        &ws.jail_yaml(&format!("{LLM_YAML}rules:\n  - allow: [llm.chat]\n")),
+        &env,
+    );
+    (Server::start(&loaded).await, upstream, ws)
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "the example failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docs_llm_proxy_md_shell_example_runs_as_written() {
+    let blocks = doc_blocks("sh");
+    assert_eq!(blocks.len(), 1, "docs/llm-proxy.md's sh blocks: {blocks:?}");
+    let (server, upstream, _ws) = docs_proxy().await;
+    let script = blocks[0].clone();
+    let base = server.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        run(Command::new("bash")
+            .args(["-euc", &script])
+            .env("CORRAL_URL", base)
+            .env("CORRAL_TOKEN", AGENT_TOKEN)
+            .env("NO_PROXY", "127.0.0.1"))
+    })
+    .await
+    .unwrap();
+    assert!(out.contains(ANSWER), "{out}");
+    assert!(out.contains("\"id\":\"ok\""), "{out}");
+    assert_eq!(upstream.seen().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docs_llm_proxy_md_python_example_runs_as_written() {
+    let blocks = doc_blocks("python");
+    assert_eq!(blocks.len(), 1, "docs/llm-proxy.md's python blocks");
+    let Some(python) = python() else { return };
+    let (server, upstream, _ws) = docs_proxy().await;
+    let script = blocks[0].clone();
+    let base = server.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        run(Command::new(python)
+            .args(["-c", &script])
+            .env("CORRAL_URL", base)
+            .env("CORRAL_TOKEN", AGENT_TOKEN)
+            .env("NO_PROXY", "127.0.0.1"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(out, format!("{ANSWER}\n{ANSWER}\n"));
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].body["stream"], true);
+}

@@ -75,4 +75,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except openai.APIStatusError as e:
+        sys.exit(f"unexpected {e.status_code}: {e.response.text}")
