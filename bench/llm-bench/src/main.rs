@@ -92,7 +92,7 @@ async fn main() {
         }
     };
     // Warm-up: connections, the SQLite file, the allocator.
-    for _ in 0..200 {
+    for _ in 0..rounds.min(200) {
         once(direct_url.clone(), None).await;
         once(proxy_url.clone(), Some(TOKEN)).await;
     }
