@@ -81,6 +81,21 @@ pub fn builtin_ops() -> Vec<OpSpec> {
                 .param("body", ParamKind::String, false)
                 .group("net")
         }),
+        spec(
+            "llm.chat",
+            // Read tier: a completion changes nothing in the world (it is the agent's own
+            // reasoning); `net` would make every completion wait for a person's approval and
+            // be blocked at L2, the level learning mode runs at. Explicit-only keeps it closed
+            // until a rule names it.
+            &[Read],
+            "ask the configured model provider (the LLM proxy: `POST /v1/chat/completions`, `GET /v1/models`)",
+        )
+        .map(|s| {
+            // Mounted only by a rule that names it: `*` or `effect:net` never opens model spend.
+            let mut s = s.param("model", ParamKind::String, false).group("llm");
+            s.explicit_only = true;
+            s
+        }),
     ]
     .into_iter()
     .flatten()

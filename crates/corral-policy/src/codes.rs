@@ -160,6 +160,21 @@ catalog! {
     UPSTREAM_FAILED = "upstream.failed", 502,
         "the upstream MCP server answered the call with a protocol error, or did not answer in time",
         "check the arguments against the tool's schema (`GET /ops`); the server's log has the upstream's stderr";
+    LLM_NOT_CONFIGURED = "llm.not_configured", 503,
+        "the LLM proxy (`/v1/chat/completions`, `/v1/models`) has no upstream: the config has no `llm:` section",
+        "add `llm: {base_url_env: OPENAI_BASE_URL, api_key_env: OPENAI_API_KEY}` to the config and export both variables";
+    LLM_BAD_REQUEST = "llm.bad_request", 400,
+        "the model request is not a JSON object with a string `model` (and, for a chat completion, a `messages` list)",
+        "send the OpenAI chat completion shape: `{\"model\": \"...\", \"messages\": [...]}`";
+    LLM_UPSTREAM = "llm.upstream", 502,
+        "the model provider answered with an error; its status is kept when it is a client error (400-429)",
+        "read the provider's message in `error`; fix the request it names, or retry when the provider recovers";
+    LLM_UNREACHABLE = "llm.unreachable", 502,
+        "the model provider could not be reached (connection refused, DNS, TLS) or its answer could not be read",
+        "check the url in the variable `llm.base_url_env` names, and that the provider is up";
+    LLM_TIMEOUT = "llm.timeout", 504,
+        "the model provider did not answer in time",
+        "retry; ask for fewer tokens, or use a faster model";
     ISOLATION_UNAVAILABLE = "isolation.unavailable", 503,
         "the configured isolation backend cannot run on this host; corral never falls back",
         "run `corral doctor` and install the missing primitive, or configure another backend";
@@ -172,6 +187,9 @@ catalog! {
     BUDGET_EXHAUSTED = "budget.exhausted", 429,
         "the run has used up one of its budgets (calls, calls per op, wall time, output bytes)",
         "start a new run (another `X-Corral-Run`), or raise the budget the error names";
+    BUDGET_TOKENS_EXHAUSTED = "budget.tokens_exhausted", 429,
+        "the run has used up its model token budget (`budgets.tokens`), so no model call was forwarded",
+        "start a new run (another `X-Corral-Run`), or raise `budgets.tokens`";
     AUDIT_NOT_PERMITTED = "audit.not_permitted", 403,
         "reading the audit log (`GET /audit`, `corral audit`) needs role admin",
         "call with a token whose roles include `admin`";

@@ -30,11 +30,28 @@ struct CallLabels {
     outcome: &'static str,
 }
 
+/// The labels of `corral_llm_tokens_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    /// `prompt` or `completion`.
+    kind: &'static str,
+}
+
+/// The labels of `corral_llm_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LlmLabels {
+    /// `ok`, `upstream_error`, `unreachable` or `timeout` (a request the guard refused counts
+    /// in `corral_calls_total{op="llm.chat"}` only).
+    outcome: &'static str,
+}
+
 /// Call counters and a latency histogram, in a registry of their own.
 pub struct CallMetrics {
     registry: Registry,
     calls: Family<CallLabels, Counter>,
     duration: Histogram,
+    llm_tokens: Family<TokenLabels, Counter>,
+    llm_requests: Family<LlmLabels, Counter>,
 }
 
 impl fmt::Debug for CallMetrics {
@@ -59,15 +76,46 @@ impl Default for CallMetrics {
             "Time from receipt to response",
             duration.clone(),
         );
+        let llm_tokens = Family::<TokenLabels, Counter>::default();
+        let llm_requests = Family::<LlmLabels, Counter>::default();
+        registry.register(
+            "corral_llm_tokens",
+            "Model tokens the LLM proxy forwarded, by kind",
+            llm_tokens.clone(),
+        );
+        registry.register(
+            "corral_llm_requests",
+            "Model requests the LLM proxy forwarded, by outcome",
+            llm_requests.clone(),
+        );
         Self {
             registry,
             calls,
             duration,
+            llm_tokens,
+            llm_requests,
         }
     }
 }
 
 impl CallMetrics {
+    /// Counts one forwarded model request and its tokens.
+    pub fn record_llm(&self, outcome: &'static str, prompt: u64, completion: u64) {
+        self.llm_requests
+            .get_or_create(&LlmLabels { outcome })
+            .inc();
+        if prompt > 0 {
+            self.llm_tokens
+                .get_or_create(&TokenLabels { kind: "prompt" })
+                .inc_by(prompt);
+        }
+        if completion > 0 {
+            self.llm_tokens
+                .get_or_create(&TokenLabels { kind: "completion" })
+                .inc_by(completion);
+        }
+    }
+
     /// The OpenMetrics text exposition (ends with `# EOF`).
     pub fn render(&self) -> Result<String, fmt::Error> {
         let mut out = String::new();

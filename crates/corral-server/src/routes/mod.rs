@@ -4,6 +4,7 @@ mod audit;
 mod confirmations;
 mod extract;
 pub(crate) mod link;
+pub mod llm;
 mod mcp;
 mod meta;
 mod ops;
@@ -34,6 +35,8 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(meta::metrics))
         .route("/mcp", mcp_route(&state))
         .route("/openapi.json", get(meta::openapi))
+        .route("/v1/chat/completions", post(llm::chat_completions))
+        .route("/v1/models", get(llm::models))
         .route("/v1/sandbox/synthetic-data", post(sandbox::generate))
         .route(
             "/v1/sandbox/scenarios",

@@ -19,8 +19,10 @@ mod guard_replicas;
 mod http_fetch;
 mod jwt;
 mod limits;
+mod llm;
 mod mcp;
 mod metrics;
+mod openai_sdk;
 #[path = "../../../corral-store/tests/support/pg_schema.rs"]
 mod pg;
 mod protected;
@@ -28,5 +30,6 @@ mod recordings;
 mod routes;
 mod run_tokens;
 mod sandbox;
+mod scripted_llm;
 mod shadows;
 mod statuses;
