@@ -559,14 +559,14 @@ impl LabService {
             if let Some(s) = &scorer {
                 s.check_expected(&task.scenario)?;
             }
-            read.push((task, timeline));
+            read.push((task, view.recording.identity, timeline));
         }
-        let steps: usize = read.iter().map(|(t, _)| t.scenario.steps().len()).sum();
+        let steps: usize = read.iter().map(|(t, _, _)| t.scenario.steps().len()).sum();
         let body = &body;
         crate::service::check_executions(steps.saturating_mul(checked.len()))?;
         let mut tasks = Vec::with_capacity(read.len());
-        for (task, timeline) in read {
-            let stored = self.task_scenario(&tenant, &task).await?;
+        for (task, owner, timeline) in read {
+            let stored = self.task_scenario(&tenant, &task, &owner).await?;
             tasks.push(Task {
                 run_id: task.run_id,
                 stored,
