@@ -1700,7 +1700,7 @@ pub(crate) fn clip(s: &str) -> String {
     s.chars().take(128).collect()
 }
 
-fn is_admin(caller: &Caller) -> bool {
+pub(crate) fn is_admin(caller: &Caller) -> bool {
     caller.principal.authenticated
         && Role::highest_of(&caller.principal.roles).is_some_and(|r| r >= Role::Admin)
 }

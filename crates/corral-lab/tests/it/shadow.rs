@@ -263,3 +263,63 @@ async fn a_gapped_recording_is_replayed_from_its_input_and_reported_degraded_not
         (Some(1), Some(1))
     );
 }
+
+/// Regression (attack finding Y-2): a viewer reading a shadow evaluation saw each run's
+/// divergence, `{op, args_hash}` of the recorded call, an unsalted hash of a recorded value
+/// (a small value is guessed by hashing candidates). Only the recording's principal or an
+/// admin sees it; anyone else sees whether the run diverged.
+#[tokio::test]
+async fn a_viewer_reading_a_shadow_evaluation_sees_whether_runs_diverged_but_not_the_recorded_calls()
+ {
+    let f = fixture().await;
+    std::fs::write(f.root.join("pin.txt"), "1234").unwrap();
+    let reply = f
+        .gateway
+        .call(Call {
+            caller: ada().with_run(Some("task-1".to_owned())).with_record(true),
+            op: "files.read".to_owned(),
+            args: json!({"path": f.root.join("pin.txt").display().to_string()}),
+            request_id: "task-1-1".to_owned(),
+        })
+        .await;
+    assert!(matches!(reply, Reply::Json(_)), "{reply:?}");
+    f.store
+        .set_recording_input(&key("task-1"), &json!({"steps": [{"input": "a"}]}), 0)
+        .await
+        .unwrap();
+    let shadow = f
+        .lab
+        .shadow(&ada(), "rid", body(vec![f.reader()]))
+        .await
+        .unwrap();
+    let seen = |c: Caller| {
+        let (lab, id) = (&f.lab, shadow.id.clone());
+        async move { lab.get_shadow(&c, "rid", &id).await.unwrap().report["runs"][0].clone() }
+    };
+    let own = seen(ada()).await;
+    assert_eq!(
+        own["divergence"]["recorded"]["op"],
+        json!("files.read"),
+        "{own}"
+    );
+    let admin = Caller::new(Principal::new("root", &["admin"]));
+    assert_eq!(seen(admin).await["divergence"], own["divergence"]);
+    let vera = Caller::new(Principal::new("vera", &["viewer"]));
+    let theirs = seen(vera.clone()).await;
+    assert_eq!(
+        (
+            &theirs["divergence"],
+            &theirs["diverged"],
+            &theirs["withheld"]
+        ),
+        (&json!(null), &json!(true), &json!(true)),
+        "{theirs}"
+    );
+    let listed = f
+        .lab
+        .list_shadows(&vera, "rid", &PageQuery::default())
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&listed.items).unwrap();
+    assert!(!text.contains("args_hash"), "{text}");
+}

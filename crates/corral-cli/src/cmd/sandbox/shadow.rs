@@ -358,6 +358,14 @@ fn print_shadow(s: &Shadow, format: Format) {
                     "recording degraded: {}",
                     printable_text(r["degraded"].as_str().unwrap_or(""))
                 ),
+                (Value::Null, _) if r["withheld"] == Value::Bool(true) => {
+                    if r["diverged"] == Value::Bool(true) {
+                        "diverged (where: only the recording's principal or an admin sees it)"
+                            .to_owned()
+                    } else {
+                        "no divergence".to_owned()
+                    }
+                }
                 (Value::Null, _) => "no divergence".to_owned(),
                 (d, _) => format!(
                     "diverged at call {}: {} (recorded: {})",
