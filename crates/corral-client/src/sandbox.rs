@@ -634,14 +634,21 @@ impl Client {
         path: &str,
         query: &[(&str, String)],
     ) -> Result<T, ClientError> {
+        self.query_json(Method::GET, path, query).await
+    }
+
+    async fn query_json<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<T, ClientError> {
         let mut url = self.url(path)?;
         if !query.is_empty() {
             url.query_pairs_mut()
                 .extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
         }
-        let rb = self
-            .request(Method::GET, url)
-            .header(ACCEPT, "application/json");
+        let rb = self.request(method, url).header(ACCEPT, "application/json");
         let resp = self.send(rb).await?;
         decode_json(resp).await
     }
@@ -810,6 +817,21 @@ impl Client {
             .into_iter()
             .collect();
         self.get_query(&path, &query).await
+    }
+
+    /// `DELETE /v1/sandbox/recordings/{id}?principal=`: deletes a recording and its events
+    /// (admin); the recording as it was.
+    pub async fn sandbox_delete_recording(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Recording, ClientError> {
+        let path = format!("v1/sandbox/recordings/{}", encode_segment(run_id));
+        let query: Vec<(&str, String)> = owner
+            .map(|o| ("principal", o.to_owned()))
+            .into_iter()
+            .collect();
+        self.query_json(Method::DELETE, &path, &query).await
     }
 
     /// `POST /v1/sandbox/recordings/{id}/replay`: replays the recording deterministically (its

@@ -366,7 +366,7 @@ impl<'a> Linter<'a> {
     fn raised_caps(&mut self) {
         use corral_policy::limits::{
             DEFAULT_MEMORY, DEFAULT_RECORDING_BYTES, DEFAULT_RECORDING_EVENTS,
-            DEFAULT_RECORDINGS_PER_TENANT, DEFAULT_WRITE_QUOTA,
+            DEFAULT_RECORDINGS_PER_PRINCIPAL, DEFAULT_RECORDINGS_PER_TENANT, DEFAULT_WRITE_QUOTA,
         };
         use corral_policy::units::format_size;
         let c = &self.l.config;
@@ -455,6 +455,19 @@ impl<'a> Linter<'a> {
                     "`recordings.max_per_tenant` raises the live recordings a tenant may keep from the safe default {DEFAULT_RECORDINGS_PER_TENANT} to {n}"
                 ),
                 "recordings.max_per_tenant",
+                None,
+            ));
+        }
+        if let Some(n) = rec
+            .max_per_principal
+            .filter(|n| *n > DEFAULT_RECORDINGS_PER_PRINCIPAL)
+        {
+            self.push(Diagnostic::warning(
+                codes::LINT_RAISED_CAP,
+                format!(
+                    "`recordings.max_per_principal` raises the live recordings one principal may keep in a tenant from the safe default {DEFAULT_RECORDINGS_PER_PRINCIPAL} to {n}: one principal can then take more of the tenant's share"
+                ),
+                "recordings.max_per_principal",
                 None,
             ));
         }

@@ -358,6 +358,10 @@ const RECORDINGS_EXPORT: Action = Action {
     op: "sandbox.recordings.export",
     role: Role::Viewer,
 };
+const RECORDINGS_DELETE: Action = Action {
+    op: "sandbox.recordings.delete",
+    role: Role::Admin,
+};
 
 /// The role each lab tool (and route) needs, by its audited op name: what MCP filters its
 /// tool list by.
@@ -375,6 +379,7 @@ pub fn role_needed(op: &str) -> Option<Role> {
         COMPARE,
         COMPARISONS_LIST,
         COMPARISONS_GET,
+        RECORDINGS_DELETE,
         playback::REPLAY,
         tournament::TOURNAMENT,
         tournament::TOURNAMENTS_GET,
@@ -866,6 +871,48 @@ impl LabService {
             .await
             .map(|v| v.json_lines());
         self.finish(&RECORDINGS_EXPORT, caller, rid, r, None, run_of(run_id))
+            .await
+    }
+
+    /// Deletes a recording of the tenant with its events (admin): what frees a principal's share
+    /// (`recordings.max_per_principal`) and the tenant's before retention does. `owner` names
+    /// the principal when several recorded under `run_id`. Answers the recording as it was;
+    /// audited (`sandbox.recordings.delete`, no value).
+    pub async fn delete_recording(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Recording, LabError> {
+        let r = async {
+            self.start(&RECORDINGS_DELETE, caller)?;
+            let recording = self.read_recording(caller, run_id, owner).await?.recording;
+            let tenant = self.tenant_of(caller);
+            if !self
+                .store
+                .delete_recording(&tenant, run_id, &recording.identity)
+                .await
+                .map_err(recording_error)?
+            {
+                return Err(LabError::new(
+                    codes::RECORDING_NOT_FOUND,
+                    format!(
+                        "the recording of run {:?} by `{}` was deleted meanwhile (retention, or \
+                         another admin)",
+                        clip(run_id),
+                        clip(&recording.identity)
+                    ),
+                ));
+            }
+            Ok(recording)
+        }
+        .await;
+        let detail = r
+            .as_ref()
+            .ok()
+            .map(|x| format!("events={} principal={}", x.events, audited_id(&x.principal)));
+        self.finish(&RECORDINGS_DELETE, caller, rid, r, detail, run_of(run_id))
             .await
     }
 

@@ -437,8 +437,8 @@ catalog! {
         "several principals recorded a run under this run id (each has its own recording), and the request names none of them",
         "name the one you mean: `?principal=IDENTITY` (the `identity` the listing shows; or the principal's id when it names one), `--owner IDENTITY` on the CLI";
     RECORDING_LIMIT = "recording.limit", 429,
-        "the call is marked for recording and would start a new recording, and the tenant already keeps as many recordings as `recordings.max_per_tenant` allows; the call was not run (never answered unrecorded)",
-        "wait for retention to delete old recordings, record under a run id already recorded, or raise `recordings.max_per_tenant`";
+        "the call is marked for recording and would start a new recording, and the tenant already keeps as many recordings as `recordings.max_per_tenant` allows, or its principal as many as its share `recordings.max_per_principal` allows; the call was not run (never answered unrecorded)",
+        "wait for retention to delete old recordings, record under a run id already recorded, ask an admin to delete old ones (`corral sandbox recordings delete RUN`), or raise the limit the message names";
     RECORDING_INVALID = "recording.invalid", 500,
         "a recorded event cannot be stored as given (a NUL in an identifier, a count over the storable)",
         "report it: the gateway builds recorded events itself";

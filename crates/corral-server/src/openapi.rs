@@ -338,10 +338,28 @@ fn recording_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
         "sandbox.recordings.list", "a page of the tenant's recordings, newest first: every one for an admin, the caller's own runs for anyone else", page_params,
         json_of(format!("`{{items: [recording], next}}`; a recording: {recording}")),
     ));
-    paths.insert("/v1/sandbox/recordings/{id}".to_owned(), op(
-        "sandbox.recordings.get", "a recording and its events by `seq` (admin, or the run's own principal)", run_param.clone(),
-        json_of(format!("`{{recording, events: [{{seq, op, args, response, error_code, attestation, started_ms, duration_us}}]}}`; recording: {recording}; `capped`: the cap stopped it, `gapped`: an event could not be written")),
-    ));
+    let mut one = op(
+        "sandbox.recordings.get",
+        "a recording and its events by `seq` (admin, or the run's own principal)",
+        run_param.clone(),
+        json_of(format!(
+            "`{{recording, events: [{{seq, op, args, response, error_code, attestation, started_ms, duration_us}}]}}`; recording: {recording}; `capped`: the cap stopped it, `gapped`: an event could not be written"
+        )),
+    );
+    one["delete"] = json!({
+        "operationId": "sandbox.recordings.delete",
+        "summary": "deletes a recording and its events (admin): frees its principal's share (`recordings.max_per_principal`) and the tenant's before retention; audited",
+        "parameters": run_param.clone(),
+        "responses": {
+            "200": json_of(format!("the deleted recording: {recording}")),
+            "401": e("auth.missing, auth.invalid"),
+            "403": e("rbac.denied: deleting a recording needs the `admin` role"),
+            "404": e("recording.not_found, lab.disabled"),
+            "409": e("recording.ambiguous: several principals recorded under the run id; name one with `?principal=`"),
+        },
+        "security": [{"bearer": []}]
+    });
+    paths.insert("/v1/sandbox/recordings/{id}".to_owned(), one);
     let write = |id: &str,
                  summary: &str,
                  body: Value,

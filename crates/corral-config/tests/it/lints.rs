@@ -1680,14 +1680,18 @@ sandbox:
 fn a_raised_recording_cap_is_a_warning_and_a_lowered_one_is_not() {
     let raised = findings(&with_auth(
         "version: 1
-recordings: {max_bytes: 64MiB, max_events: 20000, max_per_tenant: 20000, retention: 24h}
+recordings: {max_bytes: 64MiB, max_events: 20000, max_per_tenant: 20000, max_per_principal: 5000, retention: 24h}
 ",
     ));
     let caps: Vec<&Diagnostic> = raised
         .iter()
         .filter(|d| d.code == codes::LINT_RAISED_CAP)
         .collect();
-    assert_eq!(caps.len(), 3, "{}", list(&raised));
+    assert_eq!(caps.len(), 4, "{}", list(&raised));
+    assert!(
+        caps.iter()
+            .any(|d| d.message.contains("recordings.max_per_principal"))
+    );
     assert!(
         caps.iter()
             .any(|d| d.message.contains("recordings.max_bytes"))
@@ -1703,7 +1707,7 @@ recordings: {max_bytes: 64MiB, max_events: 20000, max_per_tenant: 20000, retenti
     misses(
         &with_auth(
             "version: 1
-recordings: {max_bytes: 1MiB, max_events: 100}
+recordings: {max_bytes: 1MiB, max_events: 100, max_per_principal: 10}
 ",
         ),
         codes::LINT_RAISED_CAP,
