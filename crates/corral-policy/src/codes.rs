@@ -322,6 +322,9 @@ catalog! {
     LAB_WORKFLOW_INVALID = "lab.workflow_invalid", 400,
         "a declarative workflow is malformed (YAML, a missing or unknown key, a value of the wrong type, an unknown op, a repeated `as`)",
         "fix the workflow at the line and column the message gives";
+    LAB_WORKFLOW_STREAMED_OP = "lab.workflow_streamed_op", 400,
+        "a workflow step names an op that answers a stream (`files.download`: a file's bytes with its content type), not JSON, so no later step or `output` template could use its answer",
+        "read text with `files.read` instead (its answer is `{content, ...}`), or drop the step";
     LAB_WORKFLOW_TEMPLATE = "lab.workflow_template", 400,
         "a workflow template is malformed or refers to something it cannot see (an unclosed `{{`, an unknown name, a step not run before it)",
         "use `{{input}}`, `{{steps.<as>}}` or `{{steps.<as>.<field>}}` of an earlier step";

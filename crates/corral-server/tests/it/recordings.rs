@@ -498,7 +498,11 @@ auth:
     body(write(OLGA, "first", "a.txt").await);
     let r = write(OLGA, "second", "b.txt").await;
     r.assert_error(429, "recording.limit");
-    assert!(r.text.contains("recordings.max_per_principal"), "{}", r.text);
+    assert!(
+        r.text.contains("recordings.max_per_principal"),
+        "{}",
+        r.text
+    );
     assert!(!ws.root.join("b.txt").exists());
     // The tenant still has room for another principal.
     body(write(ROOT, "third", "c.txt").await);
