@@ -575,6 +575,10 @@ pub struct ShadowRequest {
     /// N*M as announced: required over 10 runs, and exact when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_runs: Option<u64>,
+    /// Whose recording of each task (its identity, or the principal's id), when several
+    /// principals recorded under a run id (an admin's pick).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// A shadow evaluation: its status, its progress (`ran` of `planned`), the run ids per task and

@@ -116,6 +116,11 @@ pub struct ShadowBody {
     /// [`CONFIRM_THRESHOLD`], and when given it must be exact.
     #[serde(default)]
     pub expected_runs: Option<u64>,
+    /// Whose recording of each task (its identity, or the principal's id), when several
+    /// principals recorded under a run id: an admin's pick, as `?principal=` on reads
+    /// (`recording.ambiguous` without it).
+    #[serde(default)]
+    pub principal: Option<String>,
 }
 
 /// Where a replay run first left the recorded timeline.
@@ -607,7 +612,9 @@ impl LabService {
         // Every recording is read (and its access checked) before any scenario is written.
         let mut read = Vec::with_capacity(body.tasks.len());
         for run_id in &body.tasks {
-            let view = self.read_recording(caller, run_id, None).await?;
+            let view = self
+                .read_recording(caller, run_id, body.principal.as_deref())
+                .await?;
             let task = RecordedTask::of(&view)?;
             let timeline = match timeline(&view) {
                 Timeline::Ordered(events) => Ok(events.to_vec()),

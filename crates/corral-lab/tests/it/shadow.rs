@@ -323,3 +323,42 @@ async fn a_viewer_reading_a_shadow_evaluation_sees_whether_runs_diverged_but_not
     let text = serde_json::to_string(&listed.items).unwrap();
     assert!(!text.contains("args_hash"), "{text}");
 }
+
+/// Regression (issue 15): when several principals recorded one run id, an admin could not
+/// name the one meant in a shadow request (`recording.ambiguous`, with no way out); `principal`
+/// names it, as `?principal=` does on reads.
+#[tokio::test]
+async fn an_admin_names_the_recordings_principal_in_a_shadow_request_when_several_recorded_the_id()
+ {
+    let f = fixture().await;
+    f.record("task-1").await;
+    let bob = Caller::new(Principal::new("bob", &["operator"]));
+    let reply = f
+        .gateway
+        .call(Call {
+            caller: bob.clone().with_run(Some("task-1".to_owned())).with_record(true),
+            op: "files.read".to_owned(),
+            args: json!({"path": f.root.join("a.txt").display().to_string()}),
+            request_id: "bob-1".to_owned(),
+        })
+        .await;
+    assert!(matches!(reply, Reply::Json(_)), "{reply:?}");
+    let admin = Caller::new(Principal::new("root", &["admin"]));
+    let e = f
+        .lab
+        .shadow(&admin, "rid", body(vec![f.reader()]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "recording.ambiguous", "{}", e.message);
+    let named = ShadowBody {
+        principal: Some(support::ada().identity()),
+        ..body(vec![f.reader()])
+    };
+    let shadow = f.lab.shadow(&admin, "rid", named).await.unwrap();
+    assert_eq!((shadow.status.as_str(), shadow.ran), ("completed", 1));
+    let by_id = ShadowBody {
+        principal: Some("ada".to_owned()),
+        ..body(vec![f.reader()])
+    };
+    f.lab.shadow(&admin, "rid", by_id).await.unwrap();
+}
