@@ -544,6 +544,9 @@ catalog! {
     LINT_CUSTOM_WRITE_IMPLICIT = "lint.custom_write_implicit", 0,
         "a custom op has the write effect but declares no write path, so its cwd is writable (or, without a cwd, it can write nowhere)",
         "declare `write_paths:` (or a path param with `writable: true`) to say exactly where it writes";
+    LINT_OP_CONTAINED = "lint.op_contained", 0,
+        "a custom op declares `contained: true`: a claim that its writes land only in the run's ephemeral workspace, which makes an op that only reads and writes replay-safe, so shadow evaluations (replays with the real tools) run it for real; a wrong claim lets a replay write for real where the op writes",
+        "keep `contained: true` only if the program writes nowhere but the run's workspace (its `write_paths:`); otherwise remove it, and the op stays out of replays";
     LINT_CUSTOM_PARAM_OUTSIDE_PATHS = "lint.custom_param_outside_paths", 0,
         "a custom op's path param has a root outside its cwd and declared paths, so its program sees only the one file passed",
         "add the param's root to `read_paths:` (or `write_paths:`) if the program needs more of it";

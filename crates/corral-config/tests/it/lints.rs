@@ -1713,3 +1713,63 @@ recordings: {max_bytes: 1MiB, max_events: 100, max_per_principal: 10}
         codes::LINT_RAISED_CAP,
     );
 }
+
+// ---------------------------------------------------------------- lint.op_contained
+
+#[test]
+fn a_custom_op_declaring_contained_is_warned_that_replays_then_run_it_for_real() {
+    let d = finds(
+        &with_auth(
+            "version: 1
+custom:
+  notes.save:
+    argv: [/usr/bin/save-note]
+    effects: [write]
+    write_paths: [/workspace/notes]
+    contained: true
+rules:
+  - allow: [notes.save]
+",
+        ),
+        codes::LINT_OP_CONTAINED,
+        Severity::Warning,
+        "notes.save",
+    );
+    assert!(
+        d.message.contains("replay") && d.message.contains("for real"),
+        "{d}"
+    );
+    assert!(d.fix.contains("contained: true"), "{d}");
+    // A claim that cannot make the op safe is said to have no effect.
+    let d = finds(
+        &with_auth(
+            "version: 1
+custom:
+  notes.purge:
+    argv: [/usr/bin/purge-notes]
+    effects: [delete]
+    contained: true
+rules:
+  - allow: [notes.purge]
+",
+        ),
+        codes::LINT_OP_CONTAINED,
+        Severity::Warning,
+        "notes.purge",
+    );
+    assert!(d.message.contains("no effect"), "{d}");
+    misses(
+        &with_auth(
+            "version: 1
+custom:
+  notes.save:
+    argv: [/usr/bin/save-note]
+    effects: [write]
+    write_paths: [/workspace/notes]
+rules:
+  - allow: [notes.save]
+",
+        ),
+        codes::LINT_OP_CONTAINED,
+    );
+}

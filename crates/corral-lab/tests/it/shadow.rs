@@ -329,14 +329,17 @@ async fn a_viewer_reading_a_shadow_evaluation_sees_whether_runs_diverged_but_not
 /// names it, as `?principal=` does on reads.
 #[tokio::test]
 async fn an_admin_names_the_recordings_principal_in_a_shadow_request_when_several_recorded_the_id()
- {
+{
     let f = fixture().await;
     f.record("task-1").await;
     let bob = Caller::new(Principal::new("bob", &["operator"]));
     let reply = f
         .gateway
         .call(Call {
-            caller: bob.clone().with_run(Some("task-1".to_owned())).with_record(true),
+            caller: bob
+                .clone()
+                .with_run(Some("task-1".to_owned()))
+                .with_record(true),
             op: "files.read".to_owned(),
             args: json!({"path": f.root.join("a.txt").display().to_string()}),
             request_id: "bob-1".to_owned(),
