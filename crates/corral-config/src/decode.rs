@@ -526,6 +526,9 @@ pub(super) const RECORDINGS: &[Field<RecordingsConfig>] = &[
     Field::new("max_per_tenant", |d, e, r| {
         r.max_per_tenant = d.uint(e.node, &e.at)
     }),
+    Field::new("max_per_principal", |d, e, r| {
+        r.max_per_principal = d.uint(e.node, &e.at)
+    }),
 ];
 
 fn version(d: &mut Decoder, e: &Item<'_>, c: &mut Config) {

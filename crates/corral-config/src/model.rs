@@ -128,6 +128,8 @@ pub struct RecordingsConfig {
     pub max_events: Option<u64>,
     /// Live recordings per tenant.
     pub max_per_tenant: Option<u64>,
+    /// Live recordings per principal (by identity) in a tenant: its share of the tenant's.
+    pub max_per_principal: Option<u64>,
 }
 
 /// What of the host `corral run` shows the program besides the system directories.

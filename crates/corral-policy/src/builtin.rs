@@ -12,6 +12,10 @@ fn path() -> ParamKind {
     ParamKind::Path { root: None }
 }
 
+/// The built-in ops whose answer is a stream (bytes with a content type), not JSON: what a
+/// declarative workflow cannot take as a step's answer (`lab.workflow_streamed_op` at load).
+pub const STREAMED_OPS: &[&str] = &["files.download"];
+
 /// Every built-in op.
 pub fn builtin_ops() -> Vec<OpSpec> {
     use Effect::{Delete, Exec, Net, Read, Write};

@@ -340,6 +340,9 @@ catalog! {
     LAB_WORKFLOW_INVALID = "lab.workflow_invalid", 400,
         "a declarative workflow is malformed (YAML, a missing or unknown key, a value of the wrong type, an unknown op, a repeated `as`)",
         "fix the workflow at the line and column the message gives";
+    LAB_WORKFLOW_STREAMED_OP = "lab.workflow_streamed_op", 400,
+        "a workflow step names an op that answers a stream (`files.download`: a file's bytes with its content type), not JSON, so no later step or `output` template could use its answer",
+        "read text with `files.read` instead (its answer is `{content, ...}`), or drop the step";
     LAB_WORKFLOW_TEMPLATE = "lab.workflow_template", 400,
         "a workflow template is malformed or refers to something it cannot see (an unclosed `{{`, an unknown name, a step not run before it)",
         "use `{{input}}`, `{{steps.<as>}}` or `{{steps.<as>.<field>}}` of an earlier step";
@@ -455,8 +458,8 @@ catalog! {
         "several principals recorded a run under this run id (each has its own recording), and the request names none of them",
         "name the one you mean: `?principal=IDENTITY` (the `identity` the listing shows; or the principal's id when it names one), `--owner IDENTITY` on the CLI";
     RECORDING_LIMIT = "recording.limit", 429,
-        "the call is marked for recording and would start a new recording, and the tenant already keeps as many recordings as `recordings.max_per_tenant` allows; the call was not run (never answered unrecorded)",
-        "wait for retention to delete old recordings, record under a run id already recorded, or raise `recordings.max_per_tenant`";
+        "the call is marked for recording and would start a new recording, and the tenant already keeps as many recordings as `recordings.max_per_tenant` allows, or its principal as many as its share `recordings.max_per_principal` allows; the call was not run (never answered unrecorded)",
+        "wait for retention to delete old recordings, record under a run id already recorded, ask an admin to delete old ones (`corral sandbox recordings delete RUN`), or raise the limit the message names";
     RECORDING_INVALID = "recording.invalid", 500,
         "a recorded event cannot be stored as given (a NUL in an identifier, a count over the storable)",
         "report it: the gateway builds recorded events itself";
@@ -559,6 +562,9 @@ catalog! {
     LINT_CUSTOM_WRITE_IMPLICIT = "lint.custom_write_implicit", 0,
         "a custom op has the write effect but declares no write path, so its cwd is writable (or, without a cwd, it can write nowhere)",
         "declare `write_paths:` (or a path param with `writable: true`) to say exactly where it writes";
+    LINT_OP_CONTAINED = "lint.op_contained", 0,
+        "a custom op declares `contained: true`: a claim that its writes land only in the run's ephemeral workspace, which makes an op that only reads and writes replay-safe, so shadow evaluations (replays with the real tools) run it for real; a wrong claim lets a replay write for real where the op writes",
+        "keep `contained: true` only if the program writes nowhere but the run's workspace (its `write_paths:`); otherwise remove it, and the op stays out of replays";
     LINT_CUSTOM_PARAM_OUTSIDE_PATHS = "lint.custom_param_outside_paths", 0,
         "a custom op's path param has a root outside its cwd and declared paths, so its program sees only the one file passed",
         "add the param's root to `read_paths:` (or `write_paths:`) if the program needs more of it";

@@ -63,7 +63,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/sandbox/shadows/{id}", get(shadows::get))
         .route("/v1/sandbox/recordings", get(sandbox::list_recordings))
-        .route("/v1/sandbox/recordings/{id}", get(sandbox::get_recording))
+        .route(
+            "/v1/sandbox/recordings/{id}",
+            get(sandbox::get_recording).delete(sandbox::delete_recording),
+        )
         .route(
             "/v1/sandbox/recordings/{id}/export",
             get(sandbox::export_recording),
