@@ -749,6 +749,21 @@ impl Client {
         self.get_query(&path, &[]).await
     }
 
+    /// `GET /v1/sandbox/tournaments?limit=&after=`: a page of the tenant's stored tournaments,
+    /// newest first.
+    pub async fn sandbox_list_tournaments(
+        &self,
+        page: &PageRequest,
+    ) -> Result<Page<Tournament>, ClientError> {
+        self.get_query("v1/sandbox/tournaments", &page_query(page, None))
+            .await
+    }
+
+    /// `GET /v1/sandbox/metering`: the tenant's runs and calls per purpose (admin).
+    pub async fn sandbox_metering(&self) -> Result<Value, ClientError> {
+        self.get_query("v1/sandbox/metering", &[]).await
+    }
+
     /// `GET /v1/sandbox/comparisons?limit=&after=`.
     pub async fn sandbox_list_comparisons(
         &self,

@@ -53,6 +53,7 @@ use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
 use crate::world::Lab;
 pub use playback::{Divergence, InputBody, ReplayBody, ReplayReport, ReplayStatus};
 
+mod metering;
 mod tournament;
 pub use tournament::{
     JudgeFailure, MAX_TOURNAMENT_RUNS, NotJudged, RankedRun, TopTwo, Tournament, TournamentBody,
@@ -381,6 +382,7 @@ pub fn role_needed(op: &str) -> Option<Role> {
         crate::shadow::SHADOW_RUN,
         crate::shadow::SHADOWS_LIST,
         crate::shadow::SHADOWS_GET,
+        metering::METERING,
     ]
     .into_iter()
     .find(|a| a.op == op)
@@ -1098,8 +1100,9 @@ impl LabService {
         };
         Executor {
             store: self.store.clone(),
-            lab,
+            lab: lab.map(|l| l.metered(Arc::clone(self.gateway.meter()))),
             record,
+            meter: Arc::clone(self.gateway.meter()),
         }
     }
 
@@ -1189,6 +1192,8 @@ pub(crate) struct Executor {
     /// Whether the run is recorded (its lab's worlds record their calls): its task input is
     /// kept first.
     record: bool,
+    /// Where each run it starts is counted (the gateway's meter).
+    meter: Arc<corral_guard::metering::Meter>,
 }
 
 impl Executor {
@@ -1267,6 +1272,7 @@ impl Executor {
             principal: caller.principal.id.clone(),
         };
         let run = self.store.create_run(tenant, &new, now_ms()).await?;
+        self.meter.run(tenant, purpose);
         if self.record
             && purpose == RunPurpose::Simulation
             && let Err(e) = self

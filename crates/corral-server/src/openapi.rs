@@ -301,6 +301,8 @@ fn shadow_paths(
             ("200", json_of("`{items: [shadow evaluation], next}`")), vec![("400", e("args.invalid, args.unknown"))]),
     }));
     paths.insert("/v1/sandbox/shadows/{id}".to_owned(), json!({"get": op("sandbox.shadows.get", "a shadow evaluation of the tenant: its progress while it runs, its report when it ends (viewer)", id_param, None, ("200", json_of(shadow)), vec![])}));
+    paths.insert("/v1/sandbox/metering".to_owned(), json!({"get": op("sandbox.metering.get", "the tenant's runs and calls per purpose, as this server process counted them since it started (admin)", json!([]), None,
+        ("200", json_of("`{tenant, purposes: [{purpose, runs, calls, tokens, spend}]}`, one entry each for `live`, `simulation`, `replay` and `judge` (judge: one run per tournament, its judge calls); `tokens` and `spend` are null: not known")), vec![])}));
 }
 
 /// The recordings' routes (`/v1/sandbox/recordings*`, issue 15): a recording holds call values,

@@ -24,7 +24,7 @@ use crate::confirm::{
 };
 use crate::guardrails::{Confirmation, GuardPolicy, tier_reason};
 use crate::limiter::{Limited, Permit};
-use crate::runs::{RunKey, RunStoreError, RunView};
+use crate::runs::{RunKey, RunPurpose, RunStoreError, RunView};
 
 /// How a call ended: the outcome its audit event records, and the answer.
 pub(super) struct Answer {
@@ -128,7 +128,14 @@ impl Gateway {
             .enter(&key, now_ms(), opts.autonomy, opts.dry_run)
             .await
         {
-            Ok(record) => Ok(Some((key, record))),
+            Ok(record) => {
+                // A live run exists only through its calls: its first one counts it. The lab
+                // counts the runs it starts itself (a lab run may make no call).
+                if record.opened && self.purpose == RunPurpose::Live {
+                    self.meter.run(key.tenant, RunPurpose::Live);
+                }
+                Ok(Some((key, record)))
+            }
             Err(e) => Err(run_store_failed(&e)),
         }
     }

@@ -297,6 +297,10 @@ impl LabService {
             not_judged,
             attestations,
         } = judge_pairs(&judge, &entrants, &tasks, &expected, max_judge_calls).await;
+        // A tournament is one `judge` run; its judge calls are that run's calls.
+        let meter = self.gateway().meter();
+        meter.run(tenant, RunPurpose::Judge);
+        meter.calls(tenant, RunPurpose::Judge, calls);
         let ranking = {
             tokio::task::spawn_blocking(move || tournament::rank(n, &judgments, bootstrap, seed))
                 .await

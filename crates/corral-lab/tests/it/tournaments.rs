@@ -534,3 +534,40 @@ async fn a_graded_tournament_is_stored_and_read_back_by_a_viewer_of_its_tenant_o
         .unwrap_err();
     assert_eq!(e.code, "lab.not_found");
 }
+
+#[tokio::test]
+async fn a_tournament_is_metered_as_one_judge_run_with_its_judge_calls_apart_from_its_simulations()
+{
+    let f = fixture(Rule::Longer).await;
+    let (_, runs) = group(&f.lab).await;
+    let admin = Caller::new(Principal::new("ada", &["admin"]));
+    let before = f.lab.metering(&admin, "rid-m0").await.unwrap();
+    let purpose = |m: &corral_guard::metering::TenantMetering, p: &str| {
+        let e = m.purposes.iter().find(|e| e.purpose.as_str() == p).unwrap();
+        (
+            e.metered.runs,
+            e.metered.calls,
+            e.metered.tokens,
+            e.metered.spend,
+        )
+    };
+    // The group's three simulation runs, and no judge run yet.
+    assert_eq!(purpose(&before, "simulation").0, 3);
+    assert_eq!(purpose(&before, "judge"), (0, 0, None, None));
+    let t = f
+        .lab
+        .tournament(&olga(), "rid-t", body(&runs), 1000)
+        .await
+        .unwrap();
+    assert_eq!(t.judge_calls, 18);
+    let after = f.lab.metering(&admin, "rid-m1").await.unwrap();
+    assert_eq!(purpose(&after, "judge"), (1, 18, None, None));
+    assert_eq!(
+        purpose(&after, "simulation"),
+        purpose(&before, "simulation")
+    );
+    assert_eq!(purpose(&after, "live"), (0, 0, None, None));
+    // An operator does not read the tenant's metering.
+    let refused = f.lab.metering(&olga(), "rid-m2").await.unwrap_err();
+    assert_eq!(refused.code, "rbac.denied");
+}

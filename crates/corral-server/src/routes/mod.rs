@@ -59,6 +59,7 @@ pub fn router(state: AppState) -> Router {
             post(shadows::start).get(shadows::list),
         )
         .route("/v1/sandbox/shadows/{id}", get(shadows::get))
+        .route("/v1/sandbox/metering", get(sandbox::metering))
         .route("/v1/sandbox/recordings", get(sandbox::list_recordings))
         .route("/v1/sandbox/recordings/{id}", get(sandbox::get_recording))
         .route(

@@ -401,6 +401,20 @@ pub async fn get_tournament(
     .await
 }
 
+/// `GET /v1/sandbox/metering` -> the tenant's runs and calls per purpose (admin).
+pub async fn metering(
+    State(state): State<AppState>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    fetched(
+        &state,
+        auth,
+        "sandbox.metering.get",
+        async |lab, caller, rid| lab.metering(caller, rid).await,
+    )
+    .await
+}
+
 /// `GET /v1/sandbox/comparisons?limit=&after=` -> `{items, next}`.
 pub async fn list_comparisons(
     State(state): State<AppState>,

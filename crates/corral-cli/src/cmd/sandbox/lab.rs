@@ -361,6 +361,14 @@ impl Lab {
         )
     }
 
+    pub(crate) fn metering(&self) -> Result<serde_json::Value, CliError> {
+        self.either(
+            "metering",
+            async |c| c.sandbox_metering().await,
+            async |lab, caller| lab.metering(caller, &rid()).await.map_err(refused),
+        )
+    }
+
     pub(crate) fn tournament(&self, req: &TournamentRequest) -> Result<Tournament, CliError> {
         self.either(
             "tournament",
