@@ -923,9 +923,9 @@ macro_rules! run_columns {
 const INSERT_RUN: &str = "INSERT INTO lab_runs (tenant, id, scenario_id, scenario_version, \
      status, runner, backend, isolated, destroyed, steps_total, steps_ok, steps_error, \
      infra_errors, purpose, variant, seed, trials, scorer_suite, verdict, mock_misses, principal, \
-     started_ms) \
+     started_ms, worker) \
      SELECT $1, $2, $3, s.version, 'running', $4, $5, 0, 0, 0, 0, 0, 0, $6, $7, $8, $9, $10, \
-     'not_scored', '[]', $11, $12 FROM lab_scenarios s WHERE s.tenant = $1 AND s.id = $3 \
+     'not_scored', '[]', $11, $12, $13 FROM lab_scenarios s WHERE s.tenant = $1 AND s.id = $3 \
      RETURNING scenario_version";
 const GET_RUN: &str = concat!(
     "SELECT ",
@@ -935,7 +935,7 @@ const GET_RUN: &str = concat!(
 /// The compare-and-set of a run's one finish; a pass or fail needs a scorer suite, and the
 /// trials that passed are at most the run's trials.
 const FINISH_RUN: &str = concat!(
-    "UPDATE lab_runs SET status = $3, isolated = $4, destroyed = $5, steps_total = $6, \
+    "UPDATE lab_runs SET worker = NULL, status = $3, isolated = $4, destroyed = $5, steps_total = $6, \
      steps_ok = $7, steps_error = $8, infra_errors = $9, score = $10, verdict = $11, \
      error_code = $12, error_message = $13, mock_misses = $14, finished_ms = $15, \
      trials_passed = $16, pass_at_k = $17, pass_hat_k = $18, attestations = $19 \
@@ -945,7 +945,7 @@ const FINISH_RUN: &str = concat!(
     run_columns!()
 );
 const CANCEL_RUN: &str = concat!(
-    "UPDATE lab_runs SET status = 'cancelled', finished_ms = $3 \
+    "UPDATE lab_runs SET status = 'cancelled', worker = NULL, finished_ms = $3 \
      WHERE tenant = $1 AND id = $2 AND status = 'running' RETURNING ",
     run_columns!()
 );
@@ -1677,6 +1677,7 @@ impl Store {
             .bind(new.scorer_suite.as_deref())
             .bind(new.principal.as_str())
             .bind(now_ms)
+            .bind(self.worker())
             .fetch_optional(p)
             .await);
         let scenario_version = match inserted {
