@@ -379,6 +379,7 @@ pub fn role_needed(op: &str) -> Option<Role> {
         playback::REPLAY,
         tournament::TOURNAMENT,
         tournament::TOURNAMENTS_GET,
+        tournament::TOURNAMENTS_LIST,
         crate::shadow::SHADOW_RUN,
         crate::shadow::SHADOWS_LIST,
         crate::shadow::SHADOWS_GET,

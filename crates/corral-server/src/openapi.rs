@@ -244,7 +244,7 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
             }})),
             ("201", json_of("the comparison `{id, baseline, candidate, scenarios, verdict, delta, lower, upper, margin, seed, resamples, forced_by, mcnemar_p, wilson, details, recorded_by, deploy, created_ms}`")),
             vec![("400", bad("lab.compare_invalid, lab.scorer_unknown, args.invalid"))]),
-        "get": op("sandbox.comparisons.list", "a page of the tenant's comparisons, newest first (viewer)", page_params, None,
+        "get": op("sandbox.comparisons.list", "a page of the tenant's comparisons, newest first (viewer)", page_params.clone(), None,
             ("200", json_of("`{items: [comparison], next}`")), vec![("400", bad("args.invalid, args.unknown"))]),
     }));
     paths.insert("/v1/sandbox/comparisons/{id}".to_owned(), json!({"get": op("sandbox.comparisons.get", "a comparison of the tenant (viewer)", id_param.clone(), None, ("200", json_of("the comparison")), vec![])}));
@@ -258,7 +258,8 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
         }})),
         ("201", json_of("`{id, recorded_by, created_ms, scenario_id, scenario_version, judge, purpose, ranking: [{rank, variant, run_id, strength, interval: {lower, upper}, wins, judgments}], position_bias: {first_share, first_preferred, decisive, order_disagreement, pairs_both_orders, pairs_disagreeing}, judge_calls, max_judge_calls, judgments, errors: [{task, first, second, code, message}], not_judged: [{task, a, b, code}], bootstrap, seed, isolated, attestations, top_two: {baseline, candidate, comparison}}`: `errors` are judge calls that did not answer (lab.judge_failed, lab.judge_answer), `not_judged` the pairs past the ceiling of judge calls (lab.judge_ceiling)")),
         vec![("400", bad("lab.tournament_mismatch, lab.program_unknown, args.invalid")), ("409", bad("lab.tournament_run_incomplete")), ("503", bad("isolation.unavailable (a judge on a host without the linux backend)"))],
-    )}));
+    ), "get": op("sandbox.tournaments.list", "a page of the tenant's stored tournaments, newest first (viewer)", page_params, None,
+        ("200", json_of("`{items: [tournament], next}`")), vec![("400", bad("args.invalid, args.unknown"))])}));
     paths.insert("/v1/sandbox/tournaments/{id}".to_owned(), json!({"get": op("sandbox.tournaments.get", "a stored tournament of the tenant (viewer)", id_param, None, ("200", json_of("the tournament, as `POST /v1/sandbox/tournaments` answered it")), vec![])}));
     shadow_paths(paths, &op, &variant, &scorer, &e);
     recording_paths(paths, err);

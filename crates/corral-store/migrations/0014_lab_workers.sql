@@ -9,3 +9,6 @@ ALTER TABLE lab_shadows ADD COLUMN worker TEXT;
 ALTER TABLE lab_runs ADD COLUMN worker TEXT;
 CREATE INDEX lab_shadows_worker ON lab_shadows (worker);
 CREATE INDEX lab_runs_worker ON lab_runs (worker);
+
+-- Tournaments are listed newest first (`GET /v1/sandbox/tournaments`), like the other lab lists.
+CREATE INDEX lab_tournaments_newest ON lab_tournaments (tenant, created_ms, id);

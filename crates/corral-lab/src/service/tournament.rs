@@ -13,10 +13,13 @@ use corral_guard::runs::RunPurpose;
 use corral_guard::{Caller, now_ms};
 use corral_policy::{Role, codes};
 use corral_store::lab::{self as store_lab, RunStatus};
+use corral_store::tournament::StoredTournament;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Action, LabError, LabService, MAX_STEP_EXECUTIONS, audited_id, clip, not_found};
+use super::{
+    Action, LabError, LabService, MAX_STEP_EXECUTIONS, PageQuery, audited_id, clip, not_found,
+};
 use crate::judge::CommandJudge;
 use crate::tournament::{self, DEFAULT_BOOTSTRAP, Judgment, MAX_BOOTSTRAP, PositionBias};
 use crate::verdict::{self, Interval, Observed, ScoredTrials};
@@ -30,6 +33,12 @@ pub(super) const TOURNAMENT: Action = Action {
 /// Reading a stored tournament, as audited.
 pub(super) const TOURNAMENTS_GET: Action = Action {
     op: "sandbox.tournaments.get",
+    role: Role::Viewer,
+};
+
+/// Listing stored tournaments, as audited.
+pub(super) const TOURNAMENTS_LIST: Action = Action {
+    op: "sandbox.tournaments.list",
     role: Role::Viewer,
 };
 
@@ -208,6 +217,32 @@ impl LabService {
         self.finish(&TOURNAMENT, caller, rid, r, detail, None).await
     }
 
+    /// A page of the tenant's stored tournaments, newest first (viewer).
+    pub async fn list_tournaments(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        page: &PageQuery,
+    ) -> Result<store_lab::Paged<Tournament>, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&TOURNAMENTS_LIST, caller)?;
+            let p = self.store.list_tournaments(&tenant, &page.page()?).await?;
+            let items = p
+                .items
+                .into_iter()
+                .map(read_stored)
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(store_lab::Paged {
+                items,
+                next: p.next,
+            })
+        }
+        .await;
+        self.finish(&TOURNAMENTS_LIST, caller, rid, r, None, None)
+            .await
+    }
+
     /// A stored tournament of the tenant (viewer).
     pub async fn get_tournament(
         &self,
@@ -223,16 +258,7 @@ impl LabService {
                 .get_tournament(&tenant, id)
                 .await?
                 .ok_or_else(|| not_found("tournament", &tenant, id))?;
-            let mut t: Tournament = serde_json::from_value(stored.details).map_err(|e| {
-                LabError::new(
-                    codes::LAB_INVALID_RECORD,
-                    format!("stored tournament {:?} cannot be read: {e}", stored.id),
-                )
-            })?;
-            t.id = stored.id;
-            t.recorded_by = stored.recorded_by;
-            t.created_ms = stored.created_ms;
-            Ok(t)
+            read_stored(stored)
         }
         .await;
         let detail = Some(format!("tournament={}", audited_id(id)));
@@ -513,6 +539,20 @@ async fn judge_pairs(
         not_judged,
         attestations: attested.into_inner().unwrap_or_default(),
     }
+}
+
+/// A stored tournament as the lab answered it, with its id, grader and time.
+fn read_stored(stored: StoredTournament) -> Result<Tournament, LabError> {
+    let mut t: Tournament = serde_json::from_value(stored.details).map_err(|e| {
+        LabError::new(
+            codes::LAB_INVALID_RECORD,
+            format!("stored tournament {:?} cannot be read: {e}", stored.id),
+        )
+    })?;
+    t.id = stored.id;
+    t.recorded_by = stored.recorded_by;
+    t.created_ms = stored.created_ms;
+    Ok(t)
 }
 
 /// Refuses a run list that is too short, too long, or names a run twice.

@@ -571,3 +571,58 @@ async fn a_tournament_is_metered_as_one_judge_run_with_its_judge_calls_apart_fro
     let refused = f.lab.metering(&olga(), "rid-m2").await.unwrap_err();
     assert_eq!(refused.code, "rbac.denied");
 }
+
+#[tokio::test]
+async fn stored_tournaments_are_listed_newest_first_page_by_page_to_their_tenant_only() {
+    let f = fixture(Rule::Longer).await;
+    let (_, runs) = group(&f.lab).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let t = f
+            .lab
+            .tournament(&olga(), &format!("rid-{i}"), body(&runs), 1000)
+            .await
+            .unwrap();
+        ids.push(t.id);
+    }
+    let viewer = Caller::new(Principal::new("vic", &["viewer"]));
+    let page = |after: Option<String>| corral_lab::service::PageQuery { limit: 2, after };
+    let first = f
+        .lab
+        .list_tournaments(&viewer, "rid-l1", &page(None))
+        .await
+        .unwrap();
+    let next = first.next.as_ref().map(ToString::to_string);
+    assert!(next.is_some());
+    let second = f
+        .lab
+        .list_tournaments(&viewer, "rid-l2", &page(next))
+        .await
+        .unwrap();
+    assert!(second.next.is_none());
+    let listed: Vec<String> = first
+        .items
+        .iter()
+        .chain(&second.items)
+        .map(|t| t.id.clone())
+        .collect();
+    ids.reverse();
+    assert_eq!(listed, ids, "newest first, each once");
+    // Each reads as `get` answers it.
+    let got = f.lab.get_tournament(&viewer, "rid", &ids[0]).await.unwrap();
+    assert_eq!(first.items[0], got);
+    let mut stranger = Principal::new("eve", &["admin"]);
+    stranger.tenant = Some("other".to_owned());
+    let none = f
+        .lab
+        .list_tournaments(&Caller::new(stranger), "rid-l3", &page(None))
+        .await
+        .unwrap();
+    assert!(none.items.is_empty() && none.next.is_none());
+    assert!(
+        f.audit
+            .events()
+            .iter()
+            .any(|e| e.op == "sandbox.tournaments.list")
+    );
+}

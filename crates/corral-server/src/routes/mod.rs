@@ -52,7 +52,10 @@ pub fn router(state: AppState) -> Router {
             post(sandbox::compare).get(sandbox::list_comparisons),
         )
         .route("/v1/sandbox/comparisons/{id}", get(sandbox::get_comparison))
-        .route("/v1/sandbox/tournaments", post(sandbox::tournament))
+        .route(
+            "/v1/sandbox/tournaments",
+            post(sandbox::tournament).get(sandbox::list_tournaments),
+        )
         .route("/v1/sandbox/tournaments/{id}", get(sandbox::get_tournament))
         .route(
             "/v1/sandbox/shadows",
