@@ -56,7 +56,8 @@ pub use playback::{Divergence, InputBody, ReplayBody, ReplayReport, ReplayStatus
 mod metering;
 mod tournament;
 pub use tournament::{
-    JudgeFailure, MAX_TOURNAMENT_RUNS, NotJudged, RankedRun, TopTwo, Tournament, TournamentBody,
+    JUDGE_CONCURRENCY, JudgeFailure, MAX_TOURNAMENT_RUNS, NotJudged, RankedRun, TopTwo, Tournament,
+    TournamentBody,
 };
 
 /// The runner every run of this service records.

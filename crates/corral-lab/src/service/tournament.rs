@@ -453,10 +453,32 @@ struct Judged {
     attestations: Vec<store_lab::RunAttestation>,
 }
 
+/// Judge calls in flight at once, at most: judges are sandboxed programs, so a few at a time
+/// hide their start-up latency without crowding the host.
+pub const JUDGE_CONCURRENCY: usize = 4;
+
+/// One planned judge call: the task, the run in the first slot and the one in the second.
+struct Planned {
+    task: u32,
+    first: usize,
+    second: usize,
+    input: String,
+    one: String,
+    two: String,
+    expected: Option<Value>,
+}
+
+/// What one judge call answered, and what its sandbox attested.
+type Answered = (
+    Result<crate::tournament::Prefer, crate::judge::JudgeError>,
+    Vec<corral_exec::Attestation>,
+);
+
 /// Asks `judge` about every task and pair of `entrants`, in both orders (the first run of the
 /// pair in the first slot, then the other): task by task, pairs in request order. Once a
 /// pair's two calls would pass `max_judge_calls`, it and every pair after it go to
-/// `not_judged` and no call is made.
+/// `not_judged` and no call is made. The calls run [`JUDGE_CONCURRENCY`] at a time; their
+/// answers are taken in the planned order, so the same runs and seed give the same ranking.
 async fn judge_pairs(
     judge: &CommandJudge,
     entrants: &[Entrant],
@@ -465,34 +487,27 @@ async fn judge_pairs(
     max_judge_calls: u64,
 ) -> Judged {
     let n = entrants.len();
-    let attested = Mutex::new(Vec::<store_lab::RunAttestation>::new());
-    let attest = |a: corral_exec::Attestation| {
-        if let Ok(mut v) = attested.lock() {
-            let a = store_lab::RunAttestation {
-                backend: a.backend.to_owned(),
-                isolated: a.isolated,
-                destroyed: a.destroyed,
-                primitives: a.primitives,
-            };
-            if !v.contains(&a) {
-                v.push(a);
-            }
-        }
+    let id = |i: usize| {
+        entrants
+            .get(i)
+            .map(|e| e.run.id.clone())
+            .unwrap_or_default()
     };
-    let mut calls = 0u64;
-    let mut judgments = Vec::new();
-    let mut errors = Vec::new();
+    let text = |i: usize, task: u32| {
+        entrants
+            .get(i)
+            .and_then(|e| e.outputs.get(&task))
+            .map(|o| (o.input.clone(), o.output.clone()))
+            .unwrap_or_default()
+    };
+    // The plan: every call within the ceiling, in order; every pair past it, not judged.
+    let mut plan = Vec::new();
     let mut not_judged = Vec::new();
+    let mut calls = 0u64;
     for &task in tasks {
         let exp = expected(task);
         for a in 0..n {
             for b in (a + 1)..n {
-                let id = |i: usize| {
-                    entrants
-                        .get(i)
-                        .map(|e| e.run.id.clone())
-                        .unwrap_or_default()
-                };
                 if !not_judged.is_empty() || calls.saturating_add(2) > max_judge_calls {
                     not_judged.push(NotJudged {
                         task,
@@ -503,33 +518,52 @@ async fn judge_pairs(
                     continue;
                 }
                 for (first, second) in [(a, b), (b, a)] {
-                    let text = |i: usize| {
-                        entrants
-                            .get(i)
-                            .and_then(|e| e.outputs.get(&task))
-                            .map(|o| (o.input.as_str(), o.output.as_str()))
-                            .unwrap_or(("", ""))
-                    };
-                    let (input, one) = text(first);
-                    let (_, two) = text(second);
+                    let (input, one) = text(first, task);
+                    let (_, two) = text(second, task);
                     calls += 1;
-                    match judge.judge(input, one, two, exp.as_ref(), &attest).await {
-                        Ok(prefer) => judgments.push(Judgment {
-                            task,
-                            first,
-                            second,
-                            prefer,
-                        }),
-                        Err(e) => errors.push(JudgeFailure {
-                            task,
-                            first: id(first),
-                            second: id(second),
-                            code: e.code.to_owned(),
-                            message: e.message,
-                        }),
-                    }
+                    plan.push(Planned {
+                        task,
+                        first,
+                        second,
+                        input,
+                        one,
+                        two,
+                        expected: exp.clone(),
+                    });
                 }
             }
+        }
+    }
+    let answers = ask_all(judge, &plan).await;
+    let mut judgments = Vec::new();
+    let mut errors = Vec::new();
+    let mut attestations = Vec::<store_lab::RunAttestation>::new();
+    for (p, (answer, attested)) in plan.iter().zip(answers) {
+        for a in attested {
+            let a = store_lab::RunAttestation {
+                backend: a.backend.to_owned(),
+                isolated: a.isolated,
+                destroyed: a.destroyed,
+                primitives: a.primitives,
+            };
+            if !attestations.contains(&a) {
+                attestations.push(a);
+            }
+        }
+        match answer {
+            Ok(prefer) => judgments.push(Judgment {
+                task: p.task,
+                first: p.first,
+                second: p.second,
+                prefer,
+            }),
+            Err(e) => errors.push(JudgeFailure {
+                task: p.task,
+                first: id(p.first),
+                second: id(p.second),
+                code: e.code.to_owned(),
+                message: e.message,
+            }),
         }
     }
     Judged {
@@ -537,8 +571,65 @@ async fn judge_pairs(
         judgments,
         errors,
         not_judged,
-        attestations: attested.into_inner().unwrap_or_default(),
+        attestations,
     }
+}
+
+/// Makes every planned call, [`JUDGE_CONCURRENCY`] at a time; the answers in `plan`'s order.
+async fn ask_all(judge: &CommandJudge, plan: &[Planned]) -> Vec<Answered> {
+    let mut answers: Vec<Option<Answered>> = (0..plan.len()).map(|_| None).collect();
+    let mut running = tokio::task::JoinSet::new();
+    let ask = |i: usize, p: &Planned, running: &mut tokio::task::JoinSet<(usize, Answered)>| {
+        let judge = judge.clone();
+        let (input, one, two, exp) = (
+            p.input.clone(),
+            p.one.clone(),
+            p.two.clone(),
+            p.expected.clone(),
+        );
+        running.spawn(async move {
+            let attested = Mutex::new(Vec::new());
+            let attest = |a: corral_exec::Attestation| {
+                if let Ok(mut v) = attested.lock() {
+                    v.push(a);
+                }
+            };
+            let r = judge.judge(&input, &one, &two, exp.as_ref(), &attest).await;
+            (i, (r, attested.into_inner().unwrap_or_default()))
+        });
+    };
+    let mut next = 0;
+    while next < plan.len() || !running.is_empty() {
+        while next < plan.len() && running.len() < JUDGE_CONCURRENCY {
+            if let Some(p) = plan.get(next) {
+                ask(next, p, &mut running);
+            }
+            next += 1;
+        }
+        match running.join_next().await {
+            Some(Ok((i, a))) => {
+                if let Some(slot) = answers.get_mut(i) {
+                    *slot = Some(a);
+                }
+            }
+            // A judge task that panicked or was cancelled answers as a failed call below.
+            Some(Err(_)) | None => {}
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| {
+            a.unwrap_or_else(|| {
+                (
+                    Err(crate::judge::JudgeError {
+                        code: codes::LAB_JUDGE_FAILED,
+                        message: "the judge call stopped before it answered".to_owned(),
+                    }),
+                    Vec::new(),
+                )
+            })
+        })
+        .collect()
 }
 
 /// A stored tournament as the lab answered it, with its id, grader and time.

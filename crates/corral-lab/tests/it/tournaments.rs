@@ -39,6 +39,9 @@ enum Rule {
 struct Judge {
     rule: Rule,
     seen: Mutex<Vec<Value>>,
+    /// Calls in progress now, and the most at once.
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
 }
 
 impl Backend for Judge {
@@ -50,6 +53,14 @@ impl Backend for Judge {
     }
     fn run(&self, req: ExecRequest) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
         Box::pin(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            // Let every other call that may start, start, before this one answers.
+            for _ in 0..8 {
+                tokio::task::yield_now().await;
+            }
+            self.in_flight.fetch_sub(1, SeqCst);
             let v: Value = serde_json::from_slice(&req.stdin.unwrap_or_default()).unwrap();
             self.seen.lock().unwrap().push(v.clone());
             let (a, b) = (v["first"].as_str().unwrap(), v["second"].as_str().unwrap());
@@ -115,6 +126,8 @@ async fn fixture(rule: Rule) -> Fixture {
     let judge = Arc::new(Judge {
         rule,
         seen: Mutex::new(Vec::new()),
+        in_flight: Default::default(),
+        most: Default::default(),
     });
     let spec = ProgramSpec {
         name: "by-rule".to_owned(),
@@ -625,4 +638,30 @@ async fn stored_tournaments_are_listed_newest_first_page_by_page_to_their_tenant
             .iter()
             .any(|e| e.op == "sandbox.tournaments.list")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn judge_calls_run_a_few_at_once_never_more_than_the_bound_and_rank_the_same_every_time() {
+    let f = fixture(Rule::Longer).await;
+    let (_, runs) = group(&f.lab).await;
+    let t = f
+        .lab
+        .tournament(&olga(), "rid-c1", body(&runs), 1000)
+        .await
+        .unwrap();
+    let most = f.judge.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (2..=corral_lab::service::JUDGE_CONCURRENCY).contains(&most),
+        "{most} judge calls ran at once"
+    );
+    assert_eq!((t.judge_calls, t.judgments), (18, 18));
+    for i in 0..3 {
+        let again = f
+            .lab
+            .tournament(&olga(), &format!("rid-c{}", i + 2), body(&runs), 1000)
+            .await
+            .unwrap();
+        assert_eq!(again.ranking, t.ranking);
+        assert_eq!(again.position_bias, t.position_bias);
+    }
 }
