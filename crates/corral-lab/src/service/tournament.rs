@@ -606,14 +606,11 @@ async fn ask_all(judge: &CommandJudge, plan: &[Planned]) -> Vec<Answered> {
             }
             next += 1;
         }
-        match running.join_next().await {
-            Some(Ok((i, a))) => {
-                if let Some(slot) = answers.get_mut(i) {
-                    *slot = Some(a);
-                }
-            }
-            // A judge task that panicked or was cancelled answers as a failed call below.
-            Some(Err(_)) | None => {}
+        // A judge task that panicked or was cancelled answers as a failed call below.
+        if let Some(Ok((i, a))) = running.join_next().await
+            && let Some(slot) = answers.get_mut(i)
+        {
+            *slot = Some(a);
         }
     }
     answers
