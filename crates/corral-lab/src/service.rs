@@ -1062,8 +1062,8 @@ impl LabService {
     }
 
     /// The lab scenario a replay of `task` runs as: the one it was a run of, if the tenant still
-    /// has it at the same version; else a new scenario of its steps (no mocks), named after
-    /// the recording.
+    /// has it at the same version; else one scenario per (recording, task input digest)
+    /// ([`LabService::replay_scenario`]).
     pub async fn task_scenario(
         &self,
         tenant: &str,
@@ -1075,13 +1075,40 @@ impl LabService {
         {
             return Ok(s);
         }
+        let steps = task.scenario.to_json()["steps"].clone();
+        let run = clip(&task.run_id);
+        self.replay_scenario(
+            tenant,
+            &format!("task of recording {run}"),
+            &format!("the task input kept by recording {run}, for replay"),
+            steps,
+        )
+        .await
+    }
+
+    /// The scenario of a replay's `steps` (no mocks), one per (name, steps digest): named
+    /// `<name> (<digest>)`, created by the first replay and reused by every later one (when its
+    /// steps are still these and it has no mocks; else a new one is made), so replays do not
+    /// add a scenario each.
+    pub(crate) async fn replay_scenario(
+        &self,
+        tenant: &str,
+        name: &str,
+        description: &str,
+        steps: Value,
+    ) -> Result<store_lab::Scenario, LabError> {
+        let digest = corral_guard::args::args_hash(&steps);
+        let name = format!("{name} ({})", digest.get(..16).unwrap_or(&digest));
+        if let Some(s) = self.store.find_scenario(tenant, &name).await?
+            && s.steps == steps
+            && s.mocks.as_array().is_some_and(Vec::is_empty)
+        {
+            return Ok(s);
+        }
         let draft = ScenarioDraft {
-            name: format!("task of recording {}", clip(&task.run_id)),
-            description: format!(
-                "the task input kept by recording {}, for replay",
-                clip(&task.run_id)
-            ),
-            steps: task.scenario.to_json()["steps"].clone(),
+            name,
+            description: format!("{description} (steps sha256:{digest})"),
+            steps,
             mocks: json!([]),
         };
         Ok(self.store.create_scenario(tenant, &draft, now_ms()).await?)

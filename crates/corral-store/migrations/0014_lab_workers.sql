@@ -12,3 +12,6 @@ CREATE INDEX lab_runs_worker ON lab_runs (worker);
 
 -- Tournaments are listed newest first (`GET /v1/sandbox/tournaments`), like the other lab lists.
 CREATE INDEX lab_tournaments_newest ON lab_tournaments (tenant, created_ms, id);
+
+-- A replay's task scenario is reused per (recording, task input digest), found by its name.
+CREATE INDEX lab_scenarios_name ON lab_scenarios (tenant, name);

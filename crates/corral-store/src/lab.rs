@@ -893,6 +893,11 @@ const GET_SCENARIO: &str = concat!(
     scenario_columns!(),
     " FROM lab_scenarios WHERE tenant = $1 AND id = $2"
 );
+const FIND_SCENARIO: &str = concat!(
+    "SELECT ",
+    scenario_columns!(),
+    " FROM lab_scenarios WHERE tenant = $1 AND name = $2 ORDER BY created_ms DESC, id DESC LIMIT 1"
+);
 const UPDATE_SCENARIO: &str = concat!(
     "UPDATE lab_scenarios SET name = $3, description = $4, steps = $5, mocks = $6, \
      updated_ms = $7, version = version + 1 \
@@ -1555,6 +1560,24 @@ impl Store {
         let row: Option<ScenarioRow> = on_pool!(&self.pool, p => sqlx::query_as(GET_SCENARIO)
             .bind(tenant)
             .bind(id)
+            .fetch_optional(p)
+            .await
+            .map_err(q)?);
+        row.map(ScenarioRow::into_scenario).transpose()
+    }
+
+    /// The newest scenario of `tenant` named `name`, if any.
+    pub async fn find_scenario(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<Scenario>, LabStoreError> {
+        let q = self.lab_err("find a lab scenario");
+        // Names are stored as JSON text, as every scenario text is.
+        let name = json_text(name);
+        let row: Option<ScenarioRow> = on_pool!(&self.pool, p => sqlx::query_as(FIND_SCENARIO)
+            .bind(tenant)
+            .bind(name.as_str())
             .fetch_optional(p)
             .await
             .map_err(q)?);

@@ -615,3 +615,51 @@ fn a_playback_of_a_big_recording_answers_each_call_with_the_first_untaken_event_
         }
     }
 }
+
+#[tokio::test]
+async fn replaying_one_recording_again_and_again_reuses_its_scenario_instead_of_adding_one_each_time()
+ {
+    let f = fixture(false).await;
+    live_session(&f, &olga(), "task-r").await;
+    let scenarios = async || {
+        f.store
+            .list_scenarios("default", &corral_store::lab::Page::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+    };
+    let replay = async |body: ReplayBody| {
+        let got = f.lab.replay(&olga(), "rid", "task-r", body).await.unwrap();
+        got.run.unwrap().scenario_id
+    };
+    // The trajectory (no variant): one scenario, whatever the number of replays.
+    let first = replay(ReplayBody::default()).await;
+    let after_one = scenarios().await;
+    for _ in 0..3 {
+        assert_eq!(replay(ReplayBody::default()).await, first);
+    }
+    assert_eq!(scenarios().await, after_one);
+    // The task input (a variant replay): one scenario per input; a new input, a new one.
+    f.lab
+        .set_recording_input(
+            &olga(),
+            "rid",
+            "task-r",
+            InputBody {
+                steps: json!([{"input": "notes"}]),
+            },
+        )
+        .await
+        .unwrap();
+    let identity = || ReplayBody {
+        variant: Some("identity".to_owned()),
+        ..ReplayBody::default()
+    };
+    let task = replay(identity()).await;
+    assert_ne!(task, first);
+    for _ in 0..3 {
+        assert_eq!(replay(identity()).await, task);
+    }
+    assert_eq!(scenarios().await, after_one + 1);
+}
