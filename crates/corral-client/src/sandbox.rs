@@ -583,7 +583,7 @@ pub struct ShadowRequest {
 pub struct Shadow {
     /// Its id.
     pub id: String,
-    /// `running`, `completed`, `stopped_by_ceiling` or `failed`.
+    /// `running`, `completed`, `stopped_by_ceiling`, `failed` or `interrupted`.
     pub status: String,
     /// N variants x M tasks.
     pub planned: u64,
