@@ -587,7 +587,7 @@ pub struct ShadowRequest {
 pub struct Shadow {
     /// Its id.
     pub id: String,
-    /// `running`, `completed`, `stopped_by_ceiling` or `failed`.
+    /// `running`, `completed`, `stopped_by_ceiling`, `failed` or `interrupted`.
     pub status: String,
     /// N variants x M tasks.
     pub planned: u64,
@@ -758,6 +758,21 @@ impl Client {
     pub async fn sandbox_tournament_get(&self, id: &str) -> Result<Tournament, ClientError> {
         let path = format!("v1/sandbox/tournaments/{}", encode_segment(id));
         self.get_query(&path, &[]).await
+    }
+
+    /// `GET /v1/sandbox/tournaments?limit=&after=`: a page of the tenant's stored tournaments,
+    /// newest first.
+    pub async fn sandbox_list_tournaments(
+        &self,
+        page: &PageRequest,
+    ) -> Result<Page<Tournament>, ClientError> {
+        self.get_query("v1/sandbox/tournaments", &page_query(page, None))
+            .await
+    }
+
+    /// `GET /v1/sandbox/metering`: the tenant's runs and calls per purpose (admin).
+    pub async fn sandbox_metering(&self) -> Result<Value, ClientError> {
+        self.get_query("v1/sandbox/metering", &[]).await
     }
 
     /// `GET /v1/sandbox/comparisons?limit=&after=`.

@@ -30,6 +30,7 @@ use crate::confirm::{
 };
 use crate::guardrails::GuardPolicy;
 use crate::limiter::Limiter;
+use crate::metering::Meter;
 use crate::metrics::{CallObserver, NoObserver};
 use crate::recording::Recorder;
 use crate::runs::{RunLedger, RunPurpose, RunStore};
@@ -228,6 +229,8 @@ pub struct Gateway {
     runs: Arc<dyn RunStore>,
     /// Told of every decided call (metrics); `NoObserver` unless `with_observer` is used.
     observer: Arc<dyn CallObserver>,
+    /// Runs and calls per (tenant, purpose); a fresh one unless `with_meter` shares one.
+    meter: Arc<Meter>,
     /// The purpose of the runs this gateway's calls belong to: `Live` unless the composition
     /// root says otherwise (`with_purpose`); no surface or header can change it.
     purpose: RunPurpose,
@@ -291,6 +294,7 @@ impl Gateway {
             confirmations: Arc::new(MemoryConfirmations::new()),
             runs: Arc::new(RunLedger::default()),
             observer: Arc::new(NoObserver),
+            meter: Arc::new(Meter::default()),
             purpose: RunPurpose::Live,
             simulated: None,
             recorder: None,
@@ -340,6 +344,18 @@ impl Gateway {
     /// record to the same writer).
     pub fn recorder(&self) -> Option<&Arc<dyn Recorder>> {
         self.recorder.as_ref()
+    }
+
+    /// Meters this gateway's calls (and the `live` runs it opens) in `meter`: the runtime's,
+    /// shared with the lab's gateways and `/metrics`.
+    pub fn with_meter(mut self, meter: Arc<Meter>) -> Self {
+        self.meter = meter;
+        self
+    }
+
+    /// Where this gateway's calls are metered.
+    pub fn meter(&self) -> &Arc<Meter> {
+        &self.meter
     }
 
     /// Keeps run records in `store` instead of this process's memory (the default): replicas
@@ -830,6 +846,7 @@ impl Gateway {
         let label = if known { call.op.as_str() } else { "unknown" };
         self.observer
             .record(label, outcome.as_str(), started.elapsed());
+        self.meter.calls(&event.tenant, self.purpose, 1);
         reply
     }
 }

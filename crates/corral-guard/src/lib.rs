@@ -11,7 +11,7 @@ pub mod metrics;
 
 // The ports and their in-memory implementations live in corral-ports (so storage links neither
 // this crate nor the sandbox); their paths under `corral_guard::` stay.
-pub use corral_ports::{audit, confirm, recording, runs};
+pub use corral_ports::{audit, confirm, metering, recording, runs};
 
 pub use gateway::{
     Call, CallOptions, Caller, ConfirmationsPage, Deployment, Gateway, LIST_DEFAULT_LIMIT,

@@ -16,6 +16,7 @@
 //! reproduces every response byte for byte, and a policy that now refuses a call shows as that
 //! step's refusal.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use corral_exec::BoxFuture;
@@ -60,7 +61,17 @@ struct Event {
 #[derive(Debug)]
 pub struct Playback {
     events: Vec<Event>,
-    taken: Mutex<Vec<bool>>,
+    state: Mutex<Taken>,
+}
+
+/// Which events are taken, indexed: per op, per canonical arguments, the events not yet taken
+/// in `seq` order (a call finds its event in O(1), not by a scan of the recording), and the
+/// first event not taken (what a divergence reports as expected; it only moves forward).
+#[derive(Debug)]
+struct Taken {
+    taken: Vec<bool>,
+    untaken: HashMap<String, HashMap<String, VecDeque<usize>>>,
+    first: usize,
 }
 
 impl Playback {
@@ -84,41 +95,59 @@ impl Playback {
         // An event without a recorded answer of the op (a refusal the guard chain decided
         // before the op ran, or a code this corral does not know) answers nothing: if today's
         // chain lets that call through, it is a divergence, never the old refusal replayed.
-        let taken = Mutex::new(events.iter().map(|e| e.unanswerable).collect());
-        Self { events, taken }
+        let taken: Vec<bool> = events.iter().map(|e| e.unanswerable).collect();
+        let mut untaken: HashMap<String, HashMap<String, VecDeque<usize>>> = HashMap::new();
+        for (i, e) in events.iter().enumerate().filter(|(_, e)| !e.unanswerable) {
+            untaken
+                .entry(e.op.clone())
+                .or_default()
+                .entry(e.args.clone())
+                .or_default()
+                .push_back(i);
+        }
+        let first = taken.iter().take_while(|t| **t).count();
+        Self {
+            events,
+            state: Mutex::new(Taken {
+                taken,
+                untaken,
+                first,
+            }),
+        }
     }
 
     /// The recorded answer of `op` called with `args`, or (a divergence) what the recording
     /// expected next.
-    pub(crate) fn answer(
+    pub fn answer(
         &self,
         op: &str,
         args: &Value,
     ) -> Result<Result<OpOutput, OpError>, Option<Expected>> {
         let canonical = canonical_args(args);
-        let mut taken = match self.taken.lock() {
+        let mut state = match self.state.lock() {
             Ok(t) => t,
             Err(p) => p.into_inner(),
         };
-        let found = self
-            .events
-            .iter()
-            .enumerate()
-            .find(|(i, e)| !taken[*i] && e.op == op && e.args == canonical);
-        let Some((i, e)) = found else {
-            let next = self
-                .events
-                .iter()
-                .enumerate()
-                .find(|(i, _)| !taken[*i])
-                .map(|(_, e)| Expected {
-                    seq: e.seq,
-                    op: e.op.clone(),
-                    args_hash: e.args_hash.clone(),
-                });
+        let found = state
+            .untaken
+            .get_mut(op)
+            .and_then(|by_args| by_args.get_mut(&canonical))
+            .and_then(VecDeque::pop_front);
+        let Some((i, e)) = found.and_then(|i| Some((i, self.events.get(i)?))) else {
+            let next = self.events.get(state.first).map(|e| Expected {
+                seq: e.seq,
+                op: e.op.clone(),
+                args_hash: e.args_hash.clone(),
+            });
             return Err(next);
         };
-        taken[i] = true;
+        let Taken { taken, first, .. } = &mut *state;
+        if let Some(t) = taken.get_mut(i) {
+            *t = true;
+        }
+        while taken.get(*first).copied() == Some(true) {
+            *first += 1;
+        }
         Ok(match &e.error {
             Some((code, message)) => Err(OpError::new(code, message.clone())),
             None => Ok(OpOutput::Json {

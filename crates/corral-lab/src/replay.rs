@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use corral_exec::Backend;
 use corral_guard::audit::AuditSink;
+use corral_guard::metering::Meter;
 use corral_guard::runs::{RunLedger, RunPurpose};
 use corral_guard::{Deployment, Gateway};
 use corral_ops::replay::{Ineligible, SafeRegistry, check_tools};
@@ -25,6 +26,7 @@ pub struct ReplayLab {
     sinks: Vec<Arc<dyn AuditSink>>,
     tenant: String,
     runs: Arc<RunLedger>,
+    meter: Arc<Meter>,
 }
 
 impl ReplayLab {
@@ -51,7 +53,14 @@ impl ReplayLab {
             sinks,
             tenant: tenant.to_owned(),
             runs: Arc::new(RunLedger::default()),
+            meter: Arc::new(Meter::default()),
         }
+    }
+
+    /// This replay lab, its gateways' calls metered in `meter` (the runtime's).
+    pub fn metered(mut self, meter: Arc<Meter>) -> Self {
+        self.meter = meter;
+        self
     }
 
     /// The ops a replay cannot call (unsafe in the base deployment), sorted.
@@ -75,6 +84,7 @@ impl ReplayLab {
             &self.tenant,
         )
         .with_runs(self.runs.clone())
+        .with_meter(Arc::clone(&self.meter))
         .with_purpose(RunPurpose::Replay)
     }
 

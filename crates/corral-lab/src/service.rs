@@ -53,9 +53,11 @@ use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
 use crate::world::Lab;
 pub use playback::{Divergence, InputBody, ReplayBody, ReplayReport, ReplayStatus};
 
+mod metering;
 mod tournament;
 pub use tournament::{
-    JudgeFailure, MAX_TOURNAMENT_RUNS, NotJudged, RankedRun, TopTwo, Tournament, TournamentBody,
+    JUDGE_CONCURRENCY, JudgeFailure, MAX_TOURNAMENT_RUNS, NotJudged, RankedRun, TopTwo, Tournament,
+    TournamentBody,
 };
 
 /// The runner every run of this service records.
@@ -383,9 +385,11 @@ pub fn role_needed(op: &str) -> Option<Role> {
         playback::REPLAY,
         tournament::TOURNAMENT,
         tournament::TOURNAMENTS_GET,
+        tournament::TOURNAMENTS_LIST,
         crate::shadow::SHADOW_RUN,
         crate::shadow::SHADOWS_LIST,
         crate::shadow::SHADOWS_GET,
+        metering::METERING,
     ]
     .into_iter()
     .find(|a| a.op == op)
@@ -1149,9 +1153,10 @@ impl LabService {
     }
 
     /// The lab scenario a replay of `task` runs as: the one it was a run of, if the tenant still
-    /// has it at the same version; else a new scenario of its steps (no mocks), named after
-    /// the recording and owned by the recording's principal (`owner`, its identity): the task
-    /// input is a recording's value, so only that principal or an admin reads the scenario.
+    /// has it at the same version; else one scenario per (recording, task input digest)
+    /// ([`LabService::replay_scenario`]), owned by the recording's principal (`owner`, its
+    /// identity): the task input is a recording's value, so only that principal or an admin
+    /// reads the scenario.
     pub async fn task_scenario(
         &self,
         tenant: &str,
@@ -1164,13 +1169,45 @@ impl LabService {
         {
             return Ok(s);
         }
+        let steps = task.scenario.to_json()["steps"].clone();
+        let run = clip(&task.run_id);
+        self.replay_scenario(
+            tenant,
+            &format!("task of recording {run}"),
+            &format!("the task input kept by recording {run}, for replay"),
+            steps,
+            owner,
+        )
+        .await
+    }
+
+    /// The scenario of a replay's `steps` (no mocks), one per (name, steps digest): named
+    /// `<name> (<digest>)`, created by the first replay and reused by every later one (when its
+    /// steps are still these and it has no mocks; else a new one is made), so replays do not
+    /// add a scenario each. It is owned by `owner` (the recording's principal); one that
+    /// anyone else owns, or the tenant (a scenario an operator named alike), is never reused:
+    /// the replay's runs and outputs must stay the recording principal's.
+    pub(crate) async fn replay_scenario(
+        &self,
+        tenant: &str,
+        name: &str,
+        description: &str,
+        steps: Value,
+        owner: &str,
+    ) -> Result<store_lab::Scenario, LabError> {
+        let digest = corral_guard::args::args_hash(&steps);
+        let name = format!("{name} ({})", digest.get(..16).unwrap_or(&digest));
+        if let Some(s) = self.store.find_scenario(tenant, &name, owner).await?
+            && s.owner.as_deref() == Some(owner)
+            && s.steps == steps
+            && s.mocks.as_array().is_some_and(Vec::is_empty)
+        {
+            return Ok(s);
+        }
         let draft = ScenarioDraft {
-            name: format!("task of recording {}", clip(&task.run_id)),
-            description: format!(
-                "the task input kept by recording {}, for replay",
-                clip(&task.run_id)
-            ),
-            steps: task.scenario.to_json()["steps"].clone(),
+            name,
+            description: format!("{description} (steps sha256:{digest})"),
+            steps,
             mocks: json!([]),
         };
         Ok(self
@@ -1194,8 +1231,9 @@ impl LabService {
         };
         Executor {
             store: self.store.clone(),
-            lab,
+            lab: lab.map(|l| l.metered(Arc::clone(self.gateway.meter()))),
             record,
+            meter: Arc::clone(self.gateway.meter()),
         }
     }
 
@@ -1285,6 +1323,8 @@ pub(crate) struct Executor {
     /// Whether the run is recorded (its lab's worlds record their calls): its task input is
     /// kept first.
     record: bool,
+    /// Where each run it starts is counted (the gateway's meter).
+    meter: Arc<corral_guard::metering::Meter>,
 }
 
 impl Executor {
@@ -1364,6 +1404,7 @@ impl Executor {
             identity: caller.principal.identity(),
         };
         let run = self.store.create_run(tenant, &new, now_ms()).await?;
+        self.meter.run(tenant, purpose);
         if self.record
             && purpose == RunPurpose::Simulation
             && let Err(e) = self

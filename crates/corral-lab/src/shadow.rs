@@ -222,19 +222,9 @@ fn shadow_read_by(mut shadow: Shadow, caller: &Caller) -> Shadow {
     shadow
 }
 
-/// Runs, calls, model tokens and spend of one purpose. Tokens and spend are `null` while
-/// corral does not know them (no model proxy meters them yet): unknown, never free.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct Metered {
-    /// Runs.
-    pub runs: u64,
-    /// Gateway calls.
-    pub calls: u64,
-    /// Model tokens; `null`: not known.
-    pub tokens: Option<u64>,
-    /// Spend; `null`: not known.
-    pub spend: Option<f64>,
-}
+/// Runs, calls, model tokens and spend of one purpose (the metering's: tokens and spend `null`
+/// while unknown).
+pub use corral_guard::metering::Metered;
 
 /// What a shadow evaluation's runs were metered as, per purpose.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -799,7 +789,8 @@ impl LabService {
             Arc::clone(self.gateway().backend()),
             self.gateway().sinks().to_vec(),
             self.gateway().tenant(),
-        );
+        )
+        .metered(Arc::clone(self.gateway().meter()));
         let capture = Arc::new(Capture::default());
         let gateway = lab.gateway().with_recorder(capture.clone());
         let backend = gateway.backend().name();

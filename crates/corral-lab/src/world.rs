@@ -27,6 +27,7 @@ use corral_exec::Attestation;
 use corral_exec::mock::MockBackend;
 use corral_guard::args::args_hash;
 use corral_guard::audit::AuditSink;
+use corral_guard::metering::Meter;
 use corral_guard::recording::Recorder;
 use corral_guard::runs::{RunLedger, RunPurpose};
 use corral_guard::{Call, CallOptions, Caller, Deployment, Gateway, Reply, SimulatedOps};
@@ -66,6 +67,8 @@ pub struct Lab {
     runs: Arc<RunLedger>,
     /// Where its worlds record every call (`sandbox.record_runs`), if anywhere.
     recorder: Option<Arc<dyn Recorder>>,
+    /// Where its worlds' calls are metered (`metered`; a fresh one by default).
+    meter: Arc<Meter>,
 }
 
 impl Lab {
@@ -110,7 +113,14 @@ impl Lab {
             tenant: tenant.to_owned(),
             runs: Arc::new(RunLedger::default()),
             recorder: None,
+            meter: Arc::new(Meter::default()),
         })
+    }
+
+    /// This lab, its worlds' calls metered in `meter` (the runtime's).
+    pub fn metered(mut self, meter: Arc<Meter>) -> Self {
+        self.meter = meter;
+        self
     }
 
     /// This lab, its worlds recording every call they make to `recorder` (under the run's id,
@@ -165,6 +175,7 @@ impl Lab {
             &self.tenant,
         )
         .with_runs(self.runs.clone())
+        .with_meter(Arc::clone(&self.meter))
         .with_purpose(RunPurpose::Simulation)
         .simulated(mocks.clone());
         Ok(self.recorded(gateway, mocks, scenario, run_id, principal))
@@ -191,6 +202,7 @@ impl Lab {
             &self.tenant,
         )
         .with_runs(self.runs.clone())
+        .with_meter(Arc::clone(&self.meter))
         .with_purpose(RunPurpose::Replay)
         .simulated(mocks.clone());
         Ok(self.recorded(gateway, mocks, scenario, run_id, principal))

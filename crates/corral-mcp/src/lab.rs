@@ -97,6 +97,12 @@ const TOOLS: &[LabTool] = &[
         schema: || json!({"type": "object", "required": ["runs", "judge"], "properties": {"runs": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": corral_lab::service::MAX_TOURNAMENT_RUNS}, "judge": {"type": "string", "description": "command:<name> of a judge under `sandbox.judges`"}, "seed": {"type": "integer", "minimum": 0}, "bootstrap": {"type": "integer", "minimum": 1, "maximum": corral_lab::tournament::MAX_BOOTSTRAP}}, "additionalProperties": false}),
     },
     LabTool {
+        name: "sandbox_tournaments_list",
+        action: "sandbox.tournaments.list",
+        summary: "a page of the lab's stored tournaments, newest first: each its ranking, position bias and judge calls",
+        schema: page_schema,
+    },
+    LabTool {
         name: "sandbox_shadow_run",
         action: "sandbox.shadows.run",
         summary: "shadow evaluation: re-runs recorded tasks (run ids of recordings with a task input) under each variant (a `workflow` or a declared `program`), N*M replay runs with the real tools and unsafe ops absent, and answers the report when they are done: per run its first divergence from the recording, the pairs a ceiling stopped, the metering. Every variant is checked first (its first unsafe or unknown op is named, nothing runs); over 10 runs `expected_runs` must be N*M",
@@ -193,6 +199,7 @@ enum Request {
     Compare(CompareBody),
     Replay(String, ReplayBody),
     Tournament(TournamentBody),
+    TournamentsList(PageQuery),
     ShadowRun(corral_lab::shadow::ShadowBody),
     ShadowsGet(String),
 }
@@ -215,6 +222,7 @@ fn request_of(name: &str, mut args: Map<String, Value>) -> Result<Request, LabEr
             Request::Replay(id, parse(name, Value::Object(args))?)
         }
         "sandbox_tournament" => Request::Tournament(parse(name, Value::Object(args))?),
+        "sandbox_tournaments_list" => Request::TournamentsList(page_of(&args)),
         "sandbox_shadow_run" => Request::ShadowRun(parse(name, Value::Object(args))?),
         "sandbox_shadows_get" => Request::ShadowsGet(take_id(&mut args)?),
         _ => {
@@ -263,6 +271,9 @@ pub async fn call(
             .tournament(caller, &rid, b, lab.max_judge_calls())
             .await
             .map(|t| done(&t)),
+        Request::TournamentsList(p) => lab.list_tournaments(caller, &rid, &p).await.map(|p| {
+            done(&json!({"items": p.items, "next": p.next.as_ref().map(ToString::to_string)}))
+        }),
         Request::ShadowRun(b) => lab.shadow(caller, &rid, b).await.map(|s| done(&s)),
         Request::ShadowsGet(id) => lab.get_shadow(caller, &rid, &id).await.map(|s| done(&s)),
     };

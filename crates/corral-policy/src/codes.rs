@@ -310,6 +310,9 @@ catalog! {
     LAB_RUN_FINISHED = "lab.run_finished", 409,
         "the run has already finished (completed, failed or cancelled); a run finishes once and then takes no more outputs",
         "start a new run";
+    LAB_INTERRUPTED = "lab.interrupted", 503,
+        "the process executing a lab run or shadow evaluation stopped before it finished (found when a corral process starts, or as it shuts down)",
+        "run it again; its partial outputs and report are kept as they were";
     LAB_DUPLICATE_OUTPUT = "lab.duplicate_output", 409,
         "an output for this run, trial and step is already recorded; outputs are append-only",
         "record each (trial, step) of a run once";

@@ -8,5 +8,6 @@
 pub mod attestation;
 pub mod audit;
 pub mod confirm;
+pub mod metering;
 pub mod recording;
 pub mod runs;

@@ -145,6 +145,8 @@ pub struct RunView {
     pub level: Option<AutonomyLevel>,
     /// Whether the run put itself in dry-run.
     pub dry_run: bool,
+    /// Whether this call opened the run (its first call): what counts a run in the metering.
+    pub opened: bool,
 }
 
 /// A budget a run has used up.
@@ -207,6 +209,7 @@ impl RunLedger {
             return RunView {
                 level: lower_to,
                 dry_run,
+                opened: false,
             };
         };
         let sweep_at = match self.sweep_at.load(std::sync::atomic::Ordering::Relaxed) {
@@ -223,7 +226,8 @@ impl RunLedger {
                 .store(next, std::sync::atomic::Ordering::Relaxed);
         }
         // Look up first: a known run costs no allocation.
-        if find(&mut runs, key).is_none() {
+        let opened = find(&mut runs, key).is_none();
+        if opened {
             runs.entry(key.run_id.to_owned()).or_default().push((
                 Owner {
                     tenant: key.tenant.to_owned(),
@@ -246,6 +250,7 @@ impl RunLedger {
             return RunView {
                 level: lower_to,
                 dry_run,
+                opened,
             };
         };
         r.last_ms = now_ms;
@@ -256,6 +261,7 @@ impl RunLedger {
         RunView {
             level: r.level,
             dry_run: r.dry_run,
+            opened,
         }
     }
 

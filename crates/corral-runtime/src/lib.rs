@@ -18,6 +18,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use corral_config::Loaded;
+use corral_guard::metering::Meter;
 use corral_guard::{CallObserver, Gateway};
 use corral_lab::service::LabService;
 use corral_mcp::upstream::Upstreams;
@@ -46,6 +47,9 @@ pub struct RuntimeOptions {
     pub one_shot: bool,
     /// Told of every decided call (the server's `/metrics`); none by default.
     pub observer: Option<Arc<dyn CallObserver>>,
+    /// Where runs and calls are metered per (tenant, purpose) (the server's `/metrics` reads
+    /// it); a meter of the runtime's own by default.
+    pub meter: Option<Arc<Meter>>,
 }
 
 /// How long a long-lived runtime waits at build for the upstream servers' first tool lists.
@@ -63,6 +67,7 @@ impl RuntimeOptions {
             run_purger: true,
             one_shot: false,
             observer: None,
+            meter: None,
         }
     }
 
@@ -78,6 +83,7 @@ impl RuntimeOptions {
             run_purger: false,
             one_shot: true,
             observer: None,
+            meter: None,
         }
     }
 
@@ -101,6 +107,12 @@ impl RuntimeOptions {
     /// Reports every decided call to `observer`.
     pub fn with_observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
         self.observer = Some(observer);
+        self
+    }
+
+    /// Meters runs and calls per (tenant, purpose) in `meter`.
+    pub fn with_meter(mut self, meter: Arc<Meter>) -> Self {
+        self.meter = Some(meter);
         self
     }
 }
@@ -214,6 +226,9 @@ impl Runtime {
         }
         if let Some(observer) = options.observer {
             gateway = gateway.with_observer(observer);
+        }
+        if let Some(meter) = options.meter {
+            gateway = gateway.with_meter(meter);
         }
         // Run budgets: in PostgreSQL, shared by the replicas on it; with the SQLite default (one
         // node) in this process's memory, which meters the same without a write per call.

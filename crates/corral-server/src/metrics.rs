@@ -1,13 +1,20 @@
 //! `/metrics`: the gateway's `CallObserver`, kept in a `prometheus-client` registry (calls by op
-//! and outcome, a latency histogram) and rendered as OpenMetrics text.
+//! and outcome, a latency histogram) and rendered as OpenMetrics text; with the metering per
+//! purpose (`corral_runs_total{purpose}`, `corral_purpose_calls_total{purpose}`, summed over
+//! tenants) read from the runtime's [`Meter`] at each scrape.
 
 use std::fmt;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use corral_guard::CallObserver;
+use corral_guard::metering::Meter;
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -45,13 +52,57 @@ struct LlmLabels {
     outcome: &'static str,
 }
 
-/// Call counters and a latency histogram, in a registry of their own.
+/// The label of the metering series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PurposeLabels {
+    /// `live`, `simulation`, `replay` or `judge`.
+    purpose: &'static str,
+}
+
+/// The metering per purpose, read from the meter at each scrape.
+#[derive(Debug)]
+struct Metering(Arc<Meter>);
+
+impl Collector for Metering {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let totals = self.0.totals();
+        for (name, help, pick) in [
+            (
+                "corral_runs",
+                "Runs started, by purpose",
+                (|t: &(_, u64, u64)| t.1) as fn(&(_, u64, u64)) -> u64,
+            ),
+            (
+                "corral_purpose_calls",
+                "Calls made (judge: judge calls), by purpose",
+                |t: &(_, u64, u64)| t.2,
+            ),
+        ] {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for t in &totals {
+                let labels = PurposeLabels {
+                    purpose: t.0.as_str(),
+                };
+                ConstCounter::new(pick(t)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Call counters and a latency histogram, in a registry of their own, and the metering.
 pub struct CallMetrics {
     registry: Registry,
     calls: Family<CallLabels, Counter>,
     duration: Histogram,
     llm_tokens: Family<TokenLabels, Counter>,
     llm_requests: Family<LlmLabels, Counter>,
+    meter: Arc<Meter>,
 }
 
 impl fmt::Debug for CallMetrics {
@@ -88,12 +139,15 @@ impl Default for CallMetrics {
             "Model requests the LLM proxy forwarded, by outcome",
             llm_requests.clone(),
         );
+        let meter = Arc::new(Meter::default());
+        registry.register_collector(Box::new(Metering(Arc::clone(&meter))));
         Self {
             registry,
             calls,
             duration,
             llm_tokens,
             llm_requests,
+            meter,
         }
     }
 }
@@ -114,6 +168,11 @@ impl CallMetrics {
                 .get_or_create(&TokenLabels { kind: "completion" })
                 .inc_by(completion);
         }
+    }
+
+    /// The meter `/metrics` shows: give it to the runtime (`RuntimeOptions::with_meter`).
+    pub fn meter(&self) -> Arc<Meter> {
+        Arc::clone(&self.meter)
     }
 
     /// The OpenMetrics text exposition (ends with `# EOF`).

@@ -244,7 +244,7 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
             }})),
             ("201", json_of("the comparison `{id, baseline, candidate, scenarios, verdict, delta, lower, upper, margin, seed, resamples, forced_by, mcnemar_p, wilson, details, recorded_by, deploy, created_ms}`")),
             vec![("400", bad("lab.compare_invalid, lab.scorer_unknown, args.invalid"))]),
-        "get": op("sandbox.comparisons.list", "a page of the tenant's comparisons, newest first (viewer)", page_params, None,
+        "get": op("sandbox.comparisons.list", "a page of the tenant's comparisons, newest first (viewer)", page_params.clone(), None,
             ("200", json_of("`{items: [comparison], next}`")), vec![("400", bad("args.invalid, args.unknown"))]),
     }));
     paths.insert("/v1/sandbox/comparisons/{id}".to_owned(), json!({"get": op("sandbox.comparisons.get", "a comparison of the tenant (viewer)", id_param.clone(), None, ("200", json_of("the comparison")), vec![])}));
@@ -258,7 +258,8 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
         }})),
         ("201", json_of("`{id, recorded_by, created_ms, scenario_id, scenario_version, judge, purpose, ranking: [{rank, variant, run_id, strength, interval: {lower, upper}, wins, judgments}], position_bias: {first_share, first_preferred, decisive, order_disagreement, pairs_both_orders, pairs_disagreeing}, judge_calls, max_judge_calls, judgments, errors: [{task, first, second, code, message}], not_judged: [{task, a, b, code}], bootstrap, seed, isolated, attestations, top_two: {baseline, candidate, comparison}}`: `errors` are judge calls that did not answer (lab.judge_failed, lab.judge_answer), `not_judged` the pairs past the ceiling of judge calls (lab.judge_ceiling)")),
         vec![("400", bad("lab.tournament_mismatch, lab.program_unknown, args.invalid")), ("409", bad("lab.tournament_run_incomplete")), ("503", bad("isolation.unavailable (a judge on a host without the linux backend)"))],
-    )}));
+    ), "get": op("sandbox.tournaments.list", "a page of the tenant's stored tournaments, newest first (viewer)", page_params, None,
+        ("200", json_of("`{items: [tournament], next}`")), vec![("400", bad("args.invalid, args.unknown"))])}));
     paths.insert("/v1/sandbox/tournaments/{id}".to_owned(), json!({"get": op("sandbox.tournaments.get", "a stored tournament of the tenant (viewer)", id_param, None, ("200", json_of("the tournament, as `POST /v1/sandbox/tournaments` answered it")), vec![])}));
     shadow_paths(paths, &op, &variant, &scorer, &e);
     recording_paths(paths, err);
@@ -284,7 +285,7 @@ fn shadow_paths(
         {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
         {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
     ]);
-    let shadow = "the shadow evaluation `{id, tenant, principal, status, planned, ran, tasks, variants, runs, not_run, report, created_ms, updated_ms, finished_ms}`: `status` is `running`, `completed`, `stopped_by_ceiling` or `failed`; `runs` maps each task to `{scenario_id, runs: {variant: run_id | null}}` (the run ids a tournament grades); `not_run` lists the `{variant, task}` pairs a ceiling stopped; `report` has `runs` (per run: `{variant, task, run_id, scenario_id, status, steps_total, steps_ok, calls, timeline, degraded?, diverged, divergence, owner, withheld?}`, `divergence` being `{step, op, args_hash, recorded: {op, args_hash} | null}` or null; it is drawn from the recording, so only its principal (`owner`) or an admin sees it: anyone else gets null and `withheld: true`), `metering` (`{replay: {runs, calls, tokens, spend}, judge: {...}}`; `tokens` and `spend` are null: not known), `ceilings`, `stopped_by` and `error`";
+    let shadow = "the shadow evaluation `{id, tenant, principal, status, planned, ran, tasks, variants, runs, not_run, report, created_ms, updated_ms, finished_ms}`: `status` is `running`, `completed`, `stopped_by_ceiling`, `failed` or `interrupted` (the process running it stopped first); `runs` maps each task to `{scenario_id, runs: {variant: run_id | null}}` (the run ids a tournament grades); `not_run` lists the `{variant, task}` pairs a ceiling stopped; `report` has `runs` (per run: `{variant, task, run_id, scenario_id, status, steps_total, steps_ok, calls, timeline, degraded?, diverged, divergence, owner, withheld?}`, `divergence` being `{step, op, args_hash, recorded: {op, args_hash} | null}` or null; it is drawn from the recording, so only its principal (`owner`) or an admin sees it: anyone else gets null and `withheld: true`), `metering` (`{replay: {runs, calls, tokens, spend}, judge: {...}}`; `tokens` and `spend` are null: not known), `ceilings`, `stopped_by` and `error`";
     paths.insert("/v1/sandbox/shadows".to_owned(), json!({
         "post": op("sandbox.shadows.run", "starts a shadow evaluation: the recorded tasks' inputs re-run under every variant (N*M replay runs, purpose `replay`, real tools, unsafe ops absent), in the background (operator, and the caller must be allowed to read every task's recording: admin or its principal). Every variant is checked first; N*M over 10 needs `expected_runs`", json!([]),
             Some(json!({"type": "object", "required": ["tasks", "variants"], "additionalProperties": false, "properties": {
@@ -302,6 +303,8 @@ fn shadow_paths(
             ("200", json_of("`{items: [shadow evaluation], next}`")), vec![("400", e("args.invalid, args.unknown"))]),
     }));
     paths.insert("/v1/sandbox/shadows/{id}".to_owned(), json!({"get": op("sandbox.shadows.get", "a shadow evaluation of the tenant: its progress while it runs, its report when it ends (viewer)", id_param, None, ("200", json_of(shadow)), vec![])}));
+    paths.insert("/v1/sandbox/metering".to_owned(), json!({"get": op("sandbox.metering.get", "the tenant's runs and calls per purpose, as this server process counted them since it started (admin)", json!([]), None,
+        ("200", json_of("`{tenant, purposes: [{purpose, runs, calls, tokens, spend}]}`, one entry each for `live`, `simulation`, `replay` and `judge` (judge: one run per tournament, its judge calls); `tokens` and `spend` are null: not known")), vec![])}));
 }
 
 /// The recordings' routes (`/v1/sandbox/recordings*`, issue 15): a recording holds call values,

@@ -110,7 +110,9 @@ pub async fn build_state(
     max_body_bytes: usize,
 ) -> Result<(AppState, Arc<Store>), ServeError> {
     let metrics = Arc::new(crate::metrics::CallMetrics::default());
-    let options = RuntimeOptions::long_lived().with_observer(metrics.clone());
+    let options = RuntimeOptions::long_lived()
+        .with_observer(metrics.clone())
+        .with_meter(metrics.meter());
     let runtime = Runtime::build(loaded, options).await?;
     let store = Arc::clone(runtime.store());
     let app = App::new(runtime, metrics, loaded, max_body_bytes);

@@ -908,6 +908,12 @@ const GET_SCENARIO: &str = concat!(
     scenario_columns!(),
     " FROM lab_scenarios WHERE tenant = $1 AND id = $2"
 );
+const FIND_SCENARIO: &str = concat!(
+    "SELECT ",
+    scenario_columns!(),
+    " FROM lab_scenarios WHERE tenant = $1 AND name = $2 AND owner = $3 \
+     ORDER BY created_ms DESC, id DESC LIMIT 1"
+);
 const UPDATE_SCENARIO: &str = concat!(
     "UPDATE lab_scenarios SET name = $3, description = $4, steps = $5, mocks = $6, \
      updated_ms = $7, version = version + 1 \
@@ -940,9 +946,9 @@ macro_rules! run_columns {
 const INSERT_RUN: &str = "INSERT INTO lab_runs (tenant, id, scenario_id, scenario_version, \
      status, runner, backend, isolated, destroyed, steps_total, steps_ok, steps_error, \
      infra_errors, purpose, variant, seed, trials, scorer_suite, verdict, mock_misses, principal, \
-     started_ms, identity) \
+     started_ms, identity, worker) \
      SELECT $1, $2, $3, s.version, 'running', $4, $5, 0, 0, 0, 0, 0, 0, $6, $7, $8, $9, $10, \
-     'not_scored', '[]', $11, $12, $13 FROM lab_scenarios s WHERE s.tenant = $1 AND s.id = $3 \
+     'not_scored', '[]', $11, $12, $13, $14 FROM lab_scenarios s WHERE s.tenant = $1 AND s.id = $3 \
      RETURNING scenario_version";
 const GET_RUN: &str = concat!(
     "SELECT ",
@@ -952,7 +958,7 @@ const GET_RUN: &str = concat!(
 /// The compare-and-set of a run's one finish; a pass or fail needs a scorer suite, and the
 /// trials that passed are at most the run's trials.
 const FINISH_RUN: &str = concat!(
-    "UPDATE lab_runs SET status = $3, isolated = $4, destroyed = $5, steps_total = $6, \
+    "UPDATE lab_runs SET worker = NULL, status = $3, isolated = $4, destroyed = $5, steps_total = $6, \
      steps_ok = $7, steps_error = $8, infra_errors = $9, score = $10, verdict = $11, \
      error_code = $12, error_message = $13, mock_misses = $14, finished_ms = $15, \
      trials_passed = $16, pass_at_k = $17, pass_hat_k = $18, attestations = $19 \
@@ -962,7 +968,7 @@ const FINISH_RUN: &str = concat!(
     run_columns!()
 );
 const CANCEL_RUN: &str = concat!(
-    "UPDATE lab_runs SET status = 'cancelled', finished_ms = $3 \
+    "UPDATE lab_runs SET status = 'cancelled', worker = NULL, finished_ms = $3 \
      WHERE tenant = $1 AND id = $2 AND status = 'running' RETURNING ",
     run_columns!()
 );
@@ -1598,6 +1604,26 @@ impl Store {
         row.map(ScenarioRow::into_scenario).transpose()
     }
 
+    /// The newest scenario of `tenant` named `name` that `owner` owns, if any.
+    pub async fn find_scenario(
+        &self,
+        tenant: &str,
+        name: &str,
+        owner: &str,
+    ) -> Result<Option<Scenario>, LabStoreError> {
+        let q = self.lab_err("find a lab scenario");
+        // Names are stored as JSON text, as every scenario text is.
+        let name = json_text(name);
+        let row: Option<ScenarioRow> = on_pool!(&self.pool, p => sqlx::query_as(FIND_SCENARIO)
+            .bind(tenant)
+            .bind(name.as_str())
+            .bind(owner)
+            .fetch_optional(p)
+            .await
+            .map_err(q)?);
+        row.map(ScenarioRow::into_scenario).transpose()
+    }
+
     /// A page of `tenant`'s scenarios, newest first, without their steps and mocks: with
     /// `visible_to`, the tenant's and those that identity owns; without, every one (an admin).
     pub async fn list_scenarios(
@@ -1720,6 +1746,7 @@ impl Store {
             .bind(new.principal.as_str())
             .bind(now_ms)
             .bind(new.identity.as_str())
+            .bind(self.worker())
             .fetch_optional(p)
             .await);
         let scenario_version = match inserted {

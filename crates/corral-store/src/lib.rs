@@ -118,6 +118,9 @@ pub struct Store {
     /// The recording writer, once spawned (`RecordingWriter::spawn`): reads flush it, `close`
     /// stops it cleanly. Weak: the writer stops when its last `RecordingWriter` is gone.
     recorder: Arc<std::sync::OnceLock<tokio::sync::mpsc::WeakSender<recorder::Job>>>,
+    /// This process's recording writer epoch, once spawned: the `worker` of the shadow
+    /// evaluations and lab runs it executes (migration 0014), so a dead process's are found.
+    epoch: Arc<std::sync::OnceLock<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -165,6 +168,12 @@ impl Store {
     /// The default store URL for a state directory: `sqlite://<state_dir>/corral.db`.
     pub fn default_sqlite_url(state_dir: &Path) -> String {
         format!("sqlite://{}", state_dir.join("corral.db").display())
+    }
+
+    /// This process's worker epoch (its recording writer's), once the writer is spawned: what
+    /// marks the shadow evaluations and lab runs it executes.
+    pub fn worker(&self) -> Option<&str> {
+        self.epoch.get().map(String::as_str)
     }
 
     /// `"sqlite"` or `"postgres"`.
@@ -248,6 +257,7 @@ impl Store {
             redactor,
             recording_limits: recording::RecordingLimits::default(),
             recorder: Arc::default(),
+            epoch: Arc::default(),
         })
     }
 
@@ -283,6 +293,7 @@ impl Store {
             redactor,
             recording_limits: recording::RecordingLimits::default(),
             recorder: Arc::default(),
+            epoch: Arc::default(),
         })
     }
 }

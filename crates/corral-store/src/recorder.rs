@@ -179,6 +179,7 @@ impl RecordingWriter {
         let (tx, rx) = mpsc::channel::<Job>(QUEUE);
         let epoch = Epoch::current();
         let _ = store.recorder.set(tx.downgrade());
+        let _ = store.epoch.set(epoch.id.clone());
         match &store.pool {
             Pool::Sqlite(pool) => {
                 let file = pool.connect_options().get_filename().to_path_buf();
@@ -664,11 +665,15 @@ fn sqlite_sweep(conn: &rusqlite::Connection, me: &Epoch) -> rusqlite::Result<()>
     };
     for (epoch, host, pid, start, seen) in writers {
         if is_dead(me, &host, pid, start, seen, now) {
-            let n = in_tx(conn, || {
+            let (n, work) = in_tx(conn, || {
                 let n = conn.execute(&numbered(GAP_DEAD), rusqlite::params![epoch, now])?;
+                let work = conn
+                    .execute(&numbered(INTERRUPT_SHADOWS), rusqlite::params![epoch, now])?
+                    + conn.execute(&numbered(INTERRUPT_RUNS), rusqlite::params![epoch, now])?;
                 conn.execute(&numbered(FORGET), rusqlite::params![epoch])?;
-                Ok(n)
+                Ok((n, work))
             })?;
+            interrupted(work);
             tracing::warn!(
                 recordings = n,
                 "a recording writer died before committing all it held; its recordings are marked gapped"
@@ -681,6 +686,10 @@ fn sqlite_sweep(conn: &rusqlite::Connection, me: &Epoch) -> rusqlite::Result<()>
 fn sqlite_clean(conn: &rusqlite::Connection, epoch: &str) -> rusqlite::Result<()> {
     in_tx(conn, || {
         conn.execute(&numbered(CLEAN), rusqlite::params![epoch])?;
+        let now = now_ms();
+        let work = conn.execute(&numbered(INTERRUPT_SHADOWS), rusqlite::params![epoch, now])?
+            + conn.execute(&numbered(INTERRUPT_RUNS), rusqlite::params![epoch, now])?;
+        interrupted(work);
         conn.execute(&numbered(FORGET), rusqlite::params![epoch])?;
         Ok(())
     })
@@ -694,6 +703,24 @@ const WRITERS: &str =
 const GAP_DEAD: &str =
     "UPDATE recordings SET gapped = 1, writer = NULL, updated_ms = $2 WHERE writer = $1";
 const CLEAN: &str = "UPDATE recordings SET writer = NULL WHERE writer = $1";
+/// A dead (or closing) process's running shadow evaluations: `interrupted`, never left running.
+const INTERRUPT_SHADOWS: &str = "UPDATE lab_shadows SET status = 'interrupted', worker = NULL, \
+    updated_ms = $2, finished_ms = $2 WHERE worker = $1 AND status = 'running'";
+/// A dead (or closing) process's running lab runs: `failed`, `lab.interrupted` (the message
+/// stored as JSON text, as every run's is).
+const INTERRUPT_RUNS: &str = "UPDATE lab_runs SET status = 'failed', worker = NULL, \
+    error_code = 'lab.interrupted', error_message = '\"the process executing this run stopped \
+    before it finished; run it again\"', finished_ms = $2 WHERE worker = $1 AND status = 'running'";
+
+/// Says how many shadow evaluations and lab runs a dead or closing process left unfinished.
+fn interrupted(work: usize) {
+    if work > 0 {
+        tracing::warn!(
+            interrupted = work,
+            "shadow evaluations and lab runs of a process that stopped are marked interrupted"
+        );
+    }
+}
 const FORGET: &str = "DELETE FROM recording_writers WHERE epoch = $1";
 
 // ---------------------------------------------------------------------------------------------
@@ -783,8 +810,18 @@ async fn pooled_sweep(pool: &sqlx::PgPool, me: &Epoch) -> Result<(), sqlx::Error
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
+            let mut work = 0;
+            for q in [INTERRUPT_SHADOWS, INTERRUPT_RUNS] {
+                work += sqlx::query(q)
+                    .bind(&epoch)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            }
             sqlx::query(FORGET).bind(&epoch).execute(&mut *tx).await?;
             tx.commit().await?;
+            interrupted(usize::try_from(work).unwrap_or(usize::MAX));
             tracing::warn!(
                 recordings = n,
                 "a recording writer died before committing all it held; its recordings are marked gapped"
@@ -797,6 +834,16 @@ async fn pooled_sweep(pool: &sqlx::PgPool, me: &Epoch) -> Result<(), sqlx::Error
 async fn pooled_clean(pool: &sqlx::PgPool, epoch: &str) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(CLEAN).bind(epoch).execute(&mut *tx).await?;
+    let mut work = 0;
+    for q in [INTERRUPT_SHADOWS, INTERRUPT_RUNS] {
+        work += sqlx::query(q)
+            .bind(epoch)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+    }
+    interrupted(usize::try_from(work).unwrap_or(usize::MAX));
     sqlx::query(FORGET).bind(epoch).execute(&mut *tx).await?;
     tx.commit().await
 }

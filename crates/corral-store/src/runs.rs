@@ -196,19 +196,26 @@ impl Store {
     ) -> Result<RunView, StoreError> {
         let q = |e| self.redactor.query("open a run", e);
         let lower = lower_to.map_or(-1, level_number);
-        let (level, dry): (Option<i32>, i32) = on_pool!(&self.pool, p => {
-            bind_key!(sqlx::query(INSERT_RUN), key).bind(now_ms).execute(p).await.map_err(q)?;
-            bind_key!(sqlx::query_as(ENTER), key)
+        let (opened, (level, dry)): (bool, (Option<i32>, i32)) = on_pool!(&self.pool, p => {
+            let inserted = bind_key!(sqlx::query(INSERT_RUN), key)
+                .bind(now_ms)
+                .execute(p)
+                .await
+                .map_err(q)?
+                .rows_affected();
+            let view = bind_key!(sqlx::query_as(ENTER), key)
                 .bind(now_ms)
                 .bind(lower)
                 .bind(i32::from(dry_run))
                 .fetch_one(p)
                 .await
-                .map_err(q)?
+                .map_err(q)?;
+            (inserted == 1, view)
         });
         Ok(RunView {
             level: level.and_then(level_of),
             dry_run: dry == 1,
+            opened,
         })
     }
 

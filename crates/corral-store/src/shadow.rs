@@ -22,7 +22,8 @@ pub struct Shadow {
     pub tenant: String,
     /// Who started it.
     pub principal: String,
-    /// `running`, `completed`, `stopped_by_ceiling` or `failed`.
+    /// `running`, `completed`, `stopped_by_ceiling`, `failed`, or `interrupted` (the process
+    /// running it stopped first: found at a restart, migration 0014).
     pub status: String,
     /// N variants x M tasks.
     pub planned: u64,
@@ -73,11 +74,14 @@ macro_rules! shadow_columns {
 const INSERT_SHADOW: &str = concat!(
     "INSERT INTO lab_shadows (",
     shadow_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    ", worker) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
 );
+/// Only a `running` evaluation changes: one a restart marked `interrupted` stays so. Its end
+/// clears its worker.
 const UPDATE_SHADOW: &str = "UPDATE lab_shadows SET status = $3, ran = $4, runs = $5, \
-     not_run = $6, report = $7, updated_ms = $8, finished_ms = $9 \
-     WHERE tenant = $1 AND id = $2";
+     not_run = $6, report = $7, updated_ms = $8, finished_ms = $9, \
+     worker = CASE WHEN $9 IS NULL THEN worker ELSE NULL END \
+     WHERE tenant = $1 AND id = $2 AND status = 'running'";
 const GET_SHADOW: &str = concat!(
     "SELECT ",
     shadow_columns!(),
@@ -161,6 +165,7 @@ impl Store {
             .bind(now_ms)
             .bind(now_ms)
             .bind(None::<i64>)
+            .bind(self.worker())
             .execute(p)
             .await
             .map(|_| ())
@@ -207,7 +212,15 @@ impl Store {
             .map(|r| r.rows_affected())
             .map_err(q)?);
         if done == 0 {
-            return Err(not_found("shadow evaluation", tenant, id));
+            return match self.get_shadow(tenant, id).await? {
+                Some(s) => Err(LabStoreError::Invalid {
+                    reason: format!(
+                        "shadow evaluation {id:?} is `{}`, no longer running; start a new one",
+                        s.status
+                    ),
+                }),
+                None => Err(not_found("shadow evaluation", tenant, id)),
+            };
         }
         Ok(())
     }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::Store;
 use crate::error::StoreError;
-use crate::lab::LabStoreError;
+use crate::lab::{LabStoreError, Page, PageCursor, Paged, cursor_binds, paged};
 
 /// A stored tournament.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,7 +38,55 @@ const INSERT: &str = "INSERT INTO lab_tournaments (tenant, id, recorded_by, deta
 const GET: &str = "SELECT tenant, id, recorded_by, details, created_ms FROM lab_tournaments \
                    WHERE tenant = $1 AND id = $2";
 
+const LIST: &str = "SELECT tenant, id, recorded_by, details, created_ms FROM lab_tournaments \
+     WHERE tenant = $1 AND ($2 IS NULL OR created_ms < $2 OR (created_ms = $2 AND id < $3)) \
+     ORDER BY created_ms DESC, id DESC LIMIT $4";
+
+impl Row {
+    fn into_stored(self) -> Result<StoredTournament, LabStoreError> {
+        let details = serde_json::from_str(&self.details).map_err(|e| {
+            LabStoreError::Store(StoreError::QueryFailed {
+                what: "read a lab row",
+                reason: format!("stored tournament {:?} cannot be read: {e}", self.id),
+            })
+        })?;
+        Ok(StoredTournament {
+            id: self.id,
+            tenant: self.tenant,
+            recorded_by: self.recorded_by,
+            created_ms: self.created_ms,
+            details,
+        })
+    }
+}
+
 impl Store {
+    /// A page of `tenant`'s tournaments, newest first.
+    pub async fn list_tournaments(
+        &self,
+        tenant: &str,
+        page: &Page,
+    ) -> Result<Paged<StoredTournament>, LabStoreError> {
+        let q = |e| LabStoreError::Store(self.redactor.query("list lab tournaments", e));
+        let (after_ms, after_id) = cursor_binds(page);
+        let rows: Vec<Row> = on_pool!(&self.pool, p => sqlx::query_as(LIST)
+            .bind(tenant)
+            .bind(after_ms)
+            .bind(after_id)
+            .bind(i64::from(page.rows()) + 1)
+            .fetch_all(p)
+            .await
+            .map_err(q)?);
+        let items = rows
+            .into_iter()
+            .map(Row::into_stored)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(paged(items, page, |t: &StoredTournament| PageCursor {
+            created_ms: t.created_ms,
+            id: t.id.clone(),
+        }))
+    }
+
     /// Stores a tournament of `tenant` graded by `recorded_by`.
     pub async fn append_tournament(
         &self,
@@ -91,21 +139,6 @@ impl Store {
             .fetch_optional(p)
             .await
             .map_err(q)?);
-        row.map(|r| {
-            let details = serde_json::from_str(&r.details).map_err(|e| {
-                LabStoreError::Store(StoreError::QueryFailed {
-                    what: "read a lab row",
-                    reason: format!("stored tournament {:?} cannot be read: {e}", r.id),
-                })
-            })?;
-            Ok(StoredTournament {
-                id: r.id,
-                tenant: r.tenant,
-                recorded_by: r.recorded_by,
-                created_ms: r.created_ms,
-                details,
-            })
-        })
-        .transpose()
+        row.map(Row::into_stored).transpose()
     }
 }

@@ -199,3 +199,122 @@ async fn a_recording_whose_server_was_killed_reads_gapped_and_one_shut_down_clea
         "a recording whose server was killed must not look complete ({events} events)"
     );
 }
+
+const SHADOW_CONFIG: &str = "version: 1
+preset: {name: workspace_jail, confirm: never}
+root: $WS
+state_dir: .corral
+sandbox: {record_runs: true}
+budgets: {replay: {max_runs: 1000}}
+auth:
+  tokens:
+    - {id: olga, roles: [operator], token_env: CORRAL_IT_SHADOW_CRASH}
+";
+const OLGA: &str = "shadow-crash-token-0123456789ab";
+
+/// A value of the client's type `T`, from JSON.
+fn of<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+    match serde_json::from_value(v) {
+        Ok(t) => t,
+        Err(e) => unreachable!("the request is well formed: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_evaluation_whose_server_was_killed_reads_interrupted_after_a_restart() {
+    let dir = workspace(Some(SHADOW_CONFIG));
+    let root = dir.path();
+    std::fs::write(root.join("ws/notes.txt"), "the notes").unwrap_or_default();
+    let env = [("CORRAL_IT_SHADOW_CRASH", OLGA)];
+    let serve = || serve_with(root, &["--config", "corral.yaml"], &env, Stdio::null());
+    let mut first = serve();
+    let Ok(client) = Client::new(&first.url, Some(OLGA.to_owned())) else {
+        unreachable!("the client builds")
+    };
+    // Ten recorded tasks, and 20 variants of each: 200 replay runs, far more than run before
+    // the kill.
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let sc = client
+            .sandbox_create_scenario(&of(
+                json!({"name": format!("task {i}"), "steps": [{"input": "notes"}]}),
+            ))
+            .await;
+        let Ok(sc) = sc else {
+            unreachable!("the scenario is created: {sc:?}")
+        };
+        let run = client
+            .sandbox_run(&sc.id, &of(json!({"variant": "recorded"})))
+            .await;
+        let Ok(run) = run else {
+            unreachable!("the recorded run runs: {run:?}")
+        };
+        tasks.push(run.id);
+    }
+    let reader = "name: r\nversion: 1\nsteps:\n  - op: files.read\n    args: {path: \"{{input}}.txt\"}\n    as: s0\noutput: \"{{steps.s0.content}}\"\n";
+    let variants: Vec<_> = (0..20)
+        .map(|i| json!({"variant": format!("v{i}"), "workflow": reader}))
+        .collect();
+    let started = client
+        .sandbox_start_shadow(&of(
+            json!({"tasks": tasks, "variants": variants, "expected_runs": 200}),
+        ))
+        .await;
+    let Ok(started) = started else {
+        unreachable!("the shadow evaluation starts: {started:?}")
+    };
+    // Killed once its first run finished, while it is still running.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = client.sandbox_shadow(&started.id).await;
+        let Ok(s) = s else {
+            unreachable!("the evaluation reads: {s:?}")
+        };
+        assert_eq!(s.status, "running", "it ended before the kill: {s:?}");
+        if s.ran >= 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no run finished in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(first.child.kill().is_ok(), "the server could be killed");
+    let _ = first.child.wait();
+
+    // The next server finds the dead process's evaluation and marks it: never `running` again.
+    let second = serve();
+    let Ok(client) = Client::new(&second.url, Some(OLGA.to_owned())) else {
+        unreachable!("the client builds")
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let shadow = loop {
+        let s = client.sandbox_shadow(&started.id).await;
+        let Ok(s) = s else {
+            unreachable!("the evaluation reads: {s:?}")
+        };
+        if s.status != "running" || tokio::time::Instant::now() > deadline {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(shadow.status, "interrupted", "{shadow:?}");
+    assert!(shadow.ran >= 1 && shadow.ran < 200, "{shadow:?}");
+    // No lab run of the dead process is left running either.
+    let runs = client
+        .sandbox_list_runs(
+            None,
+            &corral_client::sandbox::PageRequest {
+                limit: Some(500),
+                after: None,
+            },
+        )
+        .await;
+    let Ok(runs) = runs else {
+        unreachable!("the runs list: {runs:?}")
+    };
+    for r in &runs.items {
+        assert_ne!(r.status, "running", "{r:?}");
+    }
+}

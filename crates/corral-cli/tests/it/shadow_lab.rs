@@ -194,3 +194,51 @@ fn over_ten_runs_without_a_terminal_shadow_run_refuses_and_says_to_pass_yes_and_
     );
     assert_eq!(shadow["report"]["metering"]["replay"]["runs"], 11);
 }
+
+#[test]
+fn an_admin_reads_the_servers_metering_per_purpose_and_an_operator_is_refused() {
+    let dir = workspace(Some(&format!(
+        "{CONFIG}    - {{id: ada, roles: [admin], token_env: CORRAL_IT_SHADOW_ADMIN}}\n"
+    )));
+    std::fs::write(dir.path().join("ws/notes.txt"), "the real notes").unwrap();
+    const ADMIN_TOKEN: &str = "shadow-admin-token-0123456789abcd";
+    let env = [
+        ("CORRAL_IT_SHADOW_OPERATOR", OPERATOR_TOKEN),
+        ("CORRAL_IT_SHADOW_ADMIN", ADMIN_TOKEN),
+    ];
+    let served = serve_with(
+        dir.path(),
+        &["--config", "corral.yaml"],
+        &env,
+        Stdio::null(),
+    );
+    let operator = [
+        ("CORRAL_SERVER", served.url.as_str()),
+        ("CORRAL_TOKEN", OPERATOR_TOKEN),
+    ];
+    shadow_session(dir.path(), &operator, "");
+    let admin = [
+        ("CORRAL_SERVER", served.url.as_str()),
+        ("CORRAL_TOKEN", ADMIN_TOKEN),
+    ];
+    let (code, out, err) = sh(dir.path(), "corral sandbox metering", &admin, "");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.starts_with("metering of tenant default (since the server started)\n"),
+        "{out}"
+    );
+    // The session: one recorded simulation run (one call), one replay run (one call).
+    for line in [
+        "  simulation  runs 1  calls 1  model tokens not known  spend not known",
+        "  replay      runs 1  calls 1  model tokens not known  spend not known",
+        "  judge       runs 0  calls 0  model tokens not known  spend not known",
+    ] {
+        assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
+    }
+    let (code, out, err) = sh(dir.path(), "corral sandbox metering", &operator, "");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.starts_with("error[rbac.denied]: "), "{err}");
+    // No tournament was graded: the list says so.
+    let (code, out, err) = sh(dir.path(), "corral sandbox tournaments list", &operator, "");
+    assert_eq!((code, out.as_str()), (0, "no tournaments\n"), "{err}");
+}

@@ -25,7 +25,7 @@ use crate::confirm::{
 };
 use crate::guardrails::{Confirmation, GuardPolicy, tier_reason};
 use crate::limiter::{Limited, Permit};
-use crate::runs::{RunKey, RunStoreError, RunView};
+use crate::runs::{RunKey, RunPurpose, RunStoreError, RunView};
 
 /// How a call ended: the outcome its audit event records, and the answer.
 pub(super) struct Answer {
@@ -120,6 +120,15 @@ impl Gateway {
                 tracing::warn!(error = %e, run = key.run_id, "a run's model tokens were not metered");
             }
         }
+        if answer.tokens > 0 {
+            // The metering per purpose counts model tokens too, a run or not (spend: not known).
+            self.meter.charge_tokens(
+                principal.tenant.as_deref().unwrap_or(&self.tenant),
+                self.purpose,
+                answer.tokens,
+                None,
+            );
+        }
         Ok(answer)
     }
 
@@ -143,7 +152,14 @@ impl Gateway {
             .enter(&key, now_ms(), opts.autonomy, opts.dry_run)
             .await
         {
-            Ok(record) => Ok(Some((key, record))),
+            Ok(record) => {
+                // A live run exists only through its calls: its first one counts it. The lab
+                // counts the runs it starts itself (a lab run may make no call).
+                if record.opened && self.purpose == RunPurpose::Live {
+                    self.meter.run(key.tenant, RunPurpose::Live);
+                }
+                Ok(Some((key, record)))
+            }
             Err(e) => Err(run_store_failed(&e)),
         }
     }

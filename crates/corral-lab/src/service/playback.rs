@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use corral_guard::{Caller, now_ms};
 use corral_policy::codes;
-use corral_store::lab::{self as store_lab, ScenarioDraft};
+use corral_store::lab as store_lab;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -355,18 +355,18 @@ impl LabService {
             .iter()
             .map(|e| json!({"input": Trajectory::step_input(e)}))
             .collect();
-        let draft = ScenarioDraft {
-            name: format!("trajectory of recording {run}"),
-            description: format!("the calls of recording {run}, in order, for replay"),
-            steps: serde_json::Value::Array(steps),
-            mocks: json!([]),
-        };
-        let scenario = Scenario::from_json(&json!({"name": draft.name, "steps": draft.steps}))
+        let steps = serde_json::Value::Array(steps);
+        let name = format!("trajectory of recording {run}");
+        let scenario = Scenario::from_json(&json!({"name": name, "steps": steps}))
             .map_err(|e| LabError::new(e.code, e.message))?;
-        // The recording's principal's, like the recording: only it or an admin reads it.
         let stored = self
-            .store
-            .create_owned_scenario(tenant, &draft, Some(&view.recording.identity), now_ms())
+            .replay_scenario(
+                tenant,
+                &name,
+                &format!("the calls of recording {run}, in order, for replay"),
+                steps,
+                &view.recording.identity,
+            )
             .await?;
         Ok((stored, scenario))
     }

@@ -13,10 +13,13 @@ use corral_guard::runs::RunPurpose;
 use corral_guard::{Caller, now_ms};
 use corral_policy::{Role, codes};
 use corral_store::lab::{self as store_lab, RunStatus};
+use corral_store::tournament::StoredTournament;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Action, LabError, LabService, MAX_STEP_EXECUTIONS, audited_id, clip, not_found};
+use super::{
+    Action, LabError, LabService, MAX_STEP_EXECUTIONS, PageQuery, audited_id, clip, not_found,
+};
 use crate::judge::CommandJudge;
 use crate::tournament::{self, DEFAULT_BOOTSTRAP, Judgment, MAX_BOOTSTRAP, PositionBias};
 use crate::verdict::{self, Interval, Observed, ScoredTrials};
@@ -30,6 +33,12 @@ pub(super) const TOURNAMENT: Action = Action {
 /// Reading a stored tournament, as audited.
 pub(super) const TOURNAMENTS_GET: Action = Action {
     op: "sandbox.tournaments.get",
+    role: Role::Viewer,
+};
+
+/// Listing stored tournaments, as audited.
+pub(super) const TOURNAMENTS_LIST: Action = Action {
+    op: "sandbox.tournaments.list",
     role: Role::Viewer,
 };
 
@@ -208,6 +217,32 @@ impl LabService {
         self.finish(&TOURNAMENT, caller, rid, r, detail, None).await
     }
 
+    /// A page of the tenant's stored tournaments, newest first (viewer).
+    pub async fn list_tournaments(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        page: &PageQuery,
+    ) -> Result<store_lab::Paged<Tournament>, LabError> {
+        let tenant = self.tenant_of(caller);
+        let r = async {
+            self.start(&TOURNAMENTS_LIST, caller)?;
+            let p = self.store.list_tournaments(&tenant, &page.page()?).await?;
+            let items = p
+                .items
+                .into_iter()
+                .map(read_stored)
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(store_lab::Paged {
+                items,
+                next: p.next,
+            })
+        }
+        .await;
+        self.finish(&TOURNAMENTS_LIST, caller, rid, r, None, None)
+            .await
+    }
+
     /// A stored tournament of the tenant (viewer).
     pub async fn get_tournament(
         &self,
@@ -223,16 +258,7 @@ impl LabService {
                 .get_tournament(&tenant, id)
                 .await?
                 .ok_or_else(|| not_found("tournament", &tenant, id))?;
-            let mut t: Tournament = serde_json::from_value(stored.details).map_err(|e| {
-                LabError::new(
-                    codes::LAB_INVALID_RECORD,
-                    format!("stored tournament {:?} cannot be read: {e}", stored.id),
-                )
-            })?;
-            t.id = stored.id;
-            t.recorded_by = stored.recorded_by;
-            t.created_ms = stored.created_ms;
-            Ok(t)
+            read_stored(stored)
         }
         .await;
         let detail = Some(format!("tournament={}", audited_id(id)));
@@ -298,6 +324,10 @@ impl LabService {
             not_judged,
             attestations,
         } = judge_pairs(&judge, &entrants, &tasks, &expected, max_judge_calls).await;
+        // A tournament is one `judge` run; its judge calls are that run's calls.
+        let meter = self.gateway().meter();
+        meter.run(tenant, RunPurpose::Judge);
+        meter.calls(tenant, RunPurpose::Judge, calls);
         let ranking = {
             tokio::task::spawn_blocking(move || tournament::rank(n, &judgments, bootstrap, seed))
                 .await
@@ -432,10 +462,32 @@ struct Judged {
     attestations: Vec<store_lab::RunAttestation>,
 }
 
+/// Judge calls in flight at once, at most: judges are sandboxed programs, so a few at a time
+/// hide their start-up latency without crowding the host.
+pub const JUDGE_CONCURRENCY: usize = 4;
+
+/// One planned judge call: the task, the run in the first slot and the one in the second.
+struct Planned {
+    task: u32,
+    first: usize,
+    second: usize,
+    input: String,
+    one: String,
+    two: String,
+    expected: Option<Value>,
+}
+
+/// What one judge call answered, and what its sandbox attested.
+type Answered = (
+    Result<crate::tournament::Prefer, crate::judge::JudgeError>,
+    Vec<corral_exec::Attestation>,
+);
+
 /// Asks `judge` about every task and pair of `entrants`, in both orders (the first run of the
 /// pair in the first slot, then the other): task by task, pairs in request order. Once a
 /// pair's two calls would pass `max_judge_calls`, it and every pair after it go to
-/// `not_judged` and no call is made.
+/// `not_judged` and no call is made. The calls run [`JUDGE_CONCURRENCY`] at a time; their
+/// answers are taken in the planned order, so the same runs and seed give the same ranking.
 async fn judge_pairs(
     judge: &CommandJudge,
     entrants: &[Entrant],
@@ -444,34 +496,27 @@ async fn judge_pairs(
     max_judge_calls: u64,
 ) -> Judged {
     let n = entrants.len();
-    let attested = Mutex::new(Vec::<store_lab::RunAttestation>::new());
-    let attest = |a: corral_exec::Attestation| {
-        if let Ok(mut v) = attested.lock() {
-            let a = store_lab::RunAttestation {
-                backend: a.backend.to_owned(),
-                isolated: a.isolated,
-                destroyed: a.destroyed,
-                primitives: a.primitives,
-            };
-            if !v.contains(&a) {
-                v.push(a);
-            }
-        }
+    let id = |i: usize| {
+        entrants
+            .get(i)
+            .map(|e| e.run.id.clone())
+            .unwrap_or_default()
     };
-    let mut calls = 0u64;
-    let mut judgments = Vec::new();
-    let mut errors = Vec::new();
+    let text = |i: usize, task: u32| {
+        entrants
+            .get(i)
+            .and_then(|e| e.outputs.get(&task))
+            .map(|o| (o.input.clone(), o.output.clone()))
+            .unwrap_or_default()
+    };
+    // The plan: every call within the ceiling, in order; every pair past it, not judged.
+    let mut plan = Vec::new();
     let mut not_judged = Vec::new();
+    let mut calls = 0u64;
     for &task in tasks {
         let exp = expected(task);
         for a in 0..n {
             for b in (a + 1)..n {
-                let id = |i: usize| {
-                    entrants
-                        .get(i)
-                        .map(|e| e.run.id.clone())
-                        .unwrap_or_default()
-                };
                 if !not_judged.is_empty() || calls.saturating_add(2) > max_judge_calls {
                     not_judged.push(NotJudged {
                         task,
@@ -482,33 +527,52 @@ async fn judge_pairs(
                     continue;
                 }
                 for (first, second) in [(a, b), (b, a)] {
-                    let text = |i: usize| {
-                        entrants
-                            .get(i)
-                            .and_then(|e| e.outputs.get(&task))
-                            .map(|o| (o.input.as_str(), o.output.as_str()))
-                            .unwrap_or(("", ""))
-                    };
-                    let (input, one) = text(first);
-                    let (_, two) = text(second);
+                    let (input, one) = text(first, task);
+                    let (_, two) = text(second, task);
                     calls += 1;
-                    match judge.judge(input, one, two, exp.as_ref(), &attest).await {
-                        Ok(prefer) => judgments.push(Judgment {
-                            task,
-                            first,
-                            second,
-                            prefer,
-                        }),
-                        Err(e) => errors.push(JudgeFailure {
-                            task,
-                            first: id(first),
-                            second: id(second),
-                            code: e.code.to_owned(),
-                            message: e.message,
-                        }),
-                    }
+                    plan.push(Planned {
+                        task,
+                        first,
+                        second,
+                        input,
+                        one,
+                        two,
+                        expected: exp.clone(),
+                    });
                 }
             }
+        }
+    }
+    let answers = ask_all(judge, &plan).await;
+    let mut judgments = Vec::new();
+    let mut errors = Vec::new();
+    let mut attestations = Vec::<store_lab::RunAttestation>::new();
+    for (p, (answer, attested)) in plan.iter().zip(answers) {
+        for a in attested {
+            let a = store_lab::RunAttestation {
+                backend: a.backend.to_owned(),
+                isolated: a.isolated,
+                destroyed: a.destroyed,
+                primitives: a.primitives,
+            };
+            if !attestations.contains(&a) {
+                attestations.push(a);
+            }
+        }
+        match answer {
+            Ok(prefer) => judgments.push(Judgment {
+                task: p.task,
+                first: p.first,
+                second: p.second,
+                prefer,
+            }),
+            Err(e) => errors.push(JudgeFailure {
+                task: p.task,
+                first: id(p.first),
+                second: id(p.second),
+                code: e.code.to_owned(),
+                message: e.message,
+            }),
         }
     }
     Judged {
@@ -516,8 +580,76 @@ async fn judge_pairs(
         judgments,
         errors,
         not_judged,
-        attestations: attested.into_inner().unwrap_or_default(),
+        attestations,
     }
+}
+
+/// Makes every planned call, [`JUDGE_CONCURRENCY`] at a time; the answers in `plan`'s order.
+async fn ask_all(judge: &CommandJudge, plan: &[Planned]) -> Vec<Answered> {
+    let mut answers: Vec<Option<Answered>> = (0..plan.len()).map(|_| None).collect();
+    let mut running = tokio::task::JoinSet::new();
+    let ask = |i: usize, p: &Planned, running: &mut tokio::task::JoinSet<(usize, Answered)>| {
+        let judge = judge.clone();
+        let (input, one, two, exp) = (
+            p.input.clone(),
+            p.one.clone(),
+            p.two.clone(),
+            p.expected.clone(),
+        );
+        running.spawn(async move {
+            let attested = Mutex::new(Vec::new());
+            let attest = |a: corral_exec::Attestation| {
+                if let Ok(mut v) = attested.lock() {
+                    v.push(a);
+                }
+            };
+            let r = judge.judge(&input, &one, &two, exp.as_ref(), &attest).await;
+            (i, (r, attested.into_inner().unwrap_or_default()))
+        });
+    };
+    let mut next = 0;
+    while next < plan.len() || !running.is_empty() {
+        while next < plan.len() && running.len() < JUDGE_CONCURRENCY {
+            if let Some(p) = plan.get(next) {
+                ask(next, p, &mut running);
+            }
+            next += 1;
+        }
+        // A judge task that panicked or was cancelled answers as a failed call below.
+        if let Some(Ok((i, a))) = running.join_next().await
+            && let Some(slot) = answers.get_mut(i)
+        {
+            *slot = Some(a);
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| {
+            a.unwrap_or_else(|| {
+                (
+                    Err(crate::judge::JudgeError {
+                        code: codes::LAB_JUDGE_FAILED,
+                        message: "the judge call stopped before it answered".to_owned(),
+                    }),
+                    Vec::new(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// A stored tournament as the lab answered it, with its id, grader and time.
+fn read_stored(stored: StoredTournament) -> Result<Tournament, LabError> {
+    let mut t: Tournament = serde_json::from_value(stored.details).map_err(|e| {
+        LabError::new(
+            codes::LAB_INVALID_RECORD,
+            format!("stored tournament {:?} cannot be read: {e}", stored.id),
+        )
+    })?;
+    t.id = stored.id;
+    t.recorded_by = stored.recorded_by;
+    t.created_ms = stored.created_ms;
+    Ok(t)
 }
 
 /// Refuses a run list that is too short, too long, or names a run twice.

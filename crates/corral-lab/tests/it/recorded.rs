@@ -542,3 +542,124 @@ async fn a_recorded_error_code_outside_the_catalog_answers_nothing_and_is_report
         "the step was answered `replay.divergence` and the report lists no divergence: {got:?}"
     );
 }
+
+#[test]
+fn a_playback_of_a_big_recording_answers_each_call_with_the_first_untaken_event_of_its_op_and_args()
+{
+    use corral_lab::playback::Playback;
+    use corral_store::recording::RecordingEvent;
+    // 4,000 events over 3 ops and 7 argument sets (so each (op, args) repeats ~190 times), a
+    // refusal decided before the op every 97th (it answers nothing), an op error every 89th.
+    let ops = ["files.read", "files.list", "http.fetch"];
+    let events: Vec<RecordingEvent> = (1..=4000u64)
+        .map(|seq| RecordingEvent {
+            seq,
+            op: ops[(seq % 3) as usize].to_owned(),
+            args: json!({"path": format!("p{}", seq % 7), "n": 1}),
+            response: Some(json!({"seq": seq})),
+            error_code: match seq {
+                s if s % 97 == 0 => Some("policy.denied".to_owned()),
+                s if s % 89 == 0 => Some("files.not_found".to_owned()),
+                _ => None,
+            },
+            attestation: None,
+            started_ms: 0,
+            duration_us: 0,
+        })
+        .collect();
+    let playback = Playback::new(&events);
+    // The reference: a linear scan for the first untaken answerable event of (op, args).
+    let mut taken: Vec<bool> = events
+        .iter()
+        .map(|e| e.error_code.as_deref() == Some("policy.denied"))
+        .collect();
+    // Calls in an order unlike the recording's (a stride over every (op, args)), with argument
+    // keys in another order (canonical args match) and calls the recording never had.
+    for k in 0..6000u64 {
+        let op = ops[((k * 7) % 3) as usize];
+        let path = format!("p{}", (k * 5) % 8);
+        let args = json!({"n": 1, "path": path});
+        let want = events
+            .iter()
+            .enumerate()
+            .find(|(i, e)| !taken[*i] && e.op == op && e.args == json!({"path": path, "n": 1}));
+        let got = playback.answer(op, &args);
+        match want {
+            Some((i, e)) => {
+                taken[i] = true;
+                match (&e.error_code, got) {
+                    (None, Ok(Ok(out))) => {
+                        let v = match out {
+                            corral_ops::OpOutput::Json { value, .. } => value,
+                            other => panic!("call {k}: {other:?}"),
+                        };
+                        assert_eq!(v, json!({"seq": e.seq}), "call {k}");
+                    }
+                    (Some(code), Ok(Err(err))) => assert_eq!(err.code, code.as_str(), "call {k}"),
+                    (_, other) => panic!("call {k}: expected seq {}, got {other:?}", e.seq),
+                }
+            }
+            None => {
+                let next = events
+                    .iter()
+                    .enumerate()
+                    .find(|(i, _)| !taken[*i])
+                    .map(|(_, e)| e.seq);
+                match got {
+                    Err(expected) => {
+                        assert_eq!(expected.map(|x| x.seq), next, "call {k}")
+                    }
+                    other => panic!("call {k}: a divergence was due, got {other:?}"),
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn replaying_one_recording_again_and_again_reuses_its_scenario_instead_of_adding_one_each_time()
+ {
+    let f = fixture(false).await;
+    live_session(&f, &olga(), "task-r").await;
+    let scenarios = async || {
+        f.store
+            .list_scenarios("default", None, &corral_store::lab::Page::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+    };
+    let replay = async |body: ReplayBody| {
+        let got = f.lab.replay(&olga(), "rid", "task-r", body).await.unwrap();
+        got.run.unwrap().scenario_id
+    };
+    // The trajectory (no variant): one scenario, whatever the number of replays.
+    let first = replay(ReplayBody::default()).await;
+    let after_one = scenarios().await;
+    for _ in 0..3 {
+        assert_eq!(replay(ReplayBody::default()).await, first);
+    }
+    assert_eq!(scenarios().await, after_one);
+    // The task input (a variant replay): one scenario per input; a new input, a new one.
+    f.lab
+        .set_recording_input(
+            &olga(),
+            "rid",
+            "task-r",
+            InputBody {
+                steps: json!([{"input": "notes"}]),
+            },
+        )
+        .await
+        .unwrap();
+    let identity = || ReplayBody {
+        variant: Some("identity".to_owned()),
+        ..ReplayBody::default()
+    };
+    let task = replay(identity()).await;
+    assert_ne!(task, first);
+    for _ in 0..3 {
+        assert_eq!(replay(identity()).await, task);
+    }
+    assert_eq!(scenarios().await, after_one + 1);
+}

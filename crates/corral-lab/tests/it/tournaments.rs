@@ -39,6 +39,9 @@ enum Rule {
 struct Judge {
     rule: Rule,
     seen: Mutex<Vec<Value>>,
+    /// Calls in progress now, and the most at once.
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
 }
 
 impl Backend for Judge {
@@ -50,6 +53,14 @@ impl Backend for Judge {
     }
     fn run(&self, req: ExecRequest) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
         Box::pin(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            // Let every other call that may start, start, before this one answers.
+            for _ in 0..8 {
+                tokio::task::yield_now().await;
+            }
+            self.in_flight.fetch_sub(1, SeqCst);
             let v: Value = serde_json::from_slice(&req.stdin.unwrap_or_default()).unwrap();
             self.seen.lock().unwrap().push(v.clone());
             let (a, b) = (v["first"].as_str().unwrap(), v["second"].as_str().unwrap());
@@ -115,6 +126,8 @@ async fn fixture(rule: Rule) -> Fixture {
     let judge = Arc::new(Judge {
         rule,
         seen: Mutex::new(Vec::new()),
+        in_flight: Default::default(),
+        most: Default::default(),
     });
     let spec = ProgramSpec {
         name: "by-rule".to_owned(),
@@ -534,4 +547,122 @@ async fn a_graded_tournament_is_stored_and_read_back_by_a_viewer_of_its_tenant_o
         .await
         .unwrap_err();
     assert_eq!(e.code, "lab.not_found");
+}
+
+#[tokio::test]
+async fn a_tournament_is_metered_as_one_judge_run_with_its_judge_calls_apart_from_its_simulations()
+{
+    let f = fixture(Rule::Longer).await;
+    let (_, runs) = group(&f.lab).await;
+    let admin = Caller::new(Principal::new("ada", &["admin"]));
+    let before = f.lab.metering(&admin, "rid-m0").await.unwrap();
+    let purpose = |m: &corral_guard::metering::TenantMetering, p: &str| {
+        let e = m.purposes.iter().find(|e| e.purpose.as_str() == p).unwrap();
+        (
+            e.metered.runs,
+            e.metered.calls,
+            e.metered.tokens,
+            e.metered.spend,
+        )
+    };
+    // The group's three simulation runs, and no judge run yet.
+    assert_eq!(purpose(&before, "simulation").0, 3);
+    assert_eq!(purpose(&before, "judge"), (0, 0, None, None));
+    let t = f
+        .lab
+        .tournament(&olga(), "rid-t", body(&runs), 1000)
+        .await
+        .unwrap();
+    assert_eq!(t.judge_calls, 18);
+    let after = f.lab.metering(&admin, "rid-m1").await.unwrap();
+    assert_eq!(purpose(&after, "judge"), (1, 18, None, None));
+    assert_eq!(
+        purpose(&after, "simulation"),
+        purpose(&before, "simulation")
+    );
+    assert_eq!(purpose(&after, "live"), (0, 0, None, None));
+    // An operator does not read the tenant's metering.
+    let refused = f.lab.metering(&olga(), "rid-m2").await.unwrap_err();
+    assert_eq!(refused.code, "rbac.denied");
+}
+
+#[tokio::test]
+async fn stored_tournaments_are_listed_newest_first_page_by_page_to_their_tenant_only() {
+    let f = fixture(Rule::Longer).await;
+    let (_, runs) = group(&f.lab).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let t = f
+            .lab
+            .tournament(&olga(), &format!("rid-{i}"), body(&runs), 1000)
+            .await
+            .unwrap();
+        ids.push(t.id);
+    }
+    let viewer = Caller::new(Principal::new("vic", &["viewer"]));
+    let page = |after: Option<String>| corral_lab::service::PageQuery { limit: 2, after };
+    let first = f
+        .lab
+        .list_tournaments(&viewer, "rid-l1", &page(None))
+        .await
+        .unwrap();
+    let next = first.next.as_ref().map(ToString::to_string);
+    assert!(next.is_some());
+    let second = f
+        .lab
+        .list_tournaments(&viewer, "rid-l2", &page(next))
+        .await
+        .unwrap();
+    assert!(second.next.is_none());
+    let listed: Vec<String> = first
+        .items
+        .iter()
+        .chain(&second.items)
+        .map(|t| t.id.clone())
+        .collect();
+    ids.reverse();
+    assert_eq!(listed, ids, "newest first, each once");
+    // Each reads as `get` answers it.
+    let got = f.lab.get_tournament(&viewer, "rid", &ids[0]).await.unwrap();
+    assert_eq!(first.items[0], got);
+    let mut stranger = Principal::new("eve", &["admin"]);
+    stranger.tenant = Some("other".to_owned());
+    let none = f
+        .lab
+        .list_tournaments(&Caller::new(stranger), "rid-l3", &page(None))
+        .await
+        .unwrap();
+    assert!(none.items.is_empty() && none.next.is_none());
+    assert!(
+        f.audit
+            .events()
+            .iter()
+            .any(|e| e.op == "sandbox.tournaments.list")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn judge_calls_run_a_few_at_once_never_more_than_the_bound_and_rank_the_same_every_time() {
+    let f = fixture(Rule::Longer).await;
+    let (_, runs) = group(&f.lab).await;
+    let t = f
+        .lab
+        .tournament(&olga(), "rid-c1", body(&runs), 1000)
+        .await
+        .unwrap();
+    let most = f.judge.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (2..=corral_lab::service::JUDGE_CONCURRENCY).contains(&most),
+        "{most} judge calls ran at once"
+    );
+    assert_eq!((t.judge_calls, t.judgments), (18, 18));
+    for i in 0..3 {
+        let again = f
+            .lab
+            .tournament(&olga(), &format!("rid-c{}", i + 2), body(&runs), 1000)
+            .await
+            .unwrap();
+        assert_eq!(again.ranking, t.ranking);
+        assert_eq!(again.position_bias, t.position_bias);
+    }
 }

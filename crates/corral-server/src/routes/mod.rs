@@ -55,13 +55,17 @@ pub fn router(state: AppState) -> Router {
             post(sandbox::compare).get(sandbox::list_comparisons),
         )
         .route("/v1/sandbox/comparisons/{id}", get(sandbox::get_comparison))
-        .route("/v1/sandbox/tournaments", post(sandbox::tournament))
+        .route(
+            "/v1/sandbox/tournaments",
+            post(sandbox::tournament).get(sandbox::list_tournaments),
+        )
         .route("/v1/sandbox/tournaments/{id}", get(sandbox::get_tournament))
         .route(
             "/v1/sandbox/shadows",
             post(shadows::start).get(shadows::list),
         )
         .route("/v1/sandbox/shadows/{id}", get(shadows::get))
+        .route("/v1/sandbox/metering", get(sandbox::metering))
         .route("/v1/sandbox/recordings", get(sandbox::list_recordings))
         .route(
             "/v1/sandbox/recordings/{id}",

@@ -401,6 +401,37 @@ pub async fn get_tournament(
     .await
 }
 
+/// `GET /v1/sandbox/tournaments?limit=&after=` -> `{items, next}`.
+pub async fn list_tournaments(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    listed(
+        &state,
+        &q,
+        auth,
+        "sandbox.tournaments.list",
+        &[],
+        async |lab, caller, rid, page| lab.list_tournaments(caller, rid, page).await,
+    )
+    .await
+}
+
+/// `GET /v1/sandbox/metering` -> the tenant's runs and calls per purpose (admin).
+pub async fn metering(
+    State(state): State<AppState>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    fetched(
+        &state,
+        auth,
+        "sandbox.metering.get",
+        async |lab, caller, rid| lab.metering(caller, rid).await,
+    )
+    .await
+}
+
 /// `GET /v1/sandbox/comparisons?limit=&after=` -> `{items, next}`.
 pub async fn list_comparisons(
     State(state): State<AppState>,

@@ -921,7 +921,8 @@ mod over_mcp {
                 "sandbox_scenarios_run",
                 "sandbox_shadow_run",
                 "sandbox_shadows_get",
-                "sandbox_tournament"
+                "sandbox_tournament",
+                "sandbox_tournaments_list"
             ]
         );
         assert_eq!(
@@ -931,7 +932,8 @@ mod over_mcp {
                 "sandbox_runs_outputs",
                 "sandbox_scenarios_get",
                 "sandbox_scenarios_list",
-                "sandbox_shadows_get"
+                "sandbox_shadows_get",
+                "sandbox_tournaments_list"
             ]
         );
         let samples = call(

@@ -164,3 +164,109 @@ async fn an_unsafe_variant_is_400_naming_the_tool_and_an_unannounced_n_m_is_409_
         "only the recorded run"
     );
 }
+
+fn token(sub: &str, role: &str) -> String {
+    let exp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    let claims = json!({"sub": sub, "roles": [role], "exp": exp});
+    encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// `{purpose: (runs, calls, tokens, spend)}` of `GET /v1/sandbox/metering`.
+fn by_purpose(m: &Value) -> std::collections::BTreeMap<String, (u64, u64, Value, Value)> {
+    m["purposes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["purpose"].as_str().unwrap().to_owned(),
+                (
+                    p["runs"].as_u64().unwrap(),
+                    p["calls"].as_u64().unwrap(),
+                    p["tokens"].clone(),
+                    p["spend"].clone(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn metering_counts_runs_and_calls_per_purpose_for_an_admin_and_on_metrics() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let admin = token("ada", "admin");
+    // A live run of two calls (one refused: it is still a call).
+    for path in ["notes.txt", "../outside.txt"] {
+        let r = send(
+            s.client()
+                .post(s.url("/ops/files.read"))
+                .bearer_auth(olga())
+                .header("x-corral-run", "live-1")
+                .json(&json!({"path": ws.at(path)})),
+        )
+        .await;
+        assert!(r.status == 200 || r.status == 403, "{}", r.text);
+    }
+    // A simulation run (one call: the identity agent's), then its task replayed once.
+    let task = recorded_task(&s).await;
+    let r = post(
+        &s,
+        "/v1/sandbox/shadows",
+        json!({"tasks": [task], "variants": [reader(&ws, "reader")]}),
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    let path = format!("/v1/sandbox/shadows/{}", r.json()["id"].as_str().unwrap());
+    for _ in 0..600 {
+        if get(&s, &path).await["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let m = send(
+        s.client()
+            .get(s.url("/v1/sandbox/metering"))
+            .bearer_auth(&admin),
+    )
+    .await;
+    assert_eq!(m.status, 200, "{}", m.text);
+    let m = m.json();
+    assert_eq!(m["tenant"], "default");
+    let p = by_purpose(&m);
+    assert_eq!(p["live"], (1, 2, Value::Null, Value::Null), "{m}");
+    assert_eq!(p["simulation"], (1, 1, Value::Null, Value::Null), "{m}");
+    assert_eq!(p["replay"], (1, 1, Value::Null, Value::Null), "{m}");
+    assert_eq!(p["judge"], (0, 0, Value::Null, Value::Null), "{m}");
+    // An operator does not read the tenant's metering.
+    let refused = send(
+        s.client()
+            .get(s.url("/v1/sandbox/metering"))
+            .bearer_auth(olga()),
+    )
+    .await;
+    assert_eq!(refused.status, 403, "{}", refused.text);
+    assert_eq!(refused.json()["code"], "rbac.denied", "{}", refused.text);
+    // `/metrics` sums them per purpose.
+    let text = send(s.client().get(s.url("/metrics")).bearer_auth(&admin))
+        .await
+        .text;
+    for line in [
+        "corral_runs_total{purpose=\"live\"} 1",
+        "corral_runs_total{purpose=\"replay\"} 1",
+        "corral_runs_total{purpose=\"judge\"} 0",
+        "corral_purpose_calls_total{purpose=\"live\"} 2",
+        "corral_purpose_calls_total{purpose=\"simulation\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+    }
+}

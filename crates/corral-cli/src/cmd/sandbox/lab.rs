@@ -377,6 +377,34 @@ impl Lab {
         )
     }
 
+    pub(crate) fn list_tournaments(
+        &self,
+        page: &PageRequest,
+    ) -> Result<Page<Tournament>, CliError> {
+        self.either(
+            "tournaments",
+            async |c| c.sandbox_list_tournaments(page).await,
+            async |lab, caller| {
+                let p = lab
+                    .list_tournaments(caller, &rid(), &page_query(page))
+                    .await
+                    .map_err(refused)?;
+                Ok(serde_json::json!({
+                    "items": p.items,
+                    "next": p.next.as_ref().map(ToString::to_string),
+                }))
+            },
+        )
+    }
+
+    pub(crate) fn metering(&self) -> Result<serde_json::Value, CliError> {
+        self.either(
+            "metering",
+            async |c| c.sandbox_metering().await,
+            async |lab, caller| lab.metering(caller, &rid()).await.map_err(refused),
+        )
+    }
+
     pub(crate) fn tournament(&self, req: &TournamentRequest) -> Result<Tournament, CliError> {
         self.either(
             "tournament",

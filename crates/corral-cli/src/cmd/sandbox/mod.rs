@@ -6,6 +6,7 @@
 mod compare;
 mod generate;
 mod lab;
+mod metering;
 mod recordings;
 mod replay;
 mod runs;
@@ -83,6 +84,10 @@ enum Command {
     /// ops absent (N*M runs, announced first), and read the evaluations back.
     #[command(subcommand)]
     Shadow(shadow::Command),
+    /// Show the tenant's runs and calls per purpose (live, simulation, replay, judge), as the
+    /// server counted them since it started (admin). Model tokens and spend print `not known`
+    /// until something meters them.
+    Metering(metering::Args),
 }
 
 /// Where a lab command works (a server, or in-process), as whom, and how it prints.
@@ -128,6 +133,7 @@ pub fn run(args: Args) -> CliResult {
         Command::Recordings(c) => recordings::run(c),
         Command::Replay(a) => replay::run(a),
         Command::Shadow(c) => shadow::run(c),
+        Command::Metering(a) => metering::run(a),
     }
 }
 

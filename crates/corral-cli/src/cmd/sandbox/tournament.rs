@@ -4,7 +4,7 @@
 //! errors and the pairs not judged, and the verdict between the top two; the answer is stored,
 //! and `corral sandbox tournaments get ID` prints it again.
 
-use corral_client::sandbox::{Tournament, TournamentRequest};
+use corral_client::sandbox::{PageRequest, Tournament, TournamentRequest};
 use serde_json::Value;
 
 use super::{Conn, Lab, Progress, printable};
@@ -54,9 +54,20 @@ pub(crate) fn run(a: Args) -> CliResult {
     })
 }
 
-/// `corral sandbox tournaments get`.
+/// `corral sandbox tournaments get | list`.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Recorded {
+    /// List the tenant's stored tournaments, newest first.
+    List {
+        /// Rows per page.
+        #[arg(long, value_name = "N")]
+        limit: Option<u32>,
+        /// Start after this cursor (the `next` of the previous page).
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Show a stored tournament: its ranking, position bias, judge calls, errors and pairs not
     /// judged.
     Get {
@@ -69,6 +80,39 @@ pub(crate) enum Recorded {
 
 pub(crate) fn recorded(c: Recorded) -> CliResult {
     match c {
+        Recorded::List { limit, after, conn } => {
+            let page = Lab::open(&conn)?.list_tournaments(&PageRequest { limit, after })?;
+            match conn.format {
+                Format::Json => crate::output::print_json(&page),
+                Format::Human => {
+                    if page.items.is_empty() {
+                        outln!("no tournaments");
+                    }
+                    for t in &page.items {
+                        let v = serde_json::to_value(t).unwrap_or(Value::Null);
+                        let s = |k: &str| printable(v[k].as_str().unwrap_or("?"));
+                        let top = t
+                            .ranking
+                            .first()
+                            .map(|r| printable(&r.variant))
+                            .unwrap_or_else(|| "-".to_owned());
+                        outln!(
+                            "{}  scenario {}  {} runs  judge {}  {} judge calls  top {}",
+                            s("id"),
+                            s("scenario_id"),
+                            t.ranking.len(),
+                            s("judge"),
+                            t.judge_calls,
+                            top
+                        );
+                    }
+                    if let Some(next) = &page.next {
+                        outln!("more: --after {}", printable(next));
+                    }
+                }
+            }
+            Ok(Exit::Ok)
+        }
         Recorded::Get { id, conn } => {
             let t = Lab::open(&conn)?.get_tournament(&id)?;
             match conn.format {
