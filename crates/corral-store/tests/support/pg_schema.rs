@@ -84,11 +84,25 @@ impl Schema {
     }
 
     /// Drops the schema (only reached when the test passed; a failed run leaves it to inspect).
+    /// A server the test dropped may still be closing (its recording writer marks its own work
+    /// in a last transaction), and PostgreSQL then picks the DROP as a deadlock's victim: that
+    /// is retried, any other error is not.
     pub async fn drop(self) {
         let mut conn = PgConnection::connect(&self.server).await.unwrap();
-        conn.execute(format!("DROP SCHEMA {} CASCADE", self.name).as_str())
-            .await
-            .unwrap();
+        let sql = format!("DROP SCHEMA {} CASCADE", self.name);
+        let mut tries = 0;
+        loop {
+            match conn.execute(sql.as_str()).await {
+                Ok(_) => break,
+                Err(sqlx::Error::Database(e))
+                    if e.code().as_deref() == Some("40P01") && tries < 5 =>
+                {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("cannot drop the test schema {}: {e}", self.name),
+            }
+        }
         conn.close().await.unwrap();
     }
 }
