@@ -3,6 +3,7 @@
 mod audit;
 mod confirmations;
 mod extract;
+mod learning;
 pub(crate) mod link;
 mod mcp;
 mod meta;
@@ -16,9 +17,22 @@ use axum::routing::{get, post};
 
 use crate::AppState;
 
-/// All routes.
+/// All routes: the table below, plus `POST /learning/hint` only when learning mode is on.
 pub fn router(state: AppState) -> Router {
     let limit = state.max_body_bytes();
+    let mut table = table(&state);
+    if state.learning().is_some() {
+        table = table.route("/learning/hint", post(learning::hint));
+    }
+    table
+        .fallback(meta::not_found)
+        .method_not_allowed_fallback(meta::method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// Every route learning mode does not add.
+fn table(state: &AppState) -> Router<AppState> {
     Router::new()
         .route("/healthz", get(meta::healthz))
         .route("/ops", get(ops::list))
@@ -32,7 +46,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/me", get(meta::me))
         .route("/metrics", get(meta::metrics))
-        .route("/mcp", mcp_route(&state))
+        .route("/mcp", mcp_route(state))
         .route("/openapi.json", get(meta::openapi))
         .route("/v1/sandbox/synthetic-data", post(sandbox::generate))
         .route(
@@ -70,10 +84,6 @@ pub fn router(state: AppState) -> Router {
             axum::routing::put(sandbox::set_recording_input),
         )
         .route("/v1/sandbox/recordings/{id}/replay", post(sandbox::replay))
-        .fallback(meta::not_found)
-        .method_not_allowed_fallback(meta::method_not_allowed)
-        .layer(DefaultBodyLimit::max(limit))
-        .with_state(state)
 }
 
 /// `/mcp`: the MCP service behind the authentication middleware.

@@ -18,6 +18,7 @@ mod guard_order;
 mod guard_replicas;
 mod http_fetch;
 mod jwt;
+mod learning;
 mod limits;
 mod mcp;
 mod metrics;
