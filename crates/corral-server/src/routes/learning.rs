@@ -65,3 +65,113 @@ pub async fn hint(
     }))
     .into_response())
 }
+
+/// Keys a narrowed view keeps, when their value is a scalar: ids, op, agent, status, outcome,
+/// codes and times (never arguments, outputs or model-written text).
+const KEPT: &[&str] = &[
+    "id",
+    "op",
+    "agent",
+    "status",
+    "outcome",
+    "code",
+    "ts_ms",
+    "seq",
+    "run_id",
+    "request_id",
+    "principal_id",
+    "principal_kind",
+    "tenant",
+    "next",
+    "scenario_id",
+    "purpose",
+    "created_at",
+    "started_at",
+    "finished_at",
+];
+
+/// Keys a narrowed view descends into (lists of runs, events, steps).
+const CONTAINERS: &[&str] = &[
+    "items",
+    "events",
+    "recording",
+    "steps",
+    "runs",
+    "calls",
+    "outputs",
+    "results",
+];
+
+/// The narrowed view of `v`: objects keep only [`KEPT`] scalars and [`CONTAINERS`] (narrowed in
+/// turn); arrays are narrowed item by item; a bare scalar at the top is dropped.
+pub(crate) fn narrowed(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Array(items) => Value::Array(items.iter().map(narrowed).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter_map(|(k, v)| {
+                    let scalar = !(v.is_object() || v.is_array());
+                    if KEPT.contains(&k.as_str()) && scalar {
+                        Some((k.clone(), v.clone()))
+                    } else if CONTAINERS.contains(&k.as_str()) && !scalar {
+                        Some((k.clone(), narrowed(v)))
+                    } else {
+                        None
+                    }
+                })
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
+}
+
+/// The largest answer body narrowed (a larger one is refused: it is never passed on whole).
+const MAX_NARROWED_BYTES: usize = 64 << 20;
+
+/// Learning mode's layer on `/audit` and `/v1/sandbox/*`: for a caller below level 3 (or one
+/// that cannot be authenticated: fail closed), a successful JSON or JSON-lines answer is
+/// narrowed to op, agent and status ([`narrowed`]).
+pub(crate) async fn narrow(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = request.uri().path();
+    let covered = path == "/audit" || path.starts_with("/v1/sandbox/");
+    let Some(l) = state.learning().cloned() else {
+        return next.run(request).await;
+    };
+    if !covered {
+        return next.run(request).await;
+    }
+    let narrows = match crate::auth::authenticate(&state.authenticator(), request.headers()) {
+        Ok(caller) => l.narrows_for(&caller),
+        Err(_) => true,
+    };
+    let response = next.run(request).await;
+    if !narrows || !response.status().is_success() {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_NARROWED_BYTES).await else {
+        return (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "the answer was too large to narrow for learning mode",
+        )
+            .into_response();
+    };
+    let text: String = if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+        narrowed(&v).to_string()
+    } else {
+        // JSON lines (a recording's export): each line narrowed; a line that is not JSON is
+        // dropped.
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|v| narrowed(&v).to_string() + "\n")
+            .collect()
+    };
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(text))
+}

@@ -17,12 +17,15 @@ use axum::routing::{get, post};
 
 use crate::AppState;
 
-/// All routes: the table below, plus `POST /learning/hint` only when learning mode is on.
+/// All routes: the table below, plus, only when learning mode is on, `POST /learning/hint` and
+/// the layer narrowing `/audit` and `/v1/sandbox/*` below level 3 (`learning::narrow`).
 pub fn router(state: AppState) -> Router {
     let limit = state.max_body_bytes();
     let mut table = table(&state);
     if state.learning().is_some() {
-        table = table.route("/learning/hint", post(learning::hint));
+        table = table.route("/learning/hint", post(learning::hint)).layer(
+            axum::middleware::from_fn_with_state(state.clone(), learning::narrow),
+        );
     }
     table
         .fallback(meta::not_found)

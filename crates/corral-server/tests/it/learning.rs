@@ -278,7 +278,14 @@ async fn a_hint_is_audited_with_subject_scenario_and_levels_and_counted_in_metri
         .await
         .with_token(ADMIN_TOKEN);
     assert_eq!(hint(&s, AGENT_TOKEN).await.status, 200);
-    let audit = s.get("/audit?op=learning_hint").await.json();
+    // The admin reads the whole audit at level 3 (below it, the view is narrowed).
+    for _ in 0..3 {
+        assert_eq!(hint(&s, ADMIN_TOKEN).await.status, 200);
+    }
+    let audit = s
+        .get("/audit?op=learning_hint&principal=agent")
+        .await
+        .json();
     let events = audit["events"].as_array().unwrap();
     assert_eq!(events.len(), 1, "{audit}");
     assert_eq!(events[0]["principal_id"], "agent");
@@ -288,7 +295,7 @@ async fn a_hint_is_audited_with_subject_scenario_and_levels_and_counted_in_metri
     );
     let metrics = s.get("/metrics").await.text;
     assert!(
-        metrics.contains("corral_learning_hints_total{level=\"1\"} 1"),
+        metrics.contains("corral_learning_hints_total{level=\"1\"} 2"),
         "{metrics}"
     );
     assert!(
@@ -329,5 +336,36 @@ async fn no_op_or_mcp_tool_takes_a_hint() {
     assert!(
         names.iter().all(|n| !n.to_lowercase().contains("hint")),
         "{names:?}"
+    );
+}
+
+#[tokio::test]
+async fn below_level_3_the_audit_view_shows_op_and_status_only_and_at_3_everything() {
+    let ws = Workspace::new();
+    ws.write("notes.txt", "hello");
+    let s = learning_server(&ws, Duration::ZERO)
+        .await
+        .with_token(ADMIN_TOKEN);
+    let read = s
+        .call("files.read", json!({"path": ws.at("notes.txt")}))
+        .await;
+    assert_eq!(read.status, 200, "{}", read.text);
+    let narrowed = s.get("/audit?op=files.read").await;
+    assert_eq!(narrowed.status, 200, "{}", narrowed.text);
+    let event = &narrowed.json()["events"][0];
+    assert_eq!(event["op"], "files.read", "{}", narrowed.text);
+    assert_eq!(event["outcome"], "ok");
+    assert_eq!(event["status"], 200);
+    for hidden in ["args_shape", "args_hash", "detail", "attestation", "rule"] {
+        assert!(event.get(hidden).is_none(), "{hidden}: {event}");
+    }
+    for _ in 0..3 {
+        assert_eq!(hint(&s, ADMIN_TOKEN).await.status, 200);
+    }
+    let full = s.get("/audit?op=files.read").await.json();
+    assert_eq!(
+        full["events"][0]["args_shape"],
+        json!({"path": "string"}),
+        "{full}"
     );
 }
