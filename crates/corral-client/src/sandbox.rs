@@ -575,6 +575,10 @@ pub struct ShadowRequest {
     /// N*M as announced: required over 10 runs, and exact when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_runs: Option<u64>,
+    /// Whose recording of each task (its identity, or the principal's id), when several
+    /// principals recorded under a run id (an admin's pick).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// A shadow evaluation: its status, its progress (`ran` of `planned`), the run ids per task and
@@ -634,14 +638,21 @@ impl Client {
         path: &str,
         query: &[(&str, String)],
     ) -> Result<T, ClientError> {
+        self.query_json(Method::GET, path, query).await
+    }
+
+    async fn query_json<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<T, ClientError> {
         let mut url = self.url(path)?;
         if !query.is_empty() {
             url.query_pairs_mut()
                 .extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
         }
-        let rb = self
-            .request(Method::GET, url)
-            .header(ACCEPT, "application/json");
+        let rb = self.request(method, url).header(ACCEPT, "application/json");
         let resp = self.send(rb).await?;
         decode_json(resp).await
     }
@@ -810,6 +821,21 @@ impl Client {
             .into_iter()
             .collect();
         self.get_query(&path, &query).await
+    }
+
+    /// `DELETE /v1/sandbox/recordings/{id}?principal=`: deletes a recording and its events
+    /// (admin); the recording as it was.
+    pub async fn sandbox_delete_recording(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Recording, ClientError> {
+        let path = format!("v1/sandbox/recordings/{}", encode_segment(run_id));
+        let query: Vec<(&str, String)> = owner
+            .map(|o| ("principal", o.to_owned()))
+            .into_iter()
+            .collect();
+        self.query_json(Method::DELETE, &path, &query).await
     }
 
     /// `POST /v1/sandbox/recordings/{id}/replay`: replays the recording deterministically (its

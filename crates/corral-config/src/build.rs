@@ -45,6 +45,29 @@ pub struct ResolvedToken {
     pub record: bool,
 }
 
+/// The LLM proxy's upstream, resolved from the variables `llm:` names.
+#[derive(Clone)]
+pub struct ResolvedLlm {
+    /// The provider's OpenAI-compatible base url, without a trailing `/`
+    /// (`https://api.openai.com/v1`).
+    pub base_url: String,
+    /// The provider's API key, if `api_key_env` is set.
+    pub api_key: Option<Secret>,
+    /// The root agent's name (`X-Corral-Agent`).
+    pub root_agent: String,
+}
+
+impl std::fmt::Debug for ResolvedLlm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The url may carry credentials (`https://user:pass@...`): never printed.
+        f.debug_struct("ResolvedLlm")
+            .field("base_url", &"[redacted]")
+            .field("api_key", &self.api_key)
+            .field("root_agent", &self.root_agent)
+            .finish()
+    }
+}
+
 /// Reads environment variables (a trait so tests can give their own).
 pub trait Env {
     /// The value of `name`, if set.
@@ -73,6 +96,7 @@ pub(crate) struct Built {
     pub policy: Policy,
     pub origins: Vec<RuleOrigin>,
     pub tokens: Vec<ResolvedToken>,
+    pub llm: Option<ResolvedLlm>,
     pub state_dir: PathBuf,
     pub own: Vec<crate::protect::OwnFile>,
 }
@@ -398,6 +422,7 @@ pub(crate) fn build(
     policy.limits = c.limits;
     let (state_dir, own) = protect(c, base_dir, config_file, &catalog, &mut policy, d);
     let tokens = resolve_tokens(c, env, d);
+    let llm = c.llm.as_ref().and_then(|l| resolve_llm(l, env, d));
     let jwt_key = c
         .auth
         .jwt
@@ -409,9 +434,65 @@ pub(crate) fn build(
         policy,
         origins,
         tokens,
+        llm,
         state_dir,
         own,
     }
+}
+
+/// `llm:`: the url and key from the variables it names (each must be set and non-empty; the
+/// url must be `http://` or `https://`). Values are never put in a diagnostic.
+fn resolve_llm(
+    l: &crate::model::LlmConfig,
+    env: &dyn Env,
+    d: &mut Vec<Diagnostic>,
+) -> Option<ResolvedLlm> {
+    let var = |v: &crate::model::Spanned<String>, at: &str, example: &str, d: &mut Vec<_>| {
+        let value = env.var(&v.value).filter(|s| !s.trim().is_empty());
+        if value.is_none() {
+            d.push(
+                Diagnostic::error(
+                    codes::CONFIG_TOKEN_ENV_UNSET,
+                    format!("the variable `{}` is unset or empty", v.value),
+                    at,
+                    Some(v.span),
+                )
+                .with_fix(format!("export {}={example}", v.value)),
+            );
+        }
+        value
+    };
+    let url_var = l.base_url_env.as_ref()?;
+    let base_url = var(url_var, "llm.base_url_env", "https://api.openai.com/v1", d);
+    let api_key = match &l.api_key_env {
+        Some(k) => Some(var(k, "llm.api_key_env", "<the provider's key>", d)?),
+        None => None,
+    };
+    let base_url = base_url?.trim().trim_end_matches('/').to_owned();
+    let lower = base_url.to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+        d.push(
+            Diagnostic::error(
+                codes::CONFIG_INVALID_VALUE,
+                format!(
+                    "the variable `{}` does not hold an `http://` or `https://` url",
+                    url_var.value
+                ),
+                "llm.base_url_env",
+                Some(url_var.span),
+            )
+            .with_fix(format!(
+                "export {}=https://api.openai.com/v1 (the provider's OpenAI-compatible base url)",
+                url_var.value
+            )),
+        );
+        return None;
+    }
+    Some(ResolvedLlm {
+        base_url,
+        api_key: api_key.map(Secret::new),
+        root_agent: l.root_agent().to_owned(),
+    })
 }
 
 /// The catalog: the built-in ops, the custom ones, the declared tools of upstream MCP servers,

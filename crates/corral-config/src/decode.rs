@@ -20,8 +20,8 @@ use corral_policy::units::{parse_duration, parse_size};
 
 use crate::diag::Diagnostic;
 use crate::model::{
-    BackendKind, Config, IsolationConfig, McpConfig, NetworkMode, RecordingsConfig, SandboxConfig,
-    Spanned, StateOnlyEntry, StorageConfig,
+    BackendKind, Config, IsolationConfig, LlmConfig, McpConfig, NetworkMode, RecordingsConfig,
+    SandboxConfig, Spanned, StateOnlyEntry, StorageConfig,
 };
 use crate::yaml::{Key, Node, Span, Value};
 
@@ -175,6 +175,36 @@ impl Decoder {
 
     fn spanned_string(&mut self, node: &Node, at: &str) -> Option<Spanned<String>> {
         self.string(node, at).map(|s| Spanned::new(s, node.span))
+    }
+
+    /// The name of an environment variable (`[A-Za-z_][A-Za-z0-9_]*`). A value that is not a
+    /// name (a url, a key) is refused without being repeated: it may be the secret itself.
+    fn env_name(&mut self, node: &Node, at: &str) -> Option<Spanned<String>> {
+        let s = self.spanned_string(node, at)?;
+        let mut chars = s.value.chars();
+        let ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if ok {
+            return Some(s);
+        }
+        let key = at.rsplit('.').next().unwrap_or(at);
+        self.err_fix(
+            codes::CONFIG_INLINE_SECRET,
+            format!("`{key}` holds a value, not the name of an environment variable"),
+            at,
+            s.span,
+            format!(
+                "export the value in a variable and write its name: `{key}: {}`",
+                if key.starts_with("api_key") {
+                    "OPENAI_API_KEY"
+                } else {
+                    "OPENAI_BASE_URL"
+                }
+            ),
+        );
+        None
     }
 
     fn bool(&mut self, node: &Node, at: &str) -> Option<bool> {
@@ -424,6 +454,66 @@ pub(super) const TOP: &[Field<Config>] = &[
     Field::new("recordings", |d, e, c| {
         d.fields(e.node, &e.at, RECORDINGS, &mut c.recordings);
     }),
+    Field::new("llm", |d, e, c| {
+        let mut l = LlmConfig::default();
+        if d.fields(e.node, &e.at, LLM, &mut l).is_some() {
+            c.llm = Some(l);
+        }
+    }),
+];
+
+/// `llm:` the LLM proxy's upstream, by the names of the variables that hold it.
+pub(super) const LLM: &[Field<LlmConfig>] = &[
+    Field::required(
+        "base_url_env",
+        |d, e, l| l.base_url_env = d.env_name(e.node, &e.at),
+        |d, e, _| {
+            d.err_fix(
+                codes::CONFIG_MISSING_KEY,
+                "`llm:` needs `base_url_env`".to_owned(),
+                e.within,
+                e.key,
+                "name the variable that holds the provider's url: `llm: {base_url_env: OPENAI_BASE_URL}`".to_owned(),
+            );
+        },
+    ),
+    Field::new("api_key_env", |d, e, l| {
+        l.api_key_env = d.env_name(e.node, &e.at);
+    }),
+    Field::new("root_agent", |d, e, l| {
+        l.root_agent = d.spanned_string(e.node, &e.at).filter(|r| {
+            let ok = !r.value.is_empty() && r.value.len() <= 128;
+            if !ok {
+                d.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    "`llm.root_agent` must be 1-128 characters".to_owned(),
+                    &e.at,
+                    r.span,
+                    "give the name the root agent sends in `X-Corral-Agent` (default `root`)"
+                        .to_owned(),
+                );
+            }
+            ok
+        });
+    }),
+    Field::new("base_url", |d, e, _| {
+        d.err_fix(
+            codes::CONFIG_INVALID_VALUE,
+            "the provider's url is written in the config; `llm:` holds names of environment variables only".to_owned(),
+            &e.at,
+            e.node.span,
+            "remove `base_url:`; export the url (`export OPENAI_BASE_URL=https://api.openai.com/v1`) and name it with `base_url_env: OPENAI_BASE_URL`".to_owned(),
+        );
+    }),
+    Field::new("api_key", |d, e, _| {
+        d.err_fix(
+            codes::CONFIG_INLINE_SECRET,
+            "the provider's API key is written in the config".to_owned(),
+            &e.at,
+            e.node.span,
+            "remove `api_key:`; put the key in an environment variable and name it with `api_key_env: OPENAI_API_KEY`".to_owned(),
+        );
+    }),
 ];
 
 /// `recordings:` the limits of recorded runs.
@@ -435,6 +525,9 @@ pub(super) const RECORDINGS: &[Field<RecordingsConfig>] = &[
     Field::new("max_events", |d, e, r| r.max_events = d.uint(e.node, &e.at)),
     Field::new("max_per_tenant", |d, e, r| {
         r.max_per_tenant = d.uint(e.node, &e.at)
+    }),
+    Field::new("max_per_principal", |d, e, r| {
+        r.max_per_principal = d.uint(e.node, &e.at)
     }),
 ];
 
@@ -613,6 +706,7 @@ pub(crate) fn all_tables() -> Vec<(&'static str, Vec<&'static str>)> {
         ("isolation", keys(ISOLATION)),
         ("sandbox", keys(SANDBOX)),
         ("recordings", keys(RECORDINGS)),
+        ("llm", keys(LLM)),
         ("rules[0]", keys(scopes::RULE)),
         ("rules[0].paths", keys(scopes::PATH)),
         ("rules[0].commands", keys(scopes::COMMAND)),

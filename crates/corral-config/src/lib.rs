@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use corral_policy::{Catalog, Engine, Policy, Role, codes};
 
-pub use build::{Env, ProcessEnv, ResolvedToken, RuleOrigin, upstream_tool_spec};
+pub use build::{Env, ProcessEnv, ResolvedLlm, ResolvedToken, RuleOrigin, upstream_tool_spec};
 pub use diag::{Diagnostic, Severity, render};
 pub use model::{Config, RunConfig, RunProfile, Secret};
 
@@ -44,6 +44,8 @@ pub struct Loaded {
     pub origins: Vec<RuleOrigin>,
     /// Tokens whose secrets were found.
     pub tokens: Vec<ResolvedToken>,
+    /// The LLM proxy's upstream (`llm:`), resolved from the environment.
+    pub llm: Option<ResolvedLlm>,
     /// The JWT verification key, when `auth.jwt` is configured.
     pub jwt_key: Option<model::JwtKey>,
     /// Corral's state directory, absolute and resolved (no symlink left in it).
@@ -75,6 +77,14 @@ impl Loaded {
             && let Some(e) = &j.hs256_secret_env
         {
             v.push(e.value.clone());
+        }
+        if let Some(l) = &self.config.llm {
+            v.extend(
+                [&l.base_url_env, &l.api_key_env]
+                    .into_iter()
+                    .flatten()
+                    .map(|e| e.value.clone()),
+            );
         }
         v
     }
@@ -258,6 +268,7 @@ fn load_inner(
         policy: built.policy,
         origins: built.origins,
         tokens: built.tokens,
+        llm: built.llm,
         jwt_key: built.jwt_key,
         state_dir: built.state_dir,
         own_files: built.own,

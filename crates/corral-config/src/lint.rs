@@ -366,7 +366,7 @@ impl<'a> Linter<'a> {
     fn raised_caps(&mut self) {
         use corral_policy::limits::{
             DEFAULT_MEMORY, DEFAULT_RECORDING_BYTES, DEFAULT_RECORDING_EVENTS,
-            DEFAULT_RECORDINGS_PER_TENANT, DEFAULT_WRITE_QUOTA,
+            DEFAULT_RECORDINGS_PER_PRINCIPAL, DEFAULT_RECORDINGS_PER_TENANT, DEFAULT_WRITE_QUOTA,
         };
         use corral_policy::units::format_size;
         let c = &self.l.config;
@@ -455,6 +455,19 @@ impl<'a> Linter<'a> {
                     "`recordings.max_per_tenant` raises the live recordings a tenant may keep from the safe default {DEFAULT_RECORDINGS_PER_TENANT} to {n}"
                 ),
                 "recordings.max_per_tenant",
+                None,
+            ));
+        }
+        if let Some(n) = rec
+            .max_per_principal
+            .filter(|n| *n > DEFAULT_RECORDINGS_PER_PRINCIPAL)
+        {
+            self.push(Diagnostic::warning(
+                codes::LINT_RAISED_CAP,
+                format!(
+                    "`recordings.max_per_principal` raises the live recordings one principal may keep in a tenant from the safe default {DEFAULT_RECORDINGS_PER_PRINCIPAL} to {n}: one principal can then take more of the tenant's share"
+                ),
+                "recordings.max_per_principal",
                 None,
             ));
         }
@@ -813,6 +826,27 @@ impl<'a> Linter<'a> {
                 at.clone(),
                 Some(c.id.span),
             ));
+        }
+        if c.contained {
+            let read_write = c.effects.as_ref().is_some_and(|e| {
+                !e.is_empty() && e.iter().all(|x| matches!(x, Effect::Read | Effect::Write))
+            });
+            let what = if read_write {
+                "it vouches that the op's writes land only in the run's ephemeral workspace, which makes it replay-safe: shadow evaluations (replays with the real tools) run it for real, so a wrong claim lets a replay write for real wherever the op writes"
+            } else {
+                "it vouches only that the op's writes land in the run's ephemeral workspace, and the op declares effects beyond reading and writing (or none), so it stays unsafe for replay and the claim has no effect"
+            };
+            self.push(
+                Diagnostic::warning(
+                    codes::LINT_OP_CONTAINED,
+                    format!("custom op `{}` declares `contained: true`: {what}", c.id.value),
+                    at.clone(),
+                    Some(c.id.span),
+                )
+                .with_fix(
+                    "keep it only if the program writes nowhere but the run's workspace (its `write_paths:`); otherwise remove `contained: true`",
+                ),
+            );
         }
         let root = self.l.config.root.as_ref().map(|r| r.value.as_str());
         if c.writes() && c.write_paths.is_empty() && !c.params.iter().any(|p| p.writable) {

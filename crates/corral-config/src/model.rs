@@ -87,6 +87,34 @@ pub struct Config {
     /// `recordings:` how long recorded runs are kept and how large one may grow; each `None`
     /// is the store's default (30 days, 16 MiB, 10,000 events).
     pub recordings: RecordingsConfig,
+    /// `llm:` the model provider the LLM proxy forwards to; `None`: the proxy's routes answer
+    /// `503 llm.not_configured`.
+    pub llm: Option<LlmConfig>,
+}
+
+/// `llm:` the model provider behind the LLM proxy (`/v1/chat/completions`, `/v1/models`):
+/// the names of the environment variables that hold its url and key, never the values.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LlmConfig {
+    /// The variable holding the provider's OpenAI-compatible base url (`https://.../v1`).
+    /// Required; `None` only while decoding a section that lacks it (an error).
+    pub base_url_env: Option<Spanned<String>>,
+    /// The variable holding the provider's API key; `None`: no key is sent (a local model).
+    pub api_key_env: Option<Spanned<String>>,
+    /// The agent name (`X-Corral-Agent`) of the root agent; `root` when absent.
+    pub root_agent: Option<Spanned<String>>,
+}
+
+impl LlmConfig {
+    /// The root agent's name when the config does not give one.
+    pub const DEFAULT_ROOT_AGENT: &'static str = "root";
+
+    /// The root agent's name (`root_agent`, or `root`).
+    pub fn root_agent(&self) -> &str {
+        self.root_agent
+            .as_ref()
+            .map_or(Self::DEFAULT_ROOT_AGENT, |r| r.value.as_str())
+    }
 }
 
 /// `recordings:` the limits of recorded runs (issue 15).
@@ -100,6 +128,8 @@ pub struct RecordingsConfig {
     pub max_events: Option<u64>,
     /// Live recordings per tenant.
     pub max_per_tenant: Option<u64>,
+    /// Live recordings per principal (by identity) in a tenant: its share of the tenant's.
+    pub max_per_principal: Option<u64>,
 }
 
 /// What of the host `corral run` shows the program besides the system directories.
@@ -354,6 +384,8 @@ pub struct BudgetsConfig {
     pub max_wall_time: Duration,
     /// Bytes of results per run.
     pub max_output_bytes: u64,
+    /// Model tokens (prompt plus completion) per run, metered by the LLM proxy.
+    pub tokens: u64,
     /// `replay:` the ceiling of one shadow evaluation's replay runs (purpose `replay`).
     pub replay: ReplayBudget,
     /// `judge:` the ceiling of one tournament's judge calls (purpose `judge`).

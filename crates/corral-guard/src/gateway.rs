@@ -182,6 +182,25 @@ pub enum Reply {
     Refused(Refusal),
 }
 
+/// The execute step of a call the surface performs itself (the LLM proxy forwarding a model
+/// request, whose answer may stream for minutes): every step before it (resolve, arguments,
+/// autonomy, RBAC, policy, limits, budgets, confirmation) decides the call as for any op, and
+/// only then is this future polled (a boxed future does nothing until then); its outcome is
+/// audited as the op's, and its tokens are charged to the run. See [`Gateway::call_proxied`].
+pub type Proxied = std::pin::Pin<Box<dyn std::future::Future<Output = ProxiedOutcome> + Send>>;
+
+/// What a proxied call ended with.
+#[derive(Debug)]
+pub struct ProxiedOutcome {
+    /// A value-free summary (the answer of the call), or the refusal.
+    pub result: Result<serde_json::Value, Refusal>,
+    /// The audit event's detail: value-free (a model name, token counts, a status), never a
+    /// prompt or a completion.
+    pub detail: Option<String>,
+    /// Model tokens used, charged to the call's run (`budgets.tokens`).
+    pub tokens: u64,
+}
+
 /// Answers every op of a simulation gateway in place of the deployment's handlers (the lab's
 /// mock world): called at the execute step, after every check of the chain passed, with the
 /// op's spec and the call's JSON arguments as the caller sent them. It answers from what it
@@ -712,7 +731,23 @@ impl Gateway {
 
     /// Decides and runs one call with the surface's options (run, level, dry-run), and audits
     /// it before returning.
-    pub async fn call_with(&self, call: Call, mut opts: CallOptions) -> Reply {
+    pub async fn call_with(&self, call: Call, opts: CallOptions) -> Reply {
+        self.call_inner(call, opts, None).await
+    }
+
+    /// Decides a call through the whole chain like `call_with`, but at the execute step awaits
+    /// `proxied` (the surface's own performing of the op) in place of the op's handler; the
+    /// call's audit event is written once `proxied` ended, with its detail.
+    pub async fn call_proxied(&self, call: Call, opts: CallOptions, proxied: Proxied) -> Reply {
+        self.call_inner(call, opts, Some(proxied)).await
+    }
+
+    async fn call_inner(
+        &self,
+        call: Call,
+        mut opts: CallOptions,
+        proxied: Option<Proxied>,
+    ) -> Reply {
         let started = Instant::now();
         // A run-scoped caller's run applies to every call it makes; `X-Corral-Run` may only
         // repeat it (naming another run would step outside the run's budgets).
@@ -769,7 +804,9 @@ impl Gateway {
             (Some(refusal), _) => (Outcome::Denied, Reply::Refused(refusal)),
             (None, Err((outcome, refusal))) => (*outcome, Reply::Refused(refusal.clone())),
             (None, Ok(_)) => {
-                let answer = self.decide_and_run(&d, &call, &opts, &mut event).await;
+                let answer = self
+                    .decide_and_run(&d, &call, &opts, &mut event, proxied)
+                    .await;
                 (answer.outcome, answer.reply)
             }
         };

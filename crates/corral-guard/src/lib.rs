@@ -15,6 +15,6 @@ pub use corral_ports::{audit, confirm, recording, runs};
 
 pub use gateway::{
     Call, CallOptions, Caller, ConfirmationsPage, Deployment, Gateway, LIST_DEFAULT_LIMIT,
-    LIST_MAX_LIMIT, Refusal, Reply, SimulatedOps, now_ms, valid_run_id,
+    LIST_MAX_LIMIT, Proxied, ProxiedOutcome, Refusal, Reply, SimulatedOps, now_ms, valid_run_id,
 };
 pub use metrics::{CallObserver, NoObserver};

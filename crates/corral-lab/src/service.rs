@@ -358,6 +358,10 @@ const RECORDINGS_EXPORT: Action = Action {
     op: "sandbox.recordings.export",
     role: Role::Viewer,
 };
+const RECORDINGS_DELETE: Action = Action {
+    op: "sandbox.recordings.delete",
+    role: Role::Admin,
+};
 
 /// The role each lab tool (and route) needs, by its audited op name: what MCP filters its
 /// tool list by.
@@ -375,6 +379,7 @@ pub fn role_needed(op: &str) -> Option<Role> {
         COMPARE,
         COMPARISONS_LIST,
         COMPARISONS_GET,
+        RECORDINGS_DELETE,
         playback::REPLAY,
         tournament::TOURNAMENT,
         tournament::TOURNAMENTS_GET,
@@ -584,6 +589,8 @@ impl LabService {
         let r = async {
             self.start(&SCENARIOS_UPDATE, caller)?;
             let draft = draft_of(&body)?;
+            // An owned scenario (a recorded task's) is changed only by who may read it.
+            self.scenario(caller, &tenant, id).await?;
             Ok(self
                 .store
                 .update_scenario(&tenant, id, &draft, body.version, now_ms())
@@ -605,7 +612,12 @@ impl LabService {
         let tenant = self.tenant_of(caller);
         let r = async {
             self.start(&SCENARIOS_LIST, caller)?;
-            Ok(self.store.list_scenarios(&tenant, &page.page()?).await?)
+            // The tenant's scenarios, and the owned ones (a recorded task's) the caller may read.
+            let visible_to = (!is_admin(caller)).then(|| caller.principal.identity());
+            Ok(self
+                .store
+                .list_scenarios(&tenant, visible_to.as_deref(), &page.page()?)
+                .await?)
         }
         .await;
         self.finish(&SCENARIOS_LIST, caller, rid, r, None, None)
@@ -622,7 +634,7 @@ impl LabService {
         let tenant = self.tenant_of(caller);
         let r = async {
             self.start(&SCENARIOS_GET, caller)?;
-            self.scenario(&tenant, id).await
+            self.scenario(caller, &tenant, id).await
         }
         .await;
         let detail = Some(format!("scenario={}", audited_id(id)));
@@ -652,7 +664,7 @@ impl LabService {
             )?;
             let scorer = variant::scorer_of(body.scorer.as_deref(), &programs)?;
             let trials = check_trials(body.trials)?;
-            let stored = self.scenario(&tenant, scenario_id).await?;
+            let stored = self.scenario(caller, &tenant, scenario_id).await?;
             let scenario = scenario_of(&stored)?;
             if let Some(s) = &scorer {
                 s.check_expected(&scenario)?;
@@ -731,14 +743,8 @@ impl LabService {
         let tenant = self.tenant_of(caller);
         let r = async {
             self.start(&RUNS_OUTPUTS, caller)?;
-            // A replay's outputs are a recording's values (its recorded responses, or what the
-            // real tools of a shadow run answered): the recording's access, not a viewer's.
-            if let Some(run) = self.store.get_run(&tenant, id).await?
-                && run.purpose == corral_guard::runs::RunPurpose::Replay.as_str()
-                && !((caller.principal.authenticated && caller.principal.id == run.principal)
-                    || is_admin(caller))
-            {
-                return Err(forbidden_recording(caller));
+            if let Some(run) = self.store.get_run(&tenant, id).await? {
+                self.check_outputs_access(caller, &tenant, &run).await?;
             }
             Ok(self.store.list_outputs(&tenant, id).await?)
         }
@@ -865,6 +871,48 @@ impl LabService {
             .await
             .map(|v| v.json_lines());
         self.finish(&RECORDINGS_EXPORT, caller, rid, r, None, run_of(run_id))
+            .await
+    }
+
+    /// Deletes a recording of the tenant with its events (admin): what frees a principal's share
+    /// (`recordings.max_per_principal`) and the tenant's before retention does. `owner` names
+    /// the principal when several recorded under `run_id`. Answers the recording as it was;
+    /// audited (`sandbox.recordings.delete`, no value).
+    pub async fn delete_recording(
+        &self,
+        caller: &Caller,
+        rid: &str,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Recording, LabError> {
+        let r = async {
+            self.start(&RECORDINGS_DELETE, caller)?;
+            let recording = self.read_recording(caller, run_id, owner).await?.recording;
+            let tenant = self.tenant_of(caller);
+            if !self
+                .store
+                .delete_recording(&tenant, run_id, &recording.identity)
+                .await
+                .map_err(recording_error)?
+            {
+                return Err(LabError::new(
+                    codes::RECORDING_NOT_FOUND,
+                    format!(
+                        "the recording of run {:?} by `{}` was deleted meanwhile (retention, or \
+                         another admin)",
+                        clip(run_id),
+                        clip(&recording.identity)
+                    ),
+                ));
+            }
+            Ok(recording)
+        }
+        .await;
+        let detail = r
+            .as_ref()
+            .ok()
+            .map(|x| format!("events={} principal={}", x.events, audited_id(&x.principal)));
+        self.finish(&RECORDINGS_DELETE, caller, rid, r, detail, run_of(run_id))
             .await
     }
 
@@ -1028,11 +1076,54 @@ impl LabService {
         r
     }
 
-    async fn scenario(&self, tenant: &str, id: &str) -> Result<store_lab::Scenario, LabError> {
-        self.store
+    /// A scenario of the tenant the caller may use: the tenant's, or an owned one (a recorded
+    /// task's) when the caller is its owner or an admin (`recording.forbidden` otherwise).
+    async fn scenario(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        id: &str,
+    ) -> Result<store_lab::Scenario, LabError> {
+        let s = self
+            .store
             .get_scenario(tenant, id)
             .await?
-            .ok_or_else(|| not_found("scenario", tenant, id))
+            .ok_or_else(|| not_found("scenario", tenant, id))?;
+        if !may_read_owned(caller, s.owner.as_deref()) {
+            return Err(LabError::new(
+                codes::RECORDING_FORBIDDEN,
+                format!(
+                    "scenario {} holds a recorded task (a replay made it of a recording's task                      input), so only an admin or the recording's own principal may read or run                      it, and `{}` is neither; ask an admin, or use the credentials of the                      recording's principal",
+                    s.id, caller.principal.id
+                ),
+            ));
+        }
+        Ok(s)
+    }
+
+    /// Whether `caller` may read the outputs of `run`: a replay run's outputs are the values
+    /// of a recording (its recorded responses, or what the real tools of a shadow run
+    /// answered), and a run of an owned scenario answers a recorded task: the recording's
+    /// access (an admin, or the same identity), not a viewer's. `recording.forbidden` if not.
+    pub(crate) async fn check_outputs_access(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        run: &store_lab::Run,
+    ) -> Result<(), LabError> {
+        if run.purpose == RunPurpose::Replay.as_str()
+            && !(is_admin(caller)
+                || (caller.principal.authenticated
+                    && run.identity.as_deref() == Some(caller.principal.identity().as_str())))
+        {
+            return Err(forbidden_recording(caller));
+        }
+        if let Some(s) = self.store.get_scenario(tenant, &run.scenario_id).await?
+            && !may_read_owned(caller, s.owner.as_deref())
+        {
+            return Err(forbidden_recording(caller));
+        }
+        Ok(())
     }
 
     /// The lab of the gateway's current deployment (rebuilt after a reload).
@@ -1059,11 +1150,13 @@ impl LabService {
 
     /// The lab scenario a replay of `task` runs as: the one it was a run of, if the tenant still
     /// has it at the same version; else a new scenario of its steps (no mocks), named after
-    /// the recording.
+    /// the recording and owned by the recording's principal (`owner`, its identity): the task
+    /// input is a recording's value, so only that principal or an admin reads the scenario.
     pub async fn task_scenario(
         &self,
         tenant: &str,
         task: &crate::task::RecordedTask,
+        owner: &str,
     ) -> Result<store_lab::Scenario, LabError> {
         if let Some((id, version)) = &task.from
             && let Some(s) = self.store.get_scenario(tenant, id).await?
@@ -1080,7 +1173,10 @@ impl LabService {
             steps: task.scenario.to_json()["steps"].clone(),
             mocks: json!([]),
         };
-        Ok(self.store.create_scenario(tenant, &draft, now_ms()).await?)
+        Ok(self
+            .store
+            .create_owned_scenario(tenant, &draft, Some(owner), now_ms())
+            .await?)
     }
 
     /// What runs need from the service, owned (a comparison's runs are tokio tasks): the store
@@ -1113,7 +1209,7 @@ impl LabService {
         // Every scenario is read and validated before anything runs.
         let mut scenarios = Vec::with_capacity(body.scenarios.len());
         for id in &body.scenarios {
-            let stored = self.scenario(tenant, id).await?;
+            let stored = self.scenario(caller, tenant, id).await?;
             let scenario = scenario_of(&stored)?;
             if let Some(s) = &plan.scorer {
                 s.check_expected(&scenario)?;
@@ -1265,6 +1361,7 @@ impl Executor {
             trials: Some(trials),
             scorer_suite: scorer.map(|s| s.name().to_owned()),
             principal: caller.principal.id.clone(),
+            identity: caller.principal.identity(),
         };
         let run = self.store.create_run(tenant, &new, now_ms()).await?;
         if self.record
@@ -1650,12 +1747,23 @@ pub(crate) fn clip(s: &str) -> String {
     s.chars().take(128).collect()
 }
 
-fn is_admin(caller: &Caller) -> bool {
+pub(crate) fn is_admin(caller: &Caller) -> bool {
     caller.principal.authenticated
         && Role::highest_of(&caller.principal.roles).is_some_and(|r| r >= Role::Admin)
 }
 
-fn forbidden_recording(caller: &Caller) -> LabError {
+/// Whether `caller` may read what is owned by the identity `owner` (`None`: the tenant's): an
+/// admin, or that identity (never the bare id: a JWT `sub: bot` is not the static token `bot`).
+pub(crate) fn may_read_owned(caller: &Caller, owner: Option<&str>) -> bool {
+    match owner {
+        None => true,
+        Some(o) => {
+            is_admin(caller) || (caller.principal.authenticated && caller.principal.identity() == o)
+        }
+    }
+}
+
+pub(crate) fn forbidden_recording(caller: &Caller) -> LabError {
     LabError::new(
         codes::RECORDING_FORBIDDEN,
         format!(

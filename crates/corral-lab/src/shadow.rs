@@ -116,6 +116,11 @@ pub struct ShadowBody {
     /// [`CONFIRM_THRESHOLD`], and when given it must be exact.
     #[serde(default)]
     pub expected_runs: Option<u64>,
+    /// Whose recording of each task (its identity, or the principal's id), when several
+    /// principals recorded under a run id: an admin's pick, as `?principal=` on reads
+    /// (`recording.ambiguous` without it).
+    #[serde(default)]
+    pub principal: Option<String>,
 }
 
 /// Where a replay run first left the recorded timeline.
@@ -165,8 +170,56 @@ pub struct ShadowRun {
     /// Why the timeline is degraded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub degraded: Option<String>,
-    /// The first divergence from the recorded timeline; `null`: none (or degraded).
+    /// The first divergence from the recorded timeline; `null`: none, degraded, or withheld.
     pub divergence: Option<Divergence>,
+    /// Whether it left the recorded timeline: what everyone who reads the evaluation sees.
+    #[serde(default)]
+    pub diverged: bool,
+    /// The identity of the task's recording's principal: only it or an admin sees the
+    /// divergence (its op and args hash are drawn from the recording's values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The divergence is withheld from this reader (neither the recording's principal nor an
+    /// admin): `divergence` is `null`, `diverged` says whether there was one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub withheld: bool,
+}
+
+impl ShadowRun {
+    /// The run as `caller` may read it: the divergence (the recording's op and args hash there,
+    /// and what the replay called) only for the recording's principal or an admin; anyone
+    /// else sees whether it diverged. A run without an owner (an evaluation stored before
+    /// owners were kept) is an admin's to read in full.
+    fn read_by(mut self, caller: &Caller) -> Self {
+        let may = match &self.owner {
+            Some(o) => crate::service::may_read_owned(caller, Some(o)),
+            None => crate::service::is_admin(caller),
+        };
+        if !may {
+            self.diverged |= self.divergence.is_some();
+            self.divergence = None;
+            self.withheld = true;
+        }
+        self
+    }
+}
+
+/// `shadow` as `caller` may read it: each run of its report through [`ShadowRun::read_by`]
+/// (a run the report cannot parse is dropped for anyone but an admin: fail closed), and the
+/// report's count of runs that diverged.
+fn shadow_read_by(mut shadow: Shadow, caller: &Caller) -> Shadow {
+    let Some(runs) = shadow.report.get_mut("runs").and_then(Value::as_array_mut) else {
+        return shadow;
+    };
+    let read: Vec<Value> = runs
+        .drain(..)
+        .filter_map(|r| match serde_json::from_value::<ShadowRun>(r.clone()) {
+            Ok(run) => serde_json::to_value(run.read_by(caller)).ok(),
+            Err(_) => crate::service::is_admin(caller).then_some(r),
+        })
+        .collect();
+    *runs = read;
+    shadow
 }
 
 /// Runs, calls, model tokens and spend of one purpose. Tokens and spend are `null` while
@@ -219,6 +272,8 @@ struct Accepted {
 /// A task read and ready: its recording's timeline and its scenario.
 struct Task {
     run_id: String,
+    /// The identity of its recording's principal.
+    owner: String,
     stored: corral_store::lab::Scenario,
     scenario: crate::scenario::Scenario,
     timeline: Result<Vec<RecordingEvent>, String>,
@@ -465,7 +520,13 @@ impl LabService {
         let tenant = self.tenant_of(caller);
         let r = async {
             self.start(&SHADOWS_LIST, caller)?;
-            Ok(self.store().list_shadows(&tenant, &page.page()?).await?)
+            let mut page = self.store().list_shadows(&tenant, &page.page()?).await?;
+            page.items = page
+                .items
+                .into_iter()
+                .map(|s| shadow_read_by(s, caller))
+                .collect();
+            Ok(page)
         }
         .await;
         self.finish(&SHADOWS_LIST, caller, rid, r, None, None).await
@@ -484,6 +545,7 @@ impl LabService {
             self.store()
                 .get_shadow(&tenant, id)
                 .await?
+                .map(|s| shadow_read_by(s, caller))
                 .ok_or_else(|| not_found("shadow evaluation", &tenant, id))
         }
         .await;
@@ -550,7 +612,9 @@ impl LabService {
         // Every recording is read (and its access checked) before any scenario is written.
         let mut read = Vec::with_capacity(body.tasks.len());
         for run_id in &body.tasks {
-            let view = self.read_recording(caller, run_id, None).await?;
+            let view = self
+                .read_recording(caller, run_id, body.principal.as_deref())
+                .await?;
             let task = RecordedTask::of(&view)?;
             let timeline = match timeline(&view) {
                 Timeline::Ordered(events) => Ok(events.to_vec()),
@@ -559,16 +623,17 @@ impl LabService {
             if let Some(s) = &scorer {
                 s.check_expected(&task.scenario)?;
             }
-            read.push((task, timeline));
+            read.push((task, view.recording.identity, timeline));
         }
-        let steps: usize = read.iter().map(|(t, _)| t.scenario.steps().len()).sum();
+        let steps: usize = read.iter().map(|(t, _, _)| t.scenario.steps().len()).sum();
         let body = &body;
         crate::service::check_executions(steps.saturating_mul(checked.len()))?;
         let mut tasks = Vec::with_capacity(read.len());
-        for (task, timeline) in read {
-            let stored = self.task_scenario(&tenant, &task).await?;
+        for (task, owner, timeline) in read {
+            let stored = self.task_scenario(&tenant, &task, &owner).await?;
             tasks.push(Task {
                 run_id: task.run_id,
+                owner,
                 stored,
                 scenario: task.scenario,
                 timeline,
@@ -782,7 +847,10 @@ impl LabService {
             calls: calls.len() as u64,
             timeline: timeline.to_owned(),
             degraded,
+            diverged: divergence.is_some(),
             divergence,
+            owner: Some(t.owner.clone()),
+            withheld: false,
         };
         Ok((run, charged))
     }

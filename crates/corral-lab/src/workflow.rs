@@ -295,6 +295,17 @@ impl Workflow {
                 .ok_or_else(|| invalid(s.span, "the step needs `op` (an op id)"))?;
             let op = string(op_node, "`op`")?;
             OpId::parse(op).map_err(|e| invalid(op_node.span, e.to_string()))?;
+            if corral_policy::STREAMED_OPS.contains(&op) {
+                return Err(err(
+                    codes::LAB_WORKFLOW_STREAMED_OP,
+                    op_node.span,
+                    format!(
+                        "step `{op}` answers a stream (a file's bytes), not JSON, so no later \
+                         step or `output` could use its answer; read text with `files.read` \
+                         instead, or drop the step"
+                    ),
+                ));
+            }
             let args = match get(entries, "args") {
                 None => Arg::Object(Vec::new()),
                 Some(
@@ -513,11 +524,17 @@ impl Agent for Workflow {
                 match world.call(ctx.call(i + 1), &call.op, args.clone()).await {
                     Reply::Json(v) => answers.push(v),
                     Reply::Refused(r) => return StepOutcome::refused(&r, resource),
+                    // Refused at load for the built-in streamed ops; any other op that answers
+                    // a stream fails its step the same way, never as corral's own error.
                     Reply::Stream(_) => {
                         return StepOutcome::Failed {
                             output: String::new(),
-                            code: codes::SERVER_INTERNAL,
-                            message: format!("`{}` answered a stream in a simulation", call.op),
+                            code: codes::LAB_WORKFLOW_STREAMED_OP,
+                            message: format!(
+                                "call {} (`{}`) answered a stream (bytes), not JSON, which a workflow cannot use; read text with `files.read` instead",
+                                i + 1,
+                                call.op
+                            ),
                         };
                     }
                 }

@@ -12,6 +12,10 @@ fn path() -> ParamKind {
     ParamKind::Path { root: None }
 }
 
+/// The built-in ops whose answer is a stream (bytes with a content type), not JSON: what a
+/// declarative workflow cannot take as a step's answer (`lab.workflow_streamed_op` at load).
+pub const STREAMED_OPS: &[&str] = &["files.download"];
+
 /// Every built-in op.
 pub fn builtin_ops() -> Vec<OpSpec> {
     use Effect::{Delete, Exec, Net, Read, Write};
@@ -80,6 +84,21 @@ pub fn builtin_ops() -> Vec<OpSpec> {
                 .param("method", ParamKind::Enum(methods), false)
                 .param("body", ParamKind::String, false)
                 .group("net")
+        }),
+        spec(
+            "llm.chat",
+            // Read tier: a completion changes nothing in the world (it is the agent's own
+            // reasoning); `net` would make every completion wait for a person's approval and
+            // be blocked at L2, the level learning mode runs at. Explicit-only keeps it closed
+            // until a rule names it.
+            &[Read],
+            "ask the configured model provider (the LLM proxy: `POST /v1/chat/completions`, `GET /v1/models`)",
+        )
+        .map(|s| {
+            // Mounted only by a rule that names it: `*` or `effect:net` never opens model spend.
+            let mut s = s.param("model", ParamKind::String, false).group("llm");
+            s.explicit_only = true;
+            s
         }),
     ]
     .into_iter()

@@ -160,6 +160,21 @@ catalog! {
     UPSTREAM_FAILED = "upstream.failed", 502,
         "the upstream MCP server answered the call with a protocol error, or did not answer in time",
         "check the arguments against the tool's schema (`GET /ops`); the server's log has the upstream's stderr";
+    LLM_NOT_CONFIGURED = "llm.not_configured", 503,
+        "the LLM proxy (`/v1/chat/completions`, `/v1/models`) has no upstream: the config has no `llm:` section",
+        "add `llm: {base_url_env: OPENAI_BASE_URL, api_key_env: OPENAI_API_KEY}` to the config and export both variables";
+    LLM_BAD_REQUEST = "llm.bad_request", 400,
+        "the model request is not a JSON object with a string `model` (and, for a chat completion, a `messages` list)",
+        "send the OpenAI chat completion shape: `{\"model\": \"...\", \"messages\": [...]}`";
+    LLM_UPSTREAM = "llm.upstream", 502,
+        "the model provider answered with an error; its status is kept when it is a client error (400-429)",
+        "read the provider's message in `error`; fix the request it names, or retry when the provider recovers";
+    LLM_UNREACHABLE = "llm.unreachable", 502,
+        "the model provider could not be reached (connection refused, DNS, TLS) or its answer could not be read",
+        "check the url in the variable `llm.base_url_env` names, and that the provider is up";
+    LLM_TIMEOUT = "llm.timeout", 504,
+        "the model provider did not answer in time",
+        "retry; ask for fewer tokens, or use a faster model";
     ISOLATION_UNAVAILABLE = "isolation.unavailable", 503,
         "the configured isolation backend cannot run on this host; corral never falls back",
         "run `corral doctor` and install the missing primitive, or configure another backend";
@@ -172,6 +187,9 @@ catalog! {
     BUDGET_EXHAUSTED = "budget.exhausted", 429,
         "the run has used up one of its budgets (calls, calls per op, wall time, output bytes)",
         "start a new run (another `X-Corral-Run`), or raise the budget the error names";
+    BUDGET_TOKENS_EXHAUSTED = "budget.tokens_exhausted", 429,
+        "the run has used up its model token budget (`budgets.tokens`), so no model call was forwarded",
+        "start a new run (another `X-Corral-Run`), or raise `budgets.tokens`";
     AUDIT_NOT_PERMITTED = "audit.not_permitted", 403,
         "reading the audit log (`GET /audit`, `corral audit`) needs role admin",
         "call with a token whose roles include `admin`";
@@ -322,6 +340,9 @@ catalog! {
     LAB_WORKFLOW_INVALID = "lab.workflow_invalid", 400,
         "a declarative workflow is malformed (YAML, a missing or unknown key, a value of the wrong type, an unknown op, a repeated `as`)",
         "fix the workflow at the line and column the message gives";
+    LAB_WORKFLOW_STREAMED_OP = "lab.workflow_streamed_op", 400,
+        "a workflow step names an op that answers a stream (`files.download`: a file's bytes with its content type), not JSON, so no later step or `output` template could use its answer",
+        "read text with `files.read` instead (its answer is `{content, ...}`), or drop the step";
     LAB_WORKFLOW_TEMPLATE = "lab.workflow_template", 400,
         "a workflow template is malformed or refers to something it cannot see (an unclosed `{{`, an unknown name, a step not run before it)",
         "use `{{input}}`, `{{steps.<as>}}` or `{{steps.<as>.<field>}}` of an earlier step";
@@ -437,8 +458,8 @@ catalog! {
         "several principals recorded a run under this run id (each has its own recording), and the request names none of them",
         "name the one you mean: `?principal=IDENTITY` (the `identity` the listing shows; or the principal's id when it names one), `--owner IDENTITY` on the CLI";
     RECORDING_LIMIT = "recording.limit", 429,
-        "the call is marked for recording and would start a new recording, and the tenant already keeps as many recordings as `recordings.max_per_tenant` allows; the call was not run (never answered unrecorded)",
-        "wait for retention to delete old recordings, record under a run id already recorded, or raise `recordings.max_per_tenant`";
+        "the call is marked for recording and would start a new recording, and the tenant already keeps as many recordings as `recordings.max_per_tenant` allows, or its principal as many as its share `recordings.max_per_principal` allows; the call was not run (never answered unrecorded)",
+        "wait for retention to delete old recordings, record under a run id already recorded, ask an admin to delete old ones (`corral sandbox recordings delete RUN`), or raise the limit the message names";
     RECORDING_INVALID = "recording.invalid", 500,
         "a recorded event cannot be stored as given (a NUL in an identifier, a count over the storable)",
         "report it: the gateway builds recorded events itself";
@@ -541,6 +562,9 @@ catalog! {
     LINT_CUSTOM_WRITE_IMPLICIT = "lint.custom_write_implicit", 0,
         "a custom op has the write effect but declares no write path, so its cwd is writable (or, without a cwd, it can write nowhere)",
         "declare `write_paths:` (or a path param with `writable: true`) to say exactly where it writes";
+    LINT_OP_CONTAINED = "lint.op_contained", 0,
+        "a custom op declares `contained: true`: a claim that its writes land only in the run's ephemeral workspace, which makes an op that only reads and writes replay-safe, so shadow evaluations (replays with the real tools) run it for real; a wrong claim lets a replay write for real where the op writes",
+        "keep `contained: true` only if the program writes nowhere but the run's workspace (its `write_paths:`); otherwise remove it, and the op stays out of replays";
     LINT_CUSTOM_PARAM_OUTSIDE_PATHS = "lint.custom_param_outside_paths", 0,
         "a custom op's path param has a root outside its cwd and declared paths, so its program sees only the one file passed",
         "add the param's root to `read_paths:` (or `write_paths:`) if the program needs more of it";

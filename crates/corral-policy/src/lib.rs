@@ -5,6 +5,7 @@
 //! the server, the CLI's `explain` and the lab.
 
 mod builtin;
+pub use builtin::STREAMED_OPS;
 pub mod codes;
 pub mod decision;
 pub mod engine;

@@ -46,6 +46,11 @@ pub const DEFAULT_RECORDING_EVENTS: u64 = 10_000;
 /// `recordings.max_per_tenant`: a call that would start one more is refused (`recording.limit`).
 pub const DEFAULT_RECORDINGS_PER_TENANT: u64 = 10_000;
 
+/// The most live recordings one principal (by identity) may keep in a tenant when the config
+/// sets no `recordings.max_per_principal`: a tenth of the tenant's, so one operator cannot fill
+/// the tenant's share (`recording.limit`).
+pub const DEFAULT_RECORDINGS_PER_PRINCIPAL: u64 = 1_000;
+
 /// What one run may add to its write paths when the config sets no `limits.write_quota`:
 /// 1 GiB. Raising it is explicit and linted (`lint.raised_cap`).
 pub const DEFAULT_WRITE_QUOTA: u64 = 1 << 30;

@@ -27,7 +27,14 @@ pub struct Budgets {
     pub max_wall_time: Duration,
     /// Bytes of results per run.
     pub max_output_bytes: u64,
+    /// Model tokens (prompt plus completion) per run (`budgets.tokens`): once used up, the run's
+    /// model calls (ops under [`TOKEN_METERED_NS`]) are refused; its other calls go on.
+    pub max_tokens: u64,
 }
+
+/// The namespace of the ops that spend model tokens (`llm.chat`): only they are refused by
+/// `budgets.tokens`.
+pub const TOKEN_METERED_NS: &str = "llm.";
 
 impl Budgets {
     /// Whether any budget is set.
@@ -36,6 +43,7 @@ impl Budgets {
             || self.max_calls_per_op.values().any(|n| *n > 0)
             || !self.max_wall_time.is_zero()
             || self.max_output_bytes > 0
+            || self.max_tokens > 0
     }
 }
 
@@ -122,6 +130,8 @@ pub struct RunRecord {
     pub per_op: HashMap<String, u64>,
     /// Result bytes.
     pub output_bytes: u64,
+    /// Model tokens (prompt plus completion) its model calls used.
+    pub tokens: u64,
     /// The level the run lowered itself to.
     pub level: Option<AutonomyLevel>,
     /// Whether the run put itself in dry-run.
@@ -226,6 +236,7 @@ impl RunLedger {
                     calls: 0,
                     per_op: HashMap::new(),
                     output_bytes: 0,
+                    tokens: 0,
                     level: None,
                     dry_run: false,
                 },
@@ -268,9 +279,12 @@ impl RunLedger {
         let used = r.per_op.get(op).copied().unwrap_or(0);
         if let Some(e) = over_budget(
             r.started_ms,
-            r.calls,
-            r.output_bytes,
-            used,
+            Usage {
+                calls: r.calls,
+                output_bytes: r.output_bytes,
+                op_calls: used,
+                tokens: r.tokens,
+            },
             op,
             budgets,
             now_ms,
@@ -308,24 +322,50 @@ impl RunLedger {
         }
     }
 
+    /// Adds model tokens to a run.
+    pub fn charge_tokens(&self, key: &RunKey<'_>, tokens: u64) {
+        if let Ok(mut runs) = self.runs.lock()
+            && let Some(r) = find(&mut runs, key)
+        {
+            r.tokens = r.tokens.saturating_add(tokens);
+        }
+    }
+
     /// A run's record, if the ledger has it.
     pub fn get(&self, key: &RunKey<'_>) -> Option<RunRecord> {
         find(&mut *self.runs.lock().ok()?, key).cloned()
     }
 }
 
-/// The budget a run has used up, if any, before charging one more call to `op`: `calls`,
-/// `output_bytes` and `op_calls` (its calls to `op`) are what it used so far. Shared by every
-/// `RunStore`, so the refusals read the same whichever holds the records.
+/// What a run used so far, as `over_budget` checks it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Calls charged.
+    pub calls: u64,
+    /// Result bytes.
+    pub output_bytes: u64,
+    /// Calls charged to the op being called.
+    pub op_calls: u64,
+    /// Model tokens.
+    pub tokens: u64,
+}
+
+/// The budget a run has used up, if any, before charging one more call to `op`, given what it
+/// used so far. Shared by every `RunStore`, so the refusals read the same whichever holds the
+/// records.
 pub fn over_budget(
     started_ms: i64,
-    calls: u64,
-    output_bytes: u64,
-    op_calls: u64,
+    usage: Usage,
     op: &str,
     budgets: &Budgets,
     now_ms: i64,
 ) -> Option<Exhausted> {
+    let Usage {
+        calls,
+        output_bytes,
+        op_calls,
+        tokens,
+    } = usage;
     let elapsed = u64::try_from(now_ms.saturating_sub(started_ms)).unwrap_or(0);
     if !budgets.max_wall_time.is_zero() && Duration::from_millis(elapsed) >= budgets.max_wall_time {
         return Some(Exhausted {
@@ -343,6 +383,15 @@ pub fn over_budget(
             detail: format!(
                 "the run's results total {output_bytes} bytes; its budget is {} bytes",
                 budgets.max_output_bytes
+            ),
+        });
+    }
+    if budgets.max_tokens > 0 && op.starts_with(TOKEN_METERED_NS) && tokens >= budgets.max_tokens {
+        return Some(Exhausted {
+            budget: "budgets.tokens".to_owned(),
+            detail: format!(
+                "the run's model calls used {tokens} tokens; its budget is {} tokens",
+                budgets.max_tokens
             ),
         });
     }
@@ -401,6 +450,12 @@ pub trait RunStore: Send + Sync + std::fmt::Debug {
         key: &'a RunKey<'a>,
         bytes: u64,
     ) -> BoxFuture<'a, Result<(), RunStoreError>>;
+    /// See [`RunLedger::charge_tokens`].
+    fn charge_tokens<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        tokens: u64,
+    ) -> BoxFuture<'a, Result<(), RunStoreError>>;
 }
 
 impl RunStore for RunLedger {
@@ -447,6 +502,15 @@ impl RunStore for RunLedger {
         bytes: u64,
     ) -> BoxFuture<'a, Result<(), RunStoreError>> {
         RunLedger::add_output(self, key, bytes);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn charge_tokens<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        tokens: u64,
+    ) -> BoxFuture<'a, Result<(), RunStoreError>> {
+        RunLedger::charge_tokens(self, key, tokens);
         Box::pin(std::future::ready(Ok(())))
     }
 }

@@ -38,6 +38,7 @@ pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Re
             "files.download" => file(FileOpKind::Download),
             "commands.run" => Arc::new(CommandsRun::new(spec.clone(), secret_envs.clone())),
             "http.fetch" => Arc::new(HttpFetch::new(spec.clone(), FetchConfig::default())),
+            "llm.chat" => Arc::new(LlmRouteOnly { spec: spec.clone() }),
             id if id.starts_with("mcp.") => match upstreams.handler(&spec) {
                 Some(op) => op,
                 // A runtime that does not start the upstream servers (a one-shot local call of
@@ -71,6 +72,32 @@ pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Re
         ops.push(op);
     }
     Registry::new(catalog.clone(), ops)
+}
+
+/// `llm.chat` called as an op (`POST /ops/llm.chat`, MCP): the model is reached through the LLM
+/// proxy's routes only, which decide each request through the guard chain as this op and
+/// forward it themselves; this handler answers everything else with where to go.
+#[derive(Debug)]
+struct LlmRouteOnly {
+    spec: OpSpec,
+}
+
+impl Op for LlmRouteOnly {
+    fn spec(&self) -> &OpSpec {
+        &self.spec
+    }
+
+    fn call(
+        &self,
+        _ctx: corral_ops::OpCtx,
+    ) -> corral_exec::BoxFuture<'_, Result<corral_ops::OpOutput, corral_ops::OpError>> {
+        Box::pin(async move {
+            Err(corral_ops::OpError::new(
+                corral_policy::codes::LLM_BAD_REQUEST,
+                "`llm.chat` is the LLM proxy's op: send the chat completion to `POST /v1/chat/completions` (OpenAI's shape) with your corral token",
+            ))
+        })
+    }
 }
 
 /// An upstream tool of a runtime that did not start the upstream servers: every call answers
@@ -490,6 +517,7 @@ pub fn guard_settings(loaded: &Loaded) -> GuardPolicy {
             .collect(),
         max_wall_time: c.budgets.max_wall_time,
         max_output_bytes: c.budgets.max_output_bytes,
+        max_tokens: c.budgets.tokens,
     };
     g
 }

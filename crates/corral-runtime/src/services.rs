@@ -39,6 +39,7 @@ pub(crate) async fn store(loaded: &Loaded) -> Result<Arc<Store>, RuntimeError> {
             max_events: r.max_events.unwrap_or(defaults.max_events),
             retention: r.retention.unwrap_or(defaults.retention),
             max_per_tenant: r.max_per_tenant.unwrap_or(defaults.max_per_tenant),
+            max_per_principal: r.max_per_principal.unwrap_or(defaults.max_per_principal),
         });
     Ok(Arc::new(store))
 }

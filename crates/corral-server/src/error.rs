@@ -83,6 +83,14 @@ impl ApiError {
     pub fn status(&self) -> u16 {
         self.status
     }
+
+    /// The same error answered with another status (the LLM proxy keeps a provider's client
+    /// error status on `llm.upstream`).
+    #[must_use]
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = status;
+        self
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -235,3 +235,125 @@ pub fn audit_event(
         purpose: corral_guard::runs::RunPurpose::Live,
     }
 }
+
+/// Appends the level line to the request's system message (the first `system` message; one is
+/// put first when there is none).
+pub fn append_level_line(body: &mut serde_json::Map<String, serde_json::Value>, level: Level) {
+    use serde_json::Value;
+    let line = levels::level_line(level);
+    let Some(Value::Array(messages)) = body.get_mut("messages") else {
+        return;
+    };
+    let system = messages
+        .iter_mut()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("system"));
+    match system {
+        Some(m) => match m.get_mut("content") {
+            Some(Value::String(s)) => {
+                s.push_str("\n\n");
+                s.push_str(line);
+            }
+            Some(Value::Array(parts)) => {
+                parts.push(serde_json::json!({"type": "text", "text": line}));
+            }
+            _ => {
+                m["content"] = Value::String(line.to_owned());
+            }
+        },
+        None => messages.insert(0, serde_json::json!({"role": "system", "content": line})),
+    }
+}
+
+/// Learning mode's reply hook: the answer guard on each root reply, at the caller's level, with
+/// one nudge per (identity, run) turn; a withheld answer is audited as
+/// `learning_answer_withheld` (target ids and scenario id only).
+#[derive(Debug)]
+pub struct AnswerHook {
+    learning: Arc<Learning>,
+    sinks: Vec<Arc<dyn corral_guard::audit::AuditSink>>,
+    tenant: String,
+    turns: std::sync::Mutex<std::collections::HashMap<(String, String), TurnState>>,
+}
+
+/// The most turns remembered; past it the table is cleared (a new turn nudges again: more
+/// withholding, never less).
+const MAX_TURNS: usize = 10_000;
+
+impl AnswerHook {
+    /// The hook over `learning`, auditing to `sinks`.
+    pub fn new(
+        learning: Arc<Learning>,
+        sinks: Vec<Arc<dyn corral_guard::audit::AuditSink>>,
+        tenant: &str,
+    ) -> Self {
+        Self {
+            learning,
+            sinks,
+            tenant: tenant.to_owned(),
+            turns: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+}
+
+use corral_learn::guard::{Outcome as GuardOutcome, TurnState};
+
+impl crate::routes::llm::ReplyHook for AnswerHook {
+    fn on_root_reply(
+        &self,
+        ctx: &crate::routes::llm::ReplyCtx,
+        reply: &mut crate::routes::llm::AssistantReply,
+    ) {
+        let (scenario, default) = self.learning.scenario();
+        let level = self.learning.levels.level(&ctx.caller, &scenario, default);
+        if reply.text.is_empty() {
+            return;
+        }
+        let key = (
+            levels::subject(&ctx.caller),
+            ctx.run.clone().unwrap_or_default(),
+        );
+        let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+        if turns.len() >= MAX_TURNS && !turns.contains_key(&key) {
+            turns.clear();
+        }
+        let turn = turns.entry(key).or_default();
+        let checked =
+            self.learning
+                .guard
+                .check(level, turn, &mut reply.text, !reply.tool_calls.is_empty());
+        drop(turns);
+        if let Some(e) = &checked.manifest_error {
+            tracing::error!(error = %e, "learning mode: the scenario manifest changed and does not load; keeping the last good one");
+        }
+        if let GuardOutcome::Withheld {
+            scenario_id,
+            targets,
+            ..
+        } = checked.outcome
+        {
+            let ids: Vec<String> = targets.iter().map(|t| t.target_id.clone()).collect();
+            let caller = corral_guard::Caller::new(ctx.caller.clone());
+            let mut event = audit_event(
+                &caller,
+                &self.tenant,
+                // Its own id (an event's id is unique; the model request's event has that one).
+                &crate::routes::request_id(),
+                "learning_answer_withheld",
+                format!(
+                    "scenario {scenario_id}; targets {}; request {}",
+                    ids.join(", "),
+                    ctx.request_id
+                ),
+            );
+            event.run_id = ctx.run.clone();
+            let sinks = self.sinks.clone();
+            tokio::spawn(async move {
+                for sink in &sinks {
+                    if let Err(e) = sink.append(&event).await {
+                        tracing::error!(request_id = %event.request_id, error = %e, "learning_answer_withheld: audit append failed");
+                    }
+                }
+            });
+        }
+    }
+}

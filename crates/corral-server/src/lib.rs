@@ -26,6 +26,13 @@ pub use serve::{DEFAULT_MAX_BODY_BYTES, ServeOptions, local_state, serve};
 pub struct AppState(Arc<App>);
 
 impl AppState {
+    /// Installs the hook every root agent's model reply goes through (learning mode's answer
+    /// guard): once, at start-up, before the server answers; `false` when one is installed
+    /// already (it stays).
+    pub fn install_reply_hook(&self, hook: Arc<dyn routes::llm::ReplyHook>) -> bool {
+        self.0.reply_hook.set(hook).is_ok()
+    }
+
     /// The state of an app. It also hands the app's lab the API it serves to external programs
     /// (`routes::link`).
     pub fn new(app: App) -> Self {
@@ -55,6 +62,10 @@ pub struct App {
     mcp_allowed_origins: Vec<String>,
     /// Learning mode's state: `Some` only when `corral serve` activated it.
     learning: Option<Arc<learning::Learning>>,
+    /// The LLM proxy's provider (`llm:`, read at start-up); `None`: its routes answer 503.
+    llm: Option<Arc<routes::llm::Upstream>>,
+    /// The hook of root agents' model replies; none by default (replies pass untouched).
+    reply_hook: std::sync::OnceLock<Arc<dyn routes::llm::ReplyHook>>,
 }
 
 impl App {
@@ -79,7 +90,24 @@ impl App {
                 .map(|o| o.value.clone())
                 .collect(),
             learning: None,
+            llm: routes::llm::Upstream::from_loaded(loaded).map(Arc::new),
+            reply_hook: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The LLM proxy's provider, when `llm:` is configured.
+    pub fn llm(&self) -> Option<Arc<routes::llm::Upstream>> {
+        self.llm.clone()
+    }
+
+    /// The installed reply hook, if any.
+    pub fn reply_hook(&self) -> Option<Arc<dyn routes::llm::ReplyHook>> {
+        self.reply_hook.get().cloned()
+    }
+
+    /// The metrics registry, shared.
+    pub(crate) fn metrics_arc(&self) -> Arc<metrics::CallMetrics> {
+        Arc::clone(&self.metrics)
     }
 
     /// The app in learning mode (`serve::build_state_with` only, after every precondition held).

@@ -45,12 +45,29 @@ struct LearningMetrics {
     sync: std::sync::Mutex<()>,
 }
 
+/// The labels of `corral_llm_tokens_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    /// `prompt` or `completion`.
+    kind: &'static str,
+}
+
+/// The labels of `corral_llm_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LlmLabels {
+    /// `ok`, `upstream_error`, `unreachable` or `timeout` (a request the guard refused counts
+    /// in `corral_calls_total{op="llm.chat"}` only).
+    outcome: &'static str,
+}
+
 /// Call counters and a latency histogram, in a registry of their own.
 pub struct CallMetrics {
     registry: Registry,
     calls: Family<CallLabels, Counter>,
     duration: Histogram,
     learning: Option<LearningMetrics>,
+    llm_tokens: Family<TokenLabels, Counter>,
+    llm_requests: Family<LlmLabels, Counter>,
 }
 
 impl fmt::Debug for CallMetrics {
@@ -75,16 +92,47 @@ impl Default for CallMetrics {
             "Time from receipt to response",
             duration.clone(),
         );
+        let llm_tokens = Family::<TokenLabels, Counter>::default();
+        let llm_requests = Family::<LlmLabels, Counter>::default();
+        registry.register(
+            "corral_llm_tokens",
+            "Model tokens the LLM proxy forwarded, by kind",
+            llm_tokens.clone(),
+        );
+        registry.register(
+            "corral_llm_requests",
+            "Model requests the LLM proxy forwarded, by outcome",
+            llm_requests.clone(),
+        );
         Self {
             registry,
             calls,
             duration,
             learning: None,
+            llm_tokens,
+            llm_requests,
         }
     }
 }
 
 impl CallMetrics {
+    /// Counts one forwarded model request and its tokens.
+    pub fn record_llm(&self, outcome: &'static str, prompt: u64, completion: u64) {
+        self.llm_requests
+            .get_or_create(&LlmLabels { outcome })
+            .inc();
+        if prompt > 0 {
+            self.llm_tokens
+                .get_or_create(&TokenLabels { kind: "prompt" })
+                .inc_by(prompt);
+        }
+        if completion > 0 {
+            self.llm_tokens
+                .get_or_create(&TokenLabels { kind: "completion" })
+                .inc_by(completion);
+        }
+    }
+
     /// The registry with learning mode's series too: `corral_learning_hints_total{level}` and
     /// `corral_learning_manifest_errors_total` (the failed reloads of `watcher`'s manifest).
     pub fn with_learning(watcher: &std::sync::Arc<corral_learn::watch::Watcher>) -> Self {

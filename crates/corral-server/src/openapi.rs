@@ -284,14 +284,15 @@ fn shadow_paths(
         {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
         {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
     ]);
-    let shadow = "the shadow evaluation `{id, tenant, principal, status, planned, ran, tasks, variants, runs, not_run, report, created_ms, updated_ms, finished_ms}`: `status` is `running`, `completed`, `stopped_by_ceiling` or `failed`; `runs` maps each task to `{scenario_id, runs: {variant: run_id | null}}` (the run ids a tournament grades); `not_run` lists the `{variant, task}` pairs a ceiling stopped; `report` has `runs` (per run: `{variant, task, run_id, scenario_id, status, steps_total, steps_ok, calls, timeline, degraded?, divergence}`, `divergence` being `{step, op, args_hash, recorded: {op, args_hash} | null}` or null), `metering` (`{replay: {runs, calls, tokens, spend}, judge: {...}}`; `tokens` and `spend` are null: not known), `ceilings`, `stopped_by` and `error`";
+    let shadow = "the shadow evaluation `{id, tenant, principal, status, planned, ran, tasks, variants, runs, not_run, report, created_ms, updated_ms, finished_ms}`: `status` is `running`, `completed`, `stopped_by_ceiling` or `failed`; `runs` maps each task to `{scenario_id, runs: {variant: run_id | null}}` (the run ids a tournament grades); `not_run` lists the `{variant, task}` pairs a ceiling stopped; `report` has `runs` (per run: `{variant, task, run_id, scenario_id, status, steps_total, steps_ok, calls, timeline, degraded?, diverged, divergence, owner, withheld?}`, `divergence` being `{step, op, args_hash, recorded: {op, args_hash} | null}` or null; it is drawn from the recording, so only its principal (`owner`) or an admin sees it: anyone else gets null and `withheld: true`), `metering` (`{replay: {runs, calls, tokens, spend}, judge: {...}}`; `tokens` and `spend` are null: not known), `ceilings`, `stopped_by` and `error`";
     paths.insert("/v1/sandbox/shadows".to_owned(), json!({
         "post": op("sandbox.shadows.run", "starts a shadow evaluation: the recorded tasks' inputs re-run under every variant (N*M replay runs, purpose `replay`, real tools, unsafe ops absent), in the background (operator, and the caller must be allowed to read every task's recording: admin or its principal). Every variant is checked first; N*M over 10 needs `expected_runs`", json!([]),
             Some(json!({"type": "object", "required": ["tasks", "variants"], "additionalProperties": false, "properties": {
                 "tasks": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": corral_lab::shadow::MAX_SHADOW_TASKS, "description": "run ids of recordings that kept their task input"},
                 "variants": {"type": "array", "items": variant, "minItems": 1, "maxItems": corral_lab::shadow::MAX_SHADOW_VARIANTS, "description": "each a `workflow` or a `program` (with a `tools:` list in the config)"},
                 "seed": {"type": "integer", "minimum": 0}, "scorer": scorer,
-                "expected_runs": {"type": "integer", "minimum": 0, "description": "N variants x M tasks, as announced to the caller: required over 10 runs, and exact when given (409 replay.confirm_needed otherwise)"}
+                "expected_runs": {"type": "integer", "minimum": 0, "description": "N variants x M tasks, as announced to the caller: required over 10 runs, and exact when given (409 replay.confirm_needed otherwise)"},
+                "principal": {"type": "string", "description": "whose recording of each task (its `identity`, or the principal's id), when several principals recorded under a run id: an admin's pick, as `?principal=` on reads (409 recording.ambiguous without it)"}
             }})),
             ("202", json_of(&format!("{shadow}; answered `running`: poll `GET /v1/sandbox/shadows/{{id}}`"))),
             vec![("400", e("replay.unsafe_op, replay.unknown_op, replay.tools_undeclared, replay.variant_invalid (a variant is ineligible: the message names it and its first unsafe or unknown tool), lab.program_unknown, lab.scorer_unknown, lab.expected_invalid, lab.workflow_invalid, args.invalid; nothing was run")),
@@ -338,10 +339,28 @@ fn recording_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
         "sandbox.recordings.list", "a page of the tenant's recordings, newest first: every one for an admin, the caller's own runs for anyone else", page_params,
         json_of(format!("`{{items: [recording], next}}`; a recording: {recording}")),
     ));
-    paths.insert("/v1/sandbox/recordings/{id}".to_owned(), op(
-        "sandbox.recordings.get", "a recording and its events by `seq` (admin, or the run's own principal)", run_param.clone(),
-        json_of(format!("`{{recording, events: [{{seq, op, args, response, error_code, attestation, started_ms, duration_us}}]}}`; recording: {recording}; `capped`: the cap stopped it, `gapped`: an event could not be written")),
-    ));
+    let mut one = op(
+        "sandbox.recordings.get",
+        "a recording and its events by `seq` (admin, or the run's own principal)",
+        run_param.clone(),
+        json_of(format!(
+            "`{{recording, events: [{{seq, op, args, response, error_code, attestation, started_ms, duration_us}}]}}`; recording: {recording}; `capped`: the cap stopped it, `gapped`: an event could not be written"
+        )),
+    );
+    one["delete"] = json!({
+        "operationId": "sandbox.recordings.delete",
+        "summary": "deletes a recording and its events (admin): frees its principal's share (`recordings.max_per_principal`) and the tenant's before retention; audited",
+        "parameters": run_param.clone(),
+        "responses": {
+            "200": json_of(format!("the deleted recording: {recording}")),
+            "401": e("auth.missing, auth.invalid"),
+            "403": e("rbac.denied: deleting a recording needs the `admin` role"),
+            "404": e("recording.not_found, lab.disabled"),
+            "409": e("recording.ambiguous: several principals recorded under the run id; name one with `?principal=`"),
+        },
+        "security": [{"bearer": []}]
+    });
+    paths.insert("/v1/sandbox/recordings/{id}".to_owned(), one);
     let write = |id: &str,
                  summary: &str,
                  body: Value,

@@ -154,10 +154,24 @@ pub async fn build_state_with(
     let runtime = Runtime::build(loaded, options).await?;
     let store = Arc::clone(runtime.store());
     let mut app = App::new(runtime, metrics, loaded, max_body_bytes);
+    let hook = learning.as_ref().map(|l| {
+        crate::learning::AnswerHook::new(
+            Arc::clone(l),
+            app.gateway().sinks().to_vec(),
+            app.gateway().tenant(),
+        )
+    });
     if let Some(l) = learning {
         app = app.with_learning(l);
     }
-    Ok((AppState::new(app), store))
+    let state = AppState::new(app);
+    if let Some(h) = hook {
+        // The first and only hook: learning mode's answer guard.
+        if !state.install_reply_hook(Arc::new(h)) {
+            tracing::error!("learning mode: a reply hook was already installed");
+        }
+    }
+    Ok((state, store))
 }
 
 async fn shutdown_signal() {

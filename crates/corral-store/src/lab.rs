@@ -105,6 +105,11 @@ pub struct Scenario {
     pub updated_ms: i64,
     /// 1 when created, +1 at each update.
     pub version: i64,
+    /// The identity (`Principal::identity()`) of the recording's principal, when a replay made
+    /// it of a recorded task: only that principal or an admin reads it. `None`: a scenario of
+    /// the tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// A scenario in a listing: everything but its steps and mocks (up to 1 MiB each).
@@ -124,6 +129,10 @@ pub struct ScenarioSummary {
     pub updated_ms: i64,
     /// Its version.
     pub version: i64,
+    /// The identity of the recording's principal, for a scenario a replay made; `None`: the
+    /// tenant's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// Where a run is in its life: `running`, then one terminal state, once.
@@ -263,6 +272,8 @@ pub struct NewRun {
     pub scorer_suite: Option<String>,
     /// Who started it.
     pub principal: String,
+    /// Its identity (`Principal::identity()`): who reads a replay run's outputs.
+    pub identity: String,
 }
 
 /// How a run ended: what [`Store::finish_run`] records.
@@ -368,6 +379,10 @@ pub struct Run {
     pub attestations: Vec<RunAttestation>,
     /// Who started it.
     pub principal: String,
+    /// Its identity (`Principal::identity()`); `None` for a run made before identities were
+    /// kept (its replay outputs are then an admin's to read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
     /// When it started.
     pub started_ms: i64,
     /// When it finished.
@@ -879,14 +894,14 @@ impl Store {
 
 macro_rules! scenario_columns {
     () => {
-        "tenant, id, name, description, steps, mocks, created_ms, updated_ms, version"
+        "tenant, id, name, description, steps, mocks, created_ms, updated_ms, version, owner"
     };
 }
 
 const INSERT_SCENARIO: &str = concat!(
     "INSERT INTO lab_scenarios (",
     scenario_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $7, 1)"
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $7, 1, $8)"
 );
 const GET_SCENARIO: &str = concat!(
     "SELECT ",
@@ -899,9 +914,11 @@ const UPDATE_SCENARIO: &str = concat!(
      WHERE tenant = $1 AND id = $2 AND ($8 IS NULL OR version = $8) RETURNING ",
     scenario_columns!()
 );
+/// `$5`: the identity whose owned scenarios are listed beside the tenant's (NULL: every one).
 const LIST_SCENARIOS: &str = "SELECT tenant, id, name, description, created_ms, updated_ms, \
-     version FROM lab_scenarios WHERE tenant = $1 \
+     version, owner FROM lab_scenarios WHERE tenant = $1 \
      AND ($2 IS NULL OR created_ms < $2 OR (created_ms = $2 AND id < $3)) \
+     AND ($5 IS NULL OR owner IS NULL OR owner = $5) \
      ORDER BY created_ms DESC, id DESC LIMIT $4";
 const DELETE_SCENARIO: &str = "DELETE FROM lab_scenarios WHERE tenant = $1 AND id = $2 \
      AND NOT EXISTS (SELECT 1 FROM lab_runs WHERE tenant = $1 AND scenario_id = $2)";
@@ -914,7 +931,7 @@ macro_rules! run_columns {
         "tenant, id, scenario_id, scenario_version, status, runner, backend, isolated, \
          destroyed, steps_total, steps_ok, steps_error, infra_errors, purpose, variant, seed, \
          trials, scorer_suite, score, verdict, error_code, error_message, mock_misses, principal, \
-         started_ms, finished_ms, trials_passed, pass_at_k, pass_hat_k, attestations"
+         started_ms, finished_ms, trials_passed, pass_at_k, pass_hat_k, attestations, identity"
     };
 }
 
@@ -923,9 +940,9 @@ macro_rules! run_columns {
 const INSERT_RUN: &str = "INSERT INTO lab_runs (tenant, id, scenario_id, scenario_version, \
      status, runner, backend, isolated, destroyed, steps_total, steps_ok, steps_error, \
      infra_errors, purpose, variant, seed, trials, scorer_suite, verdict, mock_misses, principal, \
-     started_ms) \
+     started_ms, identity) \
      SELECT $1, $2, $3, s.version, 'running', $4, $5, 0, 0, 0, 0, 0, 0, $6, $7, $8, $9, $10, \
-     'not_scored', '[]', $11, $12 FROM lab_scenarios s WHERE s.tenant = $1 AND s.id = $3 \
+     'not_scored', '[]', $11, $12, $13 FROM lab_scenarios s WHERE s.tenant = $1 AND s.id = $3 \
      RETURNING scenario_version";
 const GET_RUN: &str = concat!(
     "SELECT ",
@@ -1019,6 +1036,7 @@ struct ScenarioRow {
     created_ms: i64,
     updated_ms: i64,
     version: i64,
+    owner: Option<String>,
 }
 
 impl ScenarioRow {
@@ -1033,6 +1051,7 @@ impl ScenarioRow {
             created_ms: self.created_ms,
             updated_ms: self.updated_ms,
             version: self.version,
+            owner: self.owner,
         })
     }
 }
@@ -1046,6 +1065,7 @@ struct ScenarioSummaryRow {
     created_ms: i64,
     updated_ms: i64,
     version: i64,
+    owner: Option<String>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -1080,6 +1100,7 @@ struct RunRow {
     pass_at_k: Option<String>,
     pass_hat_k: Option<String>,
     attestations: String,
+    identity: Option<String>,
 }
 
 impl RunRow {
@@ -1132,6 +1153,7 @@ impl RunRow {
             variant: self.variant,
             scorer_suite: self.scorer_suite,
             principal: self.principal,
+            identity: self.identity,
             started_ms: self.started_ms,
             finished_ms: self.finished_ms,
             id: self.id,
@@ -1477,8 +1499,21 @@ impl Store {
         draft: &ScenarioDraft,
         now_ms: i64,
     ) -> Result<Scenario, LabStoreError> {
+        self.create_owned_scenario(tenant, draft, None, now_ms)
+            .await
+    }
+
+    /// Creates a scenario of `tenant` (version 1) owned by the identity `owner` (a scenario a
+    /// replay makes of a recorded task: only `owner` or an admin reads it), or the tenant's.
+    pub async fn create_owned_scenario(
+        &self,
+        tenant: &str,
+        draft: &ScenarioDraft,
+        owner: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Scenario, LabStoreError> {
         check_scenario(draft)?;
-        check_plain(&[("the tenant", tenant)])?;
+        check_plain(&[("the tenant", tenant), ("the owner", owner.unwrap_or(""))])?;
         let id = uuid7();
         let q = self.lab_err("create a lab scenario");
         let [name, description, steps, mocks] = scenario_texts(draft);
@@ -1490,6 +1525,7 @@ impl Store {
             .bind(steps.as_str())
             .bind(mocks.as_str())
             .bind(now_ms)
+            .bind(owner)
             .execute(p)
             .await
             .map(|_| ())
@@ -1504,6 +1540,7 @@ impl Store {
             created_ms: now_ms,
             updated_ms: now_ms,
             version: 1,
+            owner: owner.map(str::to_owned),
         })
     }
 
@@ -1561,10 +1598,12 @@ impl Store {
         row.map(ScenarioRow::into_scenario).transpose()
     }
 
-    /// A page of `tenant`'s scenarios, newest first, without their steps and mocks.
+    /// A page of `tenant`'s scenarios, newest first, without their steps and mocks: with
+    /// `visible_to`, the tenant's and those that identity owns; without, every one (an admin).
     pub async fn list_scenarios(
         &self,
         tenant: &str,
+        visible_to: Option<&str>,
         page: &Page,
     ) -> Result<Paged<ScenarioSummary>, LabStoreError> {
         let q = self.lab_err("list lab scenarios");
@@ -1574,6 +1613,7 @@ impl Store {
             .bind(after_ms)
             .bind(after_id)
             .bind(i64::from(page.rows()) + 1)
+            .bind(visible_to)
             .fetch_all(p)
             .await
             .map_err(q)?);
@@ -1588,6 +1628,7 @@ impl Store {
                     created_ms: r.created_ms,
                     updated_ms: r.updated_ms,
                     version: r.version,
+                    owner: r.owner,
                 })
             })
             .collect::<Result<Vec<_>, LabStoreError>>()?;
@@ -1656,6 +1697,7 @@ impl Store {
                 new.scorer_suite.as_deref().unwrap_or(""),
             ),
             ("the principal", &new.principal),
+            ("the identity", &new.identity),
         ])?;
         if new.trials == Some(0) {
             return Err(invalid(
@@ -1677,6 +1719,7 @@ impl Store {
             .bind(new.scorer_suite.as_deref())
             .bind(new.principal.as_str())
             .bind(now_ms)
+            .bind(new.identity.as_str())
             .fetch_optional(p)
             .await);
         let scenario_version = match inserted {
@@ -1719,6 +1762,7 @@ impl Store {
             mock_misses: Vec::new(),
             attestations: Vec::new(),
             principal: new.principal.clone(),
+            identity: Some(new.identity.clone()),
             started_ms: now_ms,
             finished_ms: None,
         })

@@ -23,7 +23,8 @@
 //!   carries the last writer's mark only.
 //! - **Reads see writes**: the store's recording reads flush the writer first.
 //! - **Limit**: [`RecordingWriter`] admits a call before it runs: a call that would start a new
-//!   recording while its tenant keeps `max_per_tenant` is refused (`recording.limit`).
+//!   recording while its tenant keeps `max_per_tenant`, or its principal `max_per_principal`
+//!   in the tenant, is refused (`recording.limit`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -143,7 +144,10 @@ struct Admissions {
     known: HashMap<String, HashMap<String, HashSet<String>>>,
     /// How many recordings `known` holds.
     remembered: usize,
+    /// tenant -> (live recordings, when counted).
     tenants: HashMap<String, (u64, i64)>,
+    /// (tenant, identity) -> (live recordings, when counted).
+    principals: HashMap<(String, String), (u64, i64)>,
 }
 
 /// The gateway's [`Recorder`]: queues events for the store's recording writer (see the module
@@ -233,7 +237,52 @@ impl RecordingWriter {
         if self.known(key) {
             return Ok(());
         }
-        let limit = self.store.recording_limits.max_per_tenant;
+        let tenant_count = self.within(key, now, Scope::Tenant).await?;
+        let principal_count = self.within(key, now, Scope::Principal).await?;
+        let mut a = self.admissions.lock().unwrap_or_else(|p| p.into_inner());
+        if a.remembered >= ADMITTED_MAX {
+            a.known.clear();
+            a.remembered = 0;
+        }
+        a.remembered += 1;
+        a.known
+            .entry(key.tenant.clone())
+            .or_default()
+            .entry(key.run_id.clone())
+            .or_default()
+            .insert(key.identity.clone());
+        a.tenants
+            .insert(key.tenant.clone(), (tenant_count + 1, now));
+        a.principals.insert(
+            (key.tenant.clone(), key.identity.clone()),
+            (principal_count + 1, now),
+        );
+        Ok(())
+    }
+
+    /// The live recordings `scope` of `key` keeps (its tenant's, or its principal's in the
+    /// tenant) when `key` may start one more: refused `recording.limit` at the scope's limit
+    /// (`recordings.max_per_tenant`, `recordings.max_per_principal`). A count read in the last
+    /// [`COUNT_FRESH_MS`] is trusted below the limit; at it, it is read again exactly, with
+    /// every queued event committed, and a recording of `key` that exists is not a new one.
+    async fn within(
+        &self,
+        key: &RecordingKey,
+        now: i64,
+        scope: Scope,
+    ) -> Result<u64, AdmitRefusal> {
+        let (limit, setting, identity) = match scope {
+            Scope::Tenant => (
+                self.store.recording_limits.max_per_tenant,
+                "recordings.max_per_tenant",
+                None,
+            ),
+            Scope::Principal => (
+                self.store.recording_limits.max_per_principal,
+                "recordings.max_per_principal",
+                Some(key.identity.as_str()),
+            ),
+        };
         let unavailable = |e: RecordingError| AdmitRefusal {
             code: codes::RECORDING_UNAVAILABLE,
             message: format!(
@@ -244,17 +293,22 @@ impl RecordingWriter {
         };
         let cached = {
             let a = self.admissions.lock().unwrap_or_else(|p| p.into_inner());
-            a.tenants
-                .get(&key.tenant)
-                .filter(|(_, at)| now.saturating_sub(*at) < COUNT_FRESH_MS)
-                .map(|(n, _)| *n)
+            match scope {
+                Scope::Tenant => a.tenants.get(&key.tenant).copied(),
+                Scope::Principal => a
+                    .principals
+                    .get(&(key.tenant.clone(), key.identity.clone()))
+                    .copied(),
+            }
+            .filter(|(_, at)| now.saturating_sub(*at) < COUNT_FRESH_MS)
+            .map(|(n, _)| n)
         };
         let mut count = match cached {
             Some(n) => n,
             None => {
                 self.store.flush_recordings().await;
                 self.store
-                    .live_recordings(&key.tenant, now)
+                    .live_recordings(&key.tenant, identity, now)
                     .await
                     .map_err(unavailable)?
             }
@@ -270,20 +324,35 @@ impl RecordingWriter {
                 .is_some_and(|r| r.expires_ms > now);
             count = self
                 .store
-                .live_recordings(&key.tenant, now)
+                .live_recordings(&key.tenant, identity, now)
                 .await
                 .map_err(unavailable)?;
             if !exists && count >= limit {
                 let mut a = self.admissions.lock().unwrap_or_else(|p| p.into_inner());
-                a.tenants.insert(key.tenant.clone(), (count, now));
+                let whose = match scope {
+                    Scope::Tenant => {
+                        a.tenants.insert(key.tenant.clone(), (count, now));
+                        format!("tenant {:?}", key.tenant)
+                    }
+                    Scope::Principal => {
+                        a.principals
+                            .insert((key.tenant.clone(), key.identity.clone()), (count, now));
+                        format!(
+                            "its principal `{}` (in tenant {:?}; each principal has a share, so \
+                             one cannot fill the tenant's)",
+                            key.principal, key.tenant
+                        )
+                    }
+                };
                 return Err(AdmitRefusal {
                     code: codes::RECORDING_LIMIT,
                     message: format!(
                         "the call is marked for recording (run {:?}) and would start a new \
-                         recording, and tenant {:?} already keeps {count} live recordings, the \
-                         most `recordings.max_per_tenant` allows ({limit}); the call was not \
-                         run. Wait for retention to delete old ones, or raise the limit",
-                        key.run_id, key.tenant
+                         recording, and {whose} already keeps {count} live recordings, the \
+                         most `{setting}` allows ({limit}); the call was not run. Wait for \
+                         retention to delete old ones, ask an admin to delete some \
+                         (`corral sandbox recordings delete RUN`), or raise the limit",
+                        key.run_id
                     ),
                 });
             }
@@ -291,21 +360,17 @@ impl RecordingWriter {
                 count = count.saturating_sub(1);
             }
         }
-        let mut a = self.admissions.lock().unwrap_or_else(|p| p.into_inner());
-        if a.remembered >= ADMITTED_MAX {
-            a.known.clear();
-            a.remembered = 0;
-        }
-        a.remembered += 1;
-        a.known
-            .entry(key.tenant.clone())
-            .or_default()
-            .entry(key.run_id.clone())
-            .or_default()
-            .insert(key.identity.clone());
-        a.tenants.insert(key.tenant.clone(), (count + 1, now));
-        Ok(())
+        Ok(count)
     }
+}
+
+/// Whose live recordings a limit counts.
+#[derive(Debug, Clone, Copy)]
+enum Scope {
+    /// The tenant's (`recordings.max_per_tenant`).
+    Tenant,
+    /// One principal's, by identity, in its tenant (`recordings.max_per_principal`).
+    Principal,
 }
 
 impl Store {

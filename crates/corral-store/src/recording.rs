@@ -49,6 +49,9 @@ pub struct RecordingLimits {
     /// Live (unexpired) recordings per tenant: a call that would start one more is refused
     /// before it runs (`recording.limit`).
     pub max_per_tenant: u64,
+    /// Live recordings per principal (by identity) in a tenant: its share, so one principal
+    /// cannot fill the tenant's (`recording.limit`).
+    pub max_per_principal: u64,
 }
 
 impl Default for RecordingLimits {
@@ -58,6 +61,7 @@ impl Default for RecordingLimits {
             max_events: MAX_RECORDING_EVENTS,
             retention: DEFAULT_RECORDING_RETENTION,
             max_per_tenant: corral_policy::limits::DEFAULT_RECORDINGS_PER_TENANT,
+            max_per_principal: corral_policy::limits::DEFAULT_RECORDINGS_PER_PRINCIPAL,
         }
     }
 }
@@ -200,7 +204,11 @@ pub(crate) const UPDATE_STATE: &str = "UPDATE recordings SET events = $4, bytes 
     WHERE tenant = $1 AND run_id = $2 AND identity = $3";
 const SET_INPUT: &str = "UPDATE recordings SET input = $4, bytes = bytes + $5, updated_ms = $6 \
     WHERE tenant = $1 AND run_id = $2 AND identity = $3 AND input IS NULL";
-const COUNT_LIVE: &str = "SELECT COUNT(*) FROM recordings WHERE tenant = $1 AND expires_ms > $2";
+const COUNT_LIVE: &str = "SELECT COUNT(*) FROM recordings WHERE tenant = $1 AND expires_ms > $2 \
+    AND ($3 IS NULL OR identity = $3)";
+const DELETE_EVENTS: &str =
+    "DELETE FROM recording_events WHERE tenant = $1 AND run_id = $2 AND identity = $3";
+const DELETE: &str = "DELETE FROM recordings WHERE tenant = $1 AND run_id = $2 AND identity = $3";
 pub(crate) const INSERT_EVENT: &str = "INSERT INTO recording_events (tenant, run_id, identity, seq, op, \
     args, response, error_code, attestation, started_ms, duration_us) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
@@ -688,16 +696,19 @@ impl Store {
         Ok(())
     }
 
-    /// How many recordings of `tenant` are live (not expired) at `now_ms`.
+    /// How many recordings of `tenant` (of the principal `identity` in it, when given) are live
+    /// (not expired) at `now_ms`.
     pub(crate) async fn live_recordings(
         &self,
         tenant: &str,
+        identity: Option<&str>,
         now_ms: i64,
     ) -> Result<u64, RecordingError> {
         let q = |e| RecordingError::Store(self.redactor.query("count recordings", e));
         let (n,): (i64,) = on_pool!(&self.pool, p => sqlx::query_as(COUNT_LIVE)
             .bind(tenant)
             .bind(now_ms)
+            .bind(identity)
             .fetch_one(p)
             .await
             .map_err(&q)?);
@@ -813,6 +824,42 @@ impl Store {
             None
         };
         Ok(Paged { items, next })
+    }
+
+    /// Deletes the recording of `run_id` by `identity` in `tenant`, with its events, in one
+    /// transaction (an admin's delete: it frees its principal's and its tenant's share);
+    /// whether there was one. A later recorded call of that run by that principal starts a
+    /// new recording, as after retention.
+    pub async fn delete_recording(
+        &self,
+        tenant: &str,
+        run_id: &str,
+        identity: &str,
+    ) -> Result<bool, RecordingError> {
+        let q = |e| RecordingError::Store(self.redactor.query("delete a recording", e));
+        // Every queued event is committed first, so none lands after the delete.
+        self.flush_recordings().await;
+        let deleted = on_pool!(&self.pool, p => {
+            let mut tx = p.begin().await.map_err(&q)?;
+            sqlx::query(DELETE_EVENTS)
+                .bind(tenant)
+                .bind(run_id)
+                .bind(identity)
+                .execute(&mut *tx)
+                .await
+                .map_err(&q)?;
+            let n = sqlx::query(DELETE)
+                .bind(tenant)
+                .bind(run_id)
+                .bind(identity)
+                .execute(&mut *tx)
+                .await
+                .map_err(&q)?
+                .rows_affected();
+            tx.commit().await.map_err(&q)?;
+            n
+        });
+        Ok(deleted > 0)
     }
 
     /// Deletes every recording (of every tenant) expired at `now_ms`, with its events, in one

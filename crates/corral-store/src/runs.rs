@@ -8,7 +8,7 @@
 
 use corral_policy::AutonomyLevel;
 use corral_ports::runs::{
-    Budgets, Exhausted, RunKey, RunStore, RunStoreError, RunView, over_budget,
+    Budgets, Exhausted, RunKey, RunStore, RunStoreError, RunView, Usage, over_budget,
 };
 use futures_core::future::BoxFuture;
 
@@ -67,6 +67,14 @@ const REFUND_OP: &str = concat!(
     where_run!(),
     " AND op = $5"
 );
+
+/// The `run_op_calls` row that counts a run's model tokens (`budgets.tokens`) in its `calls`
+/// column: `#` is in no op id, so no op's count can be this row.
+const TOKENS_ROW: &str = "#tokens";
+
+const CHARGE_TOKENS: &str = "INSERT INTO run_op_calls (tenant, principal, purpose, run_id, op, \
+    calls) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, principal, purpose, run_id, op) \
+    DO UPDATE SET calls = run_op_calls.calls + $6";
 
 const OUTPUT: &str = concat!(
     "UPDATE runs SET output_bytes = output_bytes + $5 WHERE ",
@@ -130,16 +138,19 @@ macro_rules! charge_in {
             .fetch_optional(&mut *tx)
             .await
             .map_err($q)?;
+        let tokens: Option<i64> = bind_key!(sqlx::query_scalar(OP_CALLS), $key)
+            .bind(TOKENS_ROW)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err($q)?;
         let as_u64 = |v: i64| u64::try_from(v).unwrap_or(0);
-        if let Some(e) = over_budget(
-            started_ms,
-            as_u64(calls),
-            as_u64(output_bytes),
-            as_u64(op_calls.unwrap_or(0)),
-            $op,
-            $budgets,
-            $now,
-        ) {
+        let usage = Usage {
+            calls: as_u64(calls),
+            output_bytes: as_u64(output_bytes),
+            op_calls: as_u64(op_calls.unwrap_or(0)),
+            tokens: as_u64(tokens.unwrap_or(0)),
+        };
+        if let Some(e) = over_budget(started_ms, usage, $op, $budgets, $now) {
             tx.rollback().await.map_err($q)?;
             return Ok(Err(e));
         }
@@ -239,6 +250,19 @@ impl Store {
         })
     }
 
+    /// Adds model tokens to a run (`budgets.tokens`).
+    pub async fn charge_run_tokens(&self, key: &RunKey<'_>, tokens: u64) -> Result<(), StoreError> {
+        let q = |e| self.redactor.query("meter a run's model tokens", e);
+        let tokens = i64::try_from(tokens).unwrap_or(i64::MAX);
+        on_pool!(&self.pool, p => bind_key!(sqlx::query(CHARGE_TOKENS), key)
+            .bind(TOKENS_ROW)
+            .bind(tokens)
+            .execute(p)
+            .await
+            .map(|_| ())
+            .map_err(q))
+    }
+
     /// Adds result bytes to a run.
     pub async fn add_run_output(&self, key: &RunKey<'_>, bytes: u64) -> Result<(), StoreError> {
         let q = |e| self.redactor.query("meter a run's output", e);
@@ -299,5 +323,17 @@ impl RunStore for Store {
         bytes: u64,
     ) -> BoxFuture<'a, Result<(), RunStoreError>> {
         Box::pin(async move { self.add_run_output(key, bytes).await.map_err(port_error) })
+    }
+
+    fn charge_tokens<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        tokens: u64,
+    ) -> BoxFuture<'a, Result<(), RunStoreError>> {
+        Box::pin(async move {
+            self.charge_run_tokens(key, tokens)
+                .await
+                .map_err(port_error)
+        })
     }
 }

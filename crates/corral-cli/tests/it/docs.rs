@@ -90,10 +90,13 @@ fn every_yaml_example_in_the_docs_loads() {
                     .chars()
                     .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
             {
-                env.push((
-                    word.to_owned(),
-                    format!("{word}-example-secret-0123456789abcdef"),
-                ));
+                // A variable named for a url (`llm.base_url_env`) holds one.
+                let value = if word.ends_with("_URL") {
+                    "https://models.example.com/v1".to_owned()
+                } else {
+                    format!("{word}-example-secret-0123456789abcdef")
+                };
+                env.push((word.to_owned(), value));
             }
         }
         let env_refs: Vec<(&str, &str)> =

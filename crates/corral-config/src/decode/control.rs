@@ -113,6 +113,9 @@ pub(super) const BUDGETS: &[Field<BudgetsConfig>] = &[
             d.size(e.node, &e.at).unwrap_or(0)
         };
     }),
+    Field::new("tokens", |d, e, b| {
+        b.tokens = d.uint(e.node, &e.at).unwrap_or(0);
+    }),
     Field::new("replay", |d, e, b| {
         d.fields(e.node, &e.at, REPLAY_BUDGET, &mut b.replay);
     }),

@@ -44,7 +44,7 @@ fn document(path: &str, body: &str) -> Option<String> {
             format!("{{version: 1, budgets: {{{key}: {{{body}}}}}}}")
         }
         "storage" | "mcp" | "isolation" | "limits" | "auth" | "audit" | "autonomy" | "roles"
-        | "guardrails" | "budgets" | "run" | "sandbox" | "recordings" => {
+        | "guardrails" | "budgets" | "run" | "sandbox" | "recordings" | "llm" => {
             format!("{{version: 1, {path}: {{{body}}}}}")
         }
         _ => return None,

@@ -1680,14 +1680,18 @@ sandbox:
 fn a_raised_recording_cap_is_a_warning_and_a_lowered_one_is_not() {
     let raised = findings(&with_auth(
         "version: 1
-recordings: {max_bytes: 64MiB, max_events: 20000, max_per_tenant: 20000, retention: 24h}
+recordings: {max_bytes: 64MiB, max_events: 20000, max_per_tenant: 20000, max_per_principal: 5000, retention: 24h}
 ",
     ));
     let caps: Vec<&Diagnostic> = raised
         .iter()
         .filter(|d| d.code == codes::LINT_RAISED_CAP)
         .collect();
-    assert_eq!(caps.len(), 3, "{}", list(&raised));
+    assert_eq!(caps.len(), 4, "{}", list(&raised));
+    assert!(
+        caps.iter()
+            .any(|d| d.message.contains("recordings.max_per_principal"))
+    );
     assert!(
         caps.iter()
             .any(|d| d.message.contains("recordings.max_bytes"))
@@ -1703,9 +1707,69 @@ recordings: {max_bytes: 64MiB, max_events: 20000, max_per_tenant: 20000, retenti
     misses(
         &with_auth(
             "version: 1
-recordings: {max_bytes: 1MiB, max_events: 100}
+recordings: {max_bytes: 1MiB, max_events: 100, max_per_principal: 10}
 ",
         ),
         codes::LINT_RAISED_CAP,
+    );
+}
+
+// ---------------------------------------------------------------- lint.op_contained
+
+#[test]
+fn a_custom_op_declaring_contained_is_warned_that_replays_then_run_it_for_real() {
+    let d = finds(
+        &with_auth(
+            "version: 1
+custom:
+  notes.save:
+    argv: [/usr/bin/save-note]
+    effects: [write]
+    write_paths: [/workspace/notes]
+    contained: true
+rules:
+  - allow: [notes.save]
+",
+        ),
+        codes::LINT_OP_CONTAINED,
+        Severity::Warning,
+        "notes.save",
+    );
+    assert!(
+        d.message.contains("replay") && d.message.contains("for real"),
+        "{d}"
+    );
+    assert!(d.fix.contains("contained: true"), "{d}");
+    // A claim that cannot make the op safe is said to have no effect.
+    let d = finds(
+        &with_auth(
+            "version: 1
+custom:
+  notes.purge:
+    argv: [/usr/bin/purge-notes]
+    effects: [delete]
+    contained: true
+rules:
+  - allow: [notes.purge]
+",
+        ),
+        codes::LINT_OP_CONTAINED,
+        Severity::Warning,
+        "notes.purge",
+    );
+    assert!(d.message.contains("no effect"), "{d}");
+    misses(
+        &with_auth(
+            "version: 1
+custom:
+  notes.save:
+    argv: [/usr/bin/save-note]
+    effects: [write]
+    write_paths: [/workspace/notes]
+rules:
+  - allow: [notes.save]
+",
+        ),
+        codes::LINT_OP_CONTAINED,
     );
 }

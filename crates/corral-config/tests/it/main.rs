@@ -7,6 +7,7 @@ mod egress;
 mod errors;
 mod guardrails;
 mod lints;
+mod llm;
 mod policy_from_config;
 mod protect;
 mod snapshots;

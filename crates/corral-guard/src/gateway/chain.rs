@@ -13,7 +13,8 @@ use corral_policy::{
 use serde_json::json;
 
 use super::{
-    Call, CallOptions, Deployment, Gateway, Refusal, Reply, action_details, not_enabled, now_ms,
+    Call, CallOptions, Deployment, Gateway, Proxied, Refusal, Reply, action_details, not_enabled,
+    now_ms,
 };
 use crate::args::parse_args;
 use crate::audit::{AttestationRecord, AuditEvent, Outcome};
@@ -30,13 +31,20 @@ use crate::runs::{RunKey, RunStoreError, RunView};
 pub(super) struct Answer {
     pub(super) outcome: Outcome,
     pub(super) reply: Reply,
+    /// Model tokens the call used (a proxied model call), charged to its run.
+    pub(super) tokens: u64,
 }
 
 impl Answer {
     fn refused(outcome: Outcome, refusal: Refusal) -> Self {
+        Self::of(outcome, Reply::Refused(refusal))
+    }
+
+    fn of(outcome: Outcome, reply: Reply) -> Self {
         Self {
             outcome,
-            reply: Reply::Refused(refusal),
+            reply,
+            tokens: 0,
         }
     }
 }
@@ -52,8 +60,9 @@ impl Gateway {
         call: &Call,
         opts: &CallOptions,
         event: &mut AuditEvent,
+        proxied: Option<Proxied>,
     ) -> Answer {
-        match self.chain(d, call, opts, event).await {
+        match self.chain(d, call, opts, event, proxied).await {
             Ok(answer) | Err(answer) => answer,
         }
     }
@@ -66,6 +75,7 @@ impl Gateway {
         call: &Call,
         opts: &CallOptions,
         event: &mut AuditEvent,
+        proxied: Option<Proxied>,
     ) -> Step<Answer> {
         let principal = &call.caller.principal;
         let g = &d.guard;
@@ -96,7 +106,7 @@ impl Gateway {
         };
         let answer = match approved {
             Ok(action) => {
-                self.execute(d, call, spec, args, grant, event, action)
+                self.execute(d, call, spec, args, grant, event, action, proxied)
                     .await
             }
             Err(answer) => answer,
@@ -104,6 +114,11 @@ impl Gateway {
         if let Some(key) = charged {
             let metered = (g.budgets.max_output_bytes > 0).then(|| output_bytes(&answer.reply));
             self.settle_budgets(key, &call.op, executed, metered).await;
+            if answer.tokens > 0
+                && let Err(e) = self.runs.charge_tokens(key, answer.tokens).await
+            {
+                tracing::warn!(error = %e, run = key.run_id, "a run's model tokens were not metered");
+            }
         }
         Ok(answer)
     }
@@ -185,10 +200,15 @@ impl Gateway {
             Ok(Ok(())) => Ok(Some(key)),
             Ok(Err(e)) => {
                 event.detail = Some(e.budget.clone());
+                let code = if e.budget == "budgets.tokens" {
+                    codes::BUDGET_TOKENS_EXHAUSTED
+                } else {
+                    codes::BUDGET_EXHAUSTED
+                };
                 Err(Answer::refused(
                     Outcome::BudgetRefused,
                     Refusal::new(
-                        codes::BUDGET_EXHAUSTED,
+                        code,
                         format!(
                             "run `{}`: {} (`{}`); start a new run, or raise the budget",
                             key.run_id, e.detail, e.budget
@@ -233,10 +253,10 @@ impl Gateway {
     ) -> Step<Option<Box<Action>>> {
         match d.guard.confirmation_step(spec, rule_index, run_dry) {
             Confirmation::NotGuarded | Confirmation::Waived => Ok(None),
-            Confirmation::DryRun => Err(Answer {
-                outcome: Outcome::DryRun,
-                reply: Reply::Json(dry_run_payload(call, spec)),
-            }),
+            Confirmation::DryRun => Err(Answer::of(
+                Outcome::DryRun,
+                Reply::Json(dry_run_payload(call, spec)),
+            )),
             Confirmation::Required => {
                 // Boxed: the confirmation step's state is large and most calls never reach it,
                 // so it must not grow every call's future.
@@ -356,6 +376,7 @@ impl Gateway {
         grant: Box<Allowed>,
         event: &mut AuditEvent,
         action: Option<Box<Action>>,
+        proxied: Option<Proxied>,
     ) -> Answer {
         // If this request is dropped while the approved op runs (the client went away), the
         // action gets an outcome anyway, so retries are told instead of waiting for one.
@@ -363,7 +384,29 @@ impl Gateway {
             store: Arc::clone(&self.confirmations),
             action: action.as_ref().map(|a| (a.action_id.clone(), a.op.clone())),
         };
-        let answer = self.run_op(d, call, spec, args, grant, event).await;
+        let answer = match proxied {
+            // The surface performs the op itself (the LLM proxy forwards the model request):
+            // every step before this one decided it as for any call. A simulation answers from
+            // its mocks instead, as for every op: nothing real is reached.
+            Some(p) if self.simulated.is_none() => {
+                let out = p.await;
+                event.detail = out.detail;
+                let mut a = match out.result {
+                    Ok(v) => Answer::of(Outcome::Ok, Reply::Json(v)),
+                    Err(r) => {
+                        let outcome = if r.code.starts_with("limit.") {
+                            Outcome::Limited
+                        } else {
+                            Outcome::OpError
+                        };
+                        Answer::refused(outcome, r)
+                    }
+                };
+                a.tokens = out.tokens;
+                a
+            }
+            _ => self.run_op(d, call, spec, args, grant, event).await,
+        };
         interrupted.action = None;
         if let Some(a) = action {
             let stored = match &answer.reply {
@@ -467,15 +510,9 @@ fn op_answer(result: Result<OpOutput, OpError>, event: &mut AuditEvent) -> Answe
     match result {
         Ok(OpOutput::Json { value, attestation }) => {
             event.attestation = attestation.as_ref().map(AttestationRecord::from);
-            Answer {
-                outcome: Outcome::Ok,
-                reply: Reply::Json(value),
-            }
+            Answer::of(Outcome::Ok, Reply::Json(value))
         }
-        Ok(OpOutput::Stream(s)) => Answer {
-            outcome: Outcome::Ok,
-            reply: Reply::Stream(s),
-        },
+        Ok(OpOutput::Stream(s)) => Answer::of(Outcome::Ok, Reply::Stream(s)),
         Err(e) => {
             let outcome = if e.code.starts_with("limit.") {
                 Outcome::Limited
@@ -816,10 +853,7 @@ fn replay(a: &Action) -> Answer {
         )),
         None => Reply::Refused(in_progress(&a.op)),
     };
-    Answer {
-        outcome: Outcome::Replayed,
-        reply,
-    }
+    Answer::of(Outcome::Replayed, reply)
 }
 
 /// The `dry_run` answer: what would have been called, with the canonical arguments.

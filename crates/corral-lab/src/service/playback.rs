@@ -253,7 +253,9 @@ impl LabService {
         let (stored, scenario, label, resolved) = match agent {
             Some((label, resolved)) => {
                 let task = RecordedTask::of(view)?;
-                let stored = self.task_scenario(&tenant, &task).await?;
+                let stored = self
+                    .task_scenario(&tenant, &task, &view.recording.identity)
+                    .await?;
                 (stored, task.scenario, label, resolved)
             }
             None => {
@@ -361,7 +363,11 @@ impl LabService {
         };
         let scenario = Scenario::from_json(&json!({"name": draft.name, "steps": draft.steps}))
             .map_err(|e| LabError::new(e.code, e.message))?;
-        let stored = self.store.create_scenario(tenant, &draft, now_ms()).await?;
+        // The recording's principal's, like the recording: only it or an admin reads it.
+        let stored = self
+            .store
+            .create_owned_scenario(tenant, &draft, Some(&view.recording.identity), now_ms())
+            .await?;
         Ok((stored, scenario))
     }
 }

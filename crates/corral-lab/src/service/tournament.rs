@@ -182,7 +182,7 @@ impl LabService {
         let r = async {
             self.start(&TOURNAMENT, caller)?;
             let mut t = self
-                .tournament_inner(&tenant, &body, max_judge_calls)
+                .tournament_inner(caller, &tenant, &body, max_judge_calls)
                 .await?;
             let details = serde_json::to_value(&t).unwrap_or(Value::Null);
             let stored = self
@@ -242,6 +242,7 @@ impl LabService {
 
     async fn tournament_inner(
         &self,
+        caller: &Caller,
         tenant: &str,
         body: &TournamentBody,
         max_judge_calls: u64,
@@ -257,12 +258,12 @@ impl LabService {
         };
         let seed = body.seed.unwrap_or(0);
         let judge = CommandJudge::of(&body.judge, &self.programs())?;
-        let entrants = self.entrants(tenant, &body.runs).await?;
+        let entrants = self.entrants(caller, tenant, &body.runs).await?;
         let (scenario_id, scenario_version) = entrants
             .first()
             .map(|e| (e.run.scenario_id.clone(), e.run.scenario_version))
             .unwrap_or_default();
-        let scenario = self.scenario(tenant, &scenario_id).await.ok();
+        let scenario = self.scenario(caller, tenant, &scenario_id).await.ok();
         let expected = |task: u32| -> Option<Value> {
             let s = scenario
                 .as_ref()
@@ -357,7 +358,14 @@ impl LabService {
 
     /// The runs, read and checked: each of the tenant, completed, and of the first one's
     /// scenario and version; with their outputs.
-    async fn entrants(&self, tenant: &str, ids: &[String]) -> Result<Vec<Entrant>, LabError> {
+    /// The runs graded, with their outputs: each one the caller may read the outputs of (a
+    /// replay run's are its recording's values).
+    async fn entrants(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        ids: &[String],
+    ) -> Result<Vec<Entrant>, LabError> {
         let mut out: Vec<Entrant> = Vec::with_capacity(ids.len());
         for id in ids {
             let run = self
@@ -365,6 +373,7 @@ impl LabService {
                 .get_run(tenant, id)
                 .await?
                 .ok_or_else(|| not_found("run", tenant, id))?;
+            self.check_outputs_access(caller, tenant, &run).await?;
             if run.status != RunStatus::Completed {
                 return Err(LabError::new(
                     codes::LAB_TOURNAMENT_RUN_INCOMPLETE,

@@ -6,6 +6,7 @@ mod attacks;
 mod inspect;
 mod recorded;
 mod reference;
+mod replay_access;
 mod scenarios;
 mod score;
 mod shadow;

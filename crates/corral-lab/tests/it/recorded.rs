@@ -178,7 +178,7 @@ async fn live_session(f: &Fixture, caller: &Caller, run: &str) {
 }
 
 /// `caller` reads `path` in run `run`, the call recorded.
-async fn read_recorded(f: &Fixture, caller: &Caller, run: &str, path: &std::path::Path) {
+pub(crate) async fn read_recorded(f: &Fixture, caller: &Caller, run: &str, path: &std::path::Path) {
     let call = Call {
         caller: caller.clone(),
         op: "files.read".to_owned(),

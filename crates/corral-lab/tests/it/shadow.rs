@@ -263,3 +263,105 @@ async fn a_gapped_recording_is_replayed_from_its_input_and_reported_degraded_not
         (Some(1), Some(1))
     );
 }
+
+/// Regression (attack finding Y-2): a viewer reading a shadow evaluation saw each run's
+/// divergence, `{op, args_hash}` of the recorded call, an unsalted hash of a recorded value
+/// (a small value is guessed by hashing candidates). Only the recording's principal or an
+/// admin sees it; anyone else sees whether the run diverged.
+#[tokio::test]
+async fn a_viewer_reading_a_shadow_evaluation_sees_whether_runs_diverged_but_not_the_recorded_calls()
+ {
+    let f = fixture().await;
+    std::fs::write(f.root.join("pin.txt"), "1234").unwrap();
+    let reply = f
+        .gateway
+        .call(Call {
+            caller: ada().with_run(Some("task-1".to_owned())).with_record(true),
+            op: "files.read".to_owned(),
+            args: json!({"path": f.root.join("pin.txt").display().to_string()}),
+            request_id: "task-1-1".to_owned(),
+        })
+        .await;
+    assert!(matches!(reply, Reply::Json(_)), "{reply:?}");
+    f.store
+        .set_recording_input(&key("task-1"), &json!({"steps": [{"input": "a"}]}), 0)
+        .await
+        .unwrap();
+    let shadow = f
+        .lab
+        .shadow(&ada(), "rid", body(vec![f.reader()]))
+        .await
+        .unwrap();
+    let seen = |c: Caller| {
+        let (lab, id) = (&f.lab, shadow.id.clone());
+        async move { lab.get_shadow(&c, "rid", &id).await.unwrap().report["runs"][0].clone() }
+    };
+    let own = seen(ada()).await;
+    assert_eq!(
+        own["divergence"]["recorded"]["op"],
+        json!("files.read"),
+        "{own}"
+    );
+    let admin = Caller::new(Principal::new("root", &["admin"]));
+    assert_eq!(seen(admin).await["divergence"], own["divergence"]);
+    let vera = Caller::new(Principal::new("vera", &["viewer"]));
+    let theirs = seen(vera.clone()).await;
+    assert_eq!(
+        (
+            &theirs["divergence"],
+            &theirs["diverged"],
+            &theirs["withheld"]
+        ),
+        (&json!(null), &json!(true), &json!(true)),
+        "{theirs}"
+    );
+    let listed = f
+        .lab
+        .list_shadows(&vera, "rid", &PageQuery::default())
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&listed.items).unwrap();
+    assert!(!text.contains("args_hash"), "{text}");
+}
+
+/// Regression (issue 15): when several principals recorded one run id, an admin could not
+/// name the one meant in a shadow request (`recording.ambiguous`, with no way out); `principal`
+/// names it, as `?principal=` does on reads.
+#[tokio::test]
+async fn an_admin_names_the_recordings_principal_in_a_shadow_request_when_several_recorded_the_id()
+{
+    let f = fixture().await;
+    f.record("task-1").await;
+    let bob = Caller::new(Principal::new("bob", &["operator"]));
+    let reply = f
+        .gateway
+        .call(Call {
+            caller: bob
+                .clone()
+                .with_run(Some("task-1".to_owned()))
+                .with_record(true),
+            op: "files.read".to_owned(),
+            args: json!({"path": f.root.join("a.txt").display().to_string()}),
+            request_id: "bob-1".to_owned(),
+        })
+        .await;
+    assert!(matches!(reply, Reply::Json(_)), "{reply:?}");
+    let admin = Caller::new(Principal::new("root", &["admin"]));
+    let e = f
+        .lab
+        .shadow(&admin, "rid", body(vec![f.reader()]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "recording.ambiguous", "{}", e.message);
+    let named = ShadowBody {
+        principal: Some(support::ada().identity()),
+        ..body(vec![f.reader()])
+    };
+    let shadow = f.lab.shadow(&admin, "rid", named).await.unwrap();
+    assert_eq!((shadow.status.as_str(), shadow.ran), ("completed", 1));
+    let by_id = ShadowBody {
+        principal: Some("ada".to_owned()),
+        ..body(vec![f.reader()])
+    };
+    f.lab.shadow(&admin, "rid", by_id).await.unwrap();
+}

@@ -103,6 +103,7 @@ pub fn deployment(yaml: &str, base: &Path) -> Deployment {
             .collect(),
         max_wall_time: b.max_wall_time,
         max_output_bytes: b.max_output_bytes,
+        max_tokens: b.tokens,
     };
     Deployment {
         engine: loaded.engine(),

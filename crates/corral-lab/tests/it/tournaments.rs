@@ -476,6 +476,7 @@ async fn runs_of_another_scenario_or_version_or_unfinished_are_refused_naming_th
                 trials: Some(1),
                 scorer_suite: None,
                 principal: "olga".to_owned(),
+                identity: "token:olga".to_owned(),
             },
             1,
         )

@@ -216,3 +216,47 @@ fn a_repeated_as_an_unknown_key_and_a_missing_output_are_load_errors_with_their_
     assert_eq!(code, "lab.workflow_invalid");
     assert!(message.contains("`output`"), "{message}");
 }
+
+/// Regression (attack finding Y-4): a workflow step naming `files.download` (an op that answers
+/// a stream, not JSON) ended its simulation's step in `500 server.internal` ("answered a stream
+/// in a simulation"). It is refused when the workflow is loaded, naming the op and the fix, and
+/// nothing runs.
+#[tokio::test]
+async fn a_workflow_step_naming_a_streamed_op_is_refused_at_load_and_nothing_runs() {
+    let f = crate::recorded::fixture(false).await;
+    let scenario = crate::recorded::lookups(&f.lab).await;
+    let yaml = "name: dl\nversion: 1\nsteps:\n  - op: files.download\n    args: {path: \"{{input}}\"}\n    as: d\noutput: \"{{steps.d}}\"\n";
+    let e = Workflow::from_yaml(yaml).unwrap_err();
+    assert_eq!(e.code, "lab.workflow_streamed_op", "{}", e.message);
+    let e = f
+        .lab
+        .run(
+            &crate::recorded::olga(),
+            "rid",
+            &scenario,
+            corral_lab::service::RunBody {
+                variant: "dl".to_owned(),
+                workflow: Some(yaml.to_owned()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "lab.workflow_streamed_op", "{}", e.message);
+    assert!(
+        e.message.contains("files.download") && e.message.contains("files.read"),
+        "{}",
+        e.message
+    );
+    let runs = f
+        .lab
+        .list_runs(
+            &crate::recorded::olga(),
+            "rid",
+            None,
+            &corral_lab::service::PageQuery::default(),
+        )
+        .await
+        .unwrap();
+    assert!(runs.items.is_empty(), "{:?}", runs.items);
+}

@@ -103,3 +103,24 @@ fn a_large_ledger_forgets_runs_idle_a_day_and_keeps_the_others() {
     assert!(ledger.get(&key("recent-0")).is_some());
     assert!(ledger.get(&key("recent-9999")).is_some());
 }
+
+#[test]
+fn a_run_over_its_token_budget_is_refused_model_calls_only() {
+    let ledger = RunLedger::default();
+    let k = key("r-tokens");
+    ledger.enter(&k, 0, None, false);
+    let b = Budgets {
+        max_tokens: 100,
+        ..Budgets::default()
+    };
+    assert!(ledger.charge(&k, "llm.chat", &b, 1).is_ok());
+    ledger.charge_tokens(&k, 60);
+    assert!(ledger.charge(&k, "llm.chat", &b, 2).is_ok());
+    ledger.charge_tokens(&k, 40);
+    let e = ledger.charge(&k, "llm.chat", &b, 3).unwrap_err();
+    assert_eq!(e.budget, "budgets.tokens");
+    assert!(e.detail.contains("100 tokens"), "{}", e.detail);
+    // The run's other calls go on.
+    assert!(ledger.charge(&k, "files.read", &b, 4).is_ok());
+    assert_eq!(ledger.get(&k).unwrap().tokens, 100);
+}

@@ -76,6 +76,8 @@ routes! {
     Mcp => "/mcp", linked = true;
     /// `/v1/sandbox/*` (the lab).
     Sandbox => "/v1/sandbox";
+    /// `/v1/chat/completions`, `/v1/models` (the LLM proxy), audited as its op.
+    Llm => "llm.chat";
     /// A path no route has.
     UnknownRoute => "unknown route", linked = true;
     /// A route's path with a method it does not take.

@@ -5,6 +5,7 @@ mod confirmations;
 mod extract;
 mod learning;
 pub(crate) mod link;
+pub mod llm;
 mod mcp;
 mod meta;
 mod ops;
@@ -51,6 +52,8 @@ fn table(state: &AppState) -> Router<AppState> {
         .route("/metrics", get(meta::metrics))
         .route("/mcp", mcp_route(state))
         .route("/openapi.json", get(meta::openapi))
+        .route("/v1/chat/completions", post(llm::chat_completions))
+        .route("/v1/models", get(llm::models))
         .route("/v1/sandbox/synthetic-data", post(sandbox::generate))
         .route(
             "/v1/sandbox/scenarios",
@@ -77,7 +80,10 @@ fn table(state: &AppState) -> Router<AppState> {
         )
         .route("/v1/sandbox/shadows/{id}", get(shadows::get))
         .route("/v1/sandbox/recordings", get(sandbox::list_recordings))
-        .route("/v1/sandbox/recordings/{id}", get(sandbox::get_recording))
+        .route(
+            "/v1/sandbox/recordings/{id}",
+            get(sandbox::get_recording).delete(sandbox::delete_recording),
+        )
         .route(
             "/v1/sandbox/recordings/{id}/export",
             get(sandbox::export_recording),

@@ -469,6 +469,24 @@ pub async fn get_recording(
     Ok(answer(StatusCode::OK, to_json(&r), &rid))
 }
 
+/// `DELETE /v1/sandbox/recordings/{id}?principal=` -> the deleted recording (admin; `principal`
+/// names one when several recorded under the run id).
+pub async fn delete_recording(
+    State(state): State<AppState>,
+    Path(run): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    auth: Authed<Sandbox>,
+) -> Result<Response, ApiError> {
+    let (caller, rid) = enter(&state, auth, "sandbox.recordings.delete").await?;
+    let r = state
+        .runtime()
+        .lab()
+        .delete_recording(&caller, &rid, &run, q.get("principal").map(String::as_str))
+        .await
+        .map_err(|e| err(e, &rid))?;
+    Ok(answer(StatusCode::OK, to_json(&r), &rid))
+}
+
 /// `GET /v1/sandbox/recordings/{id}/export?principal=` -> JSON lines (`application/x-ndjson`):
 /// the recording, then its events by `seq` (admin, or the run's principal).
 pub async fn export_recording(

@@ -196,9 +196,22 @@ impl Server {
 
     /// Builds the state for `loaded` with a body limit and serves it.
     pub async fn start_with(loaded: &Loaded, max_body: usize) -> Self {
+        Self::start_hooked(loaded, max_body, None).await
+    }
+
+    /// Builds the state for `loaded` with a body limit and, when given, a reply hook for the
+    /// LLM proxy, and serves it.
+    pub async fn start_hooked(
+        loaded: &Loaded,
+        max_body: usize,
+        hook: Option<Arc<dyn corral_server::routes::llm::ReplyHook>>,
+    ) -> Self {
         let (state, store) = corral_server::serve::build_state(loaded, max_body)
             .await
             .unwrap();
+        if let Some(h) = hook {
+            assert!(state.install_reply_hook(h));
+        }
         Self::serve(state, store).await
     }
 

@@ -459,3 +459,70 @@ auth:
     .await;
     assert_eq!(plain.status, 200, "{}", plain.text);
 }
+
+/// Regression (attack finding Y-3): one operator could fill the tenant's recordings, so no one
+/// else in the tenant could record. Each principal has a share (`recordings.max_per_principal`);
+/// an admin's `DELETE` frees it, audited; an operator cannot delete.
+#[tokio::test]
+async fn one_operator_cannot_fill_the_tenants_recordings_and_an_admin_delete_frees_her_share() {
+    let ws = Workspace::new();
+    let yaml = format!(
+        "version: 1
+preset: {{name: workspace_jail, confirm: never}}
+root: {}
+state_dir: {}
+recordings: {{max_per_tenant: 3, max_per_principal: 1}}
+auth:
+  tokens:
+    - {{id: olga, roles: [operator], token_env: {OLGA_ENV}}}
+    - {{id: root, roles: [admin], token_env: {ROOT_ENV}}}
+",
+        ws.root.display(),
+        ws.state.display()
+    );
+    let s = Server::start(&ws.load(&yaml, &[(OLGA_ENV, OLGA), (ROOT_ENV, ROOT)])).await;
+    let write = |token: &'static str, run: &'static str, name: &'static str| {
+        let path = ws.at(name);
+        let s = &s;
+        async move {
+            call(
+                s,
+                token,
+                "files.write",
+                json!({"path": path, "content": "x"}),
+                &[("X-Corral-Record", "on"), ("X-Corral-Run", run)],
+            )
+            .await
+        }
+    };
+    body(write(OLGA, "first", "a.txt").await);
+    let r = write(OLGA, "second", "b.txt").await;
+    r.assert_error(429, "recording.limit");
+    assert!(
+        r.text.contains("recordings.max_per_principal"),
+        "{}",
+        r.text
+    );
+    assert!(!ws.root.join("b.txt").exists());
+    // The tenant still has room for another principal.
+    body(write(ROOT, "third", "c.txt").await);
+    // Deleting is an admin's.
+    let del = |token: &'static str| {
+        send(
+            s.client()
+                .delete(s.url("/v1/sandbox/recordings/first?principal=olga"))
+                .bearer_auth(token),
+        )
+    };
+    del(OLGA).await.assert_error(403, "rbac.denied");
+    let deleted = body(del(ROOT).await);
+    assert_eq!(
+        (deleted["run_id"].as_str(), deleted["principal"].as_str()),
+        (Some("first"), Some("olga"))
+    );
+    get(&s, ROOT, "/v1/sandbox/recordings/first")
+        .await
+        .assert_error(404, "recording.not_found");
+    let audit = body(get(&s, ROOT, "/audit?limit=100").await).to_string();
+    assert!(audit.contains("sandbox.recordings.delete"), "{audit}");
+}

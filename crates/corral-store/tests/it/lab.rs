@@ -74,6 +74,7 @@ fn new_run(scenario_id: &str, scorer: Option<&str>) -> NewRun {
         trials: Some(3),
         scorer_suite: scorer.map(str::to_owned),
         principal: "ada".to_owned(),
+        identity: "token:ada".to_owned(),
     }
 }
 
@@ -407,7 +408,7 @@ async fn another_tenant_can_neither_read_nor_change_rows(store: &Store) {
     assert_eq!(store.get_scenario(B, &scenario.id).await.unwrap(), None);
     assert!(
         store
-            .list_scenarios(B, &Page::first(10))
+            .list_scenarios(B, None, &Page::first(10))
             .await
             .unwrap()
             .items
@@ -515,7 +516,7 @@ async fn another_tenant_can_neither_read_nor_change_rows(store: &Store) {
     assert_ne!(theirs.id, scenario.id);
     assert_eq!(
         store
-            .list_scenarios(A, &Page::first(10))
+            .list_scenarios(A, None, &Page::first(10))
             .await
             .unwrap()
             .items
@@ -872,7 +873,7 @@ async fn a_scenario_over_1_mib_is_refused(store: &Store) {
     assert!(msg.contains("the limit is 1048576 bytes"), "{msg}");
     assert_eq!(
         store
-            .list_scenarios(A, &Page::first(10))
+            .list_scenarios(A, None, &Page::first(10))
             .await
             .unwrap()
             .items
@@ -992,7 +993,7 @@ async fn listings_page_newest_first(store: &Store) {
     let mut seen = Vec::new();
     let mut page = Page::first(2);
     loop {
-        let got = store.list_scenarios(A, &page).await.unwrap();
+        let got = store.list_scenarios(A, None, &page).await.unwrap();
         assert!(got.items.len() <= 2);
         seen.extend(got.items.iter().map(|s| (s.created_ms, s.id.clone())));
         match got.next {
@@ -1170,7 +1171,10 @@ async fn a_nul_round_trips_in_text_and_is_refused_in_identifiers(store: &Store) 
         store.get_scenario(A, &s.id).await.unwrap().unwrap().name,
         d.name
     );
-    let listed = store.list_scenarios(A, &Page::first(1)).await.unwrap();
+    let listed = store
+        .list_scenarios(A, None, &Page::first(1))
+        .await
+        .unwrap();
     assert_eq!(listed.items[0].name, d.name);
 
     let mut run = new_run(&s.id, None);

@@ -632,3 +632,75 @@ async fn a_call_that_would_start_a_recording_past_the_tenants_limit_is_refused_b
     assert_eq!(refused.code, "recording.limit");
     other.admit(&key("acme", "b", "ada"), now).await.unwrap();
 }
+
+on_both!(one_principal_cannot_fill_the_tenants_recordings_past_its_share);
+/// Regression (attack finding Y-3): one operator could start recordings until the tenant's
+/// `max_per_tenant` was reached, and then no one else in the tenant could record.
+async fn one_principal_cannot_fill_the_tenants_recordings_past_its_share(store: &Store) {
+    let store = store.clone().with_recording_limits(RecordingLimits {
+        max_per_tenant: 4,
+        max_per_principal: 2,
+        ..RecordingLimits::default()
+    });
+    let writer = RecordingWriter::spawn(&store);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for run in ["a", "b"] {
+        let k = key("acme", run, "mallory");
+        writer.admit(&k, now).await.unwrap();
+        writer
+            .record(&k, &call("files.read", "{}", None), now)
+            .await
+            .unwrap();
+    }
+    let refused = writer
+        .admit(&key("acme", "c", "mallory"), now)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, "recording.limit");
+    assert!(
+        refused.message.contains("recordings.max_per_principal"),
+        "{}",
+        refused.message
+    );
+    // Her own recordings take more calls; another principal still records.
+    writer
+        .admit(&key("acme", "a", "mallory"), now)
+        .await
+        .unwrap();
+    writer.admit(&key("acme", "c", "ada"), now).await.unwrap();
+    // An admin's delete frees her share, counted again by a fresh writer.
+    assert!(
+        store
+            .delete_recording("acme", "a", "mallory")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .delete_recording("acme", "a", "mallory")
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .get_recording("acme", "a", "mallory")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .recording_events("acme", "a", "mallory")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let other = RecordingWriter::spawn(&store);
+    other
+        .admit(&key("acme", "d", "mallory"), now)
+        .await
+        .unwrap();
+}

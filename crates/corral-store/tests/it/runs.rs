@@ -27,6 +27,7 @@ fn budgets(max_calls: u64, per_op: &[(&str, u64)], max_output_bytes: u64) -> Bud
         max_calls_per_op: per_op.iter().map(|(o, n)| ((*o).to_owned(), *n)).collect(),
         max_wall_time: Duration::ZERO,
         max_output_bytes,
+        max_tokens: 0,
     }
 }
 
@@ -114,6 +115,42 @@ async fn budgets_and_settings(store: &dyn RunStore) {
         .unwrap()
         .unwrap_err();
     assert_eq!(e.budget, "budgets.max_output_bytes");
+    // Model tokens: only model calls are refused once the run used its budget.
+    let k3 = key("r3");
+    store.enter(&k3, 1_000, None, false).await.unwrap();
+    let tb = Budgets {
+        max_tokens: 50,
+        ..Budgets::default()
+    };
+    assert!(
+        store
+            .charge(&k3, "llm.chat", &tb, 1_000)
+            .await
+            .unwrap()
+            .is_ok()
+    );
+    store.charge_tokens(&k3, 30).await.unwrap();
+    assert!(
+        store
+            .charge(&k3, "llm.chat", &tb, 1_000)
+            .await
+            .unwrap()
+            .is_ok()
+    );
+    store.charge_tokens(&k3, 20).await.unwrap();
+    let e = store
+        .charge(&k3, "llm.chat", &tb, 1_000)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(e.budget, "budgets.tokens");
+    assert!(
+        store
+            .charge(&k3, "files.read", &tb, 1_000)
+            .await
+            .unwrap()
+            .is_ok()
+    );
     // A run that was never opened cannot be charged (fail closed, not a free call).
     assert!(
         store

@@ -248,6 +248,22 @@ impl Lab {
         )
     }
 
+    pub(crate) fn delete_recording(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Recording, CliError> {
+        self.either(
+            "recording",
+            async |c| c.sandbox_delete_recording(run_id, owner).await,
+            async |lab, caller| {
+                lab.delete_recording(caller, &rid(), run_id, owner)
+                    .await
+                    .map_err(refused)
+            },
+        )
+    }
+
     pub(crate) fn replay(
         &self,
         run_id: &str,

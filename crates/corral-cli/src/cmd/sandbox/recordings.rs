@@ -1,6 +1,6 @@
-//! `corral sandbox recordings list | get | export`: the recorded call timelines of runs (issue
-//! 15). A recording holds call values: reading one needs the `admin` role or the run's own
-//! principal.
+//! `corral sandbox recordings list | get | input | export | delete`: the recorded call timelines
+//! of runs (issue 15). A recording holds call values: reading one needs the `admin` role or the
+//! run's own principal; deleting one needs the `admin` role.
 
 use clap::Subcommand;
 use corral_client::sandbox::{PageRequest, RecordingDetail};
@@ -55,6 +55,18 @@ pub(crate) enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Delete a recording and its events (admin): frees its principal's share
+    /// (`recordings.max_per_principal`) and the tenant's before retention does.
+    Delete {
+        /// The run id.
+        run: String,
+        /// The principal whose recording of the run to delete (its identity, or its id), when
+        /// several principals recorded under the run id.
+        #[arg(long, value_name = "IDENTITY")]
+        owner: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
 }
 
 pub(crate) fn run(c: Command) -> CliResult {
@@ -103,6 +115,19 @@ pub(crate) fn run(c: Command) -> CliResult {
                 Format::Human => outln!(
                     "recording {}: task input kept ({} event(s) so far)",
                     printable(&r.run_id),
+                    r.events
+                ),
+            }
+            Ok(Exit::Ok)
+        }
+        Command::Delete { run, owner, conn } => {
+            let r = Lab::open(&conn)?.delete_recording(&run, owner.as_deref())?;
+            match conn.format {
+                Format::Json => crate::output::print_json(&r),
+                Format::Human => outln!(
+                    "recording {} by {} deleted ({} event(s))",
+                    printable(&r.run_id),
+                    printable(&r.identity),
                     r.events
                 ),
             }

@@ -80,6 +80,10 @@ pub(crate) struct RunArgs {
     /// The seed of every run.
     #[arg(long, value_name = "S")]
     seed: Option<u64>,
+    /// The principal whose recording of each task to re-run (its identity, or its id), when
+    /// several principals recorded under a run id (an admin's pick).
+    #[arg(long, value_name = "IDENTITY")]
+    owner: Option<String>,
     #[command(flatten)]
     conn: Conn,
 }
@@ -206,6 +210,7 @@ fn request(a: &RunArgs) -> Result<ShadowRequest, CliError> {
         seed: a.seed,
         scorer: a.scorer.clone(),
         expected_runs: None,
+        principal: a.owner.clone(),
     })
 }
 
@@ -358,6 +363,14 @@ fn print_shadow(s: &Shadow, format: Format) {
                     "recording degraded: {}",
                     printable_text(r["degraded"].as_str().unwrap_or(""))
                 ),
+                (Value::Null, _) if r["withheld"] == Value::Bool(true) => {
+                    if r["diverged"] == Value::Bool(true) {
+                        "diverged (where: only the recording's principal or an admin sees it)"
+                            .to_owned()
+                    } else {
+                        "no divergence".to_owned()
+                    }
+                }
                 (Value::Null, _) => "no divergence".to_owned(),
                 (d, _) => format!(
                     "diverged at call {}: {} (recorded: {})",

@@ -1,0 +1,237 @@
+//! A scripted model provider for the LLM proxy's tests: a real axum server on 127.0.0.1 that
+//! answers OpenAI-shaped completions by the requested `model`, streaming and not, and errors;
+//! it records what it was sent (the `Authorization` header and the body).
+//!
+//! Models: `ok` (text "The answer is 5100." with usage 11 + 7), `tools` (text and a tool call
+//! whose name and arguments arrive in pieces), `bad` (400 with an OpenAI error naming the key),
+//! `boom` (500).
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+/// The key the scripted provider expects, and the variable tests put it in.
+pub const UPSTREAM_KEY: &str = "sk-scripted-upstream-key-0123456789";
+pub const UPSTREAM_KEY_ENV: &str = "CORRAL_IT_LLM_KEY";
+pub const UPSTREAM_URL_ENV: &str = "CORRAL_IT_LLM_URL";
+
+/// The text of the `ok` and `tools` models' reply.
+pub const ANSWER: &str = "The answer is 5100.";
+
+/// One request the provider got.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub path: String,
+    pub authorization: Option<String>,
+    pub body: Value,
+}
+
+#[derive(Clone, Default)]
+struct Script {
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+/// A running scripted provider.
+pub struct ScriptedLlm {
+    /// Its base url (`http://127.0.0.1:PORT/v1`).
+    pub url: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ScriptedLlm {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ScriptedLlm {
+    pub async fn start() -> Self {
+        let script = Script::default();
+        let seen = Arc::clone(&script.seen);
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/models", get(models))
+            .with_state(script);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self {
+            url: format!("http://{addr}/v1"),
+            seen,
+            task,
+        }
+    }
+
+    /// Every request it got, in order.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// The environment naming it (url and key), plus `extra`.
+    pub fn env<'a>(&'a self, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut e = vec![
+            (UPSTREAM_URL_ENV, self.url.as_str()),
+            (UPSTREAM_KEY_ENV, UPSTREAM_KEY),
+        ];
+        e.extend_from_slice(extra);
+        e
+    }
+}
+
+/// The `llm:` section naming the scripted provider's variables.
+pub const LLM_YAML: &str =
+    "llm: {base_url_env: CORRAL_IT_LLM_URL, api_key_env: CORRAL_IT_LLM_KEY}\n";
+
+fn record(s: &Script, path: &str, headers: &HeaderMap, body: Value) {
+    s.seen.lock().unwrap().push(Seen {
+        path: path.to_owned(),
+        authorization: headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        body,
+    });
+}
+
+async fn models(State(s): State<Script>, headers: HeaderMap) -> Response {
+    record(&s, "/v1/models", &headers, Value::Null);
+    axum::Json(json!({
+        "object": "list",
+        "data": [
+            {"id": "ok", "object": "model", "created": 0, "owned_by": "scripted"},
+            {"id": "tools", "object": "model", "created": 0, "owned_by": "scripted"},
+        ],
+    }))
+    .into_response()
+}
+
+const USAGE: (u64, u64) = (11, 7);
+
+fn usage() -> Value {
+    json!({"prompt_tokens": USAGE.0, "completion_tokens": USAGE.1, "total_tokens": USAGE.0 + USAGE.1})
+}
+
+fn chunk(model: &str, delta: Value, finish: Value) -> Value {
+    json!({
+        "id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 1700000000,
+        "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    })
+}
+
+async fn chat(State(s): State<Script>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    record(&s, "/v1/chat/completions", &headers, body.clone());
+    if headers.get("authorization").and_then(|v| v.to_str().ok())
+        != Some(&format!("Bearer {UPSTREAM_KEY}"))
+    {
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({"error": {"message": "bad key", "type": "auth"}})),
+        )
+            .into_response();
+    }
+    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    match model.as_str() {
+        "bad" => {
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({"error": {
+                    "message": format!("The model `bad` does not exist (you sent key {UPSTREAM_KEY})"),
+                    "type": "invalid_request_error", "code": "model_not_found",
+                }})),
+            )
+                .into_response();
+        }
+        "boom" => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                axum::Json(
+                    json!({"error": {"message": "upstream fell over", "type": "server_error"}}),
+                ),
+            )
+                .into_response();
+        }
+        _ => {}
+    }
+    let tools = model == "tools";
+    if body["stream"] != Value::Bool(true) {
+        let mut message = json!({"role": "assistant", "content": ANSWER});
+        if tools {
+            message["tool_calls"] = json!([{
+                "id": "call_1", "type": "function",
+                "function": {"name": "files_read", "arguments": "{\"path\":\"notes.txt\"}"},
+            }]);
+        }
+        return axum::Json(json!({
+            "id": "chatcmpl-scripted", "object": "chat.completion", "created": 1700000000,
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": if tools { "tool_calls" } else { "stop" }}],
+            "usage": usage(),
+        }))
+        .into_response();
+    }
+    let mut events = vec![
+        chunk(
+            &model,
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        ),
+        chunk(&model, json!({"content": "The answer "}), Value::Null),
+        chunk(&model, json!({"content": "is 51"}), Value::Null),
+        chunk(&model, json!({"content": "00."}), Value::Null),
+    ];
+    if tools {
+        events.push(chunk(
+            &model,
+            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                "function": {"name": "files_", "arguments": ""}}]}),
+            Value::Null,
+        ));
+        events.push(chunk(
+            &model,
+            json!({"tool_calls": [{"index": 0, "function": {"name": "read", "arguments": "{\"path\":"}}]}),
+            Value::Null,
+        ));
+        events.push(chunk(
+            &model,
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"notes.txt\"}"}}]}),
+            Value::Null,
+        ));
+    }
+    events.push(chunk(
+        &model,
+        json!({}),
+        json!(if tools { "tool_calls" } else { "stop" }),
+    ));
+    if body["stream_options"]["include_usage"] == Value::Bool(true) {
+        events.push(json!({
+            "id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 1700000000,
+            "model": model, "choices": [], "usage": usage(),
+        }));
+    }
+    let mut text = String::new();
+    for e in events {
+        text.push_str(&format!("data: {e}\r\n\r\n"));
+    }
+    text.push_str("data: [DONE]\r\n\r\n");
+    ([("content-type", "text/event-stream")], text).into_response()
+}
+
+/// The `data:` payloads of an SSE body (`[DONE]` included).
+pub fn sse_data(text: &str) -> Vec<String> {
+    text.replace('\r', "")
+        .split("\n\n")
+        .filter_map(|e| {
+            let d: Vec<&str> = e.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+            (!d.is_empty()).then(|| d.join("\n"))
+        })
+        .collect()
+}
