@@ -27,8 +27,6 @@ pub struct LearningSetup {
     pub grace: Duration,
     /// The least time between two hints of one subject.
     pub hint_interval: Duration,
-    /// The root agent's name (`X-Corral-Agent`), `root` by default.
-    pub root_agent: String,
     /// The clock of the grace period and the hint rate limit.
     pub clock: Arc<dyn Clock>,
 }
@@ -40,7 +38,6 @@ impl LearningSetup {
             manifest_path: manifest_path.into(),
             grace: watch::DEFAULT_GRACE,
             hint_interval: levels::DEFAULT_HINT_INTERVAL,
-            root_agent: levels::DEFAULT_ROOT_AGENT.to_owned(),
             clock: Arc::new(watch::SystemClock),
         }
     }
@@ -122,7 +119,6 @@ pub struct Learning {
     watcher: Arc<Watcher>,
     guard: Guard,
     levels: Levels,
-    root_agent: String,
 }
 
 impl Learning {
@@ -142,7 +138,6 @@ impl Learning {
                     guard: Guard::new(watcher.clone()),
                     watcher,
                     levels: Levels::new(setup.hint_interval, setup.clock.clone()),
-                    root_agent: setup.root_agent.clone(),
                 })
             }
             Ok(_) => Err(Refused {
@@ -169,11 +164,6 @@ impl Learning {
     /// The disclosure levels.
     pub fn levels(&self) -> &Levels {
         &self.levels
-    }
-
-    /// The root agent's name.
-    pub fn root_agent(&self) -> &str {
-        &self.root_agent
     }
 
     /// The scenario in force and its default level (the manifest is refreshed first, so a

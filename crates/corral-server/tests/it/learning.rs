@@ -369,3 +369,48 @@ async fn below_level_3_the_audit_view_shows_op_and_status_only_and_at_3_everythi
         "{full}"
     );
 }
+
+#[test]
+fn the_root_agent_may_not_take_the_reserved_name_lab_coach() {
+    let ws = Workspace::new();
+    let yaml = format!(
+        "{}llm: {{base_url_env: U, api_key_env: K, root_agent: {}}}\n",
+        learning_yaml(&ws),
+        corral_learn::levels::LAB_COACH
+    );
+    let env: std::collections::HashMap<String, String> = [
+        ("U", "http://127.0.0.1:9/v1"),
+        ("K", "sk-0123456789"),
+        (crate::common::AGENT_ENV, AGENT_TOKEN),
+        (crate::common::ADMIN_ENV, ADMIN_TOKEN),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    let Err(e) = corral_config::load_str("corral.yaml", &yaml, &ws.base(), &env) else {
+        panic!("a root agent named lab_coach was accepted");
+    };
+    let text = e.render();
+    assert!(
+        text.contains("config.invalid_value") && text.contains("reserved"),
+        "{text}"
+    );
+    let ok = yaml.replace("root_agent: lab_coach", "root_agent: coach");
+    assert!(corral_config::load_str("corral.yaml", &ok, &ws.base(), &env).is_ok());
+}
+
+#[test]
+fn the_manifest_example_in_docs_learning_md_loads_and_matches_the_tests_manifest() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/learning.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let block: String = text
+        .split("```json\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .unwrap()
+        .to_owned();
+    let m = corral_learn::manifest::parse(block.as_bytes()).unwrap();
+    assert_eq!(m.scenario_id, "kafka-lag-7f3a");
+    let doc: Value = serde_json::from_str(&block).unwrap();
+    assert_eq!(doc, manifest());
+}
