@@ -414,3 +414,43 @@ fn the_manifest_example_in_docs_learning_md_loads_and_matches_the_tests_manifest
     let doc: Value = serde_json::from_str(&block).unwrap();
     assert_eq!(doc, manifest());
 }
+
+#[tokio::test]
+async fn a_delegated_agent_reads_at_its_humans_level_and_cannot_raise_it() {
+    const SECRET: &str = "0123456789abcdef0123456789abcdef-jwt";
+    let ws = Workspace::new();
+    let yaml = learning_yaml(&ws).replace(
+        TOKENS_YAML,
+        "auth:\n  jwt: {hs256_secret_env: CORRAL_IT_JWT_SECRET}\n",
+    );
+    let loaded = ws.load(&yaml, &[("CORRAL_IT_JWT_SECRET", SECRET)]);
+    let s = Server::start_learning(&loaded, setup(&ws, &manifest(), Duration::ZERO), false)
+        .await
+        .unwrap();
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let sign = |claims: Value| {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
+    };
+    let human = sign(json!({"sub": "ada", "exp": exp}));
+    let agent = sign(json!({"sub": "ada", "exp": exp, "act": {"sub": "svc:planner"}}));
+    assert_eq!(s.get_as(&agent, "/me").await.json()["kind"], "delegated");
+
+    let r = hint(&s, &human).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let me = s.get_as(&agent, "/me").await.json();
+    assert_eq!(me["learning"]["level"], 1, "{me}");
+    assert_eq!(me["learning"]["can_take_hint"], false, "{me}");
+    hint(&s, &agent)
+        .await
+        .assert_error(403, "learning.hint_not_human");
+    assert_eq!(s.get_as(&human, "/me").await.json()["learning"]["level"], 1);
+}
