@@ -454,3 +454,70 @@ async fn a_delegated_agent_reads_at_its_humans_level_and_cannot_raise_it() {
         .assert_error(403, "learning.hint_not_human");
     assert_eq!(s.get_as(&human, "/me").await.json()["learning"]["level"], 1);
 }
+
+#[tokio::test]
+async fn below_level_3_a_lab_runs_outputs_show_no_text_and_at_3_they_do() {
+    const SECRET: &str = "0123456789abcdef0123456789abcdef-lab";
+    const MOCKED: &str = "first synthetic account";
+    let ws = Workspace::new();
+    let yaml = learning_yaml(&ws).replace(
+        TOKENS_YAML,
+        "auth:\n  jwt: {hs256_secret_env: CORRAL_IT_LAB_JWT_SECRET}\n",
+    );
+    let loaded = ws.load(&yaml, &[("CORRAL_IT_LAB_JWT_SECRET", SECRET)]);
+    let s = Server::start_learning(&loaded, setup(&ws, &manifest(), Duration::ZERO), false)
+        .await
+        .unwrap();
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let t = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"sub": "olga", "roles": ["operator"], "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap();
+    let post =
+        |path: &str, body: Value| send(s.client().post(s.url(path)).bearer_auth(&t).json(&body));
+    let scenario = post(
+        "/v1/sandbox/scenarios",
+        json!({
+            "name": "learning lab",
+            "samples": [{"key": "sample-1", "input": "agent:user1@example.test"}],
+            "mocks": [{"resource": "agent:user1@example.test", "response": MOCKED}]
+        }),
+    )
+    .await;
+    assert_eq!(scenario.status, 201, "{}", scenario.text);
+    // Narrowed: the id is there, the name (written text) is not.
+    assert!(scenario.json().get("name").is_none(), "{}", scenario.text);
+    let id = scenario.json()["id"].as_str().unwrap().to_owned();
+    let run = post(
+        &format!("/v1/sandbox/scenarios/{id}/runs"),
+        json!({"variant": "candidate"}),
+    )
+    .await;
+    assert_eq!(run.status, 201, "{}", run.text);
+    let run_id = run.json()["id"].as_str().unwrap().to_owned();
+    let outputs = s
+        .get_as(&t, &format!("/v1/sandbox/runs/{run_id}/outputs"))
+        .await;
+    assert_eq!(outputs.status, 200, "{}", outputs.text);
+    assert!(!outputs.text.contains(MOCKED), "{}", outputs.text);
+    assert!(
+        outputs.json()["items"]
+            .as_array()
+            .is_some_and(|i| !i.is_empty()),
+        "{}",
+        outputs.text
+    );
+    for _ in 0..3 {
+        assert_eq!(hint(&s, &t).await.status, 200);
+    }
+    let outputs = s
+        .get_as(&t, &format!("/v1/sandbox/runs/{run_id}/outputs"))
+        .await;
+    assert!(outputs.text.contains(MOCKED), "{}", outputs.text);
+}
