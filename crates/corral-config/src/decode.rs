@@ -493,7 +493,20 @@ pub(super) const LLM: &[Field<LlmConfig>] = &[
                         .to_owned(),
                 );
             }
-            ok
+            // Reserved for learning mode's coach (corral_learn::levels::LAB_COACH): the root
+            // agent may not take its name.
+            let reserved = r.value == "lab_coach";
+            if ok && reserved {
+                d.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    "`llm.root_agent` is `lab_coach`, a name reserved for learning mode's coach"
+                        .to_owned(),
+                    &e.at,
+                    r.span,
+                    "name the root agent anything else (default `root`)".to_owned(),
+                );
+            }
+            ok && !reserved
         });
     }),
     Field::new("base_url", |d, e, _| {

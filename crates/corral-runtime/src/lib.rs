@@ -50,6 +50,10 @@ pub struct RuntimeOptions {
     /// Where runs and calls are metered per (tenant, purpose) (the server's `/metrics` reads
     /// it); a meter of the runtime's own by default.
     pub meter: Option<Arc<Meter>>,
+    /// Learning mode activated (`CORRAL_LEARNING_MODE=true` honoured): only `corral serve`'s
+    /// path sets it, after checking learning mode's preconditions. Off (every other entry
+    /// point, every library user): [`Runtime::build`] refuses to build with the flag set.
+    pub learning: bool,
 }
 
 /// How long a long-lived runtime waits at build for the upstream servers' first tool lists.
@@ -68,6 +72,7 @@ impl RuntimeOptions {
             one_shot: false,
             observer: None,
             meter: None,
+            learning: false,
         }
     }
 
@@ -84,6 +89,7 @@ impl RuntimeOptions {
             one_shot: true,
             observer: None,
             meter: None,
+            learning: false,
         }
     }
 
@@ -101,6 +107,13 @@ impl RuntimeOptions {
     pub fn with_upstream(mut self, name: &str) -> Self {
         self = self.with_upstreams();
         self.only_upstream = Some(name.to_owned());
+        self
+    }
+
+    /// Honours `CORRAL_LEARNING_MODE=true`: for `corral serve`'s path only, which checks learning
+    /// mode's preconditions first (corral-server's `serve::build_state_with`).
+    pub fn with_learning(mut self) -> Self {
+        self.learning = true;
         self
     }
 
@@ -138,6 +151,9 @@ pub enum RuntimeError {
         "`state_dir` changed: corral's store stays where it started, so the reload is refused; restart corral to move its state"
     )]
     StateDirChanged,
+    /// `CORRAL_LEARNING_MODE` is set (or unreadable) where learning mode was not activated.
+    #[error("{}", without_code(.0))]
+    Learning(corral_learn::gate::EnvError),
 }
 
 impl RuntimeError {
@@ -149,7 +165,18 @@ impl RuntimeError {
             RuntimeError::Auth(_) | RuntimeError::StateDirChanged => codes::CONFIG_INVALID_VALUE,
             RuntimeError::Protected(_) => codes::CONFIG_PROTECTED_WRITABLE,
             RuntimeError::Isolation(_) => codes::ISOLATION_UNAVAILABLE,
+            RuntimeError::Learning(e) => e.code,
         }
+    }
+}
+
+/// An [`corral_learn::gate::EnvError`]'s message without its `error[code]: ` prefix (the
+/// surfaces print the code themselves).
+fn without_code(e: &corral_learn::gate::EnvError) -> String {
+    let text = e.to_string();
+    match text.split_once("]: ") {
+        Some((_, rest)) => rest.to_owned(),
+        None => text,
     }
 }
 
@@ -180,7 +207,18 @@ impl Runtime {
     /// audit sinks, the authenticator and the confirmation store, starts the upstream servers
     /// (if asked) and waits for their tool lists, builds the deployment and the gateway, and
     /// starts the background tasks `options` asks for.
+    ///
+    /// With `CORRAL_LEARNING_MODE=true` in the environment and `options.learning` off, nothing
+    /// is built: `learning.not_this_entry_point` (an unreadable flag: `learning.flag_invalid`).
     pub async fn build(loaded: &Loaded, options: RuntimeOptions) -> Result<Self, RuntimeError> {
+        if !options.learning {
+            corral_learn::gate::refuse_outside_serve(
+                std::env::var_os(corral_learn::gate::FLAG_ENV).as_deref(),
+            )
+            .map_err(RuntimeError::Learning)?;
+        } else {
+            corral_learn::gate::flag_from_env().map_err(RuntimeError::Learning)?;
+        }
         let store = services::store(loaded).await?;
         let backend = services::backend(loaded, options.one_shot)?;
         let sinks = services::audit_sinks(loaded, &store)?;

@@ -7,6 +7,7 @@
 pub mod auth;
 mod body;
 pub mod error;
+pub mod learning;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
@@ -59,6 +60,8 @@ pub struct App {
     max_body_bytes: usize,
     mcp_allowed_hosts: Vec<String>,
     mcp_allowed_origins: Vec<String>,
+    /// Learning mode's state: `Some` only when `corral serve` activated it.
+    learning: Option<Arc<learning::Learning>>,
     /// The LLM proxy's provider (`llm:`, read at start-up); `None`: its routes answer 503.
     llm: Option<Arc<routes::llm::Upstream>>,
     /// The hook of root agents' model replies; none by default (replies pass untouched).
@@ -86,6 +89,7 @@ impl App {
                 .iter()
                 .map(|o| o.value.clone())
                 .collect(),
+            learning: None,
             llm: routes::llm::Upstream::from_loaded(loaded).map(Arc::new),
             reply_hook: std::sync::OnceLock::new(),
         }
@@ -104,6 +108,17 @@ impl App {
     /// The metrics registry, shared.
     pub(crate) fn metrics_arc(&self) -> Arc<metrics::CallMetrics> {
         Arc::clone(&self.metrics)
+    }
+
+    /// The app in learning mode (`serve::build_state_with` only, after every precondition held).
+    pub fn with_learning(mut self, learning: Arc<learning::Learning>) -> Self {
+        self.learning = Some(learning);
+        self
+    }
+
+    /// Learning mode's state, when it is on.
+    pub fn learning(&self) -> Option<&Arc<learning::Learning>> {
+        self.learning.as_ref()
     }
 
     /// The running corral behind the routes.
@@ -146,9 +161,11 @@ impl App {
         &self.mcp_allowed_origins
     }
 
-    /// `open` (no tokens, no JWT) or `auth`, as the current config has it.
+    /// `learning` (learning mode on), `open` (no tokens, no JWT) or `auth`.
     pub fn mode(&self) -> &'static str {
-        if self.authenticator().is_open() {
+        if self.learning.is_some() {
+            "learning"
+        } else if self.authenticator().is_open() {
             "open"
         } else {
             "auth"

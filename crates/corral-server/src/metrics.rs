@@ -37,6 +37,21 @@ struct CallLabels {
     outcome: &'static str,
 }
 
+/// The labels of `corral_learning_hints_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LevelLabels {
+    /// The level the hint raised to.
+    level: u8,
+}
+
+/// Learning mode's series (registered only when it is on).
+struct LearningMetrics {
+    hints: Family<LevelLabels, Counter>,
+    manifest_errors: Counter,
+    watcher: std::sync::Weak<corral_learn::watch::Watcher>,
+    sync: std::sync::Mutex<()>,
+}
+
 /// The labels of `corral_llm_tokens_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TokenLabels {
@@ -100,6 +115,7 @@ pub struct CallMetrics {
     registry: Registry,
     calls: Family<CallLabels, Counter>,
     duration: Histogram,
+    learning: Option<LearningMetrics>,
     llm_tokens: Family<TokenLabels, Counter>,
     llm_requests: Family<LlmLabels, Counter>,
     meter: Arc<Meter>,
@@ -145,6 +161,7 @@ impl Default for CallMetrics {
             registry,
             calls,
             duration,
+            learning: None,
             llm_tokens,
             llm_requests,
             meter,
@@ -175,8 +192,48 @@ impl CallMetrics {
         Arc::clone(&self.meter)
     }
 
+    /// The registry with learning mode's series too: `corral_learning_hints_total{level}` and
+    /// `corral_learning_manifest_errors_total` (the failed reloads of `watcher`'s manifest).
+    pub fn with_learning(watcher: &std::sync::Arc<corral_learn::watch::Watcher>) -> Self {
+        let mut m = Self::default();
+        let hints = Family::<LevelLabels, Counter>::default();
+        let manifest_errors = Counter::default();
+        m.registry.register(
+            "corral_learning_hints",
+            "Hints taken in learning mode, by the level they raised to",
+            hints.clone(),
+        );
+        m.registry.register(
+            "corral_learning_manifest_errors",
+            "Scenario manifest reloads refused (the last good manifest stayed)",
+            manifest_errors.clone(),
+        );
+        m.learning = Some(LearningMetrics {
+            hints,
+            manifest_errors,
+            watcher: std::sync::Arc::downgrade(watcher),
+            sync: std::sync::Mutex::new(()),
+        });
+        m
+    }
+
+    /// Counts a hint that raised a level to `level`.
+    pub fn hint_taken(&self, level: u8) {
+        if let Some(l) = &self.learning {
+            l.hints.get_or_create(&LevelLabels { level }).inc();
+        }
+    }
+
     /// The OpenMetrics text exposition (ends with `# EOF`).
     pub fn render(&self) -> Result<String, fmt::Error> {
+        if let Some(l) = &self.learning
+            && let Some(w) = l.watcher.upgrade()
+        {
+            let _held = l.sync.lock().unwrap_or_else(|e| e.into_inner());
+            let seen = l.manifest_errors.get();
+            l.manifest_errors
+                .inc_by(w.errors_total().saturating_sub(seen));
+        }
         let mut out = String::new();
         encode(&mut out, &self.registry)?;
         Ok(out)

@@ -23,6 +23,9 @@ pub struct ServeOptions {
     pub allow_open: bool,
     /// Largest request body, bytes.
     pub max_body_bytes: usize,
+    /// Learning mode, when `CORRAL_LEARNING_MODE=true` (read by the CLI: only `corral serve`
+    /// passes one).
+    pub learning: Option<crate::learning::LearningSetup>,
 }
 
 /// Why the server did not start.
@@ -42,6 +45,16 @@ pub enum ServeError {
     /// The runtime could not be composed (storage, auth, protected paths, isolation).
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// Learning mode was asked for and a precondition does not hold (each one is named).
+    #[error("{0}")]
+    Learning(crate::learning::Refused),
+    /// Learning mode's answer guard could not be installed (another reply hook was): the
+    /// server does not start unguarded.
+    #[error(
+        "learning mode: the answer guard could not be installed (another reply hook was); \
+         the server does not start without it"
+    )]
+    GuardNotInstalled,
 }
 
 impl ServeError {
@@ -51,6 +64,8 @@ impl ServeError {
             ServeError::OpenMode(_) => corral_policy::codes::CONFIG_OPEN_MODE_REFUSED,
             ServeError::Bind { .. } => corral_policy::codes::SERVER_INTERNAL,
             ServeError::Runtime(e) => e.code(),
+            ServeError::Learning(r) => r.code(),
+            ServeError::GuardNotInstalled => corral_policy::codes::SERVER_INTERNAL,
         }
     }
 }
@@ -109,14 +124,64 @@ pub async fn build_state(
     loaded: &Loaded,
     max_body_bytes: usize,
 ) -> Result<(AppState, Arc<Store>), ServeError> {
-    let metrics = Arc::new(crate::metrics::CallMetrics::default());
-    let options = RuntimeOptions::long_lived()
+    build_state_with(loaded, max_body_bytes, None).await
+}
+
+/// Learning mode's activation, as `corral serve` passes it to [`build_state_with`].
+#[derive(Debug, Clone)]
+pub struct Activation {
+    /// The manifest and settings.
+    pub setup: crate::learning::LearningSetup,
+    /// `--allow-open` was passed (learning mode refuses it).
+    pub allow_open: bool,
+}
+
+/// [`build_state`], with learning mode when `learning` is given: every precondition is checked
+/// before anything is built (all unmet ones are named), and only then is the runtime built with
+/// the flag honoured. Without it, no learning code runs.
+pub async fn build_state_with(
+    loaded: &Loaded,
+    max_body_bytes: usize,
+    learning: Option<Activation>,
+) -> Result<(AppState, Arc<Store>), ServeError> {
+    let learning = match learning {
+        None => None,
+        Some(a) => Some(Arc::new(
+            crate::learning::Learning::start(loaded, &a.setup, a.allow_open)
+                .map_err(ServeError::Learning)?,
+        )),
+    };
+    let metrics = Arc::new(match &learning {
+        None => crate::metrics::CallMetrics::default(),
+        Some(l) => crate::metrics::CallMetrics::with_learning(l.watcher()),
+    });
+    let mut options = RuntimeOptions::long_lived()
         .with_observer(metrics.clone())
         .with_meter(metrics.meter());
+    if learning.is_some() {
+        options = options.with_learning();
+    }
     let runtime = Runtime::build(loaded, options).await?;
     let store = Arc::clone(runtime.store());
-    let app = App::new(runtime, metrics, loaded, max_body_bytes);
-    Ok((AppState::new(app), store))
+    let mut app = App::new(runtime, metrics, loaded, max_body_bytes);
+    let hook = learning.as_ref().map(|l| {
+        crate::learning::AnswerHook::new(
+            Arc::clone(l),
+            app.gateway().sinks().to_vec(),
+            app.gateway().tenant(),
+        )
+    });
+    if let Some(l) = learning {
+        app = app.with_learning(l);
+    }
+    let state = AppState::new(app);
+    if let Some(h) = hook {
+        // The first and only hook: learning mode's answer guard.
+        if !state.install_reply_hook(Arc::new(h)) {
+            return Err(ServeError::GuardNotInstalled);
+        }
+    }
+    Ok((state, store))
 }
 
 async fn shutdown_signal() {
@@ -238,7 +303,11 @@ fn needs_restart(
 
 /// Runs the server until SIGINT or SIGTERM, then drains in-flight calls.
 pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
-    let (state, store) = build_state(&opts.loaded, opts.max_body_bytes).await?;
+    let activation = opts.learning.clone().map(|setup| Activation {
+        setup,
+        allow_open: opts.allow_open,
+    });
+    let (state, store) = build_state_with(&opts.loaded, opts.max_body_bytes, activation).await?;
     check_open_mode(
         &opts.loaded,
         state.authenticator().is_open(),

@@ -363,6 +363,11 @@ pub fn run(args: Args) -> CliResult {
 }
 
 fn run_inner(args: Args) -> Result<u8, CliError> {
+    // Learning mode is `corral serve`'s only: a sandboxed command here would run unguarded.
+    corral_learn::gate::refuse_outside_serve(
+        std::env::var_os(corral_learn::gate::FLAG_ENV).as_deref(),
+    )
+    .map_err(|e| CliError::line(Exit::Code(EXIT_CANNOT_RUN), format!("corral run: {e}")))?;
     let s = settings(&args)?;
     let req = request(&args.argv, &s)?;
     let backend = LinuxBackend::new(PathBuf::from("/proc/self/exe"))

@@ -48,6 +48,9 @@ fn preset_config(preset: &str, root: Option<&Path>) -> Result<corral_config::Loa
 /// Runs `corral serve` until the server stops.
 pub fn run(a: Args) -> CliResult {
     init_logging();
+    // Strict: `true`, `false` or unset; anything else refuses to start.
+    let learning = corral_server::learning::LearningSetup::from_env()
+        .map_err(|e| CliError::line(Exit::Error, e.to_string()))?;
     let (loaded, config_path) = match &a.preset {
         Some(preset) => (preset_config(preset, a.root.as_deref())?, None),
         None => {
@@ -62,8 +65,12 @@ pub fn run(a: Args) -> CliResult {
         listen: a.listen,
         allow_open: a.allow_open,
         max_body_bytes: a.max_body_bytes,
+        learning,
     };
-    rt.block_on(serve(opts))
-        .map_err(|e| CliError::coded(e.code(), &e))?;
+    rt.block_on(serve(opts)).map_err(|e| match e {
+        // Each unmet precondition is its own `error[code]: ...` line.
+        corral_server::serve::ServeError::Learning(r) => CliError::line(Exit::Error, r.to_string()),
+        e => CliError::coded(e.code(), &e),
+    })?;
     Ok(Exit::Ok)
 }

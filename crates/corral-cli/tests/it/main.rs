@@ -8,6 +8,7 @@ mod doctor;
 #[path = "sandbox_lab.rs"]
 mod lab;
 mod lab_program;
+mod learning;
 mod mcp;
 mod offline;
 mod reload;

@@ -66,6 +66,8 @@ routes! {
     Decision => "POST /confirmations";
     /// `GET /me`.
     Me => "GET /me";
+    /// `POST /learning/hint` (learning mode only).
+    LearningHint => "POST /learning/hint";
     /// `GET /metrics`.
     Metrics => "GET /metrics";
     /// `GET /openapi.json`.

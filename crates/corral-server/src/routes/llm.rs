@@ -390,13 +390,23 @@ pub(crate) async fn chat_completions(
             *so = json!({"include_usage": true});
         }
     }
-    let hook = state.reply_hook().filter(|_| is_root);
+    // In learning mode every reply is the learner's to read, whatever agent the (caller-set)
+    // header names: a specialist's replies are checked too, so the header cannot route around
+    // the answer guard.
+    let hook = state
+        .reply_hook()
+        .filter(|_| is_root || state.learning().is_some());
+    // Learning mode: the root's system prompt gets the learner's level line (never a value).
+    if is_root && let Some(l) = state.learning() {
+        crate::learning::append_level_line(&mut body, l.level_of(&caller));
+    }
     let ctx = ReplyCtx {
         principal: caller.principal.id.clone(),
         tenant: caller.principal.tenant.clone(),
         run: caller.run.clone().or_else(|| opts.run_id.clone()),
         agent,
         request_id: rid.clone(),
+        caller: caller.principal.clone(),
     };
     let forward = Forward {
         upstream,

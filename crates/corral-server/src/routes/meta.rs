@@ -12,21 +12,29 @@ use crate::error::ApiError;
 
 /// `GET /healthz`: no auth; says the server is up, its version and mode.
 pub async fn healthz(State(state): State<AppState>) -> Response {
-    axum::Json(json!({
+    let mut body = json!({
         "status": "ok",
         "version": env!("CARGO_PKG_VERSION"),
         "mode": state.mode(),
         "backend": state.gateway().backend().name(),
         "storage": state.storage(),
         "confirmations": state.gateway().confirmations_backend(),
-    }))
-    .into_response()
+    });
+    // Learning mode: the scenario's id, never a value of it.
+    if let Some(l) = state.learning() {
+        body["scenario_id"] = json!(l.scenario().0);
+    }
+    axum::Json(body).into_response()
 }
 
 /// `GET /me`: the caller's principal (and the run its token is scoped to, if any).
-pub async fn me(Authed { caller: c, .. }: Authed<Me>) -> Result<Response, ApiError> {
+/// In learning mode it carries `learning: {scenario_id, level, max_level, can_take_hint}`.
+pub async fn me(
+    State(state): State<AppState>,
+    Authed { caller: c, .. }: Authed<Me>,
+) -> Result<Response, ApiError> {
     let p = &c.principal;
-    Ok(axum::Json(json!({
+    let mut body = json!({
         "id": p.id,
         "roles": p.roles,
         "kind": p.kind.as_str(),
@@ -34,8 +42,18 @@ pub async fn me(Authed { caller: c, .. }: Authed<Me>) -> Result<Response, ApiErr
         "authenticated": p.authenticated,
         "act_chain": c.act_chain,
         "run": c.run,
-    }))
-    .into_response())
+    });
+    if let Some(l) = state.learning() {
+        let (scenario_id, default) = l.scenario();
+        let view = l.levels().view(p, &scenario_id, default);
+        body["learning"] = json!({
+            "scenario_id": scenario_id,
+            "level": view.level.get(),
+            "max_level": view.max_level.get(),
+            "can_take_hint": view.can_take_hint,
+        });
+    }
+    Ok(axum::Json(body).into_response())
 }
 
 /// `GET /metrics`: OpenMetrics text (Prometheus scrapes it).

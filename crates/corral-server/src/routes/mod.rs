@@ -3,6 +3,7 @@
 mod audit;
 mod confirmations;
 mod extract;
+mod learning;
 pub(crate) mod link;
 pub mod llm;
 mod mcp;
@@ -17,9 +18,25 @@ use axum::routing::{get, post};
 
 use crate::AppState;
 
-/// All routes.
+/// All routes: the table below, plus, only when learning mode is on, `POST /learning/hint` and
+/// the layer narrowing `/audit` and `/v1/sandbox/*` below level 3 (`learning::narrow`).
 pub fn router(state: AppState) -> Router {
     let limit = state.max_body_bytes();
+    let mut table = table(&state);
+    if state.learning().is_some() {
+        table = table.route("/learning/hint", post(learning::hint)).layer(
+            axum::middleware::from_fn_with_state(state.clone(), learning::narrow),
+        );
+    }
+    table
+        .fallback(meta::not_found)
+        .method_not_allowed_fallback(meta::method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// Every route learning mode does not add.
+fn table(state: &AppState) -> Router<AppState> {
     Router::new()
         .route("/healthz", get(meta::healthz))
         .route("/ops", get(ops::list))
@@ -33,7 +50,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/me", get(meta::me))
         .route("/metrics", get(meta::metrics))
-        .route("/mcp", mcp_route(&state))
+        .route("/mcp", mcp_route(state))
         .route("/openapi.json", get(meta::openapi))
         .route("/v1/chat/completions", post(llm::chat_completions))
         .route("/v1/models", get(llm::models))
@@ -80,10 +97,6 @@ pub fn router(state: AppState) -> Router {
             axum::routing::put(sandbox::set_recording_input),
         )
         .route("/v1/sandbox/recordings/{id}/replay", post(sandbox::replay))
-        .fallback(meta::not_found)
-        .method_not_allowed_fallback(meta::method_not_allowed)
-        .layer(DefaultBodyLimit::max(limit))
-        .with_state(state)
 }
 
 /// `/mcp`: the MCP service behind the authentication middleware.

@@ -212,6 +212,22 @@ impl Server {
         if let Some(h) = hook {
             assert!(state.install_reply_hook(h));
         }
+        Self::serve(state, store).await
+    }
+
+    /// Serves `loaded` in learning mode (`setup`), or the reason it refused to start.
+    pub async fn start_learning(
+        loaded: &Loaded,
+        setup: corral_server::learning::LearningSetup,
+        allow_open: bool,
+    ) -> Result<Self, corral_server::serve::ServeError> {
+        let activation = corral_server::serve::Activation { setup, allow_open };
+        let (state, store) =
+            corral_server::serve::build_state_with(loaded, 1 << 20, Some(activation)).await?;
+        Ok(Self::serve(state, store).await)
+    }
+
+    async fn serve(state: corral_server::AppState, store: Arc<Store>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = corral_server::app(state);
@@ -300,6 +316,11 @@ impl Server {
     pub async fn call_approved(&self, op: &str, args: Value) -> Reply {
         let token = self.token.clone().expect("a configured token");
         self.call_approved_as(&token, op, args).await
+    }
+
+    /// `GET <path>`, as `token`.
+    pub async fn get_as(&self, token: &str, path: &str) -> Reply {
+        send(self.client.get(self.url(path)).bearer_auth(token)).await
     }
 
     /// `GET <path>`, as the configured token.

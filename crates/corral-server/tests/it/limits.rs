@@ -120,6 +120,7 @@ fn options(ws: &Workspace, preset: &str, listen: SocketAddr, allow_open: bool) -
         listen,
         allow_open,
         max_body_bytes: 1 << 20,
+        learning: None,
     }
 }
 

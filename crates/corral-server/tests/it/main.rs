@@ -18,6 +18,8 @@ mod guard_order;
 mod guard_replicas;
 mod http_fetch;
 mod jwt;
+mod learning;
+mod learning_eval;
 mod limits;
 mod llm;
 mod mcp;

@@ -26,7 +26,7 @@ async fn server(ws: &Workspace) -> Server {
     Server::start(&ws.load(&yaml, &crate::common::token_env())).await
 }
 
-async fn client(s: &Server, token: &str) -> RunningService<RoleClient, ()> {
+pub(crate) async fn client(s: &Server, token: &str) -> RunningService<RoleClient, ()> {
     let config = StreamableHttpClientTransportConfig::with_uri(s.url("/mcp")).auth_header(token);
     let transport = StreamableHttpClientTransport::from_config(config);
     ().serve(transport).await.unwrap()

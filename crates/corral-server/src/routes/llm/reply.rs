@@ -20,6 +20,9 @@ pub struct ReplyCtx {
     pub agent: String,
     /// The request's id (its audit events carry it).
     pub request_id: String,
+    /// The caller's whole principal (learning mode reads its level by it: a delegated caller
+    /// shares its human's).
+    pub caller: corral_policy::Principal,
 }
 
 /// One assistant message: its text parts in order (what a hook may rewrite) and its tool calls
@@ -83,8 +86,9 @@ impl AssistantReply {
             }
             Some(Value::String(_)) | Some(Value::Null) | None => {
                 if self.text.is_empty() {
+                    // Text removed entirely (a hook kept only the tool calls): no content.
                     if m.get("content").is_some_and(Value::is_string) {
-                        m.insert("content".to_owned(), Value::String(String::new()));
+                        m.insert("content".to_owned(), Value::Null);
                     }
                 } else {
                     m.insert("content".to_owned(), Value::String(self.text.concat()));
