@@ -364,10 +364,7 @@ impl<'a> Linter<'a> {
     /// `lint.raised_cap`: a memory cap or write quota above corral's safe default, in the
     /// global limits, a rule's, an upstream MCP server's, or a lab program's.
     fn raised_caps(&mut self) {
-        use corral_policy::limits::{
-            DEFAULT_MEMORY, DEFAULT_RECORDING_BYTES, DEFAULT_RECORDING_EVENTS,
-            DEFAULT_RECORDINGS_PER_PRINCIPAL, DEFAULT_RECORDINGS_PER_TENANT, DEFAULT_WRITE_QUOTA,
-        };
+        use corral_policy::limits::{DEFAULT_MEMORY, DEFAULT_RECORDING_BYTES, DEFAULT_WRITE_QUOTA};
         use corral_policy::units::format_size;
         let c = &self.l.config;
         let mut places: Vec<(String, Option<Span>, &corral_policy::Limits)> =
@@ -435,42 +432,7 @@ impl<'a> Linter<'a> {
                 DEFAULT_RECORDING_BYTES,
             ));
         }
-        if let Some(n) = rec.max_events.filter(|n| *n > DEFAULT_RECORDING_EVENTS) {
-            self.push(Diagnostic::warning(
-                codes::LINT_RAISED_CAP,
-                format!(
-                    "`recordings.max_events` raises the recording event cap from the safe default {DEFAULT_RECORDING_EVENTS} to {n}"
-                ),
-                "recordings.max_events",
-                None,
-            ));
-        }
-        if let Some(n) = rec
-            .max_per_tenant
-            .filter(|n| *n > DEFAULT_RECORDINGS_PER_TENANT)
-        {
-            self.push(Diagnostic::warning(
-                codes::LINT_RAISED_CAP,
-                format!(
-                    "`recordings.max_per_tenant` raises the live recordings a tenant may keep from the safe default {DEFAULT_RECORDINGS_PER_TENANT} to {n}"
-                ),
-                "recordings.max_per_tenant",
-                None,
-            ));
-        }
-        if let Some(n) = rec
-            .max_per_principal
-            .filter(|n| *n > DEFAULT_RECORDINGS_PER_PRINCIPAL)
-        {
-            self.push(Diagnostic::warning(
-                codes::LINT_RAISED_CAP,
-                format!(
-                    "`recordings.max_per_principal` raises the live recordings one principal may keep in a tenant from the safe default {DEFAULT_RECORDINGS_PER_PRINCIPAL} to {n}: one principal can then take more of the tenant's share"
-                ),
-                "recordings.max_per_principal",
-                None,
-            ));
-        }
+        self.raised_recording_counts();
         for (at, span, what, value, default) in found {
             self.push(Diagnostic::warning(
                 codes::LINT_RAISED_CAP,
@@ -481,6 +443,48 @@ impl<'a> Linter<'a> {
                 ),
                 at,
                 span,
+            ));
+        }
+    }
+
+    /// The recording counts raised past their safe defaults (events per recording, live
+    /// recordings per tenant and per principal).
+    fn raised_recording_counts(&mut self) {
+        use corral_policy::limits::{
+            DEFAULT_RECORDING_EVENTS, DEFAULT_RECORDINGS_PER_PRINCIPAL,
+            DEFAULT_RECORDINGS_PER_TENANT,
+        };
+        let rec = &self.l.config.recordings;
+        let (events, tenant, principal) =
+            (rec.max_events, rec.max_per_tenant, rec.max_per_principal);
+        if let Some(n) = events.filter(|n| *n > DEFAULT_RECORDING_EVENTS) {
+            self.push(Diagnostic::warning(
+                codes::LINT_RAISED_CAP,
+                format!(
+                    "`recordings.max_events` raises the recording event cap from the safe default {DEFAULT_RECORDING_EVENTS} to {n}"
+                ),
+                "recordings.max_events",
+                None,
+            ));
+        }
+        if let Some(n) = tenant.filter(|n| *n > DEFAULT_RECORDINGS_PER_TENANT) {
+            self.push(Diagnostic::warning(
+                codes::LINT_RAISED_CAP,
+                format!(
+                    "`recordings.max_per_tenant` raises the live recordings a tenant may keep from the safe default {DEFAULT_RECORDINGS_PER_TENANT} to {n}"
+                ),
+                "recordings.max_per_tenant",
+                None,
+            ));
+        }
+        if let Some(n) = principal.filter(|n| *n > DEFAULT_RECORDINGS_PER_PRINCIPAL) {
+            self.push(Diagnostic::warning(
+                codes::LINT_RAISED_CAP,
+                format!(
+                    "`recordings.max_per_principal` raises the live recordings one principal may keep in a tenant from the safe default {DEFAULT_RECORDINGS_PER_PRINCIPAL} to {n}: one principal can then take more of the tenant's share"
+                ),
+                "recordings.max_per_principal",
+                None,
             ));
         }
     }
@@ -817,6 +821,30 @@ impl<'a> Linter<'a> {
         }
     }
 
+    /// `contained: true` vouches that the op's writes stay in the run's workspace: a claim the
+    /// lint names (what it makes replay-safe, or that it has no effect).
+    fn contained_op(&mut self, c: &CustomOpConfig, at: &str) {
+        let read_write = c.effects.as_ref().is_some_and(|e| {
+            !e.is_empty() && e.iter().all(|x| matches!(x, Effect::Read | Effect::Write))
+        });
+        let what = if read_write {
+            "it vouches that the op's writes land only in the run's ephemeral workspace, which makes it replay-safe: shadow evaluations (replays with the real tools) run it for real, so a wrong claim lets a replay write for real wherever the op writes"
+        } else {
+            "it vouches only that the op's writes land in the run's ephemeral workspace, and the op declares effects beyond reading and writing (or none), so it stays unsafe for replay and the claim has no effect"
+        };
+        self.push(
+            Diagnostic::warning(
+                codes::LINT_OP_CONTAINED,
+                format!("custom op `{}` declares `contained: true`: {what}", c.id.value),
+                at.to_owned(),
+                Some(c.id.span),
+            )
+            .with_fix(
+                "keep it only if the program writes nowhere but the run's workspace (its `write_paths:`); otherwise remove `contained: true`",
+            ),
+        );
+    }
+
     fn custom_op(&mut self, c: &CustomOpConfig) {
         let at = format!("custom.{}", c.id.value);
         if c.effects.as_ref().is_none_or(Vec::is_empty) {
@@ -828,25 +856,7 @@ impl<'a> Linter<'a> {
             ));
         }
         if c.contained {
-            let read_write = c.effects.as_ref().is_some_and(|e| {
-                !e.is_empty() && e.iter().all(|x| matches!(x, Effect::Read | Effect::Write))
-            });
-            let what = if read_write {
-                "it vouches that the op's writes land only in the run's ephemeral workspace, which makes it replay-safe: shadow evaluations (replays with the real tools) run it for real, so a wrong claim lets a replay write for real wherever the op writes"
-            } else {
-                "it vouches only that the op's writes land in the run's ephemeral workspace, and the op declares effects beyond reading and writing (or none), so it stays unsafe for replay and the claim has no effect"
-            };
-            self.push(
-                Diagnostic::warning(
-                    codes::LINT_OP_CONTAINED,
-                    format!("custom op `{}` declares `contained: true`: {what}", c.id.value),
-                    at.clone(),
-                    Some(c.id.span),
-                )
-                .with_fix(
-                    "keep it only if the program writes nowhere but the run's workspace (its `write_paths:`); otherwise remove `contained: true`",
-                ),
-            );
+            self.contained_op(c, &at);
         }
         let root = self.l.config.root.as_ref().map(|r| r.value.as_str());
         if c.writes() && c.write_paths.is_empty() && !c.params.iter().any(|p| p.writable) {

@@ -217,6 +217,27 @@ fn only_keys(entries: &[(Key, Node)], allowed: &[&str], what: &str) -> Result<()
     }
 }
 
+/// A step's `op`: a valid op id that answers JSON (a streamed op's bytes could feed no later
+/// step and no `output`).
+fn step_op<'n>(entries: &'n [(Key, Node)], s: &Node) -> Result<&'n str, WorkflowError> {
+    let op_node =
+        get(entries, "op").ok_or_else(|| invalid(s.span, "the step needs `op` (an op id)"))?;
+    let op = string(op_node, "`op`")?;
+    OpId::parse(op).map_err(|e| invalid(op_node.span, e.to_string()))?;
+    if corral_policy::STREAMED_OPS.contains(&op) {
+        return Err(err(
+            codes::LAB_WORKFLOW_STREAMED_OP,
+            op_node.span,
+            format!(
+                "step `{op}` answers a stream (a file's bytes), not JSON, so no later \
+                 step or `output` could use its answer; read text with `files.read` \
+                 instead, or drop the step"
+            ),
+        ));
+    }
+    Ok(op)
+}
+
 fn get<'n>(entries: &'n [(Key, Node)], key: &str) -> Option<&'n Node> {
     entries.iter().find(|(k, _)| k.name == key).map(|(_, v)| v)
 }
@@ -291,21 +312,7 @@ impl Workflow {
                 return Err(invalid(s.span, "a step is a mapping `{op, args?, as?}`"));
             };
             only_keys(entries, &["op", "args", "as"], "a step")?;
-            let op_node = get(entries, "op")
-                .ok_or_else(|| invalid(s.span, "the step needs `op` (an op id)"))?;
-            let op = string(op_node, "`op`")?;
-            OpId::parse(op).map_err(|e| invalid(op_node.span, e.to_string()))?;
-            if corral_policy::STREAMED_OPS.contains(&op) {
-                return Err(err(
-                    codes::LAB_WORKFLOW_STREAMED_OP,
-                    op_node.span,
-                    format!(
-                        "step `{op}` answers a stream (a file's bytes), not JSON, so no later \
-                         step or `output` could use its answer; read text with `files.read` \
-                         instead, or drop the step"
-                    ),
-                ));
-            }
+            let op = step_op(entries, s)?;
             let args = match get(entries, "args") {
                 None => Arg::Object(Vec::new()),
                 Some(

@@ -183,12 +183,8 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
         }
         Value::Object(o)
     };
-    let id_param =
-        json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
-    let page_params = json!([
-        {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
-        {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
-    ]);
+    let id_param = id_param();
+    let page_params = page_params();
     let scenario_body = json!({"type": "object", "required": ["name"], "additionalProperties": false, "properties": {
         "name": {"type": "string", "maxLength": 200}, "description": {"type": "string"},
         "steps": {"type": "array", "items": {"type": "object", "required": ["input"], "properties": {"input": {"type": "string"}, "expected": {}}}},
@@ -248,6 +244,39 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
             ("200", json_of("`{items: [comparison], next}`")), vec![("400", bad("args.invalid, args.unknown"))]),
     }));
     paths.insert("/v1/sandbox/comparisons/{id}".to_owned(), json!({"get": op("sandbox.comparisons.get", "a comparison of the tenant (viewer)", id_param.clone(), None, ("200", json_of("the comparison")), vec![])}));
+    tournament_paths(paths, &op, &e);
+    shadow_paths(paths, &op, &variant, &scorer, &e);
+    recording_paths(paths, err);
+}
+
+/// The `{id}` path parameter of the sandbox routes.
+fn id_param() -> Value {
+    json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}])
+}
+
+/// The `limit` and `after` query parameters of a paged list.
+fn page_params() -> Value {
+    json!([
+        {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+        {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
+    ])
+}
+
+/// A route's operation, as `sandbox_paths` builds it: id, summary, parameters, body, the
+/// success answer and the other answers.
+type OpOf<'a> =
+    &'a dyn Fn(&str, &str, Value, Option<Value>, (&str, Value), Vec<(&str, Value)>) -> Value;
+
+/// The tournaments' routes (`/v1/sandbox/tournaments*`, issue 15 item 6).
+fn tournament_paths(
+    paths: &mut serde_json::Map<String, Value>,
+    op: OpOf<'_>,
+    e: &dyn Fn(&str) -> Value,
+) {
+    let json_of = |d: &str| json!({"description": d, "content": {"application/json": {"schema": {"type": "object"}}}});
+    let bad = |d: &str| e(d);
+    let id_param = id_param();
+    let page_params = page_params();
     paths.insert("/v1/sandbox/tournaments".to_owned(), json!({"post": op(
         "sandbox.tournament", "grades finished runs of one scenario and version (one per variant) by a command judge asked about every task and pair in both orders: a Bradley-Terry ranking with bootstrap intervals, the judge's position bias, and the verdict between the top two; stores the answer (operator)", json!([]),
         Some(json!({"type": "object", "required": ["runs", "judge"], "additionalProperties": false, "properties": {
@@ -261,14 +290,7 @@ fn sandbox_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
     ), "get": op("sandbox.tournaments.list", "a page of the tenant's stored tournaments, newest first (viewer)", page_params, None,
         ("200", json_of("`{items: [tournament], next}`")), vec![("400", bad("args.invalid, args.unknown"))])}));
     paths.insert("/v1/sandbox/tournaments/{id}".to_owned(), json!({"get": op("sandbox.tournaments.get", "a stored tournament of the tenant (viewer)", id_param, None, ("200", json_of("the tournament, as `POST /v1/sandbox/tournaments` answered it")), vec![])}));
-    shadow_paths(paths, &op, &variant, &scorer, &e);
-    recording_paths(paths, err);
 }
-
-/// A route's operation, as `sandbox_paths` builds it: id, summary, parameters, body, the
-/// success answer and the other answers.
-type OpOf<'a> =
-    &'a dyn Fn(&str, &str, Value, Option<Value>, (&str, Value), Vec<(&str, Value)>) -> Value;
 
 /// The shadow evaluations' routes (`/v1/sandbox/shadows*`, issue 15 items 3-5).
 fn shadow_paths(
@@ -279,12 +301,8 @@ fn shadow_paths(
     e: &dyn Fn(&str) -> Value,
 ) {
     let json_of = |d: &str| json!({"description": d, "content": {"application/json": {"schema": {"type": "object"}}}});
-    let id_param =
-        json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
-    let page_params = json!([
-        {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
-        {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
-    ]);
+    let id_param = id_param();
+    let page_params = page_params();
     let shadow = "the shadow evaluation `{id, tenant, principal, status, planned, ran, tasks, variants, runs, not_run, report, created_ms, updated_ms, finished_ms}`: `status` is `running`, `completed`, `stopped_by_ceiling`, `failed` or `interrupted` (the process running it stopped first); `runs` maps each task to `{scenario_id, runs: {variant: run_id | null}}` (the run ids a tournament grades); `not_run` lists the `{variant, task}` pairs a ceiling stopped; `report` has `runs` (per run: `{variant, task, run_id, scenario_id, status, steps_total, steps_ok, calls, timeline, degraded?, diverged, divergence, owner, withheld?}`, `divergence` being `{step, op, args_hash, recorded: {op, args_hash} | null}` or null; it is drawn from the recording, so only its principal (`owner`) or an admin sees it: anyone else gets null and `withheld: true`), `metering` (`{replay: {runs, calls, tokens, spend}, judge: {...}}`; `tokens` and `spend` are null: not known), `ceilings`, `stopped_by` and `error`";
     paths.insert("/v1/sandbox/shadows".to_owned(), json!({
         "post": op("sandbox.shadows.run", "starts a shadow evaluation: the recorded tasks' inputs re-run under every variant (N*M replay runs, purpose `replay`, real tools, unsafe ops absent), in the background (operator, and the caller must be allowed to read every task's recording: admin or its principal). Every variant is checked first; N*M over 10 needs `expected_runs`", json!([]),
@@ -317,10 +335,7 @@ fn recording_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
         {"name": "id", "in": "path", "required": true, "description": "the run id", "schema": {"type": "string"}},
         {"name": "principal", "in": "query", "required": false, "description": "whose recording of the run id (its `identity`, or the principal's id), when several principals recorded under it", "schema": {"type": "string"}}
     ]);
-    let page_params = json!([
-        {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
-        {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
-    ]);
+    let page_params = page_params();
     let op = |id: &str, summary: &str, params: Value, ok: Value| {
         json!({"get": {
             "operationId": id,
