@@ -390,12 +390,13 @@ pub(crate) async fn chat_completions(
             *so = json!({"include_usage": true});
         }
     }
-    // In learning mode every reply is the learner's to read, whatever agent the (caller-set)
-    // header names: a specialist's replies are checked too, so the header cannot route around
-    // the answer guard.
-    let hook = state
-        .reply_hook()
-        .filter(|_| is_root || state.learning().is_some());
+    // A specialist's reply goes to the root, not to the learner, so it is not rewritten. But
+    // the header is the caller's to set: in learning mode only agent software (a service or a
+    // delegated principal) names a specialist; a person's own token is always the root's, so a
+    // learner cannot route around the answer guard by naming a specialist.
+    let human = caller.principal.kind == corral_policy::PrincipalKind::Human;
+    let is_root = is_root || (human && state.learning().is_some());
+    let hook = state.reply_hook().filter(|_| is_root);
     // Learning mode: the root's system prompt gets the learner's level line (never a value).
     if is_root && let Some(l) = state.learning() {
         crate::learning::append_level_line(&mut body, l.level_of(&caller));

@@ -414,3 +414,42 @@ async fn the_roots_system_prompt_gets_the_learners_level_line_on_each_request() 
         ))
     );
 }
+
+/// A service principal's token: the agent host's, the software that names its specialists.
+const HOST_TOKEN: &str = "host-token-0a1b2c3d4e5f67890";
+
+#[tokio::test]
+async fn in_learning_mode_a_specialists_reply_to_the_agent_host_is_kept_and_a_persons_never_is() {
+    let (url, _provider) = provider().await;
+    let ws = Workspace::new();
+    let mut env = token_env();
+    env.push((UPSTREAM_URL_ENV, url.as_str()));
+    env.push((UPSTREAM_KEY_ENV, UPSTREAM_KEY));
+    env.push(("CORRAL_IT_HOST_TOKEN", HOST_TOKEN));
+    let yaml = format!(
+        "{}{LLM_YAML}rules:\n  - allow: [llm.chat]\n",
+        crate::learning::learning_yaml(&ws)
+    )
+    .replace(
+        "token_env: CORRAL_IT_ADMIN_TOKEN}\n",
+        "token_env: CORRAL_IT_ADMIN_TOKEN}\n    - {id: host, roles: [operator], kind: service, token_env: CORRAL_IT_HOST_TOKEN}\n",
+    );
+    let loaded = ws.load(&yaml, &env);
+    let s = Server::start_learning(&loaded, setup(&ws, &manifest(), Duration::ZERO), false)
+        .await
+        .unwrap();
+    let specialist = CASES
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.agent == Some("specialist") && c.exact)
+        .map(|(n, _)| n)
+        .collect::<Vec<_>>();
+    assert!(!specialist.is_empty());
+    for n in specialist {
+        let needle = CASES[n].needle;
+        // The agent host's specialist: its reply reaches the root whole (it is not the learner's).
+        assert!(leaked(&received(&s, HOST_TOKEN, n).await, needle), "case {n}");
+        // A person's token naming a specialist is still the root: the answer is withheld.
+        assert!(!leaked(&received(&s, AGENT_TOKEN, n).await, needle), "case {n}");
+    }
+}
