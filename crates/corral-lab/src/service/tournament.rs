@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    Action, LabError, LabService, MAX_STEP_EXECUTIONS, PageQuery, audited_id, clip, not_found,
+    Action, LabError, LabService, MAX_STEP_EXECUTIONS, PageQuery, audited_id, clip,
+    forbidden_recording, is_admin, may_read_owned, not_found,
 };
 use crate::judge::CommandJudge;
 use crate::tournament::{self, DEFAULT_BOOTSTRAP, Judgment, MAX_BOOTSTRAP, PositionBias};
@@ -228,11 +229,15 @@ impl LabService {
         let r = async {
             self.start(&TOURNAMENTS_LIST, caller)?;
             let p = self.store.list_tournaments(&tenant, &page.page()?).await?;
-            let items = p
-                .items
-                .into_iter()
-                .map(read_stored)
-                .collect::<Result<Vec<_>, _>>()?;
+            // An owned scenario's tournaments are listed only to its owner or an admin (a page
+            // may then be shorter than asked; `next` still goes on from its last stored row).
+            let mut items = Vec::with_capacity(p.items.len());
+            for stored in p.items {
+                let t = read_stored(stored)?;
+                if self.may_read_tournament(caller, &tenant, &t).await? {
+                    items.push(t);
+                }
+            }
             Ok(store_lab::Paged {
                 items,
                 next: p.next,
@@ -258,12 +263,34 @@ impl LabService {
                 .get_tournament(&tenant, id)
                 .await?
                 .ok_or_else(|| not_found("tournament", &tenant, id))?;
-            read_stored(stored)
+            let t = read_stored(stored)?;
+            if !self.may_read_tournament(caller, &tenant, &t).await? {
+                return Err(forbidden_recording(caller));
+            }
+            Ok(t)
         }
         .await;
         let detail = Some(format!("tournament={}", audited_id(id)));
         self.finish(&TOURNAMENTS_GET, caller, rid, r, detail, None)
             .await
+    }
+
+    /// Whether `caller` may read `t`: a tournament of an owned scenario (a recorded task's)
+    /// holds its task input and outputs (in the judge's errors and the runs' outputs), so only
+    /// the scenario's owner or an admin reads it, as the scenario itself.
+    async fn may_read_tournament(
+        &self,
+        caller: &Caller,
+        tenant: &str,
+        t: &Tournament,
+    ) -> Result<bool, LabError> {
+        Ok(
+            match self.store.get_scenario(tenant, &t.scenario_id).await? {
+                Some(s) => may_read_owned(caller, s.owner.as_deref()),
+                // Gone (its runs purged, then it deleted): whose it was is unknown; fail closed.
+                None => is_admin(caller),
+            },
+        )
     }
 
     async fn tournament_inner(

@@ -32,6 +32,8 @@ enum Rule {
     BadOnTask2,
     /// Exit 3 when the first slot holds the longest output, else the longer one.
     FailsSometimes,
+    /// Talks instead of answering (as a model judge does), quoting the task's input.
+    Chatty,
 }
 
 /// A `linux`-named backend that answers a judge's request by a rule, and keeps what it read.
@@ -76,6 +78,10 @@ impl Backend for Judge {
                 Rule::BadOnTask2 => (0, json!({"prefer": longer}).to_string()),
                 Rule::FailsSometimes if a.contains("at length") => (3, String::new()),
                 Rule::FailsSometimes => (0, json!({"prefer": longer}).to_string()),
+                Rule::Chatty => (
+                    0,
+                    format!("For the task {}, I prefer the first.", v["input"]),
+                ),
             };
             Ok(ExecOutput {
                 exit_code: Some(code),
@@ -629,7 +635,11 @@ async fn stored_tournaments_are_listed_newest_first_page_by_page_to_their_tenant
     stranger.tenant = Some("other".to_owned());
     let none = f
         .lab
-        .list_tournaments(&Caller::new(stranger), "rid-l3", &page(None))
+        .list_tournaments(
+            &Caller::new(stranger),
+            "rid-l3",
+            &corral_lab::service::PageQuery::default(),
+        )
         .await
         .unwrap();
     assert!(none.items.is_empty() && none.next.is_none());
@@ -665,4 +675,88 @@ async fn judge_calls_run_a_few_at_once_never_more_than_the_bound_and_rank_the_sa
         assert_eq!(again.ranking, t.ranking);
         assert_eq!(again.position_bias, t.position_bias);
     }
+}
+
+/// What: a stored tournament is read back by any viewer of the tenant (`get_tournament`,
+/// `list_tournaments`, no owner check), and its `errors[].message` quotes up to 200 characters
+/// of what the judge printed; a judge (a model judge above all) that talks instead of printing
+/// `{"prefer": ...}` quotes the task's input, which for a scenario a replay owns is the
+/// recording's value (its task input). Repro: olga's owned scenario (as a replay makes one of
+/// her recording's task input), two runs of it by olga, a tournament of them by olga with a
+/// judge that prints `For the task "<input>", I prefer the first.`; a viewer, who is refused the
+/// scenario (`recording.forbidden`), reads the input in the stored tournament. Impact: the
+/// replay access fixes (owned scenarios, outputs by the recording's access) are bypassed by the
+/// grading route: a recorded session's task input (a customer's data, a key) reaches every
+/// viewer of the tenant. A fix checks `may_read_owned` on the tournament's scenario when it is
+/// read or listed (or withholds the judge's words from callers who may not read it).
+#[tokio::test]
+async fn a_viewer_can_neither_read_nor_list_the_stored_tournament_of_an_owned_scenario() {
+    const SECRET: &str = "customer 4111-1111-1111-1111";
+    let f = fixture(Rule::Chatty).await;
+    let owner = olga().principal.identity();
+    let s = f
+        .store
+        .create_owned_scenario(
+            "default",
+            &corral_store::lab::ScenarioDraft {
+                name: "task of recording r1 (0123456789abcdef)".to_owned(),
+                description: "the task input kept by recording r1, for replay".to_owned(),
+                steps: json!([{"input": SECRET}]),
+                mocks: json!([{"resource": SECRET, "response": "refund approved"}]),
+            },
+            Some(&owner),
+            1,
+        )
+        .await
+        .unwrap();
+    let mut runs = Vec::new();
+    for (variant, workflow) in [("medium", Some(suffixed(", briefly"))), ("short", None)] {
+        let r = f
+            .lab
+            .run(
+                &olga(),
+                "rid",
+                &s.id,
+                RunBody {
+                    variant: variant.to_owned(),
+                    workflow,
+                    ..RunBody::default()
+                },
+            )
+            .await
+            .unwrap();
+        runs.push(r.id);
+    }
+    let t = f
+        .lab
+        .tournament(&olga(), "rid-t", body(&runs), 100)
+        .await
+        .unwrap();
+    let viewer = Caller::new(Principal::new("vic", &["viewer"]));
+    let refused = f.lab.get_scenario(&viewer, "rid", &s.id).await.unwrap_err();
+    assert_eq!(refused.code, "recording.forbidden");
+    let refused = f
+        .lab
+        .get_tournament(&viewer, "rid", &t.id)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, "recording.forbidden");
+    let listed = f
+        .lab
+        .list_tournaments(&viewer, "rid", &corral_lab::service::PageQuery::default())
+        .await
+        .unwrap();
+    let text = serde_json::to_string(&listed).unwrap();
+    assert!(
+        !text.contains(SECRET) && !text.contains(&t.id),
+        "a viewer listed the owned scenario's stored tournament: {text}"
+    );
+    let own = f.lab.get_tournament(&olga(), "rid", &t.id).await.unwrap();
+    assert_eq!(own.id, t.id);
+    let listed = f
+        .lab
+        .list_tournaments(&olga(), "rid", &corral_lab::service::PageQuery::default())
+        .await
+        .unwrap();
+    assert!(listed.items.iter().any(|x| x.id == t.id));
 }

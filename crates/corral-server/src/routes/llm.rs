@@ -780,6 +780,17 @@ impl Forward {
                 if let Some(v) = &parsed {
                     assembled.add(v);
                 }
+                if held && assembled.too_many_choices {
+                    let r = Refusal::new(
+                        codes::LLM_UPSTREAM,
+                        format!(
+                            "the model provider's stream opened more than {} choices, more than \
+                             corral holds for the reply hook; ask for fewer choices (`n`)",
+                            reply::MAX_HELD_CHOICES
+                        ),
+                    );
+                    return self.fail(r, format!("model {}: too many choices", self.model));
+                }
                 let Some(btx) = &body_tx else {
                     continue;
                 };

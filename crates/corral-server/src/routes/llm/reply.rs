@@ -110,6 +110,30 @@ struct Choice {
     finish_reason: Option<Value>,
 }
 
+/// The most choices a held stream renders: each is sent as two chunks repeating the stream's
+/// header, so the held answer stays a small multiple of what was read; more is refused.
+pub(super) const MAX_HELD_CHOICES: usize = 16;
+
+/// The most bytes of a string the held stream echoes from the provider's header fields (`id`,
+/// `model`, `system_fingerprint`), which it repeats in every chunk it renders.
+const MAX_ECHOED_BYTES: usize = 256;
+
+/// A header field as the held stream echoes it: a string clipped to [`MAX_ECHOED_BYTES`] (at a
+/// character boundary), a number or boolean as is; anything else is dropped.
+fn echoed(v: &Value) -> Option<Value> {
+    match v {
+        Value::String(s) => {
+            let mut end = s.len().min(MAX_ECHOED_BYTES);
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            Some(Value::String(s[..end].to_owned()))
+        }
+        Value::Number(_) | Value::Bool(_) => Some(v.clone()),
+        _ => None,
+    }
+}
+
 /// A whole stream, assembled: what the streaming hold sends as one message.
 #[derive(Debug, Default)]
 pub(super) struct Assembled {
@@ -120,6 +144,8 @@ pub(super) struct Assembled {
     choices: BTreeMap<u64, Choice>,
     /// The stream's `usage` (from the last chunk, with `include_usage`).
     pub(super) usage: Option<Value>,
+    /// The stream opened more than [`MAX_HELD_CHOICES`] choices (those past it were dropped).
+    pub(super) too_many_choices: bool,
 }
 
 impl Assembled {
@@ -132,9 +158,9 @@ impl Assembled {
             (&mut self.system_fingerprint, "system_fingerprint"),
         ] {
             if slot.is_none()
-                && let Some(v) = chunk.get(key).filter(|v| !v.is_null())
+                && let Some(v) = chunk.get(key).and_then(echoed)
             {
-                *slot = Some(v.clone());
+                *slot = Some(v);
             }
         }
         if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
@@ -145,9 +171,13 @@ impl Assembled {
         };
         for c in choices {
             let index = c.get("index").and_then(Value::as_u64).unwrap_or(0);
+            if !self.choices.contains_key(&index) && self.choices.len() >= MAX_HELD_CHOICES {
+                self.too_many_choices = true;
+                continue;
+            }
             let choice = self.choices.entry(index).or_default();
-            if let Some(f) = c.get("finish_reason").filter(|f| !f.is_null()) {
-                choice.finish_reason = Some(f.clone());
+            if let Some(f) = c.get("finish_reason").and_then(echoed) {
+                choice.finish_reason = Some(f);
             }
             let Some(delta) = c.get("delta") else {
                 continue;
