@@ -29,7 +29,7 @@ use crate::confirm::{
     Action, ActionState, ConfirmationError, ConfirmationStore, Cursor, MemoryConfirmations,
 };
 use crate::guardrails::GuardPolicy;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, RunCalls};
 use crate::metering::Meter;
 use crate::metrics::{CallObserver, NoObserver};
 use crate::recording::Recorder;
@@ -224,6 +224,8 @@ pub struct Gateway {
     backend: Arc<dyn Backend>,
     sinks: Vec<Arc<dyn AuditSink>>,
     limiter: Limiter,
+    /// The runs with a token budget whose model call is in flight (one at a time per run).
+    run_calls: RunCalls,
     tenant: String,
     confirmations: Arc<dyn ConfirmationStore>,
     runs: Arc<dyn RunStore>,
@@ -290,6 +292,7 @@ impl Gateway {
             backend,
             sinks,
             limiter: Limiter::default(),
+            run_calls: RunCalls::default(),
             tenant: tenant.to_owned(),
             confirmations: Arc::new(MemoryConfirmations::new()),
             runs: Arc::new(RunLedger::default()),

@@ -164,3 +164,69 @@ impl Limiter {
         }
     }
 }
+
+/// A run's model call in flight: (tenant, principal, purpose, run id).
+type RunSlotKey = (String, String, &'static str, String);
+
+/// The runs with a model call in flight, for runs with a token budget (`budgets.tokens`): a
+/// run's tokens are charged only once its model call ended (a stream's usage comes last), so a
+/// second call checked while one is in flight would pass on a stale count. One call at a time
+/// per run closes that. In memory, per process: replicas sharing a run store each admit one.
+#[derive(Debug, Default)]
+pub struct RunCalls {
+    in_flight: Arc<Mutex<std::collections::HashSet<RunSlotKey>>>,
+}
+
+/// A run's model-call slot, freed on drop.
+#[derive(Debug)]
+pub struct RunSlot {
+    key: Option<RunSlotKey>,
+    in_flight: Arc<Mutex<std::collections::HashSet<RunSlotKey>>>,
+}
+
+impl Drop for RunSlot {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            // A poisoned lock still frees the slot: the set is only ever inserted/removed.
+            let mut m = self
+                .in_flight
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            m.remove(&key);
+        }
+    }
+}
+
+impl RunCalls {
+    /// How many runs have a model call in flight.
+    pub fn tracked(&self) -> usize {
+        self.in_flight.lock().map_or(0, |m| m.len())
+    }
+
+    /// The run's slot, or `None` when another call of the run holds it.
+    pub fn enter(
+        &self,
+        tenant: &str,
+        principal: &str,
+        purpose: &'static str,
+        run_id: &str,
+    ) -> Option<RunSlot> {
+        let key = (
+            tenant.to_owned(),
+            principal.to_owned(),
+            purpose,
+            run_id.to_owned(),
+        );
+        let mut m = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !m.insert(key.clone()) {
+            return None;
+        }
+        Some(RunSlot {
+            key: Some(key),
+            in_flight: Arc::clone(&self.in_flight),
+        })
+    }
+}

@@ -190,6 +190,9 @@ catalog! {
     BUDGET_TOKENS_EXHAUSTED = "budget.tokens_exhausted", 429,
         "the run has used up its model token budget (`budgets.tokens`), so no model call was forwarded",
         "start a new run (another `X-Corral-Run`), or raise `budgets.tokens`";
+    BUDGET_TOKENS_IN_FLIGHT = "budget.tokens_in_flight", 429,
+        "another model call of the same run is in flight, and the run has a token budget (`budgets.tokens`): its model calls go one at a time, so each is checked against what the previous ones used",
+        "wait for the run's model call in flight to end, then retry (or make the calls in separate runs)";
     AUDIT_NOT_PERMITTED = "audit.not_permitted", 403,
         "reading the audit log (`GET /audit`, `corral audit`) needs role admin",
         "call with a token whose roles include `admin`";

@@ -24,8 +24,8 @@ use crate::confirm::{
     StoredOutcome,
 };
 use crate::guardrails::{Confirmation, GuardPolicy, tier_reason};
-use crate::limiter::{Limited, Permit};
-use crate::runs::{RunKey, RunPurpose, RunStoreError, RunView};
+use crate::limiter::{Limited, Permit, RunSlot};
+use crate::runs::{RunKey, RunPurpose, RunStoreError, RunView, TOKEN_METERED_NS};
 
 /// How a call ended: the outcome its audit event records, and the answer.
 pub(super) struct Answer {
@@ -93,6 +93,9 @@ impl Gateway {
         // Kept boxed: it is large, and moves through the steps to the handler.
         let grant = policy(d, call, &args, event)?;
         let _permit = self.limits(call, &grant)?;
+        // Held until the call's tokens are charged below: taken before the budget check, so
+        // the check sees what every earlier model call of the run used.
+        let _run_slot = self.model_call_slot(run.as_ref().map(|(k, _)| k), call, g)?;
         let charged = self
             .budgets(run.as_ref().map(|(k, _)| k), call, g, event)
             .await?;
@@ -197,6 +200,40 @@ impl Gateway {
                 };
                 Answer::refused(Outcome::Limited, r)
             })
+    }
+
+    /// Step 7, first: a run with a token budget makes one model call at a time (its tokens are
+    /// known only once a call ended, so a call checked while another is in flight would pass on
+    /// a stale count); a second concurrent one is refused, never queued.
+    fn model_call_slot(
+        &self,
+        run: Option<&RunKey<'_>>,
+        call: &Call,
+        g: &GuardPolicy,
+    ) -> Step<Option<RunSlot>> {
+        let Some(key) = run else {
+            return Ok(None);
+        };
+        if g.budgets.max_tokens == 0 || !call.op.starts_with(TOKEN_METERED_NS) {
+            return Ok(None);
+        }
+        match self
+            .run_calls
+            .enter(key.tenant, key.principal, key.purpose.as_str(), key.run_id)
+        {
+            Some(slot) => Ok(Some(slot)),
+            None => {
+                let mut r = Refusal::new(
+                    codes::BUDGET_TOKENS_IN_FLIGHT,
+                    format!(
+                        "run `{}` has a model call in flight, and its token budget (`budgets.tokens`) lets it make one at a time; retry when that call ends",
+                        key.run_id
+                    ),
+                );
+                r.retry_after = Some(Duration::from_secs(1));
+                Err(Answer::refused(Outcome::BudgetRefused, r))
+            }
+        }
     }
 
     /// Step 7: charges the run's budgets (neutral refusals: nothing ran, nothing failed). The

@@ -723,7 +723,7 @@ impl Forward {
         };
         let status = resp.status().as_u16();
         let held = self.hook.is_some();
-        let (body_tx, body) = if held {
+        let (mut body_tx, body) = if held {
             (None, None)
         } else {
             let (btx, brx) = mpsc::channel::<Result<Bytes, std::io::Error>>(32);
@@ -742,6 +742,10 @@ impl Forward {
         let mut buf: Vec<u8> = Vec::new();
         let mut total = 0usize;
         let mut note = "";
+        // Once the client hung up, the provider's stream is still read (bounded by the size
+        // limit of a held stream and the read timeout) for its usage chunk: the provider bills
+        // the whole completion, so the run is charged it.
+        let mut gone = false;
         loop {
             let chunk = match resp.chunk().await {
                 Ok(Some(c)) => c,
@@ -757,7 +761,7 @@ impl Forward {
             };
             total = total.saturating_add(chunk.len());
             buf.extend(chunk.iter().copied().filter(|b| *b != b'\r'));
-            if buf.len() > MAX_EVENT_BYTES || (held && total > MAX_UPSTREAM_BYTES) {
+            if buf.len() > MAX_EVENT_BYTES || ((held || gone) && total > MAX_UPSTREAM_BYTES) {
                 let r = Refusal::new(
                     codes::LLM_UPSTREAM,
                     "the model provider's stream is over corral's size limits",
@@ -768,7 +772,6 @@ impl Forward {
                 note = ", stream too large";
                 break;
             }
-            let mut gone = false;
             for (data, raw) in reply::take_events(&mut buf) {
                 let parsed = serde_json::from_str::<Value>(&data).ok();
                 let usage_only = parsed.as_ref().is_some_and(|v| {
@@ -799,15 +802,22 @@ impl Forward {
                 }
                 if btx.send(Ok(Bytes::from(raw))).await.is_err() {
                     gone = true;
-                    break;
+                    note = ", client went away";
+                    body_tx = None;
                 }
             }
-            if gone {
-                note = ", client went away";
-                break;
-            }
         }
-        let (prompt, completion) = usage_of(assembled.usage.as_ref());
+        let (mut prompt, mut completion) = usage_of(assembled.usage.as_ref());
+        let estimated;
+        if assembled.usage.is_none() && !held {
+            // No usage chunk (the stream broke, ran over a limit, or the provider sent none):
+            // an estimate of ~4 bytes a token of what was sent and read, never 0.
+            let sent = serde_json::to_vec(&self.body).map_or(0, |b| b.len());
+            prompt = u64::try_from(sent / 4).unwrap_or(u64::MAX);
+            completion = u64::try_from(total / 4).unwrap_or(u64::MAX);
+            estimated = format!("{note}, no usage from the provider: tokens estimated from bytes");
+            note = &estimated;
+        }
         if held {
             let mut replies = assembled.replies();
             if let Some(hook) = &self.hook {

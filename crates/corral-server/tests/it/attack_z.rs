@@ -206,7 +206,7 @@ async fn ask(s: &Server, body: Value, run: &str) -> Reply {
 /// concurrency limit by default): the budget bounds nothing against a parallel caller. A fix
 /// reserves (or serialises) a run's model calls while one is in flight.
 #[tokio::test]
-async fn attack_z_concurrent_model_calls_of_one_run_all_pass_its_token_budget() {
+async fn a_second_concurrent_model_call_of_a_run_with_a_token_budget_is_refused() {
     let p = Hostile::start(3).await;
     let (s, _ws) = server(&p, "budgets: {tokens: 100}\n", None).await;
     let (a, b, c) = tokio::join!(
@@ -235,7 +235,7 @@ async fn attack_z_concurrent_model_calls_of_one_run_all_pass_its_token_budget() 
 /// budget is bypassed without limit. A fix keeps reading the provider after the client left
 /// (bounded) to meter the usage, or charges an estimate (e.g. the request's `max_tokens`).
 #[tokio::test]
-async fn attack_z_a_stream_the_client_hangs_up_on_is_charged_no_tokens() {
+async fn a_stream_the_client_hangs_up_on_is_still_charged_its_tokens() {
     let p = Hostile::start(1).await;
     let (s, _ws) = server(&p, "budgets: {tokens: 100}\n", None).await;
     let mut body = chat_body("drip");
