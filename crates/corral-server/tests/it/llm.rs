@@ -421,3 +421,38 @@ async fn a_hooked_stream_is_held_and_sent_as_one_checked_message_with_its_tool_c
     let r = p.post(body, &[("x-corral-agent", "helper")]).await;
     assert!(sse_data(&r.text).len() > 3);
 }
+
+#[tokio::test]
+async fn a_hooked_reply_sends_only_its_checked_text_and_tool_calls_never_the_models_other_fields() {
+    let hook = Arc::new(Redact::default());
+    let p = proxy_with(
+        &format!("{LLM_YAML}{ALLOW_LLM}"),
+        Some(hook.clone() as Arc<dyn ReplyHook>),
+    )
+    .await;
+    // Reasoning and an audio transcript beside the content: not checked, so never sent.
+    let r = p.post(chat("extras"), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(!r.text.contains("5100"), "{}", r.text);
+    let m = &r.json()["choices"][0]["message"];
+    assert_eq!(m["content"], "The answer is [withheld].");
+    assert!(
+        m.get("reasoning_content").is_none() && m.get("audio").is_none(),
+        "{m}"
+    );
+    // A refusal with no content is checked as the text, and sent as the content.
+    let r = p.post(chat("refusal"), &[]).await;
+    assert!(!r.text.contains("5100"), "{}", r.text);
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "I will not say [withheld]."
+    );
+    // A specialist's reply is not hooked: it reaches its caller as the provider sent it.
+    let r = p
+        .post(chat("extras"), &[("x-corral-agent", "researcher")])
+        .await;
+    assert_eq!(
+        r.json()["choices"][0]["message"]["reasoning_content"],
+        "I read the lag: 5100."
+    );
+}

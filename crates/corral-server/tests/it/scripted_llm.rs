@@ -164,6 +164,15 @@ async fn chat(State(s): State<Script>, headers: HeaderMap, body: axum::body::Byt
     let tools = model == "tools";
     if body["stream"] != Value::Bool(true) {
         let mut message = json!({"role": "assistant", "content": ANSWER});
+        if model == "extras" {
+            // Text beside the content: the model's reasoning and audio transcript.
+            message["reasoning_content"] = json!("I read the lag: 5100.");
+            message["audio"] = json!({"id": "a1", "transcript": "The lag is 5100."});
+        }
+        if model == "refusal" {
+            message =
+                json!({"role": "assistant", "content": null, "refusal": "I will not say 5100."});
+        }
         if tools {
             message["tool_calls"] = json!([{
                 "id": "call_1", "type": "function",

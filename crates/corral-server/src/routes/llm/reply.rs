@@ -47,6 +47,15 @@ impl AssistantReply {
                 .collect(),
             _ => Vec::new(),
         };
+        // A refusal is text the model wrote for the reader too: with no text content it is
+        // checked as the text (and sent as the content); other fields are not sent at all.
+        let mut text = text;
+        if text.is_empty()
+            && let Some(r) = message.get("refusal").and_then(Value::as_str)
+            && !r.is_empty()
+        {
+            text.push(r.to_owned());
+        }
         let tool_calls = message
             .get("tool_calls")
             .and_then(Value::as_array)
@@ -57,12 +66,25 @@ impl AssistantReply {
 
     /// Puts the (hooked) text back into `message`: a string `content` becomes the parts joined;
     /// in a list of parts, the text parts are replaced in order (when the hook changed their
-    /// number, by one text part holding them joined, first among the other parts). Tool calls
-    /// are left as they are.
+    /// number, by one text part holding them joined). Tool calls are left as they are. The hook
+    /// saw only text and tool calls, so nothing else is sent: every other field (`refusal`,
+    /// `reasoning_content`, `audio`, ...) and every part that is not text is dropped, so no
+    /// unchecked text of the model reaches the client beside the checked one.
     pub(super) fn write_text(&self, message: &mut Value) {
         let Some(m) = message.as_object_mut() else {
             return;
         };
+        m.retain(|k, _| matches!(k.as_str(), "role" | "content" | "tool_calls"));
+        if let Some(Value::Array(parts)) = m.get_mut("content") {
+            parts.retain(|p| p.get("type").and_then(Value::as_str) == Some("text"));
+        }
+        if !m
+            .get("content")
+            .is_some_and(|c| c.is_string() || c.is_array())
+        {
+            // No content, or a refusal checked as the text: the text is the content.
+            m.insert("content".to_owned(), Value::Null);
+        }
         match m.get_mut("content") {
             Some(Value::Array(parts)) => {
                 let slots: Vec<usize> = parts
