@@ -448,8 +448,14 @@ async fn in_learning_mode_a_specialists_reply_to_the_agent_host_is_kept_and_a_pe
     for n in specialist {
         let needle = CASES[n].needle;
         // The agent host's specialist: its reply reaches the root whole (it is not the learner's).
-        assert!(leaked(&received(&s, HOST_TOKEN, n).await, needle), "case {n}");
+        assert!(
+            leaked(&received(&s, HOST_TOKEN, n).await, needle),
+            "case {n}"
+        );
         // A person's token naming a specialist is still the root: the answer is withheld.
-        assert!(!leaked(&received(&s, AGENT_TOKEN, n).await, needle), "case {n}");
+        assert!(
+            !leaked(&received(&s, AGENT_TOKEN, n).await, needle),
+            "case {n}"
+        );
     }
 }
