@@ -67,7 +67,7 @@ impl Store {
         tenant: &str,
         page: &Page,
     ) -> Result<Paged<StoredTournament>, LabStoreError> {
-        let q = |e| LabStoreError::Store(self.redactor.query("list lab tournaments", e));
+        let q = self.lab_err("list lab tournaments");
         let (after_ms, after_id) = cursor_binds(page);
         let rows: Vec<Row> = on_pool!(&self.pool, p => sqlx::query_as(LIST)
             .bind(tenant)
@@ -106,7 +106,7 @@ impl Store {
         }
         let id = uuid::Uuid::now_v7().to_string();
         let text = details.to_string();
-        let q = |e| LabStoreError::Store(self.redactor.query("record a lab tournament", e));
+        let q = self.lab_err("record a lab tournament");
         on_pool!(&self.pool, p => sqlx::query(INSERT)
             .bind(tenant)
             .bind(id.as_str())
@@ -132,7 +132,7 @@ impl Store {
         tenant: &str,
         id: &str,
     ) -> Result<Option<StoredTournament>, LabStoreError> {
-        let q = |e| LabStoreError::Store(self.redactor.query("read a lab tournament", e));
+        let q = self.lab_err("read a lab tournament");
         let row: Option<Row> = on_pool!(&self.pool, p => sqlx::query_as(GET)
             .bind(tenant)
             .bind(id)
