@@ -322,6 +322,21 @@ catalog! {
     LAB_INVALID_RECORD = "lab.invalid_record", 500,
         "the lab asked the store to keep an inconsistent record (a pass without a scorer, a step numbered 0, a score that is not a finite number, ...)",
         "this is a bug in corral; report it with the message";
+    AGENTS_NOT_FOUND = "agents.not_found", 404,
+        "no saved agent or agent session has this id in your tenant, or it is not yours to read",
+        "list yours (`GET /v1/agents`, `GET /v1/agents/sessions`) to find its id";
+    AGENTS_SESSION_BUSY = "agents.session_busy", 409,
+        "the agent session has a turn running (a session runs one turn at a time), or it has failed",
+        "wait for `agent.session.idle` on the session's event stream, or cancel the turn; a failed session takes no more turns: start a new one";
+    AGENTS_SESSION_FULL = "agents.session_full", 413,
+        "the agent session holds its cap of 10,000 events, or one event is over 64 KiB",
+        "start a new session; the events kept so far stay readable";
+    AGENTS_INVALID = "agents.invalid", 400,
+        "an agent or session field cannot be stored (a NUL character in an identifier)",
+        "remove the NUL character";
+    AGENTS_INTERRUPTED = "agents.interrupted", 503,
+        "the process running the session's turn stopped before the turn finished (found when a corral process starts, or as it shuts down)",
+        "the session is failed; start a new session (its events so far are kept)";
     LAB_SCENARIO_INVALID = "lab.scenario_invalid", 400,
         "a scenario is malformed: not an object, a missing or unknown key, a value of the wrong type",
         "write `{name, description?, steps: [{input, expected?}], mocks: [...]}`";

@@ -51,6 +51,11 @@
 //! # Tournaments
 //!
 //! [`tournament`]: graded tournaments (migration 0012), kept as the lab's JSON answer.
+//!
+//! # Agents host
+//!
+//! [`agents`]: saved agents, agent sessions (one turn at a time, claimed atomically) and their
+//! numbered, append-only events (migration 0017).
 
 use std::path::Path;
 use std::str::FromStr;
@@ -82,6 +87,7 @@ macro_rules! on_pool {
     };
 }
 
+pub mod agents;
 mod audit;
 mod confirm;
 mod error;

@@ -667,9 +667,7 @@ fn sqlite_sweep(conn: &rusqlite::Connection, me: &Epoch) -> rusqlite::Result<()>
         if is_dead(me, &host, pid, start, seen, now) {
             let (n, work) = in_tx(conn, || {
                 let n = conn.execute(&numbered(GAP_DEAD), rusqlite::params![epoch, now])?;
-                let work = conn
-                    .execute(&numbered(INTERRUPT_SHADOWS), rusqlite::params![epoch, now])?
-                    + conn.execute(&numbered(INTERRUPT_RUNS), rusqlite::params![epoch, now])?;
+                let work = sqlite_interrupt(conn, &epoch, now)?;
                 conn.execute(&numbered(FORGET), rusqlite::params![epoch])?;
                 Ok((n, work))
             })?;
@@ -687,8 +685,7 @@ fn sqlite_clean(conn: &rusqlite::Connection, epoch: &str) -> rusqlite::Result<()
     in_tx(conn, || {
         conn.execute(&numbered(CLEAN), rusqlite::params![epoch])?;
         let now = now_ms();
-        let work = conn.execute(&numbered(INTERRUPT_SHADOWS), rusqlite::params![epoch, now])?
-            + conn.execute(&numbered(INTERRUPT_RUNS), rusqlite::params![epoch, now])?;
+        let work = sqlite_interrupt(conn, epoch, now)?;
         interrupted(work);
         conn.execute(&numbered(FORGET), rusqlite::params![epoch])?;
         Ok(())
@@ -712,12 +709,28 @@ const INTERRUPT_RUNS: &str = "UPDATE lab_runs SET status = 'failed', worker = NU
     error_code = 'lab.interrupted', error_message = '\"the process executing this run stopped \
     before it finished; run it again\"', finished_ms = $2 WHERE worker = $1 AND status = 'running'";
 
+/// A dead (or closing) process's running agent-session turns: the session `failed`,
+/// `agents.interrupted`.
+const INTERRUPT_SESSIONS: &str = "UPDATE agent_sessions SET status = 'failed', worker = NULL, \
+    error_code = 'agents.interrupted', error_message = 'the process running this turn stopped \
+    before it finished; start a new session', last_active_ms = $2 WHERE worker = $1 AND \
+    status = 'in_progress'";
+/// Every sweep of a dead (or closing) process's unfinished work, each bound to (epoch, now).
+const INTERRUPTS: [&str; 3] = [INTERRUPT_SHADOWS, INTERRUPT_RUNS, INTERRUPT_SESSIONS];
+
+/// Runs [`INTERRUPTS`] for `epoch` on SQLite; how many rows they marked.
+fn sqlite_interrupt(conn: &rusqlite::Connection, epoch: &str, now: i64) -> rusqlite::Result<usize> {
+    INTERRUPTS.iter().try_fold(0, |n, q| {
+        Ok(n + conn.execute(&numbered(q), rusqlite::params![epoch, now])?)
+    })
+}
+
 /// Says how many shadow evaluations and lab runs a dead or closing process left unfinished.
 fn interrupted(work: usize) {
     if work > 0 {
         tracing::warn!(
             interrupted = work,
-            "shadow evaluations and lab runs of a process that stopped are marked interrupted"
+            "shadow evaluations, lab runs and agent-session turns of a process that stopped are marked interrupted"
         );
     }
 }
@@ -811,7 +824,7 @@ async fn pooled_sweep(pool: &sqlx::PgPool, me: &Epoch) -> Result<(), sqlx::Error
                 .await?
                 .rows_affected();
             let mut work = 0;
-            for q in [INTERRUPT_SHADOWS, INTERRUPT_RUNS] {
+            for q in INTERRUPTS {
                 work += sqlx::query(q)
                     .bind(&epoch)
                     .bind(now)
@@ -835,7 +848,7 @@ async fn pooled_clean(pool: &sqlx::PgPool, epoch: &str) -> Result<(), sqlx::Erro
     let mut tx = pool.begin().await?;
     sqlx::query(CLEAN).bind(epoch).execute(&mut *tx).await?;
     let mut work = 0;
-    for q in [INTERRUPT_SHADOWS, INTERRUPT_RUNS] {
+    for q in INTERRUPTS {
         work += sqlx::query(q)
             .bind(epoch)
             .bind(now_ms())

@@ -1,0 +1,728 @@
+//! The agents host's records (issue 17, migration 0017): saved agents, sessions and each
+//! session's events. A session is a run (its id is the run id); it takes one turn at a time,
+//! claimed atomically (`idle` -> `in_progress`), so two replicas never run two turns of one
+//! session at once. Events are append-only, numbered from 1 per session without gaps, capped at
+//! [`MAX_SESSION_EVENTS`] per session and [`MAX_EVENT_BYTES`] each. The store keeps what the
+//! runtime gives it and checks only tenancy; who may read a session (its owner, an admin) is the
+//! runtime's decision.
+
+use std::collections::BTreeMap;
+
+use corral_policy::codes;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Store;
+use crate::error::StoreError;
+use crate::lab::{Page, PageCursor, Paged, check_plain, cursor_binds, from_json, json_text, paged};
+
+/// The most events one session keeps; an append past it is refused whole.
+pub const MAX_SESSION_EVENTS: u64 = 10_000;
+/// The most bytes of one event's body (JSON).
+pub const MAX_EVENT_BYTES: usize = 64 * 1024;
+/// The most events read in one call of [`Store::session_events`].
+pub const MAX_EVENTS_READ: u32 = 1_000;
+
+/// Why an agents-host store operation was refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentStoreError {
+    /// The store failed (an infrastructure error).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No agent or session of that id in the caller's tenant.
+    #[error(
+        "no {what} {id:?} in tenant {tenant:?}: it does not exist or belongs to another tenant; \
+         list yours to find its id"
+    )]
+    NotFound {
+        /// `agent` or `session`.
+        what: &'static str,
+        /// The id asked for.
+        id: String,
+        /// The caller's tenant.
+        tenant: String,
+    },
+    /// The session has a turn running (or has failed), so it takes no new turn now.
+    #[error(
+        "session {id:?} is `{status}`: a session runs one turn at a time; wait for \
+         `agent.session.idle` on its event stream, or cancel the turn"
+    )]
+    Busy {
+        /// The session.
+        id: String,
+        /// Its status.
+        status: String,
+    },
+    /// The session holds [`MAX_SESSION_EVENTS`] events, or an event is over [`MAX_EVENT_BYTES`].
+    #[error(
+        "session {id:?} would hold more than {MAX_SESSION_EVENTS} events, or one event over \
+         {MAX_EVENT_BYTES} bytes: nothing of the batch was kept; start a new session"
+    )]
+    EventsFull {
+        /// The session.
+        id: String,
+    },
+    /// A value cannot be stored (a NUL in an identifier).
+    #[error("{reason}")]
+    Invalid {
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+}
+
+impl AgentStoreError {
+    /// The stable code (`agents.*`, or the store's `store.*`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            AgentStoreError::Store(e) => e.code(),
+            AgentStoreError::NotFound { .. } => codes::AGENTS_NOT_FOUND,
+            AgentStoreError::Busy { .. } => codes::AGENTS_SESSION_BUSY,
+            AgentStoreError::EventsFull { .. } => codes::AGENTS_SESSION_FULL,
+            AgentStoreError::Invalid { .. } => codes::AGENTS_INVALID,
+        }
+    }
+}
+
+impl From<crate::lab::LabStoreError> for AgentStoreError {
+    fn from(e: crate::lab::LabStoreError) -> Self {
+        match e {
+            crate::lab::LabStoreError::Store(s) => AgentStoreError::Store(s),
+            other => AgentStoreError::Invalid {
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+/// A saved agent (`POST /v1/agents`): a model and its instructions, reused by sessions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentDef {
+    /// Its id.
+    pub id: String,
+    /// The tenant that owns it.
+    pub tenant: String,
+    /// Who saved it (an identity).
+    pub owner: String,
+    /// The model (a real model name, or an adapter's name).
+    pub model: String,
+    /// Its name, if given.
+    pub name: Option<String>,
+    /// Instructions appended to the adapter's own.
+    pub instructions: Option<String>,
+    /// Up to 16 string pairs.
+    pub metadata: BTreeMap<String, String>,
+    /// When it was saved (ms since the epoch).
+    pub created_ms: i64,
+}
+
+/// An agent to save.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NewAgentDef {
+    /// Who saves it (an identity).
+    pub owner: String,
+    /// The model.
+    pub model: String,
+    /// Its name.
+    pub name: Option<String>,
+    /// Instructions appended to the adapter's own.
+    pub instructions: Option<String>,
+    /// Up to 16 string pairs.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A session to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSession {
+    /// Who starts it (an identity): the only non-admin who may read it.
+    pub owner: String,
+    /// The adapter (`codex`, `claude_code`).
+    pub adapter: String,
+    /// The model handed to the agent's CLI.
+    pub model: String,
+    /// The saved agent it was made from, if any.
+    pub agent_id: Option<String>,
+    /// Its working directory (as granted by the scope).
+    pub workdir: String,
+    /// Up to 16 string pairs.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A session as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    /// Its id (also its run's id).
+    pub id: String,
+    /// The tenant that owns it.
+    pub tenant: String,
+    /// Who started it.
+    pub owner: String,
+    /// The adapter.
+    pub adapter: String,
+    /// The model.
+    pub model: String,
+    /// The saved agent it was made from.
+    pub agent_id: Option<String>,
+    /// Its working directory.
+    pub workdir: String,
+    /// Its metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// `idle`, `in_progress` or `failed`.
+    pub status: String,
+    /// Why it failed: a stable code and a message.
+    pub error: Option<(String, String)>,
+    /// Turns started.
+    pub turns: u64,
+    /// Events appended (the last event's number).
+    pub events: u64,
+    /// Token use so far (`{input_tokens, output_tokens, total_tokens}`), as the runtime keeps it.
+    pub usage: Value,
+    /// What the isolation backend applied to its last turn.
+    pub attestation: Value,
+    /// When it started (ms since the epoch).
+    pub created_ms: i64,
+    /// When it last changed.
+    pub last_active_ms: i64,
+}
+
+/// How a turn ended, recorded on its session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnEnd {
+    /// `idle` (ready for the next turn) or `failed`.
+    pub status: String,
+    /// Why it failed.
+    pub error: Option<(String, String)>,
+    /// The session's token use so far.
+    pub usage: Value,
+    /// What the backend applied to the turn.
+    pub attestation: Value,
+}
+
+/// One stored event of a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionEvent {
+    /// Its number in the session, from 1.
+    pub seq: u64,
+    /// Its type (`agent.session.turn.item.done`, ...).
+    pub kind: String,
+    /// The event as the API sends it.
+    pub body: Value,
+    /// When it was appended.
+    pub created_ms: i64,
+}
+
+macro_rules! agent_def_columns {
+    () => {
+        "tenant, id, owner, model, name, instructions, metadata, created_ms"
+    };
+}
+macro_rules! session_columns {
+    () => {
+        "tenant, id, owner, adapter, model, agent_id, workdir, metadata, status, error_code, \
+         error_message, turns, events, usage, attestation, created_ms, last_active_ms"
+    };
+}
+
+const INSERT_AGENT_DEF: &str = concat!(
+    "INSERT INTO agent_defs (",
+    agent_def_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+);
+const GET_AGENT_DEF: &str = concat!(
+    "SELECT ",
+    agent_def_columns!(),
+    " FROM agent_defs WHERE tenant = $1 AND id = $2"
+);
+const LIST_AGENT_DEFS: &str = concat!(
+    "SELECT ",
+    agent_def_columns!(),
+    " FROM agent_defs WHERE tenant = $1 \
+     AND ($2 IS NULL OR created_ms < $2 OR (created_ms = $2 AND id < $3)) \
+     ORDER BY created_ms DESC, id DESC LIMIT $4"
+);
+const DELETE_AGENT_DEF: &str = "DELETE FROM agent_defs WHERE tenant = $1 AND id = $2";
+const INSERT_SESSION: &str = concat!(
+    "INSERT INTO agent_sessions (",
+    session_columns!(),
+    ", worker) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'idle', NULL, NULL, 0, 0, '{}', '{}', \
+     $9, $9, NULL)"
+);
+const GET_SESSION: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM agent_sessions WHERE tenant = $1 AND id = $2"
+);
+/// `$5`: only this owner's sessions, or every one of the tenant when NULL.
+const LIST_SESSIONS: &str = concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM agent_sessions WHERE tenant = $1 \
+     AND ($2 IS NULL OR created_ms < $2 OR (created_ms = $2 AND id < $3)) \
+     AND ($5 IS NULL OR owner = $5) \
+     ORDER BY created_ms DESC, id DESC LIMIT $4"
+);
+/// A turn starts only on an `idle` session: one turn at a time, across replicas.
+const CLAIM_TURN: &str = "UPDATE agent_sessions SET status = 'in_progress', turns = turns + 1, \
+     worker = $3, last_active_ms = $4 WHERE tenant = $1 AND id = $2 AND status = 'idle'";
+/// Only the running turn ends (a turn a restart marked failed stays so).
+const END_TURN: &str = "UPDATE agent_sessions SET status = $3, error_code = $4, \
+     error_message = $5, usage = $6, attestation = $7, worker = NULL, last_active_ms = $8 \
+     WHERE tenant = $1 AND id = $2 AND status = 'in_progress'";
+/// Reserves `$3` event numbers; nothing when that would pass the cap `$4`.
+const RESERVE_EVENTS: &str = "UPDATE agent_sessions SET events = events + $3, \
+     last_active_ms = $5 WHERE tenant = $1 AND id = $2 AND events + $3 <= $4";
+const EVENTS_NOW: &str = "SELECT events FROM agent_sessions WHERE tenant = $1 AND id = $2";
+const INSERT_EVENT: &str = "INSERT INTO agent_session_events (tenant, session_id, seq, kind, \
+     body, created_ms) VALUES ($1, $2, $3, $4, $5, $6)";
+const READ_EVENTS: &str = "SELECT seq, kind, body, created_ms FROM agent_session_events \
+     WHERE tenant = $1 AND session_id = $2 AND seq > $3 ORDER BY seq LIMIT $4";
+
+#[derive(sqlx::FromRow)]
+struct AgentDefRow {
+    tenant: String,
+    id: String,
+    owner: String,
+    model: String,
+    name: Option<String>,
+    instructions: Option<String>,
+    metadata: String,
+    created_ms: i64,
+}
+
+impl AgentDefRow {
+    fn into_def(self) -> Result<AgentDef, AgentStoreError> {
+        Ok(AgentDef {
+            metadata: from_json("agent metadata", &self.id, &self.metadata)?,
+            id: self.id,
+            tenant: self.tenant,
+            owner: self.owner,
+            model: self.model,
+            name: self.name,
+            instructions: self.instructions,
+            created_ms: self.created_ms,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct SessionRow {
+    tenant: String,
+    id: String,
+    owner: String,
+    adapter: String,
+    model: String,
+    agent_id: Option<String>,
+    workdir: String,
+    metadata: String,
+    status: String,
+    error_code: Option<String>,
+    error_message: Option<String>,
+    turns: i64,
+    events: i64,
+    usage: String,
+    attestation: String,
+    created_ms: i64,
+    last_active_ms: i64,
+}
+
+impl SessionRow {
+    fn into_session(self) -> Result<Session, AgentStoreError> {
+        let id = self.id;
+        Ok(Session {
+            metadata: from_json("session metadata", &id, &self.metadata)?,
+            usage: from_json("session usage", &id, &self.usage)?,
+            attestation: from_json("session attestation", &id, &self.attestation)?,
+            error: self.error_code.zip(self.error_message),
+            tenant: self.tenant,
+            owner: self.owner,
+            adapter: self.adapter,
+            model: self.model,
+            agent_id: self.agent_id,
+            workdir: self.workdir,
+            status: self.status,
+            turns: u64::try_from(self.turns).unwrap_or(0),
+            events: u64::try_from(self.events).unwrap_or(0),
+            created_ms: self.created_ms,
+            last_active_ms: self.last_active_ms,
+            id,
+        })
+    }
+}
+
+fn not_found(what: &'static str, tenant: &str, id: &str) -> AgentStoreError {
+    AgentStoreError::NotFound {
+        what,
+        id: id.to_owned(),
+        tenant: tenant.to_owned(),
+    }
+}
+
+fn i64_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Store {
+    fn agents_err(&self, what: &'static str) -> impl Fn(sqlx::Error) -> AgentStoreError + '_ {
+        move |e| AgentStoreError::Store(self.redactor.query(what, e))
+    }
+
+    /// Saves an agent of `tenant`.
+    pub async fn create_agent_def(
+        &self,
+        tenant: &str,
+        new: &NewAgentDef,
+        now_ms: i64,
+    ) -> Result<AgentDef, AgentStoreError> {
+        check_plain(&[
+            ("the tenant", tenant),
+            ("the owner", &new.owner),
+            ("the model", &new.model),
+        ])?;
+        let def = AgentDef {
+            id: format!("agent_{}", uuid::Uuid::now_v7().simple()),
+            tenant: tenant.to_owned(),
+            owner: new.owner.clone(),
+            model: new.model.clone(),
+            name: new.name.clone(),
+            instructions: new.instructions.clone(),
+            metadata: new.metadata.clone(),
+            created_ms: now_ms,
+        };
+        // Free text goes in as JSON text so a NUL is escaped, as the lab stores it.
+        let q = self.agents_err("save an agent");
+        on_pool!(&self.pool, p => sqlx::query(INSERT_AGENT_DEF)
+            .bind(tenant)
+            .bind(def.id.as_str())
+            .bind(def.owner.as_str())
+            .bind(def.model.as_str())
+            .bind(def.name.as_ref().map(json_text))
+            .bind(def.instructions.as_ref().map(json_text))
+            .bind(json_text(&def.metadata))
+            .bind(now_ms)
+            .execute(p)
+            .await
+            .map(|_| ())
+            .map_err(q)?);
+        Ok(def)
+    }
+
+    /// A saved agent of `tenant`; `None` if it has none with `id`.
+    pub async fn get_agent_def(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<AgentDef>, AgentStoreError> {
+        let q = self.agents_err("read an agent");
+        let row: Option<AgentDefRow> = on_pool!(&self.pool, p => sqlx::query_as(GET_AGENT_DEF)
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(p)
+            .await
+            .map_err(q)?);
+        row.map(|r| r.into_def().and_then(unquote_def)).transpose()
+    }
+
+    /// A page of `tenant`'s saved agents, newest first.
+    pub async fn list_agent_defs(
+        &self,
+        tenant: &str,
+        page: &Page,
+    ) -> Result<Paged<AgentDef>, AgentStoreError> {
+        let q = self.agents_err("list agents");
+        let (after_ms, after_id) = cursor_binds(page);
+        let rows: Vec<AgentDefRow> = on_pool!(&self.pool, p => sqlx::query_as(LIST_AGENT_DEFS)
+            .bind(tenant)
+            .bind(after_ms)
+            .bind(after_id)
+            .bind(i64::from(page.rows()) + 1)
+            .fetch_all(p)
+            .await
+            .map_err(q)?);
+        let items = rows
+            .into_iter()
+            .map(|r| r.into_def().and_then(unquote_def))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(paged(items, page, |d: &AgentDef| PageCursor {
+            created_ms: d.created_ms,
+            id: d.id.clone(),
+        }))
+    }
+
+    /// Deletes a saved agent of `tenant` (sessions made from it keep their copy).
+    pub async fn delete_agent_def(&self, tenant: &str, id: &str) -> Result<(), AgentStoreError> {
+        let q = self.agents_err("delete an agent");
+        let n = on_pool!(&self.pool, p => sqlx::query(DELETE_AGENT_DEF)
+            .bind(tenant)
+            .bind(id)
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(q)?);
+        if n == 0 {
+            return Err(not_found("agent", tenant, id));
+        }
+        Ok(())
+    }
+
+    /// Starts a session of `tenant`, `idle` with no turn yet; `id` is its run's id.
+    pub async fn create_session(
+        &self,
+        tenant: &str,
+        id: &str,
+        new: &NewSession,
+        now_ms: i64,
+    ) -> Result<Session, AgentStoreError> {
+        check_plain(&[
+            ("the tenant", tenant),
+            ("the session id", id),
+            ("the owner", &new.owner),
+            ("the adapter", &new.adapter),
+            ("the model", &new.model),
+            ("the workdir", &new.workdir),
+        ])?;
+        let q = self.agents_err("start a session");
+        on_pool!(&self.pool, p => sqlx::query(INSERT_SESSION)
+            .bind(tenant)
+            .bind(id)
+            .bind(new.owner.as_str())
+            .bind(new.adapter.as_str())
+            .bind(new.model.as_str())
+            .bind(new.agent_id.as_deref())
+            .bind(new.workdir.as_str())
+            .bind(json_text(&new.metadata))
+            .bind(now_ms)
+            .execute(p)
+            .await
+            .map(|_| ())
+            .map_err(q)?);
+        self.get_session(tenant, id)
+            .await?
+            .ok_or_else(|| not_found("session", tenant, id))
+    }
+
+    /// A session of `tenant`; `None` if it has none with `id`.
+    pub async fn get_session(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<Session>, AgentStoreError> {
+        let q = self.agents_err("read a session");
+        let row: Option<SessionRow> = on_pool!(&self.pool, p => sqlx::query_as(GET_SESSION)
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(p)
+            .await
+            .map_err(q)?);
+        row.map(SessionRow::into_session).transpose()
+    }
+
+    /// A page of `tenant`'s sessions, newest first: `owner`'s only, or all with `None`.
+    pub async fn list_sessions(
+        &self,
+        tenant: &str,
+        owner: Option<&str>,
+        page: &Page,
+    ) -> Result<Paged<Session>, AgentStoreError> {
+        let q = self.agents_err("list sessions");
+        let (after_ms, after_id) = cursor_binds(page);
+        let rows: Vec<SessionRow> = on_pool!(&self.pool, p => sqlx::query_as(LIST_SESSIONS)
+            .bind(tenant)
+            .bind(after_ms)
+            .bind(after_id)
+            .bind(i64::from(page.rows()) + 1)
+            .bind(owner)
+            .fetch_all(p)
+            .await
+            .map_err(q)?);
+        let items = rows
+            .into_iter()
+            .map(SessionRow::into_session)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(paged(items, page, |s: &Session| PageCursor {
+            created_ms: s.created_ms,
+            id: s.id.clone(),
+        }))
+    }
+
+    /// Starts a turn of an `idle` session (marks it `in_progress`, worked by this process).
+    /// Refused [`AgentStoreError::Busy`] when a turn runs (here or on another replica) or the
+    /// session failed.
+    pub async fn claim_turn(
+        &self,
+        tenant: &str,
+        id: &str,
+        now_ms: i64,
+    ) -> Result<Session, AgentStoreError> {
+        let q = self.agents_err("start a turn");
+        let claimed = on_pool!(&self.pool, p => sqlx::query(CLAIM_TURN)
+            .bind(tenant)
+            .bind(id)
+            .bind(self.worker())
+            .bind(now_ms)
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(q)?);
+        let session = self
+            .get_session(tenant, id)
+            .await?
+            .ok_or_else(|| not_found("session", tenant, id))?;
+        if claimed == 0 {
+            return Err(AgentStoreError::Busy {
+                id: id.to_owned(),
+                status: session.status,
+            });
+        }
+        Ok(session)
+    }
+
+    /// Ends the running turn of a session. A turn no longer running (a restart marked the
+    /// session failed) is left as it is: `Busy` names its status.
+    pub async fn end_turn(
+        &self,
+        tenant: &str,
+        id: &str,
+        end: &TurnEnd,
+        now_ms: i64,
+    ) -> Result<(), AgentStoreError> {
+        let q = self.agents_err("end a turn");
+        let (code, message) = end.error.clone().unzip();
+        let n = on_pool!(&self.pool, p => sqlx::query(END_TURN)
+            .bind(tenant)
+            .bind(id)
+            .bind(end.status.as_str())
+            .bind(code)
+            .bind(message)
+            .bind(json_text(&end.usage))
+            .bind(json_text(&end.attestation))
+            .bind(now_ms)
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(q)?);
+        if n == 0 {
+            return match self.get_session(tenant, id).await? {
+                Some(s) => Err(AgentStoreError::Busy {
+                    id: id.to_owned(),
+                    status: s.status,
+                }),
+                None => Err(not_found("session", tenant, id)),
+            };
+        }
+        Ok(())
+    }
+
+    /// Appends `events` (type, body) to a session, numbered after its last; returns their
+    /// numbers. All or nothing: past [`MAX_SESSION_EVENTS`], or with a body over
+    /// [`MAX_EVENT_BYTES`], nothing is kept.
+    pub async fn append_session_events(
+        &self,
+        tenant: &str,
+        id: &str,
+        events: &[(String, Value)],
+        now_ms: i64,
+    ) -> Result<Vec<u64>, AgentStoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bodies: Vec<String> = events.iter().map(|(_, b)| json_text(b)).collect();
+        if bodies.iter().any(|b| b.len() > MAX_EVENT_BYTES)
+            || events.iter().any(|(k, _)| k.contains('\0'))
+        {
+            return Err(AgentStoreError::EventsFull { id: id.to_owned() });
+        }
+        let n = i64::try_from(events.len()).unwrap_or(i64::MAX);
+        let q = self.agents_err("append session events");
+        let last: Option<i64> = on_pool!(&self.pool, p => {
+            let mut tx = p.begin().await.map_err(&q)?;
+            let reserved = sqlx::query(RESERVE_EVENTS)
+                .bind(tenant)
+                .bind(id)
+                .bind(n)
+                .bind(i64_of(MAX_SESSION_EVENTS))
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(&q)?
+                .rows_affected();
+            if reserved == 0 {
+                None
+            } else {
+                let (last,): (i64,) = sqlx::query_as(EVENTS_NOW)
+                    .bind(tenant)
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(&q)?;
+                for (i, ((kind, _), body)) in events.iter().zip(&bodies).enumerate() {
+                    let seq = last - n + 1 + i64::try_from(i).unwrap_or(i64::MAX);
+                    sqlx::query(INSERT_EVENT)
+                        .bind(tenant)
+                        .bind(id)
+                        .bind(seq)
+                        .bind(kind.as_str())
+                        .bind(body.as_str())
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(&q)?;
+                }
+                tx.commit().await.map_err(&q)?;
+                Some(last)
+            }
+        });
+        let Some(last) = last else {
+            return match self.get_session(tenant, id).await? {
+                Some(_) => Err(AgentStoreError::EventsFull { id: id.to_owned() }),
+                None => Err(not_found("session", tenant, id)),
+            };
+        };
+        let last = u64::try_from(last).unwrap_or(0);
+        let n = events.len() as u64;
+        Ok((last + 1 - n..=last).collect())
+    }
+
+    /// Up to `limit` (at most [`MAX_EVENTS_READ`]) events of a session numbered after `after`,
+    /// in order.
+    pub async fn session_events(
+        &self,
+        tenant: &str,
+        id: &str,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<SessionEvent>, AgentStoreError> {
+        let q = self.agents_err("read session events");
+        let limit = limit.clamp(1, MAX_EVENTS_READ);
+        let rows: Vec<(i64, String, String, i64)> = on_pool!(&self.pool, p => sqlx::query_as(READ_EVENTS)
+            .bind(tenant)
+            .bind(id)
+            .bind(i64_of(after))
+            .bind(i64::from(limit))
+            .fetch_all(p)
+            .await
+            .map_err(q)?);
+        rows.into_iter()
+            .map(|(seq, kind, body, created_ms)| {
+                Ok(SessionEvent {
+                    seq: u64::try_from(seq).unwrap_or(0),
+                    body: from_json("session event", id, &body)?,
+                    kind,
+                    created_ms,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A saved agent's free text back from its JSON text.
+fn unquote_def(mut d: AgentDef) -> Result<AgentDef, AgentStoreError> {
+    let id = d.id.clone();
+    d.name = d
+        .name
+        .map(|t| from_json::<String>("agent name", &id, &t))
+        .transpose()?;
+    d.instructions = d
+        .instructions
+        .map(|t| from_json::<String>("agent instructions", &id, &t))
+        .transpose()?;
+    Ok(d)
+}
