@@ -280,3 +280,20 @@ fn a_deny_rule_may_not_carry_an_agents_scope_and_the_scope_needs_a_workdir() {
     let d = the(&e.diagnostics, codes::CONFIG_UNKNOWN_KEY, Severity::Error);
     assert!(d.fix.contains("permissions"), "{d:?}");
 }
+
+#[test]
+fn an_agent_that_may_write_a_workdir_holding_corrals_state_does_not_load() {
+    // The state directory defaults to `.corral` beside the config, in `/srv/project`.
+    let text = format!(
+        "version: 1\npreset: {{name: agent_host, root: /srv/project, permissions: workspace-write}}\n{TOKENS}"
+    );
+    let e = load_err("corral.yaml", &text);
+    let d = the(
+        &e.diagnostics,
+        codes::CONFIG_PROTECTED_WRITABLE,
+        Severity::Error,
+    );
+    assert!(d.to_string().contains("agents' workdir"), "{d}");
+    let read_only = format!("version: 1\npreset: agent_host\nroot: /srv/project\n{TOKENS}");
+    load(&read_only);
+}
