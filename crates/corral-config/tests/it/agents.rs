@@ -297,3 +297,78 @@ fn an_agent_that_may_write_a_workdir_holding_corrals_state_does_not_load() {
     let read_only = format!("version: 1\npreset: agent_host\nroot: /srv/project\n{TOKENS}");
     load(&read_only);
 }
+
+/// The fenced ```yaml blocks of docs/agents.md, in order.
+fn doc_examples() -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/agents.md");
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = Vec::new();
+    let mut block: Option<String> = None;
+    for line in text.lines() {
+        match &mut block {
+            None if line.trim_start() == "```yaml" => block = Some(String::new()),
+            None => {}
+            Some(b) if line.trim_start() == "```" => {
+                out.push(std::mem::take(b));
+                block = None;
+            }
+            Some(b) => {
+                b.push_str(line);
+                b.push('\n');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_docs_quick_start_is_strict_clean_and_every_example_does_what_the_page_says() {
+    let ex = doc_examples();
+    assert_eq!(ex.len(), 4, "docs/agents.md's yaml blocks");
+    let quick = load(&ex[0]);
+    let findings = lint::lint(&quick);
+    assert!(!lint::fails(&findings, true), "{}", list(&findings));
+    let e = quick.engine();
+    assert!(e.is_mounted("agents.codex.sessions.create", &agent()));
+    assert!(!e.is_mounted("agents.codex.install", &agent()));
+    assert!(!e.is_mounted("llm.chat", &agent()));
+
+    let writable = load(&ex[1]);
+    let Decision::Allowed(a) = decide(
+        &writable,
+        "agents.claude_code.run",
+        &Args::new().str("task", "t"),
+    ) else {
+        unreachable!("allowed")
+    };
+    assert_eq!(
+        writable.engine().agent_scope(&a).map(|s| s.permissions()),
+        Some(AgentPermissions::WorkspaceWrite)
+    );
+
+    let rule = load(&ex[2]);
+    let run = |args: Args| decide(&rule, "agents.codex.run", &args);
+    assert!(run(Args::new().str("task", "t").str("workdir", "src")).is_allowed());
+    assert_eq!(
+        run(Args::new().str("task", "t").str("model", "o3")).code(),
+        Some(codes::AGENTS_MODEL_NOT_ALLOWED)
+    );
+    assert_eq!(
+        run(Args::new().str("task", "t").str("workdir", "/workspace")).code(),
+        Some(codes::AGENTS_WORKDIR_OUTSIDE)
+    );
+    let Decision::Allowed(a) = run(Args::new().str("task", "t")) else {
+        unreachable!("allowed")
+    };
+    let scope = rule.engine().agent_scope(&a).cloned();
+    assert!(scope.is_some_and(|s| {
+        s.write_needs_confirmation("/workspace/repo/setup.py", &agent())
+            && !s.write_needs_confirmation("/workspace/repo/src/x.py", &agent())
+    }));
+
+    let top = load(&ex[3]);
+    assert_eq!(
+        top.config.agents.as_ref().and_then(|a| a.default.as_ref()).map(|d| d.value.as_str()),
+        Some("codex")
+    );
+}
