@@ -499,14 +499,16 @@ rules:
 #[test]
 fn explain_of_a_session_create_shows_the_rule_of_each_gate_in_one_trace() {
     let open = workspace(Some(&two_gates("anonymous-never")));
-    let gate = |dir: &std::path::Path| {
-        corral(dir, &["explain", "--op", "agents.codex.sessions.create"])
-    };
+    let gate =
+        |dir: &std::path::Path| corral(dir, &["explain", "--op", "agents.codex.sessions.create"]);
     let (code, out, err) = gate(open.path());
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("DENIED [agents.session_gate]"), "{out}");
     assert!(out.contains("allow `codex-sessions` decided"), "{out}");
-    assert!(out.contains("allow `generic-gate` principal_not_matched"), "{out}");
+    assert!(
+        out.contains("allow `generic-gate` principal_not_matched"),
+        "{out}"
+    );
 
     let both = workspace(Some(
         "version: 1

@@ -368,7 +368,11 @@ fn the_docs_quick_start_is_strict_clean_and_every_example_does_what_the_page_say
 
     let top = load(&ex[3]);
     assert_eq!(
-        top.config.agents.as_ref().and_then(|a| a.default.as_ref()).map(|d| d.value.as_str()),
+        top.config
+            .agents
+            .as_ref()
+            .and_then(|a| a.default.as_ref())
+            .map(|d| d.value.as_str()),
         Some("codex")
     );
 }
