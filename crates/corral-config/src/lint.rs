@@ -554,7 +554,16 @@ impl<'a> Linter<'a> {
             };
             let at = format!("{}.{key}[{si}]", cr.location);
             let reaches = self.l.catalog.iter().filter(|op| sel.reaches(op)).count();
-            let mounts = self.l.catalog.iter().filter(|op| sel.mounts(op)).count();
+            // A coding agent's op is mounted only by a rule with an `agents:` scope (or one
+            // naming the `agents` namespace): see `Rule::mounts`.
+            let mounts = self
+                .l
+                .catalog
+                .iter()
+                .filter(|op| {
+                    sel.mounts(op) && (!op.agent_scoped || r.agents.is_some() || sel.names_agents())
+                })
+                .count();
             if reaches == 0 {
                 self.push(Diagnostic::warning(
                     codes::LINT_MATCHES_NOTHING,
@@ -566,11 +575,11 @@ impl<'a> Linter<'a> {
                 self.push(
                     Diagnostic::warning(
                         codes::LINT_MATCHES_NOTHING,
-                        format!("selector `{sel}` reaches only explicit-only ops, which an allow mounts only by exact id"),
+                        format!("selector `{sel}` reaches only explicit-only ops, which an allow mounts only by exact id, and coding agents' ops, which only a rule with an `agents:` scope mounts"),
                         at,
                         Some(written.span),
                     )
-                    .with_fix("name each op by its exact id"),
+                    .with_fix("name each op by its exact id, and give a rule allowing agents an `agents:` scope"),
                 );
             }
             if r.effect == RuleEffect::Allow && *sel == Selector::All {

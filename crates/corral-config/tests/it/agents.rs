@@ -376,3 +376,22 @@ fn the_docs_quick_start_is_strict_clean_and_every_example_does_what_the_page_say
         Some("codex")
     );
 }
+
+#[test]
+fn a_group_selector_that_reaches_only_agent_ops_without_an_agents_scope_matches_nothing() {
+    let text = format!("version: 1\nrules:\n  - allow: [\"group:agents\"]\n{TOKENS}");
+    let findings = lint::lint(&load(&text));
+    let d = the(&findings, codes::LINT_MATCHES_NOTHING, Severity::Warning);
+    assert!(d.to_string().contains("`agents:` scope"), "{d}");
+    let scoped = format!(
+        "version: 1\nrules:\n  - allow: [\"group:agents\"]\n    agents: {{workdir: /w, permissions: read-only}}\n{TOKENS}"
+    );
+    let findings = lint::lint(&load(&scoped));
+    assert!(
+        !findings
+            .iter()
+            .any(|d| d.code == codes::LINT_MATCHES_NOTHING),
+        "{}",
+        list(&findings)
+    );
+}
