@@ -6,7 +6,7 @@ use std::path::{Component, Path, PathBuf};
 use corral_policy::codes;
 use corral_policy::presets::{self, PresetOptions};
 use corral_policy::scope::path::DEFAULT_SECRET_DENY;
-use corral_policy::scope::{CommandScope, PathScope, PathScopeSpec, UrlScope};
+use corral_policy::scope::{AgentScope, CommandScope, PathScope, PathScopeSpec, UrlScope};
 use corral_policy::{
     Catalog, OpId, OpSpec, ParamKind, Policy, Principal, PrincipalOrigin, PrincipalSelector, Rule,
     RuleEffect, ScopeKind, Selector, Tier,
@@ -577,6 +577,13 @@ fn preset_rules(
         if opts.root.is_none() {
             opts.root = c.root.as_ref().map(|r| r.value.clone());
         }
+        // `{preset: agent_host, root: /workspace, agents: [codex]}`: the top-level `agents:`
+        // names the adapters when the preset lists none.
+        if opts.agents.is_empty()
+            && let Some(a) = &c.agents
+        {
+            opts.agents = a.names();
+        }
         match presets::build(p.preset, &opts) {
             Ok(pp) => {
                 for _ in &pp.rules {
@@ -636,6 +643,25 @@ fn enable_rule(
     d: &mut Vec<Diagnostic>,
 ) -> Rule {
     let mut rule = Rule::allow("enable", sels.clone());
+    let agent_ops: Vec<String> = catalog
+        .iter()
+        .filter(|op| op.agent_scoped && rule.mounts(op))
+        .map(|op| format!("`{}`", op.id))
+        .collect();
+    if !agent_ops.is_empty() {
+        d.push(
+            Diagnostic::error(
+                codes::POLICY_SCOPE_REQUIRED,
+                format!(
+                    "`enable` lists {}, which need an `agents:` scope that `enable` cannot carry",
+                    agent_ops.join(", ")
+                ),
+                "enable",
+                c.enable.first().map(|s| s.span),
+            )
+            .with_fix("use `preset: agent_host`, or a rule with `agents: {workdir: /workspace}`"),
+        );
+    }
     let needs_paths = catalog
         .iter()
         .filter(|op| sels.iter().any(|s| s.mounts(op)))
@@ -733,7 +759,50 @@ fn config_rule(
             Err(e) => err(d, &e, &format!("{}.urls", r.location), u.span),
         }
     }
+    if let Some(a) = &r.agents {
+        match AgentScope::compile(a.value.clone()) {
+            Ok(s) => rule = rule.agents(s),
+            Err(e) => err(d, &e, &format!("{}.agents", r.location), a.span),
+        }
+    }
+    if r.effect == RuleEffect::Allow && rule.agents.is_none() && r.agents.is_none() {
+        agents_scope_required(r, &rule, catalog, d);
+    }
     rule
+}
+
+/// An allow rule that mounts an op hosting a coding agent (`agents.<a>.run`, `.sessions.create`,
+/// `.sessions.send_event`) without an `agents:` scope is a load error: every call would be
+/// refused, and the agent's confinement would be unstated. (Wildcards such as `*` or
+/// `effect:exec` never mount those ops without the scope, see `Rule::mounts`; this catches a
+/// rule that names them.)
+fn agents_scope_required(
+    r: &crate::model::RuleConfig,
+    rule: &Rule,
+    catalog: &Catalog,
+    d: &mut Vec<Diagnostic>,
+) {
+    let ops: Vec<String> = catalog
+        .iter()
+        .filter(|op| op.agent_scoped && rule.mounts(op))
+        .map(|op| format!("`{}`", op.id))
+        .collect();
+    if ops.is_empty() {
+        return;
+    }
+    d.push(
+        Diagnostic::error(
+            codes::POLICY_SCOPE_REQUIRED,
+            format!(
+                "the rule allows {} without an `agents:` scope; a coding agent is not confined \
+                 by `paths:` or `commands:`, so its scope must be stated",
+                ops.join(", ")
+            ),
+            r.location.clone(),
+            Some(r.span),
+        )
+        .with_fix("add `agents: {workdir: /workspace, permissions: read-only}` to the rule"),
+    );
 }
 
 /// Protects corral's own files (as configured and resolved) and the `protected:` globs, and

@@ -454,6 +454,10 @@ pub(super) const TOP: &[Field<Config>] = &[
     Field::new("recordings", |d, e, c| {
         d.fields(e.node, &e.at, RECORDINGS, &mut c.recordings);
     }),
+    Field::new("agents", |d, e, c| c.agents = d.agents(e.node, &e.at)),
+    Field::new("install", |d, e, c| {
+        d.fields(e.node, &e.at, control::INSTALL, &mut c.install);
+    }),
     Field::new("llm", |d, e, c| {
         let mut l = LlmConfig::default();
         if d.fields(e.node, &e.at, LLM, &mut l).is_some() {
@@ -725,6 +729,10 @@ pub(crate) fn all_tables() -> Vec<(&'static str, Vec<&'static str>)> {
         ("rules[0].commands", keys(scopes::COMMAND)),
         ("rules[0].commands.network", keys(scopes::NETWORK)),
         ("rules[0].urls", keys(scopes::URL)),
+        ("rules[0].agents", keys(scopes::AGENT)),
+        ("rules[0].agents.network", keys(scopes::NETWORK)),
+        ("agents", keys(control::AGENTS)),
+        ("install", keys(control::INSTALL)),
         ("limits", keys(scopes::LIMIT)),
         ("custom.op", keys(ops::CUSTOM)),
         ("custom.op.params.p", keys(ops::PARAM)),

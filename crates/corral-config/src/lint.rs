@@ -247,11 +247,7 @@ impl<'a> Linter<'a> {
     }
 
     fn ops_mounted_by(&self, r: &Rule) -> Vec<&'a OpSpec> {
-        self.l
-            .catalog
-            .iter()
-            .filter(|op| r.selectors.iter().any(|s| s.mounts(op)))
-            .collect()
+        self.l.catalog.iter().filter(|op| r.mounts(op)).collect()
     }
 
     fn run(mut self) -> Vec<Diagnostic> {
@@ -262,6 +258,7 @@ impl<'a> Linter<'a> {
                 self.allow_rule(i, r);
             }
         }
+        self.agents();
         self.shadowed();
         self.writable_scripts();
         for c in &self.l.config.custom {
@@ -295,6 +292,63 @@ impl<'a> Linter<'a> {
         });
         self.out.dedup();
         self.out
+    }
+
+    /// The agent scopes: `lint.agent_unconfined` for `permissions: full`, and
+    /// `lint.agent_permissions_implicit` for an agent scope that leaves `permissions` unstated
+    /// while file ops are allowed under a `paths:` scope (a reader could think the path scope
+    /// confines the agent; it does not).
+    fn agents(&mut self) {
+        let rules = &self.l.policy.rules;
+        let file_scoped = rules.iter().any(|r| {
+            r.effect == RuleEffect::Allow
+                && r.paths.is_some()
+                && self
+                    .ops_mounted_by(r)
+                    .iter()
+                    .any(|op| op.groups.iter().any(|g| g == "file_ops"))
+        });
+        for (i, r) in rules.iter().enumerate() {
+            let Some(scope) = r.agents.as_ref().filter(|_| r.effect == RuleEffect::Allow) else {
+                continue;
+            };
+            let (loc, span) = self.rule_place(i);
+            let span = self
+                .config_rule(i)
+                .and_then(|c| c.agents.as_ref().map(|a| a.span))
+                .or(span);
+            if scope.unconfined() {
+                self.push(
+                    Diagnostic::warning(
+                        codes::LINT_AGENT_UNCONFINED,
+                        format!(
+                            "the agent scope of `{}` has `permissions: full`: the agent runs \
+                             without corral's filesystem confinement",
+                            r.name
+                        ),
+                        format!("{loc}.agents.permissions"),
+                        span,
+                    )
+                    .with_fix("use `permissions: workspace-write` unless the agent really needs the whole machine"),
+                );
+            }
+            if file_scoped && scope.spec().permissions.is_none() {
+                self.push(
+                    Diagnostic::warning(
+                        codes::LINT_AGENT_PERMISSIONS_IMPLICIT,
+                        format!(
+                            "`{}` allows coding agents and the policy allows file ops under a \
+                             `paths:` scope, but the agent scope does not state `permissions`: \
+                             path scopes do not confine agents (the agent gets `read-only`)",
+                            r.name
+                        ),
+                        format!("{loc}.agents"),
+                        span,
+                    )
+                    .with_fix("write `permissions: read-only` (or `workspace-write`) in the rule's `agents:` scope"),
+                );
+            }
+        }
     }
 
     /// `lint.lab_program_unisolated`: lab programs declared where none can run.
@@ -500,7 +554,16 @@ impl<'a> Linter<'a> {
             };
             let at = format!("{}.{key}[{si}]", cr.location);
             let reaches = self.l.catalog.iter().filter(|op| sel.reaches(op)).count();
-            let mounts = self.l.catalog.iter().filter(|op| sel.mounts(op)).count();
+            // A coding agent's op is mounted only by a rule with an `agents:` scope (or one
+            // naming the `agents` namespace): see `Rule::mounts`.
+            let mounts = self
+                .l
+                .catalog
+                .iter()
+                .filter(|op| {
+                    sel.mounts(op) && (!op.agent_scoped || r.agents.is_some() || sel.names_agents())
+                })
+                .count();
             if reaches == 0 {
                 self.push(Diagnostic::warning(
                     codes::LINT_MATCHES_NOTHING,
@@ -512,11 +575,11 @@ impl<'a> Linter<'a> {
                 self.push(
                     Diagnostic::warning(
                         codes::LINT_MATCHES_NOTHING,
-                        format!("selector `{sel}` reaches only explicit-only ops, which an allow mounts only by exact id"),
+                        format!("selector `{sel}` reaches only explicit-only ops, which an allow mounts only by exact id, and coding agents' ops, which only a rule with an `agents:` scope mounts"),
                         at,
                         Some(written.span),
                     )
-                    .with_fix("name each op by its exact id"),
+                    .with_fix("name each op by its exact id, and give a rule allowing agents an `agents:` scope"),
                 );
             }
             if r.effect == RuleEffect::Allow && *sel == Selector::All {
@@ -540,13 +603,19 @@ impl<'a> Linter<'a> {
                     ScopeKind::Paths => r.paths.is_some(),
                     ScopeKind::Commands => r.commands.is_some(),
                     ScopeKind::Urls => r.urls.is_some(),
+                    ScopeKind::Agents => r.agents.is_some(),
                 };
                 if !present {
                     missing.push((k, op.id.to_string()));
                 }
             }
         }
-        for k in [ScopeKind::Paths, ScopeKind::Commands, ScopeKind::Urls] {
+        for k in [
+            ScopeKind::Paths,
+            ScopeKind::Commands,
+            ScopeKind::Urls,
+            ScopeKind::Agents,
+        ] {
             let ops: Vec<&str> = missing
                 .iter()
                 .filter(|(m, _)| *m == k)
@@ -573,6 +642,7 @@ impl<'a> Linter<'a> {
                             "add `commands: {allow: [\"pytest ...\"], cwd: /workspace}`"
                         }
                         ScopeKind::Urls => "add `urls: {hosts: [api.example.com]}`",
+                        ScopeKind::Agents => "add `agents: {workdir: /workspace}`",
                     }),
                 );
             }
@@ -587,6 +657,7 @@ impl<'a> Linter<'a> {
                 ScopeKind::Paths => c.paths.as_ref().map(|s| s.span),
                 ScopeKind::Commands => c.commands.as_ref().map(|s| s.span),
                 ScopeKind::Urls => c.urls.as_ref().map(|s| s.span),
+                ScopeKind::Agents => c.agents.as_ref().map(|s| s.span),
             })
             .or(span)
         };

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use corral_policy::presets::{Preset, PresetOptions};
-use corral_policy::scope::{CommandScopeSpec, PathScopeSpec, UrlScopeSpec};
+use corral_policy::scope::{AgentScopeSpec, CommandScopeSpec, PathScopeSpec, UrlScopeSpec};
 use corral_policy::{
     AutonomyLevel, Effect, Limits, ParamKind, PrincipalKind, PrincipalSelector, Role, RuleEffect,
     Tier,
@@ -90,6 +90,69 @@ pub struct Config {
     /// `llm:` the model provider the LLM proxy forwards to; `None`: the proxy's routes answer
     /// `503 llm.not_configured`.
     pub llm: Option<LlmConfig>,
+    /// `agents:` the coding agents this deployment hosts; `None` when absent.
+    pub agents: Option<AgentsConfig>,
+    /// `install:` when the agents' CLIs are installed.
+    pub install: InstallConfig,
+}
+
+/// `agents:` the adapters hosted (`agents: [codex]`, or `{adapters: [codex, claude_code],
+/// default: codex}`). The `agent_host` preset hosts these when it lists none itself; the API
+/// picks `default` when a request names no adapter.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AgentsConfig {
+    /// The adapters, each a known name (`codex`, `claude_code`).
+    pub adapters: Vec<Spanned<String>>,
+    /// The adapter a request that names none gets; one of `adapters`.
+    pub default: Option<Spanned<String>>,
+}
+
+impl AgentsConfig {
+    /// The adapter names.
+    pub fn names(&self) -> Vec<String> {
+        self.adapters.iter().map(|a| a.value.clone()).collect()
+    }
+}
+
+/// When an agent's CLI is installed (`install: {mode: ...}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InstallMode {
+    /// On first use, into corral's state directory (a slow install answers 202 + Retry-After).
+    #[default]
+    Lazy,
+    /// Only by `corral agents prepare` (an image build); a missing CLI is an error at use.
+    Build,
+    /// Never from the network: only what is already installed (or vendored) is used.
+    Offline,
+    /// Agents are not installed at all; a missing CLI is an error at use.
+    Off,
+}
+
+impl InstallMode {
+    /// Every mode, in order.
+    pub const ALL: [InstallMode; 4] = [
+        InstallMode::Lazy,
+        InstallMode::Build,
+        InstallMode::Offline,
+        InstallMode::Off,
+    ];
+
+    /// The config name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstallMode::Lazy => "lazy",
+            InstallMode::Build => "build",
+            InstallMode::Offline => "offline",
+            InstallMode::Off => "off",
+        }
+    }
+}
+
+/// `install:`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InstallConfig {
+    /// When the CLIs are installed (default `lazy`).
+    pub mode: InstallMode,
 }
 
 /// `llm:` the model provider behind the LLM proxy (`/v1/chat/completions`, `/v1/models`):
@@ -472,6 +535,8 @@ pub struct RuleConfig {
     pub command_allow_spans: Vec<Span>,
     /// Url scope.
     pub urls: Option<Spanned<UrlScopeSpec>>,
+    /// Agent scope (allow rules only).
+    pub agents: Option<Spanned<AgentScopeSpec>>,
     /// Limits.
     pub limits: Limits,
     /// Reason shown on a deny.

@@ -74,6 +74,18 @@ const SCALARS: &[&str] = &[
     "{}",
     "ghp_0123456789012345678901234567890123",
     "ops.files.dowload",
+    "codex",
+    "claude_code",
+    "codec",
+    "agent_host",
+    "agents.codex.run",
+    "agents.codex.sessions.create",
+    "agents.sessions.create",
+    "read-only",
+    "workspace-write",
+    "full",
+    "lazy",
+    "offline",
 ];
 
 pub(crate) fn yaml_value(depth: u32) -> BoxedStrategy<String> {

@@ -142,7 +142,8 @@ struct Writable {
 
 /// The roots some caller can write: the path-scope roots of allow rules that mount an op
 /// changing files or running a command (unless `readonly`), a command scope's cwd (a command
-/// writes there), and `mcp_servers` write paths.
+/// writes there), an agent scope's workdir unless it is `read-only` (the agent writes there),
+/// and `mcp_servers` write paths.
 fn writable_roots(
     policy: &Policy,
     catalog: &Catalog,
@@ -155,10 +156,16 @@ fn writable_roots(
         .iter()
         .filter(|r| r.effect == RuleEffect::Allow)
     {
-        let ops: Vec<_> = catalog
-            .iter()
-            .filter(|op| r.selectors.iter().any(|s| s.mounts(op)))
-            .collect();
+        let ops: Vec<_> = catalog.iter().filter(|op| r.mounts(op)).collect();
+        if let Some(a) = &r.agents
+            && a.permissions().writes()
+            && ops.iter().any(|op| op.agent_scoped)
+        {
+            out.push(Writable {
+                root: a.spec().workdir.clone(),
+                by: format!("rule `{}` (its agents' workdir)", r.name),
+            });
+        }
         let changes_files = ops.iter().any(|op| {
             op.effective_effects().mutates_files()
                 && op

@@ -23,6 +23,11 @@ pub fn starter(preset: Preset, root: &str) -> String {
         Preset::FullAccess => {
             s.push_str("preset:\n  name: full_access\n  # full_access disables corral's protections; check-config always reports it.\n  unsafe: true\n");
         }
+        Preset::AgentHost => {
+            s.push_str(
+                "preset:\n  name: agent_host\n  # What the agents may change in the root: read-only (the default) or\n  # workspace-write. Path scopes of other rules never confine an agent.\n  permissions: read-only\n\n# The coding agents to host: codex, claude_code.\nagents: [codex]\n",
+            );
+        }
         Preset::Minimal
         | Preset::FilesReadonly
         | Preset::Readonly
@@ -44,7 +49,7 @@ pub fn starter(preset: Preset, root: &str) -> String {
     );
     let exec = matches!(
         preset,
-        Preset::CommandsOnly | Preset::CiRunner | Preset::FullAccess
+        Preset::CommandsOnly | Preset::CiRunner | Preset::FullAccess | Preset::AgentHost
     );
     if exec {
         s.push_str(

@@ -432,7 +432,7 @@ impl Gateway {
             && let Some(r) = policy.rules.iter().find(|r| {
                 r.effect == corral_policy::RuleEffect::Allow
                     && r.reaches_principal(principal)
-                    && r.selectors.iter().any(|s| s.mounts(spec))
+                    && r.mounts(spec)
             })
         {
             l = l.min(&r.limits);

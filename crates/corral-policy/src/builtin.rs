@@ -103,5 +103,105 @@ pub fn builtin_ops() -> Vec<OpSpec> {
     ]
     .into_iter()
     .flatten()
+    .chain(agent_ops())
     .collect()
+}
+
+/// The ops of the agents host: per adapter `a`, `agents.<a>.run`, `.install`,
+/// `.sessions.create` and `.sessions.send_event`, and the generic gate `agents.sessions.create`.
+///
+/// Running a coding agent runs programs and may change its workdir: `exec` + `write` (confirm
+/// tier). Installing one changes the server (`admin`: destructive tier, explicit-only). A session
+/// create is explicit-only (spec 004): mounted only by its exact id; every deny selector still
+/// reaches it. The agent's own steps (model turns, commands, writes) are recorded in the audit
+/// as `agents.<a>.model`, `agents.<a>.exec` and `agents.<a>.write` (see
+/// `scope::agent::STEP_KINDS`); they are not ops of the catalog: no rule allows or denies them
+/// one by one, the agent scope decides what the agent may do.
+fn agent_ops() -> Vec<OpSpec> {
+    use Effect::{Admin, Exec, Write};
+    let agent = |s: OpSpec| {
+        let mut s = s.group("agents");
+        s.agent_scoped = true;
+        s
+    };
+    let mut out = Vec::new();
+    for a in crate::scope::agent::ADAPTERS {
+        let ops = [
+            spec(
+                &format!("agents.{a}.run"),
+                &[Exec, Write],
+                &format!("run the {a} agent on one task, to completion, in its sandbox"),
+            )
+            .map(|s| {
+                agent(
+                    s.param("task", ParamKind::String, true)
+                        .param("model", ParamKind::String, false)
+                        .param("workdir", ParamKind::String, false),
+                )
+            }),
+            spec(
+                &format!("agents.{a}.install"),
+                &[Admin],
+                &format!("install the {a} agent's CLI into corral's state directory"),
+            )
+            .map(|s| s.group("agents")),
+            spec(
+                &format!("agents.{a}.sessions.create"),
+                &[Exec, Write],
+                &format!("start a {a} session (also needs `agents.sessions.create`)"),
+            )
+            .map(|s| {
+                let mut s = agent(s.param("model", ParamKind::String, false).param(
+                    "workdir",
+                    ParamKind::String,
+                    false,
+                ));
+                s.explicit_only = true;
+                s
+            }),
+            spec(
+                &format!("agents.{a}.sessions.send_event"),
+                &[Exec, Write],
+                &format!("send an event (a user message, an interrupt) to a {a} session"),
+            )
+            .map(|s| {
+                agent(s.param("session", ParamKind::Word, true).param(
+                    "event",
+                    ParamKind::Json,
+                    true,
+                ))
+            }),
+        ];
+        out.extend(ops.into_iter().flatten());
+    }
+    let adapters = crate::scope::agent::ADAPTERS
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+    out.extend(
+        spec(
+            GENERIC_SESSION_GATE,
+            &[Exec, Write],
+            "the generic gate every agent session needs besides `agents.<a>.sessions.create`",
+        )
+        .map(|s| {
+            let mut s = s
+                .param("adapter", ParamKind::Enum(adapters), true)
+                .group("agents");
+            s.explicit_only = true;
+            s
+        }),
+    );
+    out
+}
+
+/// The generic gate of agent sessions: `agents.<a>.sessions.create` is allowed only when this is
+/// allowed for the same caller too.
+pub const GENERIC_SESSION_GATE: &str = "agents.sessions.create";
+
+/// The adapter of an adapter's session create (`agents.codex.sessions.create` -> `codex`).
+pub fn session_create_adapter(op: &str) -> Option<&str> {
+    op.strip_prefix("agents.")?
+        .strip_suffix(".sessions.create")
+        .filter(|a| crate::scope::agent::is_adapter(a))
 }

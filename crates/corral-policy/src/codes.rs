@@ -175,6 +175,18 @@ catalog! {
     LLM_TIMEOUT = "llm.timeout", 504,
         "the model provider did not answer in time",
         "retry; ask for fewer tokens, or use a faster model";
+    AGENTS_SESSION_GATE = "agents.session_gate", 403,
+        "the adapter's `agents.<a>.sessions.create` is allowed but the generic gate `agents.sessions.create` is not: a session needs both",
+        "add `agents.sessions.create` to an allow rule reaching this caller (or remove the deny that hits it)";
+    AGENTS_MODEL_NOT_ALLOWED = "agents.model_not_allowed", 403,
+        "the model the session asks for is not in the agent scope's `models` list",
+        "ask for a model the scope lists, or add it to `agents.models` of the rule";
+    AGENTS_WORKDIR_OUTSIDE = "agents.workdir_outside", 403,
+        "the session's workdir is not beneath the agent scope's `workdir` (or cannot be checked)",
+        "omit `workdir` (the scope's is used) or pass a directory beneath it";
+    AGENTS_MAX_TURNS = "agents.max_turns", 429,
+        "the session has taken the agent scope's `max_turns` model turns",
+        "start a new session, or raise `agents.max_turns` of the rule";
     ISOLATION_UNAVAILABLE = "isolation.unavailable", 503,
         "the configured isolation backend cannot run on this host; corral never falls back",
         "run `corral doctor` and install the missing primitive, or configure another backend";
@@ -547,6 +559,9 @@ catalog! {
     CONFIG_UNSAFE_REQUIRED = "config.unsafe_required", 0,
         "the setting disables a protection and needs `unsafe: true`",
         "do not; if you must, add `unsafe: true` next to it (it stays a lint error)";
+    CONFIG_UNKNOWN_ADAPTER = "config.unknown_adapter", 0,
+        "the agent adapter name is not one corral hosts",
+        "use `codex` or `claude_code`";
     LINT_ALLOW_ALL = "lint.allow_all", 0,
         "a rule allows `*` outside the full_access preset",
         "list the ops or groups the caller needs";
@@ -628,6 +643,12 @@ catalog! {
     LINT_RAISED_CAP = "lint.raised_cap", 0,
         "a limit raises corral's safe default cap (1 GiB of memory, 1 GiB written per run)",
         "keep it only if the commands need it; remove the key to go back to the default";
+    LINT_AGENT_UNCONFINED = "lint.agent_unconfined", 0,
+        "an agent scope has `permissions: full`: the agent runs without corral's filesystem confinement",
+        "use `permissions: workspace-write` (the workdir writable, the rest read-only) unless the agent really needs the whole machine";
+    LINT_AGENT_PERMISSIONS_IMPLICIT = "lint.agent_permissions_implicit", 0,
+        "agents are allowed together with file ops under a `paths:` scope, and the agent scope does not state `permissions`: path scopes do not confine agents",
+        "write `permissions: read-only` (or `workspace-write`) in the rule's `agents:` scope, so what the agent may change is stated where it applies";
     LEARNING_MANIFEST_UNREADABLE = "learning.manifest_unreadable", 500,
         "the scenario manifest (`CORRAL_SCENARIO_MANIFEST`) cannot be read: missing, not a regular file, or larger than 1 MiB",
         "point `CORRAL_SCENARIO_MANIFEST` at the regular JSON file the lab's seeder writes (atomically: a temp file in the same directory, then rename)";

@@ -19,8 +19,11 @@ use crate::protect::{Access, Protected};
 use crate::request::{ArgValue, Request};
 use crate::resolved::ResolvedCheck;
 use crate::rule::{Policy, Rule, RuleEffect};
+use crate::scope::agent::refusal_message;
 use crate::scope::path::{NormPath, PathScope, PathScopeSpec, is_protected};
-use crate::scope::{CommandRefusal, PathRefusal, SymlinkMode, UrlRefusal};
+use crate::scope::{
+    AgentAsk, AgentRefusal, AgentScope, CommandRefusal, PathRefusal, SymlinkMode, UrlRefusal,
+};
 
 const HEALTH_OP: &str = "core.health";
 
@@ -135,6 +138,25 @@ struct Prepared<'a> {
     /// Whether the op takes a url.
     takes_url: bool,
     url: Option<&'a str>,
+    /// For an op that hosts a coding agent: the model and workdir asked for (`Some("\0")` for
+    /// a value that is not a string, which no scope admits).
+    agent: Option<AgentArgs<'a>>,
+}
+
+#[derive(Clone, Copy)]
+struct AgentArgs<'a> {
+    model: Option<&'a str>,
+    workdir: Option<&'a str>,
+}
+
+impl<'a> AgentArgs<'a> {
+    fn ask(self) -> AgentAsk<'a> {
+        AgentAsk {
+            model: self.model,
+            workdir: self.workdir,
+            turns: 0,
+        }
+    }
 }
 
 struct PathArg<'a> {
@@ -157,6 +179,7 @@ enum Failure {
     Command(CommandRefusal),
     UrlMissing,
     Url(UrlRefusal),
+    Agent(AgentRefusal),
 }
 
 impl Failure {
@@ -172,6 +195,7 @@ impl Failure {
             Failure::Readonly => codes::POLICY_READONLY,
             Failure::Command(r) => r.code(),
             Failure::Url(r) => r.code(),
+            Failure::Agent(r) => r.code(),
         }
     }
 
@@ -183,7 +207,8 @@ impl Failure {
             Failure::Path(_, PathRefusal::Invalid | PathRefusal::OutsideRoots)
             | Failure::OwnRoot(_)
             | Failure::Command(CommandRefusal::NotAllowed)
-            | Failure::Url(UrlRefusal::NotAllowed | UrlRefusal::Invalid) => 2,
+            | Failure::Url(UrlRefusal::NotAllowed | UrlRefusal::Invalid)
+            | Failure::Agent(_) => 2,
             Failure::Path(_, PathRefusal::Denied)
             | Failure::Protected(_)
             | Failure::Command(
@@ -214,9 +239,14 @@ impl Failure {
                     ScopeKind::Paths => "path",
                     ScopeKind::Commands => "command",
                     ScopeKind::Urls => "url",
+                    ScopeKind::Agents => "coding agent",
                 },
                 k.key()
             ),
+            Failure::Agent(r) => match (rule.agents.as_ref(), prep.agent) {
+                (Some(scope), Some(args)) => refusal_message(r, scope, &args.ask()),
+                _ => "the agent scope refused the session".to_owned(),
+            },
             Failure::PathMissing(i) => format!("argument `{}` is missing", path(i).0),
             Failure::Path(i, PathRefusal::Invalid) => {
                 let (n, v) = path(i);
@@ -303,6 +333,9 @@ trait Tracer {
     const ON: bool;
     fn outcome(&mut self, rule: usize, outcome: TraceOutcome);
     fn note(&mut self, note: String);
+    /// Takes in the trace of the generic session gate: its rules' outcomes where this trace
+    /// has none, and its notes.
+    fn merge_gate(&mut self, _gate: FullTrace, _decision: &Decision) {}
 }
 
 struct NoTrace;
@@ -327,6 +360,26 @@ impl Tracer for FullTrace {
     fn note(&mut self, note: String) {
         self.notes.push(note);
     }
+    fn merge_gate(&mut self, gate: FullTrace, decision: &Decision) {
+        for (i, o) in gate.outcomes {
+            self.outcomes.entry(i).or_insert(o);
+        }
+        let gate_op = crate::builtin::GENERIC_SESSION_GATE;
+        self.notes.push(match decision {
+            Decision::Allowed(a) => {
+                format!("second gate `{gate_op}`: allowed by rule `{}`", a.rule.name)
+            }
+            other => format!(
+                "second gate `{gate_op}`: {}",
+                other.kind().replace('_', " ")
+            ),
+        });
+        self.notes.extend(
+            gate.notes
+                .into_iter()
+                .map(|n| format!("gate `{gate_op}`: {n}")),
+        );
+    }
 }
 
 impl Engine {
@@ -340,9 +393,7 @@ impl Engine {
             for (i, r) in policy.rules.iter().enumerate() {
                 match r.effect {
                     RuleEffect::Deny if r.selectors.iter().any(|s| s.reaches(spec)) => deny.push(i),
-                    RuleEffect::Allow if r.selectors.iter().any(|s| s.mounts(spec)) => {
-                        allow.push(i)
-                    }
+                    RuleEffect::Allow if r.mounts(spec) => allow.push(i),
                     RuleEffect::Deny | RuleEffect::Allow => {}
                 }
             }
@@ -461,7 +512,10 @@ impl Engine {
                 .allow
                 .iter()
                 .any(|&i| self.policy.rules[i].reaches_principal(principal));
-        mounted && !wholly_denied
+        // A session create is callable only when the generic gate is too.
+        let gate_open = crate::builtin::session_create_adapter(op)
+            .is_none_or(|_| self.is_mounted(crate::builtin::GENERIC_SESSION_GATE, principal));
+        mounted && !wholly_denied && gate_open
     }
 
     /// The effective limits when `rule` decides for `spec` (global, rule, scopes).
@@ -496,7 +550,20 @@ impl Engine {
             shell: false,
             takes_url: false,
             url: None,
+            agent: None,
         };
+        if spec.agent_scoped {
+            let text = |name: &str| match args.get(name) {
+                Some(ArgValue::Str(s)) => Some(s.as_str()),
+                Some(_) => Some("\0"),
+                None => None,
+            };
+            let takes = |name: &str| spec.params.iter().any(|p| p.name == name);
+            p.agent = Some(AgentArgs {
+                model: takes("model").then(|| text("model")).flatten(),
+                workdir: takes("workdir").then(|| text("workdir")).flatten(),
+            });
+        }
         let mut path_index = 0;
         for param in &spec.params {
             match &param.kind {
@@ -576,10 +643,14 @@ impl Engine {
                 ScopeKind::Paths => rule.paths.is_some(),
                 ScopeKind::Commands => rule.commands.is_some(),
                 ScopeKind::Urls => rule.urls.is_some(),
+                ScopeKind::Agents => rule.agents.is_some(),
             };
             if !present {
                 return Err(Failure::ScopeRequired(kind));
             }
+        }
+        if let (Some(scope), Some(args)) = (&rule.agents, prep.agent) {
+            Self::check_agent(scope, args, principal).map_err(Failure::Agent)?;
         }
         for (i, arg) in prep.paths.iter().enumerate() {
             if arg.raw.is_none() {
@@ -634,6 +705,33 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// The agent scope's checks a call can make before the session runs: the model and the
+    /// workdir (the turn count is the runtime's, with `AgentScope::check`).
+    fn check_agent(
+        scope: &AgentScope,
+        args: AgentArgs<'_>,
+        principal: &Principal,
+    ) -> Result<(), AgentRefusal> {
+        if !scope.model_allowed(args.model) {
+            return Err(AgentRefusal::ModelNotAllowed);
+        }
+        if scope.admit_workdir(args.workdir, principal).is_none() {
+            return Err(AgentRefusal::WorkdirOutside);
+        }
+        Ok(())
+    }
+
+    /// The agent scope of the rule that allowed a call (an op of `agents.<a>.*`), which the
+    /// runtime builds the session's sandbox from and checks each turn against
+    /// (`AgentScope::check`); `None` for any other grant.
+    pub fn agent_scope(&self, allowed: &Allowed) -> Option<&AgentScope> {
+        self.policy
+            .rules
+            .get(allowed.rule.index)
+            .filter(|r| r.name == allowed.rule.name)
+            .and_then(|r| r.agents.as_ref())
     }
 
     /// Builds the grant of the deciding allow rule (its clauses already passed), and returns
@@ -848,9 +946,60 @@ impl Engine {
                     t.outcome(w, TraceOutcome::Decided);
                 }
                 let granted = self.recheck(ix, &reaching, allow.winner, granted, &prep, principal);
+                if let Some(refused) = self.session_gate(req, t) {
+                    return refused;
+                }
                 self.hooks(ix, req, allow.winner, granted, &prep, t)
             }
         }
+    }
+
+    /// The second gate of an adapter's session create (`agents.<a>.sessions.create`): the
+    /// generic `agents.sessions.create` must be allowed for the same caller too. `None` when
+    /// the op is not a session create, or the gate allows it; else the refusal. Decided here,
+    /// in the engine, so every entry point (HTTP, MCP, `explain`, the lab) applies it and
+    /// `corral explain` shows both rules in one trace.
+    fn session_gate<T: Tracer>(&self, req: &Request<'_>, t: &mut T) -> Option<Decision> {
+        let adapter = crate::builtin::session_create_adapter(req.op)?;
+        let args = crate::request::Args::new().str("adapter", adapter);
+        let gate_req = Request {
+            op: crate::builtin::GENERIC_SESSION_GATE,
+            principal: req.principal,
+            args: &args,
+        };
+        let decision = if T::ON {
+            let mut gate_trace = FullTrace::default();
+            let d = self.evaluate(&gate_req, &mut gate_trace);
+            t.merge_gate(gate_trace, &d);
+            d
+        } else {
+            self.evaluate(&gate_req, &mut NoTrace)
+        };
+        let (rule, why) = match decision {
+            Decision::Allowed(_) => return None,
+            Decision::Denied { rule, reason, .. } => (rule, reason),
+            Decision::NotPermitted { candidates } => (
+                candidates.first().map_or_else(gate_ref, |c| c.rule.clone()),
+                candidates
+                    .first()
+                    .map_or_else(String::new, |c| c.clause.clone()),
+            ),
+            Decision::NotMounted => (
+                gate_ref(),
+                format!("no allow rule mounts it for `{}`", req.principal.id),
+            ),
+        };
+        Some(Decision::Denied {
+            rule,
+            code: codes::AGENTS_SESSION_GATE,
+            reason: format!(
+                "`{}` is allowed, but a session also needs the generic gate `{}`, which is not \
+                 allowed for this caller ({why}); add `{}` to an allow rule reaching the caller",
+                req.op,
+                crate::builtin::GENERIC_SESSION_GATE,
+                crate::builtin::GENERIC_SESSION_GATE
+            ),
+        })
     }
 
     /// Step 1, mounting: the allow rules that mount the op and reach the caller, or `None` when
@@ -990,6 +1139,17 @@ impl Engine {
                 v
             })
             .unwrap_or_default();
+        // An agent works in its workdir: deny rules with a path scope judge that place too.
+        let mut command_paths = command_paths;
+        if let (Some(args), Some(w)) = (prep.agent, allow.winner) {
+            let agent_workdir = rules[w]
+                .agents
+                .as_ref()
+                .and_then(|scope| scope.admit_workdir(args.workdir, principal));
+            if let Some(j) = agent_workdir {
+                command_paths.push(j.absolute());
+            }
+        }
         let command_paths: Vec<NormPath<'_>> = command_paths
             .iter()
             .filter_map(|s| NormPath::new(s))
@@ -1174,6 +1334,13 @@ struct AllowPass<'p> {
 enum Denial {
     Rule(usize),
     Pattern(usize),
+}
+
+fn gate_ref() -> RuleRef {
+    RuleRef {
+        index: usize::MAX,
+        name: Arc::from(format!("gate:{}", crate::builtin::GENERIC_SESSION_GATE)),
+    }
 }
 
 fn principal_text(rule: &Rule, p: &Principal) -> String {

@@ -93,6 +93,14 @@ pub enum PolicyError {
         /// Close matches.
         suggestions: Vec<String>,
     },
+    /// An agent adapter name is unknown.
+    #[error("unknown agent adapter `{name}`")]
+    UnknownAdapter {
+        /// The name as written.
+        name: String,
+        /// Close matches.
+        suggestions: Vec<String>,
+    },
     /// A preset is missing an option it needs.
     #[error("preset `{preset}` needs `{option}`")]
     PresetOption {
@@ -123,6 +131,7 @@ impl PolicyError {
             PolicyError::UnsafeRequired { .. } => codes::CONFIG_UNSAFE_REQUIRED,
             PolicyError::UnknownPreset { .. } => codes::CONFIG_UNKNOWN_PRESET,
             PolicyError::PresetOption { .. } => codes::CONFIG_MISSING_KEY,
+            PolicyError::UnknownAdapter { .. } => codes::CONFIG_UNKNOWN_ADAPTER,
         }
     }
 
@@ -155,6 +164,17 @@ impl PolicyError {
             PolicyError::UnknownPreset { suggestions, .. } => did_you_mean(suggestions)
                 .unwrap_or_else(|| {
                     format!("use one of {}", crate::presets::PRESET_NAMES.join(", "))
+                }),
+            PolicyError::UnknownAdapter { suggestions, .. } => did_you_mean(suggestions)
+                .unwrap_or_else(|| {
+                    format!(
+                        "use one of {}",
+                        crate::scope::ADAPTERS
+                            .iter()
+                            .map(|a| format!("`{a}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
                 }),
             PolicyError::InvalidScope { fix, .. } => fix.clone(),
             PolicyError::InvalidOpId { .. }

@@ -5,7 +5,7 @@
 //! the server, the CLI's `explain` and the lab.
 
 mod builtin;
-pub use builtin::STREAMED_OPS;
+pub use builtin::{GENERIC_SESSION_GATE, STREAMED_OPS, session_create_adapter};
 pub mod codes;
 pub mod decision;
 pub mod engine;

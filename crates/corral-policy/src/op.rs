@@ -319,6 +319,8 @@ pub enum ScopeKind {
     Commands,
     /// `urls:`
     Urls,
+    /// `agents:` (the ops of a hosted coding agent; see `scope::agent`)
+    Agents,
 }
 
 impl ScopeKind {
@@ -328,6 +330,7 @@ impl ScopeKind {
             ScopeKind::Paths => "paths",
             ScopeKind::Commands => "commands",
             ScopeKind::Urls => "urls",
+            ScopeKind::Agents => "agents",
         }
     }
 }
@@ -380,6 +383,11 @@ pub struct OpSpec {
     /// The op runs a program whatever its declared effects (a `custom:` op): open mode refuses
     /// it like an `exec` op.
     pub runs_program: bool,
+    /// The op hosts a coding agent (`agents.<a>.run`, `.sessions.create`, `.sessions.send_event`):
+    /// an allow rule needs an `agents:` scope, and only such a rule (or one naming the op or
+    /// the `agents` namespace) mounts it. Its `model` and `workdir` params are judged by that
+    /// scope.
+    pub agent_scoped: bool,
 }
 
 impl OpSpec {
@@ -397,6 +405,7 @@ impl OpSpec {
             summary: summary.to_owned(),
             idempotent: false,
             runs_program: false,
+            agent_scoped: false,
         }
     }
 
@@ -470,6 +479,9 @@ impl OpSpec {
             .iter()
             .filter_map(|p| p.kind.required_scope())
             .collect();
+        if self.agent_scoped {
+            kinds.push(ScopeKind::Agents);
+        }
         kinds.sort();
         kinds.dedup();
         kinds

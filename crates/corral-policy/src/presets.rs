@@ -7,7 +7,10 @@ use crate::limits::Limits;
 use crate::op::OpId;
 use crate::rule::{Policy, Rule};
 use crate::scope::path::DEFAULT_SECRET_DENY;
-use crate::scope::{CommandScope, CommandScopeSpec, PathScope, PathScopeSpec};
+use crate::scope::{
+    AgentPermissions, AgentScope, AgentScopeSpec, CommandScope, CommandScopeSpec, PathScope,
+    PathScopeSpec, parse_adapter,
+};
 use crate::selector::Selector;
 use crate::suggest::closest;
 
@@ -21,6 +24,7 @@ pub const PRESET_NAMES: &[&str] = &[
     "workspace_jail",
     "ci_runner",
     "full_access",
+    "agent_host",
 ];
 
 /// A preset by name.
@@ -42,6 +46,8 @@ pub enum Preset {
     CiRunner,
     /// Everything under the root, any command: needs `unsafe: true`; always a lint error.
     FullAccess,
+    /// Host coding agents (`agents: [codex]`) working in the root, read-only by default.
+    AgentHost,
 }
 
 impl Preset {
@@ -57,6 +63,7 @@ impl Preset {
             "workspace_jail" => Preset::WorkspaceJail,
             "ci_runner" => Preset::CiRunner,
             "full_access" => Preset::FullAccess,
+            "agent_host" => Preset::AgentHost,
             _ => {
                 return Err(PolicyError::UnknownPreset {
                     name: name.to_owned(),
@@ -78,6 +85,7 @@ impl Preset {
             Preset::WorkspaceJail => "workspace_jail",
             Preset::CiRunner => "ci_runner",
             Preset::FullAccess => "full_access",
+            Preset::AgentHost => "agent_host",
         }
     }
 
@@ -106,6 +114,11 @@ pub struct PresetOptions {
     pub max_bytes: Option<u64>,
     /// full_access: the explicit opt-in.
     pub unsafe_: bool,
+    /// agent_host: the adapters to host (empty: `codex`).
+    pub agents: Vec<String>,
+    /// agent_host: what the agents may change (`None`: read-only). `full` is refused: a preset
+    /// never runs an agent unconfined.
+    pub permissions: Option<AgentPermissions>,
 }
 
 fn exact(ids: &[&str]) -> Result<Vec<Selector>, PolicyError> {
@@ -210,6 +223,7 @@ pub fn build(preset: Preset, opts: &PresetOptions) -> Result<Policy, PolicyError
                 )
         }
         Preset::FullAccess => full_access(&name, opts, root)?,
+        Preset::AgentHost => agent_host(&name, opts, &root()?)?,
     };
     Ok(policy)
 }
@@ -243,4 +257,41 @@ fn full_access(
             })?)
             .commands(cmd),
     ))
+}
+
+/// The `agent_host` preset: for each listed adapter (default `codex`), `agents.<a>.run`,
+/// `agents.<a>.sessions.create` and `agents.<a>.sessions.send_event`, plus the generic gate
+/// `agents.sessions.create`, with an agent scope whose workdir is the root (read-only unless
+/// `permissions: workspace-write`). It mounts neither `agents.<a>.install` (an admin op: installs
+/// happen on first use with `install: {mode: lazy}`) nor `llm.chat` (the agent's model traffic
+/// is authorized by its session, not by the caller's rules).
+fn agent_host(name: &str, opts: &PresetOptions, root: &str) -> Result<Policy, PolicyError> {
+    if opts.permissions == Some(AgentPermissions::Full) {
+        return Err(PolicyError::InvalidScope {
+            what: "the `agent_host` preset never runs an agent with `permissions: full`".to_owned(),
+            fix: "use `permissions: workspace-write`, or write a rule with an `agents:` scope \
+                  that sets `unconfined_ok: true`"
+                .to_owned(),
+        });
+    }
+    let adapters: Vec<String> = if opts.agents.is_empty() {
+        vec!["codex".to_owned()]
+    } else {
+        opts.agents.clone()
+    };
+    let mut ids = Vec::new();
+    for a in &adapters {
+        parse_adapter(a)?;
+        for op in ["run", "sessions.create", "sessions.send_event"] {
+            ids.push(format!("agents.{a}.{op}"));
+        }
+    }
+    ids.push(crate::builtin::GENERIC_SESSION_GATE.to_owned());
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let scope = AgentScope::compile(AgentScopeSpec {
+        workdir: root.to_owned(),
+        permissions: Some(opts.permissions.unwrap_or_default()),
+        ..AgentScopeSpec::default()
+    })?;
+    Ok(Policy::new().rule(Rule::allow(name, exact(&ids)?).agents(scope)))
 }

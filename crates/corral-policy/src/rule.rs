@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use crate::hook::Authorize;
 use crate::limits::Limits;
+use crate::op::OpSpec;
 use crate::principal::{Principal, PrincipalSelector};
 use crate::protect::Protected;
-use crate::scope::{CommandScope, PathScope, UrlScope};
+use crate::scope::{AgentScope, CommandScope, PathScope, UrlScope};
 use crate::selector::Selector;
 
 /// Whether a rule allows or denies.
@@ -48,6 +49,8 @@ pub struct Rule {
     pub commands: Option<CommandScope>,
     /// Url scope.
     pub urls: Option<UrlScope>,
+    /// Agent scope: what a hosted coding agent may do (allow rules only).
+    pub agents: Option<AgentScope>,
     /// Limits that apply when this rule decides.
     pub limits: Limits,
     /// Why (shown on a deny).
@@ -66,6 +69,7 @@ impl fmt::Debug for Rule {
             .field("paths", &self.paths.as_ref().map(PathScope::spec))
             .field("commands", &self.commands.as_ref().map(CommandScope::spec))
             .field("urls", &self.urls.as_ref().map(UrlScope::spec))
+            .field("agents", &self.agents.as_ref().map(AgentScope::spec))
             .field("limits", &self.limits)
             .field("reason", &self.reason)
             .field("hook", &self.hook.is_some())
@@ -83,6 +87,7 @@ impl Rule {
             paths: None,
             commands: None,
             urls: None,
+            agents: None,
             limits: Limits::NONE,
             reason: None,
             hook: None,
@@ -123,6 +128,12 @@ impl Rule {
         self
     }
 
+    /// Sets the agent scope.
+    pub fn agents(mut self, s: AgentScope) -> Self {
+        self.agents = Some(s);
+        self
+    }
+
     /// Sets limits.
     pub fn limits(mut self, l: Limits) -> Self {
         self.limits = l;
@@ -144,6 +155,19 @@ impl Rule {
     /// Whether the rule reaches this caller.
     pub fn reaches_principal(&self, p: &Principal) -> bool {
         self.principals.is_empty() || self.principals.iter().any(|s| s.matches(p))
+    }
+
+    /// Whether this (allow) rule mounts `op`: a selector mounts it and, for an op that hosts a
+    /// coding agent, the rule carries an `agents:` scope or names the op or the `agents`
+    /// namespace (`agents.codex.run`, `agents.**`). So `*`, `effect:exec` or a group never open
+    /// a coding agent by accident, and a rule that names one without a scope is refused
+    /// (`policy.scope_required`; a load error in config).
+    pub fn mounts(&self, op: &OpSpec) -> bool {
+        let mut by = self.selectors.iter().filter(|s| s.mounts(op)).peekable();
+        if by.peek().is_none() {
+            return false;
+        }
+        !op.agent_scoped || self.agents.is_some() || by.any(Selector::names_agents)
     }
 
     /// Whether the rule has any scope.

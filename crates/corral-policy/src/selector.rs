@@ -145,6 +145,18 @@ impl Selector {
             | Selector::All => !op.explicit_only && self.reaches(op),
         }
     }
+
+    /// Whether the selector names an op of the `agents` namespace, or the namespace itself
+    /// (`agents.codex.run`, `agents.codex.*`, `agents.**`): see `Rule::mounts`.
+    pub fn names_agents(&self) -> bool {
+        match self {
+            Selector::Exact(id) => id.namespace() == "agents",
+            Selector::OneLevel(ns) | Selector::AnyDepth(ns) => {
+                ns.split('.').next() == Some("agents")
+            }
+            Selector::Group(_) | Selector::Effect(_) | Selector::Tier(_) | Selector::All => false,
+        }
+    }
 }
 
 impl fmt::Display for Selector {

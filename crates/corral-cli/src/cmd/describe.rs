@@ -66,11 +66,11 @@ fn op_out(op: &OpSpec) -> OpOut {
 }
 
 fn scopes_text(engine: &Engine, op: &OpSpec, p: &Principal) -> (String, String) {
-    let rule = engine.policy().rules.iter().find(|r| {
-        r.effect == RuleEffect::Allow
-            && r.reaches_principal(p)
-            && r.selectors.iter().any(|s| s.mounts(op))
-    });
+    let rule = engine
+        .policy()
+        .rules
+        .iter()
+        .find(|r| r.effect == RuleEffect::Allow && r.reaches_principal(p) && r.mounts(op));
     let Some(r) = rule else {
         return ("implicit:core.health".to_owned(), String::new());
     };
@@ -88,6 +88,13 @@ fn scopes_text(engine: &Engine, op: &OpSpec, p: &Principal) -> (String, String) 
     }
     if let Some(u) = &r.urls {
         parts.push(format!("urls [{}]", u.spec().hosts.join(", ")));
+    }
+    if let Some(a) = &r.agents {
+        parts.push(format!(
+            "agents workdir {} {}",
+            a.spec().workdir,
+            a.permissions()
+        ));
     }
     (r.name.to_string(), parts.join("; "))
 }

@@ -142,7 +142,7 @@ fn a_typo_in_an_op_id_fails_with_the_close_match_and_the_line() {
 #[test]
 fn strict_turns_warnings_into_failures() {
     let dir = workspace(Some(
-        "version: 1\npreset: workspace_jail\nroot: $WS\nrules:\n  - allow: [agents.**]\n",
+        "version: 1\npreset: workspace_jail\nroot: $WS\nrules:\n  - allow: [browser.**]\n",
     ));
     let (code, out, _) = corral(dir.path(), &["check-config"]);
     assert_eq!(code, 0, "{out}");
@@ -479,4 +479,70 @@ fn a_failing_command_prints_its_error_once_on_stderr_and_nothing_on_stdout() {
         );
         assert_eq!(out, "", "corral {args:?}");
     }
+}
+
+/// A config with the adapter's session gate for everyone and the generic gate for `who`.
+fn two_gates(who: &str) -> String {
+    format!(
+        "version: 1
+rules:
+  - name: codex-sessions
+    allow: [agents.codex.sessions.create]
+    agents: {{workdir: $WS, permissions: read-only}}
+  - name: generic-gate
+    allow: [agents.sessions.create]
+    principals: [\"id:{who}\"]
+"
+    )
+}
+
+#[test]
+fn explain_of_a_session_create_shows_the_rule_of_each_gate_in_one_trace() {
+    let open = workspace(Some(&two_gates("anonymous-never")));
+    let gate =
+        |dir: &std::path::Path| corral(dir, &["explain", "--op", "agents.codex.sessions.create"]);
+    let (code, out, err) = gate(open.path());
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("DENIED [agents.session_gate]"), "{out}");
+    assert!(out.contains("allow `codex-sessions` decided"), "{out}");
+    assert!(
+        out.contains("allow `generic-gate` principal_not_matched"),
+        "{out}"
+    );
+
+    let both = workspace(Some(
+        "version: 1
+rules:
+  - name: codex-sessions
+    allow: [agents.codex.sessions.create]
+    agents: {workdir: $WS, permissions: read-only}
+  - name: generic-gate
+    allow: [agents.sessions.create]
+",
+    ));
+    let (code, out, err) = gate(both.path());
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("allow `codex-sessions` decided"), "{out}");
+    assert!(out.contains("allow `generic-gate` decided"), "{out}");
+    assert!(
+        out.contains("second gate `agents.sessions.create`: allowed by rule `generic-gate`"),
+        "{out}"
+    );
+}
+
+#[test]
+fn init_agent_host_writes_a_config_that_strict_check_accepts() {
+    let dir = workspace(None);
+    let ws = dir.path().join("ws");
+    let ws = ws.to_string_lossy();
+    let (code, out, err) = corral(
+        dir.path(),
+        &["init", "--preset", "agent_host", "--root", &ws],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let env = [("CORRAL_AGENT_TOKEN", "agent-secret-0123456789abcdef")];
+    let (code, out, err) = corral_with_env(dir.path(), &["check-config", "--strict"], &env);
+    assert_eq!(code, 0, "{out}{err}");
+    let text = std::fs::read_to_string(dir.path().join("corral.yaml")).unwrap_or_default();
+    assert!(text.contains("agents: [codex]"), "{text}");
 }

@@ -4,12 +4,14 @@ use std::time::Duration;
 
 use corral_policy::codes;
 use corral_policy::presets::{Preset, PresetOptions};
+use corral_policy::scope::{AgentPermissions, parse_adapter};
 
 use super::{Decoder, Field, Item, is_zero_quantity};
 use crate::diag::Diagnostic;
 use crate::model::{
-    BudgetsConfig, ConfirmationBackend, GuardrailsConfig, GuardrailsMode, JudgeBudget, PresetUse,
-    ReplayBudget, RunConfig, RunProfile, Spanned,
+    AgentsConfig, BudgetsConfig, ConfirmationBackend, GuardrailsConfig, GuardrailsMode,
+    InstallConfig, InstallMode, JudgeBudget, PresetUse, ReplayBudget, RunConfig, RunProfile,
+    Spanned,
 };
 use crate::yaml::{Node, Span, Value};
 
@@ -250,6 +252,17 @@ pub(super) const PRESET: &[Field<PresetDraft>] = &[
     Field::new("unsafe", |d, e, p| {
         p.options.unsafe_ = d.bool(e.node, &e.at).unwrap_or(false);
     }),
+    Field::new("agents", |d, e, p| {
+        p.options.agents = d
+            .adapters(e.node, &e.at)
+            .into_iter()
+            .map(|a| a.value)
+            .collect();
+    }),
+    Field::new("permissions", |d, e, p| {
+        let choices = AgentPermissions::ALL.map(|p| (p.as_str(), p));
+        p.options.permissions = d.choice(e.node, &e.at, &choices);
+    }),
     Field::new("confirm", |d, e, p| {
         p.confirm_never = d
             .choice(e.node, &e.at, &[("never", true), ("always", false)])
@@ -257,7 +270,98 @@ pub(super) const PRESET: &[Field<PresetDraft>] = &[
     }),
 ];
 
+/// `agents:` written as a mapping.
+pub(super) const AGENTS: &[Field<AgentsConfig>] = &[
+    Field::required(
+        "adapters",
+        |d, e, a| a.adapters = d.adapters(e.node, &e.at),
+        |d, e, _| {
+            d.err_fix(
+                codes::CONFIG_MISSING_KEY,
+                "`agents` needs `adapters`".to_owned(),
+                e.within,
+                e.node.span,
+                "write `agents: {adapters: [codex], default: codex}`, or `agents: [codex]`"
+                    .to_owned(),
+            );
+        },
+    ),
+    Field::new("default", |d, e, a| {
+        a.default = d
+            .spanned_string(e.node, &e.at)
+            .filter(|s| d.adapter_ok(s, &e.at));
+    }),
+];
+
+/// `install:`.
+pub(super) const INSTALL: &[Field<InstallConfig>] = &[Field::new("mode", |d, e, i| {
+    let modes = InstallMode::ALL.map(|m| (m.as_str(), m));
+    i.mode = d.choice(e.node, &e.at, &modes).unwrap_or_default();
+})];
+
 impl Decoder {
+    /// Whether `name` is a known adapter; else an error with did-you-mean.
+    fn adapter_ok(&mut self, name: &Spanned<String>, at: &str) -> bool {
+        match parse_adapter(&name.value) {
+            Ok(_) => true,
+            Err(e) => {
+                self.err_fix(e.code(), e.to_string(), at, name.span, e.fix());
+                false
+            }
+        }
+    }
+
+    /// A list of adapter names; unknown ones are refused with did-you-mean.
+    pub(super) fn adapters(&mut self, node: &Node, at: &str) -> Vec<Spanned<String>> {
+        let names = match &node.value {
+            Value::Str(s) => vec![Spanned::new(s.clone(), node.span)],
+            Value::Null
+            | Value::Bool(_)
+            | Value::Int(_)
+            | Value::Float(_)
+            | Value::Seq(_)
+            | Value::Map(_) => self.strings(node, at),
+        };
+        names
+            .into_iter()
+            .enumerate()
+            .filter(|(i, n)| self.adapter_ok(n, &format!("{at}[{i}]")))
+            .map(|(_, n)| n)
+            .collect()
+    }
+
+    /// `agents: [codex]` or `agents: {adapters: [codex, claude_code], default: codex}`.
+    pub(super) fn agents(&mut self, node: &Node, at: &str) -> Option<AgentsConfig> {
+        let a = match &node.value {
+            Value::Map(_) => {
+                let mut a = AgentsConfig::default();
+                self.fields(node, at, AGENTS, &mut a)?;
+                a
+            }
+            Value::Null
+            | Value::Bool(_)
+            | Value::Int(_)
+            | Value::Float(_)
+            | Value::Str(_)
+            | Value::Seq(_) => AgentsConfig {
+                adapters: self.adapters(node, at),
+                default: None,
+            },
+        };
+        if let Some(def) = &a.default
+            && !a.adapters.iter().any(|x| x.value == def.value)
+        {
+            self.err_fix(
+                codes::CONFIG_INVALID_VALUE,
+                format!("the default adapter `{}` is not in `adapters`", def.value),
+                &format!("{at}.default"),
+                def.span,
+                format!("add `{}` to `adapters`, or pick one of them", def.value),
+            );
+        }
+        Some(a)
+    }
+
     /// `guardrails:`.
     pub(super) fn guardrails(&mut self, node: &Node, at: &str) -> GuardrailsConfig {
         let mut g = GuardrailsDraft::default();

@@ -2,8 +2,8 @@
 
 use corral_policy::codes;
 use corral_policy::scope::{
-    CommandScopeSpec, EgressAllowList, EgressEntry, NetworkSpec, PathScopeSpec, SymlinkMode,
-    UrlScopeSpec,
+    AgentPermissions, AgentScopeSpec, CommandScopeSpec, EgressAllowList, EgressEntry, NetworkSpec,
+    PathScopeSpec, SymlinkMode, UrlScopeSpec,
 };
 use corral_policy::units::Rate;
 use corral_policy::{Limits, RuleEffect};
@@ -66,6 +66,23 @@ pub(super) const RULE: &[Field<RuleDraft>] = &[
     Field::new("urls", |d, e, r| {
         r.rule.urls = d
             .url_scope(e.node, &e.at)
+            .map(|s| Spanned::new(s, e.node.span));
+    }),
+    Field::new("agents", |d, e, r| {
+        if r.rule.effect == RuleEffect::Deny {
+            d.err_fix(
+                codes::CONFIG_INVALID_VALUE,
+                "a deny rule has no `agents:` scope".to_owned(),
+                &e.at,
+                e.node.span,
+                "deny the agent ops outright (`deny: [agents.codex.run]`), or with `paths:` \
+                 covering the workdirs to refuse"
+                    .to_owned(),
+            );
+            return;
+        }
+        r.rule.agents = d
+            .agent_scope(e.node, &e.at)
             .map(|s| Spanned::new(s, e.node.span));
     }),
     Field::new("limits", |d, e, r| r.rule.limits = d.limits(e.node, &e.at)),
@@ -231,6 +248,47 @@ pub(super) const URL: &[Field<UrlScopeSpec>] = &[
     }),
 ];
 
+/// An agent scope (`agents:` of an allow rule).
+pub(super) const AGENT: &[Field<AgentScopeSpec>] = &[
+    Field::required(
+        "workdir",
+        |d, e, s| {
+            if let Some(w) = d.string(e.node, &e.at) {
+                s.workdir = w;
+            }
+        },
+        |d, e, _| {
+            d.err_fix(
+                codes::CONFIG_MISSING_KEY,
+                "an agent scope needs `workdir`".to_owned(),
+                e.within,
+                e.node.span,
+                "add `workdir: /workspace` (the one directory the agent works in)".to_owned(),
+            );
+        },
+    ),
+    Field::new("permissions", |d, e, s| {
+        let choices = AgentPermissions::ALL.map(|p| (p.as_str(), p));
+        s.permissions = d.choice(e.node, &e.at, &choices);
+    }),
+    Field::new("commands", |d, e, s| {
+        s.commands = d.plain_strings(e.node, &e.at);
+    }),
+    Field::new("models", |d, e, s| {
+        s.models = d.plain_strings(e.node, &e.at);
+    }),
+    Field::new("max_turns", |d, e, s| {
+        s.max_turns = d.uint32(e.node, &e.at);
+    }),
+    Field::new("unconfined_ok", |d, e, s| {
+        s.unconfined_ok = d.bool(e.node, &e.at).unwrap_or(false);
+    }),
+    Field::new("network", |d, e, s| s.network = d.network(e.node, &e.at)),
+    Field::new("confirm_writes_outside", |d, e, s| {
+        s.confirm_writes_outside = d.plain_strings(e.node, &e.at);
+    }),
+];
+
 /// `ports: [443, 8443]`.
 fn ports(d: &mut Decoder, e: &Item<'_>, s: &mut UrlScopeSpec) {
     let Value::Seq(items) = &e.node.value else {
@@ -295,6 +353,7 @@ impl Decoder {
                     commands: None,
                     command_allow_spans: Vec::new(),
                     urls: None,
+                    agents: None,
                     limits: Limits::NONE,
                     reason: None,
                     confirm_never: None,
@@ -375,6 +434,12 @@ impl Decoder {
         }
         let mut s = UrlScopeSpec::default();
         self.fields(node, at, URL, &mut s)?;
+        Some(s)
+    }
+
+    fn agent_scope(&mut self, node: &Node, at: &str) -> Option<AgentScopeSpec> {
+        let mut s = AgentScopeSpec::default();
+        self.fields(node, at, AGENT, &mut s)?;
         Some(s)
     }
 

@@ -11,12 +11,15 @@ fn document(path: &str, body: &str) -> Option<String> {
     let doc = match path {
         "" => format!("{{{body}}}"),
         "rules[0]" => format!("{{version: 1, rules: [{{{body}}}]}}"),
-        "rules[0].paths" | "rules[0].commands" | "rules[0].urls" => {
+        "rules[0].paths" | "rules[0].commands" | "rules[0].urls" | "rules[0].agents" => {
             let key = path.trim_start_matches("rules[0].");
             format!("{{version: 1, rules: [{{allow: [x], {key}: {{{body}}}}}]}}")
         }
         "rules[0].commands.network" => {
             format!("{{version: 1, rules: [{{allow: [x], commands: {{network: {{{body}}}}}}}]}}")
+        }
+        "rules[0].agents.network" => {
+            format!("{{version: 1, rules: [{{allow: [x], agents: {{network: {{{body}}}}}}}]}}")
         }
         "custom.op" => format!("{{version: 1, custom: {{op: {{{body}}}}}}}"),
         "custom.op.params.p" => {
@@ -44,7 +47,8 @@ fn document(path: &str, body: &str) -> Option<String> {
             format!("{{version: 1, budgets: {{{key}: {{{body}}}}}}}")
         }
         "storage" | "mcp" | "isolation" | "limits" | "auth" | "audit" | "autonomy" | "roles"
-        | "guardrails" | "budgets" | "run" | "sandbox" | "recordings" | "llm" => {
+        | "guardrails" | "budgets" | "run" | "sandbox" | "recordings" | "llm" | "agents"
+        | "install" => {
             format!("{{version: 1, {path}: {{{body}}}}}")
         }
         _ => return None,

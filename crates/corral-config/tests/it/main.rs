@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod agents;
 mod egress;
 mod errors;
 mod guardrails;

@@ -48,7 +48,7 @@ fn the_starters_without_exec_are_strict_clean() {
         let (preset, text) = starter_for(name);
         if matches!(
             preset,
-            Preset::CommandsOnly | Preset::CiRunner | Preset::FullAccess
+            Preset::CommandsOnly | Preset::CiRunner | Preset::FullAccess | Preset::AgentHost
         ) {
             continue;
         }
@@ -68,7 +68,7 @@ fn the_starters_without_exec_are_strict_clean() {
 
 #[test]
 fn the_starters_that_run_commands_require_a_token_and_are_strict_clean() {
-    for preset in [Preset::CommandsOnly, Preset::CiRunner] {
+    for preset in [Preset::CommandsOnly, Preset::CiRunner, Preset::AgentHost] {
         let text = starter::starter(preset, ROOT);
         let loaded = crate::load(&text);
         assert_eq!(loaded.tokens.len(), 1, "{}", preset.name());

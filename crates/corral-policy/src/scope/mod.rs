@@ -1,10 +1,15 @@
-//! Typed scopes that narrow what an allowed op may touch: paths, commands, urls.
+//! Typed scopes that narrow what an allowed op may touch: paths, commands, urls, agents.
 
+pub mod agent;
 pub mod command;
 pub mod egress;
 pub mod path;
 pub mod url;
 
+pub use agent::{
+    ADAPTERS, AgentAsk, AgentGrant, AgentPermissions, AgentRefusal, AgentScope, AgentScopeSpec,
+    STEP_KINDS, is_adapter, parse_adapter, step_op_id,
+};
 pub use command::{
     ArgPattern, ArgvPattern, CommandGrant, CommandRefusal, CommandScope, CommandScopeSpec,
 };

@@ -156,6 +156,10 @@ fn every_code_the_crate_can_emit_is_in_the_catalog() {
             preset: String::new(),
             option: String::new(),
         },
+        PolicyError::UnknownAdapter {
+            name: String::new(),
+            suggestions: vec![],
+        },
     ];
     for e in &errors {
         emitted.push(e.code());

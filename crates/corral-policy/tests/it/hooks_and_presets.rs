@@ -212,7 +212,7 @@ fn preset(name: &str, o: &PresetOptions) -> Policy {
 
 #[test]
 fn every_preset_name_parses_in_both_spellings_and_round_trips() {
-    assert_eq!(PRESET_NAMES.len(), 8);
+    assert_eq!(PRESET_NAMES.len(), 9);
     for name in PRESET_NAMES {
         let Ok(p) = Preset::parse(name) else {
             unreachable!("`{name}` parses")
