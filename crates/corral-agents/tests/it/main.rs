@@ -5,5 +5,6 @@
 
 mod adapters;
 mod install;
+mod real_codex;
 mod session;
 mod support;

@@ -90,9 +90,18 @@ async fn serve(mut conn: tokio::net::TcpStream, script: &Script, token: &TokenDi
             && l.split_once("Bearer ")
                 .is_some_and(|(_, t)| token.accepts(t.trim()))
     });
+    let is_responses = head.starts_with("POST /v1/responses ");
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    script.asked.lock().unwrap().push((body, authorized));
-    let reply = if !authorized {
+    if is_responses {
+        script.asked.lock().unwrap().push((body, authorized));
+    }
+    let reply = if !is_responses {
+        let b = r#"{"error":{"message":"not scripted"}}"#;
+        format!(
+            "HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
+            b.len()
+        )
+    } else if !authorized {
         let b = r#"{"error":{"message":"bad token"}}"#;
         format!(
             "HTTP/1.1 401 Unauthorized\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
@@ -176,9 +185,21 @@ pub fn session(
     limits: SessionLimits,
     max_turns: u32,
 ) -> Session {
+    session_of(fake_codex(), d, script, permissions, limits, max_turns)
+}
+
+/// A session of `cli` (the fake agent, or the real codex).
+pub fn session_of(
+    cli: Installed,
+    d: &Dirs,
+    script: &Arc<Script>,
+    permissions: Permissions,
+    limits: SessionLimits,
+    max_turns: u32,
+) -> Session {
     let cfg = SessionConfig {
         id: "s1".into(),
-        cli: fake_codex(),
+        cli,
         model: "gpt-test".into(),
         workdir: d.workdir.clone(),
         permissions,
