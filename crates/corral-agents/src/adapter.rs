@@ -219,7 +219,9 @@ fn toml_str(s: &str) -> String {
 
 /// Codex's `config.toml`: its one provider is corral's proxy, over the Responses API, its key
 /// the turn's token; no approvals, no sandbox of its own (see the module's text), no update
-/// check, few retries (a refusal of the proxy is an answer, not a glitch).
+/// check, no analytics (unreachable from the sandbox anyway: trying held every turn's exit
+/// back by about 5 s, bench/RESULTS.md), few retries (a refusal of the proxy is an answer,
+/// not a glitch).
 fn codex_config(t: &TurnSpec<'_>) -> String {
     format!(
         "# Written by corral for this session; rewritten every turn.\n\
@@ -228,6 +230,9 @@ fn codex_config(t: &TurnSpec<'_>) -> String {
          approval_policy = \"never\"\n\
          sandbox_mode = \"danger-full-access\"\n\
          check_for_update_on_startup = false\n\
+         \n\
+         [analytics]\n\
+         enabled = false\n\
          \n\
          [model_providers.corral]\n\
          name = \"corral\"\n\

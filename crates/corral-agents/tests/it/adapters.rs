@@ -60,6 +60,7 @@ fn codex_runs_with_its_own_sandbox_off_its_prompt_on_stdin_and_only_the_turns_to
         "base_url = \"http://127.0.0.1:3128/v1\"",
         "env_key = \"CORRAL_AGENT_TOKEN\"",
         "wire_api = \"responses\"",
+        "[analytics]",
     ] {
         assert!(
             config.lines().any(|l| l == line),
