@@ -40,7 +40,8 @@ pub const MAX_PROMPT: usize = 256 * 1024;
 const MAX_STDERR: u64 = 64 * 1024;
 /// The most characters of stderr quoted in a failed turn's error.
 const STDERR_QUOTED: usize = 500;
-/// How long the output of a CLI that exited is still read.
+/// How long the output of a CLI that exited is still read, and how long its last events wait
+/// for a consumer that stopped reading (then they are dropped, and counted).
 const DRAIN: Duration = Duration::from_secs(2);
 
 /// The SHA-256 of one turn's token: all a link keeps of it.
@@ -156,6 +157,8 @@ pub struct TurnReport {
     pub timed_out: bool,
     /// Whether corral killed it for its output (over [`MAX_EVENTS`]).
     pub killed_for_output: bool,
+    /// Events dropped because the consumer stopped reading them after the sandbox ended.
+    pub events_dropped: u64,
 }
 
 #[derive(Debug, Default)]
@@ -411,6 +414,9 @@ impl Session {
         let mut buf = vec![0u8; 64 * 1024];
         let mut out: Option<Result<ExecOutput, corral_exec::ExecError>> = None;
         let mut eof = false;
+        // Once the sandbox ended: until when its last events may wait for the consumer.
+        let mut deadline: Option<tokio::time::Instant> = None;
+        let mut dropped = 0u64;
         while !(over || eof && out.is_some()) {
             let evs = tokio::select! {
                 r = stdout.read(&mut buf), if !eof => match r {
@@ -421,7 +427,26 @@ impl Session {
                 () = tokio::time::sleep(DRAIN), if out.is_some() => { eof = true; Vec::new() }
             };
             for ev in collect(evs, &mut parser, &mut sent, &mut over) {
-                let _ = events.send(ev).await;
+                // A consumer that stops reading holds the agent back (its output pipe fills),
+                // never its limits: the sandbox's future keeps being polled while waiting.
+                let send = events.send(ev);
+                tokio::pin!(send);
+                loop {
+                    let until = deadline.unwrap_or_else(|| {
+                        tokio::time::Instant::now() + self.cfg.limits.turn_timeout + DRAIN
+                    });
+                    tokio::select! {
+                        _ = &mut send => break,
+                        o = &mut run, if out.is_none() => {
+                            out = Some(o);
+                            deadline = Some(tokio::time::Instant::now() + DRAIN);
+                        }
+                        () = tokio::time::sleep_until(until), if deadline.is_some() => {
+                            dropped += 1;
+                            break;
+                        }
+                    }
+                }
             }
         }
         // Over the event limit the sandbox is dropped: its process killed, the sandbox gone.
@@ -429,7 +454,13 @@ impl Session {
             Some(r) => Some(r.map_err(sandbox)?),
             None => None,
         };
-        let report = self.finish(turn, out, initial, &parser, over, events).await;
+        let deadline = deadline.unwrap_or_else(|| tokio::time::Instant::now() + DRAIN);
+        let outbox = Outbox {
+            events,
+            deadline,
+            dropped,
+        };
+        let report = self.finish(turn, out, initial, &parser, over, outbox).await;
         Ok((parser.thread().map(str::to_owned), report))
     }
 
@@ -441,7 +472,7 @@ impl Session {
         initial: Attestation,
         parser: &crate::adapter::OutputParser,
         over: bool,
-        events: &mpsc::Sender<SessionEvent>,
+        mut outbox: Outbox<'_>,
     ) -> TurnReport {
         let (attestation, exit_code, signal, timed_out) = match &out {
             Some(o) => (o.attestation.clone(), o.exit_code, o.signal, o.timed_out),
@@ -470,11 +501,11 @@ impl Session {
                 None
             };
             if let Some(e) = err {
-                let _ = events.send(e).await;
+                outbox.send(e).await;
             }
         }
         let usage = parser.usage();
-        let _ = events.send(SessionEvent::Done { turn, ok, usage }).await;
+        outbox.send(SessionEvent::Done { turn, ok, usage }).await;
         TurnReport {
             turn,
             ok,
@@ -484,6 +515,24 @@ impl Session {
             signal,
             timed_out,
             killed_for_output: over,
+            events_dropped: outbox.dropped,
+        }
+    }
+}
+
+/// Where a turn's last events go once its sandbox ended: each waits for the consumer until
+/// the deadline, then is dropped (and counted).
+struct Outbox<'a> {
+    events: &'a mpsc::Sender<SessionEvent>,
+    deadline: tokio::time::Instant,
+    dropped: u64,
+}
+
+impl Outbox<'_> {
+    async fn send(&mut self, ev: SessionEvent) {
+        match tokio::time::timeout_at(self.deadline, self.events.send(ev)).await {
+            Ok(_) => {}
+            Err(_) => self.dropped += 1,
         }
     }
 }

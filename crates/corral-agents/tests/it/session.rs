@@ -327,3 +327,32 @@ async fn a_hostile_output_stream_is_cut_cleaned_and_reported_without_hurting_the
         Some(SessionEvent::Done { ok: false, .. })
     ));
 }
+
+#[tokio::test]
+async fn a_consumer_that_stops_reading_events_does_not_stop_the_time_limit() {
+    let d = dirs();
+    let flood = hex(b"{\"type\":\"turn.started\"}\n");
+    let script = Script::new(vec![
+        call("emit_raw", json!({"hex": flood, "times": 200})),
+        call("exec_command", json!({"cmd": "sleep 60"})),
+    ]);
+    let lim = SessionLimits {
+        turn_timeout: Duration::from_secs(3),
+        ..limits()
+    };
+    let s = session(&d, &script, Permissions::WorkspaceWrite, lim, 5);
+    // Room for one event, and nobody reads until the turn is over.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    let report = tokio::time::timeout(Duration::from_secs(60), s.run_turn("flood", tx))
+        .await
+        .expect("the turn ended at its time limit, not when its events were read")
+        .unwrap();
+    assert!(report.timed_out, "{report:?}");
+    // What did not fit once the sandbox was gone is dropped and counted, never waited for.
+    assert!(report.events_dropped > 0, "{report:?}");
+    let mut n = 0;
+    while rx.recv().await.is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 1);
+}
