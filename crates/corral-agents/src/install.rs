@@ -59,34 +59,49 @@ pub fn pin(adapter: Adapter) -> Pin {
     }
 }
 
-/// The CLI's command in an install at `dir`: codex's native binary (no node needed), claude
-/// code's script under the host's `node`.
+/// The CLI's command in an install at `dir`: each package's native binary for this machine
+/// (npm installs the one optional dependency that matches its os, cpu and libc), so no `node`
+/// is needed in the sandbox. The first that exists; the glibc one when none does yet.
 pub fn program(adapter: Adapter, dir: &Path) -> Vec<String> {
     let modules = dir.join("node_modules");
-    match adapter {
+    let arm = cfg!(target_arch = "aarch64");
+    let candidates: Vec<PathBuf> = match adapter {
         Adapter::Codex => {
-            let (pkg, triple) = if cfg!(target_arch = "aarch64") {
+            let (pkg, triple) = if arm {
                 ("codex-linux-arm64", "aarch64-unknown-linux-musl")
             } else {
                 ("codex-linux-x64", "x86_64-unknown-linux-musl")
             };
-            let bin = modules
-                .join("@openai")
-                .join(pkg)
-                .join("vendor")
-                .join(triple)
-                .join("bin")
-                .join("codex");
-            vec![bin.to_string_lossy().into_owned()]
+            vec![
+                modules
+                    .join("@openai")
+                    .join(pkg)
+                    .join("vendor")
+                    .join(triple)
+                    .join("bin")
+                    .join("codex"),
+            ]
         }
-        Adapter::ClaudeCode => vec![
-            "/usr/bin/node".to_owned(),
-            modules
-                .join("@anthropic-ai/claude-code/cli.js")
-                .to_string_lossy()
-                .into_owned(),
-        ],
-    }
+        Adapter::ClaudeCode => {
+            let cpu = if arm { "arm64" } else { "x64" };
+            ["", "-musl"]
+                .iter()
+                .map(|libc| {
+                    modules
+                        .join("@anthropic-ai")
+                        .join(format!("claude-code-linux-{cpu}{libc}"))
+                        .join("claude")
+                })
+                .collect()
+        }
+    };
+    let found = candidates
+        .iter()
+        .find(|p| p.is_file())
+        .or(candidates.first());
+    found
+        .map(|p| vec![p.to_string_lossy().into_owned()])
+        .unwrap_or_default()
 }
 
 /// `install: {mode: ...}`.

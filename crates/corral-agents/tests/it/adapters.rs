@@ -79,14 +79,14 @@ fn a_later_codex_turn_resumes_the_clis_own_session() {
 
 #[test]
 fn claude_code_talks_to_corral_as_its_anthropic_base_url_with_the_token_as_its_key() {
-    let program = vec!["/usr/bin/node".to_owned(), "/opt/cli.js".to_owned()];
+    let program = vec!["/opt/claude".to_owned()];
     let l = Adapter::ClaudeCode.launch(&spec(&program, Some("abc")));
     let env = |k: &str| l.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     assert_eq!(env("ANTHROPIC_BASE_URL"), Some("http://127.0.0.1:3128"));
     assert_eq!(env("ANTHROPIC_API_KEY"), Some("corral-agent-TOKEN"));
     let argv = l.argv.join(" ");
     assert!(
-        argv.starts_with("/usr/bin/node /opt/cli.js -p --output-format stream-json"),
+        argv.starts_with("/opt/claude -p --output-format stream-json"),
         "{argv}"
     );
     assert!(
@@ -258,4 +258,52 @@ fn any_bytes_at_all_parse_to_bounded_clean_events_without_a_panic() {
     };
     assert!(text.starts_with("?]0;pwned?y"), "{}", &text[..20]);
     assert_eq!(text.chars().count(), MAX_TEXT + 1);
+}
+
+#[test]
+fn real_claude_code_output_becomes_model_turns_a_finished_command_a_message_and_usage() {
+    // `claude -p --output-format stream-json --verbose` 2.1.328 (its native binary), its
+    // ANTHROPIC_BASE_URL a scripted Messages upstream answering a Bash tool call writing a file
+    // in its cwd, then a text.
+    let recorded = include_bytes!("fixtures/claude-code-2.1.328-print.jsonl");
+    let mut p = Adapter::ClaudeCode.parser(1);
+    let events: Vec<SessionEvent> = recorded
+        .split(|&b| b == b'\n')
+        .flat_map(|l| p.line(l))
+        .collect();
+    let argv = vec![
+        "bash".to_owned(),
+        "-c".to_owned(),
+        "echo in > inside.txt".to_owned(),
+    ];
+    assert_eq!(
+        events,
+        [
+            SessionEvent::ModelTurn { turn: 1 },
+            SessionEvent::Command {
+                argv: argv.clone(),
+                exit: None,
+                done: false
+            },
+            SessionEvent::Command {
+                argv,
+                exit: Some(0),
+                done: true
+            },
+            SessionEvent::ModelTurn { turn: 1 },
+            SessionEvent::Message {
+                text: "All done.".into()
+            },
+        ]
+    );
+    assert_eq!(p.thread(), Some("ede8d63f-12b7-42a8-9884-407afec88555"));
+    assert_eq!(p.ok(), Some(true));
+    assert_eq!(
+        p.usage(),
+        Usage {
+            input_tokens: 20,
+            cached_input_tokens: 0,
+            output_tokens: 10
+        }
+    );
 }
