@@ -5,6 +5,6 @@
 
 mod adapters;
 mod install;
-mod real_codex;
+mod real_clis;
 mod session;
 mod support;

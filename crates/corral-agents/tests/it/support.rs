@@ -90,6 +90,28 @@ async fn serve(mut conn: tokio::net::TcpStream, script: &Script, token: &TokenDi
             && l.split_once("Bearer ")
                 .is_some_and(|(_, t)| token.accepts(t.trim()))
     });
+    let is_messages = head.starts_with("POST /v1/messages");
+    if is_messages && !head.contains("count_tokens") {
+        let authorized = head.lines().any(|l| {
+            l.to_lowercase().starts_with("x-api-key:")
+                && l.split_once(':')
+                    .is_some_and(|(_, t)| token.accepts(t.trim()))
+        });
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let stream = body["stream"] == true;
+        script.asked.lock().unwrap().push((body, authorized));
+        let item = script
+            .answers
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| message("done"));
+        let _ = conn
+            .write_all(anthropic(&item, authorized, stream).as_bytes())
+            .await;
+        let _ = conn.shutdown().await;
+        return;
+    }
     let is_responses = head.starts_with("POST /v1/responses ");
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if is_responses {
@@ -231,4 +253,56 @@ pub async fn turn(s: &Session, prompt: &str) -> (TurnReport, Vec<SessionEvent>) 
 
 pub fn path_str(p: &Path) -> String {
     p.to_string_lossy().into_owned()
+}
+
+/// A Messages API answer holding the script's `item` (a `function_call` becomes a `tool_use`
+/// of the tool it names, its arguments the tool's input; a message a text).
+fn anthropic(item: &Value, authorized: bool, stream: bool) -> String {
+    if !authorized {
+        let b = r#"{"type":"error","error":{"type":"authentication_error","message":"bad token"}}"#;
+        return format!(
+            "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
+            b.len()
+        );
+    }
+    let (block, delta, stop) = if item["type"] == "function_call" {
+        (
+            json!({"type": "tool_use", "id": format!("toolu_{}", item["name"].as_str().unwrap()), "name": item["name"], "input": {}}),
+            json!({"type": "input_json_delta", "partial_json": item["arguments"]}),
+            "tool_use",
+        )
+    } else {
+        let text = item["content"][0]["text"].clone();
+        (
+            json!({"type": "text", "text": ""}),
+            json!({"type": "text_delta", "text": text}),
+            "end_turn",
+        )
+    };
+    if !stream {
+        let b = json!({"id": "m", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "ok"}],
+                       "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}}).to_string();
+        return format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
+            b.len()
+        );
+    }
+    let mut b = String::new();
+    for ev in [
+        json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [], "stop_reason": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": block}),
+        json!({"type": "content_block_delta", "index": 0, "delta": delta}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 5}}),
+        json!({"type": "message_stop"}),
+    ] {
+        b.push_str(&format!(
+            "event: {}\ndata: {ev}\n\n",
+            ev["type"].as_str().unwrap()
+        ));
+    }
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
+        b.len()
+    )
 }
