@@ -2,7 +2,9 @@
 //! [`PINS`], installed with `npm install --prefix` (never globally) into
 //! `<state_dir>/agents/<adapter>/<version>`: into a temporary directory first, renamed into
 //! place once complete, with `corral-install.json` recording what it is. One install at a time
-//! per adapter.
+//! per adapter. npm runs with `--ignore-scripts`: no package script runs on the host (the
+//! packages' own postinstall steps only link a launcher; corral runs each package's native
+//! binary directly, see [`program`]).
 //!
 //! The modes (`install: {mode: ...}`): `lazy` installs on first use, in the background (the
 //! caller gets `agents.installing` with a retry time instead of waiting); `build` uses only what
