@@ -346,7 +346,7 @@ impl OutputParser {
                 )]
             }
             "error" => vec![SessionEvent::error(
-                "agents.agent_error",
+                codes::AGENTS_AGENT_ERROR,
                 v["message"]
                     .as_str()
                     .unwrap_or("the agent reported an error"),
@@ -501,7 +501,7 @@ fn codex_item(item: &Value) -> Vec<SessionEvent> {
             text: clean(item["text"].as_str().unwrap_or("")),
         }],
         "error" => vec![SessionEvent::error(
-            "agents.agent_error",
+            codes::AGENTS_AGENT_ERROR,
             item["message"]
                 .as_str()
                 .unwrap_or("the agent reported an error"),

@@ -30,6 +30,10 @@ pub const AGENTS_TURN_FAILED: &str = "agents.turn_failed";
 /// The turn was killed at its time limit.
 pub const AGENTS_TIMEOUT: &str = "agents.timeout";
 
+/// An error the agent itself reported (codex's `error` items, claude's failed results), in an
+/// `error` event.
+pub const AGENTS_AGENT_ERROR: &str = "agents.agent_error";
+
 /// Every code of this crate, for the catalog.
 pub const ALL: &[&str] = &[
     AGENTS_INSTALLING,
@@ -43,4 +47,5 @@ pub const ALL: &[&str] = &[
     AGENTS_OUTPUT,
     AGENTS_TURN_FAILED,
     AGENTS_TIMEOUT,
+    AGENTS_AGENT_ERROR,
 ];

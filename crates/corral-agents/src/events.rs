@@ -97,6 +97,20 @@ impl SessionEvent {
         }
     }
 
+    /// The op this event lands in the audit as, for a session of `adapter` (its values never
+    /// go there: the audit keeps shapes): `agents.<a>.exec` for a finished command,
+    /// `agents.<a>.file_change`, `agents.<a>.model_turn`; `None` for the rest (a started
+    /// command, a message, an error, `done`: the session's own record keeps those).
+    pub fn audit_op(&self, adapter: &str) -> Option<String> {
+        let what = match self {
+            SessionEvent::Command { done: true, .. } => "exec",
+            SessionEvent::FileChange { .. } => "file_change",
+            SessionEvent::ModelTurn { .. } => "model_turn",
+            _ => return None,
+        };
+        Some(format!("agents.{adapter}.{what}"))
+    }
+
     /// The event's type, as serialized (`model_turn`, `command`, ...).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -210,6 +224,22 @@ mod tests {
         assert_eq!(s.feed(&big), vec![Line::TooLong]);
         assert!(s.feed(&big).is_empty());
         assert_eq!(s.feed(b"x\nok\n"), vec![Line::Text(b"ok".to_vec())]);
+    }
+
+    #[test]
+    fn a_finished_command_is_audited_as_the_adapters_exec_op() {
+        let done = SessionEvent::Command {
+            argv: vec!["ls".into()],
+            exit: Some(0),
+            done: true,
+        };
+        assert_eq!(done.audit_op("codex").as_deref(), Some("agents.codex.exec"));
+        let started = SessionEvent::Command {
+            argv: vec!["ls".into()],
+            exit: None,
+            done: false,
+        };
+        assert_eq!(started.audit_op("codex"), None);
     }
 
     #[test]
