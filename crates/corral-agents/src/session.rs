@@ -1,0 +1,594 @@
+//! A session: one agent CLI, one workdir, turns run one at a time in the `linux` backend.
+//!
+//! Each turn is a fresh sandbox ([`corral_exec::Backend::run_attached`], so its output streams
+//! as it comes): the workdir bound read-write (`workspace-write`, `full`) or read-only
+//! (`read-only`); the agent's home (its config, the CLI's own session files that the next turn
+//! resumes from) read-write; the CLI's install read-only; everything else the backend's
+//! read-only system view or absent. Its only network is a link
+//! ([`corral_exec::RunNetwork::Corral`]) that the HTTP crate serves with the LLM proxy's routes
+//! ([`ProxyLinks`]), authenticated by a token minted for the turn: the CLI's API key, worth
+//! nothing anywhere else, never the upstream key. Memory, process and time limits apply; the
+//! attestation of every turn is kept.
+//!
+//! What the CLI prints is hostile: read in lines of at most [`crate::events::MAX_LINE`] bytes,
+//! parsed by the adapter into events whose text is cleaned, at most
+//! [`crate::events::MAX_EVENTS`] a turn (past it, the turn is killed).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use corral_exec::linux::CORRAL_LINK_URL;
+use corral_exec::{
+    Attestation, Backend, CorralLink, DEFAULT_MEMORY, ExecOutput, ExecRequest, ResourceLimits,
+    RunNetwork,
+};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::adapter::{Permissions, TurnSpec};
+use crate::events::{Line, LineSplitter, MAX_EVENTS, SessionEvent, Usage};
+use crate::install::Installed;
+use crate::{AgentError, codes};
+
+/// The longest prompt (a task or a user message), bytes.
+pub const MAX_PROMPT: usize = 256 * 1024;
+/// The most bytes of a CLI's stderr kept (quoted, cut, in a failed turn's error).
+const MAX_STDERR: u64 = 64 * 1024;
+/// The most characters of stderr quoted in a failed turn's error.
+const STDERR_QUOTED: usize = 500;
+/// How long the output of a CLI that exited is still read, and how long its last events wait
+/// for a consumer that stopped reading (then they are dropped, and counted).
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// The SHA-256 of one turn's token: all a link keeps of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenDigest([u8; 32]);
+
+impl TokenDigest {
+    fn of(token: &str) -> Self {
+        Self(Sha256::digest(token.as_bytes()).into())
+    }
+
+    /// Whether `presented` is the token (compared by digest, in constant time).
+    pub fn accepts(&self, presented: &str) -> bool {
+        let other: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        self.0.ct_eq(&other).into()
+    }
+}
+
+impl fmt::Debug for TokenDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TokenDigest(..)")
+    }
+}
+
+/// Serves the LLM proxy to one turn of a session (implemented by the HTTP crate): its
+/// `/v1/responses`, `/v1/chat/completions`, `/v1/messages` and `/v1/models`, as the session's
+/// run (budgets, audit), accepting only requests whose bearer token (or `x-api-key`) `token`
+/// accepts.
+pub trait ProxyLinks: Send + Sync + fmt::Debug {
+    /// The link of one turn of session `session`.
+    fn link(&self, session: &str, token: TokenDigest) -> CorralLink;
+}
+
+/// A fresh token for one turn (244 random bits: two v4 UUIDs), and its digest.
+fn mint() -> (String, TokenDigest) {
+    let token = format!(
+        "corral-agent-{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let digest = TokenDigest::of(&token);
+    (token, digest)
+}
+
+/// A session's limits, per turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// An explicit memory limit, bytes: a memory cgroup enforces it, and a host without one
+    /// refuses the session (as every explicit limit of corral's).
+    pub memory: Option<u64>,
+    /// The cap when `memory` is `None`: the memory cgroup where there is one, else
+    /// `RLIMIT_AS`, attested as whichever applied.
+    pub default_memory: u64,
+    /// Processes.
+    pub processes: u32,
+    /// Wall-clock time of one turn.
+    pub turn_timeout: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            memory: None,
+            default_memory: DEFAULT_MEMORY,
+            processes: 256,
+            turn_timeout: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+/// What a session is, as the op built it from the caller's request and the scope.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// The session's id (given to the link, in events' audit).
+    pub id: String,
+    /// The CLI.
+    pub cli: Installed,
+    /// The real model name (one the scope's `models` allows).
+    pub model: String,
+    /// The workdir (absolute; the scope's).
+    pub workdir: PathBuf,
+    /// The scope's `permissions`.
+    pub permissions: Permissions,
+    /// The most turns: the task and each `send_event` count one.
+    pub max_turns: u32,
+    /// The most model turns within one turn, for CLIs that take such a limit.
+    pub max_model_turns: u32,
+    /// The agent's home on the host, kept across turns (absolute; in corral's state directory,
+    /// out of the workdir).
+    pub home: PathBuf,
+    /// The limits.
+    pub limits: SessionLimits,
+    /// Corral's own files, hidden from the sandbox.
+    pub protected: Vec<PathBuf>,
+}
+
+/// How one turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnReport {
+    /// The turn (1 for the task).
+    pub turn: u32,
+    /// Whether it ended well.
+    pub ok: bool,
+    /// The tokens the CLI reported.
+    pub usage: Usage,
+    /// What the sandbox applied.
+    pub attestation: Attestation,
+    /// The CLI's exit code.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it.
+    pub signal: Option<i32>,
+    /// Whether its time limit ended it.
+    pub timed_out: bool,
+    /// Whether corral killed it for its output (over [`MAX_EVENTS`]).
+    pub killed_for_output: bool,
+    /// Events dropped because the consumer stopped reading them after the sandbox ended.
+    pub events_dropped: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    turns: u32,
+    busy: bool,
+    thread: Option<String>,
+    attestations: Vec<Attestation>,
+}
+
+/// One session.
+#[derive(Debug)]
+pub struct Session {
+    cfg: SessionConfig,
+    backend: std::sync::Arc<dyn Backend>,
+    links: std::sync::Arc<dyn ProxyLinks>,
+    state: Mutex<State>,
+}
+
+/// Frees the session's turn when the turn ends (or its future is dropped).
+struct Busy<'a>(&'a Mutex<State>);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.busy = false;
+        }
+    }
+}
+
+fn invalid(message: String) -> AgentError {
+    AgentError::new(codes::AGENTS_INVALID, message)
+}
+
+impl Session {
+    /// A session run by `backend` (the `linux` one), its proxy served by `links`.
+    pub fn new(
+        cfg: SessionConfig,
+        backend: std::sync::Arc<dyn Backend>,
+        links: std::sync::Arc<dyn ProxyLinks>,
+    ) -> Result<Self, AgentError> {
+        for (what, p) in [("workdir", &cfg.workdir), ("home", &cfg.home)] {
+            if !p.is_absolute() {
+                return Err(invalid(format!(
+                    "the session's {what} `{}` is not an absolute path",
+                    p.display()
+                )));
+            }
+        }
+        if cfg.home.starts_with(&cfg.workdir) || cfg.workdir.starts_with(&cfg.home) {
+            return Err(invalid(format!(
+                "the agent's home `{}` and the workdir `{}` must not contain each other",
+                cfg.home.display(),
+                cfg.workdir.display()
+            )));
+        }
+        std::fs::create_dir_all(&cfg.home).map_err(|e| {
+            invalid(format!(
+                "cannot create the agent's home `{}`: {e}",
+                cfg.home.display()
+            ))
+        })?;
+        Ok(Self {
+            cfg,
+            backend,
+            links,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// The session's config.
+    pub fn config(&self) -> &SessionConfig {
+        &self.cfg
+    }
+
+    /// Turns used so far.
+    pub fn turns(&self) -> u32 {
+        self.state.lock().map(|s| s.turns).unwrap_or(0)
+    }
+
+    /// The attestation of every turn run so far.
+    pub fn attestations(&self) -> Vec<Attestation> {
+        self.state
+            .lock()
+            .map(|s| s.attestations.clone())
+            .unwrap_or_default()
+    }
+
+    /// Runs one turn to its end: the task (first call) or a user message (`send_event`: the
+    /// CLI resumes its session), streaming its events to `events` as they come and ending them
+    /// with `done`. Refused while another turn runs (`agents.turn_busy`) and once `max_turns`
+    /// turns ran (`agents.max_turns`).
+    pub async fn run_turn(
+        &self,
+        prompt: &str,
+        events: mpsc::Sender<SessionEvent>,
+    ) -> Result<TurnReport, AgentError> {
+        if prompt.trim().is_empty() || prompt.len() > MAX_PROMPT {
+            return Err(invalid(format!(
+                "a prompt must be 1 to {MAX_PROMPT} bytes of text; this one is {} bytes",
+                prompt.len()
+            )));
+        }
+        let (turn, resume) = {
+            let mut s = self.state.lock().map_err(|_| {
+                AgentError::new(codes::AGENTS_SANDBOX, "the session's state is unusable")
+            })?;
+            if s.busy {
+                return Err(AgentError::new(
+                    codes::AGENTS_TURN_BUSY,
+                    format!(
+                        "session `{}` is running a turn; send the next message when its `done` event came",
+                        self.cfg.id
+                    ),
+                ));
+            }
+            if s.turns >= self.cfg.max_turns {
+                return Err(AgentError::new(
+                    codes::AGENTS_MAX_TURNS,
+                    format!(
+                        "session `{}` used its {} turns (`max_turns` of its scope); start a new session, or raise `max_turns`",
+                        self.cfg.id, self.cfg.max_turns
+                    ),
+                ));
+            }
+            s.busy = true;
+            s.turns += 1;
+            (s.turns, s.thread.clone())
+        };
+        let _busy = Busy(&self.state);
+        let (req, token_prompt) = self.request(prompt, resume.as_deref())?;
+        let (out, report) = self.drive(req, token_prompt, turn, &events).await?;
+        if let Ok(mut s) = self.state.lock() {
+            if let Some(t) = out {
+                s.thread = Some(t);
+            }
+            s.attestations.push(report.attestation.clone());
+        }
+        Ok(report)
+    }
+
+    /// The sandbox request of one turn (and its stdin), its files written.
+    fn request(
+        &self,
+        prompt: &str,
+        resume: Option<&str>,
+    ) -> Result<(ExecRequest, Vec<u8>), AgentError> {
+        let (token, digest) = mint();
+        let link = self.links.link(&self.cfg.id, digest);
+        let launch = self.cfg.cli.adapter.launch(&TurnSpec {
+            program: &self.cfg.cli.program,
+            model: &self.cfg.model,
+            home: &self.cfg.home,
+            proxy_url: CORRAL_LINK_URL,
+            token: &token,
+            resume,
+            max_model_turns: self.cfg.max_model_turns,
+        });
+        for (path, content) in &launch.files {
+            std::fs::write(path, content).map_err(|e| {
+                AgentError::new(
+                    codes::AGENTS_SANDBOX,
+                    format!("cannot write the agent's `{}`: {e}", path.display()),
+                )
+            })?;
+        }
+        let mut read_paths = vec![self.cfg.cli.dir.clone()];
+        let mut write_paths = vec![self.cfg.home.clone()];
+        if self.cfg.permissions.writes() {
+            write_paths.push(self.cfg.workdir.clone());
+        } else {
+            read_paths.push(self.cfg.workdir.clone());
+        }
+        let mut protected = corral_policy::Protected::default();
+        for p in &self.cfg.protected {
+            protected.add_path(&p.to_string_lossy());
+        }
+        let req = ExecRequest {
+            argv: launch.argv,
+            cwd: self.cfg.workdir.clone(),
+            env: launch.env,
+            stdin: None,
+            timeout: self.cfg.limits.turn_timeout,
+            max_output_bytes: MAX_STDERR,
+            limits: ResourceLimits {
+                memory: self.cfg.limits.memory,
+                default_memory: Some(self.cfg.limits.default_memory),
+                processes: Some(self.cfg.limits.processes),
+                ..ResourceLimits::default()
+            },
+            read_paths,
+            write_paths,
+            protected,
+            network: Some(RunNetwork::Corral(link)),
+        };
+        Ok((req, prompt.as_bytes().to_vec()))
+    }
+
+    /// Runs the turn's sandbox, streaming its events; the CLI's session id and the report.
+    async fn drive(
+        &self,
+        req: ExecRequest,
+        stdin: Vec<u8>,
+        turn: u32,
+        events: &mpsc::Sender<SessionEvent>,
+    ) -> Result<(Option<String>, TurnReport), AgentError> {
+        let sandbox = |e: corral_exec::ExecError| {
+            AgentError::new(
+                codes::AGENTS_SANDBOX,
+                format!("the agent's sandbox did not start: {e} ({})", e.code()),
+            )
+        };
+        let (atx, arx) = tokio::sync::oneshot::channel();
+        let run = self.backend.run_attached(req, atx);
+        tokio::pin!(run);
+        // The run future drives the sandbox: polled while waiting for its pipes.
+        let attached = tokio::select! {
+            a = arx => a.ok(),
+            r = &mut run => {
+                return Err(match r {
+                    Err(e) => sandbox(e),
+                    Ok(out) => AgentError::new(
+                        codes::AGENTS_SANDBOX,
+                        format!("the agent's sandbox ended before it started ({})", ending(&out)),
+                    ),
+                });
+            }
+        };
+        let Some(attached) = attached else {
+            return Err(match run.await {
+                Err(e) => sandbox(e),
+                Ok(out) => AgentError::new(
+                    codes::AGENTS_SANDBOX,
+                    format!(
+                        "the agent's sandbox ended before it started ({})",
+                        ending(&out)
+                    ),
+                ),
+            });
+        };
+        let initial = attached.attestation.clone();
+        let mut stdin_pipe = attached.stdin;
+        // Written aside: a CLI that does not read its stdin must not stall its output's reading.
+        tokio::spawn(async move {
+            let _ = stdin_pipe.write_all(&stdin).await;
+            let _ = stdin_pipe.shutdown().await;
+        });
+        let mut stdout = attached.stdout;
+        let mut parser = self.cfg.cli.adapter.parser(turn);
+        let mut split = LineSplitter::default();
+        let mut sent = 0usize;
+        let mut over = false;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut out: Option<Result<ExecOutput, corral_exec::ExecError>> = None;
+        let mut eof = false;
+        // Once the sandbox ended: until when its last events may wait for the consumer.
+        let mut deadline: Option<tokio::time::Instant> = None;
+        let mut dropped = 0u64;
+        while !(over || eof && out.is_some()) {
+            let evs = tokio::select! {
+                r = stdout.read(&mut buf), if !eof => match r {
+                    Ok(0) | Err(_) => { eof = true; split.finish().into_iter().collect() }
+                    Ok(n) => split.feed(&buf[..n]),
+                },
+                o = &mut run, if out.is_none() => { out = Some(o); Vec::new() }
+                () = tokio::time::sleep(DRAIN), if out.is_some() => { eof = true; Vec::new() }
+            };
+            for ev in collect(evs, &mut parser, &mut sent, &mut over) {
+                // A consumer that stops reading holds the agent back (its output pipe fills),
+                // never its limits: the sandbox's future keeps being polled while waiting.
+                let send = events.send(ev);
+                tokio::pin!(send);
+                loop {
+                    let until = deadline.unwrap_or_else(|| {
+                        tokio::time::Instant::now() + self.cfg.limits.turn_timeout + DRAIN
+                    });
+                    tokio::select! {
+                        _ = &mut send => break,
+                        o = &mut run, if out.is_none() => {
+                            out = Some(o);
+                            deadline = Some(tokio::time::Instant::now() + DRAIN);
+                        }
+                        () = tokio::time::sleep_until(until), if deadline.is_some() => {
+                            dropped += 1;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        // Over the event limit the sandbox is dropped: its process killed, the sandbox gone.
+        let out = match out {
+            Some(r) => Some(r.map_err(sandbox)?),
+            None => None,
+        };
+        let deadline = deadline.unwrap_or_else(|| tokio::time::Instant::now() + DRAIN);
+        let outbox = Outbox {
+            events,
+            deadline,
+            dropped,
+        };
+        let report = self.finish(turn, out, initial, &parser, over, outbox).await;
+        Ok((parser.thread().map(str::to_owned), report))
+    }
+
+    /// The report of a turn, and its last events (an error if it ended badly, then `done`).
+    async fn finish(
+        &self,
+        turn: u32,
+        out: Option<ExecOutput>,
+        initial: Attestation,
+        parser: &crate::adapter::OutputParser,
+        over: bool,
+        mut outbox: Outbox<'_>,
+    ) -> TurnReport {
+        let (attestation, exit_code, signal, timed_out) = match &out {
+            Some(o) => (o.attestation.clone(), o.exit_code, o.signal, o.timed_out),
+            None => (initial, None, None, false),
+        };
+        let ok = !over && parser.ok() == Some(true) && exit_code == Some(0) && !timed_out;
+        if let Some(o) = &out {
+            let err = if timed_out {
+                Some(SessionEvent::error(
+                    codes::AGENTS_TIMEOUT,
+                    format!(
+                        "the agent was killed at its time limit of {} s",
+                        self.cfg.limits.turn_timeout.as_secs_f64()
+                    ),
+                ))
+            } else if exit_code != Some(0) {
+                Some(SessionEvent::error(
+                    codes::AGENTS_TURN_FAILED,
+                    format!(
+                        "the agent ended with {}; stderr ends: {:?}",
+                        ending(o),
+                        stderr_tail(o)
+                    ),
+                ))
+            } else {
+                None
+            };
+            if let Some(e) = err {
+                outbox.send(e).await;
+            }
+        }
+        let usage = parser.usage();
+        outbox.send(SessionEvent::Done { turn, ok, usage }).await;
+        TurnReport {
+            turn,
+            ok,
+            usage,
+            attestation,
+            exit_code,
+            signal,
+            timed_out,
+            killed_for_output: over,
+            events_dropped: outbox.dropped,
+        }
+    }
+}
+
+/// Where a turn's last events go once its sandbox ended: each waits for the consumer until
+/// the deadline, then is dropped (and counted).
+struct Outbox<'a> {
+    events: &'a mpsc::Sender<SessionEvent>,
+    deadline: tokio::time::Instant,
+    dropped: u64,
+}
+
+impl Outbox<'_> {
+    async fn send(&mut self, ev: SessionEvent) {
+        match tokio::time::timeout_at(self.deadline, self.events.send(ev)).await {
+            Ok(_) => {}
+            Err(_) => self.dropped += 1,
+        }
+    }
+}
+
+/// The events of `lines`, counted against [`MAX_EVENTS`] (`over` set, and an error last,
+/// when they pass it).
+fn collect(
+    lines: Vec<Line>,
+    parser: &mut crate::adapter::OutputParser,
+    sent: &mut usize,
+    over: &mut bool,
+) -> Vec<SessionEvent> {
+    let mut evs = Vec::new();
+    for line in lines {
+        let got = match line {
+            Line::Text(b) => parser.line(&b),
+            Line::TooLong => vec![SessionEvent::error(
+                codes::AGENTS_OUTPUT,
+                format!(
+                    "a line of the agent's output is over {} bytes; dropped",
+                    crate::events::MAX_LINE
+                ),
+            )],
+        };
+        for ev in got {
+            if *sent + 1 >= MAX_EVENTS {
+                *over = true;
+                evs.push(SessionEvent::error(
+                    codes::AGENTS_OUTPUT,
+                    format!(
+                        "the agent printed over {MAX_EVENTS} events in one turn; corral ended the turn"
+                    ),
+                ));
+                return evs;
+            }
+            *sent += 1;
+            evs.push(ev);
+        }
+    }
+    evs
+}
+
+/// How a run ended, as text.
+fn ending(out: &ExecOutput) -> String {
+    match (out.exit_code, out.signal) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(9)) => "signal 9 (killed: a memory or process limit, or corral)".to_owned(),
+        (None, Some(s)) => format!("signal {s}"),
+        (None, None) => "no exit status".to_owned(),
+    }
+}
+
+/// The end of a run's stderr, cleaned.
+fn stderr_tail(out: &ExecOutput) -> String {
+    let text = String::from_utf8_lossy(&out.stderr);
+    let n = text.chars().count();
+    let tail: String = text.chars().skip(n.saturating_sub(STDERR_QUOTED)).collect();
+    crate::events::clean(tail.trim())
+}

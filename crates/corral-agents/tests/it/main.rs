@@ -1,0 +1,10 @@
+//! Integration tests for corral-agents: the adapters on recorded real output, the install
+//! manager against a stand-in npm, and sessions in the real `linux` backend with the fake agent
+//! CLI, its model a scripted upstream served on the session's link.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod adapters;
+mod install;
+mod real_clis;
+mod session;
+mod support;

@@ -1,0 +1,358 @@
+//! Sessions in the real `linux` backend, with the fake agent CLI whose model is the test's
+//! scripted upstream on the session's link: what the agent may write, reach and use, and what
+//! its output can (not) do to the host. They run as root and as a normal user.
+
+use std::time::Duration;
+
+use corral_agents::events::{ChangeKind, MAX_EVENTS};
+use corral_agents::{Permissions, SessionEvent, SessionLimits, codes};
+use serde_json::json;
+
+use crate::support::{Script, call, dirs, message, path_str, session, turn};
+
+fn limits() -> SessionLimits {
+    SessionLimits {
+        turn_timeout: Duration::from_secs(60),
+        ..SessionLimits::default()
+    }
+}
+
+fn errors(events: &[SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Error { code, .. } => Some(code.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_agents_write_in_the_workdir_lands_and_one_outside_is_refused_by_the_sandbox() {
+    let d = dirs();
+    let inside = d.workdir.join("inside.txt");
+    let outside = d.outside.join("outside.txt");
+    let script = Script::new(vec![
+        call(
+            "write_file",
+            json!({"path": path_str(&inside), "content": "in"}),
+        ),
+        call(
+            "write_file",
+            json!({"path": path_str(&outside), "content": "out"}),
+        ),
+        call("exec_command", json!({"cmd": "echo ran > by-command.txt"})),
+        message("All done."),
+    ]);
+    let s = session(&d, &script, Permissions::WorkspaceWrite, limits(), 5);
+    let (report, events) = turn(&s, "write two files").await;
+    assert!(report.ok, "{report:?} {events:?}");
+    assert_eq!(std::fs::read_to_string(&inside).unwrap(), "in");
+    assert_eq!(
+        std::fs::read_to_string(d.workdir.join("by-command.txt")).unwrap(),
+        "ran\n"
+    );
+    assert!(!outside.exists(), "the agent wrote outside its workdir");
+    let changes: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::FileChange {
+                path,
+                kind: ChangeKind::Add,
+                applied,
+            } => Some((path.clone(), *applied)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [(path_str(&inside), true), (path_str(&outside), false)]
+    );
+    assert!(events.contains(&SessionEvent::Command {
+        argv: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "echo ran > by-command.txt".into()
+        ],
+        exit: Some(0),
+        done: true
+    }));
+    assert!(events.contains(&SessionEvent::Message {
+        text: "All done.".into()
+    }));
+    assert!(
+        matches!(events.first(), Some(SessionEvent::ModelTurn { turn: 1 })),
+        "{events:?}"
+    );
+    assert!(
+        matches!(events.last(), Some(SessionEvent::Done { turn: 1, ok: true, usage }) if usage.input_tokens == 40),
+        "{events:?}"
+    );
+    // Every model call carried the turn's token, and the turn is attested.
+    let asked = script.asked.lock().unwrap();
+    assert_eq!(asked.len(), 4);
+    assert!(asked.iter().all(|(_, authorized)| *authorized));
+    assert_eq!(asked[0].0["model"], "gpt-test");
+    assert!(report.attestation.isolated, "{:?}", report.attestation);
+    assert!(
+        report
+            .attestation
+            .primitives
+            .iter()
+            .any(|p| p == "netns:corral-link"),
+        "{:?}",
+        report.attestation.primitives
+    );
+    assert_eq!(s.attestations().len(), 1);
+}
+
+#[tokio::test]
+async fn a_read_only_session_cannot_change_its_workdir() {
+    let d = dirs();
+    let target = d.workdir.join("new.txt");
+    let script = Script::new(vec![call(
+        "write_file",
+        json!({"path": path_str(&target), "content": "x"}),
+    )]);
+    let s = session(&d, &script, Permissions::ReadOnly, limits(), 5);
+    let (_, events) = turn(&s, "try to write").await;
+    assert!(!target.exists());
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, SessionEvent::FileChange { applied: false, .. })),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_agent_reaches_only_corrals_link_never_the_hosts_network() {
+    let host = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = host.local_addr().unwrap().port();
+    // A host server that answers whoever reaches it.
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = host.accept().await {
+            use tokio::io::AsyncWriteExt;
+            let _ = c
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nHOST")
+                .await;
+        }
+    });
+    let d = dirs();
+    let script = Script::new(vec![
+        call(
+            "exec_command",
+            json!({"cmd": format!("curl -sS -m 5 http://127.0.0.1:{port}/")}),
+        ),
+        call(
+            "exec_command",
+            json!({"cmd": "curl -sS -m 5 http://1.1.1.1/"}),
+        ),
+        call(
+            "exec_command",
+            json!({"cmd": "env | grep -c -i -e proxy -e OPENAI -e ANTHROPIC"}),
+        ),
+    ]);
+    let s = session(&d, &script, Permissions::WorkspaceWrite, limits(), 5);
+    let (report, events) = turn(&s, "reach out").await;
+    let exits: Vec<Option<i32>> = events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Command {
+                exit, done: true, ..
+            } => Some(*exit),
+            _ => None,
+        })
+        .collect();
+    assert_ne!(
+        exits[0],
+        Some(0),
+        "the agent reached the host's loopback: {events:?}"
+    );
+    assert_ne!(
+        exits[1],
+        Some(0),
+        "the agent reached the internet: {events:?}"
+    );
+    // No proxy variable, no upstream key: `grep -c` finds nothing and exits 1.
+    assert_eq!(exits[2], Some(1), "{events:?}");
+    assert!(report.ok, "{report:?}");
+}
+
+#[tokio::test]
+async fn a_memory_hog_is_killed_and_its_turn_ends_failed() {
+    let d = dirs();
+    let script = Script::new(vec![call("hog", json!({"mb": 400}))]);
+    let lim = SessionLimits {
+        default_memory: 64 * 1024 * 1024,
+        ..limits()
+    };
+    let s = session(&d, &script, Permissions::WorkspaceWrite, lim, 5);
+    let (report, events) = turn(&s, "eat memory").await;
+    assert!(!report.ok && !report.timed_out, "{report:?}");
+    assert!(
+        errors(&events).contains(&codes::AGENTS_TURN_FAILED.to_owned()),
+        "{events:?}"
+    );
+    assert!(matches!(
+        events.last(),
+        Some(SessionEvent::Done { ok: false, .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_turn_over_its_time_limit_is_ended() {
+    let d = dirs();
+    let script = Script::new(vec![call("exec_command", json!({"cmd": "sleep 60"}))]);
+    let lim = SessionLimits {
+        turn_timeout: Duration::from_secs(3),
+        ..limits()
+    };
+    let s = session(&d, &script, Permissions::WorkspaceWrite, lim, 5);
+    let (report, events) = turn(&s, "wait forever").await;
+    assert!(report.timed_out && !report.ok, "{report:?}");
+    assert!(
+        errors(&events).contains(&codes::AGENTS_TIMEOUT.to_owned()),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_session_resumes_its_cli_session_each_turn_and_stops_at_max_turns() {
+    let d = dirs();
+    let script = Script::new(vec![message("first"), message("second")]);
+    let s = session(&d, &script, Permissions::WorkspaceWrite, limits(), 2);
+    let (r1, _) = turn(&s, "task one").await;
+    let (r2, e2) = turn(&s, "then this").await;
+    assert!(r1.ok && r2.ok);
+    assert!(e2.contains(&SessionEvent::Message {
+        text: "second".into()
+    }));
+    assert!(matches!(
+        e2.last(),
+        Some(SessionEvent::Done { turn: 2, .. })
+    ));
+    // The second model call saw both prompts: the CLI resumed its own session.
+    let texts: Vec<String> = script.asked.lock().unwrap()[1].0["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"][0]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(texts, ["task one", "then this"]);
+    let (tx, _rx) = tokio::sync::mpsc::channel(1);
+    let e = s.run_turn("a third", tx).await.unwrap_err();
+    assert_eq!(e.code, codes::AGENTS_MAX_TURNS);
+    assert!(e.message.contains("used its 2 turns"), "{}", e.message);
+    assert_eq!(s.turns(), 2);
+}
+
+#[tokio::test]
+async fn a_second_message_while_a_turn_runs_is_refused() {
+    let d = dirs();
+    let script = Script::new(vec![call("exec_command", json!({"cmd": "sleep 2"}))]);
+    let s = session(&d, &script, Permissions::WorkspaceWrite, limits(), 5);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let first = s.run_turn("slow", tx);
+    let second = async {
+        // Once the first turn streams, it holds the session.
+        let _ = rx.recv().await;
+        let (tx2, _rx2) = tokio::sync::mpsc::channel(1);
+        let r = s.run_turn("meanwhile", tx2).await;
+        while rx.recv().await.is_some() {}
+        r
+    };
+    let (a, b) = tokio::join!(first, second);
+    assert!(a.is_ok());
+    assert_eq!(b.unwrap_err().code, codes::AGENTS_TURN_BUSY);
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn a_hostile_output_stream_is_cut_cleaned_and_reported_without_hurting_the_host() {
+    let d = dirs();
+    let escapes = br#"{"type":"item.completed","item":{"type":"agent_message","text":"\u001b[2J\u001b]0;owned\u0007hi"}}"#;
+    let mut raw = escapes.to_vec();
+    raw.push(b'\n');
+    raw.extend_from_slice(b"\xff\xfe not utf-8 \x1b[31m\n");
+    let script = Script::new(vec![
+        call("emit_raw", json!({"hex": hex(&raw), "times": 1})),
+        // A 3 MiB line, then a flood of valid events.
+        call(
+            "emit_raw",
+            json!({"hex": hex(&[b'x'; 1024]), "times": 3 * 1024}),
+        ),
+        call(
+            "emit_raw",
+            json!({"hex": hex(b"\n{\"type\":\"turn.started\"}\n"), "times": MAX_EVENTS + 100}),
+        ),
+    ]);
+    let s = session(&d, &script, Permissions::WorkspaceWrite, limits(), 5);
+    let (report, events) = turn(&s, "be hostile").await;
+    assert!(
+        events.contains(&SessionEvent::Message {
+            text: "?[2J?]0;owned?hi".into()
+        }),
+        "{:?}",
+        &events[..3]
+    );
+    let outputs: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Error { code, message } if code == codes::AGENTS_OUTPUT => {
+                Some(message.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        outputs.iter().any(|m| m.contains("not UTF-8")),
+        "{outputs:?}"
+    );
+    assert!(
+        outputs.iter().any(|m| m.contains("over 1048576 bytes")),
+        "{outputs:?}"
+    );
+    assert!(
+        outputs.iter().any(|m| m.contains("corral ended the turn")),
+        "{outputs:?}"
+    );
+    assert!(report.killed_for_output && !report.ok, "{report:?}");
+    assert!(events.len() <= MAX_EVENTS + 2, "{}", events.len());
+    assert!(matches!(
+        events.last(),
+        Some(SessionEvent::Done { ok: false, .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_consumer_that_stops_reading_events_does_not_stop_the_time_limit() {
+    let d = dirs();
+    let flood = hex(b"{\"type\":\"turn.started\"}\n");
+    let script = Script::new(vec![
+        call("emit_raw", json!({"hex": flood, "times": 200})),
+        call("exec_command", json!({"cmd": "sleep 60"})),
+    ]);
+    let lim = SessionLimits {
+        turn_timeout: Duration::from_secs(3),
+        ..limits()
+    };
+    let s = session(&d, &script, Permissions::WorkspaceWrite, lim, 5);
+    // Room for one event, and nobody reads until the turn is over.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    let report = tokio::time::timeout(Duration::from_secs(60), s.run_turn("flood", tx))
+        .await
+        .expect("the turn ended at its time limit, not when its events were read")
+        .unwrap();
+    assert!(report.timed_out, "{report:?}");
+    // What did not fit once the sandbox was gone is dropped and counted, never waited for.
+    assert!(report.events_dropped > 0, "{report:?}");
+    let mut n = 0;
+    while rx.recv().await.is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 1);
+}
