@@ -33,24 +33,10 @@ pub enum Adapter {
     ClaudeCode,
 }
 
-/// How much of the workdir a session may change (the scope's `permissions`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Permissions {
-    /// The workdir is bound read-only.
-    ReadOnly,
-    /// The workdir is bound read-write.
-    WorkspaceWrite,
-    /// As `WorkspaceWrite` in corral's sandbox (which stays on: corral never runs an agent
-    /// unconfined); the scope needs `unconfined_ok: true` for it.
-    Full,
-}
-
-impl Permissions {
-    /// Whether the workdir is writable.
-    pub fn writes(self) -> bool {
-        !matches!(self, Permissions::ReadOnly)
-    }
-}
+/// How much of the workdir a session may change: the scope's `permissions`, one type for the
+/// policy and the sessions. `Full` runs as `WorkspaceWrite` in corral's sandbox (which stays
+/// on: corral never runs an agent unconfined).
+pub use corral_policy::scope::AgentPermissions as Permissions;
 
 impl Adapter {
     /// Every adapter.

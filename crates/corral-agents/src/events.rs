@@ -99,16 +99,17 @@ impl SessionEvent {
 
     /// The op this event lands in the audit as, for a session of `adapter` (its values never
     /// go there: the audit keeps shapes): `agents.<a>.exec` for a finished command,
-    /// `agents.<a>.file_change`, `agents.<a>.model_turn`; `None` for the rest (a started
+    /// `agents.<a>.write` for a file it changed, `agents.<a>.model` for a model turn (the step
+    /// kinds of `corral_policy::scope::STEP_KINDS`); `None` for the rest (a started
     /// command, a message, an error, `done`: the session's own record keeps those).
     pub fn audit_op(&self, adapter: &str) -> Option<String> {
         let what = match self {
             SessionEvent::Command { done: true, .. } => "exec",
-            SessionEvent::FileChange { .. } => "file_change",
-            SessionEvent::ModelTurn { .. } => "model_turn",
+            SessionEvent::FileChange { .. } => "write",
+            SessionEvent::ModelTurn { .. } => "model",
             _ => return None,
         };
-        Some(format!("agents.{adapter}.{what}"))
+        Some(corral_policy::scope::step_op_id(adapter, what))
     }
 
     /// The event's type, as serialized (`model_turn`, `command`, ...).

@@ -24,8 +24,6 @@ use corral_exec::{
     Attestation, Backend, CorralLink, DEFAULT_MEMORY, ExecOutput, ExecRequest, ResourceLimits,
     RunNetwork,
 };
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -44,27 +42,8 @@ const STDERR_QUOTED: usize = 500;
 /// for a consumer that stopped reading (then they are dropped, and counted).
 const DRAIN: Duration = Duration::from_secs(2);
 
-/// The SHA-256 of one turn's token: all a link keeps of it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct TokenDigest([u8; 32]);
-
-impl TokenDigest {
-    fn of(token: &str) -> Self {
-        Self(Sha256::digest(token.as_bytes()).into())
-    }
-
-    /// Whether `presented` is the token (compared by digest, in constant time).
-    pub fn accepts(&self, presented: &str) -> bool {
-        let other: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        self.0.ct_eq(&other).into()
-    }
-}
-
-impl fmt::Debug for TokenDigest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("TokenDigest(..)")
-    }
-}
+/// The digest of a token: corral-exec's, beside the link that uses it.
+pub use corral_exec::TokenDigest;
 
 /// Serves the LLM proxy to one turn of a session (implemented by the HTTP crate): its
 /// `/v1/responses`, `/v1/chat/completions`, `/v1/messages` and `/v1/models`, as the session's
@@ -249,7 +228,7 @@ impl Session {
 
     /// Runs one turn to its end: the task (first call) or a user message (`send_event`: the
     /// CLI resumes its session), streaming its events to `events` as they come and ending them
-    /// with `done`. Refused while another turn runs (`agents.turn_busy`) and once `max_turns`
+    /// with `done`. Refused while another turn runs (`agents.session_busy`) and once `max_turns`
     /// turns ran (`agents.max_turns`).
     pub async fn run_turn(
         &self,

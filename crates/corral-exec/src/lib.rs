@@ -99,6 +99,33 @@ pub enum RunNetwork {
     Corral(CorralLink),
 }
 
+/// The SHA-256 of a token a [`CorralLink`] accepts (a lab step's, an agent turn's): all a link
+/// keeps of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenDigest([u8; 32]);
+
+impl TokenDigest {
+    /// The digest of `token`.
+    pub fn of(token: &str) -> Self {
+        use sha2::Digest as _;
+        Self(sha2::Sha256::digest(token.as_bytes()).into())
+    }
+
+    /// Whether `presented` is the token (compared by digest, in constant time).
+    pub fn accepts(&self, presented: &str) -> bool {
+        use sha2::Digest as _;
+        use subtle::ConstantTimeEq as _;
+        let other: [u8; 32] = sha2::Sha256::digest(presented.as_bytes()).into();
+        self.0.ct_eq(&other).into()
+    }
+}
+
+impl fmt::Debug for TokenDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TokenDigest(..)")
+    }
+}
+
 /// Serves the connections a sandboxed program makes to corral's own API: each accepted TCP
 /// connection is handed to the link's function, which serves it (HTTP) until it closes.
 #[derive(Clone)]

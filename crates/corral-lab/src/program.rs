@@ -30,8 +30,6 @@ use corral_exec::{DEFAULT_MEMORY, RunNetwork};
 use corral_guard::{Caller, Gateway};
 use corral_policy::codes;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use crate::agent::{Agent, StepCtx, StepOutcome};
 use crate::score::{ScoreError, Scored};
@@ -113,27 +111,8 @@ impl ProgramSpec {
     }
 }
 
-/// The SHA-256 of one step's token: all a link keeps of it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct TokenDigest([u8; 32]);
-
-impl TokenDigest {
-    fn of(token: &str) -> Self {
-        Self(Sha256::digest(token.as_bytes()).into())
-    }
-
-    /// Whether `presented` is the token (compared by digest, in constant time).
-    pub fn accepts(&self, presented: &str) -> bool {
-        let other: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        self.0.ct_eq(&other).into()
-    }
-}
-
-impl fmt::Debug for TokenDigest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("TokenDigest(..)")
-    }
-}
+/// The digest of a token: corral-exec's, beside the link that uses it.
+pub use corral_exec::TokenDigest;
 
 /// Serves corral's API to one step's program (implemented by the HTTP crate).
 pub trait ProgramLinks: Send + Sync + fmt::Debug {

@@ -344,11 +344,47 @@ catalog! {
         "the agent session holds its cap of 10,000 events, or one event is over 64 KiB",
         "start a new session; the events kept so far stay readable";
     AGENTS_INVALID = "agents.invalid", 400,
-        "an agent or session field cannot be stored (a NUL character in an identifier)",
-        "remove the NUL character";
+        "an agent or session request is malformed (an empty or oversized prompt, a relative workdir, a NUL character in an identifier)",
+        "send a non-empty prompt within its size limit, an absolute workdir, identifiers without NUL characters";
     AGENTS_INTERRUPTED = "agents.interrupted", 503,
         "the process running the session's turn stopped before the turn finished (found when a corral process starts, or as it shuts down)",
         "the session is failed; start a new session (its events so far are kept)";
+    AGENTS_INSTALLING = "agents.installing", 202,
+        "the adapter's CLI is being installed (install mode `lazy` started it on first use); the call was not run",
+        "ask again after the `Retry-After` seconds the answer gives, or install ahead with `corral agents prepare`";
+    AGENTS_NOT_INSTALLED = "agents.not_installed", 503,
+        "the adapter's CLI is not installed and the install mode (`build` or `offline`) may not fetch it",
+        "run `corral agents prepare <adapter>` (at image build time), or set `install: {mode: lazy}`";
+    AGENTS_INSTALL_OFF = "agents.install_off", 503,
+        "the install mode is `off`: agents never run in this deployment",
+        "set `install: {mode: lazy}` (or `build` and run `corral agents prepare`)";
+    AGENTS_INSTALL_FAILED = "agents.install_failed", 502,
+        "`npm install` of the adapter's CLI failed (the message quotes the end of npm's output)",
+        "check the host reaches the npm registry and has `npm`; `corral doctor` shows what is missing";
+    AGENTS_SANDBOX = "agents.sandbox", 503,
+        "the agent's CLI could not be run in the sandbox (the isolation backend refused or failed)",
+        "run `corral doctor`: agent sessions need the `linux` isolation backend and its primitives";
+    AGENTS_OUTPUT = "agents.output", 502,
+        "the agent's output broke a rule (a line over its limit, bytes that are not UTF-8, JSON of no known shape, too many events); reported as an event, never fatal to corral",
+        "nothing to fix in corral: the event says what was dropped; update the adapter's CLI if it persists";
+    AGENTS_TURN_FAILED = "agents.turn_failed", 502,
+        "the agent's turn ended badly: its CLI exited non-zero or was killed by a signal or a limit",
+        "read the turn's `error` event (it quotes the end of the CLI's stderr); raise the scope's limits if one was hit";
+    AGENTS_TIMEOUT = "agents.timeout", 504,
+        "the agent's turn was killed at its time limit",
+        "ask for a smaller task, or raise the session's time limit";
+    AGENTS_AGENT_ERROR = "agents.agent_error", 502,
+        "the agent itself reported an error (codex's `error` items, claude's failed results)",
+        "read the event's message: it is the agent's own (often its model provider's) error";
+    AGENTS_NO_STORE = "agents.no_store", 503,
+        "agent sessions need a store (their state and events are kept there) and this server has none",
+        "configure `store:` (SQLite or PostgreSQL) in the config";
+    AGENTS_ADAPTER_REQUIRED = "agents.adapter_required", 400,
+        "the request does not say which agent adapter runs it and the server has no default",
+        "call `/agents/<adapter>/v1/...`, send `X-Corral-Adapter: codex`, use the adapter's name as `model`, or set `agents: {default: codex}`";
+    AGENTS_ENVIRONMENT_UNSUPPORTED = "agents.environment_unsupported", 400,
+        "the session asks for an environment other than `self_hosted`: corral hosts agents itself, in its sandbox",
+        "send `environment: {type: self_hosted, workspace_directory: <dir>}` (or omit it)";
     LAB_SCENARIO_INVALID = "lab.scenario_invalid", 400,
         "a scenario is malformed: not an object, a missing or unknown key, a value of the wrong type",
         "write `{name, description?, steps: [{input, expected?}], mocks: [...]}`";

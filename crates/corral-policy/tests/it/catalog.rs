@@ -62,9 +62,10 @@ fn statuses_are_zero_for_offline_codes_and_http_errors_otherwise() {
         let offline = c.code.starts_with("config.") || c.code.starts_with("lint.");
         if offline {
             assert_eq!(c.status, 0, "`{}` is offline-only", c.code);
-        } else if c.code == codes::CONFIRMATION_REQUIRED {
+        } else if c.code == codes::CONFIRMATION_REQUIRED || c.code == codes::AGENTS_INSTALLING {
             // The one non-error answer in the catalog: the call was accepted and waits for a
-            // human's approval (202 Accepted), with the wire error's shape plus the action.
+            // human's approval (202 Accepted), with the wire error's shape plus the action; and
+            // an agent CLI being installed (202 + `Retry-After`: ask again).
             assert_eq!(c.status, 202, "`{}` is 202 Accepted", c.code);
         } else {
             assert!(
