@@ -1,4 +1,5 @@
-//! The LLM proxy: OpenAI-compatible `POST /v1/chat/completions` (streaming and not) and
+//! The LLM proxy: OpenAI-compatible `POST /v1/chat/completions` and `POST /v1/responses`
+//! (streaming and not) and
 //! `GET /v1/models`, forwarded to the provider `llm:` names.
 //!
 //! Each request is the op `llm.chat` to the guard chain (`Gateway::call_proxied`): resolve,
@@ -12,7 +13,9 @@
 //! `X-Corral-Agent` equal to `llm.root_agent`, or absent) before the client does; a streaming
 //! request of the root is then held: read whole, assembled, hooked, and sent as one SSE stream.
 
+mod forward;
 mod reply;
+mod responses;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -33,6 +36,7 @@ pub use reply::{AssistantReply, ReplyCtx};
 use super::extract::{Authed, Llm};
 use crate::AppState;
 use crate::error::ApiError;
+use forward::{Api, Forward};
 
 /// The op every model request is decided as.
 pub const LLM_OP: &str = "llm.chat";
@@ -324,6 +328,24 @@ fn agent_of(headers: &HeaderMap, root: &str) -> (bool, String) {
 /// `POST /v1/chat/completions`.
 pub(crate) async fn chat_completions(
     State(state): State<AppState>,
+    authed: Authed<Llm>,
+    request: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    forward_route(state, authed, request, Api::Chat).await
+}
+
+/// `POST /v1/responses`.
+pub(crate) async fn responses(
+    State(state): State<AppState>,
+    authed: Authed<Llm>,
+    request: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    forward_route(state, authed, request, Api::Responses).await
+}
+
+/// A model request of any API: checked, decided as `llm.chat` (argument `model`), forwarded.
+async fn forward_route(
+    state: AppState,
     Authed {
         caller,
         request_id: rid,
@@ -332,6 +354,7 @@ pub(crate) async fn chat_completions(
         ..
     }: Authed<Llm>,
     request: axum::extract::Request,
+    api: Api,
 ) -> Result<Response, ApiError> {
     let Some(upstream) = state.llm() else {
         gw.audit_rejected(&caller, LLM_OP, &rid, codes::LLM_NOT_CONFIGURED, 503)
@@ -344,28 +367,22 @@ pub(crate) async fn chat_completions(
         Err(resp) => return Ok(resp),
     };
     let model = match body.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        _ => {
+        Some(Value::String(m)) if !m.is_empty() => Ok(m.clone()),
+        _ => Err("the body has no `model` string; name the model (`GET /v1/models` lists them)"),
+    };
+    let model = match model.and_then(|m| api.body_error(&body).map_or(Ok(m), Err)) {
+        Ok(m) => m,
+        Err(msg) => {
             gw.audit_rejected(&caller, LLM_OP, &rid, codes::LLM_BAD_REQUEST, 400)
                 .await;
             return Err(ApiError::new(
                 codes::LLM_BAD_REQUEST,
-                "the body has no `model` string; name the model (`GET /v1/models` lists them)",
+                msg,
                 Some(LLM_OP),
                 &rid,
             ));
         }
     };
-    if !body.get("messages").is_some_and(Value::is_array) {
-        gw.audit_rejected(&caller, LLM_OP, &rid, codes::LLM_BAD_REQUEST, 400)
-            .await;
-        return Err(ApiError::new(
-            codes::LLM_BAD_REQUEST,
-            "the body has no `messages` list; send the conversation as `messages: [{\"role\": \"user\", \"content\": \"...\"}]`",
-            Some(LLM_OP),
-            &rid,
-        ));
-    }
     let opts = match options {
         Ok(o) => o,
         Err(msg) => {
@@ -375,12 +392,13 @@ pub(crate) async fn chat_completions(
         }
     };
     let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
-    let usage_asked = body
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Value::as_bool)
-        == Some(true);
-    if stream {
+    let usage_asked = api != Api::Chat
+        || body
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            == Some(true);
+    if stream && api == Api::Chat {
         // The usage comes in the stream's last chunk only when asked for; corral always asks
         // (it meters tokens) and strips that chunk when the client did not.
         let so = body.entry("stream_options").or_insert_with(|| json!({}));
@@ -410,6 +428,7 @@ pub(crate) async fn chat_completions(
         caller: caller.principal.clone(),
     };
     let forward = Forward {
+        api,
         upstream,
         metrics: state.metrics_arc(),
         model: audit_model(&model),
@@ -429,7 +448,6 @@ pub(crate) async fn chat_completions(
     })
     .await
 }
-
 /// `GET /v1/models`: the provider's model list, decided as `llm.chat` (with no model).
 pub(crate) async fn models(
     State(state): State<AppState>,
@@ -622,217 +640,6 @@ async fn read_json(resp: reqwest::Response) -> Result<Value, Refusal> {
             "the model provider answered with a body that is not JSON",
         )
     })
-}
-
-/// Token counts of a `usage` object: (prompt, completion).
-fn usage_of(usage: Option<&Value>) -> (u64, u64) {
-    let n = |k: &str| {
-        usage
-            .and_then(|u| u.get(k))
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-    };
-    (n("prompt_tokens"), n("completion_tokens"))
-}
-
-/// One chat completion to forward.
-struct Forward {
-    upstream: Arc<Upstream>,
-    metrics: Arc<crate::metrics::CallMetrics>,
-    /// The model, as audited.
-    model: String,
-    body: Value,
-    hook: Option<Arc<dyn ReplyHook>>,
-    ctx: ReplyCtx,
-}
-
-impl Forward {
-    async fn send(&self) -> Result<reqwest::Response, (Refusal, String)> {
-        let resp = self
-            .upstream
-            .request(reqwest::Method::POST, "/chat/completions")
-            .json(&self.body)
-            .send()
-            .await
-            .map_err(|e| send_error(&e))?;
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        let status = resp.status().as_u16();
-        let r = upstream_error(&self.upstream, resp).await;
-        Err((r, format!("model {}: upstream {status}", self.model)))
-    }
-
-    fn done(&self, status: u16, prompt: u64, completion: u64, note: &str) -> ProxiedOutcome {
-        self.metrics.record_llm("ok", prompt, completion);
-        ProxiedOutcome {
-            result: Ok(json!({
-                "model": self.model,
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-            })),
-            detail: Some(format!(
-                "model {}: {prompt} prompt + {completion} completion tokens, upstream {status}{note}",
-                self.model
-            )),
-            tokens: prompt.saturating_add(completion),
-        }
-    }
-
-    fn fail(&self, r: Refusal, detail: String) -> ProxiedOutcome {
-        self.metrics.record_llm(outcome_of(&r), 0, 0);
-        failed(r, detail)
-    }
-
-    /// A non-streaming completion: forwarded, its root replies hooked, answered whole.
-    async fn complete(self, tx: Answered) -> ProxiedOutcome {
-        let resp = match self.send().await {
-            Ok(r) => r,
-            Err((r, d)) => return self.fail(r, d),
-        };
-        let status = resp.status().as_u16();
-        let mut v = match read_json(resp).await {
-            Ok(v) => v,
-            Err(r) => {
-                let d = format!("model {}: upstream {status}, unreadable", self.model);
-                return self.fail(r, d);
-            }
-        };
-        let (prompt, completion) = usage_of(v.get("usage"));
-        if let Some(hook) = &self.hook
-            && let Some(choices) = v.get_mut("choices").and_then(Value::as_array_mut)
-        {
-            for c in choices {
-                if let Some(m) = c.get_mut("message") {
-                    let mut reply = AssistantReply::from_message(m);
-                    hook.on_root_reply(&self.ctx, &mut reply);
-                    reply.write_text(m);
-                }
-            }
-        }
-        let _ = tx.send(Answer::whole(axum::Json(&v).into_response()));
-        self.done(status, prompt, completion, "")
-    }
-
-    /// A streaming completion: passed through chunk by chunk (the usage chunk stripped unless
-    /// asked for), or, with a hook on a root reply, held and sent as one checked message.
-    async fn stream(self, tx: Answered, usage_asked: bool) -> ProxiedOutcome {
-        let mut resp = match self.send().await {
-            Ok(r) => r,
-            Err((r, d)) => return self.fail(r, d),
-        };
-        let status = resp.status().as_u16();
-        let held = self.hook.is_some();
-        let (mut body_tx, body) = if held {
-            (None, None)
-        } else {
-            let (btx, brx) = mpsc::channel::<Result<Bytes, std::io::Error>>(32);
-            (Some(btx), Some(ChannelBody(brx)))
-        };
-        let mut tx = Some(tx);
-        if let Some(b) = body {
-            if let Some(t) = tx.take() {
-                let _ = t.send(Answer {
-                    resp: sse_response(Body::from_stream(b)),
-                    streaming: true,
-                });
-            }
-        }
-        let mut assembled = reply::Assembled::default();
-        let mut buf: Vec<u8> = Vec::new();
-        let mut total = 0usize;
-        let mut note = "";
-        // Once the client hung up, the provider's stream is still read (bounded by the size
-        // limit of a held stream and the read timeout) for its usage chunk: the provider bills
-        // the whole completion, so the run is charged it.
-        let mut gone = false;
-        loop {
-            let chunk = match resp.chunk().await {
-                Ok(Some(c)) => c,
-                Ok(None) => break,
-                Err(e) => {
-                    let (r, _) = send_error(&e);
-                    if held || tx.is_some() {
-                        return self.fail(r, format!("model {}: stream broke", self.model));
-                    }
-                    note = ", stream broke";
-                    break;
-                }
-            };
-            total = total.saturating_add(chunk.len());
-            buf.extend(chunk.iter().copied().filter(|b| *b != b'\r'));
-            if buf.len() > MAX_EVENT_BYTES || ((held || gone) && total > MAX_UPSTREAM_BYTES) {
-                let r = Refusal::new(
-                    codes::LLM_UPSTREAM,
-                    "the model provider's stream is over corral's size limits",
-                );
-                if held {
-                    return self.fail(r, format!("model {}: stream too large", self.model));
-                }
-                note = ", stream too large";
-                break;
-            }
-            for (data, raw) in reply::take_events(&mut buf) {
-                let parsed = serde_json::from_str::<Value>(&data).ok();
-                let usage_only = parsed.as_ref().is_some_and(|v| {
-                    v.get("usage").is_some_and(Value::is_object)
-                        && v.get("choices")
-                            .and_then(Value::as_array)
-                            .is_none_or(Vec::is_empty)
-                });
-                if let Some(v) = &parsed {
-                    assembled.add(v);
-                }
-                if held && assembled.too_many_choices {
-                    let r = Refusal::new(
-                        codes::LLM_UPSTREAM,
-                        format!(
-                            "the model provider's stream opened more than {} choices, more than \
-                             corral holds for the reply hook; ask for fewer choices (`n`)",
-                            reply::MAX_HELD_CHOICES
-                        ),
-                    );
-                    return self.fail(r, format!("model {}: too many choices", self.model));
-                }
-                let Some(btx) = &body_tx else {
-                    continue;
-                };
-                if usage_only && !usage_asked {
-                    continue;
-                }
-                if btx.send(Ok(Bytes::from(raw))).await.is_err() {
-                    gone = true;
-                    note = ", client went away";
-                    body_tx = None;
-                }
-            }
-        }
-        let (mut prompt, mut completion) = usage_of(assembled.usage.as_ref());
-        let estimated;
-        if assembled.usage.is_none() && !held {
-            // No usage chunk (the stream broke, ran over a limit, or the provider sent none):
-            // an estimate of ~4 bytes a token of what was sent and read, never 0.
-            let sent = serde_json::to_vec(&self.body).map_or(0, |b| b.len());
-            prompt = u64::try_from(sent / 4).unwrap_or(u64::MAX);
-            completion = u64::try_from(total / 4).unwrap_or(u64::MAX);
-            estimated = format!("{note}, no usage from the provider: tokens estimated from bytes");
-            note = &estimated;
-        }
-        if held {
-            let mut replies = assembled.replies();
-            if let Some(hook) = &self.hook {
-                for (_, r) in &mut replies {
-                    hook.on_root_reply(&self.ctx, r);
-                }
-            }
-            let text = assembled.render(&replies, usage_asked);
-            if let Some(t) = tx.take() {
-                let _ = t.send(Answer::whole(sse_response(Body::from(text))));
-            }
-            return self.done(status, prompt, completion, ", held");
-        }
-        self.done(status, prompt, completion, note)
-    }
 }
 
 /// An SSE answer over `body`.

@@ -23,6 +23,7 @@ mod learning;
 mod learning_eval;
 mod limits;
 mod llm;
+mod llm_responses;
 mod mcp;
 mod metrics;
 mod openai_sdk;

@@ -4,7 +4,10 @@
 //!
 //! Models: `ok` (text "The answer is 5100." with usage 11 + 7), `tools` (text and a tool call
 //! whose name and arguments arrive in pieces), `bad` (400 with an OpenAI error naming the key),
-//! `boom` (500).
+//! `boom` (500). `POST /v1/responses` answers the same models in the Responses shape (`tools`:
+//! a reasoning item whose summary names the answer, the text, and a `function_call`), and
+//! `shell` scripts a coding agent's turn: a `function_call` to its `shell` tool writing
+//! `corral-was-here.txt`, then, once the input holds that call's output, a closing message.
 
 use std::sync::{Arc, Mutex};
 
@@ -57,6 +60,7 @@ impl ScriptedLlm {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/models", get(models))
+            .route("/v1/responses", post(responses))
             .with_state(script);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -243,4 +247,166 @@ pub fn sse_data(text: &str) -> Vec<String> {
             (!d.is_empty()).then(|| d.join("\n"))
         })
         .collect()
+}
+
+/// The text of the `shell` model's closing message.
+pub const SHELL_DONE: &str = "Wrote corral-was-here.txt.";
+
+/// The command the `shell` model asks a coding agent to run.
+pub const SHELL_COMMAND: &str = "echo corral > corral-was-here.txt";
+
+/// The whole Responses answer to `body` (by its `model`).
+fn response_object(body: &Value) -> Value {
+    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    let message = |id: &str, text: &str| {
+        json!({"id": id, "type": "message", "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]})
+    };
+    let mut output = Vec::new();
+    if model == "shell" {
+        let answered = body["input"]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|i| i["type"] == "function_call_output"));
+        if answered {
+            output.push(message("msg_2", SHELL_DONE));
+        } else {
+            output.push(
+                json!({"id": "fc_1", "type": "function_call", "status": "completed",
+                "call_id": "call_shell_1", "name": "shell",
+                "arguments": json!({"command": ["bash", "-lc", SHELL_COMMAND]}).to_string()}),
+            );
+        }
+    } else {
+        if model == "tools" {
+            output.push(
+                json!({"id": "rs_1", "type": "reasoning", "encrypted_content": "opaque",
+                "summary": [{"type": "summary_text", "text": "The lag is 5100."}]}),
+            );
+        }
+        output.push(message("msg_1", ANSWER));
+        if model == "tools" {
+            output.push(json!({"id": "fc_1", "type": "function_call", "status": "completed",
+                "call_id": "call_1", "name": "files_read", "arguments": "{\"path\":\"notes.txt\"}"}));
+        }
+    }
+    json!({
+        "id": "resp_scripted", "object": "response", "created_at": 1700000000,
+        "status": "completed", "model": model, "output": output,
+        "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
+        "usage": {"input_tokens": USAGE.0, "output_tokens": USAGE.1,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": USAGE.0 + USAGE.1},
+    })
+}
+
+/// A Responses stream of `response`, as the provider sends it: lifecycle events, each item
+/// added, its text in two deltas (the answer split inside `5100`), done, then completed.
+fn response_events(response: &Value) -> Vec<Value> {
+    let mut start = response.clone();
+    start["status"] = json!("in_progress");
+    start["output"] = json!([]);
+    start["usage"] = Value::Null;
+    let mut events = vec![
+        json!({"type": "response.created", "response": start.clone()}),
+        json!({"type": "response.in_progress", "response": start}),
+    ];
+    for (i, item) in response["output"].as_array().unwrap().iter().enumerate() {
+        let mut added = item.clone();
+        if item["type"] == "message" {
+            added["content"] = json!([]);
+        }
+        if item["type"] == "function_call" {
+            added["arguments"] = json!("");
+        }
+        events
+            .push(json!({"type": "response.output_item.added", "output_index": i, "item": added}));
+        if item["type"] == "message" {
+            let text = item["content"][0]["text"].as_str().unwrap();
+            let at = |mut v: Value| {
+                v["item_id"] = item["id"].clone();
+                v["output_index"] = json!(i);
+                v["content_index"] = json!(0);
+                v
+            };
+            events.push(at(json!({"type": "response.content_part.added",
+                "part": {"type": "output_text", "text": "", "annotations": []}})));
+            let cut = text.find("00").map_or(text.len(), |c| c);
+            for d in [&text[..cut], &text[cut..]] {
+                events.push(at(
+                    json!({"type": "response.output_text.delta", "delta": d, "logprobs": []}),
+                ));
+            }
+            events.push(at(
+                json!({"type": "response.output_text.done", "text": text, "logprobs": []}),
+            ));
+            events.push(at(
+                json!({"type": "response.content_part.done", "part": item["content"][0]}),
+            ));
+        }
+        if item["type"] == "function_call" {
+            events.push(json!({"type": "response.function_call_arguments.delta",
+                "item_id": item["id"], "output_index": i, "delta": item["arguments"]}));
+            events.push(json!({"type": "response.function_call_arguments.done",
+                "item_id": item["id"], "output_index": i, "arguments": item["arguments"]}));
+        }
+        events.push(json!({"type": "response.output_item.done", "output_index": i, "item": item}));
+    }
+    events.push(json!({"type": "response.completed", "response": response}));
+    for (n, e) in events.iter_mut().enumerate() {
+        e["sequence_number"] = json!(n);
+    }
+    events
+}
+
+async fn responses(
+    State(s): State<Script>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    record(&s, "/v1/responses", &headers, body.clone());
+    if headers.get("authorization").and_then(|v| v.to_str().ok())
+        != Some(&format!("Bearer {UPSTREAM_KEY}"))
+    {
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({"error": {"message": "bad key", "type": "auth"}})),
+        )
+            .into_response();
+    }
+    match body["model"].as_str().unwrap_or_default() {
+        "bad" => {
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({"error": {
+                    "message": format!("The model `bad` does not exist (you sent key {UPSTREAM_KEY})"),
+                    "type": "invalid_request_error", "code": "model_not_found",
+                }})),
+            )
+                .into_response();
+        }
+        "boom" => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                axum::Json(
+                    json!({"error": {"message": "upstream fell over", "type": "server_error"}}),
+                ),
+            )
+                .into_response();
+        }
+        _ => {}
+    }
+    let response = response_object(&body);
+    if body["stream"] != Value::Bool(true) {
+        return axum::Json(response).into_response();
+    }
+    let mut text = String::new();
+    for e in response_events(&response) {
+        text.push_str(&format!(
+            "event: {}\r\ndata: {e}\r\n\r\n",
+            e["type"].as_str().unwrap()
+        ));
+    }
+    ([("content-type", "text/event-stream")], text).into_response()
 }
