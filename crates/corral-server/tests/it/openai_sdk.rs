@@ -85,6 +85,20 @@ async fn the_openai_sdk_completes_streams_lists_models_and_sees_provider_errors(
     assert_eq!(v["error"]["status"], 400);
     assert_eq!(v["error"]["code"], "llm.upstream");
     assert_eq!(v["error"]["request_id"].as_str().map(str::len), Some(36));
+    assert_eq!(
+        v["responses_complete"],
+        json!({"text": ANSWER, "input_tokens": 11, "output_tokens": 7})
+    );
+    assert_eq!(v["responses_stream"]["text"], ANSWER);
+    assert_eq!(v["responses_stream"]["first"], "response.created");
+    assert_eq!(v["responses_stream"]["last"], "response.completed");
+    assert_eq!(v["responses_stream"]["deltas"], 2);
+    assert_eq!(v["responses_stream"]["output_tokens"], 7);
+    assert_eq!(v["responses_tools"]["text"], ANSWER);
+    assert_eq!(
+        v["responses_tools"]["types"],
+        json!(["reasoning", "message", "function_call"])
+    );
 }
 
 /// Replaces `5100` in the root's text.
@@ -114,6 +128,17 @@ async fn the_openai_sdks_streaming_client_accepts_a_held_stream() {
         json!([{"name": "files_read", "arguments": "{\"path\":\"notes.txt\"}"}])
     );
     assert_eq!(v["tools"]["finish"], "tool_calls");
+    // The Responses API: the same check, one whole text delta, the function call kept, and a
+    // held sequence the SDK's accumulating `responses.stream` helper accepts.
+    assert_eq!(v["responses_complete"]["text"], withheld);
+    assert_eq!(v["responses_stream"]["text"], withheld);
+    assert_eq!(v["responses_stream"]["deltas"], 1);
+    assert_eq!(v["responses_stream"]["output_tokens"], 7);
+    assert_eq!(v["responses_tools"]["text"], withheld);
+    assert_eq!(
+        v["responses_tools"]["calls"],
+        json!([{"name": "files_read", "arguments": "{\"path\":\"notes.txt\"}"}])
+    );
 }
 
 /// The fenced blocks of docs/llm-proxy.md with the given info string.
