@@ -10,6 +10,7 @@
 mod attack_z;
 mod audit;
 mod bad_input;
+mod codex;
 mod common;
 mod confirm_abuse;
 mod escapes;

@@ -6,7 +6,7 @@
 //! whose name and arguments arrive in pieces), `bad` (400 with an OpenAI error naming the key),
 //! `boom` (500). `POST /v1/responses` answers the same models in the Responses shape (`tools`:
 //! a reasoning item whose summary names the answer, the text, and a `function_call`), and
-//! `shell` scripts a coding agent's turn: a `function_call` to its `shell` tool writing
+//! `shell` scripts a codex turn: a `function_call` to its shell tool (`exec_command`) writing
 //! `corral-was-here.txt`, then, once the input holds that call's output, a closing message.
 
 use std::sync::{Arc, Mutex};
@@ -272,8 +272,8 @@ fn response_object(body: &Value) -> Value {
         } else {
             output.push(
                 json!({"id": "fc_1", "type": "function_call", "status": "completed",
-                "call_id": "call_shell_1", "name": "shell",
-                "arguments": json!({"command": ["bash", "-lc", SHELL_COMMAND]}).to_string()}),
+                "call_id": "call_shell_1", "name": "exec_command",
+                "arguments": json!({"cmd": SHELL_COMMAND}).to_string()}),
             );
         }
     } else {
