@@ -75,6 +75,7 @@ async fn codex_exec(
         .arg("-C")
         .arg(workdir)
         .args(["-c", &provider, "-c", "model_provider=\"corral\""])
+        .args(["-c", "analytics.enabled=false"])
         .arg("Write corral into corral-was-here.txt.")
         .stdin(Stdio::null());
     let out = tokio::task::spawn_blocking(move || cmd.output())
@@ -105,11 +106,51 @@ fn items<'e>(events: &'e [Value], kind: &str) -> Vec<&'e Value> {
         .collect()
 }
 
+/// docs/llm-proxy.md's codex example (its `sh codex` block).
+fn doc_example() -> String {
+    let text = include_str!("../../../../docs/llm-proxy.md");
+    let start = text
+        .find("```sh codex\n")
+        .expect("docs/llm-proxy.md has a ```sh codex block");
+    let body = &text[start + "```sh codex\n".len()..];
+    body[..body.find("```").unwrap()].to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_exec_gets_its_answer_through_the_proxy_and_the_run_is_charged() {
+async fn docs_codex_example_gets_its_answer_through_the_proxy_and_the_run_is_charged() {
     let Some(bin) = codex() else { return };
-    let (server, upstream, ws) = proxy().await;
-    let (events, stderr) = codex_exec(bin, server.base.clone(), &ws.root, "ok").await;
+    let (server, upstream, _ws) = proxy().await;
+    let home = tempfile::tempdir().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("bash");
+    cmd.args(["-euc", &doc_example()])
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", home.path())
+        .env("TMPDIR", home.path())
+        .env("CORRAL_URL", &server.base)
+        .env("CORRAL_TOKEN", AGENT_TOKEN)
+        .env("NO_PROXY", "127.0.0.1")
+        .current_dir(home.path())
+        .stdin(Stdio::null());
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the example failed:\n{stdout}\n{stderr}"
+    );
+    let events: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
     let said: Vec<&str> = items(&events, "agent_message")
         .iter()
         .filter_map(|i| i["text"].as_str())
@@ -133,10 +174,20 @@ async fn codex_exec_gets_its_answer_through_the_proxy_and_the_run_is_charged() {
     assert_eq!(seen[0].path, "/v1/responses");
     assert_eq!(seen[0].body["stream"], true);
     assert!(!format!("{seen:?}").contains(AGENT_TOKEN));
-    let run = server.store.audit_recent(None, 100).await.unwrap();
-    let llm: Vec<_> = run.iter().filter(|e| e.op == "llm.chat").collect();
+    // The run its `http_headers` named was charged.
+    let events = server.store.audit_recent(None, 100).await.unwrap();
+    let llm: Vec<_> = events.iter().filter(|e| e.op == "llm.chat").collect();
     assert_eq!(llm.len(), 1);
-    assert_eq!(llm[0].run_id.as_deref(), Some("codex-run"));
+    assert_eq!(llm[0].run_id.as_deref(), Some("task-42"));
+    assert!(
+        llm[0]
+            .detail
+            .as_deref()
+            .unwrap_or_default()
+            .contains("11 prompt + 7 completion"),
+        "{:?}",
+        llm[0].detail
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -206,7 +206,8 @@ async fn docs_llm_proxy_md_shell_example_runs_as_written() {
     .unwrap();
     assert!(out.contains(ANSWER), "{out}");
     assert!(out.contains("\"id\":\"ok\""), "{out}");
-    assert_eq!(upstream.seen().len(), 2);
+    assert!(out.contains("\"object\":\"response\""), "{out}");
+    assert_eq!(upstream.seen().len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
