@@ -14,6 +14,7 @@
 //! request of the root is then held: read whole, assembled, hooked, and sent as one SSE stream.
 
 mod forward;
+mod messages;
 mod reply;
 mod responses;
 
@@ -58,6 +59,7 @@ pub struct Upstream {
     base_url: String,
     api_key: Option<corral_config::Secret>,
     root_agent: String,
+    api: corral_config::model::LlmApi,
     client: reqwest::Client,
 }
 
@@ -68,6 +70,12 @@ impl std::fmt::Debug for Upstream {
             .finish_non_exhaustive()
     }
 }
+
+/// The `anthropic-version` sent to an Anthropic provider when the client sent none.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The client's headers passed on to an Anthropic provider (when printable and short).
+const ANTHROPIC_HEADERS: [&str; 2] = ["anthropic-version", "anthropic-beta"];
 
 /// How long connecting to the provider may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -101,17 +109,42 @@ impl Upstream {
             base_url: l.base_url.clone(),
             api_key: l.api_key.clone(),
             root_agent: l.root_agent.clone(),
+            api: l.api,
             client,
         })
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let rb = self
+        self.request_with(method, path, &[])
+    }
+
+    /// A request to the provider with its key: `Authorization: Bearer` for an OpenAI one;
+    /// `x-api-key` and `anthropic-version` (the client's, from `headers`, or
+    /// [`ANTHROPIC_VERSION`]) for an Anthropic one. `headers` are the client's passed on.
+    fn request_with(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        headers: &[(&'static str, String)],
+    ) -> reqwest::RequestBuilder {
+        let mut rb = self
             .client
             .request(method, format!("{}{path}", self.base_url));
-        match &self.api_key {
-            Some(k) => rb.bearer_auth(k.expose()),
-            None => rb,
+        for (k, v) in headers {
+            rb = rb.header(*k, v);
+        }
+        match (self.api, &self.api_key) {
+            (corral_config::model::LlmApi::OpenAi, Some(k)) => rb.bearer_auth(k.expose()),
+            (corral_config::model::LlmApi::Anthropic, key) => {
+                if !headers.iter().any(|(k, _)| *k == "anthropic-version") {
+                    rb = rb.header("anthropic-version", ANTHROPIC_VERSION);
+                }
+                match key {
+                    Some(k) => rb.header("x-api-key", k.expose()),
+                    None => rb,
+                }
+            }
+            (_, None) => rb,
         }
     }
 
@@ -343,6 +376,43 @@ pub(crate) async fn responses(
     forward_route(state, authed, request, Api::Responses).await
 }
 
+/// `POST /v1/messages` (the Anthropic Messages API; `llm.api: anthropic`).
+pub(crate) async fn messages(
+    State(state): State<AppState>,
+    authed: Authed<Llm>,
+    request: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    forward_route(state, authed, request, Api::Messages).await
+}
+
+/// `404 llm.wrong_api`: the route speaks another API than the provider.
+fn wrong_api(api: Api, rid: &str) -> ApiError {
+    let msg = match api {
+        Api::Messages => {
+            "this server's model provider speaks the OpenAI API, not Anthropic's Messages API: send `POST /v1/chat/completions` or `POST /v1/responses`, or set `llm: {api: anthropic}` for an Anthropic provider"
+        }
+        Api::Chat | Api::Responses => {
+            "this server's model provider speaks the Anthropic Messages API (`llm.api: anthropic`): send `POST /v1/messages`, or point `llm:` at an OpenAI-compatible provider"
+        }
+    };
+    ApiError::new(codes::LLM_WRONG_API, msg, Some(LLM_OP), rid)
+}
+
+/// The client's Anthropic headers to pass on: printable ASCII, at most 256 bytes each.
+fn passed_headers(api: Api, headers: &HeaderMap) -> Vec<(&'static str, String)> {
+    if api != Api::Messages {
+        return Vec::new();
+    }
+    ANTHROPIC_HEADERS
+        .iter()
+        .filter_map(|k| {
+            let v = headers.get(*k)?.to_str().ok()?;
+            (v.len() <= 256 && v.chars().all(|c| c.is_ascii_graphic() || c == ' '))
+                .then(|| (*k, v.to_owned()))
+        })
+        .collect()
+}
+
 /// A model request of any API: checked, decided as `llm.chat` (argument `model`), forwarded.
 async fn forward_route(
     state: AppState,
@@ -361,7 +431,13 @@ async fn forward_route(
             .await;
         return Err(not_configured(&rid));
     };
+    if api.provider() != upstream.api {
+        gw.audit_rejected(&caller, LLM_OP, &rid, codes::LLM_WRONG_API, 404)
+            .await;
+        return Err(wrong_api(api, &rid));
+    }
     let (is_root, agent) = agent_of(request.headers(), &upstream.root_agent);
+    let passed = passed_headers(api, request.headers());
     let mut body = match json_body(&state, &gw, &caller, &rid, request).await {
         Ok(b) => b,
         Err(resp) => return Ok(resp),
@@ -435,6 +511,7 @@ async fn forward_route(
         body: Value::Object(body),
         hook,
         ctx,
+        headers: passed,
     };
     let args = json!({ "model": model });
     proxied(gw, caller, rid, opts, args, move |tx| {

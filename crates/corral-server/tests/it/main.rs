@@ -24,6 +24,7 @@ mod learning;
 mod learning_eval;
 mod limits;
 mod llm;
+mod llm_messages;
 mod llm_responses;
 mod mcp;
 mod metrics;

@@ -8,6 +8,9 @@
 //! a reasoning item whose summary names the answer, the text, and a `function_call`), and
 //! `shell` scripts a codex turn: a `function_call` to its shell tool (`exec_command`) writing
 //! `corral-was-here.txt`, then, once the input holds that call's output, a closing message.
+//! `POST /v1/messages` answers in Anthropic's shape (key in `x-api-key`): `ok` the text (usage
+//! 9 input + 2 cache-read + 7 output), `tools` a thinking block naming the answer, the text and
+//! a `tool_use`; `bad` and `boom` as above.
 
 use std::sync::{Arc, Mutex};
 
@@ -31,6 +34,9 @@ pub const ANSWER: &str = "The answer is 5100.";
 pub struct Seen {
     pub path: String,
     pub authorization: Option<String>,
+    /// Anthropic's key header, and its version header.
+    pub x_api_key: Option<String>,
+    pub anthropic_version: Option<String>,
     pub body: Value,
 }
 
@@ -61,6 +67,7 @@ impl ScriptedLlm {
             .route("/v1/chat/completions", post(chat))
             .route("/v1/models", get(models))
             .route("/v1/responses", post(responses))
+            .route("/v1/messages", post(messages))
             .with_state(script);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -90,17 +97,26 @@ impl ScriptedLlm {
     }
 }
 
+/// The `llm:` section naming the scripted provider as an Anthropic one.
+pub const ANTHROPIC_YAML: &str =
+    "llm: {base_url_env: CORRAL_IT_LLM_URL, api_key_env: CORRAL_IT_LLM_KEY, api: anthropic}\n";
+
 /// The `llm:` section naming the scripted provider's variables.
 pub const LLM_YAML: &str =
     "llm: {base_url_env: CORRAL_IT_LLM_URL, api_key_env: CORRAL_IT_LLM_KEY}\n";
 
 fn record(s: &Script, path: &str, headers: &HeaderMap, body: Value) {
+    let header = |k: &str| {
+        headers
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
     s.seen.lock().unwrap().push(Seen {
         path: path.to_owned(),
-        authorization: headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
+        authorization: header("authorization"),
+        x_api_key: header("x-api-key"),
+        anthropic_version: header("anthropic-version"),
         body,
     });
 }
@@ -403,6 +419,134 @@ async fn responses(
     }
     let mut text = String::new();
     for e in response_events(&response) {
+        text.push_str(&format!(
+            "event: {}\r\ndata: {e}\r\n\r\n",
+            e["type"].as_str().unwrap()
+        ));
+    }
+    ([("content-type", "text/event-stream")], text).into_response()
+}
+
+/// The Anthropic message answering `body` (by its `model`).
+fn anthropic_message(model: &str) -> Value {
+    let mut content = Vec::new();
+    if model == "tools" {
+        content
+            .push(json!({"type": "thinking", "thinking": "The lag is 5100.", "signature": "sig"}));
+    }
+    content.push(json!({"type": "text", "text": ANSWER}));
+    if model == "tools" {
+        content.push(
+            json!({"type": "tool_use", "id": "toolu_1", "name": "files_read",
+            "input": {"path": "notes.txt"}}),
+        );
+    }
+    json!({
+        "id": "msg_scripted", "type": "message", "role": "assistant", "model": model,
+        "content": content,
+        "stop_reason": if model == "tools" { "tool_use" } else { "end_turn" },
+        "stop_sequence": null,
+        "usage": {"input_tokens": 9, "cache_read_input_tokens": 2,
+            "cache_creation_input_tokens": 0, "output_tokens": 7},
+    })
+}
+
+/// The Messages stream of `message`: its text split inside `5100`, a tool's input in pieces.
+fn anthropic_events(message: &Value) -> Vec<Value> {
+    let mut start = message.clone();
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    start["usage"]["output_tokens"] = json!(1);
+    let mut events = vec![
+        json!({"type": "message_start", "message": start}),
+        json!({"type": "ping"}),
+    ];
+    for (i, block) in message["content"].as_array().unwrap().iter().enumerate() {
+        let mut first = block.clone();
+        let mut deltas = Vec::new();
+        match block["type"].as_str().unwrap() {
+            "text" => {
+                first["text"] = json!("");
+                let text = block["text"].as_str().unwrap();
+                let cut = text.find("00").unwrap_or(text.len());
+                for d in [&text[..cut], &text[cut..]] {
+                    deltas.push(json!({"type": "text_delta", "text": d}));
+                }
+            }
+            "thinking" => {
+                first["thinking"] = json!("");
+                first["signature"] = json!("");
+                deltas.push(json!({"type": "thinking_delta", "thinking": block["thinking"]}));
+                deltas.push(json!({"type": "signature_delta", "signature": block["signature"]}));
+            }
+            _ => {
+                first["input"] = json!({});
+                let input = block["input"].to_string();
+                let (a, b) = input.split_at(input.len() / 2);
+                for d in [a, b] {
+                    deltas.push(json!({"type": "input_json_delta", "partial_json": d}));
+                }
+            }
+        }
+        events.push(json!({"type": "content_block_start", "index": i, "content_block": first}));
+        for d in deltas {
+            events.push(json!({"type": "content_block_delta", "index": i, "delta": d}));
+        }
+        events.push(json!({"type": "content_block_stop", "index": i}));
+    }
+    events.push(json!({"type": "message_delta",
+        "delta": {"stop_reason": message["stop_reason"], "stop_sequence": null},
+        "usage": {"output_tokens": 7}}));
+    events.push(json!({"type": "message_stop"}));
+    events
+}
+
+async fn messages(
+    State(s): State<Script>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    record(&s, "/v1/messages", &headers, body.clone());
+    let header = |k: &str| headers.get(k).and_then(|v| v.to_str().ok());
+    if header("x-api-key") != Some(UPSTREAM_KEY) || header("anthropic-version").is_none() {
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(
+                json!({"type": "error", "error": {"type": "authentication_error",
+                "message": "invalid x-api-key"}}),
+            ),
+        )
+            .into_response();
+    }
+    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    match model.as_str() {
+        "bad" => {
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(
+                    json!({"type": "error", "error": {"type": "invalid_request_error",
+                    "message": format!("model: bad does not exist (key {UPSTREAM_KEY})")}}),
+                ),
+            )
+                .into_response();
+        }
+        "boom" => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                axum::Json(json!({"type": "error", "error": {"type": "api_error",
+                    "message": "upstream fell over"}})),
+            )
+                .into_response();
+        }
+        _ => {}
+    }
+    let message = anthropic_message(&model);
+    if body["stream"] != Value::Bool(true) {
+        return axum::Json(message).into_response();
+    }
+    let mut text = String::new();
+    for e in anthropic_events(&message) {
         text.push_str(&format!(
             "event: {}\r\ndata: {e}\r\n\r\n",
             e["type"].as_str().unwrap()

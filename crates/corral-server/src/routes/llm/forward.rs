@@ -1,4 +1,5 @@
-//! One model request forwarded, whatever API it speaks (chat completions, Responses): sent
+//! One model request forwarded, whatever API it speaks (chat completions, Responses, Anthropic
+//! Messages): sent
 //! with the provider's key, its usage read and charged, its root replies hooked, a stream
 //! passed through or held. What differs by API is in [`Api`] and [`Assembly`].
 
@@ -13,9 +14,10 @@ use tokio::sync::mpsc;
 
 use super::{
     Answer, Answered, AssistantReply, ChannelBody, MAX_EVENT_BYTES, MAX_UPSTREAM_BYTES, ReplyCtx,
-    ReplyHook, Upstream, failed, outcome_of, read_json, reply, responses, send_error, sse_response,
-    upstream_error,
+    ReplyHook, Upstream, failed, messages, outcome_of, read_json, reply, responses, send_error,
+    sse_response, upstream_error,
 };
+use corral_config::model::LlmApi;
 
 /// The API a model request speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +26,8 @@ pub(super) enum Api {
     Chat,
     /// `POST /v1/responses`.
     Responses,
+    /// `POST /v1/messages` (Anthropic).
+    Messages,
 }
 
 impl Api {
@@ -32,6 +36,15 @@ impl Api {
         match self {
             Self::Chat => "/chat/completions",
             Self::Responses => "/responses",
+            Self::Messages => "/messages",
+        }
+    }
+
+    /// The provider API the route needs.
+    pub(super) fn provider(self) -> LlmApi {
+        match self {
+            Self::Chat | Self::Responses => LlmApi::OpenAi,
+            Self::Messages => LlmApi::Anthropic,
         }
     }
 
@@ -39,9 +52,11 @@ impl Api {
     /// API needs, said with the shape to send.
     pub(super) fn body_error(self, body: &serde_json::Map<String, Value>) -> Option<&'static str> {
         match self {
-            Self::Chat if !body.get("messages").is_some_and(Value::is_array) => Some(
-                "the body has no `messages` list; send the conversation as `messages: [{\"role\": \"user\", \"content\": \"...\"}]`",
-            ),
+            Self::Chat | Self::Messages if !body.get("messages").is_some_and(Value::is_array) => {
+                Some(
+                    "the body has no `messages` list; send the conversation as `messages: [{\"role\": \"user\", \"content\": \"...\"}]`",
+                )
+            }
             Self::Responses
                 if !body
                     .get("input")
@@ -73,6 +88,7 @@ impl Api {
                 }
             }
             Self::Responses => responses::hook_response(v, hook, ctx),
+            Self::Messages => messages::hook_message(v, hook, ctx),
         }
     }
 
@@ -80,6 +96,7 @@ impl Api {
         match self {
             Self::Chat => Assembly::Chat(reply::Assembled::default()),
             Self::Responses => Assembly::Responses(responses::Assembled::default()),
+            Self::Messages => Assembly::Messages(messages::Assembled::default()),
         }
     }
 }
@@ -88,6 +105,7 @@ impl Api {
 enum Assembly {
     Chat(reply::Assembled),
     Responses(responses::Assembled),
+    Messages(messages::Assembled),
 }
 
 impl Assembly {
@@ -95,6 +113,7 @@ impl Assembly {
         match self {
             Self::Chat(a) => a.add(v),
             Self::Responses(a) => a.add(v),
+            Self::Messages(a) => a.add(v),
         }
     }
 
@@ -102,6 +121,7 @@ impl Assembly {
         match self {
             Self::Chat(a) => a.usage.as_ref(),
             Self::Responses(a) => a.usage.as_ref(),
+            Self::Messages(a) => a.usage.as_ref(),
         }
     }
 
@@ -113,6 +133,7 @@ impl Assembly {
                 reply::MAX_HELD_CHOICES,
             ),
             Self::Responses(a) if a.too_many_items => ("output items", responses::MAX_HELD_ITEMS),
+            Self::Messages(a) if a.too_many_blocks => ("content blocks", messages::MAX_HELD_BLOCKS),
             _ => return None,
         };
         Some(Refusal::new(
@@ -136,7 +157,7 @@ impl Assembly {
                                 .is_none_or(Vec::is_empty)
                     })
             }
-            Self::Responses(_) => false,
+            Self::Responses(_) | Self::Messages(_) => false,
         }
     }
 
@@ -160,26 +181,12 @@ impl Assembly {
             }
             Self::Responses(a) => {
                 if let Some(m) = &a.error {
-                    let clean: String = m
-                        .chars()
-                        .map(|c| if c.is_control() { ' ' } else { c })
-                        .take(500)
-                        .collect();
-                    return Err(Refusal::new(
-                        codes::LLM_UPSTREAM,
-                        format!(
-                            "the model provider's stream failed: {}",
-                            upstream.scrub(&clean)
-                        ),
-                    ));
+                    return Err(stream_error(m, upstream));
                 }
                 let Some(mut r) = a.final_response() else {
-                    return Err(Refusal::new(
-                        codes::LLM_UPSTREAM,
-                        format!(
-                            "the model provider's stream ended without a final response (`response.completed`), or with more than {} output items",
-                            responses::MAX_HELD_ITEMS
-                        ),
+                    return Err(unfinished(
+                        "a final response (`response.completed`)",
+                        responses::MAX_HELD_ITEMS,
                     ));
                 };
                 if let Some(hook) = hook {
@@ -187,23 +194,73 @@ impl Assembly {
                 }
                 Ok(responses::render(&r, a.terminal()))
             }
+            Self::Messages(a) => {
+                if let Some(m) = &a.error {
+                    return Err(stream_error(m, upstream));
+                }
+                let Some(mut m) = a.final_message() else {
+                    return Err(unfinished("`message_stop`", messages::MAX_HELD_BLOCKS));
+                };
+                if let Some(hook) = hook {
+                    messages::hook_message(&mut m, hook, ctx);
+                }
+                Ok(messages::render(&m))
+            }
         }
     }
 }
 
+/// `llm.upstream` for a stream's `error` event: its message, bounded, printable, without the
+/// key.
+fn stream_error(message: &str, upstream: &Upstream) -> Refusal {
+    let clean: String = message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(500)
+        .collect();
+    Refusal::new(
+        codes::LLM_UPSTREAM,
+        format!(
+            "the model provider's stream failed: {}",
+            upstream.scrub(&clean)
+        ),
+    )
+}
+
+/// `llm.upstream` for a held stream that did not end as it should.
+fn unfinished(end: &str, max: usize) -> Refusal {
+    Refusal::new(
+        codes::LLM_UPSTREAM,
+        format!(
+            "the model provider's stream ended without {end}, or with more than {max} items; corral holds only a whole answer for the reply hook"
+        ),
+    )
+}
+
 /// Token counts of a `usage` object: (prompt, completion), from the chat names
-/// (`prompt_tokens`, `completion_tokens`) or the Responses ones (`input_tokens`,
-/// `output_tokens`).
+/// (`prompt_tokens`, `completion_tokens`) or the Responses and Messages ones (`input_tokens`,
+/// `output_tokens`; Anthropic's cache writes and reads, which its `input_tokens` leaves out,
+/// are prompt tokens too).
 pub(super) fn usage_of(usage: Option<&Value>) -> (u64, u64) {
-    let n = |keys: &[&str]| {
-        keys.iter()
-            .find_map(|k| usage.and_then(|u| u.get(*k)).and_then(Value::as_u64))
+    let n = |k: &str| {
+        usage
+            .and_then(|u| u.get(k))
+            .and_then(Value::as_u64)
             .unwrap_or(0)
     };
-    (
-        n(&["prompt_tokens", "input_tokens"]),
-        n(&["completion_tokens", "output_tokens"]),
-    )
+    let prompt = if usage.is_some_and(|u| u.get("prompt_tokens").is_some()) {
+        n("prompt_tokens")
+    } else {
+        n("input_tokens")
+            .saturating_add(n("cache_creation_input_tokens"))
+            .saturating_add(n("cache_read_input_tokens"))
+    };
+    let completion = if usage.is_some_and(|u| u.get("completion_tokens").is_some()) {
+        n("completion_tokens")
+    } else {
+        n("output_tokens")
+    };
+    (prompt, completion)
 }
 
 /// One model request to forward.
@@ -216,13 +273,15 @@ pub(super) struct Forward {
     pub(super) body: Value,
     pub(super) hook: Option<Arc<dyn ReplyHook>>,
     pub(super) ctx: ReplyCtx,
+    /// Headers of the client's passed on (Anthropic's `anthropic-version`, `anthropic-beta`).
+    pub(super) headers: Vec<(&'static str, String)>,
 }
 
 impl Forward {
     async fn send(&self) -> Result<reqwest::Response, (Refusal, String)> {
         let resp = self
             .upstream
-            .request(reqwest::Method::POST, self.api.path())
+            .request_with(reqwest::Method::POST, self.api.path(), &self.headers)
             .json(&self.body)
             .send()
             .await
