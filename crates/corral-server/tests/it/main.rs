@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod anthropic_sdk;
 mod attack_z;
 mod audit;
 mod bad_input;

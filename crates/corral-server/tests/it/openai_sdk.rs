@@ -14,7 +14,7 @@ use crate::common::{AGENT_TOKEN, Server, Workspace, in_ci, token_env};
 use crate::scripted_llm::{ANSWER, LLM_YAML, ScriptedLlm};
 
 /// The Python with the `openai` SDK, or `None` (after saying why) outside CI.
-fn python() -> Option<PathBuf> {
+pub(crate) fn python() -> Option<PathBuf> {
     match std::env::var_os("CORRAL_TEST_PYTHON") {
         Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
         _ if in_ci() => panic!(
