@@ -108,3 +108,33 @@ async fn the_anthropic_sdks_stream_helper_accepts_a_held_stream() {
     );
     assert_eq!(v["tools"]["stop_reason"], "tool_use");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docs_llm_proxy_md_anthropic_example_runs_as_written() {
+    let blocks = crate::openai_sdk::doc_blocks("python anthropic");
+    assert_eq!(
+        blocks.len(),
+        1,
+        "docs/llm-proxy.md's python anthropic blocks"
+    );
+    let Some(python) = python() else { return };
+    let (server, upstream, _ws) = crate::openai_sdk::docs_proxy_of(ANTHROPIC_YAML).await;
+    let script = blocks[0].clone();
+    let base = server.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        crate::openai_sdk::run(
+            Command::new(python)
+                .args(["-c", &script])
+                .env("CORRAL_URL", base)
+                .env("CORRAL_TOKEN", AGENT_TOKEN)
+                .env("NO_PROXY", "127.0.0.1")
+                .env_remove("ANTHROPIC_API_KEY"),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(out, format!("{ANSWER}\n{ANSWER}\n"));
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].body["stream"], true);
+}

@@ -142,7 +142,7 @@ async fn the_openai_sdks_streaming_client_accepts_a_held_stream() {
 }
 
 /// The fenced blocks of docs/llm-proxy.md with the given info string.
-fn doc_blocks(info: &str) -> Vec<String> {
+pub(crate) fn doc_blocks(info: &str) -> Vec<String> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/llm-proxy.md");
     let text = std::fs::read_to_string(path).unwrap();
     let mut out = Vec::new();
@@ -167,17 +167,22 @@ fn doc_blocks(info: &str) -> Vec<String> {
 /// A proxy over the scripted provider as docs/llm-proxy.md's examples expect it: `$CORRAL_URL`
 /// and a token allowed `llm.chat` in `$CORRAL_TOKEN`.
 async fn docs_proxy() -> (Server, ScriptedLlm, Workspace) {
+    docs_proxy_of(LLM_YAML).await
+}
+
+/// As [`docs_proxy`], with the `llm:` section `llm`.
+pub(crate) async fn docs_proxy_of(llm: &str) -> (Server, ScriptedLlm, Workspace) {
     let upstream = ScriptedLlm::start().await;
     let ws = Workspace::new();
     let env = upstream.env(&token_env());
     let loaded = ws.load(
-        &ws.jail_yaml(&format!("{LLM_YAML}rules:\n  - allow: [llm.chat]\n")),
+        &ws.jail_yaml(&format!("{llm}rules:\n  - allow: [llm.chat]\n")),
         &env,
     );
     (Server::start(&loaded).await, upstream, ws)
 }
 
-fn run(cmd: &mut Command) -> String {
+pub(crate) fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
