@@ -75,6 +75,7 @@ impl std::fmt::Debug for Upstream {
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// The client's headers passed on to an Anthropic provider (when printable and short).
+/// Claude Code's `anthropic-beta` lists about ten betas.
 const ANTHROPIC_HEADERS: [&str; 2] = ["anthropic-version", "anthropic-beta"];
 
 /// How long connecting to the provider may take.
@@ -398,7 +399,7 @@ fn wrong_api(api: Api, rid: &str) -> ApiError {
     ApiError::new(codes::LLM_WRONG_API, msg, Some(LLM_OP), rid)
 }
 
-/// The client's Anthropic headers to pass on: printable ASCII, at most 256 bytes each.
+/// The client's Anthropic headers to pass on: printable ASCII, at most 1024 bytes each.
 fn passed_headers(api: Api, headers: &HeaderMap) -> Vec<(&'static str, String)> {
     if api != Api::Messages {
         return Vec::new();
@@ -407,7 +408,7 @@ fn passed_headers(api: Api, headers: &HeaderMap) -> Vec<(&'static str, String)> 
         .iter()
         .filter_map(|k| {
             let v = headers.get(*k)?.to_str().ok()?;
-            (v.len() <= 256 && v.chars().all(|c| c.is_ascii_graphic() || c == ' '))
+            (v.len() <= 1024 && v.chars().all(|c| c.is_ascii_graphic() || c == ' '))
                 .then(|| (*k, v.to_owned()))
         })
         .collect()
@@ -438,6 +439,9 @@ async fn forward_route(
     }
     let (is_root, agent) = agent_of(request.headers(), &upstream.root_agent);
     let passed = passed_headers(api, request.headers());
+    // The Anthropic SDK's beta client posts to `/v1/messages?beta=true`: that query (and no
+    // other) is passed on.
+    let beta = api == Api::Messages && request.uri().query() == Some("beta=true");
     let mut body = match json_body(&state, &gw, &caller, &rid, request).await {
         Ok(b) => b,
         Err(resp) => return Ok(resp),
@@ -493,7 +497,11 @@ async fn forward_route(
     let hook = state.reply_hook().filter(|_| is_root);
     // Learning mode: the root's system prompt gets the learner's level line (never a value).
     if is_root && let Some(l) = state.learning() {
-        crate::learning::append_level_line(&mut body, l.level_of(&caller));
+        let level = l.level_of(&caller);
+        match api {
+            Api::Messages => crate::learning::append_level_system(&mut body, level),
+            Api::Chat | Api::Responses => crate::learning::append_level_line(&mut body, level),
+        }
     }
     let ctx = ReplyCtx {
         principal: caller.principal.id.clone(),
@@ -512,6 +520,7 @@ async fn forward_route(
         hook,
         ctx,
         headers: passed,
+        beta,
     };
     let args = json!({ "model": model });
     proxied(gw, caller, rid, opts, args, move |tx| {

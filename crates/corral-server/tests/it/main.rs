@@ -11,6 +11,7 @@ mod anthropic_sdk;
 mod attack_z;
 mod audit;
 mod bad_input;
+mod claude;
 mod codex;
 mod common;
 mod confirm_abuse;

@@ -10,7 +10,8 @@
 //! `corral-was-here.txt`, then, once the input holds that call's output, a closing message.
 //! `POST /v1/messages` answers in Anthropic's shape (key in `x-api-key`): `ok` the text (usage
 //! 9 input + 2 cache-read + 7 output), `tools` a thinking block naming the answer, the text and
-//! a `tool_use`; `bad` and `boom` as above.
+//! a `tool_use`; `shell` a Claude Code turn (its `Bash` tool writing `corral-was-here.txt`,
+//! then a closing text); `bad` and `boom` as above.
 
 use std::sync::{Arc, Mutex};
 
@@ -428,8 +429,33 @@ async fn responses(
 }
 
 /// The Anthropic message answering `body` (by its `model`).
-fn anthropic_message(model: &str) -> Value {
+fn anthropic_message(body: &Value) -> Value {
+    let model = body["model"].as_str().unwrap_or_default();
     let mut content = Vec::new();
+    if model == "shell" {
+        // Claude Code's turn: its `Bash` tool, then (given the tool's result) a closing text.
+        let answered = body["messages"].as_array().is_some_and(|ms| {
+            ms.iter().any(|m| {
+                m["content"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
+            })
+        });
+        let (content, stop) = if answered {
+            (json!([{"type": "text", "text": SHELL_DONE}]), "end_turn")
+        } else {
+            (
+                json!([{"type": "tool_use", "id": "toolu_shell_1", "name": "Bash",
+                    "input": {"command": SHELL_COMMAND, "description": "Write the file"}}]),
+                "tool_use",
+            )
+        };
+        return json!({
+            "id": "msg_scripted", "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": stop, "stop_sequence": null,
+            "usage": {"input_tokens": USAGE.0, "output_tokens": USAGE.1},
+        });
+    }
     if model == "tools" {
         content
             .push(json!({"type": "thinking", "thinking": "The lag is 5100.", "signature": "sig"}));
@@ -541,7 +567,7 @@ async fn messages(
         }
         _ => {}
     }
-    let message = anthropic_message(&model);
+    let message = anthropic_message(&body);
     if body["stream"] != Value::Bool(true) {
         return axum::Json(message).into_response();
     }

@@ -275,13 +275,23 @@ pub(super) struct Forward {
     pub(super) ctx: ReplyCtx,
     /// Headers of the client's passed on (Anthropic's `anthropic-version`, `anthropic-beta`).
     pub(super) headers: Vec<(&'static str, String)>,
+    /// The request was `/v1/messages?beta=true` (passed on as it came).
+    pub(super) beta: bool,
 }
 
 impl Forward {
     async fn send(&self) -> Result<reqwest::Response, (Refusal, String)> {
         let resp = self
             .upstream
-            .request_with(reqwest::Method::POST, self.api.path(), &self.headers)
+            .request_with(
+                reqwest::Method::POST,
+                if self.beta {
+                    "/messages?beta=true"
+                } else {
+                    self.api.path()
+                },
+                &self.headers,
+            )
             .json(&self.body)
             .send()
             .await
