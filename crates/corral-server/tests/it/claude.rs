@@ -8,7 +8,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
+use corral_server::routes::llm::{AssistantReply, ReplyCtx, ReplyHook};
 use serde_json::Value;
 
 use crate::common::{AGENT_TOKEN, Server, Workspace, in_ci, token_env};
@@ -95,13 +97,66 @@ fn result(events: &[Value]) -> &Value {
         .unwrap_or_else(|| panic!("no result event: {events:#?}"))
 }
 
+/// docs/llm-proxy.md's Claude Code example (its `sh claude` block), run with `claude` on the
+/// PATH against a proxy (hooked when `hook` is given); its JSON events.
+async fn doc_example(
+    hook: Option<Arc<dyn ReplyHook>>,
+) -> Option<(Vec<Value>, ScriptedLlm, Server)> {
+    let bin = claude()?;
+    let text = include_str!("../../../../docs/llm-proxy.md");
+    let start = text
+        .find("```sh claude\n")
+        .expect("docs/llm-proxy.md has a ```sh claude block");
+    let body = &text[start + "```sh claude\n".len()..];
+    let script = body[..body.find("```").unwrap()].to_owned();
+    let upstream = ScriptedLlm::start().await;
+    let ws = Workspace::new();
+    let env = upstream.env(&token_env());
+    let loaded = ws.load(
+        &ws.jail_yaml(&format!("{ANTHROPIC_YAML}rules:\n  - allow: [llm.chat]\n")),
+        &env,
+    );
+    let server = Server::start_hooked(&loaded, 1 << 20, hook).await;
+    let home = tempfile::tempdir().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("bash");
+    cmd.args(["-euc", &script])
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", home.path())
+        .env("CORRAL_URL", &server.base)
+        .env("CORRAL_TOKEN", AGENT_TOKEN)
+        .env("NO_PROXY", "127.0.0.1")
+        .current_dir(&ws.root)
+        .stdin(Stdio::null());
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the example failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    Some((events, upstream, server))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_p_gets_its_answer_through_the_proxy_without_a_login_and_the_run_is_charged() {
-    let Some(bin) = claude() else { return };
-    let (server, upstream, ws) = proxy().await;
-    let (events, stderr) = claude_p(bin, server.base.clone(), &ws.root, "ok").await;
+async fn docs_claude_example_gets_its_answer_through_the_proxy_without_a_login() {
+    let Some((events, upstream, server)) = doc_example(None).await else {
+        return;
+    };
     let r = result(&events);
-    assert_eq!(r["result"], ANSWER, "{events:#?}\n{stderr}");
+    assert_eq!(r["result"], ANSWER, "{events:#?}");
     assert_eq!(r["is_error"], false);
     let seen = upstream.seen();
     assert!(seen.iter().all(|s| s.path == "/v1/messages"), "{seen:?}");
@@ -110,10 +165,34 @@ async fn claude_p_gets_its_answer_through_the_proxy_without_a_login_and_the_run_
     let llm: Vec<_> = audited.iter().filter(|e| e.op == "llm.chat").collect();
     assert!(!llm.is_empty());
     assert!(
-        llm.iter()
-            .all(|e| e.run_id.as_deref() == Some("claude-run")),
+        llm.iter().all(|e| e.run_id.as_deref() == Some("task-42")),
         "{llm:?}"
     );
+}
+
+/// Replaces `5100` in the root's text.
+#[derive(Debug)]
+struct Redact;
+
+impl ReplyHook for Redact {
+    fn on_root_reply(&self, _: &ReplyCtx, reply: &mut AssistantReply) {
+        for t in &mut reply.text {
+            *t = t.replace("5100", "[withheld]");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_accepts_a_held_and_checked_stream() {
+    let Some((events, _upstream, _server)) = doc_example(Some(Arc::new(Redact))).await else {
+        return;
+    };
+    assert_eq!(
+        result(&events)["result"],
+        "The answer is [withheld].",
+        "{events:#?}"
+    );
+    assert!(!format!("{events:?}").contains("5100"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use std::sync::Arc;
+
+use corral_server::routes::llm::{AssistantReply, ReplyCtx, ReplyHook};
 use serde_json::Value;
 
 use crate::common::{AGENT_TOKEN, Server, Workspace, in_ci, token_env};
@@ -40,6 +43,11 @@ fn codex() -> Option<PathBuf> {
 
 /// A proxy over the scripted provider that lets the agent's token ask the model.
 async fn proxy() -> (Server, ScriptedLlm, Workspace) {
+    proxy_hooked(None).await
+}
+
+/// As [`proxy`], with a reply hook when given.
+async fn proxy_hooked(hook: Option<Arc<dyn ReplyHook>>) -> (Server, ScriptedLlm, Workspace) {
     let upstream = ScriptedLlm::start().await;
     let ws = Workspace::new();
     let env = upstream.env(&token_env());
@@ -47,7 +55,11 @@ async fn proxy() -> (Server, ScriptedLlm, Workspace) {
         &ws.jail_yaml(&format!("{LLM_YAML}rules:\n  - allow: [llm.chat]\n")),
         &env,
     );
-    (Server::start(&loaded).await, upstream, ws)
+    (
+        Server::start_hooked(&loaded, 1 << 20, hook).await,
+        upstream,
+        ws,
+    )
 }
 
 /// Runs `codex exec --json` with `model` against the proxy at `base` in `workdir`; returns its
@@ -220,4 +232,35 @@ async fn codex_exec_runs_the_shell_call_the_model_makes_through_the_proxy() {
             .any(|i| i["type"] == "function_call_output" && i["call_id"] == "call_shell_1"),
         "{back:?}"
     );
+}
+
+/// Replaces `5100` in the root's text.
+#[derive(Debug)]
+struct Redact;
+
+impl ReplyHook for Redact {
+    fn on_root_reply(&self, _: &ReplyCtx, reply: &mut AssistantReply) {
+        for t in &mut reply.text {
+            *t = t.replace("5100", "[withheld]");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_accepts_a_held_and_checked_responses_stream_and_still_runs_its_shell_call() {
+    let Some(bin) = codex() else { return };
+    let (server, _upstream, ws) = proxy_hooked(Some(Arc::new(Redact))).await;
+    let (events, stderr) = codex_exec(bin.clone(), server.base.clone(), &ws.root, "ok").await;
+    let said: Vec<&str> = items(&events, "agent_message")
+        .iter()
+        .filter_map(|i| i["text"].as_str())
+        .collect();
+    assert_eq!(said, ["The answer is [withheld]."], "{events:?}\n{stderr}");
+    let (events, stderr) = codex_exec(bin, server.base.clone(), &ws.root, "shell").await;
+    assert_eq!(
+        items(&events, "command_execution").len(),
+        1,
+        "{events:#?}\n{stderr}"
+    );
+    assert!(ws.root.join("corral-was-here.txt").exists());
 }
