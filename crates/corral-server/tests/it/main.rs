@@ -23,6 +23,7 @@ mod guard_replicas;
 mod http_fetch;
 mod jwt;
 mod learning;
+mod learning_apis;
 mod learning_eval;
 mod limits;
 mod llm;
