@@ -127,6 +127,13 @@ async fn a_route_of_the_other_api_is_refused_with_the_route_to_use() {
     r.assert_error(404, "llm.wrong_api");
     assert!(r.text.contains("api: anthropic"), "{}", r.text);
     assert!(p.upstream.seen().is_empty() && openai.upstream.seen().is_empty());
+    // The model list is Anthropic's too, asked with its key header.
+    let r = p.server.get("/v1/models").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let seen = p.upstream.seen();
+    assert_eq!(seen[0].path, "/v1/models");
+    assert_eq!(seen[0].x_api_key.as_deref(), Some(UPSTREAM_KEY));
+    assert_eq!(seen[0].authorization, None);
 }
 
 #[tokio::test]

@@ -34,6 +34,8 @@ const KEPT_FIELDS: &[&str] = &[
     "top_p",
     "truncation",
     "store",
+    "incomplete_details",
+    "error",
 ];
 
 /// Whether an output item is a tool call (kept as made, shown to the hook).
@@ -118,7 +120,12 @@ fn write_text(output: &mut Vec<Value>, text: &[String], slots: usize) {
             Some("message") => {}
             _ => continue,
         }
-        o.retain(|k, _| matches!(k.as_str(), "id" | "type" | "role" | "status" | "content"));
+        o.retain(|k, _| {
+            matches!(
+                k.as_str(),
+                "id" | "type" | "role" | "status" | "phase" | "content"
+            )
+        });
         let parts = match o.get("content") {
             Some(Value::Array(p)) => p.iter().filter(|p| part_text(p).is_some()).count(),
             _ => 0,
