@@ -1,13 +1,14 @@
 //! The LLM proxy: OpenAI-compatible `POST /v1/chat/completions` and `POST /v1/responses`
-//! (streaming and not) and
-//! `GET /v1/models`, forwarded to the provider `llm:` names.
+//! (streaming and not) and `GET /v1/models`, or with `llm.api: anthropic` the Messages API's
+//! `POST /v1/messages`, forwarded to the provider `llm:` names.
 //!
 //! Each request is the op `llm.chat` to the guard chain (`Gateway::call_proxied`): resolve,
 //! arguments (`{model}`), autonomy, RBAC, policy, limits and run budgets (`budgets.tokens`)
 //! decide it before anything is forwarded, and its audit event is written once the answer
 //! ended, value-free (model, token counts, upstream status; never a prompt or a completion).
 //! The caller's corral token is never forwarded: the provider gets the key `llm.api_key_env`
-//! names, and only the request body.
+//! names, and only the request body (and, to an Anthropic provider, the client's
+//! `anthropic-version` and `anthropic-beta` headers).
 //!
 //! A reply hook (`AppState::install_reply_hook`) sees every reply of the root agent (header
 //! `X-Corral-Agent` equal to `llm.root_agent`, or absent) before the client does; a streaming
@@ -336,7 +337,7 @@ async fn json_body(
                 .await;
             Err(ApiError::new(
                 codes::LLM_BAD_REQUEST,
-                "the body is not a JSON object; send `{\"model\": \"...\", \"messages\": [...]}` with `Content-Type: application/json`",
+                "the body is not a JSON object; send `{\"model\": \"...\", \"messages\": [...]}` (`\"input\"` in place of `\"messages\"` for `/v1/responses`) with `Content-Type: application/json`",
                 Some(LLM_OP),
                 rid,
             )
