@@ -103,6 +103,7 @@ fn deployment(budgets: bool) -> Deployment {
             max_calls_per_op: [("files.read".to_owned(), u64::MAX)].into_iter().collect(),
             max_wall_time: Duration::from_secs(3600 * 24),
             max_output_bytes: u64::MAX,
+            max_tokens: 0,
         };
     }
     Deployment {

@@ -55,6 +55,8 @@ pub struct ResolvedLlm {
     pub api_key: Option<Secret>,
     /// The root agent's name (`X-Corral-Agent`).
     pub root_agent: String,
+    /// The API the provider speaks (`llm.api`).
+    pub api: crate::model::LlmApi,
 }
 
 impl std::fmt::Debug for ResolvedLlm {
@@ -64,6 +66,7 @@ impl std::fmt::Debug for ResolvedLlm {
             .field("base_url", &"[redacted]")
             .field("api_key", &self.api_key)
             .field("root_agent", &self.root_agent)
+            .field("api", &self.api)
             .finish()
     }
 }
@@ -492,6 +495,7 @@ fn resolve_llm(
         base_url,
         api_key: api_key.map(Secret::new),
         root_agent: l.root_agent().to_owned(),
+        api: l.api.unwrap_or_default(),
     })
 }
 

@@ -513,6 +513,25 @@ pub(super) const LLM: &[Field<LlmConfig>] = &[
             ok && !reserved
         });
     }),
+    Field::new("api", |d, e, l| {
+        let Some(a) = d.spanned_string(e.node, &e.at) else {
+            return;
+        };
+        l.api = match a.value.as_str() {
+            "openai" => Some(crate::model::LlmApi::OpenAi),
+            "anthropic" => Some(crate::model::LlmApi::Anthropic),
+            other => {
+                d.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    format!("`llm.api` is `{other}`, which is not an API corral speaks"),
+                    &e.at,
+                    a.span,
+                    "write `api: openai` (chat completions and Responses; the default) or `api: anthropic` (the Messages API)".to_owned(),
+                );
+                None
+            }
+        };
+    }),
     Field::new("base_url", |d, e, _| {
         d.err_fix(
             codes::CONFIG_INVALID_VALUE,

@@ -155,7 +155,8 @@ pub struct InstallConfig {
     pub mode: InstallMode,
 }
 
-/// `llm:` the model provider behind the LLM proxy (`/v1/chat/completions`, `/v1/models`):
+/// `llm:` the model provider behind the LLM proxy (`/v1/chat/completions`, `/v1/responses`,
+/// `/v1/messages`, `/v1/models`):
 /// the names of the environment variables that hold its url and key, never the values.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LlmConfig {
@@ -166,6 +167,19 @@ pub struct LlmConfig {
     pub api_key_env: Option<Spanned<String>>,
     /// The agent name (`X-Corral-Agent`) of the root agent; `root` when absent.
     pub root_agent: Option<Spanned<String>>,
+    /// The API the provider speaks; OpenAI when absent.
+    pub api: Option<LlmApi>,
+}
+
+/// `llm.api`: the API the model provider speaks, which decides the proxy's routes to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LlmApi {
+    /// `openai`: `/chat/completions`, `/responses`, `/models`, key as `Authorization: Bearer`.
+    #[default]
+    OpenAi,
+    /// `anthropic`: the Messages API (`/v1/messages`, `/v1/models`), key as `x-api-key` with
+    /// `anthropic-version`.
+    Anthropic,
 }
 
 impl LlmConfig {

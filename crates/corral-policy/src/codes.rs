@@ -161,11 +161,14 @@ catalog! {
         "the upstream MCP server answered the call with a protocol error, or did not answer in time",
         "check the arguments against the tool's schema (`GET /ops`); the server's log has the upstream's stderr";
     LLM_NOT_CONFIGURED = "llm.not_configured", 503,
-        "the LLM proxy (`/v1/chat/completions`, `/v1/models`) has no upstream: the config has no `llm:` section",
+        "the LLM proxy (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`, `/v1/models`) has no upstream: the config has no `llm:` section",
         "add `llm: {base_url_env: OPENAI_BASE_URL, api_key_env: OPENAI_API_KEY}` to the config and export both variables";
     LLM_BAD_REQUEST = "llm.bad_request", 400,
-        "the model request is not a JSON object with a string `model` (and, for a chat completion, a `messages` list)",
-        "send the OpenAI chat completion shape: `{\"model\": \"...\", \"messages\": [...]}`";
+        "the model request is not a JSON object with a string `model` and its conversation (`messages` for a chat completion or an Anthropic message, `input` for a Responses request)",
+        "send the route's shape: `{\"model\": \"...\", \"messages\": [...]}` (`/v1/chat/completions`, `/v1/messages`) or `{\"model\": \"...\", \"input\": ...}` (`/v1/responses`)";
+    LLM_WRONG_API = "llm.wrong_api", 404,
+        "the model request's route speaks another API than the provider `llm:` names (`/v1/messages` to an OpenAI provider, or an OpenAI route to `llm.api: anthropic`)",
+        "send the route of the provider's API, or set `llm.api` (`openai`, the default, or `anthropic`) to the API the provider speaks";
     LLM_UPSTREAM = "llm.upstream", 502,
         "the model provider answered with an error; its status is kept when it is a client error (400-429)",
         "read the provider's message in `error`; fix the request it names, or retry when the provider recovers";

@@ -226,11 +226,44 @@ pub fn audit_event(
     }
 }
 
+/// Appends the level line to an Anthropic Messages request's `system` (a string, or a list of
+/// text blocks; set when absent): its messages have no `system` role.
+pub fn append_level_system(body: &mut serde_json::Map<String, serde_json::Value>, level: Level) {
+    use serde_json::Value;
+    let line = levels::level_line(level);
+    match body.get_mut("system") {
+        Some(Value::String(s)) if !s.is_empty() => {
+            s.push_str("\n\n");
+            s.push_str(line);
+        }
+        Some(Value::Array(blocks)) => {
+            blocks.push(serde_json::json!({"type": "text", "text": line}));
+        }
+        _ => {
+            body.insert("system".to_owned(), Value::String(line.to_owned()));
+        }
+    }
+}
+
 /// Appends the level line to the request's system message (the first `system` message; one is
-/// put first when there is none).
+/// put first when there is none), or for a Responses request (no `messages`) to its
+/// `instructions`.
 pub fn append_level_line(body: &mut serde_json::Map<String, serde_json::Value>, level: Level) {
     use serde_json::Value;
     let line = levels::level_line(level);
+    if !body.contains_key("messages") {
+        // A Responses request: its system prompt is `instructions`.
+        match body.get_mut("instructions") {
+            Some(Value::String(s)) if !s.is_empty() => {
+                s.push_str("\n\n");
+                s.push_str(line);
+            }
+            _ => {
+                body.insert("instructions".to_owned(), Value::String(line.to_owned()));
+            }
+        }
+        return;
+    }
     let Some(Value::Array(messages)) = body.get_mut("messages") else {
         return;
     };

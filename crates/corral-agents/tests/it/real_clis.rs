@@ -15,8 +15,7 @@ use crate::support::{Script, call, dirs, message, path_str, session_of, turn};
 fn real_codex() -> Option<Installed> {
     let Ok(bin) = std::env::var("CORRAL_TEST_CODEX") else {
         assert!(
-            std::env::var("CI").is_err_and(|_| true)
-                || std::env::var("CI").is_ok_and(|v| v != "true"),
+            std::env::var("CI").is_ok_and(|v| v != "true") || std::env::var("CI").is_err(),
             "CORRAL_TEST_CODEX is unset and CI=true: the real codex tests need the path of the codex binary of an `npm install @openai/codex@{}`",
             corral_agents::install::pin(Adapter::Codex).version
         );
@@ -110,11 +109,16 @@ async fn real_codex_writes_in_its_workdir_and_is_refused_outside_both_in_the_eve
     );
 }
 
-/// The real claude_code's native binary, from `CORRAL_TEST_CLAUDE` (skipped when unset, as
-/// codex; it fails under `CI=true` only once the lead's CI installs it: see `CORRAL_TEST_CODEX`).
+/// The real claude_code's native binary, from `CORRAL_TEST_CLAUDE` (`.ci/run` installs it;
+/// skipped when unset, a failure under `CI=true`, as codex).
 fn real_claude() -> Option<Installed> {
     let Ok(bin) = std::env::var("CORRAL_TEST_CLAUDE") else {
-        eprintln!("notice: CORRAL_TEST_CLAUDE is unset; skipping");
+        assert!(
+            std::env::var("CI").is_ok_and(|v| v != "true") || std::env::var("CI").is_err(),
+            "CORRAL_TEST_CLAUDE is unset and CI=true: the real claude_code tests need the path of the native binary of an `npm install @anthropic-ai/claude-code@{}`",
+            corral_agents::install::pin(Adapter::ClaudeCode).version
+        );
+        eprintln!("notice: CORRAL_TEST_CLAUDE is unset; skipping (this fails under CI=true)");
         return None;
     };
     let bin = PathBuf::from(bin);

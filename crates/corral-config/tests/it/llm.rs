@@ -113,3 +113,17 @@ fn budgets_tokens_is_read_as_a_count() {
     let l = load("version: 1\nbudgets: {tokens: 5000}\n");
     assert_eq!(l.config.budgets.tokens, 5000);
 }
+
+#[test]
+fn the_api_is_openai_unless_the_section_says_anthropic_and_any_other_is_refused_with_the_choices() {
+    use corral_config::model::LlmApi;
+    let l = load_llm("version: 1\nllm: {base_url_env: LLM_URL}\n").unwrap();
+    assert_eq!(l.llm.as_ref().unwrap().api, LlmApi::OpenAi);
+    let l = load_llm("version: 1\nllm: {base_url_env: LLM_URL, api: anthropic}\n").unwrap();
+    assert_eq!(l.llm.as_ref().unwrap().api, LlmApi::Anthropic);
+    let e = load_llm("version: 1\nllm: {base_url_env: LLM_URL, api: gemini}\n").unwrap_err();
+    let d = the(&e.diagnostics, "config.invalid_value", Severity::Error);
+    assert_eq!(d.location, "llm.api");
+    assert!(d.message.contains("gemini"), "{}", d.message);
+    assert!(d.fix.contains("api: anthropic"), "{}", d.fix);
+}

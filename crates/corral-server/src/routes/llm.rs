@@ -1,18 +1,23 @@
-//! The LLM proxy: OpenAI-compatible `POST /v1/chat/completions` (streaming and not) and
-//! `GET /v1/models`, forwarded to the provider `llm:` names.
+//! The LLM proxy: OpenAI-compatible `POST /v1/chat/completions` and `POST /v1/responses`
+//! (streaming and not) and `GET /v1/models`, or with `llm.api: anthropic` the Messages API's
+//! `POST /v1/messages`, forwarded to the provider `llm:` names.
 //!
 //! Each request is the op `llm.chat` to the guard chain (`Gateway::call_proxied`): resolve,
 //! arguments (`{model}`), autonomy, RBAC, policy, limits and run budgets (`budgets.tokens`)
 //! decide it before anything is forwarded, and its audit event is written once the answer
 //! ended, value-free (model, token counts, upstream status; never a prompt or a completion).
 //! The caller's corral token is never forwarded: the provider gets the key `llm.api_key_env`
-//! names, and only the request body.
+//! names, and only the request body (and, to an Anthropic provider, the client's
+//! `anthropic-version` and `anthropic-beta` headers).
 //!
 //! A reply hook (`AppState::install_reply_hook`) sees every reply of the root agent (header
 //! `X-Corral-Agent` equal to `llm.root_agent`, or absent) before the client does; a streaming
 //! request of the root is then held: read whole, assembled, hooked, and sent as one SSE stream.
 
+mod forward;
+mod messages;
 mod reply;
+mod responses;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -33,6 +38,7 @@ pub use reply::{AssistantReply, ReplyCtx};
 use super::extract::{Authed, Llm};
 use crate::AppState;
 use crate::error::ApiError;
+use forward::{Api, Forward};
 
 /// The op every model request is decided as.
 pub const LLM_OP: &str = "llm.chat";
@@ -54,6 +60,7 @@ pub struct Upstream {
     base_url: String,
     api_key: Option<corral_config::Secret>,
     root_agent: String,
+    api: corral_config::model::LlmApi,
     client: reqwest::Client,
 }
 
@@ -64,6 +71,13 @@ impl std::fmt::Debug for Upstream {
             .finish_non_exhaustive()
     }
 }
+
+/// The `anthropic-version` sent to an Anthropic provider when the client sent none.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The client's headers passed on to an Anthropic provider (when printable and short).
+/// Claude Code's `anthropic-beta` lists about ten betas.
+const ANTHROPIC_HEADERS: [&str; 2] = ["anthropic-version", "anthropic-beta"];
 
 /// How long connecting to the provider may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -97,17 +111,42 @@ impl Upstream {
             base_url: l.base_url.clone(),
             api_key: l.api_key.clone(),
             root_agent: l.root_agent.clone(),
+            api: l.api,
             client,
         })
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let rb = self
+        self.request_with(method, path, &[])
+    }
+
+    /// A request to the provider with its key: `Authorization: Bearer` for an OpenAI one;
+    /// `x-api-key` and `anthropic-version` (the client's, from `headers`, or
+    /// [`ANTHROPIC_VERSION`]) for an Anthropic one. `headers` are the client's passed on.
+    fn request_with(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        headers: &[(&'static str, String)],
+    ) -> reqwest::RequestBuilder {
+        let mut rb = self
             .client
             .request(method, format!("{}{path}", self.base_url));
-        match &self.api_key {
-            Some(k) => rb.bearer_auth(k.expose()),
-            None => rb,
+        for (k, v) in headers {
+            rb = rb.header(*k, v);
+        }
+        match (self.api, &self.api_key) {
+            (corral_config::model::LlmApi::OpenAi, Some(k)) => rb.bearer_auth(k.expose()),
+            (corral_config::model::LlmApi::Anthropic, key) => {
+                if !headers.iter().any(|(k, _)| *k == "anthropic-version") {
+                    rb = rb.header("anthropic-version", ANTHROPIC_VERSION);
+                }
+                match key {
+                    Some(k) => rb.header("x-api-key", k.expose()),
+                    None => rb,
+                }
+            }
+            (_, None) => rb,
         }
     }
 
@@ -298,7 +337,7 @@ async fn json_body(
                 .await;
             Err(ApiError::new(
                 codes::LLM_BAD_REQUEST,
-                "the body is not a JSON object; send `{\"model\": \"...\", \"messages\": [...]}` with `Content-Type: application/json`",
+                "the body is not a JSON object; send `{\"model\": \"...\", \"messages\": [...]}` (`\"input\"` in place of `\"messages\"` for `/v1/responses`) with `Content-Type: application/json`",
                 Some(LLM_OP),
                 rid,
             )
@@ -324,6 +363,61 @@ fn agent_of(headers: &HeaderMap, root: &str) -> (bool, String) {
 /// `POST /v1/chat/completions`.
 pub(crate) async fn chat_completions(
     State(state): State<AppState>,
+    authed: Authed<Llm>,
+    request: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    forward_route(state, authed, request, Api::Chat).await
+}
+
+/// `POST /v1/responses`.
+pub(crate) async fn responses(
+    State(state): State<AppState>,
+    authed: Authed<Llm>,
+    request: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    forward_route(state, authed, request, Api::Responses).await
+}
+
+/// `POST /v1/messages` (the Anthropic Messages API; `llm.api: anthropic`).
+pub(crate) async fn messages(
+    State(state): State<AppState>,
+    authed: Authed<Llm>,
+    request: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    forward_route(state, authed, request, Api::Messages).await
+}
+
+/// `404 llm.wrong_api`: the route speaks another API than the provider.
+fn wrong_api(api: Api, rid: &str) -> ApiError {
+    let msg = match api {
+        Api::Messages => {
+            "this server's model provider speaks the OpenAI API, not Anthropic's Messages API: send `POST /v1/chat/completions` or `POST /v1/responses`, or set `llm: {api: anthropic}` for an Anthropic provider"
+        }
+        Api::Chat | Api::Responses => {
+            "this server's model provider speaks the Anthropic Messages API (`llm.api: anthropic`): send `POST /v1/messages`, or point `llm:` at an OpenAI-compatible provider"
+        }
+    };
+    ApiError::new(codes::LLM_WRONG_API, msg, Some(LLM_OP), rid)
+}
+
+/// The client's Anthropic headers to pass on: printable ASCII, at most 1024 bytes each.
+fn passed_headers(api: Api, headers: &HeaderMap) -> Vec<(&'static str, String)> {
+    if api != Api::Messages {
+        return Vec::new();
+    }
+    ANTHROPIC_HEADERS
+        .iter()
+        .filter_map(|k| {
+            let v = headers.get(*k)?.to_str().ok()?;
+            (v.len() <= 1024 && v.chars().all(|c| c.is_ascii_graphic() || c == ' '))
+                .then(|| (*k, v.to_owned()))
+        })
+        .collect()
+}
+
+/// A model request of any API: checked, decided as `llm.chat` (argument `model`), forwarded.
+async fn forward_route(
+    state: AppState,
     Authed {
         caller,
         request_id: rid,
@@ -332,40 +426,44 @@ pub(crate) async fn chat_completions(
         ..
     }: Authed<Llm>,
     request: axum::extract::Request,
+    api: Api,
 ) -> Result<Response, ApiError> {
     let Some(upstream) = state.llm() else {
         gw.audit_rejected(&caller, LLM_OP, &rid, codes::LLM_NOT_CONFIGURED, 503)
             .await;
         return Err(not_configured(&rid));
     };
+    if api.provider() != upstream.api {
+        gw.audit_rejected(&caller, LLM_OP, &rid, codes::LLM_WRONG_API, 404)
+            .await;
+        return Err(wrong_api(api, &rid));
+    }
     let (is_root, agent) = agent_of(request.headers(), &upstream.root_agent);
+    let passed = passed_headers(api, request.headers());
+    // The Anthropic SDK's beta client posts to `/v1/messages?beta=true`: that query (and no
+    // other) is passed on.
+    let beta = api == Api::Messages && request.uri().query() == Some("beta=true");
     let mut body = match json_body(&state, &gw, &caller, &rid, request).await {
         Ok(b) => b,
         Err(resp) => return Ok(resp),
     };
     let model = match body.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => m.clone(),
-        _ => {
+        Some(Value::String(m)) if !m.is_empty() => Ok(m.clone()),
+        _ => Err("the body has no `model` string; name the model (`GET /v1/models` lists them)"),
+    };
+    let model = match model.and_then(|m| api.body_error(&body).map_or(Ok(m), Err)) {
+        Ok(m) => m,
+        Err(msg) => {
             gw.audit_rejected(&caller, LLM_OP, &rid, codes::LLM_BAD_REQUEST, 400)
                 .await;
             return Err(ApiError::new(
                 codes::LLM_BAD_REQUEST,
-                "the body has no `model` string; name the model (`GET /v1/models` lists them)",
+                msg,
                 Some(LLM_OP),
                 &rid,
             ));
         }
     };
-    if !body.get("messages").is_some_and(Value::is_array) {
-        gw.audit_rejected(&caller, LLM_OP, &rid, codes::LLM_BAD_REQUEST, 400)
-            .await;
-        return Err(ApiError::new(
-            codes::LLM_BAD_REQUEST,
-            "the body has no `messages` list; send the conversation as `messages: [{\"role\": \"user\", \"content\": \"...\"}]`",
-            Some(LLM_OP),
-            &rid,
-        ));
-    }
     let opts = match options {
         Ok(o) => o,
         Err(msg) => {
@@ -375,12 +473,13 @@ pub(crate) async fn chat_completions(
         }
     };
     let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
-    let usage_asked = body
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Value::as_bool)
-        == Some(true);
-    if stream {
+    let usage_asked = api != Api::Chat
+        || body
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            == Some(true);
+    if stream && api == Api::Chat {
         // The usage comes in the stream's last chunk only when asked for; corral always asks
         // (it meters tokens) and strips that chunk when the client did not.
         let so = body.entry("stream_options").or_insert_with(|| json!({}));
@@ -399,7 +498,11 @@ pub(crate) async fn chat_completions(
     let hook = state.reply_hook().filter(|_| is_root);
     // Learning mode: the root's system prompt gets the learner's level line (never a value).
     if is_root && let Some(l) = state.learning() {
-        crate::learning::append_level_line(&mut body, l.level_of(&caller));
+        let level = l.level_of(&caller);
+        match api {
+            Api::Messages => crate::learning::append_level_system(&mut body, level),
+            Api::Chat | Api::Responses => crate::learning::append_level_line(&mut body, level),
+        }
     }
     let ctx = ReplyCtx {
         principal: caller.principal.id.clone(),
@@ -410,12 +513,15 @@ pub(crate) async fn chat_completions(
         caller: caller.principal.clone(),
     };
     let forward = Forward {
+        api,
         upstream,
         metrics: state.metrics_arc(),
         model: audit_model(&model),
         body: Value::Object(body),
         hook,
         ctx,
+        headers: passed,
+        beta,
     };
     let args = json!({ "model": model });
     proxied(gw, caller, rid, opts, args, move |tx| {
@@ -429,7 +535,6 @@ pub(crate) async fn chat_completions(
     })
     .await
 }
-
 /// `GET /v1/models`: the provider's model list, decided as `llm.chat` (with no model).
 pub(crate) async fn models(
     State(state): State<AppState>,
@@ -622,217 +727,6 @@ async fn read_json(resp: reqwest::Response) -> Result<Value, Refusal> {
             "the model provider answered with a body that is not JSON",
         )
     })
-}
-
-/// Token counts of a `usage` object: (prompt, completion).
-fn usage_of(usage: Option<&Value>) -> (u64, u64) {
-    let n = |k: &str| {
-        usage
-            .and_then(|u| u.get(k))
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-    };
-    (n("prompt_tokens"), n("completion_tokens"))
-}
-
-/// One chat completion to forward.
-struct Forward {
-    upstream: Arc<Upstream>,
-    metrics: Arc<crate::metrics::CallMetrics>,
-    /// The model, as audited.
-    model: String,
-    body: Value,
-    hook: Option<Arc<dyn ReplyHook>>,
-    ctx: ReplyCtx,
-}
-
-impl Forward {
-    async fn send(&self) -> Result<reqwest::Response, (Refusal, String)> {
-        let resp = self
-            .upstream
-            .request(reqwest::Method::POST, "/chat/completions")
-            .json(&self.body)
-            .send()
-            .await
-            .map_err(|e| send_error(&e))?;
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        let status = resp.status().as_u16();
-        let r = upstream_error(&self.upstream, resp).await;
-        Err((r, format!("model {}: upstream {status}", self.model)))
-    }
-
-    fn done(&self, status: u16, prompt: u64, completion: u64, note: &str) -> ProxiedOutcome {
-        self.metrics.record_llm("ok", prompt, completion);
-        ProxiedOutcome {
-            result: Ok(json!({
-                "model": self.model,
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-            })),
-            detail: Some(format!(
-                "model {}: {prompt} prompt + {completion} completion tokens, upstream {status}{note}",
-                self.model
-            )),
-            tokens: prompt.saturating_add(completion),
-        }
-    }
-
-    fn fail(&self, r: Refusal, detail: String) -> ProxiedOutcome {
-        self.metrics.record_llm(outcome_of(&r), 0, 0);
-        failed(r, detail)
-    }
-
-    /// A non-streaming completion: forwarded, its root replies hooked, answered whole.
-    async fn complete(self, tx: Answered) -> ProxiedOutcome {
-        let resp = match self.send().await {
-            Ok(r) => r,
-            Err((r, d)) => return self.fail(r, d),
-        };
-        let status = resp.status().as_u16();
-        let mut v = match read_json(resp).await {
-            Ok(v) => v,
-            Err(r) => {
-                let d = format!("model {}: upstream {status}, unreadable", self.model);
-                return self.fail(r, d);
-            }
-        };
-        let (prompt, completion) = usage_of(v.get("usage"));
-        if let Some(hook) = &self.hook
-            && let Some(choices) = v.get_mut("choices").and_then(Value::as_array_mut)
-        {
-            for c in choices {
-                if let Some(m) = c.get_mut("message") {
-                    let mut reply = AssistantReply::from_message(m);
-                    hook.on_root_reply(&self.ctx, &mut reply);
-                    reply.write_text(m);
-                }
-            }
-        }
-        let _ = tx.send(Answer::whole(axum::Json(&v).into_response()));
-        self.done(status, prompt, completion, "")
-    }
-
-    /// A streaming completion: passed through chunk by chunk (the usage chunk stripped unless
-    /// asked for), or, with a hook on a root reply, held and sent as one checked message.
-    async fn stream(self, tx: Answered, usage_asked: bool) -> ProxiedOutcome {
-        let mut resp = match self.send().await {
-            Ok(r) => r,
-            Err((r, d)) => return self.fail(r, d),
-        };
-        let status = resp.status().as_u16();
-        let held = self.hook.is_some();
-        let (mut body_tx, body) = if held {
-            (None, None)
-        } else {
-            let (btx, brx) = mpsc::channel::<Result<Bytes, std::io::Error>>(32);
-            (Some(btx), Some(ChannelBody(brx)))
-        };
-        let mut tx = Some(tx);
-        if let Some(b) = body {
-            if let Some(t) = tx.take() {
-                let _ = t.send(Answer {
-                    resp: sse_response(Body::from_stream(b)),
-                    streaming: true,
-                });
-            }
-        }
-        let mut assembled = reply::Assembled::default();
-        let mut buf: Vec<u8> = Vec::new();
-        let mut total = 0usize;
-        let mut note = "";
-        // Once the client hung up, the provider's stream is still read (bounded by the size
-        // limit of a held stream and the read timeout) for its usage chunk: the provider bills
-        // the whole completion, so the run is charged it.
-        let mut gone = false;
-        loop {
-            let chunk = match resp.chunk().await {
-                Ok(Some(c)) => c,
-                Ok(None) => break,
-                Err(e) => {
-                    let (r, _) = send_error(&e);
-                    if held || tx.is_some() {
-                        return self.fail(r, format!("model {}: stream broke", self.model));
-                    }
-                    note = ", stream broke";
-                    break;
-                }
-            };
-            total = total.saturating_add(chunk.len());
-            buf.extend(chunk.iter().copied().filter(|b| *b != b'\r'));
-            if buf.len() > MAX_EVENT_BYTES || ((held || gone) && total > MAX_UPSTREAM_BYTES) {
-                let r = Refusal::new(
-                    codes::LLM_UPSTREAM,
-                    "the model provider's stream is over corral's size limits",
-                );
-                if held {
-                    return self.fail(r, format!("model {}: stream too large", self.model));
-                }
-                note = ", stream too large";
-                break;
-            }
-            for (data, raw) in reply::take_events(&mut buf) {
-                let parsed = serde_json::from_str::<Value>(&data).ok();
-                let usage_only = parsed.as_ref().is_some_and(|v| {
-                    v.get("usage").is_some_and(Value::is_object)
-                        && v.get("choices")
-                            .and_then(Value::as_array)
-                            .is_none_or(Vec::is_empty)
-                });
-                if let Some(v) = &parsed {
-                    assembled.add(v);
-                }
-                if held && assembled.too_many_choices {
-                    let r = Refusal::new(
-                        codes::LLM_UPSTREAM,
-                        format!(
-                            "the model provider's stream opened more than {} choices, more than \
-                             corral holds for the reply hook; ask for fewer choices (`n`)",
-                            reply::MAX_HELD_CHOICES
-                        ),
-                    );
-                    return self.fail(r, format!("model {}: too many choices", self.model));
-                }
-                let Some(btx) = &body_tx else {
-                    continue;
-                };
-                if usage_only && !usage_asked {
-                    continue;
-                }
-                if btx.send(Ok(Bytes::from(raw))).await.is_err() {
-                    gone = true;
-                    note = ", client went away";
-                    body_tx = None;
-                }
-            }
-        }
-        let (mut prompt, mut completion) = usage_of(assembled.usage.as_ref());
-        let estimated;
-        if assembled.usage.is_none() && !held {
-            // No usage chunk (the stream broke, ran over a limit, or the provider sent none):
-            // an estimate of ~4 bytes a token of what was sent and read, never 0.
-            let sent = serde_json::to_vec(&self.body).map_or(0, |b| b.len());
-            prompt = u64::try_from(sent / 4).unwrap_or(u64::MAX);
-            completion = u64::try_from(total / 4).unwrap_or(u64::MAX);
-            estimated = format!("{note}, no usage from the provider: tokens estimated from bytes");
-            note = &estimated;
-        }
-        if held {
-            let mut replies = assembled.replies();
-            if let Some(hook) = &self.hook {
-                for (_, r) in &mut replies {
-                    hook.on_root_reply(&self.ctx, r);
-                }
-            }
-            let text = assembled.render(&replies, usage_asked);
-            if let Some(t) = tx.take() {
-                let _ = t.send(Answer::whole(sse_response(Body::from(text))));
-            }
-            return self.done(status, prompt, completion, ", held");
-        }
-        self.done(status, prompt, completion, note)
-    }
 }
 
 /// An SSE answer over `body`.

@@ -54,6 +54,8 @@ fn table(state: &AppState) -> Router<AppState> {
         .route("/openapi.json", get(meta::openapi))
         .route("/v1/chat/completions", post(llm::chat_completions))
         .route("/v1/models", get(llm::models))
+        .route("/v1/responses", post(llm::responses))
+        .route("/v1/messages", post(llm::messages))
         .route("/v1/sandbox/synthetic-data", post(sandbox::generate))
         .route(
             "/v1/sandbox/scenarios",

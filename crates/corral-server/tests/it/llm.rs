@@ -12,12 +12,12 @@ use crate::common::{AGENT_TOKEN, Reply, Server, Workspace, send, token_env};
 use crate::scripted_llm::{ANSWER, LLM_YAML, ScriptedLlm, UPSTREAM_KEY, sse_data};
 
 /// A rule that lets every caller ask the model.
-const ALLOW_LLM: &str = "rules:\n  - allow: [llm.chat]\n";
+pub(crate) const ALLOW_LLM: &str = "rules:\n  - allow: [llm.chat]\n";
 
 /// A hook that replaces `5100` in the root's text (and records who it saw).
 #[derive(Debug, Default)]
-struct Redact {
-    seen: std::sync::Mutex<Vec<(ReplyCtx, Vec<Value>)>>,
+pub(crate) struct Redact {
+    pub(crate) seen: std::sync::Mutex<Vec<(ReplyCtx, Vec<Value>)>>,
 }
 
 impl ReplyHook for Redact {
@@ -32,13 +32,13 @@ impl ReplyHook for Redact {
     }
 }
 
-struct Proxy {
-    server: Server,
-    upstream: ScriptedLlm,
+pub(crate) struct Proxy {
+    pub(crate) server: Server,
+    pub(crate) upstream: ScriptedLlm,
     _ws: Workspace,
 }
 
-async fn proxy_with(extra: &str, hook: Option<Arc<dyn ReplyHook>>) -> Proxy {
+pub(crate) async fn proxy_with(extra: &str, hook: Option<Arc<dyn ReplyHook>>) -> Proxy {
     let upstream = ScriptedLlm::start().await;
     let ws = Workspace::new();
     let env = upstream.env(&token_env());
@@ -53,7 +53,7 @@ async fn proxy_with(extra: &str, hook: Option<Arc<dyn ReplyHook>>) -> Proxy {
     }
 }
 
-async fn proxy() -> Proxy {
+pub(crate) async fn proxy() -> Proxy {
     proxy_with(&format!("{LLM_YAML}{ALLOW_LLM}"), None).await
 }
 
@@ -63,10 +63,15 @@ fn chat(model: &str) -> Value {
 
 impl Proxy {
     async fn post(&self, body: Value, headers: &[(&str, &str)]) -> Reply {
+        self.post_to("/v1/chat/completions", body, headers).await
+    }
+
+    /// Posts `body` to `path` with the agent's token and `headers`.
+    pub(crate) async fn post_to(&self, path: &str, body: Value, headers: &[(&str, &str)]) -> Reply {
         let mut rb = self
             .server
             .client()
-            .post(self.server.url("/v1/chat/completions"))
+            .post(self.server.url(path))
             .bearer_auth(AGENT_TOKEN)
             .json(&body);
         for (k, v) in headers {
@@ -77,7 +82,7 @@ impl Proxy {
 
     /// The `llm.chat` events once there are `n` (a passed-through stream is audited when it
     /// ended); at most 10 s of waiting.
-    async fn wait_for_events(&self, n: usize) -> Vec<corral_guard::audit::AuditEvent> {
+    pub(crate) async fn wait_for_events(&self, n: usize) -> Vec<corral_guard::audit::AuditEvent> {
         for _ in 0..200 {
             let events = self.llm_events().await;
             if events.len() >= n {
@@ -89,7 +94,7 @@ impl Proxy {
     }
 
     /// The audit events of the op `llm.chat`, newest first.
-    async fn llm_events(&self) -> Vec<corral_guard::audit::AuditEvent> {
+    pub(crate) async fn llm_events(&self) -> Vec<corral_guard::audit::AuditEvent> {
         self.server
             .store
             .audit_recent(None, 1000)

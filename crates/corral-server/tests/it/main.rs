@@ -7,9 +7,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod anthropic_sdk;
 mod attack_z;
 mod audit;
 mod bad_input;
+mod claude;
+mod codex;
 mod common;
 mod confirm_abuse;
 mod escapes;
@@ -20,9 +23,12 @@ mod guard_replicas;
 mod http_fetch;
 mod jwt;
 mod learning;
+mod learning_apis;
 mod learning_eval;
 mod limits;
 mod llm;
+mod llm_messages;
+mod llm_responses;
 mod mcp;
 mod metrics;
 mod openai_sdk;

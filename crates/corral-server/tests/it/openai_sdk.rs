@@ -14,7 +14,7 @@ use crate::common::{AGENT_TOKEN, Server, Workspace, in_ci, token_env};
 use crate::scripted_llm::{ANSWER, LLM_YAML, ScriptedLlm};
 
 /// The Python with the `openai` SDK, or `None` (after saying why) outside CI.
-fn python() -> Option<PathBuf> {
+pub(crate) fn python() -> Option<PathBuf> {
     match std::env::var_os("CORRAL_TEST_PYTHON") {
         Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
         _ if in_ci() => panic!(
@@ -85,6 +85,20 @@ async fn the_openai_sdk_completes_streams_lists_models_and_sees_provider_errors(
     assert_eq!(v["error"]["status"], 400);
     assert_eq!(v["error"]["code"], "llm.upstream");
     assert_eq!(v["error"]["request_id"].as_str().map(str::len), Some(36));
+    assert_eq!(
+        v["responses_complete"],
+        json!({"text": ANSWER, "input_tokens": 11, "output_tokens": 7})
+    );
+    assert_eq!(v["responses_stream"]["text"], ANSWER);
+    assert_eq!(v["responses_stream"]["first"], "response.created");
+    assert_eq!(v["responses_stream"]["last"], "response.completed");
+    assert_eq!(v["responses_stream"]["deltas"], 2);
+    assert_eq!(v["responses_stream"]["output_tokens"], 7);
+    assert_eq!(v["responses_tools"]["text"], ANSWER);
+    assert_eq!(
+        v["responses_tools"]["types"],
+        json!(["reasoning", "message", "function_call"])
+    );
 }
 
 /// Replaces `5100` in the root's text.
@@ -114,10 +128,21 @@ async fn the_openai_sdks_streaming_client_accepts_a_held_stream() {
         json!([{"name": "files_read", "arguments": "{\"path\":\"notes.txt\"}"}])
     );
     assert_eq!(v["tools"]["finish"], "tool_calls");
+    // The Responses API: the same check, one whole text delta, the function call kept, and a
+    // held sequence the SDK's accumulating `responses.stream` helper accepts.
+    assert_eq!(v["responses_complete"]["text"], withheld);
+    assert_eq!(v["responses_stream"]["text"], withheld);
+    assert_eq!(v["responses_stream"]["deltas"], 1);
+    assert_eq!(v["responses_stream"]["output_tokens"], 7);
+    assert_eq!(v["responses_tools"]["text"], withheld);
+    assert_eq!(
+        v["responses_tools"]["calls"],
+        json!([{"name": "files_read", "arguments": "{\"path\":\"notes.txt\"}"}])
+    );
 }
 
 /// The fenced blocks of docs/llm-proxy.md with the given info string.
-fn doc_blocks(info: &str) -> Vec<String> {
+pub(crate) fn doc_blocks(info: &str) -> Vec<String> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/llm-proxy.md");
     let text = std::fs::read_to_string(path).unwrap();
     let mut out = Vec::new();
@@ -142,17 +167,22 @@ fn doc_blocks(info: &str) -> Vec<String> {
 /// A proxy over the scripted provider as docs/llm-proxy.md's examples expect it: `$CORRAL_URL`
 /// and a token allowed `llm.chat` in `$CORRAL_TOKEN`.
 async fn docs_proxy() -> (Server, ScriptedLlm, Workspace) {
+    docs_proxy_of(LLM_YAML).await
+}
+
+/// As [`docs_proxy`], with the `llm:` section `llm`.
+pub(crate) async fn docs_proxy_of(llm: &str) -> (Server, ScriptedLlm, Workspace) {
     let upstream = ScriptedLlm::start().await;
     let ws = Workspace::new();
     let env = upstream.env(&token_env());
     let loaded = ws.load(
-        &ws.jail_yaml(&format!("{LLM_YAML}rules:\n  - allow: [llm.chat]\n")),
+        &ws.jail_yaml(&format!("{llm}rules:\n  - allow: [llm.chat]\n")),
         &env,
     );
     (Server::start(&loaded).await, upstream, ws)
 }
 
-fn run(cmd: &mut Command) -> String {
+pub(crate) fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
@@ -181,7 +211,8 @@ async fn docs_llm_proxy_md_shell_example_runs_as_written() {
     .unwrap();
     assert!(out.contains(ANSWER), "{out}");
     assert!(out.contains("\"id\":\"ok\""), "{out}");
-    assert_eq!(upstream.seen().len(), 2);
+    assert!(out.contains("\"object\":\"response\""), "{out}");
+    assert_eq!(upstream.seen().len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

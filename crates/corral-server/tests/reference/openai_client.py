@@ -2,7 +2,9 @@
 
 Usage: openai_client.py BASE_URL TOKEN. Prints one JSON object: what each call returned, as
 the SDK parsed it (a non-streaming completion, a stream, a stream with usage, a stream with
-a tool call, the model list, and a provider error as the SDK's APIStatusError).
+a tool call, the model list, and a provider error as the SDK's APIStatusError), then the
+Responses API: a response, a raw event stream, and the SDK's `responses.stream` helper (which
+checks the event sequence as it accumulates it) on a response with a function call.
 """
 
 import json
@@ -71,7 +73,50 @@ def main() -> None:
             "request_id": e.response.headers.get("x-request-id"),
         }
 
+    out.update(responses(client))
     print(json.dumps(out))
+
+
+def responses(client: OpenAI) -> dict:
+    """`client.responses.create`, streaming and not, and `client.responses.stream`."""
+    out = {}
+    question = "What is the secret number?"
+    done = client.responses.create(model="ok", input=question)
+    out["responses_complete"] = {
+        "text": done.output_text,
+        "input_tokens": done.usage.input_tokens,
+        "output_tokens": done.usage.output_tokens,
+    }
+
+    text, kinds, usage = [], [], None
+    for event in client.responses.create(model="ok", input=question, stream=True):
+        kinds.append(event.type)
+        if event.type == "response.output_text.delta":
+            text.append(event.delta)
+        if event.type == "response.completed":
+            usage = event.response.usage.output_tokens
+    out["responses_stream"] = {
+        "text": "".join(text),
+        "first": kinds[0],
+        "last": kinds[-1],
+        "deltas": kinds.count("response.output_text.delta"),
+        "output_tokens": usage,
+    }
+
+    with client.responses.stream(model="tools", input=question) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    out["responses_tools"] = {
+        "text": final.output_text,
+        "types": [item.type for item in final.output],
+        "calls": [
+            {"name": item.name, "arguments": item.arguments}
+            for item in final.output
+            if item.type == "function_call"
+        ],
+    }
+    return out
 
 
 if __name__ == "__main__":

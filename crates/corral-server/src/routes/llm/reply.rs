@@ -142,7 +142,7 @@ const MAX_ECHOED_BYTES: usize = 256;
 
 /// A header field as the held stream echoes it: a string clipped to [`MAX_ECHOED_BYTES`] (at a
 /// character boundary), a number or boolean as is; anything else is dropped.
-fn echoed(v: &Value) -> Option<Value> {
+pub(super) fn echoed(v: &Value) -> Option<Value> {
     match v {
         Value::String(s) => {
             let mut end = s.len().min(MAX_ECHOED_BYTES);

@@ -1,0 +1,113 @@
+//! Learning mode's answer guard (the real reply hook) on the LLM proxy's other APIs, against
+//! the scripted provider: a Responses reply and an Anthropic message that state a target's
+//! value (`5100`) reach the learner without it, streamed or not, with their function call or
+//! tool use kept; and the learner's level line goes where each API keeps its system prompt
+//! (`instructions`, Anthropic's `system`), never as a message the API would refuse.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::{AGENT_TOKEN, Reply, Server, Workspace, send, token_env};
+use crate::learning::{learning_yaml, manifest, setup};
+use crate::scripted_llm::{ANTHROPIC_YAML, LLM_YAML, ScriptedLlm, sse_data};
+
+async fn learning_proxy(llm: &str) -> (Server, ScriptedLlm, Workspace) {
+    let upstream = ScriptedLlm::start().await;
+    let ws = Workspace::new();
+    let env = upstream.env(&token_env());
+    let yaml = format!("{}{llm}rules:\n  - allow: [llm.chat]\n", learning_yaml(&ws));
+    let loaded = ws.load(&yaml, &env);
+    let s = Server::start_learning(&loaded, setup(&ws, &manifest(), Duration::ZERO), false)
+        .await
+        .unwrap();
+    (s, upstream, ws)
+}
+
+async fn post(s: &Server, path: &str, body: Value) -> Reply {
+    send(
+        s.client()
+            .post(s.url(path))
+            .bearer_auth(AGENT_TOKEN)
+            .json(&body),
+    )
+    .await
+}
+
+fn level_0() -> &'static str {
+    corral_learn::levels::level_line(corral_learn::levels::Level::ZERO)
+}
+
+#[tokio::test]
+async fn the_guard_withholds_the_value_in_a_responses_reply_and_keeps_its_function_call() {
+    let (s, upstream, _ws) = learning_proxy(LLM_YAML).await;
+    let ask = json!({"model": "tools", "input": "What is the lag?", "instructions": "You help."});
+    let r = post(&s, "/v1/responses", ask.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(!r.text.contains("5100"), "{}", r.text);
+    let output = r.json()["output"].clone();
+    let call = output
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .unwrap()
+        .clone();
+    assert_eq!(call["name"], "files_read");
+    let mut streamed = ask;
+    streamed["stream"] = json!(true);
+    let r = post(&s, "/v1/responses", streamed).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(
+        !r.text.contains("5100") && !r.text.contains("51\""),
+        "{}",
+        r.text
+    );
+    assert!(sse_data(&r.text).iter().any(|d| d.contains("files_read")));
+    // The level line went to `instructions`, after the client's own.
+    assert_eq!(
+        upstream.seen()[0].body["instructions"],
+        json!(format!("You help.\n\n{}", level_0()))
+    );
+}
+
+#[tokio::test]
+async fn the_guard_withholds_the_value_in_an_anthropic_message_and_keeps_its_tool_use() {
+    let (s, upstream, _ws) = learning_proxy(ANTHROPIC_YAML).await;
+    let ask = json!({"model": "tools", "max_tokens": 100, "system": [{"type": "text", "text": "You help."}],
+        "messages": [{"role": "user", "content": "What is the lag?"}]});
+    let r = post(&s, "/v1/messages", ask.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(!r.text.contains("5100"), "{}", r.text);
+    let content = r.json()["content"].clone();
+    assert!(
+        content
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["type"] == "tool_use" && b["name"] == "files_read"),
+        "{content}"
+    );
+    let mut streamed = ask;
+    streamed["stream"] = json!(true);
+    let r = post(&s, "/v1/messages", streamed).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(
+        !r.text.contains("5100") && !r.text.contains("51\""),
+        "{}",
+        r.text
+    );
+    // The level line is a text block of `system`; the messages hold no `system` role.
+    let body = &upstream.seen()[0].body;
+    assert_eq!(
+        body["system"],
+        json!([{"type": "text", "text": "You help."}, {"type": "text", "text": level_0()}])
+    );
+    assert!(
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["role"] != "system")
+    );
+}
