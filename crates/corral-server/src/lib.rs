@@ -33,6 +33,16 @@ impl AppState {
         self.0.reply_hook.set(hook).is_ok()
     }
 
+    /// The links of the agent sessions `owner` runs: each turn's link serves the LLM proxy
+    /// only, as `owner` in the session's run (run id = session id: its budgets, audit and
+    /// metering apply), authenticated by the turn's token alone (`routes::link::AgentLinks`).
+    pub fn agent_links(&self, owner: corral_guard::Caller) -> Arc<dyn corral_agents::ProxyLinks> {
+        Arc::new(routes::link::AgentLinks::new(
+            Arc::downgrade(&self.0),
+            owner,
+        ))
+    }
+
     /// The state of an app. It also hands the app's lab the API it serves to external programs
     /// (`routes::link`).
     pub fn new(app: App) -> Self {

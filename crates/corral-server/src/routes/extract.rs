@@ -34,18 +34,23 @@ pub(crate) trait Route {
     /// every other route refuses a linked request, whatever router it is mounted on.
     const LINKED: bool = false;
 
+    /// Whether the route serves an agent session turn's link (the LLM proxy only); every
+    /// other route refuses a request through such a link.
+    const AGENT_LINKED: bool = false;
+
     /// The audit event's `op` for an unauthenticated request to the route.
     fn audited_as(parts: &mut Parts) -> impl Future<Output = String> + Send;
 }
 
 /// Routes audited under a fixed name.
 macro_rules! routes {
-    ($($(#[$doc:meta])* $name:ident => $what:literal $(, linked = $linked:literal)?;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident => $what:literal $(, linked = $linked:literal)? $(, agent_linked = $agent:literal)?;)*) => {$(
         $(#[$doc])*
         #[derive(Debug)]
         pub(crate) struct $name;
         impl Route for $name {
             $(const LINKED: bool = $linked;)?
+            $(const AGENT_LINKED: bool = $agent;)?
             async fn audited_as(_: &mut Parts) -> String {
                 $what.to_owned()
             }
@@ -77,11 +82,11 @@ routes! {
     /// `/v1/sandbox/*` (the lab).
     Sandbox => "/v1/sandbox";
     /// `/v1/chat/completions`, `/v1/models` (the LLM proxy), audited as its op.
-    Llm => "llm.chat";
+    Llm => "llm.chat", agent_linked = true;
     /// A path no route has.
-    UnknownRoute => "unknown route", linked = true;
+    UnknownRoute => "unknown route", linked = true, agent_linked = true;
     /// A route's path with a method it does not take.
-    WrongMethod => "wrong method", linked = true;
+    WrongMethod => "wrong method", linked = true, agent_linked = true;
 }
 
 /// `POST /ops/{id}`: audited as the op id it names.
@@ -176,11 +181,27 @@ impl<R: Route> Authed<R> {
                 &request_id,
             ));
         }
-        let refused = match crate::auth::credential(&parts.headers) {
+        let agent = link.kind == LinkKind::AgentTurn;
+        let presented = if agent {
+            agent_credential(&parts.headers)
+        } else {
+            crate::auth::credential(&parts.headers)
+        };
+        let refused = match presented {
             Ok(Some(t)) if link.token.accepts(&t) => None,
+            Ok(Some(_)) if agent => Some((
+                codes::AUTH_INVALID,
+                "this is not the turn's token; use the API key corral gave the agent's CLI"
+                    .to_owned(),
+            )),
             Ok(Some(_)) => Some((
                 codes::AUTH_INVALID,
                 "this is not the run's token; use `$CORRAL_TOKEN` as given to the program"
+                    .to_owned(),
+            )),
+            Ok(None) if agent => Some((
+                codes::AUTH_MISSING,
+                "send the turn's token as `Authorization: Bearer <key>` or `x-api-key: <key>`"
                     .to_owned(),
             )),
             Ok(None) => Some((
@@ -196,7 +217,15 @@ impl<R: Route> Authed<R> {
                 .await;
             return Err(ApiError::new(code, message, None, &request_id));
         }
-        if !R::LINKED {
+        if agent && !R::AGENT_LINKED {
+            return Err(ApiError::new(
+                codes::ROUTE_NOT_FOUND,
+                "an agent's CLI reaches only corral's LLM proxy: `POST /v1/responses`, `POST /v1/chat/completions`, `POST /v1/messages` and `GET /v1/models`",
+                None,
+                &request_id,
+            ));
+        }
+        if !agent && !R::LINKED {
             return Err(ApiError::new(
                 codes::ROUTE_NOT_FOUND,
                 "a lab program reaches only `GET /ops`, `POST /ops/{id}` and `/mcp`",
@@ -224,6 +253,45 @@ pub(crate) struct Linked {
     pub token: corral_lab::program::TokenDigest,
     /// The requests the step's program made so far (every one, answered or refused).
     pub requests: Arc<std::sync::atomic::AtomicU32>,
+    /// Whose link it is: a lab program's (corral's ops) or an agent turn's (the LLM proxy).
+    pub kind: LinkKind,
+}
+
+/// Who a link serves, and so which routes it reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LinkKind {
+    /// A lab step's program: `GET /ops`, `POST /ops/{id}`, `/mcp` ([`Route::LINKED`]).
+    Program,
+    /// One turn of an agent session: the LLM proxy only ([`Route::AGENT_LINKED`]).
+    AgentTurn,
+}
+
+/// The key an agent's CLI sends: `x-api-key` (Anthropic's SDKs) or `Authorization: Bearer`
+/// (OpenAI's); both sent must agree.
+fn agent_credential(
+    headers: &HeaderMap,
+) -> Result<Option<String>, corral_runtime::auth::AuthError> {
+    let bearer = crate::auth::credential(headers)?;
+    let key = match headers.get("x-api-key") {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| corral_runtime::auth::AuthError {
+                    code: codes::AUTH_INVALID,
+                    message: "the x-api-key header is not text".to_owned(),
+                })?
+                .trim()
+                .to_owned(),
+        ),
+    };
+    match (bearer, key) {
+        (Some(a), Some(b)) if a != b => Err(corral_runtime::auth::AuthError {
+            code: codes::AUTH_CONFLICTING_CREDENTIALS,
+            message: "Authorization and x-api-key carry different keys; send one".to_owned(),
+        }),
+        (Some(a), _) => Ok(Some(a)),
+        (None, k) => Ok(k.filter(|k| !k.is_empty())),
+    }
 }
 
 /// The most requests one step's program may make through its link: each is audited, so a

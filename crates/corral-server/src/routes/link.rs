@@ -4,6 +4,10 @@
 //! by the step's token (see `extract::Authed::authenticate_linked`). Every other path is a 404,
 //! and no configured token reaches anything here.
 //!
+//! An agent session's turn has a link of its own ([`AgentLinks`]): the LLM proxy only,
+//! authenticated by the turn's token (`Authorization: Bearer` or `x-api-key`), as the
+//! session's owner in the session's run.
+//!
 //! Each connection the program makes is served in this process, on the connection the
 //! isolation backend accepted in the sandbox's network namespace: no port is opened on the host.
 //! What one connection makes corral hold is bounded (a head of [`MAX_HEAD_BYTES`], a body of
@@ -20,8 +24,10 @@ use corral_lab::program::{CorralLink, ProgramLinks, TokenDigest};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 
-use super::extract::Linked;
-use super::{mcp, meta, ops};
+use corral_agents::ProxyLinks;
+
+use super::extract::{LinkKind, Linked};
+use super::{llm, mcp, meta, ops};
 use crate::{App, AppState};
 
 /// The most bytes of a request head (and of what is read ahead of a request) corral buffers for
@@ -62,22 +68,84 @@ impl ProgramLinks for ServerLinks {
                     caller,
                     token,
                     requests: Arc::default(),
+                    kind: LinkKind::Program,
                 },
             )
         });
-        CorralLink::new(move |conn: tokio::net::TcpStream| {
-            let router = router.clone();
-            Box::pin(async move {
-                let Some(router) = router else {
-                    return;
-                };
-                let service = TowerToHyperService::new(router);
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .max_buf_size(MAX_HEAD_BYTES)
-                    .max_header_size(MAX_HEAD_BYTES)
-                    .serve_connection(TokioIo::new(conn), service)
-                    .await;
-            })
+        serve_with(router)
+    }
+}
+
+/// A link serving each connection with `router` (none: the server stopped; nothing is served).
+fn serve_with(router: Option<Router>) -> CorralLink {
+    CorralLink::new(move |conn: tokio::net::TcpStream| {
+        let router = router.clone();
+        Box::pin(async move {
+            let Some(router) = router else {
+                return;
+            };
+            let service = TowerToHyperService::new(router);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .max_buf_size(MAX_HEAD_BYTES)
+                .max_header_size(MAX_HEAD_BYTES)
+                .serve_connection(TokioIo::new(conn), service)
+                .await;
         })
+    })
+}
+
+/// The routes of an agent turn's link: the LLM proxy only (`/v1/responses`,
+/// `/v1/chat/completions`, `/v1/messages`, also under `?beta=true`, and `/v1/models`), the
+/// same handlers as the deployment's, with `linked` in every request's extensions.
+fn agent_router(state: AppState, linked: Linked) -> Router {
+    let limit = state.max_body_bytes();
+    Router::new()
+        .route("/v1/responses", post(llm::responses))
+        .route("/v1/chat/completions", post(llm::chat_completions))
+        .route("/v1/messages", post(llm::messages))
+        .route("/v1/models", get(llm::models))
+        .fallback(meta::not_found)
+        .method_not_allowed_fallback(meta::method_not_allowed)
+        .layer(axum::Extension(linked))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// The [`ProxyLinks`] of one agent session: each turn's link serves the LLM proxy, through
+/// the deployment's gateway (audited, metered, budgets of the session's run: the caller is
+/// the session's owner scoped to the run whose id is the session's), authenticated only by
+/// the turn's token. The upstream key stays in corral: the CLI only ever holds the token.
+/// Holds the app weakly, as [`ServerLinks`] does.
+#[derive(Debug)]
+pub(crate) struct AgentLinks {
+    app: Weak<App>,
+    owner: Caller,
+}
+
+impl AgentLinks {
+    /// The links of the sessions `owner` starts.
+    pub(crate) fn new(app: Weak<App>, owner: Caller) -> Self {
+        Self { app, owner }
+    }
+}
+
+impl ProxyLinks for AgentLinks {
+    fn link(&self, session: &str, token: TokenDigest) -> CorralLink {
+        let caller = self.owner.clone().with_run(Some(session.to_owned()));
+        let router = self.app.upgrade().map(|app| {
+            let state = AppState(app);
+            let gateway = Arc::clone(state.gateway());
+            agent_router(
+                state,
+                Linked {
+                    gateway,
+                    caller,
+                    token,
+                    requests: Arc::default(),
+                    kind: LinkKind::AgentTurn,
+                },
+            )
+        });
+        serve_with(router)
     }
 }

@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod agent_link;
 mod anthropic_sdk;
 mod attack_z;
 mod audit;
