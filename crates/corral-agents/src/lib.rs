@@ -10,6 +10,7 @@ pub mod adapter;
 pub mod codes;
 pub mod events;
 pub mod install;
+pub mod select;
 pub mod session;
 
 use std::fmt;
@@ -18,6 +19,7 @@ use std::time::Duration;
 pub use adapter::{Adapter, Launch, OutputParser, Permissions, TurnSpec};
 pub use events::{ChangeKind, SessionEvent, Usage};
 pub use install::{InstallMode, InstallStatus, Installed, Installer, PINS};
+pub use select::{AdapterAsk, Mounted, Selected, environment_workdir, select};
 pub use session::{ProxyLinks, Session, SessionConfig, SessionLimits, TokenDigest, TurnReport};
 
 /// A refusal or failure of this crate, with its stable code ([`codes`]).

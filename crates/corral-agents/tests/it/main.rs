@@ -7,5 +7,6 @@ mod adapters;
 mod catalog;
 mod install;
 mod real_clis;
+mod select;
 mod session;
 mod support;
