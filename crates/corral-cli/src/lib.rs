@@ -78,6 +78,22 @@ struct ConfigArg {
     config: Option<PathBuf>,
 }
 
+/// `corral agents ...`.
+#[derive(Debug, Subcommand)]
+enum AgentsCommand {
+    /// Install the adapter's CLI (its pinned npm package) into corral's state directory; with
+    /// no adapter, every one the config mounts.
+    Prepare {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The adapter (`codex`, `claude_code`).
+        adapter: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve ops over HTTP (`POST /ops/{id}`), with the config's policy, auth and storage.
@@ -289,6 +305,12 @@ enum Command {
     /// Exit codes: 0 ok, 1 a refusal, a failed run or a `regressed` verdict, 2 usage or
     /// connection error.
     Sandbox(cmd::sandbox::Args),
+    /// The coding-agent CLIs corral hosts (`agents:`): `corral agents prepare [ADAPTER]`
+    /// installs them ahead of use (an image build, `install: {mode: build}`).
+    ///
+    /// Exit codes: 0 installed, 1 the install was refused or failed, 2 usage or config error.
+    #[command(subcommand)]
+    Agents(AgentsCommand),
     /// Check a server's `/healthz`: exit 0 when healthy, 1 when not or unreachable.
     Healthcheck {
         /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
@@ -465,6 +487,11 @@ pub fn run_cli(cli: Cli) -> CliResult {
         ),
         Command::Run(args) => cmd::run::run(args),
         Command::Sandbox(args) => cmd::sandbox::run(args),
+        Command::Agents(AgentsCommand::Prepare {
+            config,
+            adapter,
+            format,
+        }) => cmd::agents::prepare(config.config, adapter, format),
         Command::Healthcheck {
             server,
             timeout_ms,

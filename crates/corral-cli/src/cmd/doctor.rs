@@ -93,10 +93,15 @@ struct Report {
     ok: bool,
     primitives: Vec<PrimitiveOut>,
     backends: Vec<BackendOut>,
+    /// Each mounted agent adapter's CLI: its installed version, or missing and the fix.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    agents: Vec<super::agents::AgentOut>,
 }
 
 /// What the config says about isolation and confirmations.
 struct Configured {
+    /// The install of each adapter the config mounts (`agents:`).
+    agents: Vec<super::agents::AgentOut>,
     backend: BackendKind,
     network: NetworkMode,
     /// `isolation.cgroup_parent`.
@@ -112,6 +117,7 @@ struct Configured {
 fn configured(flag: Option<PathBuf>) -> Result<Configured, CliError> {
     Ok(match context::load_if_any(flag, false)? {
         None => Configured {
+            agents: Vec::new(),
             backend: BackendKind::default(),
             network: NetworkMode::default(),
             cgroup_parent: None,
@@ -119,6 +125,7 @@ fn configured(flag: Option<PathBuf>) -> Result<Configured, CliError> {
             confirmations: ConfirmationsOut::of(ConfirmationBackend::default(), None),
         },
         Some(l) => Configured {
+            agents: super::agents::doctor_lines(Some(&l)),
             backend: l.config.isolation.backend,
             network: l.config.isolation.network,
             cgroup_parent: l.config.isolation.cgroup_parent.clone(),
@@ -223,6 +230,7 @@ fn smoke_run(
 /// Runs `corral doctor`.
 pub fn run(config: Option<PathBuf>, format: Format) -> CliResult {
     let Configured {
+        agents,
         backend: kind,
         network: net,
         cgroup_parent,
@@ -305,6 +313,7 @@ pub fn run(config: Option<PathBuf>, format: Format) -> CliResult {
             .map(|p| with_host_ids(PrimitiveOut::from(p), &host_setting))
             .collect(),
         backends: vec![linux, process],
+        agents,
     };
     match format {
         Format::Json => crate::output::print_json(&report),
@@ -348,6 +357,7 @@ fn print_human(r: &Report) {
         r.network
     );
     outln!("sandboxed programs run as: {}", r.host_ids);
+    super::agents::print_doctor_lines(&r.agents);
     outln!(
         "confirmations: {}: {}",
         r.confirmations.store,

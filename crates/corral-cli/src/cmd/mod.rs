@@ -1,6 +1,7 @@
 //! One module per subcommand; what they share (config, runtime, server, caller) is in
 //! `crate::context`.
 
+pub mod agents;
 pub mod audit;
 pub mod call;
 pub mod check_config;

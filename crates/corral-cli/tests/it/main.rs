@@ -1,5 +1,6 @@
 //! End-to-end tests of the `corral` binary: real processes, real files.
 
+mod agents;
 mod call;
 mod crash;
 mod custom_ops;
