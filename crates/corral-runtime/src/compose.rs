@@ -25,6 +25,7 @@ use crate::auth::{Authenticator, JwtConfig};
 pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Registry {
     let secret_envs = loaded.secret_envs();
     let mut ops: Vec<Arc<dyn Op>> = Vec::new();
+    let installer = crate::agents::installer(loaded);
     for spec in catalog.iter() {
         let spec = spec.clone();
         let file = |k| -> Arc<dyn Op> { Arc::new(FileOp::new(spec.clone(), k)) };
@@ -39,6 +40,12 @@ pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Re
             "commands.run" => Arc::new(CommandsRun::new(spec.clone(), secret_envs.clone())),
             "http.fetch" => Arc::new(HttpFetch::new(spec.clone(), FetchConfig::default())),
             "llm.chat" => Arc::new(LlmRouteOnly { spec: spec.clone() }),
+            id if id.starts_with("agents.") && id.ends_with(".install") => {
+                match crate::agents::AgentInstall::new(spec.clone(), Arc::clone(&installer)) {
+                    Some(op) => Arc::new(op),
+                    None => continue,
+                }
+            }
             id if id.starts_with("mcp.") => match upstreams.handler(&spec) {
                 Some(op) => op,
                 // A runtime that does not start the upstream servers (a one-shot local call of

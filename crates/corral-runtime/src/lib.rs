@@ -8,6 +8,7 @@
 //! **Architecture invariant:** a background task is started only when its option asks for it,
 //! and [`Runtime::background_tasks`] lists every one that was.
 
+pub mod agents;
 pub mod auth;
 pub mod compose;
 mod services;

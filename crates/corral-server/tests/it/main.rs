@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod agent_link;
+mod agent_ops;
 mod anthropic_sdk;
 mod attack_z;
 mod audit;
