@@ -62,6 +62,11 @@ impl ApiError {
             },
             retry_after_secs: r
                 .retry_after
+                // An agent's CLI being installed: ask again after the install manager's pause.
+                .or_else(|| {
+                    (r.code == corral_policy::codes::AGENTS_INSTALLING)
+                        .then_some(corral_agents::install::RETRY_AFTER)
+                })
                 .map(|d| d.as_secs_f64().ceil().max(1.0) as u64),
         }
     }

@@ -44,3 +44,22 @@ async fn an_approved_install_with_agents_off_is_refused_install_off() {
         .await
         .assert_error(503, "agents.install_off");
 }
+
+#[test]
+fn an_install_in_progress_answers_202_with_retry_after() {
+    use axum::response::IntoResponse;
+    let wire = corral_server::error::ApiError::new(
+        corral_policy::codes::AGENTS_INSTALLING,
+        "`codex` is being installed",
+        Some("agents.codex.install"),
+        "rid-1",
+    )
+    .into_response();
+    assert_eq!(wire.status().as_u16(), 202);
+    assert_eq!(
+        wire.headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("30")
+    );
+}
