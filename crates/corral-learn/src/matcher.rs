@@ -37,8 +37,9 @@
 //! and format characters (U+200B-U+200F, U+2060-U+2064, U+FEFF, U+00AD) are removed, every
 //! Unicode space becomes ` `, fullwidth forms become ASCII, U+2018/U+2019 become `'` and Unicode
 //! dashes and minus become `-`. Other encodings (digits of other scripts, digits spelled one by
-//! one, hex, arithmetic, reversed digits, a value split across two responses) are the residual
-//! risks the spec names; the eval measures them.
+//! one, hex, arithmetic, reversed digits) are the residual risks the spec names; the eval
+//! measures them. A value split across two responses is the guard's to join
+//! (`guard::check_after`), not the matcher's.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -122,6 +123,8 @@ pub struct Matcher {
     string_targets: Vec<usize>,
     /// (absolute integer value, target index), for numbers in words.
     integers: Vec<(u64, usize)>,
+    /// The longest digit, abbreviation or string pattern, in bytes.
+    longest: usize,
     targets: usize,
 }
 
@@ -208,6 +211,12 @@ impl Matcher {
             }
         }
         integers.sort_unstable();
+        let longest = number_texts
+            .iter()
+            .chain(&string_texts)
+            .map(String::len)
+            .max()
+            .unwrap_or(0);
         let numbers = if number_texts.is_empty() {
             None
         } else {
@@ -246,6 +255,7 @@ impl Matcher {
                 .collect(),
             string_targets,
             integers,
+            longest,
             targets: values.len(),
         })
     }
@@ -253,6 +263,12 @@ impl Matcher {
     /// How many targets it was built over.
     pub fn len(&self) -> usize {
         self.targets
+    }
+
+    /// The longest form of any value it matches, in bytes (digits with separators, an
+    /// abbreviation, a string; a number in words can be longer).
+    pub fn longest_form(&self) -> usize {
+        self.longest
     }
 
     /// Whether it was built over no target.

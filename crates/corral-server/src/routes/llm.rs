@@ -28,7 +28,7 @@ use corral_policy::codes;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-pub use reply::{AssistantReply, ReplyCtx};
+pub use reply::{AssistantReply, MAX_HISTORY_BYTES, ReplyCtx, history_of};
 
 use super::extract::{Authed, Llm};
 use crate::AppState;
@@ -47,6 +47,17 @@ pub trait ReplyHook: Send + Sync + std::fmt::Debug {
     /// `reply.text` in place. Its tool calls are shown, and always forwarded as the model made
     /// them.
     fn on_root_reply(&self, ctx: &ReplyCtx, reply: &mut AssistantReply);
+
+    /// Called once per completion with every choice of it, in order, and what the learner saw
+    /// before it (`history`: the request's earlier assistant messages, oldest first, from
+    /// `reply::history_of`): rewrite each `reply.text` in place. The default hooks each choice
+    /// alone; the answer guard reads each in the context of the history and the choices before.
+    fn on_root_replies(&self, ctx: &ReplyCtx, history: &[String], replies: &mut [AssistantReply]) {
+        let _ = history;
+        for r in replies {
+            self.on_root_reply(ctx, r);
+        }
+    }
 }
 
 /// The provider, as `llm:` resolved at start-up.
@@ -409,13 +420,20 @@ pub(crate) async fn chat_completions(
         request_id: rid.clone(),
         caller: caller.principal.clone(),
     };
+    let body = Value::Object(body);
+    let history = if hook.is_some() {
+        history_of(&body)
+    } else {
+        Vec::new()
+    };
     let forward = Forward {
         upstream,
         metrics: state.metrics_arc(),
         model: audit_model(&model),
-        body: Value::Object(body),
+        body,
         hook,
         ctx,
+        history,
     };
     let args = json!({ "model": model });
     proxied(gw, caller, rid, opts, args, move |tx| {
@@ -644,6 +662,8 @@ struct Forward {
     body: Value,
     hook: Option<Arc<dyn ReplyHook>>,
     ctx: ReplyCtx,
+    /// The request's earlier assistant messages, for the hook (empty without one).
+    history: Vec<String>,
 }
 
 impl Forward {
@@ -702,12 +722,17 @@ impl Forward {
         if let Some(hook) = &self.hook
             && let Some(choices) = v.get_mut("choices").and_then(Value::as_array_mut)
         {
-            for c in choices {
-                if let Some(m) = c.get_mut("message") {
-                    let mut reply = AssistantReply::from_message(m);
-                    hook.on_root_reply(&self.ctx, &mut reply);
-                    reply.write_text(m);
-                }
+            let mut messages: Vec<&mut Value> = choices
+                .iter_mut()
+                .filter_map(|c| c.get_mut("message"))
+                .collect();
+            let mut replies: Vec<AssistantReply> = messages
+                .iter()
+                .map(|m| AssistantReply::from_message(m))
+                .collect();
+            hook.on_root_replies(&self.ctx, &self.history, &mut replies);
+            for (m, reply) in messages.iter_mut().zip(&replies) {
+                reply.write_text(m);
             }
         }
         let _ = tx.send(Answer::whole(axum::Json(&v).into_response()));
@@ -821,8 +846,11 @@ impl Forward {
         if held {
             let mut replies = assembled.replies();
             if let Some(hook) = &self.hook {
-                for (_, r) in &mut replies {
-                    hook.on_root_reply(&self.ctx, r);
+                let mut rs: Vec<AssistantReply> =
+                    replies.iter_mut().map(|(_, r)| std::mem::take(r)).collect();
+                hook.on_root_replies(&self.ctx, &self.history, &mut rs);
+                for ((_, r), hooked) in replies.iter_mut().zip(rs) {
+                    *r = hooked;
                 }
             }
             let text = assembled.render(&replies, usage_asked);
