@@ -567,3 +567,190 @@ fn the_history_a_reply_is_read_after_is_the_requests_assistant_text_oldest_first
         corral_server::routes::llm::MAX_HISTORY_BYTES
     );
 }
+
+/// A provider whose first (streaming) answer stops mid-value until `release` fires, after
+/// telling `started`; every later request gets its system prompt echoed (non-streaming).
+async fn holding_provider(
+    started: tokio::sync::oneshot::Sender<()>,
+    release: tokio::sync::oneshot::Receiver<()>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    use std::sync::{Arc, Mutex};
+    type Gate = (
+        Option<tokio::sync::oneshot::Sender<()>>,
+        Option<tokio::sync::oneshot::Receiver<()>>,
+    );
+    let gate: Arc<Mutex<Gate>> = Arc::new(Mutex::new((Some(started), Some(release))));
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move |body: axum::Json<Value>| {
+            let gate = Arc::clone(&gate);
+            async move {
+                use axum::response::IntoResponse;
+                if body["stream"] != Value::Bool(true) {
+                    return answer(body).await;
+                }
+                let (started, release) = {
+                    let mut g = gate.lock().unwrap();
+                    (g.0.take().unwrap(), g.1.take().unwrap())
+                };
+                let chunk = |delta: Value, finish: Value| {
+                    let e = json!({"id": "x", "object": "chat.completion.chunk", "created": 1,
+                        "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+                    format!("data: {e}\n\n")
+                };
+                let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(8);
+                tokio::spawn(async move {
+                    let _ = tx
+                        .send(Ok(chunk(json!({"role": "assistant", "content": "The lag is 51"}), Value::Null)))
+                        .await;
+                    let _ = started.send(());
+                    let _ = release.await;
+                    let usage = json!({"id": "x", "object": "chat.completion.chunk", "created": 1,
+                        "model": "m", "choices": [],
+                        "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}});
+                    for part in [
+                        chunk(json!({"content": "00 messages."}), Value::Null),
+                        chunk(json!({}), json!("stop")),
+                        format!("data: {usage}\n\n"),
+                        "data: [DONE]\n\n".to_owned(),
+                    ] {
+                        let _ = tx.send(Ok(part)).await;
+                    }
+                });
+                let body = axum::body::Body::from_stream(Chunks(rx));
+                ([("content-type", "text/event-stream")], body).into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    (format!("http://{addr}/v1"), task)
+}
+
+/// A response body fed by a channel.
+struct Chunks(tokio::sync::mpsc::Receiver<Result<String, std::io::Error>>);
+
+impl futures_core::Stream for Chunks {
+    type Item = Result<String, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+#[tokio::test]
+async fn a_hint_taken_while_a_streamed_turn_is_held_leaves_that_turn_a_valid_stream_and_the_next_turn_reads_the_new_level()
+ {
+    use corral_learn::levels::{Level, level_line};
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (release, release_rx) = tokio::sync::oneshot::channel();
+    let (url, _provider) = holding_provider(started_tx, release_rx).await;
+    let ws = Workspace::new();
+    let mut env = token_env();
+    env.push((UPSTREAM_URL_ENV, url.as_str()));
+    env.push((UPSTREAM_KEY_ENV, UPSTREAM_KEY));
+    let yaml = format!(
+        "{}{LLM_YAML}rules:\n  - allow: [llm.chat]\n",
+        crate::learning::learning_yaml(&ws)
+    );
+    let loaded = ws.load(&yaml, &env);
+    let s = std::sync::Arc::new(
+        Server::start_learning(&loaded, setup(&ws, &manifest(), Duration::ZERO), false)
+            .await
+            .unwrap(),
+    );
+    let turn = {
+        let s = std::sync::Arc::clone(&s);
+        tokio::spawn(async move {
+            send(
+                s.client()
+                    .post(s.url("/v1/chat/completions"))
+                    .bearer_auth(AGENT_TOKEN)
+                    .header("x-corral-run", "held-turn")
+                    .json(&json!({"model": "m", "stream": true,
+                        "messages": [{"role": "user", "content": "what is the lag?"}]})),
+            )
+            .await
+        })
+    };
+    // The provider sent the first half of the value; the proxy holds it.
+    tokio::time::timeout(Duration::from_secs(30), started)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!turn.is_finished());
+    let hint = send(
+        s.client()
+            .post(s.url("/learning/hint"))
+            .bearer_auth(AGENT_TOKEN),
+    )
+    .await;
+    assert_eq!(hint.status, 200, "{}", hint.text);
+    assert_eq!(hint.json()["level"], 1, "{}", hint.text);
+    release.send(()).unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(30), turn)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // The held turn ends as a valid stream: chunks, a finish reason, `[DONE]` last; the value
+    // it completed is withheld.
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(
+        r.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let data = sse_data(&r.text);
+    assert_eq!(
+        data.last().map(String::as_str),
+        Some("[DONE]"),
+        "{}",
+        r.text
+    );
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    assert!(
+        chunks
+            .iter()
+            .any(|c| c["choices"][0]["finish_reason"] == "stop"),
+        "{}",
+        r.text
+    );
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(text.starts_with("I can't give that value yet."), "{text}");
+    assert!(!text.contains("5100") && !text.contains("51"), "{text}");
+
+    // The next turn reads the new level.
+    let next = send(
+        s.client()
+            .post(s.url("/v1/chat/completions"))
+            .bearer_auth(AGENT_TOKEN)
+            .json(&json!({"model": "m",
+                "messages": [{"role": "user", "content": "echo-system"}]})),
+    )
+    .await;
+    assert_eq!(
+        next.json()["choices"][0]["message"]["content"],
+        json!(level_line(Level::new(1).unwrap())),
+        "{}",
+        next.text
+    );
+}
