@@ -204,18 +204,7 @@ impl Matcher {
                     }
                 }
                 Value::Text(s) => {
-                    let norm = normalize(s).into_owned();
-                    let mut forms = vec![norm.clone()];
-                    if !norm.is_ascii() {
-                        for f in [norm.to_lowercase(), norm.to_uppercase()] {
-                            if !forms.contains(&f) {
-                                forms.push(f);
-                            }
-                        }
-                    }
-                    for f in forms {
-                        // The texts automaton reads the text ASCII-lowercased (see `scan`).
-                        let f = f.to_ascii_lowercase();
+                    for f in string_forms(s) {
                         let known = string_texts
                             .iter()
                             .zip(&string_targets)
@@ -460,6 +449,22 @@ impl Matcher {
         }
         true
     }
+}
+
+/// A string value's patterns: normalized, and for a non-ASCII value its full lowercase and
+/// uppercase forms too, each ASCII-lowercased (the texts automaton reads the text so).
+fn string_forms(value: &str) -> Vec<String> {
+    let norm = normalize(value).into_owned();
+    let mut forms = vec![norm.to_ascii_lowercase()];
+    if !norm.is_ascii() {
+        for f in [norm.to_lowercase(), norm.to_uppercase()] {
+            let f = f.to_ascii_lowercase();
+            if !forms.contains(&f) {
+                forms.push(f);
+            }
+        }
+    }
+    forms
 }
 
 /// `digits` plain and grouped by thousands with each separator.
