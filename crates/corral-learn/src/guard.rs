@@ -241,8 +241,9 @@ pub const SEEN_TAIL_SLACK: usize = 256;
 ///
 /// `seen`'s pieces and `new` are joined twice: edge to edge (`5` `1` `00` reads `5100`,
 /// `orders-` `7` reads `orders-7`) and with a space (`five thousand` `one hundred`). Only the
-/// tail of the joined `seen` is read: the longest form of a value plus [`SEEN_TAIL_SLACK`]
-/// bytes, so a long history costs no more than a short one; a number in words that began
+/// tail of the joined `seen` is read, with the head of `new` (each the longest form of a value
+/// plus [`SEEN_TAIL_SLACK`] bytes, the head to the next space), so the join costs the same
+/// whatever the lengths; a number in words that began
 /// further back than that is not joined (a residual risk, as is a history the client did not
 /// send: the check is stateless, it reads only the request).
 pub fn joined_hits(matcher: &Matcher, seen: &[&str], new: &str) -> Vec<usize> {
@@ -251,6 +252,7 @@ pub fn joined_hits(matcher: &Matcher, seen: &[&str], new: &str) -> Vec<usize> {
         return out;
     }
     let keep = matcher.longest_form().saturating_add(SEEN_TAIL_SLACK);
+    let new = head(new, keep);
     for sep in ["", " "] {
         let before = tail(&seen.join(sep), keep).to_owned();
         if before.is_empty() {
@@ -268,6 +270,21 @@ pub fn joined_hits(matcher: &Matcher, seen: &[&str], new: &str) -> Vec<usize> {
     }
     out.sort_unstable();
     out
+}
+
+/// The first `keep` bytes of `s`, extended to the next ASCII whitespace (or the end): a value
+/// across the join ends within them, and the rest of `s` is checked on its own already. Cut
+/// at a space, a value is never split (a space-grouped number or words may read shorter,
+/// which withholds more, never less).
+fn head(s: &str, keep: usize) -> &str {
+    let cut = s
+        .as_bytes()
+        .iter()
+        .enumerate()
+        .skip(keep)
+        .find(|(_, b)| b.is_ascii_whitespace())
+        .map_or(s.len(), |(i, _)| i);
+    s.get(..cut).unwrap_or(s)
 }
 
 /// The last `keep` bytes of `s` (or a few more, to start on a character).

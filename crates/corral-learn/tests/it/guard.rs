@@ -355,3 +355,24 @@ fn at_level_3_a_join_is_not_checked() {
     assert_eq!(outcome, Outcome::Unguarded);
     assert_eq!(t, ["00."]);
 }
+
+#[test]
+fn a_long_reply_after_a_history_is_joined_by_its_head_and_still_checked_whole() {
+    let long = "Check the offsets per partition. ".repeat(200);
+    // Completed at the head of a long reply: withheld.
+    assert_eq!(
+        after(&["The answer is 51"], &format!("00. {long}")).0,
+        ["total_lag"]
+    );
+    // A value at the end of a long reply is the reply's own: withheld as ever.
+    assert_eq!(
+        after(&["Hello."], &format!("{long} It is 5100.")).0,
+        ["total_lag"]
+    );
+    // Nothing joins: untouched.
+    assert!(
+        after(&["The answer is 51"], &format!("000. {long}"))
+            .0
+            .is_empty()
+    );
+}
