@@ -253,12 +253,26 @@ pub fn joined_hits(matcher: &Matcher, seen: &[&str], new: &str) -> Vec<usize> {
     }
     let keep = matcher.longest_form().saturating_add(SEEN_TAIL_SLACK);
     let new = head(new, keep);
+    // (the tail read, what it states on its own)
+    let mut last: Option<(String, Vec<usize>)> = None;
     for sep in ["", " "] {
         let before = tail(&seen.join(sep), keep).to_owned();
         if before.is_empty() {
             continue;
         }
-        let already = matcher.find(&before);
+        if !sep.is_empty()
+            && (before.ends_with(|c: char| c.is_ascii_whitespace())
+                || new.starts_with(|c: char| c.is_ascii_whitespace()))
+        {
+            // A space is already at the join: edge to edge read it as written.
+            continue;
+        }
+        let already = match last.take() {
+            // One piece of history: the same tail for both joins, read once.
+            Some((t, hits)) if t == before => hits,
+            _ => matcher.find(&before),
+        };
+        last = Some((before.clone(), already.clone()));
         let mut joined = before;
         joined.push_str(sep);
         joined.push_str(new);
