@@ -33,7 +33,7 @@ use corral_policy::codes;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-pub use reply::{AssistantReply, ReplyCtx};
+pub use reply::{AssistantReply, MAX_HISTORY_BYTES, ReplyCtx, history_of};
 
 use super::extract::{Authed, Llm};
 use crate::AppState;
@@ -53,6 +53,17 @@ pub trait ReplyHook: Send + Sync + std::fmt::Debug {
     /// `reply.text` in place. Its tool calls are shown, and always forwarded as the model made
     /// them.
     fn on_root_reply(&self, ctx: &ReplyCtx, reply: &mut AssistantReply);
+
+    /// Called once per completion with every choice of it, in order, and what the learner saw
+    /// before it (`history`: the request's earlier assistant messages, oldest first, from
+    /// `reply::history_of`): rewrite each `reply.text` in place. The default hooks each choice
+    /// alone; the answer guard reads each in the context of the history and the choices before.
+    fn on_root_replies(&self, ctx: &ReplyCtx, history: &[String], replies: &mut [AssistantReply]) {
+        let _ = history;
+        for r in replies {
+            self.on_root_reply(ctx, r);
+        }
+    }
 }
 
 /// The provider, as `llm:` resolved at start-up.
@@ -512,16 +523,23 @@ async fn forward_route(
         request_id: rid.clone(),
         caller: caller.principal.clone(),
     };
+    let body = Value::Object(body);
+    let history = if hook.is_some() {
+        history_of(&body)
+    } else {
+        Vec::new()
+    };
     let forward = Forward {
         api,
         upstream,
         metrics: state.metrics_arc(),
         model: audit_model(&model),
-        body: Value::Object(body),
+        body,
         hook,
         ctx,
         headers: passed,
         beta,
+        history,
     };
     let args = json!({ "model": model });
     proxied(gw, caller, rid, opts, args, move |tx| {

@@ -63,7 +63,12 @@ fn part_text(part: &Value) -> Option<&str> {
 /// response) and keeps only what the hook saw: the message items' text parts (rewritten),
 /// the tool items, reasoning items without their readable text (`encrypted_content` kept, for
 /// the provider), and the response fields in [`KEPT_FIELDS`].
-pub(super) fn hook_response(response: &mut Value, hook: &dyn ReplyHook, ctx: &ReplyCtx) {
+pub(super) fn hook_response(
+    response: &mut Value,
+    hook: &dyn ReplyHook,
+    ctx: &ReplyCtx,
+    history: &[String],
+) {
     let Some(r) = response.as_object_mut() else {
         return;
     };
@@ -96,7 +101,7 @@ pub(super) fn hook_response(response: &mut Value, hook: &dyn ReplyHook, ctx: &Re
         }
     }
     let slots = reply.text.len();
-    hook.on_root_reply(ctx, &mut reply);
+    hook.on_root_replies(ctx, history, std::slice::from_mut(&mut reply));
     write_text(&mut output, &reply.text, slots);
     r.insert("output".to_owned(), Value::Array(output));
 }
