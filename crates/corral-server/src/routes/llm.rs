@@ -426,6 +426,28 @@ fn passed_headers(api: Api, headers: &HeaderMap) -> Vec<(&'static str, String)> 
         .collect()
 }
 
+/// Whether the request streams, and whether the client asked for the usage. A chat stream
+/// carries its usage in a last chunk only when asked: corral always asks (it meters tokens) and
+/// strips that chunk when the client did not. The other APIs always send it.
+fn ask_usage(api: Api, body: &mut serde_json::Map<String, Value>) -> (bool, bool) {
+    let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+    let usage_asked = api != Api::Chat
+        || body
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            == Some(true);
+    if stream && api == Api::Chat {
+        let so = body.entry("stream_options").or_insert_with(|| json!({}));
+        if let Some(o) = so.as_object_mut() {
+            o.insert("include_usage".to_owned(), Value::Bool(true));
+        } else {
+            *so = json!({"include_usage": true});
+        }
+    }
+    (stream, usage_asked)
+}
+
 /// A model request of any API: checked, decided as `llm.chat` (argument `model`), forwarded.
 async fn forward_route(
     state: AppState,
@@ -483,23 +505,7 @@ async fn forward_route(
             return Err(ApiError::new(code, msg, Some(LLM_OP), &rid));
         }
     };
-    let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
-    let usage_asked = api != Api::Chat
-        || body
-            .get("stream_options")
-            .and_then(|o| o.get("include_usage"))
-            .and_then(Value::as_bool)
-            == Some(true);
-    if stream && api == Api::Chat {
-        // The usage comes in the stream's last chunk only when asked for; corral always asks
-        // (it meters tokens) and strips that chunk when the client did not.
-        let so = body.entry("stream_options").or_insert_with(|| json!({}));
-        if let Some(o) = so.as_object_mut() {
-            o.insert("include_usage".to_owned(), Value::Bool(true));
-        } else {
-            *so = json!({"include_usage": true});
-        }
-    }
+    let (stream, usage_asked) = ask_usage(api, &mut body);
     // A specialist's reply goes to the root, not to the learner, so it is not rewritten. But
     // the header is the caller's to set: in learning mode only agent software (a service or a
     // delegated principal) names a specialist; a person's own token is always the root's, so a
