@@ -513,8 +513,13 @@ async fn forward_route(
     let human = caller.principal.kind == corral_policy::PrincipalKind::Human;
     let is_root = is_root || (human && state.learning().is_some());
     let hook = state.reply_hook().filter(|_| is_root);
-    // Learning mode: the root's system prompt gets the learner's level line (never a value).
-    if is_root && let Some(l) = state.learning() {
+    // Learning mode: the root's system prompt gets the learner's level line (never a value),
+    // and so does the coach's (`lab_coach`), whose hint ladder follows the level; the coach's
+    // replies are not rewritten (they reach the learner only through the root, which is).
+    let coach = !is_root && agent == corral_learn::levels::LAB_COACH;
+    if (is_root || coach)
+        && let Some(l) = state.learning()
+    {
         let level = l.level_of(&caller);
         match api {
             Api::Messages => crate::learning::append_level_system(&mut body, level),

@@ -159,3 +159,43 @@ async fn a_value_completed_across_two_replies_is_withheld_on_the_responses_and_a
         assert_eq!(said(&apart, path), "00.", "{path}: {}", apart.text);
     }
 }
+
+#[tokio::test]
+async fn the_coachs_prompt_gets_the_level_line_and_its_reply_is_not_rewritten_a_specialists_gets_neither()
+ {
+    let upstream = ScriptedLlm::start().await;
+    let ws = Workspace::new();
+    let mut env = upstream.env(&token_env());
+    env.push(("CORRAL_IT_HOST_TOKEN", "host-token-0123456789abcdef"));
+    let yaml = format!("{}{LLM_YAML}rules:\n  - allow: [llm.chat]\n", learning_yaml(&ws)).replace(
+        "token_env: CORRAL_IT_ADMIN_TOKEN}\n",
+        "token_env: CORRAL_IT_ADMIN_TOKEN}\n    - {id: host, roles: [operator], kind: service, token_env: CORRAL_IT_HOST_TOKEN}\n",
+    );
+    let loaded = ws.load(&yaml, &env);
+    let s = Server::start_learning(&loaded, setup(&ws, &manifest(), Duration::ZERO), false)
+        .await
+        .unwrap();
+    let ask = json!({"model": "ok", "messages": [
+        {"role": "system", "content": "You coach."},
+        {"role": "user", "content": "A hint, please."}]});
+    for (agent, coached) in [("lab_coach", true), ("researcher", false)] {
+        let r = send(
+            s.client()
+                .post(s.url("/v1/chat/completions"))
+                .bearer_auth("host-token-0123456789abcdef")
+                .header("x-corral-agent", agent)
+                .json(&ask),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{agent}: {}", r.text);
+        // Neither is the learner's text: both reach the root as the model wrote them.
+        assert!(r.text.contains("5100"), "{agent}: {}", r.text);
+        let seen = upstream.seen();
+        let system = seen.last().unwrap().body["messages"][0]["content"].clone();
+        assert_eq!(
+            system.as_str().unwrap().contains(level_0()),
+            coached,
+            "{agent}: {system}"
+        );
+    }
+}
