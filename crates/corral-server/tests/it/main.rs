@@ -9,6 +9,7 @@
 
 mod anthropic_sdk;
 mod attack_z;
+mod attack_z2;
 mod audit;
 mod bad_input;
 mod claude;
