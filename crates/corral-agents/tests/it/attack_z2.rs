@@ -50,3 +50,28 @@ async fn a_turn_cannot_make_the_host_write_outside_the_agents_home_through_a_sym
         "the host followed the agent's symlink and overwrote a file outside the sandbox"
     );
 }
+
+#[tokio::test]
+async fn an_agent_cannot_read_a_file_outside_its_workdir_and_home() {
+    let d = dirs();
+    let secret = d.outside.join("secret.txt");
+    std::fs::write(&secret, "s3cr3t-outside").unwrap();
+    let cmd = format!(
+        "cat '{}'; find /work -maxdepth 5 | head -20; ls /etc",
+        path_str(&secret)
+    );
+    let script = Script::new(vec![
+        call("exec_command", json!({"cmd": cmd})),
+        message("done"),
+    ]);
+    let limits = SessionLimits {
+        turn_timeout: Duration::from_secs(60),
+        ..SessionLimits::default()
+    };
+    let s = session(&d, &script, Permissions::WorkspaceWrite, limits, 5);
+    let (report, events) = turn(&s, "read outside").await;
+    assert!(report.ok, "{report:?} {events:?}");
+    let all = format!("{events:?} {:?}", script.asked.lock().unwrap());
+    eprintln!("{all}");
+    assert!(!all.contains("s3cr3t-outside"), "{all}");
+}
