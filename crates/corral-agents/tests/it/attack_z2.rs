@@ -56,10 +56,7 @@ async fn an_agent_cannot_read_a_file_outside_its_workdir_and_home() {
     let d = dirs();
     let secret = d.outside.join("secret.txt");
     std::fs::write(&secret, "s3cr3t-outside").unwrap();
-    let cmd = format!(
-        "cat '{}'; find /work -maxdepth 5 | head -20; ls /etc",
-        path_str(&secret)
-    );
+    let cmd = format!("cat '{}'", path_str(&secret));
     let script = Script::new(vec![
         call("exec_command", json!({"cmd": cmd})),
         message("done"),
@@ -71,7 +68,8 @@ async fn an_agent_cannot_read_a_file_outside_its_workdir_and_home() {
     let s = session(&d, &script, Permissions::WorkspaceWrite, limits, 5);
     let (report, events) = turn(&s, "read outside").await;
     assert!(report.ok, "{report:?} {events:?}");
+    // What the command printed went back to the model as the call's output.
     let all = format!("{events:?} {:?}", script.asked.lock().unwrap());
-    eprintln!("{all}");
+    assert!(all.contains("No such file"), "{all}");
     assert!(!all.contains("s3cr3t-outside"), "{all}");
 }
