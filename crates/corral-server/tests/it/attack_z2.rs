@@ -25,7 +25,14 @@ async fn responses(Json(body): Json<Value>) -> Json<Value> {
     let mut message = clean;
     let mut output = Vec::new();
     let mut extra = json!({});
-    if model == "hosted" {
+    if model == "head" || model == "tail" {
+        let text = if model == "head" {
+            "It starts with 51"
+        } else {
+            "00."
+        };
+        message["content"][0]["text"] = json!(text);
+    } else if model == "hosted" {
         output.push(
             json!({"id": "ci_1", "type": "code_interpreter_call", "status": "completed",
             "container_id": "cntr_1", "code": "print(lag())",
@@ -103,5 +110,35 @@ async fn the_fields_a_hooked_responses_reply_keeps_never_carry_the_value_to_the_
     let r = ask(&s, "fields", false).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert!(!r.text.contains("5100"), "{}", r.text);
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_value_split_over_two_responses_chained_by_previous_response_id_is_withheld() {
+    let (s, _ws, task) = learning_proxy().await;
+    // The provider keeps the conversation (`previous_response_id`): the client sends no
+    // history, so the guard sees each half alone.
+    let first = ask(&s, "head", false).await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    let body = json!({"model": "tail", "input": "and the rest?", "previous_response_id": "resp_1"});
+    let second = send(
+        s.client()
+            .post(s.url("/v1/responses"))
+            .bearer_auth(AGENT_TOKEN)
+            .json(&body),
+    )
+    .await;
+    assert_eq!(second.status, 200, "{}", second.text);
+    let said = |r: &Reply| {
+        r.json()["output"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let (a, b) = (said(&first), said(&second));
+    assert!(
+        !format!("{a}{b}").contains("5100"),
+        "the learner read {a:?} then {b:?}"
+    );
     task.abort();
 }
