@@ -448,6 +448,30 @@ fn ask_usage(api: Api, body: &mut serde_json::Map<String, Value>) -> (bool, bool
     (stream, usage_asked)
 }
 
+/// A hooked Responses request that names a conversation the provider keeps
+/// (`previous_response_id`, `conversation`) is refused: the guard joins a reply only with the
+/// history the request carries, so a value split across chained responses would get through.
+fn provider_conversation(
+    api: Api,
+    hooked: bool,
+    body: &serde_json::Map<String, Value>,
+    rid: &str,
+) -> Option<ApiError> {
+    let named = ["previous_response_id", "conversation"]
+        .into_iter()
+        .find(|k| body.get(*k).is_some_and(|v| !v.is_null()))?;
+    (api == Api::Responses && hooked).then(|| {
+        ApiError::new(
+            codes::LEARNING_PROVIDER_CONVERSATION,
+            format!(
+                "in learning mode the root agent's request may not name `{named}` (a conversation the model provider keeps): the answer guard reads each reply after the history the request carries; send the whole conversation in `input` with `store: false`"
+            ),
+            Some(LLM_OP),
+            rid,
+        )
+    })
+}
+
 /// A model request of any API: checked, decided as `llm.chat` (argument `model`), forwarded.
 async fn forward_route(
     state: AppState,
@@ -516,6 +540,17 @@ async fn forward_route(
     // Learning mode: the root's system prompt gets the learner's level line (never a value),
     // and so does the coach's (`lab_coach`), whose hint ladder follows the level; the coach's
     // replies are not rewritten (they reach the learner only through the root, which is).
+    if let Some(e) = provider_conversation(api, hook.is_some(), &body, &rid) {
+        gw.audit_rejected(
+            &caller,
+            LLM_OP,
+            &rid,
+            codes::LEARNING_PROVIDER_CONVERSATION,
+            400,
+        )
+        .await;
+        return Err(e);
+    }
     let coach = !is_root && agent == corral_learn::levels::LAB_COACH;
     if (is_root || coach)
         && let Some(l) = state.learning()

@@ -117,28 +117,26 @@ async fn the_fields_a_hooked_responses_reply_keeps_never_carry_the_value_to_the_
 async fn a_value_split_over_two_responses_chained_by_previous_response_id_is_withheld() {
     let (s, _ws, task) = learning_proxy().await;
     // The provider keeps the conversation (`previous_response_id`): the client sends no
-    // history, so the guard sees each half alone.
+    // history, so the guard could see each half alone. Such a request is refused, with the fix.
     let first = ask(&s, "head", false).await;
     assert_eq!(first.status, 200, "{}", first.text);
-    let body = json!({"model": "tail", "input": "and the rest?", "previous_response_id": "resp_1"});
-    let second = send(
-        s.client()
-            .post(s.url("/v1/responses"))
-            .bearer_auth(AGENT_TOKEN)
-            .json(&body),
-    )
-    .await;
-    assert_eq!(second.status, 200, "{}", second.text);
-    let said = |r: &Reply| {
-        r.json()["output"][0]["content"][0]["text"]
-            .as_str()
-            .unwrap_or("")
-            .to_owned()
-    };
-    let (a, b) = (said(&first), said(&second));
-    assert!(
-        !format!("{a}{b}").contains("5100"),
-        "the learner read {a:?} then {b:?}"
-    );
+    for key in ["previous_response_id", "conversation"] {
+        let body = json!({"model": "tail", "input": "and the rest?", key: "resp_1"});
+        let second = send(
+            s.client()
+                .post(s.url("/v1/responses"))
+                .bearer_auth(AGENT_TOKEN)
+                .json(&body),
+        )
+        .await;
+        assert_eq!(second.status, 400, "{}", second.text);
+        assert_eq!(
+            second.code(),
+            "learning.provider_conversation",
+            "{}",
+            second.text
+        );
+        assert!(second.text.contains("`input`"), "{}", second.text);
+    }
     task.abort();
 }
