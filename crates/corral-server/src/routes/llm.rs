@@ -448,6 +448,19 @@ fn ask_usage(api: Api, body: &mut serde_json::Map<String, Value>) -> (bool, bool
     (stream, usage_asked)
 }
 
+/// The request's model, or what is wrong with its body.
+fn model_of(api: Api, body: &serde_json::Map<String, Value>) -> Result<String, &'static str> {
+    let model = match body.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        _ => {
+            return Err(
+                "the body has no `model` string; name the model (`GET /v1/models` lists them)",
+            );
+        }
+    };
+    api.body_error(body).map_or(Ok(model), Err)
+}
+
 /// A hooked Responses request that names a conversation the provider keeps
 /// (`previous_response_id`, `conversation`) is refused: the guard joins a reply only with the
 /// history the request carries, so a value split across chained responses would get through.
@@ -455,21 +468,30 @@ fn provider_conversation(
     api: Api,
     hooked: bool,
     body: &serde_json::Map<String, Value>,
-    rid: &str,
-) -> Option<ApiError> {
+) -> Option<String> {
     let named = ["previous_response_id", "conversation"]
         .into_iter()
         .find(|k| body.get(*k).is_some_and(|v| !v.is_null()))?;
     (api == Api::Responses && hooked).then(|| {
-        ApiError::new(
-            codes::LEARNING_PROVIDER_CONVERSATION,
-            format!(
-                "in learning mode the root agent's request may not name `{named}` (a conversation the model provider keeps): the answer guard reads each reply after the history the request carries; send the whole conversation in `input` with `store: false`"
-            ),
-            Some(LLM_OP),
-            rid,
+        format!(
+            "in learning mode the root agent's request may not name `{named}` (a conversation the model provider keeps): the answer guard reads each reply after the history the request carries; send the whole conversation in `input` with `store: false`"
         )
     })
+}
+
+/// A model request refused before it is decided: audited (`code`, the catalog's status), and
+/// the error to answer.
+async fn refused(
+    gw: &corral_guard::Gateway,
+    caller: &corral_guard::Caller,
+    rid: &str,
+    code: &'static str,
+    msg: impl Into<String>,
+) -> ApiError {
+    let e = ApiError::new(code, msg, Some(LLM_OP), rid);
+    gw.audit_rejected(caller, LLM_OP, rid, code, e.status())
+        .await;
+    e
 }
 
 /// A model request of any API: checked, decided as `llm.chat` (argument `model`), forwarded.
@@ -504,29 +526,15 @@ async fn forward_route(
         Ok(b) => b,
         Err(resp) => return Ok(resp),
     };
-    let model = match body.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => Ok(m.clone()),
-        _ => Err("the body has no `model` string; name the model (`GET /v1/models` lists them)"),
-    };
-    let model = match model.and_then(|m| api.body_error(&body).map_or(Ok(m), Err)) {
+    let model = match model_of(api, &body) {
         Ok(m) => m,
-        Err(msg) => {
-            gw.audit_rejected(&caller, LLM_OP, &rid, codes::LLM_BAD_REQUEST, 400)
-                .await;
-            return Err(ApiError::new(
-                codes::LLM_BAD_REQUEST,
-                msg,
-                Some(LLM_OP),
-                &rid,
-            ));
-        }
+        Err(msg) => return Err(refused(&gw, &caller, &rid, codes::LLM_BAD_REQUEST, msg).await),
     };
     let opts = match options {
         Ok(o) => o,
         Err(msg) => {
             let code = super::extract::INVALID_HEADER;
-            gw.audit_rejected(&caller, LLM_OP, &rid, code, 400).await;
-            return Err(ApiError::new(code, msg, Some(LLM_OP), &rid));
+            return Err(refused(&gw, &caller, &rid, code, msg).await);
         }
     };
     let (stream, usage_asked) = ask_usage(api, &mut body);
@@ -540,16 +548,9 @@ async fn forward_route(
     // Learning mode: the root's system prompt gets the learner's level line (never a value),
     // and so does the coach's (`lab_coach`), whose hint ladder follows the level; the coach's
     // replies are not rewritten (they reach the learner only through the root, which is).
-    if let Some(e) = provider_conversation(api, hook.is_some(), &body, &rid) {
-        gw.audit_rejected(
-            &caller,
-            LLM_OP,
-            &rid,
-            codes::LEARNING_PROVIDER_CONVERSATION,
-            400,
-        )
-        .await;
-        return Err(e);
+    if let Some(msg) = provider_conversation(api, hook.is_some(), &body) {
+        let code = codes::LEARNING_PROVIDER_CONVERSATION;
+        return Err(refused(&gw, &caller, &rid, code, msg).await);
     }
     let coach = !is_root && agent == corral_learn::levels::LAB_COACH;
     if (is_root || coach)
