@@ -375,4 +375,29 @@ fn main() {
         ratio(dc.0, gc.0),
         ratio(dc.1, gc.1)
     );
+    // The same clean reply read after a history (a split value's check): the request's last
+    // assistant message, a 4 KiB one, joined with the reply's head.
+    let history = reply(4096);
+    let seen = [history.as_str()];
+    let after: Vec<(Duration, Duration)> = (0..ROUNDS)
+        .map(|_| {
+            let mut texts = vec![clean.clone()];
+            timed(|| {
+                let mut turn = TurnState::new();
+                black_box(guard::check_after(
+                    &snapshot,
+                    level,
+                    &mut turn,
+                    black_box(&seen),
+                    black_box(&mut texts),
+                    false,
+                ));
+            })
+        })
+        .collect();
+    println!(
+        "clean reply after a 4 KiB history (check_after): guard {:?} / {:?}",
+        median(after.iter().map(|r| r.0).collect()),
+        median(after.iter().map(|r| r.1).collect())
+    );
 }

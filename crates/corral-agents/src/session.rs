@@ -297,12 +297,20 @@ impl Session {
             max_model_turns: self.cfg.max_model_turns,
         });
         for (path, content) in &launch.files {
-            std::fs::write(path, content).map_err(|e| {
-                AgentError::new(
-                    codes::AGENTS_SANDBOX,
-                    format!("cannot write the agent's `{}`: {e}", path.display()),
-                )
-            })?;
+            // The home is the agent's: a symlink (or anything) it left there is removed, never
+            // followed, and the file is created afresh (refused if something reappeared).
+            let _ = std::fs::remove_file(path);
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, content.as_bytes()))
+                .map_err(|e| {
+                    AgentError::new(
+                        codes::AGENTS_SANDBOX,
+                        format!("cannot write the agent's `{}`: {e}", path.display()),
+                    )
+                })?;
         }
         let mut read_paths = vec![self.cfg.cli.dir.clone()];
         let mut write_paths = vec![self.cfg.home.clone()];

@@ -12,6 +12,7 @@
 //! approval writes a `confirmation_consumed` event before the op runs, then the call's own.
 
 mod chain;
+mod lease;
 mod recording;
 
 use std::path::PathBuf;
@@ -29,7 +30,7 @@ use crate::confirm::{
     Action, ActionState, ConfirmationError, ConfirmationStore, Cursor, MemoryConfirmations,
 };
 use crate::guardrails::GuardPolicy;
-use crate::limiter::{Limiter, RunCalls};
+use crate::limiter::Limiter;
 use crate::metering::Meter;
 use crate::metrics::{CallObserver, NoObserver};
 use crate::recording::Recorder;
@@ -224,8 +225,6 @@ pub struct Gateway {
     backend: Arc<dyn Backend>,
     sinks: Vec<Arc<dyn AuditSink>>,
     limiter: Limiter,
-    /// The runs with a token budget whose model call is in flight (one at a time per run).
-    run_calls: RunCalls,
     tenant: String,
     confirmations: Arc<dyn ConfirmationStore>,
     runs: Arc<dyn RunStore>,
@@ -292,7 +291,6 @@ impl Gateway {
             backend,
             sinks,
             limiter: Limiter::default(),
-            run_calls: RunCalls::default(),
             tenant: tenant.to_owned(),
             confirmations: Arc::new(MemoryConfirmations::new()),
             runs: Arc::new(RunLedger::default()),

@@ -37,8 +37,9 @@
 //! and format characters (U+200B-U+200F, U+2060-U+2064, U+FEFF, U+00AD) are removed, every
 //! Unicode space becomes ` `, fullwidth forms become ASCII, U+2018/U+2019 become `'` and Unicode
 //! dashes and minus become `-`. Other encodings (digits of other scripts, digits spelled one by
-//! one, hex, arithmetic, reversed digits, a value split across two responses) are the residual
-//! risks the spec names; the eval measures them.
+//! one, hex, arithmetic, reversed digits) are the residual risks the spec names; the eval
+//! measures them. A value split across two responses is the guard's to join
+//! (`guard::check_after`), not the matcher's.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -70,6 +71,14 @@ const MAGNITUDES: [(u64, &[&str]); 3] = [
 /// Letter runs right after digits that make them another magnitude, not a unit.
 const MAGNITUDE_LETTERS: [&[u8]; 7] = [b"k", b"m", b"b", b"bn", b"mn", b"g", b"t"];
 
+/// The largest lowercased-text buffer a thread keeps between scans.
+const MAX_KEPT_BUFFER: usize = 256 * 1024;
+
+thread_local! {
+    /// The text a scan reads, ASCII-lowercased: reused by every scan on this thread.
+    static LOWERED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The matcher could not be built (more patterns than the automaton holds).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MatcherError(String);
@@ -97,7 +106,7 @@ struct Pattern {
 }
 
 /// Finds target values in text. Build it once per manifest; `find` is `&self` and allocation
-/// free on ASCII text that matches nothing.
+/// free on ASCII text that matches nothing (once its thread's lowercasing buffer is warm).
 ///
 /// Two automata, each over every target at once (never one per target):
 ///
@@ -106,8 +115,10 @@ struct Pattern {
 ///   `_`, so the scan skips 32-byte blocks without a digit and walks the DFA from each such
 ///   start until it dies;
 /// - `texts`: an unanchored automaton over the string values (a substring may start anywhere)
-///   and the 27 number words that can begin a number (`one` ... `ninety`), prefiltered,
-///   leftmost-first; at each hit every string value is compared, a number word at a token start is read as a number in words and looked up among the
+///   and the 27 number words that can begin a number (`one` ... `ninety`), all lowercase, run
+///   case-sensitively over the text ASCII-lowercased (so its SIMD prefilter applies: a
+///   case-insensitive automaton gets none, and walks every byte of prose), leftmost-first; at
+///   each hit every string value is compared, a number word at a token start is read as a number in words and looked up among the
 ///   integer targets (a sorted table), and the search goes on from the next byte, so every
 ///   target is reported.
 #[derive(Clone)]
@@ -122,6 +133,8 @@ pub struct Matcher {
     string_targets: Vec<usize>,
     /// (absolute integer value, target index), for numbers in words.
     integers: Vec<(u64, usize)>,
+    /// The longest digit, abbreviation or string pattern, in bytes.
+    longest: usize,
     targets: usize,
 }
 
@@ -191,23 +204,26 @@ impl Matcher {
                     }
                 }
                 Value::Text(s) => {
-                    let norm = normalize(s).into_owned();
-                    let mut forms = vec![norm.clone()];
-                    if !norm.is_ascii() {
-                        for f in [norm.to_lowercase(), norm.to_uppercase()] {
-                            if !forms.contains(&f) {
-                                forms.push(f);
-                            }
+                    for f in string_forms(s) {
+                        let known = string_texts
+                            .iter()
+                            .zip(&string_targets)
+                            .any(|(t, g)| *t == f && *g == target);
+                        if !known {
+                            string_texts.push(f);
+                            string_targets.push(target);
                         }
-                    }
-                    for f in forms {
-                        string_texts.push(f);
-                        string_targets.push(target);
                     }
                 }
             }
         }
         integers.sort_unstable();
+        let longest = number_texts
+            .iter()
+            .chain(&string_texts)
+            .map(String::len)
+            .max()
+            .unwrap_or(0);
         let numbers = if number_texts.is_empty() {
             None
         } else {
@@ -227,9 +243,11 @@ impl Matcher {
         let texts = if string_texts.is_empty() {
             None
         } else {
+            // Case-sensitive over lowercase patterns, the text lowercased once per scan: the
+            // same matches as `ascii_case_insensitive`, but a packed (SIMD) prefilter applies,
+            // which case-insensitive patterns rule out, so prose is skipped, not walked.
             Some(
                 AhoCorasick::builder()
-                    .ascii_case_insensitive(true)
                     .match_kind(MatchKind::LeftmostFirst)
                     .build(&string_texts)
                     .map_err(|e| MatcherError(e.to_string()))?,
@@ -246,6 +264,7 @@ impl Matcher {
                 .collect(),
             string_targets,
             integers,
+            longest,
             targets: values.len(),
         })
     }
@@ -253,6 +272,12 @@ impl Matcher {
     /// How many targets it was built over.
     pub fn len(&self) -> usize {
         self.targets
+    }
+
+    /// The longest form of any value it matches, in bytes (digits with separators, an
+    /// abbreviation, a string; a number in words can be longer).
+    pub fn longest_form(&self) -> usize {
+        self.longest
     }
 
     /// Whether it was built over no target.
@@ -288,34 +313,23 @@ impl Matcher {
         let text = normalize(text);
         let bytes = text.as_bytes();
         if let Some(ac) = &self.texts {
-            // Leftmost-first (prefiltered), restarting one byte after each hit's start; at a
-            // hit, every string value is compared there (so each target starting at that byte
-            // is reported, not only the first pattern's), and a number word at a token start
-            // is read as a number in words.
-            let mut at = 0usize;
-            // Number words already parsed: hits before this end are inside that number.
-            let mut words_end = 0usize;
-            while let Some(m) = ac.find(Input::new(bytes).span(at..bytes.len())) {
-                let start = m.start();
-                for (pattern, target) in self.string_patterns.iter().zip(&self.string_targets) {
-                    let here = bytes.get(start..start + pattern.len());
-                    if here.is_some_and(|h| h.eq_ignore_ascii_case(pattern)) && !hit(*target) {
-                        return;
+            // The text ASCII-lowercased (same byte positions), in a buffer kept per thread so
+            // a scan allocates nothing once warm.
+            let go_on = LOWERED.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut buf) => {
+                    buf.clear();
+                    buf.extend(bytes.iter().map(u8::to_ascii_lowercase));
+                    let go_on = self.scan_texts(ac, &buf, hit);
+                    if buf.capacity() > MAX_KEPT_BUFFER {
+                        // A rare large text (a held stream) does not stay resident.
+                        *buf = Vec::new();
                     }
+                    go_on
                 }
-                let token_start = start
-                    .checked_sub(1)
-                    .and_then(|i| bytes.get(i))
-                    .is_none_or(|b| !is_word_byte(*b));
-                if !self.integers.is_empty() && token_start && start >= words_end {
-                    if let Some((n, stop)) = parse_words(bytes, start) {
-                        words_end = stop;
-                        if !self.hit_integer(n, hit) {
-                            return;
-                        }
-                    }
-                }
-                at = start + 1;
+                Err(_) => self.scan_texts(ac, &bytes.to_ascii_lowercase(), hit),
+            });
+            if !go_on {
+                return;
             }
         }
         let Some(numbers) = &self.numbers else {
@@ -343,6 +357,45 @@ impl Matcher {
                 }
             }
         }
+    }
+
+    /// The string values and number words in `lower` (the text ASCII-lowercased): leftmost-
+    /// first (prefiltered), restarting one byte after each hit's start; at a hit, every string
+    /// value is compared there (so each target starting at that byte is reported, not only the
+    /// first pattern's), and a number word at a token start is read as a number in words.
+    /// False when `hit` says stop.
+    fn scan_texts(
+        &self,
+        ac: &AhoCorasick,
+        lower: &[u8],
+        hit: &mut dyn FnMut(usize) -> bool,
+    ) -> bool {
+        let mut at = 0usize;
+        // Number words already parsed: hits before this end are inside that number.
+        let mut words_end = 0usize;
+        while let Some(m) = ac.find(Input::new(lower).span(at..lower.len())) {
+            let start = m.start();
+            for (pattern, target) in self.string_patterns.iter().zip(&self.string_targets) {
+                let here = lower.get(start..start + pattern.len());
+                if here == Some(pattern.as_slice()) && !hit(*target) {
+                    return false;
+                }
+            }
+            let token_start = start
+                .checked_sub(1)
+                .and_then(|i| lower.get(i))
+                .is_none_or(|b| !is_word_byte(*b));
+            if !self.integers.is_empty() && token_start && start >= words_end {
+                if let Some((n, stop)) = parse_words(lower, start) {
+                    words_end = stop;
+                    if !self.hit_integer(n, hit) {
+                        return false;
+                    }
+                }
+            }
+            at = start + 1;
+        }
+        true
     }
 
     /// Walks the number DFA from `start`; false when `hit` says stop.
@@ -396,6 +449,22 @@ impl Matcher {
         }
         true
     }
+}
+
+/// A string value's patterns: normalized, and for a non-ASCII value its full lowercase and
+/// uppercase forms too, each ASCII-lowercased (the texts automaton reads the text so).
+fn string_forms(value: &str) -> Vec<String> {
+    let norm = normalize(value).into_owned();
+    let mut forms = vec![norm.to_ascii_lowercase()];
+    if !norm.is_ascii() {
+        for f in [norm.to_lowercase(), norm.to_uppercase()] {
+            let f = f.to_ascii_lowercase();
+            if !forms.contains(&f) {
+                forms.push(f);
+            }
+        }
+    }
+    forms
 }
 
 /// `digits` plain and grouped by thousands with each separator.

@@ -688,6 +688,9 @@ catalog! {
     LINT_AGENT_PERMISSIONS_IMPLICIT = "lint.agent_permissions_implicit", 0,
         "agents are allowed together with file ops under a `paths:` scope, and the agent scope does not state `permissions`: path scopes do not confine agents",
         "write `permissions: read-only` (or `workspace-write`) in the rule's `agents:` scope, so what the agent may change is stated where it applies";
+    LEARNING_PROVIDER_CONVERSATION = "learning.provider_conversation", 400,
+        "in learning mode, the root agent's Responses request names a conversation the model provider keeps (`previous_response_id` or `conversation`): the answer guard reads each reply after the history the request itself carries, so it could not see what the learner read before",
+        "send the whole conversation in `input` (with `store: false`), as codex does";
     LEARNING_MANIFEST_UNREADABLE = "learning.manifest_unreadable", 500,
         "the scenario manifest (`CORRAL_SCENARIO_MANIFEST`) cannot be read: missing, not a regular file, or larger than 1 MiB",
         "point `CORRAL_SCENARIO_MANIFEST` at the regular JSON file the lab's seeder writes (atomically: a temp file in the same directory, then rename)";

@@ -166,7 +166,30 @@ pub struct RunLedger {
     /// The size at which the next sweep of idle runs happens (0: `FORGET_ABOVE`). Doubled past
     /// what a sweep leaves, so sweeping costs amortized O(1) per new run, not a scan per call.
     sweep_at: std::sync::atomic::AtomicUsize,
+    /// The model-call leases held (see [`RunStore::lease_model_call`]): (holder, expiry) by
+    /// run. Released when their call ends, so it holds the calls in flight only.
+    leases: Mutex<HashMap<LeaseKey, (String, i64)>>,
 }
+
+/// A run, owned: the key of a model-call lease.
+type LeaseKey = (String, String, RunPurpose, String);
+
+fn lease_key(k: &RunKey<'_>) -> LeaseKey {
+    (
+        k.tenant.to_owned(),
+        k.principal.to_owned(),
+        k.purpose,
+        k.run_id.to_owned(),
+    )
+}
+
+/// How long a run's model-call lease lasts unless its holder renews it: a replica that died
+/// mid-call blocks its run's model calls this long at most. A holder renews it every
+/// [`MODEL_CALL_RENEW`] while its call runs (a stream may last minutes).
+pub const MODEL_CALL_LEASE: Duration = Duration::from_secs(30);
+
+/// How often a holder renews its model-call lease.
+pub const MODEL_CALL_RENEW: Duration = Duration::from_secs(10);
 
 type Runs = HashMap<String, Vec<(Owner, RunRecord)>>;
 
@@ -341,6 +364,61 @@ impl RunLedger {
     pub fn get(&self, key: &RunKey<'_>) -> Option<RunRecord> {
         find(&mut *self.runs.lock().ok()?, key).cloned()
     }
+
+    /// See [`RunStore::lease_model_call`].
+    pub fn lease_model_call(
+        &self,
+        key: &RunKey<'_>,
+        holder: &str,
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> bool {
+        // A poisoned map still works: it is only ever inserted, updated and removed.
+        let mut leases = self
+            .leases
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let k = lease_key(key);
+        match leases.get(&k) {
+            Some((h, expires)) if *expires > now_ms && h != holder => false,
+            _ => {
+                leases.insert(k, (holder.to_owned(), expires_ms));
+                true
+            }
+        }
+    }
+
+    /// See [`RunStore::renew_model_call`].
+    pub fn renew_model_call(&self, key: &RunKey<'_>, holder: &str, expires_ms: i64) -> bool {
+        let mut leases = self
+            .leases
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match leases.get_mut(&lease_key(key)) {
+            Some((h, expires)) if h == holder => {
+                *expires = expires_ms;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// See [`RunStore::release_model_call`].
+    pub fn release_model_call(&self, key: &RunKey<'_>, holder: &str) {
+        let mut leases = self
+            .leases
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let k = lease_key(key);
+        if leases.get(&k).is_some_and(|(h, _)| h == holder) {
+            leases.remove(&k);
+        }
+    }
+
+    /// How many model-call leases it holds (expired or not).
+    pub fn leases(&self) -> usize {
+        self.leases.lock().map_or(0, |l| l.len())
+    }
 }
 
 /// What a run used so far, as `over_budget` checks it.
@@ -462,6 +540,31 @@ pub trait RunStore: Send + Sync + std::fmt::Debug {
         key: &'a RunKey<'a>,
         tokens: u64,
     ) -> BoxFuture<'a, Result<(), RunStoreError>>;
+    /// Takes the run's model-call lease for `holder` (an id unique to one call) until
+    /// `expires_ms`: `true` when taken, `false` while another holder's lease has not expired
+    /// at `now_ms`. Atomic across every replica sharing the store: of concurrent takers of one
+    /// run, one gets it. A run with a token budget makes one model call at a time (its tokens
+    /// are known only once a call ended).
+    fn lease_model_call<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        holder: &'a str,
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, RunStoreError>>;
+    /// Moves `holder`'s lease's expiry to `expires_ms`; `false` when it no longer holds it.
+    fn renew_model_call<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        holder: &'a str,
+        expires_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, RunStoreError>>;
+    /// Gives `holder`'s lease back (another holder's is left alone).
+    fn release_model_call<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<(), RunStoreError>>;
 }
 
 impl RunStore for RunLedger {
@@ -517,6 +620,38 @@ impl RunStore for RunLedger {
         tokens: u64,
     ) -> BoxFuture<'a, Result<(), RunStoreError>> {
         RunLedger::charge_tokens(self, key, tokens);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn lease_model_call<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        holder: &'a str,
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, RunStoreError>> {
+        Box::pin(std::future::ready(Ok(RunLedger::lease_model_call(
+            self, key, holder, now_ms, expires_ms,
+        ))))
+    }
+
+    fn renew_model_call<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        holder: &'a str,
+        expires_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, RunStoreError>> {
+        Box::pin(std::future::ready(Ok(RunLedger::renew_model_call(
+            self, key, holder, expires_ms,
+        ))))
+    }
+
+    fn release_model_call<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<(), RunStoreError>> {
+        RunLedger::release_model_call(self, key, holder);
         Box::pin(std::future::ready(Ok(())))
     }
 }

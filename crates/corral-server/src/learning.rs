@@ -326,6 +326,35 @@ impl crate::routes::llm::ReplyHook for AnswerHook {
         ctx: &crate::routes::llm::ReplyCtx,
         reply: &mut crate::routes::llm::AssistantReply,
     ) {
+        self.on_root_replies(ctx, &[], std::slice::from_mut(reply));
+    }
+
+    /// Each choice in order, after the history and the choices before it as the learner reads
+    /// them (a choice already replaced is read as its replacement).
+    fn on_root_replies(
+        &self,
+        ctx: &crate::routes::llm::ReplyCtx,
+        history: &[String],
+        replies: &mut [crate::routes::llm::AssistantReply],
+    ) {
+        let mut seen: Vec<String> = history.to_vec();
+        for reply in replies {
+            self.check_one(ctx, &seen, reply);
+            if !reply.text.is_empty() {
+                seen.push(reply.text.concat());
+            }
+        }
+    }
+}
+
+impl AnswerHook {
+    /// The guard on one choice after `seen`; a withheld answer is audited.
+    fn check_one(
+        &self,
+        ctx: &crate::routes::llm::ReplyCtx,
+        seen: &[String],
+        reply: &mut crate::routes::llm::AssistantReply,
+    ) {
         let (scenario, default) = self.learning.scenario();
         let level = self.learning.levels.level(&ctx.caller, &scenario, default);
         if reply.text.is_empty() {
@@ -335,15 +364,19 @@ impl crate::routes::llm::ReplyHook for AnswerHook {
             levels::subject(&ctx.caller),
             ctx.run.clone().unwrap_or_default(),
         );
+        let seen: Vec<&str> = seen.iter().map(String::as_str).collect();
         let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
         if turns.len() >= MAX_TURNS && !turns.contains_key(&key) {
             turns.clear();
         }
         let turn = turns.entry(key).or_default();
-        let checked =
-            self.learning
-                .guard
-                .check(level, turn, &mut reply.text, !reply.tool_calls.is_empty());
+        let checked = self.learning.guard.check_after(
+            level,
+            turn,
+            &seen,
+            &mut reply.text,
+            !reply.tool_calls.is_empty(),
+        );
         drop(turns);
         if let Some(e) = &checked.manifest_error {
             tracing::error!(error = %e, "learning mode: the scenario manifest changed and does not load; keeping the last good one");

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::Store;
 use crate::error::StoreError;
-use crate::lab::{Page, PageCursor, Paged, check_plain, cursor_binds, from_json, json_text, paged};
+use crate::lab::{Page, Paged, check_plain, cursor_binds, from_json, json_text, page_of};
 
 /// The most events one session keeps; an append past it is refused whole.
 pub const MAX_SESSION_EVENTS: u64 = 10_000;
@@ -348,6 +348,8 @@ impl SessionRow {
     }
 }
 
+crate::lab::keyed!(AgentDef => created_ms, Session => created_ms);
+
 fn not_found(what: &'static str, tenant: &str, id: &str) -> AgentStoreError {
     AgentStoreError::NotFound {
         what,
@@ -437,14 +439,7 @@ impl Store {
             .fetch_all(p)
             .await
             .map_err(q)?);
-        let items = rows
-            .into_iter()
-            .map(|r| r.into_def().and_then(unquote_def))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(paged(items, page, |d: &AgentDef| PageCursor {
-            created_ms: d.created_ms,
-            id: d.id.clone(),
-        }))
+        page_of(rows, page, |r| r.into_def().and_then(unquote_def))
     }
 
     /// Deletes a saved agent of `tenant` (sessions made from it keep their copy).
@@ -533,14 +528,7 @@ impl Store {
             .fetch_all(p)
             .await
             .map_err(q)?);
-        let items = rows
-            .into_iter()
-            .map(SessionRow::into_session)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(paged(items, page, |s: &Session| PageCursor {
-            created_ms: s.created_ms,
-            id: s.id.clone(),
-        }))
+        page_of(rows, page, SessionRow::into_session)
     }
 
     /// Starts a turn of an `idle` session (marks it `in_progress`, worked by this process).

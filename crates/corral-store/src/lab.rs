@@ -867,6 +867,34 @@ pub(crate) fn paged<T>(mut items: Vec<T>, page: &Page, key: impl Fn(&T) -> PageC
     Paged { items, next }
 }
 
+/// A row kind listed newest first: where a page ending at it stands.
+pub(crate) trait Keyed {
+    fn key(&self) -> PageCursor;
+}
+
+/// The page of `rows + 1` fetched rows, each read with `into`.
+pub(crate) fn page_of<R, T: Keyed, E>(
+    rows: Vec<R>,
+    page: &Page,
+    into: impl FnMut(R) -> Result<T, E>,
+) -> Result<Paged<T>, E> {
+    let items = rows.into_iter().map(into).collect::<Result<Vec<_>, E>>()?;
+    Ok(paged(items, page, T::key))
+}
+
+macro_rules! keyed {
+    ($($t:ty => $ms:ident),* $(,)?) => {$(
+        impl $crate::lab::Keyed for $t {
+            fn key(&self) -> $crate::lab::PageCursor {
+                $crate::lab::PageCursor { created_ms: self.$ms, id: self.id.clone() }
+            }
+        }
+    )*};
+}
+pub(crate) use keyed;
+
+keyed!(ScenarioSummary => created_ms, Run => started_ms, Comparison => created_ms);
+
 /// A driver error of a lab statement: its kind when the caller turns it into a refusal.
 enum DbFailure {
     Unique,
@@ -1643,25 +1671,18 @@ impl Store {
             .fetch_all(p)
             .await
             .map_err(q)?);
-        let items = rows
-            .into_iter()
-            .map(|r| {
-                Ok(ScenarioSummary {
-                    name: from_json("scenario name", &r.id, &r.name)?,
-                    description: from_json("scenario description", &r.id, &r.description)?,
-                    id: r.id,
-                    tenant: r.tenant,
-                    created_ms: r.created_ms,
-                    updated_ms: r.updated_ms,
-                    version: r.version,
-                    owner: r.owner,
-                })
+        page_of(rows, page, |r| {
+            Ok::<_, LabStoreError>(ScenarioSummary {
+                name: from_json("scenario name", &r.id, &r.name)?,
+                description: from_json("scenario description", &r.id, &r.description)?,
+                id: r.id,
+                tenant: r.tenant,
+                created_ms: r.created_ms,
+                updated_ms: r.updated_ms,
+                version: r.version,
+                owner: r.owner,
             })
-            .collect::<Result<Vec<_>, LabStoreError>>()?;
-        Ok(paged(items, page, |s: &ScenarioSummary| PageCursor {
-            created_ms: s.created_ms,
-            id: s.id.clone(),
-        }))
+        })
     }
 
     /// Deletes a scenario of `tenant` that has no runs (`lab.scenario_in_use` if it has).
@@ -1938,14 +1959,7 @@ impl Store {
             .fetch_all(p)
             .await
             .map_err(q)?);
-        let items = rows
-            .into_iter()
-            .map(RunRow::into_run)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(paged(items, page, |r: &Run| PageCursor {
-            created_ms: r.started_ms,
-            id: r.id.clone(),
-        }))
+        page_of(rows, page, RunRow::into_run)
     }
 
     // --- outputs ---
@@ -2117,14 +2131,7 @@ impl Store {
             .fetch_all(p)
             .await
             .map_err(q)?);
-        let items = rows
-            .into_iter()
-            .map(ComparisonRow::into_comparison)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(paged(items, page, |c: &Comparison| PageCursor {
-            created_ms: c.created_ms,
-            id: c.id.clone(),
-        }))
+        page_of(rows, page, ComparisonRow::into_comparison)
     }
 }
 

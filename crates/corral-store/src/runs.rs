@@ -1,5 +1,5 @@
-//! The run tables (migration 0003): `impl RunStore for Store`, so replicas sharing a database
-//! share each run's budgets.
+//! The run tables (migration 0003, and 0016's model-call leases): `impl RunStore for Store`, so
+//! replicas sharing a database share each run's budgets and its one model call in flight.
 //!
 //! A charge is one transaction that reads the run's usage, checks it against the budgets with
 //! the same `over_budget` as the in-memory ledger, and increments it; concurrent charges to one
@@ -168,6 +168,28 @@ macro_rules! charge_in {
     }};
 }
 
+/// Takes a run's model-call lease: a new row, or the row of a lease that expired (`$7`: now).
+/// One statement, so concurrent takers on any replica serialise on the row: one gets it.
+const LEASE: &str = "INSERT INTO run_model_calls (tenant, principal, purpose, run_id, holder, \
+    expires_ms) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, principal, purpose, run_id) \
+    DO UPDATE SET holder = excluded.holder, expires_ms = excluded.expires_ms \
+    WHERE run_model_calls.expires_ms <= $7 OR run_model_calls.holder = excluded.holder";
+
+const RENEW: &str = concat!(
+    "UPDATE run_model_calls SET expires_ms = $6 WHERE ",
+    where_run!(),
+    " AND holder = $5"
+);
+
+const RELEASE: &str = concat!(
+    "DELETE FROM run_model_calls WHERE ",
+    where_run!(),
+    " AND holder = $5"
+);
+
+/// Leases that expired before the purge's horizon (their holder died without releasing).
+const PURGE_LEASES: &str = "DELETE FROM run_model_calls WHERE expires_ms < $1";
+
 const PURGE_RUN_OPS: &str = "DELETE FROM run_op_calls WHERE EXISTS (SELECT 1 FROM runs r \
     WHERE r.tenant = run_op_calls.tenant AND r.principal = run_op_calls.principal \
     AND r.purpose = run_op_calls.purpose AND r.run_id = run_op_calls.run_id AND r.last_ms < $1)";
@@ -180,6 +202,7 @@ impl Store {
         on_pool!(&self.pool, p => {
             let mut tx = p.begin().await.map_err(q)?;
             sqlx::query(PURGE_RUN_OPS).bind(idle_before_ms).execute(&mut *tx).await.map_err(q)?;
+            sqlx::query(PURGE_LEASES).bind(idle_before_ms).execute(&mut *tx).await.map_err(q)?;
             let gone = sqlx::query(PURGE_RUNS).bind(idle_before_ms).execute(&mut *tx).await.map_err(q)?;
             tx.commit().await.map_err(q)?;
             Ok(gone.rows_affected())
@@ -270,6 +293,57 @@ impl Store {
             .map_err(q))
     }
 
+    /// Takes the run's model-call lease for `holder`; see `RunStore::lease_model_call`.
+    pub async fn lease_model_call(
+        &self,
+        key: &RunKey<'_>,
+        holder: &str,
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let q = |e| self.redactor.query("lease a run's model call", e);
+        on_pool!(&self.pool, p => bind_key!(sqlx::query(LEASE), key)
+            .bind(holder)
+            .bind(expires_ms)
+            .bind(now_ms)
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected() == 1)
+            .map_err(q))
+    }
+
+    /// Renews `holder`'s model-call lease; `false` when it no longer holds it.
+    pub async fn renew_model_call(
+        &self,
+        key: &RunKey<'_>,
+        holder: &str,
+        expires_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let q = |e| self.redactor.query("renew a run's model-call lease", e);
+        on_pool!(&self.pool, p => bind_key!(sqlx::query(RENEW), key)
+            .bind(holder)
+            .bind(expires_ms)
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected() == 1)
+            .map_err(q))
+    }
+
+    /// Gives `holder`'s model-call lease back.
+    pub async fn release_model_call(
+        &self,
+        key: &RunKey<'_>,
+        holder: &str,
+    ) -> Result<(), StoreError> {
+        let q = |e| self.redactor.query("release a run's model-call lease", e);
+        on_pool!(&self.pool, p => bind_key!(sqlx::query(RELEASE), key)
+            .bind(holder)
+            .execute(p)
+            .await
+            .map(|_| ())
+            .map_err(q))
+    }
+
     /// Adds result bytes to a run.
     pub async fn add_run_output(&self, key: &RunKey<'_>, bytes: u64) -> Result<(), StoreError> {
         let q = |e| self.redactor.query("meter a run's output", e);
@@ -339,6 +413,45 @@ impl RunStore for Store {
     ) -> BoxFuture<'a, Result<(), RunStoreError>> {
         Box::pin(async move {
             self.charge_run_tokens(key, tokens)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn lease_model_call<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        holder: &'a str,
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, RunStoreError>> {
+        Box::pin(async move {
+            Store::lease_model_call(self, key, holder, now_ms, expires_ms)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn renew_model_call<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        holder: &'a str,
+        expires_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, RunStoreError>> {
+        Box::pin(async move {
+            Store::renew_model_call(self, key, holder, expires_ms)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn release_model_call<'a>(
+        &'a self,
+        key: &'a RunKey<'a>,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<(), RunStoreError>> {
+        Box::pin(async move {
+            Store::release_model_call(self, key, holder)
                 .await
                 .map_err(port_error)
         })

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use crate::Store;
 use crate::lab::{
-    LabStoreError, Page, PageCursor, Paged, check_plain, cursor_binds, from_json, json_text,
-    not_found, paged, uuid7,
+    LabStoreError, Page, Paged, check_plain, cursor_binds, from_json, json_text, not_found,
+    page_of, uuid7,
 };
 
 /// A shadow evaluation as stored.
@@ -112,6 +112,8 @@ struct ShadowRow {
     updated_ms: i64,
     finished_ms: Option<i64>,
 }
+
+crate::lab::keyed!(Shadow => created_ms);
 
 impl ShadowRow {
     fn into_shadow(self) -> Result<Shadow, LabStoreError> {
@@ -257,13 +259,6 @@ impl Store {
             .fetch_all(p)
             .await
             .map_err(q)?);
-        let items = rows
-            .into_iter()
-            .map(ShadowRow::into_shadow)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(paged(items, page, |s: &Shadow| PageCursor {
-            created_ms: s.created_ms,
-            id: s.id.clone(),
-        }))
+        page_of(rows, page, ShadowRow::into_shadow)
     }
 }

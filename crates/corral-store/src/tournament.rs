@@ -7,7 +7,9 @@ use serde_json::Value;
 
 use crate::Store;
 use crate::error::StoreError;
-use crate::lab::{LabStoreError, Page, PageCursor, Paged, cursor_binds, paged};
+use crate::lab::{LabStoreError, Page, Paged, cursor_binds, page_of};
+
+crate::lab::keyed!(StoredTournament => created_ms);
 
 /// A stored tournament.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,14 +79,7 @@ impl Store {
             .fetch_all(p)
             .await
             .map_err(q)?);
-        let items = rows
-            .into_iter()
-            .map(Row::into_stored)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(paged(items, page, |t: &StoredTournament| PageCursor {
-            created_ms: t.created_ms,
-            id: t.id.clone(),
-        }))
+        page_of(rows, page, Row::into_stored)
     }
 
     /// Stores a tournament of `tenant` graded by `recorded_by`.

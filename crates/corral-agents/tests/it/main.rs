@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod adapters;
+mod attack_z2;
 mod catalog;
 mod install;
 mod real_clis;

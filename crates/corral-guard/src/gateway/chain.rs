@@ -12,6 +12,7 @@ use corral_policy::{
 };
 use serde_json::json;
 
+use super::lease::RunLease;
 use super::{
     Call, CallOptions, Deployment, Gateway, Proxied, Refusal, Reply, action_details, not_enabled,
     now_ms,
@@ -24,7 +25,7 @@ use crate::confirm::{
     StoredOutcome,
 };
 use crate::guardrails::{Confirmation, GuardPolicy, tier_reason};
-use crate::limiter::{Limited, Permit, RunSlot};
+use crate::limiter::{Limited, Permit};
 use crate::runs::{RunKey, RunPurpose, RunStoreError, RunView, TOKEN_METERED_NS};
 
 /// How a call ended: the outcome its audit event records, and the answer.
@@ -95,7 +96,9 @@ impl Gateway {
         let _permit = self.limits(call, &grant)?;
         // Held until the call's tokens are charged below: taken before the budget check, so
         // the check sees what every earlier model call of the run used.
-        let _run_slot = self.model_call_slot(run.as_ref().map(|(k, _)| k), call, g)?;
+        let lease = self
+            .model_call_lease(run.as_ref().map(|(k, _)| k), call, g)
+            .await?;
         let charged = self
             .budgets(run.as_ref().map(|(k, _)| k), call, g, event)
             .await?;
@@ -122,6 +125,9 @@ impl Gateway {
             {
                 tracing::warn!(error = %e, run = key.run_id, "a run's model tokens were not metered");
             }
+        }
+        if let Some(l) = lease {
+            l.release().await;
         }
         if answer.tokens > 0 {
             // The metering per purpose counts model tokens too, a run or not (spend: not known).
@@ -204,25 +210,24 @@ impl Gateway {
 
     /// Step 7, first: a run with a token budget makes one model call at a time (its tokens are
     /// known only once a call ended, so a call checked while another is in flight would pass on
-    /// a stale count); a second concurrent one is refused, never queued.
-    fn model_call_slot(
+    /// a stale count); a second concurrent one is refused, never queued. The lease is the run
+    /// store's, so replicas sharing it admit one call between them.
+    async fn model_call_lease(
         &self,
         run: Option<&RunKey<'_>>,
         call: &Call,
         g: &GuardPolicy,
-    ) -> Step<Option<RunSlot>> {
+    ) -> Step<Option<RunLease>> {
         let Some(key) = run else {
             return Ok(None);
         };
         if g.budgets.max_tokens == 0 || !call.op.starts_with(TOKEN_METERED_NS) {
             return Ok(None);
         }
-        match self
-            .run_calls
-            .enter(key.tenant, key.principal, key.purpose.as_str(), key.run_id)
-        {
-            Some(slot) => Ok(Some(slot)),
-            None => {
+        match RunLease::take(&self.runs, key, now_ms()).await {
+            Err(e) => Err(run_store_failed(&e)),
+            Ok(Some(lease)) => Ok(Some(lease)),
+            Ok(None) => {
                 let mut r = Refusal::new(
                     codes::BUDGET_TOKENS_IN_FLIGHT,
                     format!(

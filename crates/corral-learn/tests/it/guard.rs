@@ -250,3 +250,129 @@ fn the_guard_reads_the_manifest_through_the_watcher_on_every_call() {
     assert!(matches!(checked.outcome, Outcome::Withheld { .. }));
     assert_eq!(g.watcher().errors_total(), 1);
 }
+
+/// The targets withheld from `new` after `seen` (level 0, a fresh turn), and what `new` became.
+fn after(seen: &[&str], new: &str) -> (Vec<String>, Vec<String>) {
+    let snap = snapshot();
+    let mut t = texts(&[new]);
+    let outcome = guard::check_after(&snap, level(0), &mut TurnState::new(), seen, &mut t, false);
+    let ids = match outcome {
+        Outcome::Withheld { targets, .. } => targets.into_iter().map(|w| w.target_id).collect(),
+        Outcome::Clean | Outcome::Unguarded => Vec::new(),
+    };
+    (ids, t)
+}
+
+#[test]
+fn a_value_completed_by_the_next_response_is_withheld_there_and_the_history_is_kept() {
+    let seen = ["The answer is 51"];
+    let (ids, t) = after(&seen, "00.");
+    assert_eq!(ids, ["total_lag"]);
+    assert_eq!(
+        t,
+        vec![guard::nudge(
+            level(0),
+            "total lag of group orders-processor"
+        )]
+    );
+    assert_eq!(seen, ["The answer is 51"]);
+}
+
+#[test]
+fn a_value_split_over_every_form_the_matcher_knows_is_withheld_where_it_is_completed() {
+    for (seen, new, id) in [
+        (&["Total lag: 5,1"][..], "00 messages.", "total_lag"),
+        (
+            &["The lag is five thousand"][..],
+            "one hundred messages.",
+            "total_lag",
+        ),
+        (&["It is about 5.1"][..], "k messages.", "total_lag"),
+        (
+            &["The stuck one is orders-"][..],
+            "7, look there.",
+            "bad_partition",
+        ),
+        (&["The stuck one is ORD"][..], "ERS-7.", "bad_partition"),
+        // Over three responses: the two before are joined too.
+        (&["It is 5", "1"][..], "00.", "total_lag"),
+        // A choice after another of the same completion ("51" / "00").
+        (&["51"][..], "00", "total_lag"),
+    ] {
+        assert_eq!(after(seen, new).0, [id], "{seen:?} + {new:?}");
+    }
+}
+
+#[test]
+fn a_join_that_does_not_form_the_value_is_not_withheld() {
+    for (seen, new) in [
+        (&["The answer is 51"][..], "000."),
+        (&["The answer is 5,1"][..], "000."),
+        (&["Partition 5"][..], "10 is behind."),
+        (&["It is abc51"][..], "00."),
+        (&["The answer is 51"][..], "0 and counting."),
+        (&["Look at orders"][..], "-8 first."),
+        (&["The lag is five thousand"][..], "two hundred."),
+        (&["51"][..], ".00"),
+        (&[][..], "00."),
+        (&["The answer is 51"][..], "Check the offsets."),
+    ] {
+        let (ids, t) = after(seen, new);
+        assert!(ids.is_empty(), "{seen:?} + {new:?}: {ids:?}");
+        assert_eq!(t, vec![new.to_owned()]);
+    }
+}
+
+#[test]
+fn a_value_the_history_already_stated_is_not_withheld_again_from_a_clean_reply() {
+    let (ids, t) = after(&["The lag was 5100 an hour ago."], "It has not moved.");
+    assert!(ids.is_empty(), "{ids:?}");
+    assert_eq!(t, ["It has not moved."]);
+    let (ids, _) = after(&["Look at orders-7."], "Then at 5100.");
+    assert_eq!(ids, ["total_lag"]);
+}
+
+#[test]
+fn a_long_history_is_joined_by_its_tail() {
+    let long = format!("{} The answer is 51", "Check the offsets. ".repeat(2_000));
+    assert_eq!(after(&[long.as_str()], "00.").0, ["total_lag"]);
+    let (ids, _) = after(&[long.as_str(), "orders-"], "7");
+    assert_eq!(ids, ["bad_partition"]);
+}
+
+#[test]
+fn at_level_3_a_join_is_not_checked() {
+    let snap = snapshot();
+    let mut t = texts(&["00."]);
+    let outcome = guard::check_after(
+        &snap,
+        level(3),
+        &mut TurnState::new(),
+        &["The answer is 51"],
+        &mut t,
+        false,
+    );
+    assert_eq!(outcome, Outcome::Unguarded);
+    assert_eq!(t, ["00."]);
+}
+
+#[test]
+fn a_long_reply_after_a_history_is_joined_by_its_head_and_still_checked_whole() {
+    let long = "Check the offsets per partition. ".repeat(200);
+    // Completed at the head of a long reply: withheld.
+    assert_eq!(
+        after(&["The answer is 51"], &format!("00. {long}")).0,
+        ["total_lag"]
+    );
+    // A value at the end of a long reply is the reply's own: withheld as ever.
+    assert_eq!(
+        after(&["Hello."], &format!("{long} It is 5100.")).0,
+        ["total_lag"]
+    );
+    // Nothing joins: untouched.
+    assert!(
+        after(&["The answer is 51"], &format!("000. {long}"))
+            .0
+            .is_empty()
+    );
+}

@@ -33,7 +33,7 @@ use corral_policy::codes;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-pub use reply::{AssistantReply, ReplyCtx};
+pub use reply::{AssistantReply, MAX_HISTORY_BYTES, ReplyCtx, history_of};
 
 use super::extract::{Authed, Llm};
 use crate::AppState;
@@ -53,6 +53,17 @@ pub trait ReplyHook: Send + Sync + std::fmt::Debug {
     /// `reply.text` in place. Its tool calls are shown, and always forwarded as the model made
     /// them.
     fn on_root_reply(&self, ctx: &ReplyCtx, reply: &mut AssistantReply);
+
+    /// Called once per completion with every choice of it, in order, and what the learner saw
+    /// before it (`history`: the request's earlier assistant messages, oldest first, from
+    /// `reply::history_of`): rewrite each `reply.text` in place. The default hooks each choice
+    /// alone; the answer guard reads each in the context of the history and the choices before.
+    fn on_root_replies(&self, ctx: &ReplyCtx, history: &[String], replies: &mut [AssistantReply]) {
+        let _ = history;
+        for r in replies {
+            self.on_root_reply(ctx, r);
+        }
+    }
 }
 
 /// The provider, as `llm:` resolved at start-up.
@@ -415,6 +426,74 @@ fn passed_headers(api: Api, headers: &HeaderMap) -> Vec<(&'static str, String)> 
         .collect()
 }
 
+/// Whether the request streams, and whether the client asked for the usage. A chat stream
+/// carries its usage in a last chunk only when asked: corral always asks (it meters tokens) and
+/// strips that chunk when the client did not. The other APIs always send it.
+fn ask_usage(api: Api, body: &mut serde_json::Map<String, Value>) -> (bool, bool) {
+    let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+    let usage_asked = api != Api::Chat
+        || body
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            == Some(true);
+    if stream && api == Api::Chat {
+        let so = body.entry("stream_options").or_insert_with(|| json!({}));
+        if let Some(o) = so.as_object_mut() {
+            o.insert("include_usage".to_owned(), Value::Bool(true));
+        } else {
+            *so = json!({"include_usage": true});
+        }
+    }
+    (stream, usage_asked)
+}
+
+/// The request's model, or what is wrong with its body.
+fn model_of(api: Api, body: &serde_json::Map<String, Value>) -> Result<String, &'static str> {
+    let model = match body.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => m.clone(),
+        _ => {
+            return Err(
+                "the body has no `model` string; name the model (`GET /v1/models` lists them)",
+            );
+        }
+    };
+    api.body_error(body).map_or(Ok(model), Err)
+}
+
+/// A hooked Responses request that names a conversation the provider keeps
+/// (`previous_response_id`, `conversation`) is refused: the guard joins a reply only with the
+/// history the request carries, so a value split across chained responses would get through.
+fn provider_conversation(
+    api: Api,
+    hooked: bool,
+    body: &serde_json::Map<String, Value>,
+) -> Option<String> {
+    let named = ["previous_response_id", "conversation"]
+        .into_iter()
+        .find(|k| body.get(*k).is_some_and(|v| !v.is_null()))?;
+    (api == Api::Responses && hooked).then(|| {
+        format!(
+            "in learning mode the root agent's request may not name `{named}` (a conversation the model provider keeps): the answer guard reads each reply after the history the request carries; send the whole conversation in `input` with `store: false`"
+        )
+    })
+}
+
+/// A model request refused before it is decided: audited (`code`, the catalog's status), and
+/// the error to answer.
+async fn refused(
+    gw: &corral_guard::Gateway,
+    caller: &corral_guard::Caller,
+    rid: &str,
+    code: &'static str,
+    msg: impl Into<String>,
+) -> ApiError {
+    let e = ApiError::new(code, msg, Some(LLM_OP), rid);
+    gw.audit_rejected(caller, LLM_OP, rid, code, e.status())
+        .await;
+    e
+}
+
 /// A model request of any API: checked, decided as `llm.chat` (argument `model`), forwarded.
 async fn forward_route(
     state: AppState,
@@ -447,48 +526,18 @@ async fn forward_route(
         Ok(b) => b,
         Err(resp) => return Ok(resp),
     };
-    let model = match body.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => Ok(m.clone()),
-        _ => Err("the body has no `model` string; name the model (`GET /v1/models` lists them)"),
-    };
-    let model = match model.and_then(|m| api.body_error(&body).map_or(Ok(m), Err)) {
+    let model = match model_of(api, &body) {
         Ok(m) => m,
-        Err(msg) => {
-            gw.audit_rejected(&caller, LLM_OP, &rid, codes::LLM_BAD_REQUEST, 400)
-                .await;
-            return Err(ApiError::new(
-                codes::LLM_BAD_REQUEST,
-                msg,
-                Some(LLM_OP),
-                &rid,
-            ));
-        }
+        Err(msg) => return Err(refused(&gw, &caller, &rid, codes::LLM_BAD_REQUEST, msg).await),
     };
     let opts = match options {
         Ok(o) => o,
         Err(msg) => {
             let code = super::extract::INVALID_HEADER;
-            gw.audit_rejected(&caller, LLM_OP, &rid, code, 400).await;
-            return Err(ApiError::new(code, msg, Some(LLM_OP), &rid));
+            return Err(refused(&gw, &caller, &rid, code, msg).await);
         }
     };
-    let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
-    let usage_asked = api != Api::Chat
-        || body
-            .get("stream_options")
-            .and_then(|o| o.get("include_usage"))
-            .and_then(Value::as_bool)
-            == Some(true);
-    if stream && api == Api::Chat {
-        // The usage comes in the stream's last chunk only when asked for; corral always asks
-        // (it meters tokens) and strips that chunk when the client did not.
-        let so = body.entry("stream_options").or_insert_with(|| json!({}));
-        if let Some(o) = so.as_object_mut() {
-            o.insert("include_usage".to_owned(), Value::Bool(true));
-        } else {
-            *so = json!({"include_usage": true});
-        }
-    }
+    let (stream, usage_asked) = ask_usage(api, &mut body);
     // A specialist's reply goes to the root, not to the learner, so it is not rewritten. But
     // the header is the caller's to set: in learning mode only agent software (a service or a
     // delegated principal) names a specialist; a person's own token is always the root's, so a
@@ -496,8 +545,17 @@ async fn forward_route(
     let human = caller.principal.kind == corral_policy::PrincipalKind::Human;
     let is_root = is_root || (human && state.learning().is_some());
     let hook = state.reply_hook().filter(|_| is_root);
-    // Learning mode: the root's system prompt gets the learner's level line (never a value).
-    if is_root && let Some(l) = state.learning() {
+    // Learning mode: the root's system prompt gets the learner's level line (never a value),
+    // and so does the coach's (`lab_coach`), whose hint ladder follows the level; the coach's
+    // replies are not rewritten (they reach the learner only through the root, which is).
+    if let Some(msg) = provider_conversation(api, hook.is_some(), &body) {
+        let code = codes::LEARNING_PROVIDER_CONVERSATION;
+        return Err(refused(&gw, &caller, &rid, code, msg).await);
+    }
+    let coach = !is_root && agent == corral_learn::levels::LAB_COACH;
+    if (is_root || coach)
+        && let Some(l) = state.learning()
+    {
         let level = l.level_of(&caller);
         match api {
             Api::Messages => crate::learning::append_level_system(&mut body, level),
@@ -512,16 +570,23 @@ async fn forward_route(
         request_id: rid.clone(),
         caller: caller.principal.clone(),
     };
+    let body = Value::Object(body);
+    let history = if hook.is_some() {
+        history_of(&body)
+    } else {
+        Vec::new()
+    };
     let forward = Forward {
         api,
         upstream,
         metrics: state.metrics_arc(),
         model: audit_model(&model),
-        body: Value::Object(body),
+        body,
         hook,
         ctx,
         headers: passed,
         beta,
+        history,
     };
     let args = json!({ "model": model });
     proxied(gw, caller, rid, opts, args, move |tx| {

@@ -2,7 +2,8 @@
 //! an approval given on one, 1,000 concurrent retries spread over both: one execution, every
 //! other retry gets the stored outcome. And a restart between the approval and the retry
 //! (SQLite and PostgreSQL) still runs the approved call, once. A run's budget is shared by
-//! the replicas: its calls spread over both, exactly the budget's number pass.
+//! the replicas: its calls spread over both, exactly the budget's number pass; and a run with
+//! a token budget has one model call in flight between them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -225,6 +226,99 @@ async fn a_runs_budget_is_shared_by_two_replicas_on_one_postgres() {
         Some(&35),
         "{by:?}"
     );
+    drop((a, b));
+    schema.drop().await;
+}
+
+/// A provider whose first completion waits for `release` (after telling `started`); the
+/// others answer at once. Each answer uses 10 tokens.
+async fn holding_provider(
+    started: tokio::sync::oneshot::Sender<()>,
+    release: tokio::sync::oneshot::Receiver<()>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    use std::sync::Mutex;
+    type Gate = Option<(
+        tokio::sync::oneshot::Sender<()>,
+        tokio::sync::oneshot::Receiver<()>,
+    )>;
+    let gate: Arc<Mutex<Gate>> = Arc::new(Mutex::new(Some((started, release))));
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || {
+            let gate = Arc::clone(&gate);
+            async move {
+                let first = gate.lock().unwrap().take();
+                if let Some((started, release)) = first {
+                    let _ = started.send(());
+                    let _ = release.await;
+                }
+                axum::Json(json!({
+                    "id": "x", "object": "chat.completion", "created": 1, "model": "m",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"},
+                        "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
+                }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    (format!("http://{addr}/v1"), task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runs_model_call_in_flight_on_one_replica_refuses_the_runs_next_on_the_other_until_it_ends()
+ {
+    use crate::common::{AGENT_TOKEN, Workspace, token_env};
+    use crate::scripted_llm::{LLM_YAML, UPSTREAM_KEY, UPSTREAM_KEY_ENV, UPSTREAM_URL_ENV};
+    let Some(schema) = Schema::create("modelcalls").await else {
+        return;
+    };
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (release, release_rx) = tokio::sync::oneshot::channel();
+    let (url, _provider) = holding_provider(started_tx, release_rx).await;
+    let ws = Workspace::new();
+    let mut env = token_env();
+    env.push((UPSTREAM_URL_ENV, url.as_str()));
+    env.push((UPSTREAM_KEY_ENV, UPSTREAM_KEY));
+    let yaml = ws.jail_yaml(&format!(
+        "storage: {{url: \"{}\"}}\nbudgets: {{tokens: 1000}}\n{LLM_YAML}rules:\n  - allow: [llm.chat]\n",
+        schema.url
+    ));
+    let loaded = ws.load(&yaml, &env);
+    let a = Arc::new(Server::start(&loaded).await);
+    let b = Server::start(&loaded).await;
+    assert_eq!(a.store.backend_name(), "postgres");
+    let ask = |s: &Server| {
+        s.client()
+            .post(s.url("/v1/chat/completions"))
+            .bearer_auth(AGENT_TOKEN)
+            .header("x-corral-run", "one-at-a-time")
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+    };
+    let first = {
+        let a = Arc::clone(&a);
+        tokio::spawn(async move { send(ask(&a)).await })
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), started)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // Held on A: B refuses the run's second model call.
+    let second = send(ask(&b)).await;
+    second.assert_error(429, "budget.tokens_in_flight");
+    assert!(second.text.contains("one-at-a-time"), "{}", second.text);
+
+    release.send(()).unwrap();
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 200, "{}", first.text);
+    // Ended on A: B takes the run's next call.
+    let third = send(ask(&b)).await;
+    assert_eq!(third.status, 200, "{}", third.text);
     drop((a, b));
     schema.drop().await;
 }

@@ -111,3 +111,91 @@ async fn the_guard_withholds_the_value_in_an_anthropic_message_and_keeps_its_too
             .all(|m| m["role"] != "system")
     );
 }
+
+/// The reply's text after the guard, as the API returns it.
+fn said(r: &Reply, path: &str) -> String {
+    let v = r.json();
+    let parts = if path == "/v1/responses" {
+        v["output"][0]["content"].clone()
+    } else {
+        v["content"].clone()
+    };
+    parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["text"].as_str())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_value_completed_across_two_replies_is_withheld_on_the_responses_and_anthropic_apis() {
+    for (llm, path) in [
+        (LLM_YAML, "/v1/responses"),
+        (ANTHROPIC_YAML, "/v1/messages"),
+    ] {
+        let (s, _upstream, _ws) = learning_proxy(llm).await;
+        // What the learner saw before: an assistant reply that ended in the value's start.
+        let ask = |before: &str| {
+            if path == "/v1/responses" {
+                json!({"model": "tail", "input": [
+                    {"role": "user", "content": "What is the lag?"},
+                    {"type": "message", "role": "assistant",
+                     "content": [{"type": "output_text", "text": before}]},
+                    {"role": "user", "content": "Go on."}]})
+            } else {
+                json!({"model": "tail", "max_tokens": 100, "messages": [
+                    {"role": "user", "content": "What is the lag?"},
+                    {"role": "assistant", "content": [{"type": "text", "text": before}]},
+                    {"role": "user", "content": "Go on."}]})
+            }
+        };
+        let joined = post(&s, path, ask("The answer is 51")).await;
+        assert_eq!(joined.status, 200, "{}", joined.text);
+        let text = said(&joined, path);
+        assert!(!text.is_empty() && text != "00.", "{path}: {text}");
+        // A history the reply does not complete leaves it as the model wrote it.
+        let apart = post(&s, path, ask("The answer is 7")).await;
+        assert_eq!(said(&apart, path), "00.", "{path}: {}", apart.text);
+    }
+}
+
+#[tokio::test]
+async fn the_coachs_prompt_gets_the_level_line_and_its_reply_is_not_rewritten_a_specialists_gets_neither()
+ {
+    let upstream = ScriptedLlm::start().await;
+    let ws = Workspace::new();
+    let mut env = upstream.env(&token_env());
+    env.push(("CORRAL_IT_HOST_TOKEN", "host-token-0123456789abcdef"));
+    let yaml = format!("{}{LLM_YAML}rules:\n  - allow: [llm.chat]\n", learning_yaml(&ws)).replace(
+        "token_env: CORRAL_IT_ADMIN_TOKEN}\n",
+        "token_env: CORRAL_IT_ADMIN_TOKEN}\n    - {id: host, roles: [operator], kind: service, token_env: CORRAL_IT_HOST_TOKEN}\n",
+    );
+    let loaded = ws.load(&yaml, &env);
+    let s = Server::start_learning(&loaded, setup(&ws, &manifest(), Duration::ZERO), false)
+        .await
+        .unwrap();
+    let ask = json!({"model": "ok", "messages": [
+        {"role": "system", "content": "You coach."},
+        {"role": "user", "content": "A hint, please."}]});
+    for (agent, coached) in [("lab_coach", true), ("researcher", false)] {
+        let r = send(
+            s.client()
+                .post(s.url("/v1/chat/completions"))
+                .bearer_auth("host-token-0123456789abcdef")
+                .header("x-corral-agent", agent)
+                .json(&ask),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{agent}: {}", r.text);
+        // Neither is the learner's text: both reach the root as the model wrote them.
+        assert!(r.text.contains("5100"), "{agent}: {}", r.text);
+        let seen = upstream.seen();
+        let system = seen.last().unwrap().body["messages"][0]["content"].clone();
+        assert_eq!(
+            system.as_str().unwrap().contains(level_0()),
+            coached,
+            "{agent}: {system}"
+        );
+    }
+}

@@ -2,7 +2,8 @@
 //! adversarial prompts through the full proxy (auth, guard chain, reply hook, streaming hold).
 //! 20 state a target's value in a form the guard is specified to catch (directly, with
 //! separators, in words, in k-form, in JSON, alongside a tool call, split over two text parts,
-//! streamed, and routed around through a non-root agent header); 4 are residual paraphrases
+//! split over two responses (streamed and not) and over two choices, streamed, and routed
+//! around through a non-root agent header); 4 are residual paraphrases
 //! (hex, reversed, a spoken form, a description) that it is not. With the guard on (level 0)
 //! no exact value reaches the learner; with it off (level 3) the leak rate and the residual
 //! paraphrase rate are printed (`cargo test -p corral-server --test it learning_eval --
@@ -18,14 +19,28 @@ use crate::common::{ADMIN_TOKEN, AGENT_TOKEN, Server, Workspace, send, token_env
 use crate::learning::{manifest, setup};
 use crate::scripted_llm::{LLM_YAML, UPSTREAM_KEY, UPSTREAM_KEY_ENV, UPSTREAM_URL_ENV, sse_data};
 
+/// How a case's parts reach the learner.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Split {
+    /// As the text parts of one message.
+    No,
+    /// One part per response: the learner asks again, sending the first answer back as the
+    /// history (`messages`), and the model completes the value in its second answer.
+    Responses,
+    /// One part per choice of one completion (`n: 2`).
+    Choices,
+}
+
 /// One adversarial case: what the model answers (text parts), whether with a tool call,
-/// whether the request streams, the agent header it is sent with, and the needle whose
-/// presence in what the learner receives is a leak. `exact`: a form the guard must catch.
+/// whether the request streams, the agent header it is sent with, how the parts are split,
+/// and the needle whose presence in what the learner receives (everything, in order) is a
+/// leak. `exact`: a form the guard must catch.
 struct Case {
     parts: &'static [&'static str],
     tool_call: bool,
     stream: bool,
     agent: Option<&'static str>,
+    split: Split,
     needle: &'static str,
     exact: bool,
 }
@@ -36,6 +51,7 @@ const fn case(parts: &'static [&'static str], needle: &'static str) -> Case {
         tool_call: false,
         stream: false,
         agent: None,
+        split: Split::No,
         needle,
         exact: true,
     }
@@ -91,9 +107,19 @@ const CASES: [Case; 24] = [
         stream: true,
         ..case(&["Specialist stream: 5,100 messages."], "5,100")
     },
-    case(&["[5100]"], "5100"),
-    case(&["lag=5100;"], "lag=5100"),
-    case(&["It is **5,100**."], "5,100"),
+    Case {
+        split: Split::Responses,
+        ..case(&["The answer is [51", "00] messages."], "5100")
+    },
+    Case {
+        split: Split::Responses,
+        stream: true,
+        ..case(&["lag=51", "00; that is all."], "5100")
+    },
+    Case {
+        split: Split::Choices,
+        ..case(&["It is **5,1", "00**."], "5,100")
+    },
     Case {
         exact: false,
         ..case(&["In hex that is 0x13ec."], "0x13ec")
@@ -148,17 +174,41 @@ async fn answer(body: axum::Json<Value>) -> axum::response::Response {
         }))
         .into_response();
     }
-    let n: usize = last.trim_start_matches("case-").parse().unwrap_or(0);
+    // `case-N`, or `case-N.P`: part P only (a split case's P-th response).
+    let name = last.trim_start_matches("case-");
+    let (n, part) = match name.split_once('.') {
+        Some((n, p)) => (n.parse().unwrap_or(0), p.parse::<usize>().ok()),
+        None => (name.parse().unwrap_or(0), None),
+    };
     let c = &CASES[n];
+    let parts: &[&str] = match part {
+        Some(p) => &c.parts[p..=p],
+        None => c.parts,
+    };
     let tool = json!({"id": "call_1", "type": "function",
         "function": {"name": "files_read", "arguments": "{\"path\":\"lag.txt\"}"}});
     let usage = json!({"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10});
+    if c.split == Split::Choices {
+        let choices: Vec<Value> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                json!({"index": i, "message": {"role": "assistant", "content": p},
+                    "finish_reason": "stop"})
+            })
+            .collect();
+        return axum::Json(json!({
+            "id": "x", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": choices, "usage": usage,
+        }))
+        .into_response();
+    }
     if body["stream"] != Value::Bool(true) {
-        let content = if c.parts.len() == 1 {
-            json!(c.parts[0])
+        let content = if parts.len() == 1 {
+            json!(parts[0])
         } else {
             Value::Array(
-                c.parts
+                parts
                     .iter()
                     .map(|p| json!({"type": "text", "text": p}))
                     .collect(),
@@ -181,7 +231,7 @@ async fn answer(body: axum::Json<Value>) -> axum::response::Response {
     };
     let mut events = vec![chunk(json!({"role": "assistant", "content": ""}))];
     // Every part in two deltas, split mid-value.
-    for p in c.parts {
+    for p in parts {
         let mid = p
             .char_indices()
             .nth(p.chars().count() / 2)
@@ -210,17 +260,41 @@ async fn answer(body: axum::Json<Value>) -> axum::response::Response {
     ([("content-type", "text/event-stream")], text).into_response()
 }
 
-/// The text the learner receives for case `n`, as `token`.
+/// Everything the learner receives for case `n`, as `token`, in order: a case split over
+/// responses is asked part by part, each answer sent back as the history of the next request.
 async fn received(s: &Server, token: &str, n: usize) -> String {
     let c = &CASES[n];
+    if c.split != Split::Responses {
+        return received_once(
+            s,
+            token,
+            n,
+            &[json!({"role": "user", "content": format!("case-{n}")})],
+        )
+        .await;
+    }
+    let mut messages = Vec::new();
+    let mut all = String::new();
+    for p in 0..c.parts.len() {
+        messages.push(json!({"role": "user", "content": format!("case-{n}.{p}")}));
+        let answer = received_once(s, token, n, &messages).await;
+        messages.push(json!({"role": "assistant", "content": answer}));
+        all.push_str(&answer);
+    }
+    all
+}
+
+/// The text of one answer to `messages` (after a system message) for case `n`.
+async fn received_once(s: &Server, token: &str, n: usize, messages: &[Value]) -> String {
+    let c = &CASES[n];
+    let mut all = vec![json!({"role": "system", "content": "You help."})];
+    all.extend_from_slice(messages);
     let mut rb = s
         .client()
         .post(s.url("/v1/chat/completions"))
         .bearer_auth(token)
         .header("x-corral-run", format!("eval-{n}"))
-        .json(&json!({"model": "m", "stream": c.stream,
-            "messages": [{"role": "system", "content": "You help."},
-                         {"role": "user", "content": format!("case-{n}")}]}));
+        .json(&json!({"model": "m", "stream": c.stream, "messages": all}));
     if let Some(a) = c.agent {
         rb = rb.header("x-corral-agent", a);
     }
@@ -242,7 +316,11 @@ async fn received(s: &Server, token: &str, n: usize) -> String {
                 "case {n}: the tool call is kept: {v}"
             );
         }
-        return text_of(&v["choices"][0]["message"]["content"]);
+        let choices = v["choices"].as_array().cloned().unwrap_or_default();
+        return choices
+            .iter()
+            .map(|c| text_of(&c["message"]["content"]))
+            .collect();
     }
     sse_data(&r.text)
         .iter()
@@ -458,4 +536,221 @@ async fn in_learning_mode_a_specialists_reply_to_the_agent_host_is_kept_and_a_pe
             "case {n}"
         );
     }
+}
+
+#[test]
+fn the_history_a_reply_is_read_after_is_the_requests_assistant_text_oldest_first() {
+    use corral_server::routes::llm::history_of;
+    let body = json!({"messages": [
+        {"role": "system", "content": "You help. 51"},
+        {"role": "user", "content": "case"},
+        {"role": "assistant", "content": "The answer is"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
+            "function": {"name": "files_read", "arguments": "{\"path\": \"51\"}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "5100"},
+        {"role": "assistant", "content": [{"type": "text", "text": " 5"}, {"type": "text", "text": "1"}]},
+        {"role": "user", "content": "go on"},
+    ]});
+    assert_eq!(history_of(&body), ["The answer is", " 51"]);
+    // Bounded from the newest back.
+    let long = "x".repeat(70 * 1024);
+    let body = json!({"messages": [
+        {"role": "assistant", "content": "old"},
+        {"role": "assistant", "content": long},
+        {"role": "assistant", "content": "51"},
+    ]});
+    let h = history_of(&body);
+    assert_eq!(h.len(), 2);
+    assert_eq!(h[1], "51");
+    assert_eq!(
+        h.iter().map(String::len).sum::<usize>(),
+        corral_server::routes::llm::MAX_HISTORY_BYTES
+    );
+}
+
+/// A provider whose first (streaming) answer stops mid-value until `release` fires, after
+/// telling `started`; every later request gets its system prompt echoed (non-streaming).
+async fn holding_provider(
+    started: tokio::sync::oneshot::Sender<()>,
+    release: tokio::sync::oneshot::Receiver<()>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    use std::sync::{Arc, Mutex};
+    type Gate = (
+        Option<tokio::sync::oneshot::Sender<()>>,
+        Option<tokio::sync::oneshot::Receiver<()>>,
+    );
+    let gate: Arc<Mutex<Gate>> = Arc::new(Mutex::new((Some(started), Some(release))));
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move |body: axum::Json<Value>| {
+            let gate = Arc::clone(&gate);
+            async move {
+                use axum::response::IntoResponse;
+                if body["stream"] != Value::Bool(true) {
+                    return answer(body).await;
+                }
+                let (started, release) = {
+                    let mut g = gate.lock().unwrap();
+                    (g.0.take().unwrap(), g.1.take().unwrap())
+                };
+                let chunk = |delta: Value, finish: Value| {
+                    let e = json!({"id": "x", "object": "chat.completion.chunk", "created": 1,
+                        "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+                    format!("data: {e}\n\n")
+                };
+                let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(8);
+                tokio::spawn(async move {
+                    let _ = tx
+                        .send(Ok(chunk(json!({"role": "assistant", "content": "The lag is 51"}), Value::Null)))
+                        .await;
+                    let _ = started.send(());
+                    let _ = release.await;
+                    let usage = json!({"id": "x", "object": "chat.completion.chunk", "created": 1,
+                        "model": "m", "choices": [],
+                        "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}});
+                    for part in [
+                        chunk(json!({"content": "00 messages."}), Value::Null),
+                        chunk(json!({}), json!("stop")),
+                        format!("data: {usage}\n\n"),
+                        "data: [DONE]\n\n".to_owned(),
+                    ] {
+                        let _ = tx.send(Ok(part)).await;
+                    }
+                });
+                let body = axum::body::Body::from_stream(Chunks(rx));
+                ([("content-type", "text/event-stream")], body).into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    (format!("http://{addr}/v1"), task)
+}
+
+/// A response body fed by a channel.
+struct Chunks(tokio::sync::mpsc::Receiver<Result<String, std::io::Error>>);
+
+impl futures_core::Stream for Chunks {
+    type Item = Result<String, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+#[tokio::test]
+async fn a_hint_taken_while_a_streamed_turn_is_held_leaves_that_turn_a_valid_stream_and_the_next_turn_reads_the_new_level()
+ {
+    use corral_learn::levels::{Level, level_line};
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (release, release_rx) = tokio::sync::oneshot::channel();
+    let (url, _provider) = holding_provider(started_tx, release_rx).await;
+    let ws = Workspace::new();
+    let mut env = token_env();
+    env.push((UPSTREAM_URL_ENV, url.as_str()));
+    env.push((UPSTREAM_KEY_ENV, UPSTREAM_KEY));
+    let yaml = format!(
+        "{}{LLM_YAML}rules:\n  - allow: [llm.chat]\n",
+        crate::learning::learning_yaml(&ws)
+    );
+    let loaded = ws.load(&yaml, &env);
+    let s = std::sync::Arc::new(
+        Server::start_learning(&loaded, setup(&ws, &manifest(), Duration::ZERO), false)
+            .await
+            .unwrap(),
+    );
+    let turn = {
+        let s = std::sync::Arc::clone(&s);
+        tokio::spawn(async move {
+            send(
+                s.client()
+                    .post(s.url("/v1/chat/completions"))
+                    .bearer_auth(AGENT_TOKEN)
+                    .header("x-corral-run", "held-turn")
+                    .json(&json!({"model": "m", "stream": true,
+                        "messages": [{"role": "user", "content": "what is the lag?"}]})),
+            )
+            .await
+        })
+    };
+    // The provider sent the first half of the value; the proxy holds it.
+    tokio::time::timeout(Duration::from_secs(30), started)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!turn.is_finished());
+    let hint = send(
+        s.client()
+            .post(s.url("/learning/hint"))
+            .bearer_auth(AGENT_TOKEN),
+    )
+    .await;
+    assert_eq!(hint.status, 200, "{}", hint.text);
+    assert_eq!(hint.json()["level"], 1, "{}", hint.text);
+    release.send(()).unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(30), turn)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // The held turn ends as a valid stream: chunks, a finish reason, `[DONE]` last; the value
+    // it completed is withheld.
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(
+        r.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let data = sse_data(&r.text);
+    assert_eq!(
+        data.last().map(String::as_str),
+        Some("[DONE]"),
+        "{}",
+        r.text
+    );
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    assert!(
+        chunks
+            .iter()
+            .any(|c| c["choices"][0]["finish_reason"] == "stop"),
+        "{}",
+        r.text
+    );
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(text.starts_with("I can't give that value yet."), "{text}");
+    assert!(!text.contains("5100") && !text.contains("51"), "{text}");
+
+    // The next turn reads the new level.
+    let next = send(
+        s.client()
+            .post(s.url("/v1/chat/completions"))
+            .bearer_auth(AGENT_TOKEN)
+            .json(&json!({"model": "m",
+                "messages": [{"role": "user", "content": "echo-system"}]})),
+    )
+    .await;
+    assert_eq!(
+        next.json()["choices"][0]["message"]["content"],
+        json!(level_line(Level::new(1).unwrap())),
+        "{}",
+        next.text
+    );
 }

@@ -11,6 +11,7 @@ mod agent_link;
 mod agent_ops;
 mod anthropic_sdk;
 mod attack_z;
+mod attack_z2;
 mod audit;
 mod bad_input;
 mod claude;

@@ -29,6 +29,9 @@ pub const UPSTREAM_URL_ENV: &str = "CORRAL_IT_LLM_URL";
 
 /// The text of the `ok` and `tools` models' reply.
 pub const ANSWER: &str = "The answer is 5100.";
+/// Model `tail`'s answer (Responses, Anthropic): the end of [`ANSWER`]'s value, which states it
+/// only after an earlier reply that ended in its start.
+pub const TAIL: &str = "00.";
 
 /// One request the provider got.
 #[derive(Debug, Clone)]
@@ -300,7 +303,10 @@ fn response_object(body: &Value) -> Value {
                 "summary": [{"type": "summary_text", "text": "The lag is 5100."}]}),
             );
         }
-        output.push(message("msg_1", ANSWER));
+        output.push(message(
+            "msg_1",
+            if model == "tail" { TAIL } else { ANSWER },
+        ));
         if model == "tools" {
             output.push(json!({"id": "fc_1", "type": "function_call", "status": "completed",
                 "call_id": "call_1", "name": "files_read", "arguments": "{\"path\":\"notes.txt\"}"}));
@@ -460,7 +466,8 @@ fn anthropic_message(body: &Value) -> Value {
         content
             .push(json!({"type": "thinking", "thinking": "The lag is 5100.", "signature": "sig"}));
     }
-    content.push(json!({"type": "text", "text": ANSWER}));
+    let text = if model == "tail" { TAIL } else { ANSWER };
+    content.push(json!({"type": "text", "text": text}));
     if model == "tools" {
         content.push(
             json!({"type": "tool_use", "id": "toolu_1", "name": "files_read",

@@ -1,7 +1,9 @@
 //! Run records in the store, through the `RunStore` port, on SQLite and PostgreSQL: a run's
 //! level and dry-run only tighten; each budget refuses once used up with the same words as the
 //! in-memory ledger; a refund gives a call back; and of many concurrent charges to one run
-//! (on PostgreSQL from two pools, as two replicas), exactly the budget's number pass.
+//! (on PostgreSQL from two pools, as two replicas), exactly the budget's number pass. A run's
+//! model-call lease has one holder at a time, lapses when it expires, and of many concurrent
+//! takers over two pools exactly one gets it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -198,6 +200,133 @@ async fn exactly_the_budget_passes(stores: &[Arc<dyn RunStore>], tasks: usize) {
     assert_eq!(passed, 10);
 }
 
+/// One holder at a time per run; renewal, release and expiry; the same from every store.
+async fn model_call_leases(store: &dyn RunStore) {
+    let k = key("leased");
+    let b = backend_of(store);
+    assert!(
+        store
+            .lease_model_call(&k, "call-a", 1_000, 31_000)
+            .await
+            .unwrap(),
+        "{b}"
+    );
+    // Another call of the run, before the lease expires: refused.
+    assert!(
+        !store
+            .lease_model_call(&k, "call-b", 2_000, 32_000)
+            .await
+            .unwrap(),
+        "{b}"
+    );
+    // Another principal's run of the same id is another run.
+    let other = RunKey {
+        principal: "bob",
+        ..key("leased")
+    };
+    assert!(
+        store
+            .lease_model_call(&other, "call-c", 2_000, 32_000)
+            .await
+            .unwrap(),
+        "{b}"
+    );
+    // Only the holder renews or releases it.
+    assert!(
+        !store.renew_model_call(&k, "call-b", 90_000).await.unwrap(),
+        "{b}"
+    );
+    store.release_model_call(&k, "call-b").await.unwrap();
+    assert!(
+        !store
+            .lease_model_call(&k, "call-b", 3_000, 33_000)
+            .await
+            .unwrap(),
+        "{b}"
+    );
+    assert!(
+        store.renew_model_call(&k, "call-a", 60_000).await.unwrap(),
+        "{b}"
+    );
+    // Renewed: still held past the first expiry.
+    assert!(
+        !store
+            .lease_model_call(&k, "call-b", 40_000, 70_000)
+            .await
+            .unwrap(),
+        "{b}"
+    );
+    // Released: the next call takes it.
+    store.release_model_call(&k, "call-a").await.unwrap();
+    assert!(
+        store
+            .lease_model_call(&k, "call-b", 41_000, 71_000)
+            .await
+            .unwrap(),
+        "{b}"
+    );
+    // Its holder died (never released): the lease lapses at its expiry.
+    assert!(
+        !store
+            .lease_model_call(&k, "call-d", 70_999, 100_000)
+            .await
+            .unwrap(),
+        "{b}"
+    );
+    assert!(
+        store
+            .lease_model_call(&k, "call-d", 71_000, 101_000)
+            .await
+            .unwrap(),
+        "{b}"
+    );
+    // The lapsed holder can no longer renew or release it.
+    assert!(
+        !store.renew_model_call(&k, "call-b", 200_000).await.unwrap(),
+        "{b}"
+    );
+    store.release_model_call(&k, "call-b").await.unwrap();
+    assert!(
+        !store
+            .lease_model_call(&k, "call-e", 72_000, 102_000)
+            .await
+            .unwrap(),
+        "{b}"
+    );
+    store.release_model_call(&k, "call-d").await.unwrap();
+    store.release_model_call(&other, "call-c").await.unwrap();
+}
+
+fn backend_of(store: &dyn RunStore) -> &'static str {
+    store.backend()
+}
+
+/// `tasks` concurrent takers of one run's lease, spread over `stores`: exactly one gets it.
+async fn exactly_one_takes_the_lease(stores: &[Arc<dyn RunStore>], tasks: usize) {
+    let mut handles = Vec::new();
+    for i in 0..tasks {
+        let s = Arc::clone(&stores[i % stores.len()]);
+        handles.push(tokio::spawn(async move {
+            s.lease_model_call(&key("contended"), &format!("call-{i}"), 1_000, 31_000)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut taken = 0;
+    for h in handles {
+        taken += usize::from(h.await.unwrap());
+    }
+    assert_eq!(taken, 1);
+}
+
+#[tokio::test]
+async fn the_memory_ledgers_model_call_lease_has_one_holder_at_a_time() {
+    let memory = RunLedger::default();
+    model_call_leases(&memory).await;
+    assert_eq!(memory.leases(), 0, "every lease given back is forgotten");
+    exactly_one_takes_the_lease(&[Arc::new(memory)], 32).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_run_budgets() {
     let dir = tempfile::tempdir().unwrap();
@@ -206,7 +335,10 @@ async fn sqlite_run_budgets() {
         .unwrap();
     budgets_and_settings(&store).await;
     purging_idle_runs(&store).await;
-    exactly_the_budget_passes(&[Arc::new(store)], 64).await;
+    model_call_leases(&store).await;
+    let store: Arc<dyn RunStore> = Arc::new(store);
+    exactly_the_budget_passes(&[Arc::clone(&store)], 64).await;
+    exactly_one_takes_the_lease(&[store], 32).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -217,8 +349,11 @@ async fn postgres_run_budgets_shared_by_two_pools() {
     let a = Store::connect(&schema.url).await.unwrap();
     budgets_and_settings(&a).await;
     purging_idle_runs(&a).await;
+    model_call_leases(&a).await;
     let b = Store::connect(&schema.url).await.unwrap();
-    exactly_the_budget_passes(&[Arc::new(a), Arc::new(b)], 64).await;
+    let stores: [Arc<dyn RunStore>; 2] = [Arc::new(a), Arc::new(b)];
+    exactly_the_budget_passes(&stores, 64).await;
+    exactly_one_takes_the_lease(&stores, 32).await;
     schema.drop().await;
 }
 

@@ -70,25 +70,29 @@ impl Api {
         }
     }
 
-    /// A whole answer with its root replies hooked.
-    fn hook_whole(self, v: &mut Value, hook: &dyn ReplyHook, ctx: &ReplyCtx) {
+    /// A whole answer with its root replies hooked, read after `history` (what the learner
+    /// saw before it).
+    fn hook_whole(self, v: &mut Value, hook: &dyn ReplyHook, ctx: &ReplyCtx, history: &[String]) {
         match self {
             Self::Chat => {
-                for c in v
+                let mut messages: Vec<&mut Value> = v
                     .get_mut("choices")
                     .and_then(Value::as_array_mut)
                     .into_iter()
                     .flatten()
-                {
-                    if let Some(m) = c.get_mut("message") {
-                        let mut reply = AssistantReply::from_message(m);
-                        hook.on_root_reply(ctx, &mut reply);
-                        reply.write_text(m);
-                    }
+                    .filter_map(|c| c.get_mut("message"))
+                    .collect();
+                let mut replies: Vec<AssistantReply> = messages
+                    .iter()
+                    .map(|m| AssistantReply::from_message(m))
+                    .collect();
+                hook.on_root_replies(ctx, history, &mut replies);
+                for (m, reply) in messages.iter_mut().zip(&replies) {
+                    reply.write_text(m);
                 }
             }
-            Self::Responses => responses::hook_response(v, hook, ctx),
-            Self::Messages => messages::hook_message(v, hook, ctx),
+            Self::Responses => responses::hook_response(v, hook, ctx, history),
+            Self::Messages => messages::hook_message(v, hook, ctx, history),
         }
     }
 
@@ -162,19 +166,18 @@ impl Assembly {
     }
 
     /// The held stream, hooked: the SSE text to send, or why there is none.
-    fn render(
-        &self,
-        hook: Option<&dyn ReplyHook>,
-        ctx: &ReplyCtx,
-        usage_asked: bool,
-        upstream: &Upstream,
-    ) -> Result<String, Refusal> {
+    fn render(&self, f: &Forward, usage_asked: bool) -> Result<String, Refusal> {
+        let (hook, ctx, history, upstream) =
+            (f.hook.as_deref(), &f.ctx, f.history.as_slice(), &f.upstream);
         match self {
             Self::Chat(a) => {
                 let mut replies = a.replies();
                 if let Some(hook) = hook {
-                    for (_, r) in &mut replies {
-                        hook.on_root_reply(ctx, r);
+                    let mut rs: Vec<AssistantReply> =
+                        replies.iter_mut().map(|(_, r)| std::mem::take(r)).collect();
+                    hook.on_root_replies(ctx, history, &mut rs);
+                    for ((_, r), hooked) in replies.iter_mut().zip(rs) {
+                        *r = hooked;
                     }
                 }
                 Ok(a.render(&replies, usage_asked))
@@ -190,7 +193,7 @@ impl Assembly {
                     ));
                 };
                 if let Some(hook) = hook {
-                    responses::hook_response(&mut r, hook, ctx);
+                    responses::hook_response(&mut r, hook, ctx, history);
                 }
                 Ok(responses::render(&r, a.terminal()))
             }
@@ -202,7 +205,7 @@ impl Assembly {
                     return Err(unfinished("`message_stop`", messages::MAX_HELD_BLOCKS));
                 };
                 if let Some(hook) = hook {
-                    messages::hook_message(&mut m, hook, ctx);
+                    messages::hook_message(&mut m, hook, ctx, history);
                 }
                 Ok(messages::render(&m))
             }
@@ -277,6 +280,8 @@ pub(super) struct Forward {
     pub(super) headers: Vec<(&'static str, String)>,
     /// The request was `/v1/messages?beta=true` (passed on as it came).
     pub(super) beta: bool,
+    /// The request's earlier assistant text, for the hook (empty without one).
+    pub(super) history: Vec<String>,
 }
 
 impl Forward {
@@ -341,7 +346,8 @@ impl Forward {
         };
         let (prompt, completion) = usage_of(v.get("usage"));
         if let Some(hook) = &self.hook {
-            self.api.hook_whole(&mut v, hook.as_ref(), &self.ctx);
+            self.api
+                .hook_whole(&mut v, hook.as_ref(), &self.ctx, &self.history);
         }
         let _ = tx.send(Answer::whole(axum::Json(&v).into_response()));
         self.done(status, prompt, completion, "")
@@ -436,14 +442,12 @@ impl Forward {
             note = &estimated;
         }
         if held {
-            let text =
-                match assembly.render(self.hook.as_deref(), &self.ctx, usage_asked, &self.upstream)
-                {
-                    Ok(t) => t,
-                    Err(r) => {
-                        return self.fail(r, format!("model {}: stream unusable", self.model));
-                    }
-                };
+            let text = match assembly.render(&self, usage_asked) {
+                Ok(t) => t,
+                Err(r) => {
+                    return self.fail(r, format!("model {}: stream unusable", self.model));
+                }
+            };
             if let Some(t) = tx.take() {
                 let _ = t.send(Answer::whole(sse_response(Body::from(text))));
             }

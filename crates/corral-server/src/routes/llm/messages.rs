@@ -37,7 +37,12 @@ fn is_tool_block(b: &Value) -> bool {
 /// `redacted_thinking` blocks (opaque to the client), and the fields in [`KEPT_FIELDS`].
 /// `thinking` blocks hold the model's readable reasoning, which the hook does not check: they
 /// are not sent.
-pub(super) fn hook_message(message: &mut Value, hook: &dyn ReplyHook, ctx: &ReplyCtx) {
+pub(super) fn hook_message(
+    message: &mut Value,
+    hook: &dyn ReplyHook,
+    ctx: &ReplyCtx,
+    history: &[String],
+) {
     let Some(m) = message.as_object_mut() else {
         return;
     };
@@ -63,7 +68,7 @@ pub(super) fn hook_message(message: &mut Value, hook: &dyn ReplyHook, ctx: &Repl
         }
     }
     let slots = reply.text.len();
-    hook.on_root_reply(ctx, &mut reply);
+    hook.on_root_replies(ctx, history, std::slice::from_mut(&mut reply));
     let same = reply.text.len() == slots;
     let mut next = 0usize;
     let mut out = Vec::new();

@@ -121,6 +121,75 @@ impl AssistantReply {
     }
 }
 
+/// The most bytes of a request's earlier assistant messages handed to the reply hook, read
+/// from the newest back (the guard reads a far shorter tail; this bounds the copy).
+pub const MAX_HISTORY_BYTES: usize = 64 * 1024;
+
+/// What the learner saw before this reply, as the client sends it: the text of the request's
+/// assistant messages (a string `content`, its text parts, or a `refusal`), oldest first, the
+/// newest [`MAX_HISTORY_BYTES`] of them (a message cut at its start). Tool calls and the other
+/// roles are not text the learner read from the model.
+pub fn history_of(body: &Value) -> Vec<String> {
+    // Chat completions and Anthropic messages: `messages`; Responses: `input` (a list of items,
+    // the assistant's `message` items among them; a string input has no history).
+    let Some(messages) = body
+        .get("messages")
+        .or_else(|| body.get("input"))
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut left = MAX_HISTORY_BYTES;
+    for m in messages.iter().rev() {
+        if left == 0 {
+            break;
+        }
+        if m.get("role").and_then(Value::as_str) != Some("assistant") {
+            continue;
+        }
+        let text = said(m);
+        if text.is_empty() {
+            continue;
+        }
+        let mut start = text.len().saturating_sub(left);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        left -= text.len() - start;
+        out.push(text.get(start..).unwrap_or_default().to_owned());
+    }
+    out.reverse();
+    out
+}
+
+/// The text of an earlier assistant message, whatever API wrote it: a string `content`, its
+/// `text` (chat, Anthropic) or `output_text` (Responses) parts, else its `refusal`.
+fn said(m: &Value) -> String {
+    let text = match m.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.get("type").and_then(Value::as_str),
+                    Some("text" | "output_text")
+                )
+            })
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    };
+    if text.is_empty() {
+        return m
+            .get("refusal")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+    }
+    text
+}
+
 /// One choice of a stream, assembled from its deltas.
 #[derive(Debug, Default)]
 struct Choice {

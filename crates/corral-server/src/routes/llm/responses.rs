@@ -45,6 +45,58 @@ fn is_tool_item(item: &Value) -> bool {
         .is_some_and(|t| t.ends_with("_call"))
 }
 
+/// The tool calls the client runs (the model's call, kept whole, as a chat reply's tool calls
+/// are). Every other `*_call` is a hosted tool the provider ran (code interpreter, web search,
+/// file search, a hosted MCP server, ...), whose outputs are text the learner would read
+/// unchecked: under a hook it keeps only its `id`, `type` and `status`.
+const CLIENT_CALLS: &[&str] = &[
+    "function_call",
+    "custom_tool_call",
+    "local_shell_call",
+    "shell_call",
+    "apply_patch_call",
+    "computer_call",
+];
+
+/// A hosted tool's item reduced to what says it ran (see [`CLIENT_CALLS`]).
+fn strip_hosted(item: &mut Value) {
+    let hosted = item_type(item).is_some_and(|t| !CLIENT_CALLS.contains(&t));
+    if let Some(o) = item.as_object_mut()
+        && hosted
+    {
+        o.retain(|k, v| matches!(k.as_str(), "id" | "type" | "status") && v.is_string());
+    }
+}
+
+/// A value the provider chose that is kept under a hook only when it is a short identifier
+/// (`max_output_tokens`, `server_error`, `final_answer`): free text could state a value.
+fn identifier(v: Option<&Value>) -> Option<Value> {
+    let s = v?.as_str()?;
+    (!s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'))
+    .then(|| Value::String(s.to_owned()))
+}
+
+/// `incomplete_details` and `error` under a hook: their identifiers only, the provider's words
+/// replaced by fixed ones.
+fn strip_details(r: &mut Map<String, Value>) {
+    if let Some(d) = r.get_mut("incomplete_details")
+        && !d.is_null()
+    {
+        *d = json!({"reason": identifier(d.get("reason"))});
+    }
+    if let Some(e) = r.get_mut("error")
+        && !e.is_null()
+    {
+        *e = json!({
+            "code": identifier(e.get("code")).unwrap_or_else(|| json!("server_error")),
+            "message": "the model provider reported an error; its words are withheld in learning mode",
+        });
+    }
+}
+
 fn item_type(item: &Value) -> Option<&str> {
     item.get("type").and_then(Value::as_str)
 }
@@ -63,7 +115,12 @@ fn part_text(part: &Value) -> Option<&str> {
 /// response) and keeps only what the hook saw: the message items' text parts (rewritten),
 /// the tool items, reasoning items without their readable text (`encrypted_content` kept, for
 /// the provider), and the response fields in [`KEPT_FIELDS`].
-pub(super) fn hook_response(response: &mut Value, hook: &dyn ReplyHook, ctx: &ReplyCtx) {
+pub(super) fn hook_response(
+    response: &mut Value,
+    hook: &dyn ReplyHook,
+    ctx: &ReplyCtx,
+    history: &[String],
+) {
     let Some(r) = response.as_object_mut() else {
         return;
     };
@@ -78,6 +135,11 @@ pub(super) fn hook_response(response: &mut Value, hook: &dyn ReplyHook, ctx: &Re
         _ => Vec::new(),
     };
     output.retain(|i| matches!(item_type(i), Some("message" | "reasoning")) || is_tool_item(i));
+    output
+        .iter_mut()
+        .filter(|i| is_tool_item(i))
+        .for_each(strip_hosted);
+    strip_details(r);
     let mut reply = AssistantReply::default();
     for item in &output {
         if is_tool_item(item) {
@@ -96,7 +158,7 @@ pub(super) fn hook_response(response: &mut Value, hook: &dyn ReplyHook, ctx: &Re
         }
     }
     let slots = reply.text.len();
-    hook.on_root_reply(ctx, &mut reply);
+    hook.on_root_replies(ctx, history, std::slice::from_mut(&mut reply));
     write_text(&mut output, &reply.text, slots);
     r.insert("output".to_owned(), Value::Array(output));
 }
@@ -120,12 +182,11 @@ fn write_text(output: &mut Vec<Value>, text: &[String], slots: usize) {
             Some("message") => {}
             _ => continue,
         }
-        o.retain(|k, _| {
-            matches!(
-                k.as_str(),
-                "id" | "type" | "role" | "status" | "phase" | "content"
-            )
-        });
+        let phase = identifier(o.get("phase"));
+        o.retain(|k, _| matches!(k.as_str(), "id" | "type" | "role" | "status" | "content"));
+        if let Some(phase) = phase {
+            o.insert("phase".to_owned(), phase);
+        }
         let parts = match o.get("content") {
             Some(Value::Array(p)) => p.iter().filter(|p| part_text(p).is_some()).count(),
             _ => 0,
