@@ -377,6 +377,17 @@ pub fn run() -> ExitCode {
     }
 }
 
+/// `corral agents ...`.
+fn agents(command: AgentsCommand) -> CliResult {
+    match command {
+        AgentsCommand::Prepare {
+            config,
+            adapter,
+            format,
+        } => cmd::agents::prepare(config.config, adapter, format),
+    }
+}
+
 /// Runs a parsed command line: the exit code, or the failure `run` prints.
 pub fn run_cli(cli: Cli) -> CliResult {
     match cli.command {
@@ -487,11 +498,7 @@ pub fn run_cli(cli: Cli) -> CliResult {
         ),
         Command::Run(args) => cmd::run::run(args),
         Command::Sandbox(args) => cmd::sandbox::run(args),
-        Command::Agents(AgentsCommand::Prepare {
-            config,
-            adapter,
-            format,
-        }) => cmd::agents::prepare(config.config, adapter, format),
+        Command::Agents(command) => agents(command),
         Command::Healthcheck {
             server,
             timeout_ms,
