@@ -12,31 +12,29 @@ use serde_json::json;
 
 use crate::support::{Script, call, dirs, message, path_str, session_of, turn};
 
-fn real_codex() -> Option<Installed> {
-    let Ok(bin) = std::env::var("CORRAL_TEST_CODEX") else {
+/// A real agent CLI's native binary from `var` (`.ci/run` installs both; skipped when unset, a
+/// failure under `CI=true`), with its npm install bound read-only (four levels up: codex's
+/// `.../@openai/codex-linux-x64/vendor/<triple>/bin/codex` keeps its vendored `rg`; claude's
+/// `.../node_modules/@anthropic-ai/claude-code-linux-x64/claude` its install).
+fn real_cli(var: &str, adapter: Adapter, package: &str) -> Option<Installed> {
+    let Ok(bin) = std::env::var(var) else {
         assert!(
             std::env::var("CI").is_ok_and(|v| v != "true") || std::env::var("CI").is_err(),
-            "CORRAL_TEST_CODEX is unset and CI=true: the real codex tests need the path of the codex binary of an `npm install @openai/codex@{}`",
-            corral_agents::install::pin(Adapter::Codex).version
+            "{var} is unset and CI=true: the real {} tests need the path of the native binary of an `npm install {package}@{}`",
+            adapter.name(),
+            corral_agents::install::pin(adapter).version
         );
-        eprintln!("notice: CORRAL_TEST_CODEX is unset; skipping (this fails under CI=true)");
+        eprintln!("notice: {var} is unset; skipping (this fails under CI=true)");
         return None;
     };
     let bin = PathBuf::from(bin);
-    assert!(
-        bin.is_file(),
-        "CORRAL_TEST_CODEX={} is not a file",
-        bin.display()
-    );
-    // The whole npm install (`.../node_modules/@openai/codex-linux-x64/vendor/<triple>/bin/codex`)
-    // is bound read-only: its vendored `rg` and the like too.
+    assert!(bin.is_file(), "{var}={} is not a file", bin.display());
     let dir = bin.ancestors().nth(4).unwrap_or(&bin).to_path_buf();
-    Some(Installed::at(
-        Adapter::Codex,
-        "test",
-        dir,
-        vec![path_str(&bin)],
-    ))
+    Some(Installed::at(adapter, "test", dir, vec![path_str(&bin)]))
+}
+
+fn real_codex() -> Option<Installed> {
+    real_cli("CORRAL_TEST_CODEX", Adapter::Codex, "@openai/codex")
 }
 
 fn has_command(events: &[SessionEvent], needle: &str) -> Option<Option<i32>> {
@@ -109,32 +107,12 @@ async fn real_codex_writes_in_its_workdir_and_is_refused_outside_both_in_the_eve
     );
 }
 
-/// The real claude_code's native binary, from `CORRAL_TEST_CLAUDE` (`.ci/run` installs it;
-/// skipped when unset, a failure under `CI=true`, as codex).
 fn real_claude() -> Option<Installed> {
-    let Ok(bin) = std::env::var("CORRAL_TEST_CLAUDE") else {
-        assert!(
-            std::env::var("CI").is_ok_and(|v| v != "true") || std::env::var("CI").is_err(),
-            "CORRAL_TEST_CLAUDE is unset and CI=true: the real claude_code tests need the path of the native binary of an `npm install @anthropic-ai/claude-code@{}`",
-            corral_agents::install::pin(Adapter::ClaudeCode).version
-        );
-        eprintln!("notice: CORRAL_TEST_CLAUDE is unset; skipping (this fails under CI=true)");
-        return None;
-    };
-    let bin = PathBuf::from(bin);
-    assert!(
-        bin.is_file(),
-        "CORRAL_TEST_CLAUDE={} is not a file",
-        bin.display()
-    );
-    // `.../node_modules/@anthropic-ai/claude-code-linux-x64/claude`: the npm install.
-    let dir = bin.ancestors().nth(4).unwrap_or(&bin).to_path_buf();
-    Some(Installed::at(
+    real_cli(
+        "CORRAL_TEST_CLAUDE",
         Adapter::ClaudeCode,
-        "test",
-        dir,
-        vec![path_str(&bin)],
-    ))
+        "@anthropic-ai/claude-code",
+    )
 }
 
 #[tokio::test]

@@ -150,6 +150,24 @@ fn chunk(model: &str, delta: Value, finish: Value) -> Value {
     })
 }
 
+/// The OpenAI APIs' scripted failures: model `bad` (a 400 that quotes the key it was sent,
+/// which corral must not pass on) and `boom` (a 500).
+fn openai_failure(model: &str) -> Option<Response> {
+    let (status, error) = match model {
+        "bad" => (
+            StatusCode::BAD_REQUEST,
+            json!({"message": format!("The model `bad` does not exist (you sent key {UPSTREAM_KEY})"),
+                "type": "invalid_request_error", "code": "model_not_found"}),
+        ),
+        "boom" => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"message": "upstream fell over", "type": "server_error"}),
+        ),
+        _ => return None,
+    };
+    Some((status, axum::Json(json!({ "error": error }))).into_response())
+}
+
 async fn chat(State(s): State<Script>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     record(&s, "/v1/chat/completions", &headers, body.clone());
@@ -163,27 +181,8 @@ async fn chat(State(s): State<Script>, headers: HeaderMap, body: axum::body::Byt
             .into_response();
     }
     let model = body["model"].as_str().unwrap_or_default().to_owned();
-    match model.as_str() {
-        "bad" => {
-            return (
-                StatusCode::BAD_REQUEST,
-                axum::Json(json!({"error": {
-                    "message": format!("The model `bad` does not exist (you sent key {UPSTREAM_KEY})"),
-                    "type": "invalid_request_error", "code": "model_not_found",
-                }})),
-            )
-                .into_response();
-        }
-        "boom" => {
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                axum::Json(
-                    json!({"error": {"message": "upstream fell over", "type": "server_error"}}),
-                ),
-            )
-                .into_response();
-        }
-        _ => {}
+    if let Some(failed) = openai_failure(&model) {
+        return failed;
     }
     let tools = model == "tools";
     if body["stream"] != Value::Bool(true) {
@@ -398,27 +397,8 @@ async fn responses(
         )
             .into_response();
     }
-    match body["model"].as_str().unwrap_or_default() {
-        "bad" => {
-            return (
-                StatusCode::BAD_REQUEST,
-                axum::Json(json!({"error": {
-                    "message": format!("The model `bad` does not exist (you sent key {UPSTREAM_KEY})"),
-                    "type": "invalid_request_error", "code": "model_not_found",
-                }})),
-            )
-                .into_response();
-        }
-        "boom" => {
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                axum::Json(
-                    json!({"error": {"message": "upstream fell over", "type": "server_error"}}),
-                ),
-            )
-                .into_response();
-        }
-        _ => {}
+    if let Some(failed) = openai_failure(body["model"].as_str().unwrap_or_default()) {
+        return failed;
     }
     let response = response_object(&body);
     if body["stream"] != Value::Bool(true) {
