@@ -1,7 +1,8 @@
 //! The LLM proxy's overhead on a non-streaming completion: the same request sent directly to a
 //! local scripted provider and through corral (`POST /v1/chat/completions`, the guard chain,
 //! the audit write to SQLite, the forward), interleaved one for one in one run, with p50, p99
-//! and their difference. `cargo run --release -p llm-bench -- [ROUNDS]` (default 5000).
+//! and their difference. `cargo run --release -p llm-bench -- [ROUNDS]` (default 5000);
+//! `LLM_BENCH_STATE_IN=/dev/shm` keeps the audit log on tmpfs (no disk fsync).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -44,20 +45,42 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
+    // The sandbox helper (`/proc/self/exe __sandbox-exec`, started by the exec backend's
+    // probe), dispatched before a runtime starts; without it the helper would run the bench.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == corral_exec::HELPER_ARG)
+    {
+        corral_exec::helper_main();
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench());
+}
+
+async fn bench() {
     let rounds: usize = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(5000);
     let upstream = serve(Router::new().route("/v1/chat/completions", post(complete))).await;
+    // `LLM_BENCH_STATE_IN=/dev/shm` puts the state dir (the SQLite audit log) on tmpfs: the
+    // same call path without the disk's fsync, to tell corral's own cost from the disk's.
     let dir = tempfile::tempdir().unwrap();
+    let state_parent = match std::env::var_os("LLM_BENCH_STATE_IN") {
+        Some(parent) => tempfile::tempdir_in(parent).unwrap(),
+        None => tempfile::tempdir().unwrap(),
+    };
     let root = dir.path().join("root");
     std::fs::create_dir(&root).unwrap();
     let yaml = format!(
         "version: 1\npreset: workspace_jail\nroot: {}\nstate_dir: {}\nauth:\n  tokens:\n    - {{id: agent, token_env: BENCH_TOKEN}}\nllm: {{base_url_env: BENCH_LLM_URL, api_key_env: BENCH_LLM_KEY}}\nrules:\n  - allow: [llm.chat]\n",
         root.display(),
-        dir.path().join("state").display()
+        state_parent.path().join("state").display()
     );
     let env: HashMap<String, String> = [
         ("BENCH_TOKEN", TOKEN.to_owned()),
@@ -110,7 +133,14 @@ async fn main() {
     }
     direct.sort();
     proxied.sort();
-    println!("rounds: {rounds} (each: one direct, one through corral, interleaved)");
+    println!(
+        "rounds: {rounds} (each: one direct, one through corral, interleaved); state dir in {}",
+        state_parent
+            .path()
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    );
     println!("| path | p50 | p99 |");
     println!("|---|---|---|");
     for (name, v) in [("direct", &direct), ("through corral", &proxied)] {

@@ -18,6 +18,15 @@ fn touch(dir: &std::path::Path) -> (i32, serde_json::Value, String) {
 
 /// Runs `corral call --local commands.run argv=[touch <ws>/<name>] --format json` as `agent`.
 fn touch_at(dir: &std::path::Path, name: &str) -> (i32, serde_json::Value, String) {
+    touch_with_env(dir, name, &[])
+}
+
+/// [`touch_at`] with extra environment variables for the `corral` process.
+fn touch_with_env(
+    dir: &std::path::Path,
+    name: &str,
+    env: &[(&str, &str)],
+) -> (i32, serde_json::Value, String) {
     let target = dir.join("ws").join(name);
     let argv = serde_json::json!(["touch", target]).to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_corral"))
@@ -26,6 +35,7 @@ fn touch_at(dir: &std::path::Path, name: &str) -> (i32, serde_json::Value, Strin
         .current_dir(dir)
         .env_remove("CORRAL_CONFIG")
         .env("CORRAL_IT_AGENT_TOKEN", "it-agent-secret-0123456789")
+        .envs(env.iter().copied())
         .output();
     let Ok(out) = out else {
         unreachable!("the corral binary runs")
@@ -53,6 +63,17 @@ fn commands_run_in_the_linux_backend_and_a_read_only_workspace_stays_unwritten()
         "touch fails on the read-only workspace: {all}"
     );
     assert!(!dir.path().join("ws").join("made").exists());
+}
+
+#[test]
+fn a_process_marked_as_a_sandbox_helper_refuses_to_start_helpers_instead_of_recursing() {
+    // What a binary that forgets to dispatch `__sandbox-exec` looks like from inside: its
+    // "helper" runs main again with the marker set. It must not start a helper of its own.
+    let dir = workspace(Some(&ci_runner(true)));
+    let (_, _, all) = touch_with_env(dir.path(), "made", &[("CORRAL_SANDBOX_HELPER", "1")]);
+    assert!(all.contains("did not dispatch it"), "{all}");
+    assert!(all.contains("corral_exec::helper_main()"), "{all}");
+    assert!(!dir.path().join("ws").join("made").exists(), "{all}");
 }
 
 #[test]

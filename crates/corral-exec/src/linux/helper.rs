@@ -40,6 +40,11 @@ use super::spec::{FailKind, MAX_SPEC_BYTES, Network, Prep, Spec, Status};
 /// argv[1] of the helper.
 pub const HELPER_ARG: &str = "__sandbox-exec";
 
+/// Set in every helper's environment (which is otherwise empty; the target gets only its
+/// spec's): a process that finds it in its own environment and is about to start a helper is a
+/// binary that failed to dispatch [`HELPER_ARG`], and refuses instead of recursing.
+pub(crate) const HELPER_MARKER_ENV: &str = "CORRAL_SANDBOX_HELPER";
+
 /// The attestation of `RLIMIT_NPROC` applied to a caller it binds (not host uid 0), inside the
 /// run's fresh user namespace, where it counts only the sandbox's processes.
 pub(crate) const NPROC_USERNS: &str = "rlimit:nproc-userns";

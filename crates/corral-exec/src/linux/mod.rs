@@ -64,6 +64,7 @@ use crate::{
 };
 
 pub use egress::{CORRAL_LINK_URL, MAX_LINK_CONNECTIONS, PROXY_PORT, proxy_env};
+use helper::HELPER_MARKER_ENV;
 pub use helper::{HELPER_ARG, helper_main};
 pub use idmap::{DEFAULT_HOST_RANGE, HostRange, HostUids};
 pub use probe::{Primitive, probe, probe_for};

@@ -32,7 +32,7 @@ use rustix::process::{Pid, Signal};
 use super::cgroup::{Controller, RunCgroups, Support};
 use super::etc::Snapshot;
 use super::spec::{self, EtcSource, Network, Prep};
-use super::{CGROUP_GRACE, HELPER_ARG, OWN_PIDS, make_run_dir, unavailable};
+use super::{CGROUP_GRACE, HELPER_ARG, HELPER_MARKER_ENV, OWN_PIDS, make_run_dir, unavailable};
 use crate::ExecError;
 use crate::common::kill_group;
 
@@ -306,6 +306,16 @@ fn start(launch: &Launch, want: &Want) -> Result<Sandbox, ExecError> {
 /// Starts the helper process (its own process group; killed if this thread ends), with the
 /// status pipe's write end as an extra descriptor. Returns it and the pipe's read end.
 fn spawn_helper(launch: &Launch) -> Result<(Child, OwnedFd), ExecError> {
+    // A binary whose `main` does not dispatch `__sandbox-exec` runs its own main again as the
+    // "helper", which starts a helper of its own, and so on: a fork bomb. The marker set on
+    // every helper breaks that chain at its first link, with the fix in the message.
+    if std::env::var_os(HELPER_MARKER_ENV).is_some() {
+        return Err(unavailable(format!(
+            "this process was started as corral's sandbox helper but its `main` did not \
+             dispatch it; call `corral_exec::helper_main()` first in `main` when argv[1] is \
+             `{HELPER_ARG}`"
+        )));
+    }
     let (status_read, status_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| unavailable(format!("status pipe: {e}")))?;
     let status_fd = status_write.as_raw_fd();
@@ -321,6 +331,7 @@ fn spawn_helper(launch: &Launch) -> Result<(Child, OwnedFd), ExecError> {
     cmd.arg(HELPER_ARG)
         .arg(status_fd.to_string())
         .env_clear()
+        .env(HELPER_MARKER_ENV, "1")
         .stdin(Stdio::piped())
         .stdout(output())
         .stderr(output())
