@@ -151,11 +151,13 @@ fn agent_ops() -> Vec<OpSpec> {
                 &format!("start a {a} session (also needs `agents.sessions.create`)"),
             )
             .map(|s| {
-                let mut s = agent(s.param("model", ParamKind::String, false).param(
-                    "workdir",
-                    ParamKind::String,
-                    false,
-                ));
+                let mut s = agent(
+                    s.param("model", ParamKind::String, false)
+                        .param("workdir", ParamKind::String, false)
+                        .param("task", ParamKind::String, false)
+                        .param("agent", ParamKind::Word, false)
+                        .param("metadata", ParamKind::Json, false),
+                );
                 s.explicit_only = true;
                 s
             }),

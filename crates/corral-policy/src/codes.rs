@@ -352,6 +352,9 @@ catalog! {
     AGENTS_INTERRUPTED = "agents.interrupted", 503,
         "the process running the session's turn stopped before the turn finished (found when a corral process starts, or as it shuts down)",
         "the session is failed; start a new session (its events so far are kept)";
+    AGENTS_CANCELLED = "agents.cancelled", 409,
+        "the agent session's turn was cancelled (`agent.session.input.cancel`) before it finished",
+        "send the next message to the session; what the turn did before the cancel stays in its events";
     AGENTS_INSTALLING = "agents.installing", 202,
         "the adapter's CLI is being installed (install mode `lazy` started it on first use); the call was not run",
         "ask again after the `Retry-After` seconds the answer gives, or install ahead with `corral agents prepare`";

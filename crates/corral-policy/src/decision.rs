@@ -27,6 +27,9 @@ pub struct Allowed {
     pub command: Option<CommandGrant>,
     /// The admitted url, for ops that fetch one.
     pub url: Option<UrlGrant>,
+    /// For an op that hosts a coding agent: what its agent scope grants the session (the
+    /// workdir, permissions, model, turns), which the runtime builds the sandbox from.
+    pub agent: Option<crate::scope::agent::AgentGrant>,
     /// The effective limits: the minimum of the global limits, the rule's, its scopes' and any
     /// hook's narrowing.
     pub limits: Limits,

@@ -775,6 +775,11 @@ impl Engine {
             (Some(scope), Some(u)) => scope.check(u).ok(),
             _ => None,
         };
+        // The deciding rule's `check_allow` admitted the same ask with the same scope.
+        let agent = match (r.and_then(|r| r.agents.as_ref()), prep.agent) {
+            (Some(scope), Some(args)) => scope.check(args.ask(), principal).ok(),
+            _ => None,
+        };
         let allowed = Allowed {
             rule: match rule {
                 Some((i, r)) => RuleRef {
@@ -789,6 +794,7 @@ impl Engine {
             paths,
             command,
             url,
+            agent,
             limits: self.limits_for(r),
             symlinks: r
                 .and_then(|r| r.paths.as_ref())

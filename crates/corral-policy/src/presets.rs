@@ -293,5 +293,10 @@ fn agent_host(name: &str, opts: &PresetOptions, root: &str) -> Result<Policy, Po
         permissions: Some(opts.permissions.unwrap_or_default()),
         ..AgentScopeSpec::default()
     })?;
-    Ok(Policy::new().rule(Rule::allow(name, exact(&ids)?).agents(scope)))
+    // The agents' model traffic goes through the guard chain as `llm.chat`, as the session's
+    // owner in the session's run (its budgets, and any deny of `llm.chat`, apply): a host
+    // whose agents cannot reach a model hosts nothing.
+    Ok(Policy::new()
+        .rule(Rule::allow(name, exact(&ids)?).agents(scope))
+        .rule(Rule::allow(name, exact(&["llm.chat"])?)))
 }

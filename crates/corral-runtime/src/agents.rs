@@ -1,15 +1,31 @@
-//! The agents host's ops that need no session: `agents.<a>.install` (the adapter's CLI per
-//! `install: {mode}`: installed, or `agents.installing` while a lazy install runs, or the
-//! mode's refusal). The session ops (`run`, `sessions.create`, `sessions.send_event`) are
-//! served by the agents API, which holds the sessions.
+//! The agents host's ops: `agents.<a>.install` (the adapter's CLI per `install: {mode}`),
+//! `agents.<a>.sessions.create`, `agents.<a>.sessions.send_event` and `agents.<a>.run` (one
+//! task to completion). Each is decided by the guard chain first (both gates for a session
+//! create, the agent scope's model/workdir checks); the handlers build the session from the
+//! grant's [`AgentGrant`], keep it in the store (sessions, their events, numbered and capped),
+//! and run its turns in the `linux` backend through [`corral_agents::Session`], whose model
+//! traffic reaches only the LLM proxy through a per-turn link ([`AgentLinksFor`], served by
+//! the HTTP crate). Each step the agent takes lands in the audit as `agents.<a>.model`,
+//! `.exec` or `.write`, with its shape only (never a command, a path or a message).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use corral_agents::{Adapter, InstallMode, Installer};
+use corral_agents::{
+    Adapter, InstallMode, Installed, Installer, ProxyLinks, Session, SessionConfig, SessionEvent,
+    SessionLimits, TurnReport,
+};
 use corral_config::Loaded;
+use corral_guard::Caller;
+use corral_guard::audit::{AttestationRecord, AuditEvent, AuditSink, Outcome};
 use corral_ops::{Op, OpCtx, OpError, OpOutput};
-use corral_policy::OpSpec;
-use serde_json::json;
+use corral_policy::scope::agent::AgentGrant;
+use corral_policy::{ArgValue, OpSpec, codes};
+use corral_store::Store;
+use corral_store::agents::{AgentStoreError, NewSession, Session as StoredSession, TurnEnd};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 /// The installer of a deployment: its state directory, its `install:` mode.
 pub fn installer(loaded: &Loaded) -> Arc<Installer> {
@@ -17,18 +33,785 @@ pub fn installer(loaded: &Loaded) -> Arc<Installer> {
     Arc::new(Installer::new(&loaded.state_dir, mode))
 }
 
+/// The links of the sessions one owner runs: the HTTP crate serves each turn's LLM proxy
+/// link as that owner, in the session's run (set once the server is built).
+pub trait AgentLinksFor: Send + Sync + std::fmt::Debug {
+    /// The links of the sessions `owner` starts.
+    fn links(&self, owner: Caller) -> Arc<dyn ProxyLinks>;
+}
+
+/// The model an adapter's CLI gets when neither the caller nor the scope names one.
+pub fn default_model(adapter: Adapter) -> &'static str {
+    match adapter {
+        Adapter::Codex => "gpt-5-codex",
+        Adapter::ClaudeCode => "claude-sonnet-4-5",
+    }
+}
+
+/// The most model turns within one turn, for CLIs that take such a limit.
+const MAX_MODEL_TURNS: u32 = 50;
+
+/// The agents host of a runtime: the store its sessions live in, the installer, the live
+/// sessions of this process (their CLI's resume state), the turns running, and where the
+/// audit goes. Kept across reloads.
+#[derive(Debug)]
+pub struct AgentHost {
+    store: Arc<Store>,
+    installer: RwLock<Arc<Installer>>,
+    sinks: Vec<Arc<dyn AuditSink>>,
+    links: OnceLock<Arc<dyn AgentLinksFor>>,
+    homes: PathBuf,
+    live: Mutex<HashMap<String, Arc<Session>>>,
+    running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// The adapters `agents:` mounts, and its `default`.
+    mounted: RwLock<(Vec<String>, Option<String>)>,
+}
+
+fn mounted_of(loaded: &Loaded) -> (Vec<String>, Option<String>) {
+    match &loaded.config.agents {
+        Some(a) => (a.names(), a.default.as_ref().map(|d| d.value.clone())),
+        None => (Vec::new(), None),
+    }
+}
+
+fn op_err(code: &'static str, message: impl Into<String>) -> OpError {
+    OpError::new(code, message)
+}
+
+fn store_err(e: AgentStoreError) -> OpError {
+    let code = match &e {
+        AgentStoreError::NotFound { .. } => codes::AGENTS_NOT_FOUND,
+        AgentStoreError::Busy { .. } => codes::AGENTS_SESSION_BUSY,
+        AgentStoreError::EventsFull { .. } => codes::AGENTS_SESSION_FULL,
+        AgentStoreError::Invalid { .. } => codes::AGENTS_INVALID,
+        AgentStoreError::Store(_) => codes::AGENTS_NO_STORE,
+    };
+    OpError::new(code, e.to_string())
+}
+
+fn now_ms() -> i64 {
+    corral_guard::now_ms()
+}
+
+/// The caller's tenant (`default` without tenancy).
+fn tenant_of(ctx: &OpCtx) -> String {
+    ctx.principal
+        .tenant
+        .clone()
+        .unwrap_or_else(|| "default".to_owned())
+}
+
+fn text_arg<'a>(ctx: &'a OpCtx, name: &str) -> Option<&'a str> {
+    match ctx.args.get(name) {
+        Some(ArgValue::Str(s)) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+/// A JSON argument (`ParamKind::Json`, kept as its text), parsed.
+fn json_arg(ctx: &OpCtx, name: &str) -> Option<Value> {
+    match ctx.args.get(name) {
+        Some(ArgValue::Json(text)) => serde_json::from_str(text).ok(),
+        _ => None,
+    }
+}
+
+/// The session's workdir as the sandbox will bind it: the granted path resolved (symlinks
+/// followed), which must be an existing directory still beneath the scope's resolved
+/// workdir; a symlink out of it is refused (`agents.workdir_outside`).
+fn resolved_workdir(grant: &AgentGrant) -> Result<String, OpError> {
+    let asked = grant.workdir.absolute();
+    let outside = |why: String| {
+        op_err(
+            codes::AGENTS_WORKDIR_OUTSIDE,
+            format!(
+                "the session's workdir `{asked}` {why}; create it beneath the agent scope's workdir `{}` (no symlink out of it)",
+                grant.workdir.root()
+            ),
+        )
+    };
+    let root = std::fs::canonicalize(grant.workdir.root())
+        .map_err(|e| outside(format!("has a scope workdir that cannot be resolved ({e})")))?;
+    let real =
+        std::fs::canonicalize(&asked).map_err(|e| outside(format!("cannot be resolved ({e})")))?;
+    if !real.starts_with(&root) {
+        return Err(outside(format!(
+            "resolves to `{}`, outside it",
+            real.display()
+        )));
+    }
+    if !real.is_dir() {
+        return Err(outside("is not a directory".to_owned()));
+    }
+    real.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| outside("is not valid UTF-8".to_owned()))
+}
+
+/// A session as the ops answer it (the HTTP crate shapes it for its API).
+pub fn session_json(s: &StoredSession) -> Value {
+    json!({
+        "id": s.id,
+        "adapter": s.adapter,
+        "model": s.model,
+        "agent_id": s.agent_id,
+        "workdir": s.workdir,
+        "owner": s.owner,
+        "metadata": s.metadata,
+        "status": s.status,
+        "error": s.error.as_ref().map(|(code, message)| json!({"code": code, "message": message})),
+        "turns": s.turns,
+        "events": s.events,
+        "usage": s.usage,
+        "attestation": s.attestation,
+        "created_ms": s.created_ms,
+        "last_active_ms": s.last_active_ms,
+    })
+}
+
+/// What one turn needs besides its prompt.
+struct TurnStart {
+    tenant: String,
+    owner: Caller,
+    adapter: Adapter,
+    record: StoredSession,
+    grant: AgentGrant,
+    limits: SessionLimits,
+    backend: Arc<dyn corral_exec::Backend>,
+    protected: Vec<PathBuf>,
+}
+
+/// How a turn ended, as `agents.<a>.run` answers it.
+struct TurnDone {
+    report: Option<TurnReport>,
+    error: Option<(&'static str, String)>,
+    message: Option<String>,
+    events: u64,
+}
+
+impl AgentHost {
+    /// The host of a runtime over `store`, auditing to `sinks`; agents' homes live under
+    /// `<state_dir>/agents/homes`.
+    pub fn new(loaded: &Loaded, store: Arc<Store>, sinks: Vec<Arc<dyn AuditSink>>) -> Self {
+        Self {
+            store,
+            installer: RwLock::new(installer(loaded)),
+            sinks,
+            links: OnceLock::new(),
+            homes: loaded.state_dir.join("agents").join("homes"),
+            live: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+            mounted: RwLock::new(mounted_of(loaded)),
+        }
+    }
+
+    /// Sets the links' source (the HTTP crate, once its app exists); `false` when set already.
+    pub fn set_links(&self, links: Arc<dyn AgentLinksFor>) -> bool {
+        self.links.set(links).is_ok()
+    }
+
+    /// The installer in force.
+    pub fn installer(&self) -> Arc<Installer> {
+        self.installer
+            .read()
+            .map(|i| Arc::clone(&i))
+            .unwrap_or_else(|e| Arc::clone(&e.into_inner()))
+    }
+
+    /// On reload: a new `install:` mode replaces the installer; the same mode keeps it (and
+    /// any install it is running).
+    pub fn reload(&self, loaded: &Loaded) {
+        if let Ok(mut m) = self.mounted.write() {
+            *m = mounted_of(loaded);
+        }
+        let next = installer(loaded);
+        if let Ok(mut cur) = self.installer.write()
+            && cur.mode() != next.mode()
+        {
+            *cur = next;
+        }
+    }
+
+    /// The adapters `agents:` mounts, and its `default`.
+    pub fn mounted(&self) -> (Vec<String>, Option<String>) {
+        self.mounted.read().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    fn ensure_cli(&self, adapter: Adapter) -> Result<Installed, OpError> {
+        self.installer()
+            .ensure(adapter)
+            .map_err(|e| OpError::new(e.code, e.message))
+    }
+
+    async fn append(&self, tenant: &str, id: &str, events: Vec<(String, Value)>) -> u64 {
+        match self
+            .store
+            .append_session_events(tenant, id, &events, now_ms())
+            .await
+        {
+            Ok(seqs) => seqs.len() as u64,
+            Err(e) => {
+                tracing::warn!(
+                    session = id,
+                    code = e.code(),
+                    "session events not kept: {e}"
+                );
+                0
+            }
+        }
+    }
+
+    /// Audits one step of a session as its op (`agents.<a>.exec`, ...), shape only.
+    async fn audit_step(&self, t: &TurnStart, op: String, event: &SessionEvent) {
+        let body = serde_json::to_value(event).unwrap_or(Value::Null);
+        let ok = match event {
+            SessionEvent::Command { exit, .. } => exit.unwrap_or(0) == 0,
+            SessionEvent::FileChange { applied, .. } => *applied,
+            _ => true,
+        };
+        let audit = AuditEvent {
+            request_id: format!("{}-{}", t.record.id, uuid::Uuid::now_v7().simple()),
+            tenant: t.tenant.clone(),
+            ts_ms: now_ms(),
+            principal_id: t.owner.principal.id.clone(),
+            principal_kind: t.owner.principal.kind.as_str().to_owned(),
+            act_chain: t.owner.act_chain.clone(),
+            op,
+            outcome: if ok { Outcome::Ok } else { Outcome::OpError },
+            code: None,
+            rule: None,
+            args_hash: corral_guard::args::args_hash(&body),
+            args_shape: json!({"step": event.kind()}),
+            status: 200,
+            duration_us: 0,
+            attestation: None,
+            action_id: None,
+            run_id: Some(t.record.id.clone()),
+            detail: None,
+            purpose: Default::default(),
+        };
+        for sink in &self.sinks {
+            if let Err(e) = sink.append(&audit).await {
+                tracing::warn!(session = %t.record.id, "a session step was not audited: {e}");
+            }
+        }
+    }
+
+    /// The live session of a stored one (made on its first turn in this process).
+    fn live_session(&self, t: &TurnStart, cli: Installed) -> Result<Arc<Session>, OpError> {
+        if let Some(s) = self
+            .live
+            .lock()
+            .ok()
+            .and_then(|l| l.get(&t.record.id).cloned())
+        {
+            return Ok(s);
+        }
+        let links = self.links.get().ok_or_else(|| {
+            op_err(
+                codes::AGENTS_SANDBOX,
+                "this runtime serves no LLM proxy link for agents (it is not `corral serve`); run agents through the server",
+            )
+        })?;
+        let home = self.homes.join(&t.record.id);
+        let protected = session_protected(&t.protected, &[&cli.dir, &home], &t.record.workdir)?;
+        let cfg = SessionConfig {
+            id: t.record.id.clone(),
+            cli,
+            model: t.record.model.clone(),
+            workdir: PathBuf::from(&t.record.workdir),
+            permissions: t.grant.permissions,
+            max_turns: u32::MAX,
+            max_model_turns: MAX_MODEL_TURNS,
+            home,
+            limits: t.limits,
+            protected,
+        };
+        let session = Session::new(cfg, Arc::clone(&t.backend), links.links(t.owner.clone()))
+            .map_err(|e| OpError::new(e.code, e.message))?;
+        let session = Arc::new(session);
+        if let Ok(mut l) = self.live.lock() {
+            l.insert(t.record.id.clone(), Arc::clone(&session));
+        }
+        Ok(session)
+    }
+
+    /// Claims the session's next turn (refused while one runs, or past `max_turns`), and
+    /// runs it in the background; its handle ends with the turn.
+    async fn start_turn(
+        self: &Arc<Self>,
+        t: TurnStart,
+        prompt: String,
+    ) -> Result<tokio::task::JoinHandle<TurnDone>, OpError> {
+        if let Some(left) = t.grant.turns_left
+            && t.record.turns >= u64::from(left)
+        {
+            return Err(op_err(
+                codes::AGENTS_MAX_TURNS,
+                format!(
+                    "session `{}` used its {} turns (`max_turns` of its agent scope); start a new session, or raise `max_turns`",
+                    t.record.id, t.record.turns
+                ),
+            ));
+        }
+        let cli = self.ensure_cli(t.adapter)?;
+        let session = self.live_session(&t, cli)?;
+        self.store
+            .claim_turn(&t.tenant, &t.record.id, now_ms())
+            .await
+            .map_err(store_err)?;
+        let turn = t.record.turns + 1;
+        self.append(
+            &t.tenant,
+            &t.record.id,
+            vec![("turn_started".to_owned(), json!({"turn": turn}))],
+        )
+        .await;
+        let host = Arc::clone(self);
+        let id = t.record.id.clone();
+        let handle = tokio::spawn(async move { host.drive_turn(t, session, prompt, turn).await });
+        if let Ok(mut r) = self.running.lock() {
+            r.insert(id, handle.abort_handle());
+        }
+        Ok(handle)
+    }
+
+    /// Runs one turn: its events stored and audited as they come, its end recorded.
+    async fn drive_turn(
+        self: Arc<Self>,
+        t: TurnStart,
+        session: Arc<Session>,
+        prompt: String,
+        turn: u64,
+    ) -> TurnDone {
+        let (tx, mut rx) = mpsc::channel::<SessionEvent>(64);
+        let adapter = t.adapter.name();
+        let consume = async {
+            let (mut events, mut message) = (0u64, None::<String>);
+            while let Some(e) = rx.recv().await {
+                if let Some(op) = e.audit_op(adapter) {
+                    self.audit_step(&t, op, &e).await;
+                }
+                if let SessionEvent::Message { text } = &e {
+                    message = Some(text.clone());
+                }
+                if matches!(e, SessionEvent::Done { .. }) {
+                    continue;
+                }
+                let body = serde_json::to_value(&e).unwrap_or(Value::Null);
+                events += self
+                    .append(&t.tenant, &t.record.id, vec![(e.kind().to_owned(), body)])
+                    .await;
+            }
+            (events, message)
+        };
+        let (report, (events, message)) = tokio::join!(session.run_turn(&prompt, tx), consume);
+        let (report, error) = match report {
+            Ok(r) if r.ok => (Some(r), None),
+            Ok(r) => {
+                let why = (
+                    codes::AGENTS_TURN_FAILED,
+                    format!("turn {turn} ended without success: {}", describe(&r)),
+                );
+                (Some(r), Some(why))
+            }
+            Err(e) => (None, Some((e.code, e.message))),
+        };
+        self.end_turn(&t, turn, report.as_ref(), error.clone())
+            .await;
+        TurnDone {
+            report,
+            error,
+            message,
+            events,
+        }
+    }
+
+    async fn end_turn(
+        &self,
+        t: &TurnStart,
+        turn: u64,
+        report: Option<&TurnReport>,
+        error: Option<(&'static str, String)>,
+    ) {
+        let usage = report.map_or(Value::Null, |r| json!(r.usage));
+        let attestation = report.map_or(Value::Null, |r| {
+            json!(AttestationRecord::from(&r.attestation))
+        });
+        // Off the running list first: a turn claimed once this one is idle registers its own.
+        if let Ok(mut r) = self.running.lock() {
+            r.remove(&t.record.id);
+        }
+        let ended = json!({
+            "turn": turn,
+            "ok": error.is_none(),
+            "usage": usage,
+            "error": error.as_ref().map(|(code, message)| json!({"code": code, "message": message})),
+        });
+        // The turn's end is stored before the session turns idle, so a turn claimed right
+        // after never has its events before this one's end.
+        self.append(
+            &t.tenant,
+            &t.record.id,
+            vec![("turn_ended".to_owned(), ended)],
+        )
+        .await;
+        let end = TurnEnd {
+            status: "idle".to_owned(),
+            error: error.map(|(c, m)| (c.to_owned(), m)),
+            usage,
+            attestation,
+        };
+        if let Err(e) = self
+            .store
+            .end_turn(&t.tenant, &t.record.id, &end, now_ms())
+            .await
+        {
+            tracing::warn!(session = %t.record.id, "a turn's end was not recorded: {e}");
+        }
+        self.append(
+            &t.tenant,
+            &t.record.id,
+            vec![("idle".to_owned(), json!({}))],
+        )
+        .await;
+    }
+
+    /// Cancels the turn running in session `id` (nothing when none runs): its sandbox is
+    /// ended, and the turn recorded as cancelled.
+    async fn cancel(&self, t: &TurnStart) -> bool {
+        let handle = self
+            .running
+            .lock()
+            .ok()
+            .and_then(|mut r| r.remove(&t.record.id));
+        let Some(handle) = handle else {
+            return false;
+        };
+        handle.abort();
+        let error = (
+            codes::AGENTS_CANCELLED,
+            "the turn was cancelled by `agent.session.input.cancel`".to_owned(),
+        );
+        self.end_turn(t, t.record.turns, None, Some(error)).await;
+        true
+    }
+}
+
+/// What a session's sandbox hides: corral's own files, but not the two places of the state
+/// directory a session binds itself (the CLI's install, read-only; the agent's home), which
+/// the sandbox could not bind inside a hidden tree. The sandbox binds nothing else of the
+/// state directory, so leaving a tree that holds them off the list hides the same; a workdir
+/// that would contain one of corral's files is refused instead.
+fn session_protected(
+    protected: &[PathBuf],
+    binds: &[&std::path::Path],
+    workdir: &str,
+) -> Result<Vec<PathBuf>, OpError> {
+    let workdir = std::path::Path::new(workdir);
+    if let Some(p) = protected.iter().find(|p| p.starts_with(workdir)) {
+        return Err(op_err(
+            codes::AGENTS_WORKDIR_OUTSIDE,
+            format!(
+                "the session's workdir `{}` contains corral's own `{}` (its state, config or keys), which no agent may see; pick a workdir that does not",
+                workdir.display(),
+                p.display()
+            ),
+        ));
+    }
+    Ok(protected
+        .iter()
+        .filter(|p| !binds.iter().any(|b| b.starts_with(p)))
+        .cloned()
+        .collect())
+}
+
+fn describe(r: &TurnReport) -> String {
+    if r.timed_out {
+        "the turn timed out".to_owned()
+    } else if r.killed_for_output {
+        "the agent printed too much and was ended".to_owned()
+    } else if let Some(sig) = r.signal {
+        format!("the agent was ended by signal {sig}")
+    } else {
+        format!("the agent exited with {}", r.exit_code.unwrap_or(-1))
+    }
+}
+
+/// Which of an adapter's session ops a handler serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Run,
+    Create,
+    SendEvent,
+}
+
+/// `agents.<a>.run`, `agents.<a>.sessions.create` and `agents.<a>.sessions.send_event`.
+#[derive(Debug)]
+pub struct AgentSessionOp {
+    spec: OpSpec,
+    adapter: Adapter,
+    kind: Kind,
+    host: Arc<AgentHost>,
+}
+
+impl AgentSessionOp {
+    /// The handler of op `spec`; `None` when it is not an adapter's session op.
+    pub fn new(spec: OpSpec, host: Arc<AgentHost>) -> Option<Self> {
+        let rest = spec.id.as_str().strip_prefix("agents.")?;
+        let (name, what) = rest.split_once('.')?;
+        let kind = match what {
+            "run" => Kind::Run,
+            "sessions.create" => Kind::Create,
+            "sessions.send_event" => Kind::SendEvent,
+            _ => return None,
+        };
+        let adapter = Adapter::parse(name)?;
+        Some(Self {
+            spec,
+            adapter,
+            kind,
+            host,
+        })
+    }
+
+    /// The turn's settings from the call's grant and a stored session.
+    fn turn_start(&self, ctx: &OpCtx, record: StoredSession) -> Result<TurnStart, OpError> {
+        let grant = ctx.grant.agent.clone().ok_or_else(|| {
+            op_err(
+                codes::AGENTS_INVALID,
+                format!(
+                    "`{}` was allowed by a rule without an agent scope; add `agents: {{workdir: ...}}` to the rule",
+                    self.spec.id
+                ),
+            )
+        })?;
+        let defaults = SessionLimits::default();
+        let limits = SessionLimits {
+            memory: ctx.grant.limits.memory,
+            processes: ctx.grant.limits.processes.unwrap_or(defaults.processes),
+            turn_timeout: ctx.grant.limits.timeout.unwrap_or(defaults.turn_timeout),
+            ..defaults
+        };
+        Ok(TurnStart {
+            tenant: tenant_of(ctx),
+            owner: Caller::new(ctx.principal.clone()),
+            adapter: self.adapter,
+            record,
+            grant,
+            limits,
+            backend: Arc::clone(&ctx.backend),
+            protected: ctx.protected.clone(),
+        })
+    }
+
+    /// Stores a new session of the grant's workdir and model (`agent`: a saved agent whose
+    /// model applies when the call names none).
+    async fn create(&self, ctx: &OpCtx) -> Result<StoredSession, OpError> {
+        let tenant = tenant_of(ctx);
+        let grant = ctx.grant.agent.as_ref().ok_or_else(|| {
+            op_err(
+                codes::AGENTS_INVALID,
+                "the rule that allowed this has no agent scope; add `agents: {workdir: ...}` to it",
+            )
+        })?;
+        // The CLI must be there (a lazy install starts now and answers `agents.installing`).
+        self.host.ensure_cli(self.adapter)?;
+        let saved = match text_arg(ctx, "agent") {
+            Some(id) => Some(
+                self.host
+                    .store
+                    .get_agent_def(&tenant, id)
+                    .await
+                    .map_err(store_err)?
+                    .filter(|d| d.owner == ctx.principal.id)
+                    .ok_or_else(|| {
+                        op_err(
+                            codes::AGENTS_NOT_FOUND,
+                            format!("no agent `{id}` of yours; list your agents to find its id"),
+                        )
+                    })?,
+            ),
+            None => None,
+        };
+        let model = match (&grant.model, &saved) {
+            (Some(m), _) => m.clone(),
+            (None, Some(d)) => d.model.clone(),
+            (None, None) => default_model(self.adapter).to_owned(),
+        };
+        let metadata = match json_arg(ctx, "metadata") {
+            Some(Value::Object(m)) => metadata_of(&m)?,
+            Some(Value::Null) | None => Default::default(),
+            Some(_) => {
+                return Err(op_err(
+                    codes::AGENTS_INVALID,
+                    "`metadata` must be an object of strings (at most 16 keys)",
+                ));
+            }
+        };
+        let id = format!("sess_{}", uuid::Uuid::now_v7().simple());
+        let new = NewSession {
+            owner: ctx.principal.id.clone(),
+            adapter: self.adapter.name().to_owned(),
+            model,
+            agent_id: saved.map(|d| d.id),
+            workdir: resolved_workdir(grant)?,
+            metadata,
+        };
+        let record = self
+            .host
+            .store
+            .create_session(&tenant, &id, &new, now_ms())
+            .await
+            .map_err(store_err)?;
+        self.host
+            .append(&tenant, &id, vec![("created".to_owned(), json!({}))])
+            .await;
+        Ok(record)
+    }
+
+    /// The caller's own session `id` of this adapter.
+    async fn own_session(&self, ctx: &OpCtx, id: &str) -> Result<StoredSession, OpError> {
+        let tenant = tenant_of(ctx);
+        self.host
+            .store
+            .get_session(&tenant, id)
+            .await
+            .map_err(store_err)?
+            .filter(|s| s.owner == ctx.principal.id && s.adapter == self.adapter.name())
+            .ok_or_else(|| {
+                op_err(
+                    codes::AGENTS_NOT_FOUND,
+                    format!(
+                        "no {} session `{id}` of yours; list your sessions to find its id",
+                        self.adapter.name()
+                    ),
+                )
+            })
+    }
+
+    async fn reread(&self, ctx: &OpCtx, id: &str) -> Result<Value, OpError> {
+        Ok(session_json(&self.own_session(ctx, id).await?))
+    }
+
+    async fn send_event(&self, ctx: &OpCtx) -> Result<Value, OpError> {
+        let id = text_arg(ctx, "session").unwrap_or_default().to_owned();
+        let record = self.own_session(ctx, &id).await?;
+        let event = json_arg(ctx, "event").unwrap_or(Value::Null);
+        let t = self.turn_start(ctx, record)?;
+        match event.get("type").and_then(Value::as_str) {
+            Some("message") => {
+                let text = event
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                self.host.start_turn(t, text.to_owned()).await?;
+            }
+            Some("cancel") => {
+                self.host.cancel(&t).await;
+            }
+            _ => {
+                return Err(op_err(
+                    codes::AGENTS_INVALID,
+                    "`event` must be `{\"type\": \"message\", \"text\": \"...\"}` or `{\"type\": \"cancel\"}`",
+                ));
+            }
+        }
+        self.reread(ctx, &id).await
+    }
+
+    async fn run(&self, ctx: &OpCtx) -> Result<Value, OpError> {
+        let task = text_arg(ctx, "task").unwrap_or_default().to_owned();
+        let record = self.create(ctx).await?;
+        let id = record.id.clone();
+        let t = self.turn_start(ctx, record)?;
+        let done = self.host.start_turn(t, task).await?.await.map_err(|e| {
+            op_err(
+                codes::AGENTS_SANDBOX,
+                format!("the turn's task failed: {e}"),
+            )
+        })?;
+        let session = self.reread(ctx, &id).await?;
+        if let Some((code, message)) = &done.error
+            && done.report.is_none()
+        {
+            return Err(op_err(code, message.clone()));
+        }
+        Ok(json!({
+            "session": session,
+            "ok": done.error.is_none(),
+            "error": done.error.map(|(code, message)| json!({"code": code, "message": message})),
+            "final_message": done.message,
+            "events": done.events,
+            "usage": done.report.as_ref().map(|r| json!(r.usage)),
+            "exit_code": done.report.as_ref().and_then(|r| r.exit_code),
+        }))
+    }
+}
+
+/// `metadata`: at most 16 string values, keys up to 64 and values up to 512 characters.
+fn metadata_of(
+    m: &serde_json::Map<String, Value>,
+) -> Result<std::collections::BTreeMap<String, String>, OpError> {
+    if m.len() > 16 {
+        return Err(op_err(
+            codes::AGENTS_INVALID,
+            format!("`metadata` has {} keys; at most 16", m.len()),
+        ));
+    }
+    m.iter()
+        .map(|(k, v)| match v.as_str() {
+            Some(s) if k.chars().count() <= 64 && s.chars().count() <= 512 => {
+                Ok((k.clone(), s.to_owned()))
+            }
+            _ => Err(op_err(
+                codes::AGENTS_INVALID,
+                "`metadata` values must be strings (keys up to 64, values up to 512 characters)",
+            )),
+        })
+        .collect()
+}
+
+impl Op for AgentSessionOp {
+    fn spec(&self) -> &OpSpec {
+        &self.spec
+    }
+
+    fn call(&self, ctx: OpCtx) -> corral_exec::BoxFuture<'_, Result<OpOutput, OpError>> {
+        Box::pin(async move {
+            let value = match self.kind {
+                Kind::Create => {
+                    let record = self.create(&ctx).await?;
+                    let id = record.id.clone();
+                    if let Some(task) = text_arg(&ctx, "task").map(str::to_owned) {
+                        let t = self.turn_start(&ctx, record)?;
+                        self.host.start_turn(t, task).await?;
+                    }
+                    self.reread(&ctx, &id).await?
+                }
+                Kind::SendEvent => self.send_event(&ctx).await?,
+                Kind::Run => self.run(&ctx).await?,
+            };
+            Ok(OpOutput::Json {
+                value,
+                attestation: None,
+            })
+        })
+    }
+}
+
 /// `agents.<a>.install`.
 #[derive(Debug)]
 pub struct AgentInstall {
     spec: OpSpec,
     adapter: Adapter,
-    installer: Arc<Installer>,
+    host: Arc<AgentHost>,
 }
 
 impl AgentInstall {
-    /// The op `spec` installing `adapter` with `installer`; `None` when the op id names no
-    /// adapter corral hosts.
-    pub fn new(spec: OpSpec, installer: Arc<Installer>) -> Option<Self> {
+    /// The op `spec` installing its adapter with the host's installer; `None` when the op id
+    /// names no adapter corral hosts.
+    pub fn new(spec: OpSpec, host: Arc<AgentHost>) -> Option<Self> {
         let name = spec
             .id
             .as_str()
@@ -38,7 +821,7 @@ impl AgentInstall {
         Some(Self {
             spec,
             adapter,
-            installer,
+            host,
         })
     }
 }
@@ -50,10 +833,7 @@ impl Op for AgentInstall {
 
     fn call(&self, _ctx: OpCtx) -> corral_exec::BoxFuture<'_, Result<OpOutput, OpError>> {
         Box::pin(async move {
-            let installed = self
-                .installer
-                .ensure(self.adapter)
-                .map_err(|e| OpError::new(e.code, e.message))?;
+            let installed = self.host.ensure_cli(self.adapter)?;
             Ok(OpOutput::Json {
                 value: json!({
                     "adapter": self.adapter.name(),

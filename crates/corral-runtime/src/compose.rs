@@ -19,13 +19,19 @@ use corral_policy::{Catalog, OpSpec, ParamKind};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use serde_json::json;
 
+use crate::agents::{AgentHost, AgentInstall, AgentSessionOp};
 use crate::auth::{Authenticator, JwtConfig};
 
-/// The handlers for every op in `catalog` (the config's, completed by the upstreams').
-pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Registry {
+/// The handlers for every op in `catalog` (the config's, completed by the upstreams'); the
+/// agents host's ops are served by `agents` (none without one: they answer 500).
+pub fn registry(
+    loaded: &Loaded,
+    catalog: &Catalog,
+    upstreams: &Upstreams,
+    agents: Option<&Arc<AgentHost>>,
+) -> Registry {
     let secret_envs = loaded.secret_envs();
     let mut ops: Vec<Arc<dyn Op>> = Vec::new();
-    let installer = crate::agents::installer(loaded);
     for spec in catalog.iter() {
         let spec = spec.clone();
         let file = |k| -> Arc<dyn Op> { Arc::new(FileOp::new(spec.clone(), k)) };
@@ -40,12 +46,10 @@ pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Re
             "commands.run" => Arc::new(CommandsRun::new(spec.clone(), secret_envs.clone())),
             "http.fetch" => Arc::new(HttpFetch::new(spec.clone(), FetchConfig::default())),
             "llm.chat" => Arc::new(LlmRouteOnly { spec: spec.clone() }),
-            id if id.starts_with("agents.") && id.ends_with(".install") => {
-                match crate::agents::AgentInstall::new(spec.clone(), Arc::clone(&installer)) {
-                    Some(op) => Arc::new(op),
-                    None => continue,
-                }
-            }
+            id if id.starts_with("agents.") => match agent_op(&spec, agents) {
+                Some(op) => op,
+                None => continue,
+            },
             id if id.starts_with("mcp.") => match upstreams.handler(&spec) {
                 Some(op) => op,
                 // A runtime that does not start the upstream servers (a one-shot local call of
@@ -79,6 +83,18 @@ pub fn registry(loaded: &Loaded, catalog: &Catalog, upstreams: &Upstreams) -> Re
         ops.push(op);
     }
     Registry::new(catalog.clone(), ops)
+}
+
+/// The handler of an agents-host op (`agents.<a>.install`, `.run`, `.sessions.*`); `None`
+/// for the generic gate `agents.sessions.create` (decided in the engine, never run) and
+/// without a host.
+fn agent_op(spec: &OpSpec, agents: Option<&Arc<AgentHost>>) -> Option<Arc<dyn Op>> {
+    let host = agents?;
+    if spec.id.as_str().ends_with(".install") {
+        return AgentInstall::new(spec.clone(), Arc::clone(host))
+            .map(|o| Arc::new(o) as Arc<dyn Op>);
+    }
+    AgentSessionOp::new(spec.clone(), Arc::clone(host)).map(|o| Arc::new(o) as Arc<dyn Op>)
 }
 
 /// `llm.chat` called as an op (`POST /ops/llm.chat`, MCP): the model is reached through the LLM
@@ -170,12 +186,22 @@ pub async fn deployment(
     upstreams: &Upstreams,
     wait: std::time::Duration,
 ) -> Deployment {
+    deployment_with(loaded, upstreams, wait, None).await
+}
+
+/// [`deployment`] with the agents host that serves the `agents.*` ops.
+pub async fn deployment_with(
+    loaded: &Loaded,
+    upstreams: &Upstreams,
+    wait: std::time::Duration,
+    agents: Option<&Arc<AgentHost>>,
+) -> Deployment {
     let mut catalog = loaded.catalog.clone();
     upstreams.complete_catalog(&mut catalog, wait).await;
     let (policy, protected) = protected_policy(loaded);
     Deployment {
         engine: corral_policy::Engine::new(catalog.clone(), policy),
-        registry: registry(loaded, &catalog, upstreams),
+        registry: registry(loaded, &catalog, upstreams, agents),
         protected,
         guard: guard_policy(loaded, &catalog, upstreams),
     }

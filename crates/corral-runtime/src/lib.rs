@@ -201,6 +201,8 @@ pub struct Runtime {
     tasks: Vec<BackgroundTask>,
     /// The lab's use cases (`sandbox.*`), over the same store, gateway and audit sinks.
     lab: Arc<LabService>,
+    /// The agents host (`agents.*` ops): its sessions, installer and running turns.
+    agents: Arc<agents::AgentHost>,
 }
 
 impl Runtime {
@@ -249,7 +251,10 @@ impl Runtime {
                 compose::declared_upstream_tools(loaded),
             )
         };
-        let deployment = compose::deployment(loaded, &upstreams, options.upstream_wait).await;
+        let agents = Arc::new(agents::AgentHost::new(loaded, store.clone(), sinks.clone()));
+        let deployment =
+            compose::deployment_with(loaded, &upstreams, options.upstream_wait, Some(&agents))
+                .await;
         if options.confirmation_purger {
             tasks::spawn_confirmation_purger(&confirmations);
             tasks.push(BackgroundTask::ConfirmationPurger);
@@ -295,6 +300,7 @@ impl Runtime {
         lab.set_ceilings(compose::lab_ceilings(loaded));
         Ok(Self {
             lab,
+            agents,
             gateway,
             store,
             upstreams,
@@ -309,6 +315,11 @@ impl Runtime {
     /// The guard chain: every call goes through it.
     pub fn gateway(&self) -> &Arc<Gateway> {
         &self.gateway
+    }
+
+    /// The agents host: the HTTP crate hands it the links and reads its sessions.
+    pub fn agents(&self) -> &Arc<agents::AgentHost> {
+        &self.agents
     }
 
     /// The lab (scenarios, runs, comparisons): every surface's lab actions go through it.
@@ -376,7 +387,9 @@ impl Runtime {
                 "upstream MCP servers follow the reloaded `mcp_servers`"
             );
         }
-        let deployment = compose::deployment(loaded, &upstreams, Duration::ZERO).await;
+        self.agents.reload(loaded);
+        let deployment =
+            compose::deployment_with(loaded, &upstreams, Duration::ZERO, Some(&self.agents)).await;
         match self.upstreams.write() {
             Ok(mut u) => *u = upstreams,
             Err(p) => *p.into_inner() = upstreams,

@@ -50,6 +50,11 @@ impl AppState {
         app.runtime
             .lab()
             .set_program_links(Arc::new(routes::link::ServerLinks(Arc::downgrade(&app))));
+        app.runtime
+            .agents()
+            .set_links(Arc::new(routes::link::ServerAgentLinks(Arc::downgrade(
+                &app,
+            ))));
         Self(app)
     }
 }

@@ -55,3 +55,98 @@ fn prepare_refuses_an_adapter_corral_does_not_host_and_a_config_that_mounts_none
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("corral agents prepare codex"), "{err}");
 }
+
+/// The fake agent CLI (corral-agents' `corral-fake-agent`), built beside `corral` by the
+/// workspace's `cargo test`.
+fn fake_agent() -> std::path::PathBuf {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_corral"));
+    let fake = exe.with_file_name("corral-fake-agent");
+    assert!(
+        fake.is_file(),
+        "{} is missing: run the workspace's tests (`cargo test`), or `cargo build -p corral-agents --bins` first",
+        fake.display()
+    );
+    fake
+}
+
+#[test]
+fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
+    let Some(python) = crate::python("the openai SDK") else {
+        return;
+    };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/reference/agents_sdk.py");
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_corral"))
+        .arg(fake_agent())
+        .env("NO_PROXY", "127.0.0.1")
+        .output()
+        .unwrap_or_else(|e| unreachable!("python runs: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the SDK script failed:\n{stdout}\n{stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| unreachable!("the script prints JSON ({e}): {stdout}"));
+    // The saved agent's model is the session's; the turn started with the session.
+    assert_eq!(v["agent_listed"], true, "{v}");
+    assert_eq!(v["session_model"], "gpt-5-codex", "{v}");
+    assert_eq!(v["session_status"], "in_progress", "{v}");
+    // One turn at a time.
+    assert_eq!(
+        v["busy"],
+        serde_json::json!([409, "agents.session_busy"]),
+        "{v}"
+    );
+    // The write in the workdir landed; the one outside was refused by the sandbox; both show.
+    assert_eq!(v["made"], "from the agent", "{v}");
+    assert_eq!(v["escaped"], false, "{v}");
+    let items = v["items"].as_array().cloned().unwrap_or_default();
+    let change = |needle: &str| {
+        items
+            .iter()
+            .find(|i| {
+                i["type"] == "file_change"
+                    && i["path"].as_str().is_some_and(|p| p.ends_with(needle))
+            })
+            .map(|i| i["status"].clone())
+    };
+    assert_eq!(change("made.txt"), Some("completed".into()), "{v}");
+    assert_eq!(change("escaped.txt"), Some("failed".into()), "{v}");
+    assert!(
+        items.iter().any(|i| i["type"] == "message"),
+        "the agent's answer is an item: {v}"
+    );
+    let types: Vec<&str> = v["types"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|x| x.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(types.first(), Some(&"agent.session.created"), "{v}");
+    assert!(types.contains(&"agent.session.turn.created"), "{v}");
+    assert!(types.contains(&"agent.session.turn.completed"), "{v}");
+    assert_eq!(types.last(), Some(&"agent.session.idle"), "{v}");
+    assert_eq!(v["after_status"], "idle", "{v}");
+    // The second turn's stream, resumed after the first's last event, holds only its own.
+    let second: Vec<&str> = v["second"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|x| x.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(second.first(), Some(&"agent.session.turn.created"), "{v}");
+    assert!(!second.contains(&"agent.session.created"), "{v}");
+    // Owner-only: bob neither reads nor lists alice's session.
+    assert_eq!(
+        v["bob"],
+        serde_json::json!([404, "agents.not_found"]),
+        "{v}"
+    );
+    assert_eq!(v["bob_list"], serde_json::json!([]), "{v}");
+    // The provider saw only corral's key; the CLI never had it, and no log printed it.
+    assert_eq!(
+        v["upstream_keys"],
+        serde_json::json!(["Bearer sk-upstream-secret-agents-sdk"]),
+        "{v}"
+    );
+    assert_eq!(v["log_has_upstream_key"], false, "{v}");
+}

@@ -44,6 +44,24 @@ pub fn corral_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32,
     )
 }
 
+/// The Python that `.ci/run` makes (`CORRAL_TEST_PYTHON`, with the SDKs of
+/// `.ci/requirements.txt`), or `None` after saying why outside CI; unset under `CI=true` is a
+/// failure.
+pub fn python(what: &str) -> Option<std::path::PathBuf> {
+    match std::env::var_os("CORRAL_TEST_PYTHON") {
+        Some(p) if !p.is_empty() => Some(std::path::PathBuf::from(p)),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!(
+                "CORRAL_TEST_PYTHON is not set under CI=true: .ci/run makes the venv and sets it"
+            )
+        }
+        _ => {
+            eprintln!("skipped: CORRAL_TEST_PYTHON is not set (a Python with {what})");
+            None
+        }
+    }
+}
+
 /// A temporary directory holding `ws/` and, when given, a `corral.yaml`.
 pub fn workspace(config: Option<&str>) -> tempfile::TempDir {
     let Ok(dir) = tempfile::tempdir() else {

@@ -769,17 +769,8 @@ fn compare_inspect_prints_the_verdict_interval_wilson_and_mcnemar_of_two_eval_lo
 
 #[test]
 fn compare_inspect_reads_logs_a_real_inspect_task_on_mockllm_wrote() {
-    let python = match std::env::var_os("CORRAL_TEST_PYTHON") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!(
-                "CORRAL_TEST_PYTHON is not set under CI=true: .ci/run makes the venv and sets it"
-            )
-        }
-        _ => {
-            eprintln!("skipped: CORRAL_TEST_PYTHON is not set (a Python with inspect-ai)");
-            return;
-        }
+    let Some(python) = crate::python("inspect-ai") else {
+        return;
     };
     let dir = workspace(None);
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))

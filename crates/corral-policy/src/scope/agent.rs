@@ -170,7 +170,8 @@ pub struct AgentGrant {
     pub workdir: JailedPath,
     /// What the agent may change.
     pub permissions: AgentPermissions,
-    /// The model asked for (checked against `models`), if one was.
+    /// The model asked for (checked against `models`), or the first of `models` when none
+    /// was; `None`: the adapter's default (no model asked, no `models` listed).
     pub model: Option<String>,
     /// The patterns the agent's own shell may run; empty: the adapter's default.
     pub commands: Vec<String>,
@@ -302,7 +303,12 @@ impl AgentScope {
         Ok(AgentGrant {
             workdir,
             permissions: self.permissions(),
-            model: ask.model.map(str::to_owned),
+            // No model asked for: the scope's first listed one (a scope that lists models
+            // never lets the adapter's own default through), else the adapter's default.
+            model: ask
+                .model
+                .or_else(|| self.spec.models.first().map(String::as_str))
+                .map(str::to_owned),
             commands: self.spec.commands.clone(),
             turns_left,
             network: self.spec.network.clone(),

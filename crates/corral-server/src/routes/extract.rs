@@ -81,6 +81,8 @@ routes! {
     Mcp => "/mcp", linked = true;
     /// `/v1/sandbox/*` (the lab).
     Sandbox => "/v1/sandbox";
+    /// `/v1/agents/*` (the agents host).
+    Agents => "/v1/agents";
     /// `/v1/chat/completions`, `/v1/models` (the LLM proxy), audited as its op.
     Llm => "llm.chat", agent_linked = true;
     /// A path no route has.

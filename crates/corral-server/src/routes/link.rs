@@ -129,6 +129,17 @@ impl AgentLinks {
     }
 }
 
+/// The links of every owner's agent sessions, for the runtime's agents host (holds the app
+/// weakly).
+#[derive(Debug)]
+pub(crate) struct ServerAgentLinks(pub(crate) Weak<App>);
+
+impl corral_runtime::agents::AgentLinksFor for ServerAgentLinks {
+    fn links(&self, owner: Caller) -> Arc<dyn ProxyLinks> {
+        Arc::new(AgentLinks::new(self.0.clone(), owner))
+    }
+}
+
 impl ProxyLinks for AgentLinks {
     fn link(&self, session: &str, token: TokenDigest) -> CorralLink {
         let caller = self.owner.clone().with_run(Some(session.to_owned()));

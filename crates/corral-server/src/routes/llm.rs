@@ -795,7 +795,7 @@ async fn read_json(resp: reqwest::Response) -> Result<Value, Refusal> {
 }
 
 /// An SSE answer over `body`.
-fn sse_response(body: Body) -> Response {
+pub(super) fn sse_response(body: Body) -> Response {
     let mut r = Response::new(body);
     *r.status_mut() = StatusCode::OK;
     let h = r.headers_mut();
@@ -808,7 +808,7 @@ fn sse_response(body: Body) -> Response {
 }
 
 /// A response body fed by the pump of a passed-through stream.
-struct ChannelBody(mpsc::Receiver<Result<Bytes, std::io::Error>>);
+pub(super) struct ChannelBody(pub(super) mpsc::Receiver<Result<Bytes, std::io::Error>>);
 
 impl futures_core::Stream for ChannelBody {
     type Item = Result<Bytes, std::io::Error>;

@@ -1,5 +1,6 @@
 //! The route table. Every route but `/healthz` authenticates first (`extract::Authed`).
 
+mod agents;
 mod audit;
 mod confirmations;
 mod extract;
@@ -15,6 +16,8 @@ mod shadows;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
+
+pub use agents::ADAPTER_HEADER;
 
 use crate::AppState;
 
@@ -56,6 +59,8 @@ fn table(state: &AppState) -> Router<AppState> {
         .route("/v1/models", get(llm::models))
         .route("/v1/responses", post(llm::responses))
         .route("/v1/messages", post(llm::messages))
+        .merge(agents_routes())
+        .nest("/agents/{adapter}", agents_routes())
         .route("/v1/sandbox/synthetic-data", post(sandbox::generate))
         .route(
             "/v1/sandbox/scenarios",
@@ -102,6 +107,26 @@ fn table(state: &AppState) -> Router<AppState> {
 }
 
 /// `/mcp`: the MCP service behind the authentication middleware.
+/// The agents host's routes (`/v1/agents/*`): mounted at the root and under
+/// `/agents/{adapter}` (the path's adapter is the first case of the selection order).
+fn agents_routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v1/agents",
+            post(agents::create_agent).get(agents::list_agents),
+        )
+        .route(
+            "/v1/agents/sessions",
+            post(agents::create_session).get(agents::list_sessions),
+        )
+        .route("/v1/agents/sessions/{id}", get(agents::get_session))
+        .route(
+            "/v1/agents/sessions/{id}/events",
+            post(agents::post_events).get(agents::events),
+        )
+        .route("/v1/agents/{id}", get(agents::agent).delete(agents::agent))
+}
+
 fn mcp_route(state: &AppState) -> axum::routing::MethodRouter<AppState> {
     axum::routing::any_service(mcp::service(state)).layer(axum::middleware::from_fn_with_state(
         state.clone(),

@@ -1,0 +1,198 @@
+"""The official `openai` SDK's `client.beta.agents` against a real `corral serve` hosting a
+codex session (the fake agent CLI installed as codex), with a scripted model provider written
+here. Usage: agents_sdk.py CORRAL_BIN FAKE_AGENT_BIN. Prints one JSON object of what a user
+sees; the Rust test asserts on it.
+"""
+
+import http.server
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import openai
+
+CORRAL, FAKE = sys.argv[1], sys.argv[2]
+TOKEN = "agents-sdk-alice-token-0123456789"
+OTHER = "agents-sdk-bob-token-0123456789ab"
+UPSTREAM_KEY = "sk-upstream-secret-agents-sdk"
+
+
+def call(name, args):
+    return {"type": "function_call", "id": "fc", "call_id": "call_" + name, "name": name,
+            "arguments": json.dumps(args)}
+
+
+def message(text):
+    return {"type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": text}]}
+
+
+class Upstream(http.server.BaseHTTPRequestHandler):
+    """`POST /v1/responses`: the next scripted item, streamed as the Responses API does."""
+
+    answers = []
+    seen_keys = []
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        length = int(self.headers.get("content-length", "0"))
+        self.rfile.read(length)
+        Upstream.seen_keys.append(self.headers.get("authorization", ""))
+        item = Upstream.answers.pop(0) if Upstream.answers else message("done")
+        usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
+        body = ""
+        for ev in [{"type": "response.created", "response": {"id": "r"}},
+                   {"type": "response.output_item.done", "item": item},
+                   {"type": "response.completed", "response": {"id": "r", "usage": usage}}]:
+            body += "event: %s\ndata: %s\n\n" % (ev["type"], json.dumps(ev))
+        data = body.encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def main():
+    tmp = tempfile.mkdtemp()
+    ws, state, outside = (os.path.join(tmp, d) for d in ("ws", "state", "outside"))
+    for d in (ws, state, outside):
+        os.makedirs(d)
+    os.chmod(tmp, 0o755)
+    os.chmod(outside, 0o777)
+    # The fake agent, installed where corral installs codex 0.171.0.
+    inst = os.path.join(state, "agents", "codex", "0.171.0")
+    bin_dir = os.path.join(inst, "node_modules", "@openai", "codex-linux-x64", "vendor",
+                           "x86_64-unknown-linux-musl", "bin")
+    os.makedirs(bin_dir)
+    shutil.copy(FAKE, os.path.join(bin_dir, "codex"))
+    with open(os.path.join(inst, "corral-install.json"), "w") as f:
+        json.dump({"package": "@openai/codex", "version": "0.171.0"}, f)
+
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    Upstream.answers = [
+        call("write_file", {"path": os.path.join(ws, "made.txt"), "content": "from the agent"}),
+        call("write_file", {"path": os.path.join(outside, "escaped.txt"), "content": "nope"}),
+        message("wrote made.txt; the other write was refused"),
+    ]
+
+    config = os.path.join(tmp, "corral.yaml")
+    with open(config, "w") as f:
+        f.write(
+            "version: 1\n"
+            "preset: {name: agent_host, permissions: workspace-write, confirm: never}\n"
+            "root: %s\nstate_dir: %s\n"
+            "agents: [codex]\ninstall: {mode: offline}\n"
+            "llm: {base_url_env: UP_URL, api_key_env: UP_KEY}\n"
+            "auth:\n  tokens:\n"
+            "    - {id: alice, token_env: ALICE_TOKEN}\n"
+            "    - {id: bob, token_env: BOB_TOKEN}\n" % (ws, state))
+    port = free_port()
+    env = dict(os.environ, ALICE_TOKEN=TOKEN, BOB_TOKEN=OTHER,
+               UP_URL="http://127.0.0.1:%d/v1" % upstream.server_address[1],
+               UP_KEY=UPSTREAM_KEY, NO_PROXY="127.0.0.1")
+    env.pop("CORRAL_CONFIG", None)
+    log = open(os.path.join(tmp, "serve.log"), "w")
+    server = subprocess.Popen([CORRAL, "serve", "--config", config, "--listen",
+                               "127.0.0.1:%d" % port], env=env, stdout=log, stderr=log)
+    out = {}
+    try:
+        base = "http://127.0.0.1:%d" % port
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline or server.poll() is not None:
+                    raise SystemExit("corral serve did not come up: " + open(log.name).read())
+                time.sleep(0.1)
+        client = openai.OpenAI(base_url=base + "/v1", api_key=TOKEN, max_retries=0)
+        saved = client.beta.agents.create(model="gpt-5-codex", name="fixer")
+        out["agent_object"] = saved.object if hasattr(saved, "object") else None
+        out["agent_listed"] = [a.id for a in client.beta.agents.list()] == [saved.id]
+        session = client.beta.agents.sessions.create(
+            agent_id=saved.id,
+            environment={"type": "self_hosted", "workspace_directory": ws},
+            input="Write made.txt, then try to write outside.")
+        out["session_status"] = session.status
+        if session.agent is None:
+            raise SystemExit("session create answered: %r" % session.to_dict())
+        out["session_model"] = session.agent.model
+        # A second message while the turn runs: 409.
+        try:
+            client.beta.agents.sessions.events.create(
+                session.id,
+                events=[{"type": "agent.session.input.message",
+                         "input": [{"role": "user", "content": [{"type": "input_text", "text": "again"}]}]}])
+            out["busy"] = "accepted"
+        except openai.APIStatusError as e:
+            out["busy"] = [e.status_code, e.response.json().get("code")]
+        types, items, last_id = [], [], None
+        stream = client.beta.agents.sessions.events.stream(session.id)
+        for ev in stream:
+            types.append(ev.type)
+            last_id = ev.event_id
+            if ev.type in ("agent.session.turn.failed", "error"):
+                out.setdefault("failures", []).append(ev.to_dict())
+            if ev.type == "agent.session.turn.item.done":
+                items.append(ev.item if isinstance(ev.item, dict) else ev.item.to_dict())
+            if ev.type == "agent.session.idle":
+                break
+        stream.close()
+        out["types"] = types
+        out["items"] = items
+        out["made"] = open(os.path.join(ws, "made.txt")).read() if os.path.exists(os.path.join(ws, "made.txt")) else None
+        out["escaped"] = os.path.exists(os.path.join(outside, "escaped.txt"))
+        after = client.beta.agents.sessions.retrieve(session.id)
+        out["after_status"] = after.status
+        out["after_usage"] = after.usage.to_dict() if after.usage else None
+        # The second turn: a message, its events after the first turn's.
+        Upstream.answers = [message("second turn done")]
+        client.beta.agents.sessions.events.create(
+            session.id,
+            events=[{"type": "agent.session.input.message",
+                     "input": [{"role": "user", "content": [{"type": "input_text", "text": "now say done"}]}]}])
+        second = []
+        stream = client.beta.agents.sessions.events.stream(session.id, extra_headers={"Last-Event-ID": last_id})
+        for ev in stream:
+            second.append(ev.type)
+            if ev.type == "agent.session.idle":
+                break
+        stream.close()
+        out["second"] = second
+        # Another principal sees nothing of alice's.
+        bob = openai.OpenAI(base_url=base + "/v1", api_key=OTHER, max_retries=0)
+        try:
+            bob.beta.agents.sessions.retrieve(session.id)
+            out["bob"] = "read it"
+        except openai.APIStatusError as e:
+            out["bob"] = [e.status_code, e.response.json().get("code")]
+        out["bob_list"] = [s.id for s in bob.beta.agents.sessions.list()]
+        out["upstream_keys"] = sorted(set(Upstream.seen_keys))
+        out["log_has_upstream_key"] = UPSTREAM_KEY in open(log.name).read()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        upstream.shutdown()
+    print(json.dumps(out))
+
+
+main()
