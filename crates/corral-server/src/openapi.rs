@@ -91,6 +91,7 @@ pub fn document(ops: &[&OpSpec]) -> Value {
         }}),
     );
     sandbox_paths(&mut paths, &err);
+    agent_paths(&mut paths, &err);
     json!({
         "openapi": "3.1.0",
         "info": {"title": "corral", "version": env!("CARGO_PKG_VERSION")},
@@ -421,4 +422,76 @@ fn recording_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
         "sandbox.recordings.export", "a recording as JSON lines: a `{kind: recording, ...}` line, then a `{kind: event, ...}` line per event by `seq` (admin, or the run's own principal)", run_param,
         json!({"description": "JSON lines", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}),
     ));
+}
+
+/// The agents host's routes (`/v1/agents*`, issue 17), in the wire format of the `openai` SDK's
+/// `client.beta.agents`; each is also served under `/agents/{adapter}` (the path names the
+/// adapter). A session create and each input event are op calls through the guard chain.
+fn agent_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
+    let e = |d: &str| json!({"description": d, "content": {"application/json": {"schema": err}}});
+    let obj = |d: &str| json!({"description": d, "content": {"application/json": {"schema": {"type": "object"}}}});
+    let id = json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
+    let page = page_params();
+    let op = |op_id: &str,
+              summary: &str,
+              params: &Value,
+              body: Option<Value>,
+              ok: (&str, Value),
+              errs: Vec<(&str, Value)>| {
+        let mut responses = serde_json::Map::new();
+        responses.insert(ok.0.to_owned(), ok.1);
+        responses.insert("401".to_owned(), e("auth.missing, auth.invalid"));
+        for (status, v) in errs {
+            responses.insert(status.to_owned(), v);
+        }
+        let mut o = json!({"operationId": op_id, "summary": summary, "parameters": params, "responses": responses, "security": [{"bearer": []}]});
+        if let Some(b) = body {
+            o["requestBody"] =
+                json!({"required": true, "content": {"application/json": {"schema": b}}});
+        }
+        o
+    };
+    let session = "`AgentSession` `{id, object: agent.session, agent: {id, model}, created_at, last_active_at, environment: {type: self_hosted, workspace_directory}, status: idle | in_progress | failed, error, metadata, required_actions, usage, vault_ids, corral: {adapter, turns, events, error_code, attestation}}`";
+    let not_found =
+        || e("agents.not_found: no such id of yours (another principal's is not found either)");
+    paths.insert("/v1/agents".to_owned(), json!({
+        "post": op("agents.create", "saves an agent (`model`, `name`, `instructions`, `metadata`) for its owner; `lab_coach` is a reserved name", &json!([]),
+            Some(json!({"type": "object", "required": ["model"], "properties": {"model": {"type": "string"}, "name": {"type": "string"}, "instructions": {"type": "string"}, "metadata": {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 16}}})),
+            ("200", obj("the agent `{id, object: agent, model, name, instructions, metadata, created_at, tools}`")), vec![("400", e("agents.invalid, args.malformed"))]),
+        "get": op("agents.list", "the caller's saved agents", &page, None, ("200", obj("`{object: list, data, first_id, last_id, has_more, next}`")), vec![("400", e("agents.invalid"))]),
+    }));
+    paths.insert("/v1/agents/{id}".to_owned(), json!({
+        "get": op("agents.get", "one of the caller's saved agents", &id, None, ("200", obj("the agent")), vec![("404", not_found())]),
+        "delete": op("agents.delete", "deletes one of the caller's saved agents", &id, None, ("200", obj("`{id, object: agent.deleted, deleted: true}`")), vec![("404", not_found())]),
+    }));
+    paths.insert("/v1/agents/sessions".to_owned(), json!({
+        "post": op("agents.sessions.create", "starts a session: the op `agents.<a>.sessions.create` (and the generic gate `agents.sessions.create`), the adapter chosen by path, `X-Corral-Adapter`, a model naming an adapter, `agents.default`, or the only mounted one; `input` starts the first turn",
+            &json!([{"name": "X-Corral-Adapter", "in": "header", "required": false, "schema": {"type": "string", "enum": ["codex", "claude_code"]}}]),
+            Some(json!({"type": "object", "properties": {
+                "agent": {"type": "object", "properties": {"model": {"type": "string"}}}, "agent_id": {"type": "string"},
+                "environment": {"type": "object", "properties": {"type": {"type": "string", "enum": ["self_hosted"]}, "workspace_directory": {"type": "string"}}},
+                "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+                "metadata": {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 16}}})),
+            ("200", obj(session)),
+            vec![("202", e("confirmation.required (the confirm tier: a person approves this exact call), agents.installing (with Retry-After)")),
+                 ("400", e("agents.adapter_required, agents.environment_unsupported, agents.invalid")),
+                 ("403", e("agents.session_gate, agents.model_not_allowed, agents.workdir_outside, policy.denied")),
+                 ("503", e("agents.not_installed, agents.install_off"))]),
+        "get": op("agents.sessions.list", "the caller's sessions, newest first", &page, None, ("200", obj("`{object: list, data: [AgentSession], ...}`")), vec![("400", e("agents.invalid"))]),
+    }));
+    paths.insert("/v1/agents/sessions/{id}".to_owned(), json!({
+        "get": op("agents.sessions.get", "one of the caller's sessions", &id, None, ("200", obj(session)), vec![("404", not_found())]),
+    }));
+    paths.insert("/v1/agents/sessions/{id}/events".to_owned(), json!({
+        "post": op("agents.sessions.events.create", "input events: `agent.session.input.message` starts a turn (the op `agents.<a>.sessions.send_event`), `agent.session.input.cancel` ends the running one", &id,
+            Some(json!({"type": "object", "required": ["events"], "properties": {"events": {"type": "array", "minItems": 1, "maxItems": 16, "items": {"type": "object", "required": ["type"], "properties": {"type": {"type": "string", "enum": ["agent.session.input.message", "agent.session.input.cancel"]}, "input": {}}}}}})),
+            ("202", json!({"description": "accepted; the turn's events follow on the event stream"})),
+            vec![("400", e("agents.invalid")), ("404", not_found()), ("409", e("agents.session_busy: a turn is running")), ("429", e("agents.max_turns"))]),
+        "get": op("agents.sessions.events.list", "with `Accept: text/event-stream`: the session's events as SSE (`id:` is the event's number; resume with `Last-Event-ID` or `?after=`), following new ones; else the events so far as `{object: list, data}`",
+            &json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}, {"name": "after", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0}}, {"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string"}}]),
+            None,
+            ("200", json!({"description": "`AgentSessionEvent`s: agent.session.created, agent.session.turn.created, agent.session.turn.in_progress, agent.session.turn.item.added / .item.done (command_execution, file_change, message), agent.session.turn.completed / .failed, agent.session.idle, error",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}, "application/json": {"schema": {"type": "object"}}}})),
+            vec![("400", e("agents.invalid")), ("404", not_found())]),
+    }));
 }

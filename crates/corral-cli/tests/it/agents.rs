@@ -142,6 +142,18 @@ fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
         "{v}"
     );
     assert_eq!(v["bob_list"], serde_json::json!([]), "{v}");
+    // README's example, run as written: its session ran, and its printed events end idle.
+    assert_eq!(v["readme"]["notes"], true, "{v}");
+    let printed = v["readme"]["printed"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        printed.first(),
+        Some(&"agent.session.created".into()),
+        "{v}"
+    );
+    assert_eq!(printed.last(), Some(&"agent.session.idle".into()), "{v}");
     // The provider saw only corral's key; the CLI never had it, and no log printed it.
     assert_eq!(
         v["upstream_keys"],
@@ -149,4 +161,10 @@ fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
         "{v}"
     );
     assert_eq!(v["log_has_upstream_key"], false, "{v}");
+    // A restart finds the turn the killed server was running, and fails it as interrupted.
+    assert_eq!(
+        v["interrupted"],
+        serde_json::json!(["failed", "agents.interrupted"]),
+        "{v}"
+    );
 }

@@ -47,6 +47,10 @@ pub fn corral_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32,
 /// The Python that `.ci/run` makes (`CORRAL_TEST_PYTHON`, with the SDKs of
 /// `.ci/requirements.txt`), or `None` after saying why outside CI; unset under `CI=true` is a
 /// failure.
+#[expect(
+    clippy::panic,
+    reason = "a missing prerequisite under CI fails the test that needs it"
+)]
 pub fn python(what: &str) -> Option<std::path::PathBuf> {
     match std::env::var_os("CORRAL_TEST_PYTHON") {
         Some(p) if !p.is_empty() => Some(std::path::PathBuf::from(p)),

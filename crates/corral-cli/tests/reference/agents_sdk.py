@@ -69,6 +69,36 @@ def free_port():
     return port
 
 
+def wait_up(port, server, log):
+    deadline = time.time() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.time() > deadline or server.poll() is not None:
+                raise SystemExit("corral serve did not come up: " + open(log.name).read())
+            time.sleep(0.1)
+
+
+def run_readme_example(base, ws):
+    """README.md's `client.beta.agents` example, run as written but for the server's url and
+    the workspace; returns what it printed (one event type a line)."""
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "README.md")).read()
+    start = readme.index("```python\nimport os\n\nimport openai\n")
+    code = readme[start + len("```python\n"):readme.index("```", start + 10)]
+    assert "client.beta.agents.sessions.create" in code, code
+    code = code.replace("http://127.0.0.1:8080/v1", base + "/v1").replace('"/workspace"', repr(ws))
+    Upstream.answers = [call("write_file", {"path": os.path.join(ws, "NOTES.md"), "content": "notes"}),
+                        message("added NOTES.md")]
+    import contextlib
+    import io
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    return {"printed": printed.getvalue().split(), "notes": os.path.exists(os.path.join(ws, "NOTES.md"))}
+
+
 def main():
     tmp = tempfile.mkdtemp()
     ws, state, outside = (os.path.join(tmp, d) for d in ("ws", "state", "outside"))
@@ -105,25 +135,18 @@ def main():
             "    - {id: alice, token_env: ALICE_TOKEN}\n"
             "    - {id: bob, token_env: BOB_TOKEN}\n" % (ws, state))
     port = free_port()
+    os.environ["CORRAL_TOKEN"] = TOKEN
     env = dict(os.environ, ALICE_TOKEN=TOKEN, BOB_TOKEN=OTHER,
                UP_URL="http://127.0.0.1:%d/v1" % upstream.server_address[1],
                UP_KEY=UPSTREAM_KEY, NO_PROXY="127.0.0.1")
     env.pop("CORRAL_CONFIG", None)
     log = open(os.path.join(tmp, "serve.log"), "w")
-    server = subprocess.Popen([CORRAL, "serve", "--config", config, "--listen",
-                               "127.0.0.1:%d" % port], env=env, stdout=log, stderr=log)
+    serve = [CORRAL, "serve", "--config", config, "--listen", "127.0.0.1:%d" % port]
+    server = subprocess.Popen(serve, env=env, stdout=log, stderr=log)
     out = {}
     try:
         base = "http://127.0.0.1:%d" % port
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    raise SystemExit("corral serve did not come up: " + open(log.name).read())
-                time.sleep(0.1)
+        wait_up(port, server, log)
         client = openai.OpenAI(base_url=base + "/v1", api_key=TOKEN, max_retries=0)
         saved = client.beta.agents.create(model="gpt-5-codex", name="fixer")
         out["agent_object"] = saved.object if hasattr(saved, "object") else None
@@ -186,8 +209,25 @@ def main():
         except openai.APIStatusError as e:
             out["bob"] = [e.status_code, e.response.json().get("code")]
         out["bob_list"] = [s.id for s in bob.beta.agents.sessions.list()]
+        out["readme"] = run_readme_example(base, ws)
         out["upstream_keys"] = sorted(set(Upstream.seen_keys))
         out["log_has_upstream_key"] = UPSTREAM_KEY in open(log.name).read()
+        # A server killed mid-turn: once restarted, the session is failed `agents.interrupted`.
+        Upstream.answers = [call("exec_command", {"cmd": "sleep 60"})]
+        client.beta.agents.sessions.events.create(
+            session.id,
+            events=[{"type": "agent.session.input.message", "input": "run the long command"}])
+        stream = client.beta.agents.sessions.events.stream(session.id)
+        for ev in stream:
+            if ev.type == "agent.session.turn.item.added":
+                break
+        stream.close()
+        server.kill()
+        server.wait(timeout=10)
+        server = subprocess.Popen(serve, env=env, stdout=log, stderr=log)
+        wait_up(port, server, log)
+        interrupted = client.beta.agents.sessions.retrieve(session.id)
+        out["interrupted"] = [interrupted.status, interrupted.to_dict().get("corral", {}).get("error_code")]
     finally:
         server.terminate()
         server.wait(timeout=10)

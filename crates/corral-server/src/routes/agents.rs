@@ -217,20 +217,21 @@ async fn own_session(
         .ok_or_else(|| not_found("session", id, rid))
 }
 
-fn page_of(q: &HashMap<String, String>, rid: &str) -> Result<Page, ApiError> {
+/// The page a listing's query asks for (`limit`, `after`), or what is wrong with it.
+fn page_of(q: &HashMap<String, String>) -> Result<Page, &'static str> {
     let limit = match q.get("limit") {
         Some(l) => l
             .parse::<u32>()
-            .map_err(|_| invalid("`limit` must be a whole number from 1 to 100", rid))?,
+            .map_err(|_| "`limit` must be a whole number from 1 to 100")?,
         None => 20,
     };
-    let after =
-        match q.get("after") {
-            Some(a) => Some(a.parse().map_err(|_| {
-                invalid("`after` must be the `next` cursor of a previous page", rid)
-            })?),
-            None => None,
-        };
+    let after = match q.get("after") {
+        Some(a) => Some(
+            a.parse()
+                .map_err(|_| "`after` must be the `next` cursor of a previous page")?,
+        ),
+        None => None,
+    };
     Ok(Page { limit, after })
 }
 
@@ -313,7 +314,7 @@ pub async fn list_agents(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let rid = auth.request_id.clone();
-    let page = page_of(&q, &rid)?;
+    let page = page_of(&q).map_err(|m| invalid(m, &rid))?;
     let p = state
         .runtime()
         .store()
@@ -458,7 +459,7 @@ pub async fn list_sessions(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let rid = auth.request_id.clone();
-    let page = page_of(&q, &rid)?;
+    let page = page_of(&q).map_err(|m| invalid(m, &rid))?;
     let p = state
         .runtime()
         .store()
@@ -636,20 +637,19 @@ pub async fn events(
     let rid = auth.request_id.clone();
     let id = params.get("id").cloned().unwrap_or_default();
     let s = own_session(&state, &auth.caller, &id, &rid).await?;
-    let after = headers
+    let after = match headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .or(q.get("after").map(String::as_str))
-        .map(|v| {
-            v.trim().parse::<u64>().map_err(|_| {
-                invalid(
-                    "`Last-Event-ID` (or `after`) must be an event's `event_id`",
-                    &rid,
-                )
-            })
-        })
-        .transpose()?
-        .unwrap_or(0);
+    {
+        None => 0,
+        Some(v) => v.trim().parse::<u64>().map_err(|_| {
+            invalid(
+                "`Last-Event-ID` (or `after`) must be an event's `event_id`",
+                &rid,
+            )
+        })?,
+    };
     let sse = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
