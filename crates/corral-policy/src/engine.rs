@@ -500,6 +500,17 @@ impl Engine {
 
     /// Whether `op` is mounted for `principal` and not denied to them outright.
     pub fn is_mounted(&self, op: &str, principal: &Principal) -> bool {
+        // A session create is callable only when the generic gate is too.
+        let gate_open = crate::builtin::session_create_adapter(op)
+            .is_none_or(|_| self.is_mounted(crate::builtin::GENERIC_SESSION_GATE, principal));
+        self.is_mounted_before_gate(op, principal) && gate_open
+    }
+
+    /// [`Engine::is_mounted`] without the generic session gate: what the guard chain resolves
+    /// a call against, so an adapter's session create whose gate is closed reaches the
+    /// decision and is refused there with `agents.session_gate` (saying which gate to open),
+    /// not as an op that does not exist. Listings use `is_mounted`.
+    pub fn is_mounted_before_gate(&self, op: &str, principal: &Principal) -> bool {
         let Some(ix) = self.index.get(op) else {
             return false;
         };
@@ -512,10 +523,7 @@ impl Engine {
                 .allow
                 .iter()
                 .any(|&i| self.policy.rules[i].reaches_principal(principal));
-        // A session create is callable only when the generic gate is too.
-        let gate_open = crate::builtin::session_create_adapter(op)
-            .is_none_or(|_| self.is_mounted(crate::builtin::GENERIC_SESSION_GATE, principal));
-        mounted && !wholly_denied && gate_open
+        mounted && !wholly_denied
     }
 
     /// The effective limits when `rule` decides for `spec` (global, rule, scopes).

@@ -81,6 +81,9 @@ pub struct App {
     llm: Option<Arc<routes::llm::Upstream>>,
     /// The hook of root agents' model replies; none by default (replies pass untouched).
     reply_hook: std::sync::OnceLock<Arc<dyn routes::llm::ReplyHook>>,
+    /// Cancelled when the server starts shutting down: long-lived answers (an agent
+    /// session's event stream) end then, so a graceful shutdown does not wait for them.
+    shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl App {
@@ -107,7 +110,13 @@ impl App {
             learning: None,
             llm: routes::llm::Upstream::from_loaded(loaded).map(Arc::new),
             reply_hook: std::sync::OnceLock::new(),
+            shutdown: tokio_util::sync::CancellationToken::new(),
         }
+    }
+
+    /// Cancelled when the server starts shutting down.
+    pub fn shutdown(&self) -> &tokio_util::sync::CancellationToken {
+        &self.shutdown
     }
 
     /// The LLM proxy's provider, when `llm:` is configured.

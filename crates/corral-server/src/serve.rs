@@ -184,7 +184,9 @@ pub async fn build_state_with(
     Ok((state, store))
 }
 
-async fn shutdown_signal() {
+/// SIGTERM or Ctrl-C; then `token` is cancelled (long-lived answers end) and the server
+/// drains.
+async fn shutdown_signal(token: tokio_util::sync::CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let term = async {
         match signal(SignalKind::terminate()) {
@@ -199,6 +201,7 @@ async fn shutdown_signal() {
         () = term => {},
     }
     tracing::info!("shutting down: draining in-flight calls");
+    token.cancel();
 }
 
 /// Reloads the config file on SIGHUP (a server started from flags has none: SIGHUP is logged and
@@ -342,9 +345,10 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         state.mode(),
         state.storage()
     );
+    let token = state.shutdown().clone();
     let app = crate::app(state);
     let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(shutdown_signal(token))
         .await;
     store.close().await;
     served.map_err(|e| ServeError::Bind {

@@ -69,16 +69,13 @@ fn fake_agent() -> std::path::PathBuf {
     fake
 }
 
-#[test]
-fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
-    let Some(python) = crate::python("the openai SDK") else {
-        return;
-    };
+/// Runs `tests/reference/agents_sdk.py` with `args` after the corral binary; what it printed.
+fn agents_sdk(python: std::path::PathBuf, args: &[&std::ffi::OsStr]) -> serde_json::Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/reference/agents_sdk.py");
     let out = std::process::Command::new(python)
         .arg(script)
         .arg(env!("CARGO_BIN_EXE_corral"))
-        .arg(fake_agent())
+        .args(args)
         .env("NO_PROXY", "127.0.0.1")
         .output()
         .unwrap_or_else(|e| unreachable!("python runs: {e}"));
@@ -88,8 +85,64 @@ fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
         out.status.success(),
         "the SDK script failed:\n{stdout}\n{stderr}"
     );
-    let v: serde_json::Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| unreachable!("the script prints JSON ({e}): {stdout}"));
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| unreachable!("the script prints JSON ({e}): {stdout}"))
+}
+
+#[test]
+fn the_real_codex_cli_runs_a_session_through_corral_serve_writing_only_its_workdir() {
+    let Some(python) = crate::python("the openai SDK") else {
+        return;
+    };
+    let codex = match std::env::var_os("CORRAL_TEST_CODEX") {
+        Some(p) if !p.is_empty() => p,
+        _ => {
+            assert!(
+                std::env::var("CI").map_or(true, |v| v != "true"),
+                "CORRAL_TEST_CODEX is unset under CI=true: .ci/run installs @openai/codex and sets it"
+            );
+            eprintln!("skipped: CORRAL_TEST_CODEX is not set (the real codex's native binary)");
+            return;
+        }
+    };
+    let v = agents_sdk(python, &[&codex, std::ffi::OsStr::new("--real-codex")]);
+    assert_eq!(v["made"], "in\n", "{v}");
+    assert_eq!(v["escaped"], false, "{v}");
+    let commands: Vec<&serde_json::Value> = v["items"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|i| i["type"] == "command_execution")
+                .collect()
+        })
+        .unwrap_or_default();
+    let status_of = |needle: &str| {
+        commands
+            .iter()
+            .find(|i| i["command"].as_str().is_some_and(|c| c.contains(needle)))
+            .map(|i| i["status"].clone())
+    };
+    assert_eq!(status_of("made.txt"), Some("completed".into()), "{v}");
+    assert_eq!(status_of("escaped.txt"), Some("failed".into()), "{v}");
+    assert_eq!(
+        v["types"].as_array().and_then(|t| t.last()).cloned(),
+        Some("agent.session.idle".into()),
+        "{v}"
+    );
+    assert_eq!(
+        v["upstream_keys"],
+        serde_json::json!(["Bearer sk-upstream-secret-agents-sdk"]),
+        "{v}"
+    );
+}
+
+#[test]
+fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
+    let Some(python) = crate::python("the openai SDK") else {
+        return;
+    };
+    let fake = fake_agent();
+    let v = agents_sdk(python, &[fake.as_os_str()]);
     // The saved agent's model is the session's; the turn started with the session.
     assert_eq!(v["agent_listed"], true, "{v}");
     assert_eq!(v["session_model"], "gpt-5-codex", "{v}");

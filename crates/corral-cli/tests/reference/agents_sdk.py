@@ -1,7 +1,9 @@
 """The official `openai` SDK's `client.beta.agents` against a real `corral serve` hosting a
 codex session (the fake agent CLI installed as codex), with a scripted model provider written
-here. Usage: agents_sdk.py CORRAL_BIN FAKE_AGENT_BIN. Prints one JSON object of what a user
-sees; the Rust test asserts on it.
+here. Usage: agents_sdk.py CORRAL_BIN FAKE_AGENT_BIN (the whole API), or agents_sdk.py
+CORRAL_BIN CODEX_NATIVE_BIN --real-codex (one session of the real codex CLI, installed from its
+npm package's tree by hard links). Prints one JSON object of what a user sees; the Rust test
+asserts on it.
 """
 
 import http.server
@@ -17,7 +19,8 @@ import time
 
 import openai
 
-CORRAL, FAKE = sys.argv[1], sys.argv[2]
+CORRAL, CLI = sys.argv[1], sys.argv[2]
+REAL_CODEX = "--real-codex" in sys.argv[3:]
 TOKEN = "agents-sdk-alice-token-0123456789"
 OTHER = "agents-sdk-bob-token-0123456789ab"
 UPSTREAM_KEY = "sk-upstream-secret-agents-sdk"
@@ -81,6 +84,27 @@ def wait_up(port, server, log):
             time.sleep(0.1)
 
 
+def real_codex_session(client, ws, outside, out):
+    """One session of the real codex CLI: a command that writes in the workdir, one that
+    writes outside it; what the stream and the disk show."""
+    session = client.beta.agents.sessions.create(
+        agent={"model": "gpt-5-codex"},
+        environment={"type": "self_hosted", "workspace_directory": ws},
+        input="Write made.txt, then try to write outside.")
+    types, items = [], []
+    for ev in client.beta.agents.sessions.events.stream(session.id):
+        types.append(ev.type)
+        if ev.type == "agent.session.turn.item.done":
+            items.append(ev.item if isinstance(ev.item, dict) else ev.item.to_dict())
+        if ev.type == "agent.session.idle":
+            break
+    out["types"] = types
+    out["items"] = items
+    out["made"] = open(os.path.join(ws, "made.txt")).read() if os.path.exists(os.path.join(ws, "made.txt")) else None
+    out["escaped"] = os.path.exists(os.path.join(outside, "escaped.txt"))
+    out["upstream_keys"] = sorted(set(Upstream.seen_keys))
+
+
 def run_readme_example(base, ws):
     """README.md's `client.beta.agents` example, run as written but for the server's url and
     the workspace; returns what it printed (one event type a line)."""
@@ -110,18 +134,32 @@ def main():
     inst = os.path.join(state, "agents", "codex", "0.171.0")
     bin_dir = os.path.join(inst, "node_modules", "@openai", "codex-linux-x64", "vendor",
                            "x86_64-unknown-linux-musl", "bin")
-    os.makedirs(bin_dir)
-    shutil.copy(FAKE, os.path.join(bin_dir, "codex"))
+    if REAL_CODEX:
+        # The package's whole tree (codex keeps its vendored `rg` beside it), hard-linked.
+        package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(CLI))))
+        shutil.copytree(package, os.path.join(inst, "node_modules", "@openai", "codex-linux-x64"),
+                        copy_function=os.link)
+    else:
+        os.makedirs(bin_dir)
+        shutil.copy(CLI, os.path.join(bin_dir, "codex"))
     with open(os.path.join(inst, "corral-install.json"), "w") as f:
         json.dump({"package": "@openai/codex", "version": "0.171.0"}, f)
 
     upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    Upstream.answers = [
-        call("write_file", {"path": os.path.join(ws, "made.txt"), "content": "from the agent"}),
-        call("write_file", {"path": os.path.join(outside, "escaped.txt"), "content": "nope"}),
-        message("wrote made.txt; the other write was refused"),
-    ]
+    if REAL_CODEX:
+        Upstream.answers = [
+            call("exec_command", {"cmd": "echo in > made.txt", "yield_time_ms": 5000}),
+            call("exec_command", {"cmd": "echo out > %s" % os.path.join(outside, "escaped.txt"),
+                                  "yield_time_ms": 5000}),
+            message("Both tried."),
+        ]
+    else:
+        Upstream.answers = [
+            call("write_file", {"path": os.path.join(ws, "made.txt"), "content": "from the agent"}),
+            call("write_file", {"path": os.path.join(outside, "escaped.txt"), "content": "nope"}),
+            message("wrote made.txt; the other write was refused"),
+        ]
 
     config = os.path.join(tmp, "corral.yaml")
     with open(config, "w") as f:
@@ -148,6 +186,10 @@ def main():
         base = "http://127.0.0.1:%d" % port
         wait_up(port, server, log)
         client = openai.OpenAI(base_url=base + "/v1", api_key=TOKEN, max_retries=0)
+        if REAL_CODEX:
+            real_codex_session(client, ws, outside, out)
+            print(json.dumps(out))
+            return
         saved = client.beta.agents.create(model="gpt-5-codex", name="fixer")
         out["agent_object"] = saved.object if hasattr(saved, "object") else None
         out["agent_listed"] = [a.id for a in client.beta.agents.list()] == [saved.id]

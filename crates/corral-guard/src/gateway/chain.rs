@@ -585,7 +585,12 @@ fn op_answer(result: Result<OpOutput, OpError>, event: &mut AuditEvent) -> Answe
 /// Step 1: resolves the op in the caller's view; unknown and not-enabled are the same answer.
 fn resolve<'d>(d: &'d Deployment, call: &Call) -> Step<&'d OpSpec> {
     match d.engine.catalog().get(&call.op) {
-        Some(s) if d.engine.is_mounted(&call.op, &call.caller.principal) => Ok(s),
+        Some(s)
+            if d.engine
+                .is_mounted_before_gate(&call.op, &call.caller.principal) =>
+        {
+            Ok(s)
+        }
         Some(_) | None => Err(Answer::refused(Outcome::NotEnabled, not_enabled(&call.op))),
     }
 }

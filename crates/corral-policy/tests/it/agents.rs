@@ -456,7 +456,8 @@ fn agent_host_mounts_each_listed_adapters_run_session_and_events_and_the_generic
         }
         assert!(!e.is_mounted(&format!("agents.{a}.install"), &who));
     }
-    assert!(!e.is_mounted("llm.chat", &who));
+    // The agents' model traffic is `llm.chat` as the session's owner: the preset allows it.
+    assert!(e.is_mounted("llm.chat", &who));
     assert!(!e.is_mounted("files.read", &who));
     assert!(create(&e, &who).is_allowed());
     let Decision::Allowed(a) = decide(&e, "agents.codex.run", &who, &run_args(None, None)) else {

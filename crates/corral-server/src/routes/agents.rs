@@ -674,7 +674,33 @@ pub async fn events(
         ));
     }
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let shutdown = state.shutdown().clone();
     tokio::spawn(async move {
+        // The stream ends when the server shuts down (a graceful shutdown waits for open
+        // answers), or when the client goes.
+        tokio::select! {
+            () = follow(store, t, id, after, turn, tx) => {}
+            () = shutdown.cancelled() => {}
+        }
+    });
+    let mut resp = super::llm::sse_response(Body::from_stream(super::llm::ChannelBody(rx)));
+    if let Ok(v) = HeaderValue::from_str(&rid) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    Ok(resp)
+}
+
+/// Sends the session's events after `after` on `tx` as SSE frames, following new ones (a
+/// keep-alive comment every 15 s; at most an hour), until the client goes.
+async fn follow(
+    store: std::sync::Arc<corral_store::Store>,
+    t: String,
+    id: String,
+    after: u64,
+    mut turn: u64,
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+) {
+    {
         let started = tokio::time::Instant::now();
         let mut last_sent = started;
         let mut after = after;
@@ -713,10 +739,5 @@ pub async fn events(
             }
             last_sent = tokio::time::Instant::now();
         }
-    });
-    let mut resp = super::llm::sse_response(Body::from_stream(super::llm::ChannelBody(rx)));
-    if let Ok(v) = HeaderValue::from_str(&rid) {
-        resp.headers_mut().insert("x-request-id", v);
     }
-    Ok(resp)
 }

@@ -9,6 +9,7 @@
 
 mod agent_link;
 mod agent_ops;
+mod agents_api;
 mod anthropic_sdk;
 mod attack_z;
 mod attack_z2;

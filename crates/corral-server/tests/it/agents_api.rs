@@ -1,0 +1,672 @@
+//! The agents host over HTTP (`/v1/agents/*`, also under `/agents/{adapter}`), in the wire
+//! format of the `openai` SDK's `client.beta.agents`: both session gates, the adapter's
+//! selection order, owner-only reads, bad input, a fresh session's events and saved agents.
+//!
+//! No turn runs here (the sandbox helper of an in-process server is the test binary), so every
+//! session is created without `input`. The adapters' CLIs are "installed" by seeding the install
+//! records under the state directory (`install: {mode: offline}` never downloads).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::common::{Reply, Server, Workspace, send};
+
+const ALICE: &str = "alice-token-0123456789abcdef0123";
+const ALICE_ENV: &str = "CORRAL_IT_AGENTS_ALICE";
+const BOB: &str = "bob-token-fedcba9876543210fedcba";
+const BOB_ENV: &str = "CORRAL_IT_AGENTS_BOB";
+
+/// Every adapter op a session needs, plus the generic gate.
+const ALL_SESSION_OPS: &str = "[agents.codex.sessions.create, agents.claude_code.sessions.create, agents.sessions.create, agents.codex.sessions.send_event, agents.claude_code.sessions.send_event]";
+
+/// A workspace whose root holds the agent scope's workdir (`<root>/work`).
+struct Host {
+    ws: Workspace,
+    workdir: PathBuf,
+}
+
+impl Host {
+    fn new() -> Self {
+        let ws = Workspace::new();
+        let workdir = ws.root.join("work");
+        std::fs::create_dir_all(&workdir).unwrap();
+        Self { ws, workdir }
+    }
+
+    /// Pretends `corral agents prepare <adapter>` ran: the install record and the CLI's binary.
+    fn seed(&self, adapter: &str) {
+        let (version, package, exe) = match adapter {
+            "codex" => (
+                "0.171.0",
+                "@openai/codex",
+                "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
+            ),
+            "claude_code" => (
+                "2.1.328",
+                "@anthropic-ai/claude-code",
+                "node_modules/@anthropic-ai/claude-code-linux-x64/claude",
+            ),
+            other => panic!("no adapter {other}"),
+        };
+        let dir = self.ws.state.join("agents").join(adapter).join(version);
+        let exe = dir.join(exe);
+        std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+        std::fs::write(&exe, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::write(
+            dir.join("corral-install.json"),
+            json!({"package": package, "version": version}).to_string(),
+        )
+        .unwrap();
+    }
+
+    /// A config mounting `agents` (the value of the top-level `agents:`), in offline install
+    /// mode, with `rules` (YAML list items) and the two tokens `alice` and `bob`.
+    fn yaml(&self, agents: &str, rules: &str) -> String {
+        format!(
+            "version: 1
+state_dir: {state}
+agents: {agents}
+install: {{mode: offline}}
+rules:
+{rules}auth:
+  tokens:
+    - {{id: alice, roles: [operator], token_env: {ALICE_ENV}}}
+    - {{id: bob, roles: [operator], token_env: {BOB_ENV}}}
+",
+            state = self.ws.state.display(),
+        )
+    }
+
+    /// One allow rule of `ops` (a YAML flow list) with the agent scope over the workdir, run
+    /// unattended.
+    fn rule(&self, name: &str, ops: &str) -> String {
+        format!(
+            "  - name: {name}\n    allow: {ops}\n    confirm: never\n    agents: {{workdir: {}, permissions: workspace-write}}\n",
+            self.workdir.display()
+        )
+    }
+
+    async fn start(&self, yaml: &str) -> Server {
+        let loaded = self.ws.load(yaml, &[(ALICE_ENV, ALICE), (BOB_ENV, BOB)]);
+        Server::start(&loaded).await
+    }
+
+    /// A server mounting `agents` with every session op allowed to everyone.
+    async fn open(&self, agents: &str) -> Server {
+        self.start(&self.yaml(agents, &self.rule("host", ALL_SESSION_OPS)))
+            .await
+    }
+}
+
+/// `POST <path>` with a JSON body as `token` (`None`: no credentials) and extra headers.
+async fn post(
+    s: &Server,
+    token: Option<&str>,
+    path: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut rb = s.client().post(s.url(path)).json(body);
+    if let Some(t) = token {
+        rb = rb.bearer_auth(t);
+    }
+    for (k, v) in headers {
+        rb = rb.header(*k, *v);
+    }
+    send(rb).await
+}
+
+async fn get(s: &Server, token: &str, path: &str) -> Reply {
+    s.get_as(token, path).await
+}
+
+async fn delete(s: &Server, token: &str, path: &str) -> Reply {
+    send(s.client().delete(s.url(path)).bearer_auth(token)).await
+}
+
+/// The body of a session create over the workdir `dir`, without `input` (no turn starts).
+fn session_body(dir: &Path) -> Value {
+    json!({"environment": {"type": "self_hosted", "workspace_directory": dir.display().to_string()}})
+}
+
+/// Asserts a 200 `agent.session` and returns it.
+#[track_caller]
+fn session(r: &Reply) -> Value {
+    assert_eq!(r.status, 200, "body: {}", r.text);
+    let v = r.json();
+    assert_eq!(v["object"], "agent.session", "{v}");
+    assert!(
+        v["id"].as_str().is_some_and(|i| i.starts_with("sess_")),
+        "{v}"
+    );
+    v
+}
+
+// ---------------------------------------------------------------- the two gates
+
+/// A server mounting codex (installed) whose one rule allows `ops`; alice's session create
+/// over the workdir, and the sessions she has afterwards.
+async fn create_with(ops: &str) -> (Reply, Value) {
+    let h = Host::new();
+    h.seed("codex");
+    let s = h.start(&h.yaml("[codex]", &h.rule("r", ops))).await;
+    let r = post(
+        &s,
+        Some(ALICE),
+        "/v1/agents/sessions",
+        &session_body(&h.workdir),
+        &[],
+    )
+    .await;
+    let listed = get(&s, ALICE, "/v1/agents/sessions").await;
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    (r, listed.json()["data"].clone())
+}
+
+#[tokio::test]
+async fn gates_both_allowed_make_a_session() {
+    let (r, data) = create_with("[agents.codex.sessions.create, agents.sessions.create]").await;
+    let v = session(&r);
+    assert_eq!(v["corral"]["adapter"], "codex", "{v}");
+    assert_eq!(v["status"], "idle", "{v}");
+    assert_eq!(v["agent"]["model"], "gpt-5-codex", "{v}");
+    assert_eq!(data.as_array().map(Vec::len), Some(1), "{data}");
+    assert_eq!(data[0]["id"], v["id"], "{data}");
+}
+
+/// The adapter's op is allowed, the generic gate is not: the caller is told which gate is
+/// missing (`403 agents.session_gate`, whose fix names `agents.sessions.create`), as
+/// `corral explain` and the engine decide it.
+#[tokio::test]
+async fn gates_adapter_op_without_the_generic_gate_is_403_session_gate() {
+    let (r, data) = create_with("[agents.codex.sessions.create]").await;
+    r.assert_error(403, "agents.session_gate");
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("agents.sessions.create"),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.json()["op"], "agents.codex.sessions.create", "{}", r.text);
+    assert_eq!(data, json!([]), "nothing stored");
+}
+
+#[tokio::test]
+async fn gates_generic_gate_without_the_adapter_op_is_404_not_enabled() {
+    let (r, data) = create_with("[agents.sessions.create]").await;
+    r.assert_error(404, "op.not_enabled");
+    assert_eq!(r.json()["op"], "agents.codex.sessions.create", "{}", r.text);
+    assert_eq!(data, json!([]), "nothing stored");
+}
+
+#[tokio::test]
+async fn gates_neither_allowed_is_404_not_enabled() {
+    // Only an unrelated agents op is allowed.
+    let (r, data) = create_with("[agents.codex.sessions.send_event]").await;
+    r.assert_error(404, "op.not_enabled");
+    assert_eq!(data, json!([]), "nothing stored");
+}
+
+#[tokio::test]
+async fn a_session_create_without_the_cli_installed_is_503_not_installed() {
+    let h = Host::new();
+    let s = h.open("[codex]").await;
+    let r = post(
+        &s,
+        Some(ALICE),
+        "/v1/agents/sessions",
+        &session_body(&h.workdir),
+        &[],
+    )
+    .await;
+    r.assert_error(503, "agents.not_installed");
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("corral agents prepare codex"),
+        "{}",
+        r.text
+    );
+    let listed = get(&s, ALICE, "/v1/agents/sessions").await;
+    assert_eq!(listed.json()["data"], json!([]), "{}", listed.text);
+}
+
+// ---------------------------------------------------------------- adapter selection
+
+#[tokio::test]
+async fn the_path_picks_the_adapter() {
+    let h = Host::new();
+    h.seed("codex");
+    h.seed("claude_code");
+    let s = h.open("[codex, claude_code]").await;
+    let v = session(
+        &post(
+            &s,
+            Some(ALICE),
+            "/agents/claude_code/v1/agents/sessions",
+            &session_body(&h.workdir),
+            &[],
+        )
+        .await,
+    );
+    assert_eq!(v["corral"]["adapter"], "claude_code", "{v}");
+    assert_eq!(v["agent"]["model"], "claude-sonnet-4-5", "{v}");
+    assert_eq!(v["agent"]["id"], "adapter:claude_code", "{v}");
+    // The session is read back under either mount.
+    let id = v["id"].as_str().unwrap();
+    let again = get(&s, ALICE, &format!("/v1/agents/sessions/{id}")).await;
+    assert_eq!(session(&again)["corral"]["adapter"], "claude_code");
+}
+
+#[tokio::test]
+async fn the_x_corral_adapter_header_picks_the_adapter() {
+    let h = Host::new();
+    h.seed("codex");
+    h.seed("claude_code");
+    let s = h.open("[codex, claude_code]").await;
+    let v = session(
+        &post(
+            &s,
+            Some(ALICE),
+            "/v1/agents/sessions",
+            &session_body(&h.workdir),
+            &[("X-Corral-Adapter", "claude_code")],
+        )
+        .await,
+    );
+    assert_eq!(v["corral"]["adapter"], "claude_code", "{v}");
+}
+
+#[tokio::test]
+async fn an_adapters_name_as_model_picks_it_and_gets_its_default_model() {
+    let h = Host::new();
+    h.seed("codex");
+    h.seed("claude_code");
+    let s = h.open("[codex, claude_code]").await;
+    let mut body = session_body(&h.workdir);
+    body["agent"] = json!({"model": "claude_code"});
+    let v = session(&post(&s, Some(ALICE), "/v1/agents/sessions", &body, &[]).await);
+    assert_eq!(v["corral"]["adapter"], "claude_code", "{v}");
+    assert_eq!(v["agent"]["model"], "claude-sonnet-4-5", "{v}");
+    assert_ne!(v["agent"]["model"], "claude_code", "{v}");
+}
+
+#[tokio::test]
+async fn the_configs_default_picks_the_adapter_and_a_real_model_is_kept() {
+    let h = Host::new();
+    h.seed("codex");
+    h.seed("claude_code");
+    let s = h
+        .open("{adapters: [codex, claude_code], default: claude_code}")
+        .await;
+    let mut body = session_body(&h.workdir);
+    body["agent"] = json!({"model": "claude-opus-4-1"});
+    let v = session(&post(&s, Some(ALICE), "/v1/agents/sessions", &body, &[]).await);
+    assert_eq!(v["corral"]["adapter"], "claude_code", "{v}");
+    assert_eq!(v["agent"]["model"], "claude-opus-4-1", "{v}");
+}
+
+#[tokio::test]
+async fn the_only_mounted_adapter_is_picked() {
+    let h = Host::new();
+    h.seed("claude_code");
+    let s = h.open("[claude_code]").await;
+    let v = session(
+        &post(
+            &s,
+            Some(ALICE),
+            "/v1/agents/sessions",
+            &session_body(&h.workdir),
+            &[],
+        )
+        .await,
+    );
+    assert_eq!(v["corral"]["adapter"], "claude_code", "{v}");
+}
+
+#[tokio::test]
+async fn two_adapters_no_default_and_no_hint_is_400_adapter_required() {
+    let h = Host::new();
+    h.seed("codex");
+    h.seed("claude_code");
+    let s = h.open("[codex, claude_code]").await;
+    let mut body = session_body(&h.workdir);
+    body["agent"] = json!({"model": "gpt-5"});
+    let r = post(&s, Some(ALICE), "/v1/agents/sessions", &body, &[]).await;
+    r.assert_error(400, "agents.adapter_required");
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("X-Corral-Adapter"),
+        "{}",
+        r.text
+    );
+    let listed = get(&s, ALICE, "/v1/agents/sessions").await;
+    assert_eq!(listed.json()["data"], json!([]), "{}", listed.text);
+}
+
+// ---------------------------------------------------------------- owner-only
+
+#[tokio::test]
+async fn a_session_is_its_owners_only() {
+    let h = Host::new();
+    h.seed("codex");
+    let s = h.open("[codex]").await;
+    let mut body = session_body(&h.workdir);
+    body["metadata"] = json!({"ticket": "T-1"});
+    let v = session(&post(&s, Some(ALICE), "/v1/agents/sessions", &body, &[]).await);
+    let id = v["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/agents/sessions/{id}");
+
+    // Bob sees nothing of it: as if it did not exist.
+    get(&s, BOB, &path)
+        .await
+        .assert_error(404, "agents.not_found");
+    let bobs = get(&s, BOB, "/v1/agents/sessions").await;
+    assert_eq!(bobs.status, 200, "{}", bobs.text);
+    assert_eq!(bobs.json()["object"], "list", "{}", bobs.text);
+    assert_eq!(bobs.json()["data"], json!([]), "{}", bobs.text);
+    let r = post(
+        &s,
+        Some(BOB),
+        &format!("{path}/events"),
+        &json!({"events": [{"type": "agent.session.input.message", "input": "hi"}]}),
+        &[],
+    )
+    .await;
+    r.assert_error(404, "agents.not_found");
+    get(&s, BOB, &format!("{path}/events"))
+        .await
+        .assert_error(404, "agents.not_found");
+
+    // Alice sees it as the SDK's `AgentSession`.
+    let mine = session(&get(&s, ALICE, &path).await);
+    assert_eq!(mine["id"], id.as_str(), "{mine}");
+    assert_eq!(mine["status"], "idle", "{mine}");
+    assert_eq!(mine["environment"]["type"], "self_hosted", "{mine}");
+    assert_eq!(
+        mine["environment"]["workspace_directory"],
+        h.workdir.display().to_string(),
+        "{mine}"
+    );
+    assert_eq!(mine["metadata"], json!({"ticket": "T-1"}), "{mine}");
+    assert_eq!(mine["corral"]["turns"], 0, "{mine}");
+    let alices = get(&s, ALICE, "/v1/agents/sessions").await;
+    let data = alices.json()["data"].clone();
+    assert_eq!(data.as_array().map(Vec::len), Some(1), "{data}");
+    assert_eq!(data[0]["id"], id.as_str(), "{data}");
+    assert_eq!(alices.json()["first_id"], id.as_str());
+}
+
+// ---------------------------------------------------------------- bad input
+
+#[tokio::test]
+async fn an_environment_other_than_self_hosted_is_400_environment_unsupported() {
+    let h = Host::new();
+    h.seed("codex");
+    let s = h.open("[codex]").await;
+    let r = post(
+        &s,
+        Some(ALICE),
+        "/v1/agents/sessions",
+        &json!({"environment": {"type": "cloud"}}),
+        &[],
+    )
+    .await;
+    r.assert_error(400, "agents.environment_unsupported");
+    assert!(
+        r.json()["error"].as_str().unwrap().contains("self_hosted"),
+        "{}",
+        r.text
+    );
+}
+
+#[tokio::test]
+async fn a_workspace_directory_outside_the_scopes_workdir_is_403_workdir_outside() {
+    let h = Host::new();
+    h.seed("codex");
+    let outside = h.ws.base().join("elsewhere");
+    std::fs::create_dir_all(&outside).unwrap();
+    let s = h.open("[codex]").await;
+    let r = post(
+        &s,
+        Some(ALICE),
+        "/v1/agents/sessions",
+        &session_body(&outside),
+        &[],
+    )
+    .await;
+    r.assert_error(403, "agents.workdir_outside");
+    let listed = get(&s, ALICE, "/v1/agents/sessions").await;
+    assert_eq!(listed.json()["data"], json!([]), "{}", listed.text);
+}
+
+#[tokio::test]
+async fn a_symlink_in_the_workdir_pointing_out_of_it_is_403_workdir_outside() {
+    let h = Host::new();
+    h.seed("codex");
+    let outside = h.ws.base().join("elsewhere");
+    std::fs::create_dir_all(&outside).unwrap();
+    let link = h.workdir.join("escape");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let s = h.open("[codex]").await;
+    let r = post(
+        &s,
+        Some(ALICE),
+        "/v1/agents/sessions",
+        &session_body(&link),
+        &[],
+    )
+    .await;
+    r.assert_error(403, "agents.workdir_outside");
+    let listed = get(&s, ALICE, "/v1/agents/sessions").await;
+    assert_eq!(listed.json()["data"], json!([]), "{}", listed.text);
+    // A real subdirectory of the workdir is fine.
+    let sub = h.workdir.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    let v = session(
+        &post(
+            &s,
+            Some(ALICE),
+            "/v1/agents/sessions",
+            &session_body(&sub),
+            &[],
+        )
+        .await,
+    );
+    assert_eq!(
+        v["environment"]["workspace_directory"],
+        sub.display().to_string(),
+        "{v}"
+    );
+}
+
+#[tokio::test]
+async fn an_empty_events_list_is_400_invalid_and_no_credentials_is_401() {
+    let h = Host::new();
+    h.seed("codex");
+    let s = h.open("[codex]").await;
+    let v = session(
+        &post(
+            &s,
+            Some(ALICE),
+            "/v1/agents/sessions",
+            &session_body(&h.workdir),
+            &[],
+        )
+        .await,
+    );
+    let id = v["id"].as_str().unwrap();
+    let events = format!("/v1/agents/sessions/{id}/events");
+    post(&s, Some(ALICE), &events, &json!({"events": []}), &[])
+        .await
+        .assert_error(400, "agents.invalid");
+    // Nothing was recorded by the refused post: the session is still idle with no turn.
+    let after = session(&get(&s, ALICE, &format!("/v1/agents/sessions/{id}")).await);
+    assert_eq!(
+        (after["status"].clone(), after["corral"]["turns"].clone()),
+        (json!("idle"), json!(0)),
+        "{after}"
+    );
+
+    // No credentials, on each route.
+    for (method, path) in [
+        ("POST", "/v1/agents/sessions".to_owned()),
+        ("GET", "/v1/agents/sessions".to_owned()),
+        ("GET", format!("/v1/agents/sessions/{id}")),
+        ("POST", events.clone()),
+        ("GET", events.clone()),
+        ("POST", "/v1/agents".to_owned()),
+        ("GET", "/v1/agents".to_owned()),
+        ("POST", "/agents/codex/v1/agents/sessions".to_owned()),
+    ] {
+        let rb = match method {
+            "POST" => s
+                .client()
+                .post(s.url(&path))
+                .json(&session_body(&h.workdir)),
+            _ => s.client().get(s.url(&path)),
+        };
+        let r = send(rb).await;
+        assert_eq!(r.status, 401, "{method} {path}: {}", r.text);
+        assert!(r.code().starts_with("auth."), "{method} {path}: {}", r.text);
+    }
+    let listed = get(&s, ALICE, "/v1/agents/sessions").await;
+    assert_eq!(
+        listed.json()["data"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        listed.text
+    );
+}
+
+// ---------------------------------------------------------------- events
+
+#[tokio::test]
+async fn a_fresh_sessions_events_are_one_session_created() {
+    let h = Host::new();
+    h.seed("codex");
+    let s = h.open("[codex]").await;
+    let v = session(
+        &post(
+            &s,
+            Some(ALICE),
+            "/v1/agents/sessions",
+            &session_body(&h.workdir),
+            &[],
+        )
+        .await,
+    );
+    let id = v["id"].as_str().unwrap();
+    let r = get(&s, ALICE, &format!("/v1/agents/sessions/{id}/events")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(
+        r.headers
+            .get("content-type")
+            .and_then(|h| h.to_str().ok())
+            .is_some_and(|c| c.starts_with("application/json")),
+        "{:?}",
+        r.headers
+    );
+    let list = r.json();
+    assert_eq!(list["object"], "list", "{list}");
+    let data = list["data"].as_array().unwrap();
+    assert_eq!(data.len(), 1, "{list}");
+    assert_eq!(data[0]["type"], "agent.session.created", "{list}");
+    assert_eq!(data[0]["event_id"], "1", "{list}");
+    assert_eq!(data[0]["session"]["id"], id, "{list}");
+    assert_eq!(data[0]["session"]["object"], "agent.session", "{list}");
+    // After the last event: nothing more.
+    let r = get(
+        &s,
+        ALICE,
+        &format!("/v1/agents/sessions/{id}/events?after=1"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["data"], json!([]), "{}", r.text);
+}
+
+// ---------------------------------------------------------------- saved agents
+
+#[tokio::test]
+async fn the_name_lab_coach_is_reserved() {
+    let h = Host::new();
+    let s = h.open("[codex]").await;
+    let r = post(
+        &s,
+        Some(ALICE),
+        "/v1/agents",
+        &json!({"model": "gpt-5-codex", "name": "lab_coach"}),
+        &[],
+    )
+    .await;
+    r.assert_error(400, "agents.invalid");
+    assert!(
+        r.json()["error"].as_str().unwrap().contains("lab_coach"),
+        "{}",
+        r.text
+    );
+    let listed = get(&s, ALICE, "/v1/agents").await;
+    assert_eq!(listed.json()["data"], json!([]), "{}", listed.text);
+}
+
+#[tokio::test]
+async fn a_saved_agent_is_its_owners_only_and_the_owner_deletes_it() {
+    let h = Host::new();
+    let s = h.open("[codex]").await;
+    let r = post(
+        &s,
+        Some(ALICE),
+        "/v1/agents",
+        &json!({"model": "gpt-5-codex", "name": "fixer", "instructions": "fix tests", "metadata": {"team": "core"}}),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let a = r.json();
+    assert_eq!(a["object"], "agent", "{a}");
+    assert_eq!(a["model"], "gpt-5-codex", "{a}");
+    assert_eq!(a["name"], "fixer", "{a}");
+    let id = a["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/agents/{id}");
+
+    // Bob: not found, not listed, not deletable.
+    get(&s, BOB, &path)
+        .await
+        .assert_error(404, "agents.not_found");
+    let bobs = get(&s, BOB, "/v1/agents").await;
+    assert_eq!(bobs.status, 200, "{}", bobs.text);
+    assert_eq!(bobs.json()["data"], json!([]), "{}", bobs.text);
+    delete(&s, BOB, &path)
+        .await
+        .assert_error(404, "agents.not_found");
+
+    // Alice: sees it, lists it, deletes it.
+    let mine = get(&s, ALICE, &path).await;
+    assert_eq!(mine.status, 200, "{}", mine.text);
+    assert_eq!(mine.json()["id"], id.as_str());
+    let alices = get(&s, ALICE, "/v1/agents").await;
+    assert_eq!(
+        alices.json()["data"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        alices.text
+    );
+    let d = delete(&s, ALICE, &path).await;
+    assert_eq!(d.status, 200, "{}", d.text);
+    assert_eq!(
+        d.json(),
+        json!({"id": id, "object": "agent.deleted", "deleted": true})
+    );
+    get(&s, ALICE, &path)
+        .await
+        .assert_error(404, "agents.not_found");
+    let alices = get(&s, ALICE, "/v1/agents").await;
+    assert_eq!(alices.json()["data"], json!([]), "{}", alices.text);
+}
