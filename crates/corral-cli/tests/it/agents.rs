@@ -188,6 +188,12 @@ fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
         .unwrap_or_default();
     assert_eq!(second.first(), Some(&"agent.session.turn.created"), "{v}");
     assert!(!second.contains(&"agent.session.created"), "{v}");
+    // `agents.codex.run` over `POST /ops`: the task ran to completion in its own session.
+    assert_eq!(
+        v["run"],
+        serde_json::json!([200, true, "ran to completion", "idle"]),
+        "{v}"
+    );
     // Owner-only: bob neither reads nor lists alice's session.
     assert_eq!(
         v["bob"],

@@ -243,6 +243,14 @@ def main():
                 break
         stream.close()
         out["second"] = second
+        # `agents.codex.run`: one task to completion, as a plain op call.
+        Upstream.answers = [message("ran to completion")]
+        import httpx
+        r = httpx.post(base + "/ops/agents.codex.run", json={"task": "say something"},
+                       headers={"authorization": "Bearer " + TOKEN}, timeout=120)
+        body = r.json()
+        out["run"] = [r.status_code, body.get("result", {}).get("ok"), body.get("result", {}).get("final_message"),
+                      body.get("result", {}).get("session", {}).get("status")]
         # Another principal sees nothing of alice's.
         bob = openai.OpenAI(base_url=base + "/v1", api_key=OTHER, max_retries=0)
         try:

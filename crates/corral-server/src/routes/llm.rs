@@ -517,7 +517,17 @@ async fn forward_route(
             .await;
         return Err(wrong_api(api, &rid));
     }
-    let (is_root, agent) = agent_of(request.headers(), &upstream.root_agent);
+    // An agent session's CLI is the root agent whatever it claims: `X-Corral-Agent` from a
+    // turn's link is not read (a specialist's replies are not checked in learning mode).
+    let agent_turn = request
+        .extensions()
+        .get::<super::extract::Linked>()
+        .is_some_and(|l| l.kind == super::extract::LinkKind::AgentTurn);
+    let (is_root, agent) = if agent_turn {
+        (true, upstream.root_agent.clone())
+    } else {
+        agent_of(request.headers(), &upstream.root_agent)
+    };
     let passed = passed_headers(api, request.headers());
     // The Anthropic SDK's beta client posts to `/v1/messages?beta=true`: that query (and no
     // other) is passed on.

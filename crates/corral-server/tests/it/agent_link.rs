@@ -23,6 +23,15 @@ struct Linked {
 /// A server state with the scripted provider, and the link of session `session` (owned by the
 /// agent token's principal) served on a local port, as the sandbox's link would be.
 async fn linked(extra: &str, session: &str) -> Linked {
+    linked_hooked(extra, session, None).await
+}
+
+/// [`linked`] with `hook` on the root agent's replies.
+async fn linked_hooked(
+    extra: &str,
+    session: &str,
+    hook: Option<std::sync::Arc<dyn corral_server::routes::llm::ReplyHook>>,
+) -> Linked {
     let upstream = ScriptedLlm::start().await;
     let ws = Workspace::new();
     let env = upstream.env(&token_env());
@@ -33,6 +42,9 @@ async fn linked(extra: &str, session: &str) -> Linked {
     let (state, store) = corral_server::serve::build_state(&loaded, 1 << 20)
         .await
         .unwrap();
+    if let Some(h) = hook {
+        assert!(state.install_reply_hook(h));
+    }
     let mut headers = HeaderMap::new();
     headers.insert(
         "authorization",
@@ -161,4 +173,27 @@ async fn a_sessions_model_calls_count_against_its_runs_token_budget() {
     let r = l.post("/v1/chat/completions", &auth).await;
     r.assert_error(429, "budget.tokens_exhausted");
     assert_eq!(l.upstream.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn a_turns_cli_is_the_root_agent_whatever_x_corral_agent_it_sends() {
+    // In learning mode the root's replies are checked; a specialist's are not. The agent's
+    // CLI is hostile: naming a specialist must not take its replies out of the check.
+    let hook = std::sync::Arc::new(crate::llm::Redact::default());
+    let l = linked_hooked("", "sess-5", Some(hook.clone())).await;
+    let bearer = format!("Bearer {TURN_TOKEN}");
+    let r = l
+        .post(
+            "/v1/chat/completions",
+            &[("authorization", &bearer), ("x-corral-agent", "researcher")],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.json()["choices"][0]["message"]["content"],
+        "The answer is [withheld].",
+        "{}",
+        r.text
+    );
+    assert_eq!(hook.seen.lock().unwrap().len(), 1);
 }
