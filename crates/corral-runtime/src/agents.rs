@@ -586,6 +586,7 @@ impl AgentSessionOp {
                 ),
             )
         })?;
+        enforceable(&grant)?;
         let defaults = SessionLimits::default();
         let limits = SessionLimits {
             memory: ctx.grant.limits.memory,
@@ -615,6 +616,7 @@ impl AgentSessionOp {
                 "the rule that allowed this has no agent scope; add `agents: {workdir: ...}` to it",
             )
         })?;
+        enforceable(grant)?;
         // The CLI must be there (a lazy install starts now and answers `agents.installing`).
         self.host.ensure_cli(self.adapter)?;
         let saved = match text_arg(ctx, "agent") {
@@ -747,6 +749,36 @@ impl AgentSessionOp {
             "exit_code": done.report.as_ref().and_then(|r| r.exit_code),
         }))
     }
+}
+
+/// Refuses a session whose scope asks for what the host does not enforce yet (`commands`,
+/// a `network` beyond `none`, `confirm_writes_outside`): failing closed, never running the
+/// agent as if they applied.
+fn enforceable(grant: &AgentGrant) -> Result<(), OpError> {
+    let mut keys = Vec::new();
+    if !grant.commands.is_empty() {
+        keys.push("`commands`");
+    }
+    if grant
+        .network
+        .as_ref()
+        .is_some_and(|n| !matches!(n, corral_policy::scope::NetworkSpec::None))
+    {
+        keys.push("`network`");
+    }
+    if !grant.confirm_writes_outside.is_empty() {
+        keys.push("`confirm_writes_outside`");
+    }
+    if keys.is_empty() {
+        return Ok(());
+    }
+    Err(op_err(
+        codes::AGENTS_SCOPE_UNSUPPORTED,
+        format!(
+            "the agent scope of this rule sets {}, which corral does not yet enforce on a hosted agent; remove it from the rule's `agents:` scope (the agent then runs in the sandbox with only the LLM proxy for network)",
+            keys.join(", ")
+        ),
+    ))
 }
 
 /// `metadata`: at most 16 string values, keys up to 64 and values up to 512 characters.

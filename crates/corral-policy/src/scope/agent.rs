@@ -179,6 +179,8 @@ pub struct AgentGrant {
     pub turns_left: Option<u32>,
     /// Where the network may reach beyond the LLM proxy; `None`: only the proxy.
     pub network: Option<NetworkSpec>,
+    /// The scope's `confirm_writes_outside` directories (empty: no write needs a person).
+    pub confirm_writes_outside: Vec<String>,
 }
 
 fn invalid(what: String, fix: &str) -> PolicyError {
@@ -312,6 +314,7 @@ impl AgentScope {
             commands: self.spec.commands.clone(),
             turns_left,
             network: self.spec.network.clone(),
+            confirm_writes_outside: self.spec.confirm_writes_outside.clone(),
         })
     }
 

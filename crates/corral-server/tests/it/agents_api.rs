@@ -670,3 +670,39 @@ async fn a_saved_agent_is_its_owners_only_and_the_owner_deletes_it() {
     let alices = get(&s, ALICE, "/v1/agents").await;
     assert_eq!(alices.json()["data"], json!([]), "{}", alices.text);
 }
+
+// ---------------------------------------------------------------- what the host does not enforce
+
+/// A scope setting what the host does not apply to an agent yet (`commands`, a `network`
+/// beyond `none`, `confirm_writes_outside`) refuses the session (`501
+/// agents.scope_unsupported`, naming the key) instead of running the agent unrestricted.
+#[tokio::test]
+async fn a_scope_with_keys_the_host_does_not_enforce_refuses_the_session() {
+    for extra in [
+        "commands: [\"pytest ...\"]",
+        "network: loopback",
+        "confirm_writes_outside: [WORKDIR/src]",
+    ] {
+        let h = Host::new();
+        h.seed("codex");
+        let extra = extra.replace("WORKDIR", &h.workdir.display().to_string());
+        let rule = format!(
+            "  - name: r\n    allow: {ALL_SESSION_OPS}\n    confirm: never\n    agents: {{workdir: {}, permissions: workspace-write, {extra}}}\n",
+            h.workdir.display()
+        );
+        let s = h.start(&h.yaml("[codex]", &rule)).await;
+        let r = post(
+            &s,
+            Some(ALICE),
+            "/v1/agents/sessions",
+            &session_body(&h.workdir),
+            &[],
+        )
+        .await;
+        r.assert_error(501, "agents.scope_unsupported");
+        let key = extra.split(':').next().unwrap_or_default();
+        assert!(r.text.contains(key), "{extra}: {}", r.text);
+        let listed = get(&s, ALICE, "/v1/agents/sessions").await;
+        assert_eq!(listed.json()["data"], json!([]), "{extra}: nothing stored");
+    }
+}
