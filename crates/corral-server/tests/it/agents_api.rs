@@ -130,6 +130,34 @@ fn session_body(dir: &Path) -> Value {
     json!({"environment": {"type": "self_hosted", "workspace_directory": dir.display().to_string()}})
 }
 
+/// A session of alice's in the host's workdir (no turn).
+async fn new_session(s: &Server, h: &Host) -> Value {
+    session(
+        &post(
+            s,
+            Some(ALICE),
+            "/v1/agents/sessions",
+            &session_body(&h.workdir),
+            &[],
+        )
+        .await,
+    )
+}
+
+/// Asserts the refusal `status` `code` whose message contains `needle`.
+#[track_caller]
+fn refused_naming(r: &Reply, status: u16, code: &str, needle: &str) {
+    r.assert_error(status, code);
+    let message = r.json()["error"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains(needle), "{}", r.text);
+}
+
+/// Asserts `token`'s principal has no session.
+async fn assert_no_sessions(s: &Server, token: &str) {
+    let listed = get(s, token, "/v1/agents/sessions").await;
+    assert_eq!(listed.json()["data"], json!([]), "{}", listed.text);
+}
+
 /// Asserts a 200 `agent.session` and returns it.
 #[track_caller]
 fn session(r: &Reply) -> Value {
@@ -181,15 +209,7 @@ async fn gates_both_allowed_make_a_session() {
 #[tokio::test]
 async fn gates_adapter_op_without_the_generic_gate_is_403_session_gate() {
     let (r, data) = create_with("[agents.codex.sessions.create]").await;
-    r.assert_error(403, "agents.session_gate");
-    assert!(
-        r.json()["error"]
-            .as_str()
-            .unwrap()
-            .contains("agents.sessions.create"),
-        "{}",
-        r.text
-    );
+    refused_naming(&r, 403, "agents.session_gate", "agents.sessions.create");
     assert_eq!(r.json()["op"], "agents.codex.sessions.create", "{}", r.text);
     assert_eq!(data, json!([]), "nothing stored");
 }
@@ -222,17 +242,13 @@ async fn a_session_create_without_the_cli_installed_is_503_not_installed() {
         &[],
     )
     .await;
-    r.assert_error(503, "agents.not_installed");
-    assert!(
-        r.json()["error"]
-            .as_str()
-            .unwrap()
-            .contains("corral agents prepare codex"),
-        "{}",
-        r.text
+    refused_naming(
+        &r,
+        503,
+        "agents.not_installed",
+        "corral agents prepare codex",
     );
-    let listed = get(&s, ALICE, "/v1/agents/sessions").await;
-    assert_eq!(listed.json()["data"], json!([]), "{}", listed.text);
+    assert_no_sessions(&s, ALICE).await;
 }
 
 // ---------------------------------------------------------------- adapter selection
@@ -315,16 +331,7 @@ async fn the_only_mounted_adapter_is_picked() {
     let h = Host::new();
     h.seed("claude_code");
     let s = h.open("[claude_code]").await;
-    let v = session(
-        &post(
-            &s,
-            Some(ALICE),
-            "/v1/agents/sessions",
-            &session_body(&h.workdir),
-            &[],
-        )
-        .await,
-    );
+    let v = new_session(&s, &h).await;
     assert_eq!(v["corral"]["adapter"], "claude_code", "{v}");
 }
 
@@ -337,17 +344,8 @@ async fn two_adapters_no_default_and_no_hint_is_400_adapter_required() {
     let mut body = session_body(&h.workdir);
     body["agent"] = json!({"model": "gpt-5"});
     let r = post(&s, Some(ALICE), "/v1/agents/sessions", &body, &[]).await;
-    r.assert_error(400, "agents.adapter_required");
-    assert!(
-        r.json()["error"]
-            .as_str()
-            .unwrap()
-            .contains("X-Corral-Adapter"),
-        "{}",
-        r.text
-    );
-    let listed = get(&s, ALICE, "/v1/agents/sessions").await;
-    assert_eq!(listed.json()["data"], json!([]), "{}", listed.text);
+    refused_naming(&r, 400, "agents.adapter_required", "X-Corral-Adapter");
+    assert_no_sessions(&s, ALICE).await;
 }
 
 // ---------------------------------------------------------------- owner-only
@@ -442,8 +440,7 @@ async fn a_workspace_directory_outside_the_scopes_workdir_is_403_workdir_outside
     )
     .await;
     r.assert_error(403, "agents.workdir_outside");
-    let listed = get(&s, ALICE, "/v1/agents/sessions").await;
-    assert_eq!(listed.json()["data"], json!([]), "{}", listed.text);
+    assert_no_sessions(&s, ALICE).await;
 }
 
 #[tokio::test]
@@ -464,8 +461,7 @@ async fn a_symlink_in_the_workdir_pointing_out_of_it_is_403_workdir_outside() {
     )
     .await;
     r.assert_error(403, "agents.workdir_outside");
-    let listed = get(&s, ALICE, "/v1/agents/sessions").await;
-    assert_eq!(listed.json()["data"], json!([]), "{}", listed.text);
+    assert_no_sessions(&s, ALICE).await;
     // A real subdirectory of the workdir is fine.
     let sub = h.workdir.join("sub");
     std::fs::create_dir_all(&sub).unwrap();
@@ -491,16 +487,7 @@ async fn an_empty_events_list_is_400_invalid_and_no_credentials_is_401() {
     let h = Host::new();
     h.seed("codex");
     let s = h.open("[codex]").await;
-    let v = session(
-        &post(
-            &s,
-            Some(ALICE),
-            "/v1/agents/sessions",
-            &session_body(&h.workdir),
-            &[],
-        )
-        .await,
-    );
+    let v = new_session(&s, &h).await;
     let id = v["id"].as_str().unwrap();
     let events = format!("/v1/agents/sessions/{id}/events");
     post(&s, Some(ALICE), &events, &json!({"events": []}), &[])
@@ -552,16 +539,7 @@ async fn a_fresh_sessions_events_are_one_session_created() {
     let h = Host::new();
     h.seed("codex");
     let s = h.open("[codex]").await;
-    let v = session(
-        &post(
-            &s,
-            Some(ALICE),
-            "/v1/agents/sessions",
-            &session_body(&h.workdir),
-            &[],
-        )
-        .await,
-    );
+    let v = new_session(&s, &h).await;
     let id = v["id"].as_str().unwrap();
     let r = get(&s, ALICE, &format!("/v1/agents/sessions/{id}/events")).await;
     assert_eq!(r.status, 200, "{}", r.text);
