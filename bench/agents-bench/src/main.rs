@@ -95,7 +95,7 @@ async fn corral_turn(
         max_model_turns: 1,
         home,
         limits: SessionLimits::default(),
-        protected: Vec::new(),
+        protected: corral_policy::Protected::default(),
     };
     let s = Session::new(cfg, backend, Arc::new(Scripted))?;
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);

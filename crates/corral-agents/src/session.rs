@@ -113,8 +113,10 @@ pub struct SessionConfig {
     pub home: PathBuf,
     /// The limits.
     pub limits: SessionLimits,
-    /// Corral's own files, hidden from the sandbox.
-    pub protected: Vec<PathBuf>,
+    /// What no change of a turn may make (`.git` and `.corral` at any depth, the config's
+    /// `protected:` globs) and corral's own files, hidden from the sandbox: a turn writes
+    /// through the backend's copy-on-write layer, checked against it when applied.
+    pub protected: corral_policy::Protected,
 }
 
 /// How one turn ended.
@@ -319,10 +321,7 @@ impl Session {
         } else {
             read_paths.push(self.cfg.workdir.clone());
         }
-        let mut protected = corral_policy::Protected::default();
-        for p in &self.cfg.protected {
-            protected.add_path(&p.to_string_lossy());
-        }
+        let protected = self.cfg.protected.clone();
         let req = ExecRequest {
             argv: launch.argv,
             cwd: self.cfg.workdir.clone(),

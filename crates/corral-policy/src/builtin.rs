@@ -167,11 +167,15 @@ fn agent_ops() -> Vec<OpSpec> {
                 &format!("send an event (a user message, an interrupt) to a {a} session"),
             )
             .map(|s| {
-                agent(s.param("session", ParamKind::Word, true).param(
-                    "event",
-                    ParamKind::Json,
-                    true,
-                ))
+                // `workdir` and `model` are the session's own (the API passes them): the
+                // engine judges the rule for the session's real workdir and model, and the
+                // runtime refuses a call whose grant is not the session's.
+                agent(
+                    s.param("session", ParamKind::Word, true)
+                        .param("event", ParamKind::Json, true)
+                        .param("workdir", ParamKind::String, false)
+                        .param("model", ParamKind::String, false),
+                )
             }),
         ];
         out.extend(ops.into_iter().flatten());
@@ -197,13 +201,16 @@ fn agent_ops() -> Vec<OpSpec> {
     out
 }
 
-/// The generic gate of agent sessions: `agents.<a>.sessions.create` is allowed only when this is
-/// allowed for the same caller too.
+/// The generic gate of agent sessions: `agents.<a>.sessions.create` (and `agents.<a>.run`,
+/// which opens a session too) is allowed only when this is allowed for the same caller too.
 pub const GENERIC_SESSION_GATE: &str = "agents.sessions.create";
 
-/// The adapter of an adapter's session create (`agents.codex.sessions.create` -> `codex`).
+/// The adapter of an op that opens a session (`agents.codex.sessions.create` or
+/// `agents.codex.run` -> `codex`).
 pub fn session_create_adapter(op: &str) -> Option<&str> {
-    op.strip_prefix("agents.")?
-        .strip_suffix(".sessions.create")
+    // `agents.<a>.run` opens a session too (one a `send_event` may continue): same gate.
+    let rest = op.strip_prefix("agents.")?;
+    rest.strip_suffix(".sessions.create")
+        .or_else(|| rest.strip_suffix(".run"))
         .filter(|a| crate::scope::agent::is_adapter(a))
 }

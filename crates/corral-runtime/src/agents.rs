@@ -61,10 +61,16 @@ pub struct AgentHost {
     sinks: Vec<Arc<dyn AuditSink>>,
     links: OnceLock<Arc<dyn AgentLinksFor>>,
     homes: PathBuf,
-    live: Mutex<HashMap<String, Arc<Session>>>,
+    /// Per session: the live session and what it was built from (permissions, limits, owner);
+    /// a turn whose grant differs rebuilds it.
+    live: Mutex<HashMap<String, (String, Arc<Session>)>>,
     running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     /// The adapters `agents:` mounts, and its `default`.
     mounted: RwLock<(Vec<String>, Option<String>)>,
+    /// The backend turns run in: the `linux` one with a copy-on-write layer for attached runs
+    /// (a turn's writes are checked against the protection, then applied, when it ends);
+    /// `None` when the deployment does not use the `linux` backend (agents are refused).
+    backend: Option<Arc<dyn corral_exec::Backend>>,
 }
 
 fn mounted_of(loaded: &Loaded) -> (Vec<String>, Option<String>) {
@@ -148,6 +154,26 @@ fn resolved_workdir(grant: &AgentGrant) -> Result<String, OpError> {
         .ok_or_else(|| outside("is not valid UTF-8".to_owned()))
 }
 
+/// The session's workdir ([`resolved_workdir`]) unless it is protected: a `.git` (or other
+/// protected name) among its components, corral's own files, a `protected:` glob. A workdir
+/// such as `<repo>/.git` would let the agent plant hooks the host's git runs.
+fn session_workdir(
+    grant: &AgentGrant,
+    rules: &corral_policy::Protected,
+) -> Result<String, OpError> {
+    let workdir = resolved_workdir(grant)?;
+    match rules.hit(&workdir) {
+        None => Ok(workdir),
+        Some(hit) => Err(op_err(
+            codes::AGENTS_WORKDIR_OUTSIDE,
+            format!(
+                "the session's workdir `{workdir}` is protected ({}); no agent works there: pick a directory beneath the agent scope's workdir outside corral's files and any repository's metadata",
+                hit.describe()
+            ),
+        )),
+    }
+}
+
 /// A session as the ops answer it (the HTTP crate shapes it for its API).
 pub fn session_json(s: &StoredSession) -> Value {
     json!({
@@ -179,6 +205,8 @@ struct TurnStart {
     limits: SessionLimits,
     backend: Arc<dyn corral_exec::Backend>,
     protected: Vec<PathBuf>,
+    /// The policy's protection of this call (names, corral's files, `protected:` globs).
+    rules: corral_policy::Protected,
 }
 
 /// How a turn ended, as `agents.<a>.run` answers it.
@@ -192,7 +220,12 @@ struct TurnDone {
 impl AgentHost {
     /// The host of a runtime over `store`, auditing to `sinks`; agents' homes live under
     /// `<state_dir>/agents/homes`.
-    pub fn new(loaded: &Loaded, store: Arc<Store>, sinks: Vec<Arc<dyn AuditSink>>) -> Self {
+    pub fn new(
+        loaded: &Loaded,
+        store: Arc<Store>,
+        sinks: Vec<Arc<dyn AuditSink>>,
+        backend: Option<Arc<dyn corral_exec::Backend>>,
+    ) -> Self {
         Self {
             store,
             installer: RwLock::new(installer(loaded)),
@@ -202,6 +235,7 @@ impl AgentHost {
             live: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
             mounted: RwLock::new(mounted_of(loaded)),
+            backend,
         }
     }
 
@@ -299,11 +333,21 @@ impl AgentHost {
 
     /// The live session of a stored one (made on its first turn in this process).
     fn live_session(&self, t: &TurnStart, cli: Installed) -> Result<Arc<Session>, OpError> {
-        if let Some(s) = self
+        let built_from = format!(
+            "{:?}",
+            (
+                t.grant.permissions,
+                t.limits,
+                &t.owner.principal,
+                &t.owner.act_chain
+            )
+        );
+        if let Some((from, s)) = self
             .live
             .lock()
             .ok()
             .and_then(|l| l.get(&t.record.id).cloned())
+            && from == built_from
         {
             return Ok(s);
         }
@@ -314,7 +358,7 @@ impl AgentHost {
             )
         })?;
         let home = self.homes.join(&t.record.id);
-        let protected = session_protected(&t.protected, &[&cli.dir, &home], &t.record.workdir)?;
+        let protected = session_protection(t, &[&cli.dir, &home])?;
         let cfg = SessionConfig {
             id: t.record.id.clone(),
             cli,
@@ -331,7 +375,7 @@ impl AgentHost {
             .map_err(|e| OpError::new(e.code, e.message))?;
         let session = Arc::new(session);
         if let Ok(mut l) = self.live.lock() {
-            l.insert(t.record.id.clone(), Arc::clone(&session));
+            l.insert(t.record.id.clone(), (built_from, Arc::clone(&session)));
         }
         Ok(session)
     }
@@ -503,6 +547,28 @@ impl AgentHost {
 /// the sandbox could not bind inside a hidden tree. The sandbox binds nothing else of the
 /// state directory, so leaving a tree that holds them off the list hides the same; a workdir
 /// that would contain one of corral's files is refused instead.
+/// The protection of a session's turns: the call's (names such as `.git` at any depth, the
+/// config's `protected:` globs, corral's own files) but for the trees that hold the two
+/// places a session binds itself (see [`session_protected`]).
+fn session_protection(
+    t: &TurnStart,
+    binds: &[&std::path::Path],
+) -> Result<corral_policy::Protected, OpError> {
+    let mut spec = t.rules.spec().clone();
+    spec.paths
+        .retain(|p| !binds.iter().any(|b| b.starts_with(std::path::Path::new(p))));
+    let mut protected = corral_policy::Protected::compile(spec).map_err(|e| {
+        op_err(
+            codes::AGENTS_SANDBOX,
+            format!("the session's protection: {e}"),
+        )
+    })?;
+    for p in session_protected(&t.protected, binds, &t.record.workdir)? {
+        protected.add_path(&p.to_string_lossy());
+    }
+    Ok(protected)
+}
+
 fn session_protected(
     protected: &[PathBuf],
     binds: &[&std::path::Path],
@@ -601,8 +667,17 @@ impl AgentSessionOp {
             record,
             grant,
             limits,
-            backend: Arc::clone(&ctx.backend),
+            backend: match &self.host.backend {
+                Some(b) => Arc::clone(b),
+                None => {
+                    return Err(op_err(
+                        codes::AGENTS_SANDBOX,
+                        "agents run only in the `linux` isolation backend (`isolation.backend: linux`, the default); this deployment uses another",
+                    ));
+                }
+            },
             protected: ctx.protected.clone(),
+            rules: ctx.grant.resolved.protected().clone(),
         })
     }
 
@@ -657,7 +732,7 @@ impl AgentSessionOp {
             adapter: self.adapter.name().to_owned(),
             model,
             agent_id: saved.map(|d| d.id),
-            workdir: resolved_workdir(grant)?,
+            workdir: session_workdir(grant, ctx.grant.resolved.protected())?,
             metadata,
         };
         let record = self
@@ -701,6 +776,7 @@ impl AgentSessionOp {
         let record = self.own_session(ctx, &id).await?;
         let event = json_arg(ctx, "event").unwrap_or(Value::Null);
         let t = self.turn_start(ctx, record)?;
+        same_session(&t)?;
         match event.get("type").and_then(Value::as_str) {
             Some("message") => {
                 let text = event
@@ -749,6 +825,33 @@ impl AgentSessionOp {
             "exit_code": done.report.as_ref().and_then(|r| r.exit_code),
         }))
     }
+}
+
+/// Refuses a `send_event` whose grant is not for the session's own workdir and model: the
+/// engine judged the call's `workdir` and `model` arguments, which must be the session's (the
+/// API passes them), so the rule that allowed it is one that admits the session as it is
+/// (its permissions, turns and limits then apply, never another rule's).
+fn same_session(t: &TurnStart) -> Result<(), OpError> {
+    let workdir = session_workdir(&t.grant, &t.rules)?;
+    if workdir != t.record.workdir {
+        return Err(op_err(
+            codes::AGENTS_WORKDIR_OUTSIDE,
+            format!(
+                "session `{}` works in `{}`, and this call was allowed for `{workdir}`; pass the session's own `workdir` (and `model`) with the event",
+                t.record.id, t.record.workdir
+            ),
+        ));
+    }
+    if t.grant.model.as_deref() != Some(t.record.model.as_str()) {
+        return Err(op_err(
+            codes::AGENTS_MODEL_NOT_ALLOWED,
+            format!(
+                "session `{}` runs model `{}`, and this call was allowed for another; pass the session's own `model` (and `workdir`) with the event",
+                t.record.id, t.record.model
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a session whose scope asks for what the host does not enforce yet (`commands`,

@@ -251,7 +251,12 @@ impl Runtime {
                 compose::declared_upstream_tools(loaded),
             )
         };
-        let agents = Arc::new(agents::AgentHost::new(loaded, store.clone(), sinks.clone()));
+        let agents = Arc::new(agents::AgentHost::new(
+            loaded,
+            store.clone(),
+            sinks.clone(),
+            services::agents_backend(loaded)?,
+        ));
         let deployment =
             compose::deployment_with(loaded, &upstreams, options.upstream_wait, Some(&agents))
                 .await;

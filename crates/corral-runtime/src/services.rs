@@ -49,24 +49,10 @@ pub(crate) async fn store(loaded: &Loaded) -> Result<Arc<Store>, RuntimeError> {
 /// `isolation.unavailable` naming the missing primitive: never a fallback to `process`. A
 /// one-shot one (`one_shot`) skips the probe: its helper checks each primitive itself.
 pub(crate) fn backend(loaded: &Loaded, one_shot: bool) -> Result<Arc<dyn Backend>, RuntimeError> {
-    use corral_config::model::{BackendKind, NetworkMode};
+    use corral_config::model::BackendKind;
     match loaded.config.isolation.backend {
         BackendKind::Linux => {
-            let network = match loaded.config.isolation.network {
-                NetworkMode::None => Network::None,
-                NetworkMode::Loopback => Network::Loopback,
-            };
-            let host_uids = corral_exec::linux::HostUids::from_setting(
-                loaded.config.isolation.host_uids.as_deref(),
-            )
-            .map_err(RuntimeError::Isolation)?;
-            // The running binary is the helper (`corral __sandbox-exec`); `/proc/self/exe`
-            // names it even if the file on disk was replaced since.
-            let mut linux = LinuxBackend::new(PathBuf::from("/proc/self/exe"))
-                .with_network(network)
-                .with_cgroup_parent(loaded.config.isolation.cgroup_parent.clone())
-                .with_host_uids(host_uids)
-                .map_err(RuntimeError::Isolation)?;
+            let mut linux = linux_backend(loaded)?;
             if one_shot {
                 linux = linux.with_one_shot();
             } else if let Err(e) = linux.preflight() {
@@ -84,6 +70,40 @@ pub(crate) fn backend(loaded: &Loaded, one_shot: bool) -> Result<Arc<dyn Backend
             Ok(Arc::new(ProcessBackend::new()))
         }
     }
+}
+
+/// The `linux` backend as `isolation:` sets it (network, cgroup parent, host uids). The
+/// running binary is the helper (`corral __sandbox-exec`); `/proc/self/exe` names it even if
+/// the file on disk was replaced since.
+fn linux_backend(loaded: &Loaded) -> Result<LinuxBackend, RuntimeError> {
+    use corral_config::model::NetworkMode;
+    let network = match loaded.config.isolation.network {
+        NetworkMode::None => Network::None,
+        NetworkMode::Loopback => Network::Loopback,
+    };
+    let host_uids =
+        corral_exec::linux::HostUids::from_setting(loaded.config.isolation.host_uids.as_deref())
+            .map_err(RuntimeError::Isolation)?;
+    LinuxBackend::new(PathBuf::from("/proc/self/exe"))
+        .with_network(network)
+        .with_cgroup_parent(loaded.config.isolation.cgroup_parent.clone())
+        .with_host_uids(host_uids)
+        .map_err(RuntimeError::Isolation)
+}
+
+/// The backend agent sessions' turns run in: the `linux` backend as the config sets it, whose
+/// attached runs write through the copy-on-write layer (a turn's changes are checked against
+/// the protection, `.git` at any depth among it, and applied when it ends); its helper checks
+/// each primitive itself (no second preflight). `None` with `isolation.backend: process`.
+pub(crate) fn agents_backend(loaded: &Loaded) -> Result<Option<Arc<dyn Backend>>, RuntimeError> {
+    use corral_config::model::BackendKind;
+    if loaded.config.isolation.backend != BackendKind::Linux {
+        return Ok(None);
+    }
+    let linux = linux_backend(loaded)?
+        .with_attached_write_layer()
+        .with_one_shot();
+    Ok(Some(Arc::new(linux)))
 }
 
 /// The audit sinks: the store (through one group-commit writer task) first, then the one

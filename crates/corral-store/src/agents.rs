@@ -237,6 +237,7 @@ const LIST_AGENT_DEFS: &str = concat!(
     agent_def_columns!(),
     " FROM agent_defs WHERE tenant = $1 \
      AND ($2 IS NULL OR created_ms < $2 OR (created_ms = $2 AND id < $3)) \
+     AND ($5 IS NULL OR owner = $5) \
      ORDER BY created_ms DESC, id DESC LIMIT $4"
 );
 const DELETE_AGENT_DEF: &str = "DELETE FROM agent_defs WHERE tenant = $1 AND id = $2";
@@ -423,10 +424,12 @@ impl Store {
         row.map(|r| r.into_def().and_then(unquote_def)).transpose()
     }
 
-    /// A page of `tenant`'s saved agents, newest first.
+    /// A page of `tenant`'s saved agents (only `owner`'s when given), newest first: the
+    /// filter is in the query, so a page and its cursor hold nothing of another owner's.
     pub async fn list_agent_defs(
         &self,
         tenant: &str,
+        owner: Option<&str>,
         page: &Page,
     ) -> Result<Paged<AgentDef>, AgentStoreError> {
         let q = self.agents_err("list agents");
@@ -436,6 +439,7 @@ impl Store {
             .bind(after_ms)
             .bind(after_id)
             .bind(i64::from(page.rows()) + 1)
+            .bind(owner)
             .fetch_all(p)
             .await
             .map_err(q)?);

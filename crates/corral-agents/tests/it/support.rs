@@ -229,7 +229,7 @@ pub fn session_of(
         max_model_turns: 10,
         home: d.home.clone(),
         limits,
-        protected: Vec::new(),
+        protected: corral_policy::Protected::default(),
     };
     Session::new(cfg, backend(), Arc::new(ScriptedProxy(Arc::clone(script)))).unwrap()
 }

@@ -188,6 +188,16 @@ fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
         .unwrap_or_default();
     assert_eq!(second.first(), Some(&"agent.session.turn.created"), "{v}");
     assert!(!second.contains(&"agent.session.created"), "{v}");
+    // Inside its workdir the agent changed neither a repository's `.git` nor a `protected:`
+    // file (its turn writes through the copy-on-write layer, checked when applied), and a
+    // workdir inside `.git` is refused.
+    assert_eq!(v["hook_planted"], false, "{v}");
+    assert_eq!(v["lock"], "original", "{v}");
+    assert_eq!(
+        v["gitdir"],
+        serde_json::json!([403, "agents.workdir_outside"]),
+        "{v}"
+    );
     // `agents.codex.run` over `POST /ops`: the task ran to completion in its own session.
     assert_eq!(
         v["run"],

@@ -167,7 +167,7 @@ def main():
             "version: 1\n"
             "preset: {name: agent_host, permissions: workspace-write, confirm: never}\n"
             "root: %s\nstate_dir: %s\n"
-            "agents: [codex]\ninstall: {mode: offline}\n"
+            "agents: [codex]\ninstall: {mode: offline}\nprotected: [\"*.lock\"]\n"
             "llm: {base_url_env: UP_URL, api_key_env: UP_KEY}\n"
             "auth:\n  tokens:\n"
             "    - {id: alice, token_env: ALICE_TOKEN}\n"
@@ -243,6 +243,33 @@ def main():
                 break
         stream.close()
         out["second"] = second
+        # What no agent may change, inside its workdir: a repository's `.git`, a `protected:`
+        # glob. And a workdir inside `.git` is refused outright.
+        os.makedirs(os.path.join(ws, "repo", ".git", "hooks"))
+        with open(os.path.join(ws, "Cargo.lock"), "w") as f:
+            f.write("original")
+        Upstream.answers = [
+            call("write_file", {"path": os.path.join(ws, "repo", ".git", "hooks", "pre-commit"), "content": "#!/bin/sh\ntouch /tmp/pwned\n"}),
+            call("write_file", {"path": os.path.join(ws, "Cargo.lock"), "content": "tampered"}),
+            message("tried"),
+        ]
+        guarded = client.beta.agents.sessions.create(
+            agent={"model": "gpt-5-codex"},
+            environment={"type": "self_hosted", "workspace_directory": ws}, input="tamper")
+        stream = client.beta.agents.sessions.events.stream(guarded.id)
+        for ev in stream:
+            if ev.type == "agent.session.idle":
+                break
+        stream.close()
+        out["hook_planted"] = os.path.exists(os.path.join(ws, "repo", ".git", "hooks", "pre-commit"))
+        out["lock"] = open(os.path.join(ws, "Cargo.lock")).read()
+        try:
+            client.beta.agents.sessions.create(
+                agent={"model": "gpt-5-codex"},
+                environment={"type": "self_hosted", "workspace_directory": os.path.join(ws, "repo", ".git")})
+            out["gitdir"] = "created"
+        except openai.APIStatusError as e:
+            out["gitdir"] = [e.status_code, e.response.json().get("code")]
         # `agents.codex.run`: one task to completion, as a plain op call.
         Upstream.answers = [message("ran to completion")]
         import httpx

@@ -47,6 +47,14 @@ const CODEX_OPS: [&str; 3] = [
     "agents.codex.sessions.send_event",
 ];
 
+/// [`CODEX_OPS`] and the generic gate every op that opens a session needs.
+const CODEX_OPS_AND_GATE: [&str; 4] = [
+    "agents.codex.run",
+    "agents.codex.sessions.create",
+    "agents.codex.sessions.send_event",
+    "agents.sessions.create",
+];
+
 // ---------------------------------------------------------------- the catalog
 
 #[test]
@@ -127,10 +135,19 @@ fn a_rule_naming_an_agent_op_without_an_agents_scope_refuses_every_call_with_sco
 #[test]
 fn a_namespace_selector_with_an_agents_scope_mounts_run_and_send_event_but_not_the_explicit_ops() {
     let e = engine(Policy::new().rule(Rule::allow("a", sels(&["agents.**"])).agents(ws_scope())));
-    assert!(e.is_mounted("agents.codex.run", &alice()));
     assert!(e.is_mounted("agents.claude_code.sessions.send_event", &alice()));
     assert!(!e.is_mounted("agents.codex.sessions.create", &alice()));
     assert!(!e.is_mounted("agents.codex.install", &alice()));
+    // `run` opens a session: it needs the generic gate, which only its exact id mounts.
+    assert!(!e.is_mounted("agents.codex.run", &alice()));
+    let d = decide(&e, "agents.codex.run", &alice(), &run_args(None, None));
+    assert_eq!(d.code(), Some(codes::AGENTS_SESSION_GATE), "{d:?}");
+    let e = engine(
+        Policy::new()
+            .rule(Rule::allow("a", sels(&["agents.**"])).agents(ws_scope()))
+            .rule(Rule::allow("gate", sels(&["agents.sessions.create"]))),
+    );
+    assert!(e.is_mounted("agents.codex.run", &alice()));
     assert!(decide(&e, "agents.codex.run", &alice(), &run_args(None, None)).is_allowed());
 }
 
@@ -163,7 +180,7 @@ fn the_agent_scope_refuses_a_model_it_does_not_list_and_a_workdir_outside_its_ow
         models: vec!["gpt-5-codex".to_owned()],
         ..AgentScopeSpec::default()
     });
-    let e = engine(Policy::new().rule(Rule::allow("codex", sels(&CODEX_OPS)).agents(s)));
+    let e = engine(Policy::new().rule(Rule::allow("codex", sels(&CODEX_OPS_AND_GATE)).agents(s)));
     let who = alice();
     let ok = decide(
         &e,
@@ -191,7 +208,7 @@ fn the_agent_scope_refuses_a_model_it_does_not_list_and_a_workdir_outside_its_ow
 fn a_deny_rule_with_a_path_scope_covers_the_agents_workdir() {
     let e = engine(
         Policy::new()
-            .rule(Rule::allow("codex", sels(&CODEX_OPS)).agents(ws_scope()))
+            .rule(Rule::allow("codex", sels(&CODEX_OPS_AND_GATE)).agents(ws_scope()))
             .rule(Rule::deny("secret", sels(&["agents.**"])).paths(path_scope(
                 &["/workspace/secret"],
                 &[],
@@ -216,7 +233,9 @@ fn a_deny_rule_with_a_path_scope_covers_the_agents_workdir() {
 
 #[test]
 fn the_engine_hands_the_deciding_rules_agent_scope_to_the_runtime() {
-    let e = engine(Policy::new().rule(Rule::allow("codex", sels(&CODEX_OPS)).agents(ws_scope())));
+    let e = engine(
+        Policy::new().rule(Rule::allow("codex", sels(&CODEX_OPS_AND_GATE)).agents(ws_scope())),
+    );
     let Decision::Allowed(a) = decide(&e, "agents.codex.run", &alice(), &run_args(None, None))
     else {
         unreachable!("allowed")

@@ -318,15 +318,14 @@ pub async fn list_agents(
     let p = state
         .runtime()
         .store()
-        .list_agent_defs(&tenant(&auth.caller), &page)
+        .list_agent_defs(
+            &tenant(&auth.caller),
+            Some(&auth.caller.principal.id),
+            &page,
+        )
         .await
         .map_err(|e| store_error(&e, &rid))?;
-    let data = p
-        .items
-        .iter()
-        .filter(|d| d.owner == auth.caller.principal.id)
-        .map(agent_obj)
-        .collect();
+    let data = p.items.iter().map(agent_obj).collect();
     Ok(answer(
         StatusCode::OK,
         list_obj(data, p.next.map(|n| n.to_string())),
@@ -533,7 +532,8 @@ pub async fn post_events(
                 ));
             }
         };
-        call_op(&auth, op.clone(), json!({"session": id, "event": event})).await?;
+        let args = json!({"session": id, "event": event, "workdir": s.workdir, "model": s.model});
+        call_op(&auth, op.clone(), args).await?;
     }
     let mut resp = StatusCode::ACCEPTED.into_response();
     if let Ok(v) = HeaderValue::from_str(&rid) {

@@ -621,6 +621,14 @@ async fn a_saved_agent_is_its_owners_only_and_the_owner_deletes_it() {
     let bobs = get(&s, BOB, "/v1/agents").await;
     assert_eq!(bobs.status, 200, "{}", bobs.text);
     assert_eq!(bobs.json()["data"], json!([]), "{}", bobs.text);
+    // Nor does a page of one tell bob alice has one (the owner filter is in the query).
+    let page = get(&s, BOB, "/v1/agents?limit=1").await;
+    assert_eq!(
+        (page.json()["has_more"].clone(), page.json()["next"].clone()),
+        (json!(false), Value::Null),
+        "{}",
+        page.text
+    );
     delete(&s, BOB, &path)
         .await
         .assert_error(404, "agents.not_found");
@@ -683,4 +691,78 @@ async fn a_scope_with_keys_the_host_does_not_enforce_refuses_the_session() {
         let listed = get(&s, ALICE, "/v1/agents/sessions").await;
         assert_eq!(listed.json()["data"], json!([]), "{extra}: nothing stored");
     }
+}
+
+// ---------------------------------------------------------------- a session's own rule
+
+/// A session's input event is judged for the session's own workdir and model: calling
+/// `send_event` directly with another workdir (one a more permissive rule admits) or none is
+/// refused, so a read-only session never turns writable through another rule.
+#[tokio::test]
+async fn send_event_is_judged_for_the_sessions_own_workdir_never_another_rules() {
+    let h = Host::new();
+    h.seed("codex");
+    let shared = h.ws.root.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let rules = format!(
+        "{}  - name: shared-readonly\n    allow: {ALL_SESSION_OPS}\n    confirm: never\n    agents: {{workdir: {}, permissions: read-only}}\n",
+        h.rule("alice-own", ALL_SESSION_OPS),
+        shared.display()
+    );
+    let s = h.start(&h.yaml("[codex]", &rules)).await;
+    let r = post(
+        &s,
+        Some(ALICE),
+        "/v1/agents/sessions",
+        &session_body(&shared),
+        &[],
+    )
+    .await;
+    let id = session(&r)["id"].as_str().unwrap().to_owned();
+    let event = json!({"type": "message", "text": "write something"});
+    for workdir in [Some(h.workdir.display().to_string()), None] {
+        let mut args = json!({"session": id, "event": event, "model": "gpt-5-codex"});
+        if let Some(w) = &workdir {
+            args["workdir"] = json!(w);
+        }
+        let r = post(
+            &s,
+            Some(ALICE),
+            "/ops/agents.codex.sessions.send_event",
+            &args,
+            &[],
+        )
+        .await;
+        r.assert_error(403, "agents.workdir_outside");
+        assert!(
+            r.text.contains("pass the session's own `workdir`"),
+            "{}",
+            r.text
+        );
+    }
+    let after = session(&get(&s, ALICE, &format!("/v1/agents/sessions/{id}")).await);
+    assert_eq!(after["corral"]["turns"], 0, "no turn ran: {after}");
+}
+
+/// `agents.<a>.run` opens a session too: it needs the generic gate like a session create.
+#[tokio::test]
+async fn run_needs_the_generic_gate_too() {
+    let h = Host::new();
+    h.seed("codex");
+    let s = h
+        .start(&h.yaml(
+            "[codex]",
+            &h.rule("r", "[agents.codex.run, agents.codex.sessions.send_event]"),
+        ))
+        .await;
+    let r = post(
+        &s,
+        Some(ALICE),
+        "/ops/agents.codex.run",
+        &json!({"task": "hello"}),
+        &[],
+    )
+    .await;
+    refused_naming(&r, 403, "agents.session_gate", "agents.sessions.create");
+    assert_no_sessions(&s, ALICE).await;
 }
