@@ -36,8 +36,8 @@ pub fn installer(loaded: &Loaded) -> Arc<Installer> {
 /// The links of the sessions one owner runs: the HTTP crate serves each turn's LLM proxy
 /// link as that owner, in the session's run (set once the server is built).
 pub trait AgentLinksFor: Send + Sync + std::fmt::Debug {
-    /// The links of the sessions `owner` starts.
-    fn links(&self, owner: Caller) -> Arc<dyn ProxyLinks>;
+    /// The links of the sessions `owner` starts, whose turns may ask for `model` only.
+    fn links(&self, owner: Caller, model: &str) -> Arc<dyn ProxyLinks>;
 }
 
 /// The model an adapter's CLI gets when neither the caller nor the scope names one.
@@ -371,7 +371,7 @@ impl AgentHost {
             limits: t.limits,
             protected,
         };
-        let session = Session::new(cfg, Arc::clone(&t.backend), links.links(t.owner.clone()))
+        let session = Session::new(cfg, Arc::clone(&t.backend), links.links(t.owner.clone(), &t.record.model))
             .map_err(|e| OpError::new(e.code, e.message))?;
         let session = Arc::new(session);
         if let Ok(mut l) = self.live.lock() {

@@ -35,11 +35,17 @@ impl AppState {
 
     /// The links of the agent sessions `owner` runs: each turn's link serves the LLM proxy
     /// only, as `owner` in the session's run (run id = session id: its budgets, audit and
-    /// metering apply), authenticated by the turn's token alone (`routes::link::AgentLinks`).
-    pub fn agent_links(&self, owner: corral_guard::Caller) -> Arc<dyn corral_agents::ProxyLinks> {
+    /// metering apply), authenticated by the turn's token alone (`routes::link::AgentLinks`);
+    /// with `model`, the only model a turn may ask for (the runtime passes the session's).
+    pub fn agent_links(
+        &self,
+        owner: corral_guard::Caller,
+        model: Option<&str>,
+    ) -> Arc<dyn corral_agents::ProxyLinks> {
         Arc::new(routes::link::AgentLinks::new(
             Arc::downgrade(&self.0),
             owner,
+            model,
         ))
     }
 

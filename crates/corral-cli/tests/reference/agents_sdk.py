@@ -41,6 +41,9 @@ class Upstream(http.server.BaseHTTPRequestHandler):
 
     answers = []
     seen_keys = []
+    # While set, a request waits for `release` (a turn held in progress, deterministically).
+    hold = False
+    release = threading.Event()
 
     def log_message(self, *a):
         pass
@@ -49,6 +52,8 @@ class Upstream(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length", "0"))
         self.rfile.read(length)
         Upstream.seen_keys.append(self.headers.get("authorization", ""))
+        if Upstream.hold:
+            Upstream.release.wait(30)
         item = Upstream.answers.pop(0) if Upstream.answers else message("done")
         usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
         body = ""
@@ -193,6 +198,7 @@ def main():
         saved = client.beta.agents.create(model="gpt-5-codex", name="fixer")
         out["agent_object"] = saved.object if hasattr(saved, "object") else None
         out["agent_listed"] = [a.id for a in client.beta.agents.list()] == [saved.id]
+        Upstream.hold = True
         session = client.beta.agents.sessions.create(
             agent_id=saved.id,
             environment={"type": "self_hosted", "workspace_directory": ws},
@@ -210,6 +216,8 @@ def main():
             out["busy"] = "accepted"
         except openai.APIStatusError as e:
             out["busy"] = [e.status_code, e.response.json().get("code")]
+        Upstream.hold = False
+        Upstream.release.set()
         types, items, last_id = [], [], None
         stream = client.beta.agents.sessions.events.stream(session.id)
         for ev in stream:

@@ -257,6 +257,9 @@ pub(crate) struct Linked {
     pub requests: Arc<std::sync::atomic::AtomicU32>,
     /// Whose link it is: a lab program's (corral's ops) or an agent turn's (the LLM proxy).
     pub kind: LinkKind,
+    /// An agent turn's session model: the only model its requests may ask for (`None`: a lab
+    /// program's link, or a link made without one).
+    pub model: Option<Arc<str>>,
 }
 
 /// Who a link serves, and so which routes it reaches.

@@ -69,6 +69,7 @@ impl ProgramLinks for ServerLinks {
                     token,
                     requests: Arc::default(),
                     kind: LinkKind::Program,
+                    model: None,
                 },
             )
         });
@@ -120,12 +121,18 @@ fn agent_router(state: AppState, linked: Linked) -> Router {
 pub(crate) struct AgentLinks {
     app: Weak<App>,
     owner: Caller,
+    model: Option<Arc<str>>,
 }
 
 impl AgentLinks {
-    /// The links of the sessions `owner` starts.
-    pub(crate) fn new(app: Weak<App>, owner: Caller) -> Self {
-        Self { app, owner }
+    /// The links of the sessions `owner` starts; with `model`, the only model a turn's
+    /// requests may ask for (`agents.model_not_allowed` otherwise).
+    pub(crate) fn new(app: Weak<App>, owner: Caller, model: Option<&str>) -> Self {
+        Self {
+            app,
+            owner,
+            model: model.map(Arc::from),
+        }
     }
 }
 
@@ -135,8 +142,8 @@ impl AgentLinks {
 pub(crate) struct ServerAgentLinks(pub(crate) Weak<App>);
 
 impl corral_runtime::agents::AgentLinksFor for ServerAgentLinks {
-    fn links(&self, owner: Caller) -> Arc<dyn ProxyLinks> {
-        Arc::new(AgentLinks::new(self.0.clone(), owner))
+    fn links(&self, owner: Caller, model: &str) -> Arc<dyn ProxyLinks> {
+        Arc::new(AgentLinks::new(self.0.clone(), owner, Some(model)))
     }
 }
 
@@ -154,6 +161,7 @@ impl ProxyLinks for AgentLinks {
                     token,
                     requests: Arc::default(),
                     kind: LinkKind::AgentTurn,
+                    model: self.model.clone(),
                 },
             )
         });

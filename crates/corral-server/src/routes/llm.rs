@@ -519,10 +519,12 @@ async fn forward_route(
     }
     // An agent session's CLI is the root agent whatever it claims: `X-Corral-Agent` from a
     // turn's link is not read (a specialist's replies are not checked in learning mode).
-    let agent_turn = request
+    let turn = request
         .extensions()
         .get::<super::extract::Linked>()
-        .is_some_and(|l| l.kind == super::extract::LinkKind::AgentTurn);
+        .filter(|l| l.kind == super::extract::LinkKind::AgentTurn);
+    let agent_turn = turn.is_some();
+    let turn_model = turn.and_then(|l| l.model.clone());
     let (is_root, agent) = if agent_turn {
         (true, upstream.root_agent.clone())
     } else {
@@ -540,6 +542,13 @@ async fn forward_route(
         Ok(m) => m,
         Err(msg) => return Err(refused(&gw, &caller, &rid, codes::LLM_BAD_REQUEST, msg).await),
     };
+    // An agent turn asks for its session's model only (the agent scope's `models` applies).
+    if let Some(m) = turn_model.filter(|m| **m != *model) {
+        let msg = format!(
+            "this agent session runs model `{m}`; its CLI may not ask the LLM proxy for another"
+        );
+        return Err(refused(&gw, &caller, &rid, codes::AGENTS_MODEL_NOT_ALLOWED, msg).await);
+    }
     let opts = match options {
         Ok(o) => o,
         Err(msg) => {

@@ -23,7 +23,7 @@ struct Linked {
 /// A server state with the scripted provider, and the link of session `session` (owned by the
 /// agent token's principal) served on a local port, as the sandbox's link would be.
 async fn linked(extra: &str, session: &str) -> Linked {
-    linked_hooked(extra, session, None).await
+    linked_hooked(extra, session, None, None).await
 }
 
 /// [`linked`] with `hook` on the root agent's replies.
@@ -31,6 +31,7 @@ async fn linked_hooked(
     extra: &str,
     session: &str,
     hook: Option<std::sync::Arc<dyn corral_server::routes::llm::ReplyHook>>,
+    model: Option<&str>,
 ) -> Linked {
     let upstream = ScriptedLlm::start().await;
     let ws = Workspace::new();
@@ -52,7 +53,7 @@ async fn linked_hooked(
     );
     let owner = corral_server::auth::authenticate(&state.authenticator(), &headers).unwrap();
     let link = state
-        .agent_links(owner)
+        .agent_links(owner, model)
         .link(session, TokenDigest::of(TURN_TOKEN));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -180,7 +181,7 @@ async fn a_turns_cli_is_the_root_agent_whatever_x_corral_agent_it_sends() {
     // In learning mode the root's replies are checked; a specialist's are not. The agent's
     // CLI is hostile: naming a specialist must not take its replies out of the check.
     let hook = std::sync::Arc::new(crate::llm::Redact::default());
-    let l = linked_hooked("", "sess-5", Some(hook.clone())).await;
+    let l = linked_hooked("", "sess-5", Some(hook.clone()), None).await;
     let bearer = format!("Bearer {TURN_TOKEN}");
     let r = l
         .post(
@@ -196,4 +197,23 @@ async fn a_turns_cli_is_the_root_agent_whatever_x_corral_agent_it_sends() {
         r.text
     );
     assert_eq!(hook.seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_turn_may_ask_only_for_its_sessions_model() {
+    // The agent scope's `models` decided the session's model; the CLI (hostile) may not ask
+    // the proxy for another through its link.
+    let l = linked_hooked("", "sess-6", None, Some("session-model")).await;
+    let bearer = format!("Bearer {TURN_TOKEN}");
+    let r = l.post("/v1/chat/completions", &[("authorization", &bearer)]).await;
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert_eq!(r.code(), "agents.model_not_allowed", "{}", r.text);
+    assert!(l.upstream.seen().is_empty());
+    let ok = l
+        .client
+        .post(format!("{}/v1/chat/completions", l.base))
+        .header("authorization", &bearer)
+        .json(&json!({"model": "session-model", "messages": [{"role": "user", "content": "hi"}]}));
+    let r = crate::common::send(ok).await;
+    assert_eq!(r.status, 200, "{}", r.text);
 }
