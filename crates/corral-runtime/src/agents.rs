@@ -430,8 +430,12 @@ impl AgentHost {
     ) -> TurnDone {
         let (tx, mut rx) = mpsc::channel::<SessionEvent>(64);
         let adapter = t.adapter.name();
+        // Room is kept for the turn's end (`turn_ended`, `idle`) and one notice, so a client
+        // waiting for `idle` always gets it, however much the agent printed.
+        let room = corral_store::agents::MAX_SESSION_EVENTS.saturating_sub(t.record.events + 8);
         let consume = async {
             let (mut events, mut message) = (0u64, None::<String>);
+            let mut noticed = false;
             while let Some(e) = rx.recv().await {
                 if let Some(op) = e.audit_op(adapter) {
                     self.audit_step(&t, op, &e).await;
@@ -442,7 +446,20 @@ impl AgentHost {
                 if matches!(e, SessionEvent::Done { .. }) {
                     continue;
                 }
-                let body = serde_json::to_value(&e).unwrap_or(Value::Null);
+                if events >= room {
+                    if !noticed {
+                        noticed = true;
+                        let notice = SessionEvent::error(
+                            codes::AGENTS_SESSION_FULL,
+                            "the session's events are at their cap: this turn's further steps are not kept (they are still audited); start a new session",
+                        );
+                        let body = serde_json::to_value(&notice).unwrap_or(Value::Null);
+                        self.append(&t.tenant, &t.record.id, vec![("error".to_owned(), body)])
+                            .await;
+                    }
+                    continue;
+                }
+                let body = fit(serde_json::to_value(&e).unwrap_or(Value::Null));
                 events += self
                     .append(&t.tenant, &t.record.id, vec![(e.kind().to_owned(), body)])
                     .await;
@@ -591,6 +608,46 @@ fn session_protected(
         .cloned()
         .collect())
 }
+
+/// An event's body cut to fit the store's cap on one event: when its JSON is over
+/// [`FIT_BYTES`], every string in it is cut to an equal share of that (at a character
+/// boundary, marked `…[cut]`), so a hostile agent's oversized step is kept, shortened, rather
+/// than dropped from the session's record.
+fn fit(v: Value) -> Value {
+    fn count(v: &Value) -> usize {
+        match v {
+            Value::String(_) => 1,
+            Value::Array(a) => a.iter().map(count).sum(),
+            Value::Object(o) => o.values().map(count).sum(),
+            _ => 0,
+        }
+    }
+    fn cut(v: &mut Value, share: usize) {
+        match v {
+            Value::String(text) if text.len() > share => {
+                let mut end = share.saturating_sub(8);
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push_str("…[cut]");
+            }
+            Value::Array(a) => a.iter_mut().for_each(|x| cut(x, share)),
+            Value::Object(o) => o.values_mut().for_each(|x| cut(x, share)),
+            _ => {}
+        }
+    }
+    let mut v = v;
+    if v.to_string().len() > FIT_BYTES {
+        // JSON escapes can make a string's encoding six times its bytes.
+        let share = FIT_BYTES / 6 / count(&v).max(1);
+        cut(&mut v, share.max(16));
+    }
+    v
+}
+
+/// What [`fit`] keeps an event's JSON under: the store's cap on one event, less room.
+const FIT_BYTES: usize = corral_store::agents::MAX_EVENT_BYTES - 4096;
 
 fn describe(r: &TurnReport) -> String {
     if r.timed_out {

@@ -193,6 +193,8 @@ fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
     // workdir inside `.git` is refused.
     assert_eq!(v["hook_planted"], false, "{v}");
     assert_eq!(v["lock"], "original", "{v}");
+    // An answer over the cap on one event is in the stream, cut (never dropped).
+    assert_eq!(v["long_answer"], serde_json::json!([true, true, true]), "{v}");
     assert_eq!(
         v["gitdir"],
         serde_json::json!([403, "agents.workdir_outside"]),

@@ -259,13 +259,20 @@ def main():
         Upstream.answers = [
             call("write_file", {"path": os.path.join(ws, "repo", ".git", "hooks", "pre-commit"), "content": "#!/bin/sh\ntouch /tmp/pwned\n"}),
             call("write_file", {"path": os.path.join(ws, "Cargo.lock"), "content": "tampered"}),
-            message("tried"),
+            # An answer far over the store's cap on one event: kept, cut, never dropped.
+            message("\U0001F600" * 17000),
         ]
         guarded = client.beta.agents.sessions.create(
             agent={"model": "gpt-5-codex"},
             environment={"type": "self_hosted", "workspace_directory": ws}, input="tamper")
         stream = client.beta.agents.sessions.events.stream(guarded.id)
+        out["long_answer"] = None
         for ev in stream:
+            if ev.type == "agent.session.turn.item.done":
+                item = ev.item if isinstance(ev.item, dict) else ev.item.to_dict()
+                if item.get("type") == "message":
+                    text = item["content"][0]["text"]
+                    out["long_answer"] = [len(text) < 17000, text.endswith("[cut]"), text[:2] == "\U0001F600" * 2]
             if ev.type == "agent.session.idle":
                 break
         stream.close()
