@@ -48,6 +48,10 @@ pub fn default_model(adapter: Adapter) -> &'static str {
     }
 }
 
+/// The most turns one owner runs at once (each a sandbox of up to its memory cap); past it a
+/// new turn is refused `limit.concurrency` until one ends.
+pub const MAX_TURNS_PER_OWNER: u32 = 4;
+
 /// The most model turns within one turn, for CLIs that take such a limit.
 const MAX_MODEL_TURNS: u32 = 50;
 
@@ -65,6 +69,8 @@ pub struct AgentHost {
     /// a turn whose grant differs rebuilds it.
     live: Mutex<HashMap<String, (String, Arc<Session>)>>,
     running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// Turns running per owner (`tenant/principal`), at most [`MAX_TURNS_PER_OWNER`].
+    turns_of: Mutex<HashMap<String, u32>>,
     /// The adapters `agents:` mounts, and its `default`.
     mounted: RwLock<(Vec<String>, Option<String>)>,
     /// The backend turns run in: the `linux` one with a copy-on-write layer for attached runs
@@ -234,6 +240,7 @@ impl AgentHost {
             homes: loaded.state_dir.join("agents").join("homes"),
             live: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
+            turns_of: Mutex::new(HashMap::new()),
             mounted: RwLock::new(mounted_of(loaded)),
             backend,
         }
@@ -371,8 +378,12 @@ impl AgentHost {
             limits: t.limits,
             protected,
         };
-        let session = Session::new(cfg, Arc::clone(&t.backend), links.links(t.owner.clone(), &t.record.model))
-            .map_err(|e| OpError::new(e.code, e.message))?;
+        let session = Session::new(
+            cfg,
+            Arc::clone(&t.backend),
+            links.links(t.owner.clone(), &t.record.model),
+        )
+        .map_err(|e| OpError::new(e.code, e.message))?;
         let session = Arc::new(session);
         if let Ok(mut l) = self.live.lock() {
             l.insert(t.record.id.clone(), (built_from, Arc::clone(&session)));
@@ -400,10 +411,15 @@ impl AgentHost {
         }
         let cli = self.ensure_cli(t.adapter)?;
         let session = self.live_session(&t, cli)?;
-        self.store
+        self.take_turn_slot(&t)?;
+        if let Err(e) = self
+            .store
             .claim_turn(&t.tenant, &t.record.id, now_ms())
             .await
-            .map_err(store_err)?;
+        {
+            self.free_turn_slot(&t);
+            return Err(store_err(e));
+        }
         let turn = t.record.turns + 1;
         self.append(
             &t.tenant,
@@ -418,6 +434,42 @@ impl AgentHost {
             r.insert(id, handle.abort_handle());
         }
         Ok(handle)
+    }
+
+    fn owner_key(t: &TurnStart) -> String {
+        format!("{}/{}", t.tenant, t.owner.principal.id)
+    }
+
+    /// Counts a turn of the owner's, refused past [`MAX_TURNS_PER_OWNER`] at once.
+    fn take_turn_slot(&self, t: &TurnStart) -> Result<(), OpError> {
+        let mut m = self
+            .turns_of
+            .lock()
+            .map_err(|_| op_err(codes::AGENTS_SANDBOX, "the agents host's state is unusable"))?;
+        let n = m.entry(Self::owner_key(t)).or_insert(0);
+        if *n >= MAX_TURNS_PER_OWNER {
+            return Err(op_err(
+                codes::LIMIT_CONCURRENCY,
+                format!(
+                    "`{}` has {MAX_TURNS_PER_OWNER} agent turns running, the most at once; send this when one has ended (`agent.session.idle`)",
+                    t.owner.principal.id
+                ),
+            ));
+        }
+        *n += 1;
+        Ok(())
+    }
+
+    fn free_turn_slot(&self, t: &TurnStart) {
+        if let Ok(mut m) = self.turns_of.lock() {
+            let key = Self::owner_key(t);
+            if let Some(n) = m.get_mut(&key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    m.remove(&key);
+                }
+            }
+        }
     }
 
     /// Runs one turn: its events stored and audited as they come, its end recorded.
@@ -503,6 +555,7 @@ impl AgentHost {
         if let Ok(mut r) = self.running.lock() {
             r.remove(&t.record.id);
         }
+        self.free_turn_slot(t);
         let ended = json!({
             "turn": turn,
             "ok": error.is_none(),

@@ -153,6 +153,12 @@ fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
         serde_json::json!([409, "agents.session_busy"]),
         "{v}"
     );
+    // One owner runs at most 4 turns at once.
+    assert_eq!(
+        v["fifth"],
+        serde_json::json!([429, "limit.concurrency"]),
+        "{v}"
+    );
     // The write in the workdir landed; the one outside was refused by the sandbox; both show.
     assert_eq!(v["made"], "from the agent", "{v}");
     assert_eq!(v["escaped"], false, "{v}");
@@ -194,7 +200,11 @@ fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
     assert_eq!(v["hook_planted"], false, "{v}");
     assert_eq!(v["lock"], "original", "{v}");
     // An answer over the cap on one event is in the stream, cut (never dropped).
-    assert_eq!(v["long_answer"], serde_json::json!([true, true, true]), "{v}");
+    assert_eq!(
+        v["long_answer"],
+        serde_json::json!([true, true, true]),
+        "{v}"
+    );
     assert_eq!(
         v["gitdir"],
         serde_json::json!([403, "agents.workdir_outside"]),

@@ -50,11 +50,14 @@ class Upstream(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         length = int(self.headers.get("content-length", "0"))
-        self.rfile.read(length)
+        asked = json.loads(self.rfile.read(length) or b"{}")
         Upstream.seen_keys.append(self.headers.get("authorization", ""))
         if Upstream.hold:
             Upstream.release.wait(30)
-        item = Upstream.answers.pop(0) if Upstream.answers else message("done")
+        if asked.get("model") == "filler-model":
+            item = message("filler")
+        else:
+            item = Upstream.answers.pop(0) if Upstream.answers else message("done")
         usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
         body = ""
         for ev in [{"type": "response.created", "response": {"id": "r"}},
@@ -216,6 +219,18 @@ def main():
             out["busy"] = "accepted"
         except openai.APIStatusError as e:
             out["busy"] = [e.status_code, e.response.json().get("code")]
+        # At most 4 turns of one owner at once: three more held sessions, then a fifth.
+        for _ in range(3):
+            client.beta.agents.sessions.create(
+                agent={"model": "filler-model"},
+                environment={"type": "self_hosted", "workspace_directory": ws}, input="wait")
+        try:
+            client.beta.agents.sessions.create(
+                agent={"model": "filler-model"},
+                environment={"type": "self_hosted", "workspace_directory": ws}, input="one too many")
+            out["fifth"] = "started"
+        except openai.APIStatusError as e:
+            out["fifth"] = [e.status_code, e.response.json().get("code")]
         Upstream.hold = False
         Upstream.release.set()
         types, items, last_id = [], [], None

@@ -205,7 +205,9 @@ async fn a_turn_may_ask_only_for_its_sessions_model() {
     // the proxy for another through its link.
     let l = linked_hooked("", "sess-6", None, Some("session-model")).await;
     let bearer = format!("Bearer {TURN_TOKEN}");
-    let r = l.post("/v1/chat/completions", &[("authorization", &bearer)]).await;
+    let r = l
+        .post("/v1/chat/completions", &[("authorization", &bearer)])
+        .await;
     assert_eq!(r.status, 403, "{}", r.text);
     assert_eq!(r.code(), "agents.model_not_allowed", "{}", r.text);
     assert!(l.upstream.seen().is_empty());
