@@ -357,6 +357,24 @@ async fn json_body(
     }
 }
 
+/// Who asks: whether it is the root agent, its name, and for an agent session's turn the only
+/// model it may ask for. An agent session's CLI is the root agent whatever it claims:
+/// `X-Corral-Agent` from a turn's link is not read (a specialist's replies are not checked in
+/// learning mode).
+fn who_asks(request: &axum::extract::Request, root: &str) -> (bool, String, Option<Arc<str>>) {
+    let turn = request
+        .extensions()
+        .get::<super::extract::Linked>()
+        .filter(|l| l.kind == super::extract::LinkKind::AgentTurn);
+    match turn {
+        Some(l) => (true, root.to_owned(), l.model.clone()),
+        None => {
+            let (is_root, agent) = agent_of(request.headers(), root);
+            (is_root, agent, None)
+        }
+    }
+}
+
 /// Whether the request is the root agent's: no `X-Corral-Agent` (fails safe), or the
 /// configured root name. The agent's name, for the hook.
 fn agent_of(headers: &HeaderMap, root: &str) -> (bool, String) {
@@ -517,19 +535,7 @@ async fn forward_route(
             .await;
         return Err(wrong_api(api, &rid));
     }
-    // An agent session's CLI is the root agent whatever it claims: `X-Corral-Agent` from a
-    // turn's link is not read (a specialist's replies are not checked in learning mode).
-    let turn = request
-        .extensions()
-        .get::<super::extract::Linked>()
-        .filter(|l| l.kind == super::extract::LinkKind::AgentTurn);
-    let agent_turn = turn.is_some();
-    let turn_model = turn.and_then(|l| l.model.clone());
-    let (is_root, agent) = if agent_turn {
-        (true, upstream.root_agent.clone())
-    } else {
-        agent_of(request.headers(), &upstream.root_agent)
-    };
+    let (is_root, agent, turn_model) = who_asks(&request, &upstream.root_agent);
     let passed = passed_headers(api, request.headers());
     // The Anthropic SDK's beta client posts to `/v1/messages?beta=true`: that query (and no
     // other) is passed on.
