@@ -421,6 +421,7 @@ impl AgentHost {
             return Err(store_err(e));
         }
         let turn = t.record.turns + 1;
+        let prompt = self.with_instructions(&t, turn, prompt).await;
         self.append(
             &t.tenant,
             &t.record.id,
@@ -436,8 +437,39 @@ impl AgentHost {
         Ok(handle)
     }
 
+    /// A session's first prompt, after the `instructions` of the saved agent it was made from
+    /// (if any): the CLI gets them as the start of its task.
+    async fn with_instructions(&self, t: &TurnStart, turn: u64, prompt: String) -> String {
+        let Some(agent_id) = t.record.agent_id.as_deref().filter(|_| turn == 1) else {
+            return prompt;
+        };
+        match self.store.get_agent_def(&t.tenant, agent_id).await {
+            Ok(Some(def)) => match def.instructions.filter(|i| !i.trim().is_empty()) {
+                Some(i) => format!("{i}\n\n{prompt}"),
+                None => prompt,
+            },
+            _ => prompt,
+        }
+    }
+
     fn owner_key(t: &TurnStart) -> String {
         format!("{}/{}", t.tenant, t.owner.principal.id)
+    }
+
+    /// Refuses at once when `ctx`'s caller already runs [`MAX_TURNS_PER_OWNER`] turns: checked
+    /// before a session with a first task is stored, so a refused first turn leaves no idle
+    /// session behind (the slot itself is taken when the turn starts).
+    fn turn_slot_free(&self, ctx: &OpCtx) -> Result<(), OpError> {
+        let key = format!("{}/{}", tenant_of(ctx), ctx.principal.id);
+        let running = self
+            .turns_of
+            .lock()
+            .map(|m| m.get(&key).copied().unwrap_or(0))
+            .unwrap_or(MAX_TURNS_PER_OWNER);
+        if running >= MAX_TURNS_PER_OWNER {
+            return Err(slot_error(&ctx.principal.id));
+        }
+        Ok(())
     }
 
     /// Counts a turn of the owner's, refused past [`MAX_TURNS_PER_OWNER`] at once.
@@ -448,13 +480,7 @@ impl AgentHost {
             .map_err(|_| op_err(codes::AGENTS_SANDBOX, "the agents host's state is unusable"))?;
         let n = m.entry(Self::owner_key(t)).or_insert(0);
         if *n >= MAX_TURNS_PER_OWNER {
-            return Err(op_err(
-                codes::LIMIT_CONCURRENCY,
-                format!(
-                    "`{}` has {MAX_TURNS_PER_OWNER} agent turns running, the most at once; send this when one has ended (`agent.session.idle`)",
-                    t.owner.principal.id
-                ),
-            ));
+            return Err(slot_error(&t.owner.principal.id));
         }
         *n += 1;
         Ok(())
@@ -702,6 +728,16 @@ fn fit(v: Value) -> Value {
 /// What [`fit`] keeps an event's JSON under: the store's cap on one event, less room.
 const FIT_BYTES: usize = corral_store::agents::MAX_EVENT_BYTES - 4096;
 
+/// `limit.concurrency`: `who` runs [`MAX_TURNS_PER_OWNER`] turns already.
+fn slot_error(who: &str) -> OpError {
+    op_err(
+        codes::LIMIT_CONCURRENCY,
+        format!(
+            "`{who}` has {MAX_TURNS_PER_OWNER} agent turns running, the most at once; send this when one has ended (`agent.session.idle`)"
+        ),
+    )
+}
+
 fn describe(r: &TurnReport) -> String {
     if r.timed_out {
         "the turn timed out".to_owned()
@@ -910,6 +946,7 @@ impl AgentSessionOp {
 
     async fn run(&self, ctx: &OpCtx) -> Result<Value, OpError> {
         let task = text_arg(ctx, "task").unwrap_or_default().to_owned();
+        self.host.turn_slot_free(ctx)?;
         let record = self.create(ctx).await?;
         let id = record.id.clone();
         let t = self.turn_start(ctx, record)?;
@@ -1026,6 +1063,9 @@ impl Op for AgentSessionOp {
         Box::pin(async move {
             let value = match self.kind {
                 Kind::Create => {
+                    if ctx.args.get("task").is_some() {
+                        self.host.turn_slot_free(&ctx)?;
+                    }
                     let record = self.create(&ctx).await?;
                     let id = record.id.clone();
                     if let Some(task) = text_arg(&ctx, "task").map(str::to_owned) {

@@ -159,6 +159,12 @@ fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
         serde_json::json!([429, "limit.concurrency"]),
         "{v}"
     );
+    assert_eq!(
+        v["sessions_after_fifth"], 4,
+        "the refused one left no session: {v}"
+    );
+    // The saved agent's instructions open the session's first prompt.
+    assert_eq!(v["instructions_sent"], true, "{v}");
     // The write in the workdir landed; the one outside was refused by the sandbox; both show.
     assert_eq!(v["made"], "from the agent", "{v}");
     assert_eq!(v["escaped"], false, "{v}");

@@ -41,6 +41,7 @@ class Upstream(http.server.BaseHTTPRequestHandler):
 
     answers = []
     seen_keys = []
+    inputs = []
     # While set, a request waits for `release` (a turn held in progress, deterministically).
     hold = False
     release = threading.Event()
@@ -52,6 +53,7 @@ class Upstream(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length", "0"))
         asked = json.loads(self.rfile.read(length) or b"{}")
         Upstream.seen_keys.append(self.headers.get("authorization", ""))
+        Upstream.inputs.append(json.dumps(asked.get("input", "")))
         if Upstream.hold:
             Upstream.release.wait(30)
         if asked.get("model") == "filler-model":
@@ -198,7 +200,8 @@ def main():
             real_codex_session(client, ws, outside, out)
             print(json.dumps(out))
             return
-        saved = client.beta.agents.create(model="gpt-5-codex", name="fixer")
+        saved = client.beta.agents.create(model="gpt-5-codex", name="fixer",
+                                          instructions="Always answer in French.")
         out["agent_object"] = saved.object if hasattr(saved, "object") else None
         out["agent_listed"] = [a.id for a in client.beta.agents.list()] == [saved.id]
         Upstream.hold = True
@@ -231,6 +234,7 @@ def main():
             out["fifth"] = "started"
         except openai.APIStatusError as e:
             out["fifth"] = [e.status_code, e.response.json().get("code")]
+        out["sessions_after_fifth"] = len(list(client.beta.agents.sessions.list()))
         Upstream.hold = False
         Upstream.release.set()
         types, items, last_id = [], [], None
@@ -318,6 +322,7 @@ def main():
         out["bob_list"] = [s.id for s in bob.beta.agents.sessions.list()]
         out["readme"] = run_readme_example(base, ws)
         out["upstream_keys"] = sorted(set(Upstream.seen_keys))
+        out["instructions_sent"] = "Always answer in French." in Upstream.inputs[0]
         out["log_has_upstream_key"] = UPSTREAM_KEY in open(log.name).read()
         # A server killed mid-turn: once restarted, the session is failed `agents.interrupted`.
         Upstream.answers = [call("exec_command", {"cmd": "sleep 60"})]
