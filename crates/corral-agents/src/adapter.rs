@@ -116,6 +116,13 @@ impl Adapter {
                     // Tells it that it is sandboxed (it refuses to bypass permissions as root
                     // otherwise): it is, by corral.
                     ("IS_SANDBOX".to_owned(), "1".to_owned()),
+                    // Its background requests (titles, summaries) use the session's model too:
+                    // a turn's link admits that model only.
+                    ("ANTHROPIC_SMALL_FAST_MODEL".to_owned(), t.model.to_owned()),
+                    (
+                        "ANTHROPIC_DEFAULT_HAIKU_MODEL".to_owned(),
+                        t.model.to_owned(),
+                    ),
                 ]);
                 argv.extend(
                     [

@@ -89,23 +89,26 @@ fn agents_sdk(python: std::path::PathBuf, args: &[&std::ffi::OsStr]) -> serde_js
         .unwrap_or_else(|e| unreachable!("the script prints JSON ({e}): {stdout}"))
 }
 
-#[test]
-fn the_real_codex_cli_runs_a_session_through_corral_serve_writing_only_its_workdir() {
-    let Some(python) = crate::python("the openai SDK") else {
-        return;
-    };
-    let codex = match std::env::var_os("CORRAL_TEST_CODEX") {
-        Some(p) if !p.is_empty() => p,
+/// The native binary of a real agent CLI from `var` (`.ci/run` installs both), or `None`
+/// outside CI after saying why; unset under `CI=true` is a failure.
+fn real_cli(var: &str) -> Option<std::ffi::OsString> {
+    match std::env::var_os(var) {
+        Some(p) if !p.is_empty() => Some(p),
         _ => {
             assert!(
                 std::env::var("CI").map_or(true, |v| v != "true"),
-                "CORRAL_TEST_CODEX is unset under CI=true: .ci/run installs @openai/codex and sets it"
+                "{var} is unset under CI=true: .ci/run installs the agent CLIs and sets it"
             );
-            eprintln!("skipped: CORRAL_TEST_CODEX is not set (the real codex's native binary)");
-            return;
+            eprintln!("skipped: {var} is not set (a real agent CLI's native binary)");
+            None
         }
-    };
-    let v = agents_sdk(python, &[&codex, std::ffi::OsStr::new("--real-codex")]);
+    }
+}
+
+/// What the SDK script saw of one real CLI's session: the write in the workdir landed, the
+/// one outside failed in the sandbox, both as `command_execution` items, the turn ended idle,
+/// and the provider got only corral's key (`key`: how it was sent).
+fn assert_real_cli_session(v: &serde_json::Value, key: &str) {
     assert_eq!(v["made"], "in\n", "{v}");
     assert_eq!(v["escaped"], false, "{v}");
     let commands: Vec<&serde_json::Value> = v["items"]
@@ -129,11 +132,31 @@ fn the_real_codex_cli_runs_a_session_through_corral_serve_writing_only_its_workd
         Some("agent.session.idle".into()),
         "{v}"
     );
-    assert_eq!(
-        v["upstream_keys"],
-        serde_json::json!(["Bearer sk-upstream-secret-agents-sdk"]),
-        "{v}"
-    );
+    assert_eq!(v["upstream_keys"], serde_json::json!([key]), "{v}");
+}
+
+#[test]
+fn the_real_codex_cli_runs_a_session_through_corral_serve_writing_only_its_workdir() {
+    let Some(python) = crate::python("the openai SDK") else {
+        return;
+    };
+    let Some(codex) = real_cli("CORRAL_TEST_CODEX") else {
+        return;
+    };
+    let v = agents_sdk(python, &[&codex, std::ffi::OsStr::new("--real-codex")]);
+    assert_real_cli_session(&v, "Bearer sk-upstream-secret-agents-sdk");
+}
+
+#[test]
+fn the_real_claude_code_cli_runs_a_session_through_corral_serve_writing_only_its_workdir() {
+    let Some(python) = crate::python("the openai SDK") else {
+        return;
+    };
+    let Some(claude) = real_cli("CORRAL_TEST_CLAUDE") else {
+        return;
+    };
+    let v = agents_sdk(python, &[&claude, std::ffi::OsStr::new("--real-claude")]);
+    assert_real_cli_session(&v, "x-api-key sk-upstream-secret-agents-sdk");
 }
 
 #[test]

@@ -2,7 +2,8 @@
 codex session (the fake agent CLI installed as codex), with a scripted model provider written
 here. Usage: agents_sdk.py CORRAL_BIN FAKE_AGENT_BIN (the whole API), or agents_sdk.py
 CORRAL_BIN CODEX_NATIVE_BIN --real-codex (one session of the real codex CLI, installed from its
-npm package's tree by hard links). Prints one JSON object of what a user sees; the Rust test
+npm package's tree by hard links), or CORRAL_BIN CLAUDE_NATIVE_BIN --real-claude (the same with
+Claude Code, its model behind `llm: {api: anthropic}`). Prints one JSON object of what a user sees; the Rust test
 asserts on it.
 """
 
@@ -21,6 +22,7 @@ import openai
 
 CORRAL, CLI = sys.argv[1], sys.argv[2]
 REAL_CODEX = "--real-codex" in sys.argv[3:]
+REAL_CLAUDE = "--real-claude" in sys.argv[3:]
 TOKEN = "agents-sdk-alice-token-0123456789"
 OTHER = "agents-sdk-bob-token-0123456789ab"
 UPSTREAM_KEY = "sk-upstream-secret-agents-sdk"
@@ -34,6 +36,37 @@ def call(name, args):
 def message(text):
     return {"type": "message", "role": "assistant",
             "content": [{"type": "output_text", "text": text}]}
+
+
+def anthropic(item, model, stream):
+    """The Messages API's answer holding `item` (a function call becomes a `tool_use`)."""
+    if item["type"] == "function_call":
+        block = {"type": "tool_use", "id": "toolu_%d" % len(Upstream.seen_keys), "name": item["name"], "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": item["arguments"]}
+        full = dict(block, input=json.loads(item["arguments"]))
+        stop = "tool_use"
+    else:
+        text = item["content"][0]["text"]
+        block = {"type": "text", "text": ""}
+        delta = {"type": "text_delta", "text": text}
+        full = {"type": "text", "text": text}
+        stop = "end_turn"
+    usage = {"input_tokens": 10, "output_tokens": 5}
+    if not stream:
+        return "application/json", json.dumps({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": model,
+            "content": [full], "stop_reason": stop, "stop_sequence": None, "usage": usage})
+    events = [
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": model,
+                                              "content": [], "stop_reason": None, "stop_sequence": None,
+                                              "usage": {"input_tokens": 10, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        {"type": "content_block_delta", "index": 0, "delta": delta},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": 5}},
+        {"type": "message_stop"},
+    ]
+    return "text/event-stream", "".join("event: %s\ndata: %s\n\n" % (e["type"], json.dumps(e)) for e in events)
 
 
 class Upstream(http.server.BaseHTTPRequestHandler):
@@ -52,7 +85,8 @@ class Upstream(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("content-length", "0"))
         asked = json.loads(self.rfile.read(length) or b"{}")
-        Upstream.seen_keys.append(self.headers.get("authorization", ""))
+        Upstream.seen_keys.append(self.headers.get("authorization")
+                                  or "x-api-key " + self.headers.get("x-api-key", ""))
         Upstream.inputs.append(json.dumps(asked.get("input", "")))
         if Upstream.hold:
             Upstream.release.wait(30)
@@ -60,6 +94,15 @@ class Upstream(http.server.BaseHTTPRequestHandler):
             item = message("filler")
         else:
             item = Upstream.answers.pop(0) if Upstream.answers else message("done")
+        if self.path.startswith("/v1/messages"):
+            ctype, text = anthropic(item, asked.get("model", ""), bool(asked.get("stream")))
+            data = text.encode()
+            self.send_response(200)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
         body = ""
         for ev in [{"type": "response.created", "response": {"id": "r"}},
@@ -94,11 +137,11 @@ def wait_up(port, server, log):
             time.sleep(0.1)
 
 
-def real_codex_session(client, ws, outside, out):
-    """One session of the real codex CLI: a command that writes in the workdir, one that
-    writes outside it; what the stream and the disk show."""
+def real_cli_session(client, ws, outside, out):
+    """One session of the real CLI (codex or Claude Code): a command that writes in the
+    workdir, one that writes outside it; what the stream and the disk show."""
     session = client.beta.agents.sessions.create(
-        agent={"model": "gpt-5-codex"},
+        agent={"model": "claude-sonnet-4-5" if REAL_CLAUDE else "gpt-5-codex"},
         environment={"type": "self_hosted", "workspace_directory": ws},
         input="Write made.txt, then try to write outside.")
     types, items = [], []
@@ -144,7 +187,14 @@ def main():
     inst = os.path.join(state, "agents", "codex", "0.171.0")
     bin_dir = os.path.join(inst, "node_modules", "@openai", "codex-linux-x64", "vendor",
                            "x86_64-unknown-linux-musl", "bin")
-    if REAL_CODEX:
+    if REAL_CLAUDE:
+        inst = os.path.join(state, "agents", "claude_code", "2.1.328")
+        shutil.copytree(os.path.dirname(CLI),
+                        os.path.join(inst, "node_modules", "@anthropic-ai", "claude-code-linux-x64"),
+                        copy_function=os.link)
+        with open(os.path.join(inst, "corral-install.json"), "w") as f:
+            json.dump({"package": "@anthropic-ai/claude-code", "version": "2.1.328"}, f)
+    elif REAL_CODEX:
         # The package's whole tree (codex keeps its vendored `rg` beside it), hard-linked.
         package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(CLI))))
         shutil.copytree(package, os.path.join(inst, "node_modules", "@openai", "codex-linux-x64"),
@@ -152,12 +202,20 @@ def main():
     else:
         os.makedirs(bin_dir)
         shutil.copy(CLI, os.path.join(bin_dir, "codex"))
-    with open(os.path.join(inst, "corral-install.json"), "w") as f:
-        json.dump({"package": "@openai/codex", "version": "0.171.0"}, f)
+    if not REAL_CLAUDE:
+        with open(os.path.join(inst, "corral-install.json"), "w") as f:
+            json.dump({"package": "@openai/codex", "version": "0.171.0"}, f)
 
     upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
-    if REAL_CODEX:
+    if REAL_CLAUDE:
+        Upstream.answers = [
+            call("Bash", {"command": "echo in > made.txt", "description": "inside"}),
+            call("Bash", {"command": "echo out > %s" % os.path.join(outside, "escaped.txt"),
+                          "description": "outside"}),
+            message("Both tried."),
+        ]
+    elif REAL_CODEX:
         Upstream.answers = [
             call("exec_command", {"cmd": "echo in > made.txt", "yield_time_ms": 5000}),
             call("exec_command", {"cmd": "echo out > %s" % os.path.join(outside, "escaped.txt"),
@@ -177,11 +235,13 @@ def main():
             "version: 1\n"
             "preset: {name: agent_host, permissions: workspace-write, confirm: never}\n"
             "root: %s\nstate_dir: %s\n"
-            "agents: [codex]\ninstall: {mode: offline}\nprotected: [\"*.lock\"]\n"
-            "llm: {base_url_env: UP_URL, api_key_env: UP_KEY}\n"
+            "agents: [%s]\ninstall: {mode: offline}\nprotected: [\"*.lock\"]\n"
+            "llm: {base_url_env: UP_URL, api_key_env: UP_KEY, api: %s}\n"
             "auth:\n  tokens:\n"
             "    - {id: alice, token_env: ALICE_TOKEN}\n"
-            "    - {id: bob, token_env: BOB_TOKEN}\n" % (ws, state))
+            "    - {id: bob, token_env: BOB_TOKEN}\n"
+            % (ws, state, "claude_code" if REAL_CLAUDE else "codex",
+               "anthropic" if REAL_CLAUDE else "openai"))
     port = free_port()
     os.environ["CORRAL_TOKEN"] = TOKEN
     env = dict(os.environ, ALICE_TOKEN=TOKEN, BOB_TOKEN=OTHER,
@@ -196,8 +256,8 @@ def main():
         base = "http://127.0.0.1:%d" % port
         wait_up(port, server, log)
         client = openai.OpenAI(base_url=base + "/v1", api_key=TOKEN, max_retries=0)
-        if REAL_CODEX:
-            real_codex_session(client, ws, outside, out)
+        if REAL_CODEX or REAL_CLAUDE:
+            real_cli_session(client, ws, outside, out)
             print(json.dumps(out))
             return
         saved = client.beta.agents.create(model="gpt-5-codex", name="fixer",
