@@ -240,8 +240,17 @@ async fn bench() -> Res<()> {
     });
     let tmp = tempfile::tempdir()?;
     let (mut cold, mut warm, mut bw) = (Vec::new(), Vec::new(), Vec::new());
-    let cold_backend = Arc::new(LinuxBackend::new(helper.clone()).with_warm_pool(0));
-    let warm_backend = Arc::new(LinuxBackend::new(helper).with_warm_pool(1));
+    // As corral serve runs agent turns: writes through the copy-on-write layer, applied at the end.
+    let cold_backend = Arc::new(
+        LinuxBackend::new(helper.clone())
+            .with_warm_pool(0)
+            .with_attached_write_layer(),
+    );
+    let warm_backend = Arc::new(
+        LinuxBackend::new(helper)
+            .with_warm_pool(1)
+            .with_attached_write_layer(),
+    );
     // One untimed turn of each first: the binary in the page cache, the warm sandbox made.
     corral_turn(&cli, Arc::clone(&warm_backend), &tmp.path().join("w0")).await?;
     bwrap_turn(&cli, port, &tmp.path().join("b0")).await?;
