@@ -52,6 +52,30 @@ pub fn default_model(adapter: Adapter) -> &'static str {
 /// new turn is refused `limit.concurrency` until one ends.
 pub const MAX_TURNS_PER_OWNER: u32 = 4;
 
+/// The most session event streams one owner holds open at once (each a task following the
+/// store); past it a new stream is refused `limit.concurrency` until one closes.
+pub const MAX_STREAMS_PER_OWNER: u32 = 16;
+
+/// An open event stream of an owner's, counted until dropped.
+#[derive(Debug)]
+pub struct StreamSlot {
+    key: String,
+    of: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.of.lock()
+            && let Some(n) = m.get_mut(&self.key)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&self.key);
+            }
+        }
+    }
+}
+
 /// The most model turns within one turn, for CLIs that take such a limit.
 const MAX_MODEL_TURNS: u32 = 50;
 
@@ -71,6 +95,8 @@ pub struct AgentHost {
     running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     /// Turns running per owner (`tenant/principal`), at most [`MAX_TURNS_PER_OWNER`].
     turns_of: Mutex<HashMap<String, u32>>,
+    /// Event streams open per owner, at most [`MAX_STREAMS_PER_OWNER`].
+    streams_of: Arc<Mutex<HashMap<String, u32>>>,
     /// The adapters `agents:` mounts, and its `default`.
     mounted: RwLock<(Vec<String>, Option<String>)>,
     /// The backend turns run in: the `linux` one with a copy-on-write layer for attached runs
@@ -241,6 +267,7 @@ impl AgentHost {
             live: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
             turns_of: Mutex::new(HashMap::new()),
+            streams_of: Arc::default(),
             mounted: RwLock::new(mounted_of(loaded)),
             backend,
         }
@@ -271,6 +298,22 @@ impl AgentHost {
         {
             *cur = next;
         }
+    }
+
+    /// A slot for one more event stream of `principal` in `tenant`, held until dropped;
+    /// `None` past [`MAX_STREAMS_PER_OWNER`] open at once.
+    pub fn open_stream(&self, tenant: &str, principal: &str) -> Option<StreamSlot> {
+        let key = format!("{tenant}/{principal}");
+        let mut m = self.streams_of.lock().ok()?;
+        let n = m.entry(key.clone()).or_insert(0);
+        if *n >= MAX_STREAMS_PER_OWNER {
+            return None;
+        }
+        *n += 1;
+        Some(StreamSlot {
+            key,
+            of: Arc::clone(&self.streams_of),
+        })
     }
 
     /// The adapters `agents:` mounts, and its `default`.

@@ -673,9 +673,25 @@ pub async fn events(
             &rid,
         ));
     }
+    let Some(slot) = state
+        .runtime()
+        .agents()
+        .open_stream(&t, &auth.caller.principal.id)
+    else {
+        return Err(ApiError::new(
+            codes::LIMIT_CONCURRENCY,
+            format!(
+                "you hold {} event streams open, the most at once; close one (or read the events as a JSON list, without `Accept: text/event-stream`)",
+                corral_runtime::agents::MAX_STREAMS_PER_OWNER
+            ),
+            None,
+            &rid,
+        ));
+    };
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let shutdown = state.shutdown().clone();
     tokio::spawn(async move {
+        let _slot = slot;
         // The stream ends when the server shuts down (a graceful shutdown waits for open
         // answers), or when the client goes.
         tokio::select! {
@@ -719,7 +735,12 @@ async fn follow(
                     }
                     last_sent = tokio::time::Instant::now();
                 }
-                tokio::time::sleep(POLL).await;
+                // A client that went is noticed at once (its body was dropped), not at the
+                // next keep-alive.
+                tokio::select! {
+                    () = tokio::time::sleep(POLL) => {}
+                    () = tx.closed() => return,
+                }
                 continue;
             }
             // The session as it is now, for the events that carry it.

@@ -766,3 +766,51 @@ async fn run_needs_the_generic_gate_too() {
     refused_naming(&r, 403, "agents.session_gate", "agents.sessions.create");
     assert_no_sessions(&s, ALICE).await;
 }
+
+/// A principal holds at most 16 event streams open at once; a closed one frees its slot.
+#[tokio::test]
+async fn event_streams_are_capped_per_principal() {
+    let h = Host::new();
+    h.seed("codex");
+    let s = h.open("[codex]").await;
+    let id = new_session(&s, &h).await["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/agents/sessions/{id}/events");
+    let open = || {
+        s.client()
+            .get(s.url(&path))
+            .bearer_auth(ALICE)
+            .header("accept", "text/event-stream")
+            .send()
+    };
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        let r = open().await.unwrap();
+        assert_eq!(r.status(), 200);
+        held.push(r);
+    }
+    let r = send(
+        s.client()
+            .get(s.url(&path))
+            .bearer_auth(ALICE)
+            .header("accept", "text/event-stream"),
+    )
+    .await;
+    r.assert_error(429, "limit.concurrency");
+    // Another principal's streams are counted apart (bob's read of alice's session is a 404,
+    // before any stream is opened).
+    get(&s, BOB, &path)
+        .await
+        .assert_error(404, "agents.not_found");
+    // A stream closed: its slot is free again once the server notices (its next write fails).
+    drop(held.pop());
+    let mut reopened = None;
+    for _ in 0..100 {
+        let r = open().await.unwrap();
+        if r.status() == 200 {
+            reopened = Some(r);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(reopened.is_some(), "a closed stream's slot is freed");
+}
