@@ -26,6 +26,8 @@ pub struct OpCtx {
     pub op: OpSpec,
     /// The caller.
     pub principal: Principal,
+    /// For a delegated caller, the actors behind the call (outermost first); empty otherwise.
+    pub act_chain: Vec<String>,
     /// The arguments (already checked against the op's params).
     pub args: Args,
     /// The policy's grant.

@@ -851,7 +851,13 @@ impl AgentSessionOp {
         };
         Ok(TurnStart {
             tenant: tenant_of(ctx),
-            owner: Caller::new(ctx.principal.clone()),
+            owner: {
+                // The delegation chain goes with the turn: its link's model calls and its
+                // steps' audit events say who acted through whom.
+                let mut owner = Caller::new(ctx.principal.clone());
+                owner.act_chain = ctx.act_chain.clone();
+                owner
+            },
             adapter: self.adapter,
             record,
             grant,

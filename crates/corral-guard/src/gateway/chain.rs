@@ -541,6 +541,7 @@ impl Gateway {
         let ctx = OpCtx {
             op: spec.clone(),
             principal: principal.clone(),
+            act_chain: call.caller.act_chain.clone(),
             args,
             grant: *grant,
             backend: self.backend.clone(),

@@ -103,6 +103,7 @@ async fn call(e: &Engine, op: &str, args: Args) -> Result<OpOutput, OpError> {
         .call(OpCtx {
             op: spec,
             principal,
+            act_chain: Vec::new(),
             args,
             grant,
             backend: Arc::new(MockBackend::default()),

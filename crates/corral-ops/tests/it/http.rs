@@ -253,6 +253,7 @@ impl Call {
         let ctx = OpCtx {
             op: op.spec().clone(),
             principal: Principal::new("tester", &[]),
+            act_chain: Vec::new(),
             args,
             grant: Allowed {
                 rule: RuleRef {
@@ -350,6 +351,7 @@ async fn a_call_without_an_admitted_url_is_refused() -> TestResult {
     let ctx = OpCtx {
         op: op.spec().clone(),
         principal: Principal::new("tester", &[]),
+        act_chain: Vec::new(),
         args: Args::new().str("url", "https://example.com/"),
         grant: Allowed {
             rule: RuleRef {
