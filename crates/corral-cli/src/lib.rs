@@ -110,7 +110,8 @@ enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:9000")]
         listen: std::net::SocketAddr,
-        /// Allow open mode (no auth) beyond loopback or with exec ops mounted. Do not.
+        /// Allow open mode (no auth) beyond loopback or with exec ops mounted: anyone who
+        /// reaches the port may call every mounted op, so only for a throwaway lab machine.
         #[arg(long)]
         allow_open: bool,
         /// Largest request body in bytes.

@@ -546,3 +546,21 @@ fn init_agent_host_writes_a_config_that_strict_check_accepts() {
     let text = std::fs::read_to_string(dir.path().join("corral.yaml")).unwrap_or_default();
     assert!(text.contains("agents: [codex]"), "{text}");
 }
+
+#[test]
+fn every_subcommands_help_ends_its_sentences() {
+    // `serve --help` once printed "... with exec ops mounted. Do not" (clap drops a lone
+    // summary's final period): each option's text must read as whole sentences.
+    let dir = workspace(None);
+    for cmd in ["serve", "call", "run", "check-config", "explain", "describe", "doctor", "init", "mcp"] {
+        let (code, out, err) = corral(dir.path(), &[cmd, "--help"]);
+        assert_eq!(code, 0, "{cmd}: {err}");
+        assert!(!out.contains(" Do not\n"), "{cmd} --help:\n{out}");
+        assert!(out.contains("Usage: corral"), "{cmd} --help:\n{out}");
+    }
+    let (_, out, _) = corral(dir.path(), &["serve", "--help"]);
+    assert!(
+        out.contains("only for a throwaway lab machine"),
+        "the --allow-open warning is whole:\n{out}"
+    );
+}
