@@ -21,6 +21,10 @@ pub struct WireError {
     /// The request id, to find the call in the audit log.
     #[serde(default)]
     pub request_id: Option<String>,
+    /// The code's further fields (`confirmation.required`: `action_id`, `approve`, `deny`,
+    /// `args`, `tier`, `reason`, `expires_at_ms`, ...).
+    #[serde(flatten)]
+    pub details: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Why a client call failed.
@@ -39,6 +43,9 @@ pub enum ClientError {
         request_id: Option<String>,
         /// For 429 and 503: when to try again (`Retry-After`).
         retry_after: Option<Duration>,
+        /// The code's further fields (`confirmation.required`: `action_id`, `approve`, ...);
+        /// empty for most codes.
+        details: serde_json::Map<String, serde_json::Value>,
     },
     /// The server could not be reached, or the connection failed mid-answer.
     #[error("cannot reach the server: {message}")]

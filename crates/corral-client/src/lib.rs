@@ -241,6 +241,7 @@ impl Client {
                 message: w.error,
                 request_id: w.request_id.or(header_rid),
                 retry_after,
+                details: w.details,
             }),
             Err(_) => Err(ClientError::Protocol {
                 status: Some(status.as_u16()),
@@ -418,6 +419,7 @@ async fn error_from(resp: reqwest::Response) -> ClientError {
             message: w.error,
             request_id: w.request_id.or(header_rid),
             retry_after,
+            details: w.details,
         },
         Err(_) => ClientError::Protocol {
             status: Some(status.as_u16()),

@@ -83,6 +83,8 @@ struct Failure {
     message: String,
     request_id: Option<String>,
     retry_after_secs: Option<u64>,
+    /// The code's further fields (`confirmation.required`: `action_id`, `approve`, ...).
+    details: serde_json::Map<String, Value>,
 }
 
 fn report_success(op: &str, request_id: &str, result: &Value, format: Format) -> CliResult {
@@ -128,16 +130,20 @@ fn report_failure(op: &str, f: &Failure, format: Format) -> CliResult {
             )
         }
         Format::Json => {
-            crate::output::print_json(&json!({
-            "ok": false,
-            "status": f.status,
-            "error": f.message,
-            "type": f.kind,
-            "code": f.code,
-            "op": op,
-            "request_id": f.request_id,
-            "retry_after": f.retry_after_secs,
-            }));
+            let mut doc = f.details.clone();
+            for (k, v) in [
+                ("ok", json!(false)),
+                ("status", json!(f.status)),
+                ("error", json!(f.message)),
+                ("type", json!(f.kind)),
+                ("code", json!(f.code)),
+                ("op", json!(op)),
+                ("request_id", json!(f.request_id)),
+                ("retry_after", json!(f.retry_after_secs)),
+            ] {
+                doc.insert(k.to_owned(), v);
+            }
+            crate::output::print_json(&Value::Object(doc));
             Ok(Exit::Findings)
         }
     }
@@ -193,6 +199,7 @@ fn run_remote(a: &Args, args: Value) -> CliResult {
             message,
             request_id,
             retry_after,
+            details,
         }) => report_failure(
             &a.op,
             &Failure {
@@ -202,6 +209,7 @@ fn run_remote(a: &Args, args: Value) -> CliResult {
                 message,
                 request_id,
                 retry_after_secs: retry_after.map(|d| d.as_secs()),
+                details,
             },
             a.format,
         ),
@@ -251,6 +259,10 @@ fn run_local(a: &Args, args: Value) -> CliResult {
                     message: r.message.clone(),
                     request_id: Some(request_id.clone()),
                     retry_after_secs: r.retry_after.map(|d| d.as_secs_f64().ceil() as u64),
+                    details: match &r.details {
+                        Some(Value::Object(m)) => m.clone(),
+                        _ => serde_json::Map::new(),
+                    },
                 },
                 a.format,
             ),

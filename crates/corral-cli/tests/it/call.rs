@@ -352,6 +352,17 @@ fn a_write_waits_for_corral_confirm_then_runs_once() {
         "content=hi",
     ];
 
+    // As JSON, the 202 carries the action and how to approve it, like the server's body.
+    let json_args = [&write[..], &["--format", "json"]].concat();
+    let (code, out, err) = corral(dir.path(), &json_args);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    assert_eq!(v["code"], "confirmation.required", "{out}");
+    assert_eq!(v["status"], 202, "{out}");
+    let json_action = v["action_id"].as_str().unwrap_or_default().to_owned();
+    assert!(!json_action.is_empty(), "{out}");
+    assert_eq!(v["approve"]["body"]["decision"], "approve", "{out}");
+
     let (code, _, err) = corral(dir.path(), &write);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("confirmation.required"), "{err}");

@@ -552,7 +552,17 @@ fn every_subcommands_help_ends_its_sentences() {
     // `serve --help` once printed "... with exec ops mounted. Do not" (clap drops a lone
     // summary's final period): each option's text must read as whole sentences.
     let dir = workspace(None);
-    for cmd in ["serve", "call", "run", "check-config", "explain", "describe", "doctor", "init", "mcp"] {
+    for cmd in [
+        "serve",
+        "call",
+        "run",
+        "check-config",
+        "explain",
+        "describe",
+        "doctor",
+        "init",
+        "mcp",
+    ] {
         let (code, out, err) = corral(dir.path(), &[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}: {err}");
         assert!(!out.contains(" Do not\n"), "{cmd} --help:\n{out}");
