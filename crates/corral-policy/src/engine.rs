@@ -219,16 +219,25 @@ impl Failure {
         }
     }
 
-    fn render(self, rule: &Rule, prep: &Prepared<'_>) -> String {
+    fn render(self, rule: &Rule, prep: &Prepared<'_>, ix: &OpIndex) -> String {
         let path = |i: usize| {
             prep.paths
                 .get(i)
                 .map(|p| (p.name, p.raw.unwrap_or("")))
                 .unwrap_or(("path", ""))
         };
-        let roots = || {
+        // The roots the argument was checked against: the rule's path scope, else the roots
+        // the op declares for that parameter (a custom op's own).
+        let roots = |i: usize| {
+            let own = prep
+                .paths
+                .get(i)
+                .and_then(|p| ix.own_roots.get(p.param_index))
+                .and_then(Option::as_ref)
+                .and_then(|r| r.as_ref().ok());
             rule.paths
                 .as_ref()
+                .or(own)
                 .map(|s| s.spec().roots.join(", "))
                 .unwrap_or_default()
         };
@@ -254,7 +263,7 @@ impl Failure {
             }
             Failure::Path(i, PathRefusal::OutsideRoots) => {
                 let (n, v) = path(i);
-                format!("argument `{n}` = `{v}` is outside the roots [{}]", roots())
+                format!("argument `{n}` = `{v}` is outside the roots [{}]", roots(i))
             }
             Failure::Path(i, PathRefusal::Denied) => {
                 let (n, v) = path(i);
@@ -947,7 +956,7 @@ impl Engine {
                                 name: rules[i].name.clone(),
                             },
                             code: f.code(),
-                            clause: f.render(&rules[i], &prep),
+                            clause: f.render(&rules[i], &prep, ix),
                         })
                         .collect(),
                 }
@@ -1076,7 +1085,7 @@ impl Engine {
                         Ok(()) => TraceOutcome::AlsoMatched,
                         Err(f) => TraceOutcome::ScopeNotMatched {
                             code: f.code(),
-                            clause: f.render(&rules[i], prep),
+                            clause: f.render(&rules[i], prep, ix),
                         },
                     };
                     t.outcome(i, outcome);
@@ -1091,7 +1100,7 @@ impl Engine {
                             i,
                             TraceOutcome::ScopeNotMatched {
                                 code: f.code(),
-                                clause: f.render(&rules[i], prep),
+                                clause: f.render(&rules[i], prep, ix),
                             },
                         );
                     }

@@ -293,3 +293,27 @@ rules:
     });
     assert!(d.is_allowed(), "{d:?}");
 }
+
+#[test]
+fn a_custom_ops_path_outside_its_declared_root_names_that_root() {
+    // A rule without a `paths:` scope: the op's own `root:` is what the argument is checked
+    // against, and the refusal names it (it once said "outside the roots []").
+    let l = load(
+        "version: 1\ncustom:\n  grader.run:\n    argv: [/bin/true, \"{submission}\"]\n    params: {submission: {type: path, root: /workspace/submissions}}\n    effects: [exec]\nrules:\n  - allow: [grader.run]\n    confirm: never\n",
+    );
+    let args = Args::new().str("submission", "/etc/passwd");
+    let d = l.engine().decide(&Request {
+        op: "grader.run",
+        principal: &anyone(),
+        args: &args,
+    });
+    let Decision::NotPermitted { candidates } = &d else {
+        unreachable!("refused: {d:?}")
+    };
+    assert!(
+        candidates[0]
+            .clause
+            .contains("is outside the roots [/workspace/submissions]"),
+        "{candidates:?}"
+    );
+}

@@ -665,12 +665,16 @@ fn policy(d: &Deployment, call: &Call, args: &Args, event: &mut AuditEvent) -> S
         Decision::NotPermitted { candidates } => match candidates.first() {
             Some(c) => {
                 event.rule = Some(c.rule.name.to_string());
+                // A deny pattern or a protected location is not something to widen past.
+                let fix = if c.code == codes::POLICY_PATH_DENIED {
+                    "call with another path: a deny pattern or a protected location wins over \
+                     every allow"
+                } else {
+                    "call inside the rule's scope, or widen it"
+                };
                 Refusal::new(
                     c.code,
-                    format!(
-                        "{} (closest rule `{}`); call inside the rule's scope, or widen it",
-                        c.clause, c.rule.name
-                    ),
+                    format!("{} (closest rule `{}`); {fix}", c.clause, c.rule.name),
                 )
             }
             None => Refusal::new(
