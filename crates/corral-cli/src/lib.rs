@@ -239,6 +239,10 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t)]
         format: Format,
+        /// Exit 0 even when the program the op ran failed (by default such a call, its
+        /// result printed, exits 3).
+        #[arg(long)]
+        exit_zero: bool,
     },
     /// Serve the config's ops as MCP tools over stdio, for one principal.
     Mcp {
@@ -456,6 +460,7 @@ pub fn run_cli(cli: Cli) -> CliResult {
             config,
             principal,
             format,
+            exit_zero,
         } => cmd::call::run(cmd::call::Args {
             op,
             args,
@@ -465,6 +470,7 @@ pub fn run_cli(cli: Cli) -> CliResult {
             local,
             config,
             principal,
+            exit_zero,
         }),
         Command::Mcp {
             config,

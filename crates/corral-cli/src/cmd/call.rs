@@ -34,7 +34,13 @@ pub struct Args {
     pub config: Option<PathBuf>,
     /// The token id to call as (local calls).
     pub principal: Option<String>,
+    /// Exit 0 even when the program the op ran failed.
+    pub exit_zero: bool,
 }
+
+/// The exit code of a call whose op ran a program that failed (a non-zero `exit_code`, or
+/// `timed_out`), its result printed: distinct from a refusal (1) and bad usage (2).
+pub const EXIT_PROGRAM_FAILED: u8 = 3;
 
 /// Parses one value: JSON when it looks like JSON, else the text itself.
 fn parse_value(name: &str, raw: &str) -> Result<Value, String> {
@@ -85,6 +91,21 @@ struct Failure {
     retry_after_secs: Option<u64>,
     /// The code's further fields (`confirmation.required`: `action_id`, `approve`, ...).
     details: serde_json::Map<String, Value>,
+}
+
+/// `exit`, or [`EXIT_PROGRAM_FAILED`] when the program the op ran failed (unless
+/// `--exit-zero`).
+fn failed_exit(a: &Args, result: &Value, exit: Exit) -> Exit {
+    if !a.exit_zero && program_failed(result) {
+        Exit::Code(EXIT_PROGRAM_FAILED)
+    } else {
+        exit
+    }
+}
+
+/// Whether a result says the program the op ran failed.
+fn program_failed(result: &Value) -> bool {
+    result["exit_code"].as_i64().is_some_and(|c| c != 0) || result["timed_out"] == true
 }
 
 fn report_success(op: &str, request_id: &str, result: &Value, format: Format) -> CliResult {
@@ -191,7 +212,9 @@ fn run_remote(a: &Args, args: Value) -> CliResult {
             op,
             request_id,
             result,
-        }) => report_success(&op, &request_id, &result, a.format),
+        }) => {
+            report_success(&op, &request_id, &result, a.format).map(|e| failed_exit(a, &result, e))
+        }
         Ok(Reply::Bytes { bytes, .. }) => report_bytes(&bytes),
         Err(ClientError::Api {
             status,
@@ -248,7 +271,9 @@ fn run_local(a: &Args, args: Value) -> CliResult {
             })
             .await;
         let code = match reply {
-            corral_guard::Reply::Json(v) => report_success(&a.op, &request_id, &v, a.format),
+            corral_guard::Reply::Json(v) => {
+                report_success(&a.op, &request_id, &v, a.format).map(|e| failed_exit(a, &v, e))
+            }
             corral_guard::Reply::Stream(mut s) => copy_to_stdout(&mut s.body).await,
             corral_guard::Reply::Refused(r) => report_failure(
                 &a.op,

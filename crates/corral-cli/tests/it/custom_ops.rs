@@ -64,7 +64,8 @@ fn a_custom_op_with_the_write_effect_writes_its_cwd_and_nothing_else() {
     )));
     let served = serve(dir.path());
     let (code, v, all) = call(dir.path(), &served.url, "notes.make", &[]);
-    assert_eq!(code, 0, "{all}");
+    // The call ran; the program failed (exit 3, `corral call`'s "the program failed").
+    assert_eq!(code, 3, "{all}");
     // The first write lands on the host; the second is refused (so the shell exits non-zero).
     assert_ne!(v["result"]["exit_code"], 0, "{all}");
     let made = std::fs::read_to_string(dir.path().join("ws").join("made.txt"));
@@ -90,7 +91,7 @@ fn declared_write_paths_and_a_writable_param_are_writable_and_a_read_only_param_
         "out.copy",
         &["src=src.txt", "dst=new.txt"],
     );
-    assert_eq!(code, 0, "{all}");
+    assert_eq!(code, 3, "the program failed: {all}");
     // The copy and the log land; appending to the read-only source fails (last command).
     assert_ne!(v["result"]["exit_code"], 0, "{all}");
     let read =

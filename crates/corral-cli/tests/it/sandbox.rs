@@ -27,11 +27,22 @@ fn touch_with_env(
     name: &str,
     env: &[(&str, &str)],
 ) -> (i32, serde_json::Value, String) {
+    touch_with_env_args(dir, name, env, &[])
+}
+
+/// [`touch_with_env`] with extra arguments to `corral call`.
+fn touch_with_env_args(
+    dir: &std::path::Path,
+    name: &str,
+    env: &[(&str, &str)],
+    extra: &[&str],
+) -> (i32, serde_json::Value, String) {
     let target = dir.join("ws").join(name);
     let argv = serde_json::json!(["touch", target]).to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_corral"))
         .args(["call", "--local", "commands.run", &format!("argv={argv}")])
         .args(["--principal", "agent", "--format", "json"])
+        .args(extra)
         .current_dir(dir)
         .env_remove("CORRAL_CONFIG")
         .env("CORRAL_IT_AGENT_TOKEN", "it-agent-secret-0123456789")
@@ -54,7 +65,8 @@ fn touch_with_env(
 fn commands_run_in_the_linux_backend_and_a_read_only_workspace_stays_unwritten() {
     let dir = workspace(Some(&ci_runner(false)));
     let (code, v, all) = touch(dir.path());
-    assert_eq!(code, 0, "the call itself succeeds: {all}");
+    // The call ran; the program it ran failed: exit 3, its result printed.
+    assert_eq!(code, 3, "the call ran, the program failed: {all}");
     let result = &v["result"];
     assert_eq!(result["attestation"]["backend"], "linux", "{all}");
     assert_eq!(result["attestation"]["isolated"], true, "{all}");
@@ -63,6 +75,10 @@ fn commands_run_in_the_linux_backend_and_a_read_only_workspace_stays_unwritten()
         "touch fails on the read-only workspace: {all}"
     );
     assert!(!dir.path().join("ws").join("made").exists());
+    // `--exit-zero` keeps 0 for a failed program (the result says how it failed).
+    let (code, v, all) = touch_with_env_args(dir.path(), "made", &[], &["--exit-zero"]);
+    assert_eq!(code, 0, "{all}");
+    assert_ne!(v["result"]["exit_code"], 0, "{all}");
 }
 
 #[test]
