@@ -266,7 +266,7 @@ catalog! {
         "the caller already has the maximum number of calls to this op in flight",
         "wait for a call to finish, then retry";
     LIMIT_TIMEOUT = "limit.timeout", 504,
-        "the op ran past its effective timeout and was stopped",
+        "the op ran past its effective timeout and was stopped (an `http.fetch`); a command that runs past its `timeout` is not this error but a result: `200` with `timed_out: true` and the output so far (`corral call` exits 3)",
         "ask for less work, or raise `timeout`";
     AUTH_MISSING = "auth.missing", 401,
         "the request carries no credentials",
