@@ -165,7 +165,7 @@ def run_readme_example(base, ws):
     start = readme.index("```python\nimport os\n\nimport openai\n")
     code = readme[start + len("```python\n"):readme.index("```", start + 10)]
     assert "client.beta.agents.sessions.create" in code, code
-    code = code.replace("http://127.0.0.1:8080/v1", base + "/v1").replace('"/workspace"', repr(ws))
+    code = code.replace("http://127.0.0.1:9000/v1", base + "/v1").replace('"/workspace"', repr(ws))
     Upstream.answers = [call("write_file", {"path": os.path.join(ws, "NOTES.md"), "content": "notes"}),
                         message("added NOTES.md")]
     import contextlib
