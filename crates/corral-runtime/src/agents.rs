@@ -303,7 +303,7 @@ impl AgentHost {
     /// A slot for one more event stream of `principal` in `tenant`, held until dropped;
     /// `None` past [`MAX_STREAMS_PER_OWNER`] open at once.
     pub fn open_stream(&self, tenant: &str, principal: &str) -> Option<StreamSlot> {
-        let key = format!("{tenant}/{principal}");
+        let key = format!("{tenant}\0{principal}");
         let mut m = self.streams_of.lock().ok()?;
         let n = m.entry(key.clone()).or_insert(0);
         if *n >= MAX_STREAMS_PER_OWNER {
@@ -389,7 +389,11 @@ impl AgentHost {
                 t.grant.permissions,
                 t.limits,
                 &t.owner.principal,
-                &t.owner.act_chain
+                &t.owner.act_chain,
+                t.rules.spec(),
+                &t.protected,
+                &cli.dir,
+                &cli.version,
             )
         );
         if let Some((from, s)) = self
@@ -452,6 +456,17 @@ impl AgentHost {
                 ),
             ));
         }
+        // A session at its event cap takes no turn: its end could not be recorded, and a
+        // client waiting for `idle` would wait in vain.
+        if t.record.events + 8 > corral_store::agents::MAX_SESSION_EVENTS {
+            return Err(op_err(
+                codes::AGENTS_SESSION_FULL,
+                format!(
+                    "session `{}` holds {} events, at its cap: it takes no more turns; start a new session",
+                    t.record.id, t.record.events
+                ),
+            ));
+        }
         let cli = self.ensure_cli(t.adapter)?;
         let session = self.live_session(&t, cli)?;
         self.take_turn_slot(&t)?;
@@ -496,14 +511,14 @@ impl AgentHost {
     }
 
     fn owner_key(t: &TurnStart) -> String {
-        format!("{}/{}", t.tenant, t.owner.principal.id)
+        format!("{}\0{}", t.tenant, t.owner.principal.id)
     }
 
     /// Refuses at once when `ctx`'s caller already runs [`MAX_TURNS_PER_OWNER`] turns: checked
     /// before a session with a first task is stored, so a refused first turn leaves no idle
     /// session behind (the slot itself is taken when the turn starts).
     fn turn_slot_free(&self, ctx: &OpCtx) -> Result<(), OpError> {
-        let key = format!("{}/{}", tenant_of(ctx), ctx.principal.id);
+        let key = format!("{}\0{}", tenant_of(ctx), ctx.principal.id);
         let running = self
             .turns_of
             .lock()
@@ -621,10 +636,15 @@ impl AgentHost {
             json!(AttestationRecord::from(&r.attestation))
         });
         // Off the running list first: a turn claimed once this one is idle registers its own.
-        if let Ok(mut r) = self.running.lock() {
-            r.remove(&t.record.id);
+        // The slot is freed by whoever took the turn off the list (here, or `cancel`), once.
+        let removed = self
+            .running
+            .lock()
+            .map(|mut r| r.remove(&t.record.id).is_some())
+            .unwrap_or(false);
+        if removed {
+            self.free_turn_slot(t);
         }
-        self.free_turn_slot(t);
         let ended = json!({
             "turn": turn,
             "ok": error.is_none(),
@@ -672,6 +692,7 @@ impl AgentHost {
             return false;
         };
         handle.abort();
+        self.free_turn_slot(t);
         let error = (
             codes::AGENTS_CANCELLED,
             "the turn was cancelled by `agent.session.input.cancel`".to_owned(),

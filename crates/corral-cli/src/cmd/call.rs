@@ -145,10 +145,14 @@ fn report_failure(op: &str, f: &Failure, format: Format) -> CliResult {
                 .retry_after_secs
                 .map(|s| format!("; retry after {s} s"))
                 .unwrap_or_default();
-            Err(
-                CliError::coded(&f.code, format!("{}{retry}{rid}", f.message))
-                    .with_exit(Exit::Findings),
+            // The server's strings are not trusted to be plain: a control character would
+            // drive the terminal (a remote server is anyone's).
+            let safe = crate::cmd::sandbox::printable_text;
+            Err(CliError::coded(
+                &crate::cmd::audit::printable(&f.code),
+                format!("{}{retry}{}", safe(&f.message), safe(&rid)),
             )
+            .with_exit(Exit::Findings))
         }
         Format::Json => {
             let mut doc = f.details.clone();

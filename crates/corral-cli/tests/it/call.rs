@@ -520,3 +520,37 @@ fn a_closed_stdout_ends_a_call_quietly_with_141_instead_of_a_panic() {
     assert_eq!(out.status.code(), Some(141), "{err}");
     assert!(err.is_empty(), "nothing to say on stderr: {err}");
 }
+
+#[test]
+fn a_hostile_servers_error_cannot_drive_the_terminal() {
+    // A server (anyone's) answers a refusal whose code, message and request id carry
+    // terminal escapes: `corral call` prints them escaped, never raw.
+    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
+        unreachable!("loopback can bind")
+    };
+    let Ok(addr) = listener.local_addr() else {
+        unreachable!("a bound socket has an address")
+    };
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        if let Ok((mut conn, _)) = listener.accept() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let body = r#"{"error":"denied\u001b]0;PWNED\u0007\u001b[2K\rall good","type":"x","code":"x\u001b[31mRED","request_id":"r\u001b[8mhidden"}"#;
+            let reply = format!(
+                "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    let dir = workspace(None);
+    let url = format!("http://{addr}");
+    let (code, out, err) = corral(dir.path(), &["call", "--server", &url, "files.list"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(!err.contains('\u{1b}') && !err.contains('\u{7}'), "{err:?}");
+    assert!(
+        err.contains("\\u{1b}"),
+        "the escapes are shown, escaped: {err:?}"
+    );
+}

@@ -357,6 +357,22 @@ async fn json_body(
     }
 }
 
+/// A field of a request body that could reach a model other than its `model`: a provider's
+/// fallback routing (`models`, `fallbacks`, `route`, `provider`) or a tool carrying its own
+/// `model` (an image-generation tool); `None` when there is none.
+fn other_model_field(body: &serde_json::Map<String, Value>) -> Option<String> {
+    if let Some(k) = ["models", "fallbacks", "route", "provider"]
+        .into_iter()
+        .find(|k| body.contains_key(*k))
+    {
+        return Some(format!("the field `{k}`"));
+    }
+    body.get("tools")
+        .and_then(Value::as_array)
+        .and_then(|tools| tools.iter().find(|t| t.get("model").is_some()))
+        .map(|_| "a tool with its own `model`".to_owned())
+}
+
 /// Who asks: whether it is the root agent, its name, and for an agent session's turn the only
 /// model it may ask for. An agent session's CLI is the root agent whatever it claims:
 /// `X-Corral-Agent` from a turn's link is not read (a specialist's replies are not checked in
@@ -548,12 +564,20 @@ async fn forward_route(
         Ok(m) => m,
         Err(msg) => return Err(refused(&gw, &caller, &rid, codes::LLM_BAD_REQUEST, msg).await),
     };
-    // An agent turn asks for its session's model only (the agent scope's `models` applies).
-    if let Some(m) = turn_model.filter(|m| **m != *model) {
-        let msg = format!(
-            "this agent session runs model `{m}`; its CLI may not ask the LLM proxy for another"
-        );
-        return Err(refused(&gw, &caller, &rid, codes::AGENTS_MODEL_NOT_ALLOWED, msg).await);
+    // An agent turn asks for its session's model only (the agent scope's `models` applies),
+    // and names no other through a provider's routing fields or a tool's own model.
+    if let Some(m) = turn_model {
+        let other = if *m != *model {
+            Some(format!("model `{model}`"))
+        } else {
+            other_model_field(&body)
+        };
+        if let Some(what) = other {
+            let msg = format!(
+                "this agent session runs model `{m}`; its CLI may not ask the LLM proxy for another ({what})"
+            );
+            return Err(refused(&gw, &caller, &rid, codes::AGENTS_MODEL_NOT_ALLOWED, msg).await);
+        }
     }
     let opts = match options {
         Ok(o) => o,

@@ -219,3 +219,36 @@ async fn a_turn_may_ask_only_for_its_sessions_model() {
     let r = crate::common::send(ok).await;
     assert_eq!(r.status, 200, "{}", r.text);
 }
+
+#[tokio::test]
+async fn a_turn_names_no_other_model_through_routing_fields_or_a_tools_model() {
+    let l = linked_hooked("", "sess-7", None, Some("session-model")).await;
+    let bearer = format!("Bearer {TURN_TOKEN}");
+    let base = json!({"model": "session-model", "messages": [{"role": "user", "content": "hi"}]});
+    let mut cases = Vec::new();
+    for (k, v) in [
+        ("models", json!(["o3-pro"])),
+        ("fallbacks", json!(["o3-pro"])),
+        ("route", json!("fallback")),
+        ("provider", json!({"order": ["x"]})),
+        (
+            "tools",
+            json!([{"type": "image_generation", "model": "gpt-image-1"}]),
+        ),
+    ] {
+        let mut body = base.clone();
+        body[k] = v;
+        cases.push((k, body));
+    }
+    for (k, body) in cases {
+        let rb = l
+            .client
+            .post(format!("{}/v1/chat/completions", l.base))
+            .header("authorization", &bearer)
+            .json(&body);
+        let r = crate::common::send(rb).await;
+        assert_eq!(r.status, 403, "{k}: {}", r.text);
+        assert_eq!(r.code(), "agents.model_not_allowed", "{k}: {}", r.text);
+    }
+    assert!(l.upstream.seen().is_empty(), "nothing reached the provider");
+}
