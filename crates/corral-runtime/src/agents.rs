@@ -56,16 +56,55 @@ pub const MAX_TURNS_PER_OWNER: u32 = 4;
 /// store); past it a new stream is refused `limit.concurrency` until one closes.
 pub const MAX_STREAMS_PER_OWNER: u32 = 16;
 
-/// An open event stream of an owner's, counted until dropped.
+/// Per owner (tenant and principal), how many of something they hold at once, at most `max`:
+/// a running turn, an open event stream.
 #[derive(Debug)]
-pub struct StreamSlot {
-    key: String,
-    of: Arc<Mutex<HashMap<String, u32>>>,
+struct OwnerSlots {
+    max: u32,
+    held: Arc<Mutex<HashMap<(String, String), u32>>>,
 }
 
-impl Drop for StreamSlot {
+/// One slot of an owner's, held until dropped (a turn's task, a stream's task: an aborted
+/// task drops it too, so a slot is freed exactly once).
+#[derive(Debug)]
+pub struct OwnerSlot {
+    key: (String, String),
+    held: Arc<Mutex<HashMap<(String, String), u32>>>,
+}
+
+impl OwnerSlots {
+    fn new(max: u32) -> Self {
+        Self {
+            max,
+            held: Arc::default(),
+        }
+    }
+
+    /// Whether `owner` holds fewer than `max` (a failing lock: no room).
+    fn has_room(&self, owner: &(String, String)) -> bool {
+        self.held
+            .lock()
+            .is_ok_and(|m| m.get(owner).copied().unwrap_or(0) < self.max)
+    }
+
+    /// One more slot of `owner`'s; `None` at `max`.
+    fn take(&self, owner: (String, String)) -> Option<OwnerSlot> {
+        let mut m = self.held.lock().ok()?;
+        let n = m.entry(owner.clone()).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(OwnerSlot {
+            key: owner,
+            held: Arc::clone(&self.held),
+        })
+    }
+}
+
+impl Drop for OwnerSlot {
     fn drop(&mut self) {
-        if let Ok(mut m) = self.of.lock()
+        if let Ok(mut m) = self.held.lock()
             && let Some(n) = m.get_mut(&self.key)
         {
             *n = n.saturating_sub(1);
@@ -93,10 +132,12 @@ pub struct AgentHost {
     /// a turn whose grant differs rebuilds it.
     live: Mutex<HashMap<String, (String, Arc<Session>)>>,
     running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
-    /// Turns running per owner (`tenant/principal`), at most [`MAX_TURNS_PER_OWNER`].
-    turns_of: Mutex<HashMap<String, u32>>,
+    /// Turns running per owner, at most [`MAX_TURNS_PER_OWNER`].
+    turns: OwnerSlots,
     /// Event streams open per owner, at most [`MAX_STREAMS_PER_OWNER`].
-    streams_of: Arc<Mutex<HashMap<String, u32>>>,
+    streams: OwnerSlots,
+    /// The tenant of a caller without one (the gateway's).
+    default_tenant: String,
     /// The adapters `agents:` mounts, and its `default`.
     mounted: RwLock<(Vec<String>, Option<String>)>,
     /// The backend turns run in: the `linux` one with a copy-on-write layer for attached runs
@@ -129,14 +170,6 @@ fn store_err(e: AgentStoreError) -> OpError {
 
 fn now_ms() -> i64 {
     corral_guard::now_ms()
-}
-
-/// The caller's tenant (`default` without tenancy).
-fn tenant_of(ctx: &OpCtx) -> String {
-    ctx.principal
-        .tenant
-        .clone()
-        .unwrap_or_else(|| "default".to_owned())
 }
 
 fn text_arg<'a>(ctx: &'a OpCtx, name: &str) -> Option<&'a str> {
@@ -257,6 +290,7 @@ impl AgentHost {
         store: Arc<Store>,
         sinks: Vec<Arc<dyn AuditSink>>,
         backend: Option<Arc<dyn corral_exec::Backend>>,
+        default_tenant: &str,
     ) -> Self {
         Self {
             store,
@@ -266,8 +300,9 @@ impl AgentHost {
             homes: loaded.state_dir.join("agents").join("homes"),
             live: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
-            turns_of: Mutex::new(HashMap::new()),
-            streams_of: Arc::default(),
+            turns: OwnerSlots::new(MAX_TURNS_PER_OWNER),
+            streams: OwnerSlots::new(MAX_STREAMS_PER_OWNER),
+            default_tenant: default_tenant.to_owned(),
             mounted: RwLock::new(mounted_of(loaded)),
             backend,
         }
@@ -302,18 +337,16 @@ impl AgentHost {
 
     /// A slot for one more event stream of `principal` in `tenant`, held until dropped;
     /// `None` past [`MAX_STREAMS_PER_OWNER`] open at once.
-    pub fn open_stream(&self, tenant: &str, principal: &str) -> Option<StreamSlot> {
-        let key = format!("{tenant}\0{principal}");
-        let mut m = self.streams_of.lock().ok()?;
-        let n = m.entry(key.clone()).or_insert(0);
-        if *n >= MAX_STREAMS_PER_OWNER {
-            return None;
-        }
-        *n += 1;
-        Some(StreamSlot {
-            key,
-            of: Arc::clone(&self.streams_of),
-        })
+    pub fn open_stream(&self, tenant: &str, principal: &str) -> Option<OwnerSlot> {
+        self.streams.take((tenant.to_owned(), principal.to_owned()))
+    }
+
+    /// The tenant of `principal`, as the gateway picks it (its own, else the deployment's).
+    pub fn tenant_of(&self, principal: &corral_policy::Principal) -> String {
+        principal
+            .tenant
+            .clone()
+            .unwrap_or_else(|| self.default_tenant.clone())
     }
 
     /// The adapters `agents:` mounts, and its `default`.
@@ -469,15 +502,14 @@ impl AgentHost {
         }
         let cli = self.ensure_cli(t.adapter)?;
         let session = self.live_session(&t, cli)?;
-        self.take_turn_slot(&t)?;
-        if let Err(e) = self
-            .store
+        let slot = self
+            .turns
+            .take((t.tenant.clone(), t.owner.principal.id.clone()))
+            .ok_or_else(|| slot_error(&t.owner.principal.id))?;
+        self.store
             .claim_turn(&t.tenant, &t.record.id, now_ms())
             .await
-        {
-            self.free_turn_slot(&t);
-            return Err(store_err(e));
-        }
+            .map_err(store_err)?;
         let turn = t.record.turns + 1;
         let prompt = self.with_instructions(&t, turn, prompt).await;
         self.append(
@@ -488,7 +520,11 @@ impl AgentHost {
         .await;
         let host = Arc::clone(self);
         let id = t.record.id.clone();
-        let handle = tokio::spawn(async move { host.drive_turn(t, session, prompt, turn).await });
+        // The task holds the owner's slot: it is freed when the turn ends or is aborted.
+        let handle = tokio::spawn(async move {
+            let _slot = slot;
+            host.drive_turn(t, session, prompt, turn).await
+        });
         if let Ok(mut r) = self.running.lock() {
             r.insert(id, handle.abort_handle());
         }
@@ -510,49 +546,15 @@ impl AgentHost {
         }
     }
 
-    fn owner_key(t: &TurnStart) -> String {
-        format!("{}\0{}", t.tenant, t.owner.principal.id)
-    }
-
     /// Refuses at once when `ctx`'s caller already runs [`MAX_TURNS_PER_OWNER`] turns: checked
     /// before a session with a first task is stored, so a refused first turn leaves no idle
     /// session behind (the slot itself is taken when the turn starts).
     fn turn_slot_free(&self, ctx: &OpCtx) -> Result<(), OpError> {
-        let key = format!("{}\0{}", tenant_of(ctx), ctx.principal.id);
-        let running = self
-            .turns_of
-            .lock()
-            .map(|m| m.get(&key).copied().unwrap_or(0))
-            .unwrap_or(MAX_TURNS_PER_OWNER);
-        if running >= MAX_TURNS_PER_OWNER {
-            return Err(slot_error(&ctx.principal.id));
-        }
-        Ok(())
-    }
-
-    /// Counts a turn of the owner's, refused past [`MAX_TURNS_PER_OWNER`] at once.
-    fn take_turn_slot(&self, t: &TurnStart) -> Result<(), OpError> {
-        let mut m = self
-            .turns_of
-            .lock()
-            .map_err(|_| op_err(codes::AGENTS_SANDBOX, "the agents host's state is unusable"))?;
-        let n = m.entry(Self::owner_key(t)).or_insert(0);
-        if *n >= MAX_TURNS_PER_OWNER {
-            return Err(slot_error(&t.owner.principal.id));
-        }
-        *n += 1;
-        Ok(())
-    }
-
-    fn free_turn_slot(&self, t: &TurnStart) {
-        if let Ok(mut m) = self.turns_of.lock() {
-            let key = Self::owner_key(t);
-            if let Some(n) = m.get_mut(&key) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    m.remove(&key);
-                }
-            }
+        let owner = (self.tenant_of(&ctx.principal), ctx.principal.id.clone());
+        if self.turns.has_room(&owner) {
+            Ok(())
+        } else {
+            Err(slot_error(&ctx.principal.id))
         }
     }
 
@@ -636,14 +638,8 @@ impl AgentHost {
             json!(AttestationRecord::from(&r.attestation))
         });
         // Off the running list first: a turn claimed once this one is idle registers its own.
-        // The slot is freed by whoever took the turn off the list (here, or `cancel`), once.
-        let removed = self
-            .running
-            .lock()
-            .map(|mut r| r.remove(&t.record.id).is_some())
-            .unwrap_or(false);
-        if removed {
-            self.free_turn_slot(t);
+        if let Ok(mut r) = self.running.lock() {
+            r.remove(&t.record.id);
         }
         let ended = json!({
             "turn": turn,
@@ -692,7 +688,6 @@ impl AgentHost {
             return false;
         };
         handle.abort();
-        self.free_turn_slot(t);
         let error = (
             codes::AGENTS_CANCELLED,
             "the turn was cancelled by `agent.session.input.cancel`".to_owned(),
@@ -702,40 +697,18 @@ impl AgentHost {
     }
 }
 
-/// What a session's sandbox hides: corral's own files, but not the two places of the state
-/// directory a session binds itself (the CLI's install, read-only; the agent's home), which
-/// the sandbox could not bind inside a hidden tree. The sandbox binds nothing else of the
-/// state directory, so leaving a tree that holds them off the list hides the same; a workdir
-/// that would contain one of corral's files is refused instead.
 /// The protection of a session's turns: the call's (names such as `.git` at any depth, the
-/// config's `protected:` globs, corral's own files) but for the trees that hold the two
-/// places a session binds itself (see [`session_protected`]).
+/// config's `protected:` globs, corral's own files and the deployment's protected directories),
+/// but not the trees that hold the two places a session binds itself (the CLI's install,
+/// read-only; the agent's home), which the sandbox could not bind inside a hidden tree. The
+/// sandbox binds nothing else of the state directory, so leaving such a tree off the list hides
+/// the same; a workdir that would contain one of corral's files is refused instead.
 fn session_protection(
     t: &TurnStart,
     binds: &[&std::path::Path],
 ) -> Result<corral_policy::Protected, OpError> {
-    let mut spec = t.rules.spec().clone();
-    spec.paths
-        .retain(|p| !binds.iter().any(|b| b.starts_with(std::path::Path::new(p))));
-    let mut protected = corral_policy::Protected::compile(spec).map_err(|e| {
-        op_err(
-            codes::AGENTS_SANDBOX,
-            format!("the session's protection: {e}"),
-        )
-    })?;
-    for p in session_protected(&t.protected, binds, &t.record.workdir)? {
-        protected.add_path(&p.to_string_lossy());
-    }
-    Ok(protected)
-}
-
-fn session_protected(
-    protected: &[PathBuf],
-    binds: &[&std::path::Path],
-    workdir: &str,
-) -> Result<Vec<PathBuf>, OpError> {
-    let workdir = std::path::Path::new(workdir);
-    if let Some(p) = protected.iter().find(|p| p.starts_with(workdir)) {
+    let workdir = std::path::Path::new(&t.record.workdir);
+    if let Some(p) = t.protected.iter().find(|p| p.starts_with(workdir)) {
         return Err(op_err(
             codes::AGENTS_WORKDIR_OUTSIDE,
             format!(
@@ -745,11 +718,20 @@ fn session_protected(
             ),
         ));
     }
-    Ok(protected
-        .iter()
-        .filter(|p| !binds.iter().any(|b| b.starts_with(p)))
-        .cloned()
-        .collect())
+    let outside_binds = |p: &std::path::Path| !binds.iter().any(|b| b.starts_with(p));
+    let mut spec = t.rules.spec().clone();
+    spec.paths
+        .retain(|p| outside_binds(std::path::Path::new(p)));
+    let mut protected = corral_policy::Protected::compile(spec).map_err(|e| {
+        op_err(
+            codes::AGENTS_SANDBOX,
+            format!("the session's protection: {e}"),
+        )
+    })?;
+    for p in t.protected.iter().filter(|p| outside_binds(p)) {
+        protected.add_path(&p.to_string_lossy());
+    }
+    Ok(protected)
 }
 
 /// An event's body cut to fit the store's cap on one event: when its JSON is over
@@ -871,7 +853,7 @@ impl AgentSessionOp {
             ..defaults
         };
         Ok(TurnStart {
-            tenant: tenant_of(ctx),
+            tenant: self.host.tenant_of(&ctx.principal),
             owner: {
                 // The delegation chain goes with the turn: its link's model calls and its
                 // steps' audit events say who acted through whom.
@@ -900,7 +882,7 @@ impl AgentSessionOp {
     /// Stores a new session of the grant's workdir and model (`agent`: a saved agent whose
     /// model applies when the call names none).
     async fn create(&self, ctx: &OpCtx) -> Result<StoredSession, OpError> {
-        let tenant = tenant_of(ctx);
+        let tenant = self.host.tenant_of(&ctx.principal);
         let grant = ctx.grant.agent.as_ref().ok_or_else(|| {
             op_err(
                 codes::AGENTS_INVALID,
@@ -965,7 +947,7 @@ impl AgentSessionOp {
 
     /// The caller's own session `id` of this adapter.
     async fn own_session(&self, ctx: &OpCtx, id: &str) -> Result<StoredSession, OpError> {
-        let tenant = tenant_of(ctx);
+        let tenant = self.host.tenant_of(&ctx.principal);
         self.host
             .store
             .get_session(&tenant, id)

@@ -251,11 +251,14 @@ impl Runtime {
                 compose::declared_upstream_tools(loaded),
             )
         };
+        // The tenant of a caller without one, for the gateway and the agents host alike.
+        let tenant = "default";
         let agents = Arc::new(agents::AgentHost::new(
             loaded,
             store.clone(),
             sinks.clone(),
             services::agents_backend(loaded)?,
+            tenant,
         ));
         let deployment =
             compose::deployment_with(loaded, &upstreams, options.upstream_wait, Some(&agents))
@@ -266,7 +269,7 @@ impl Runtime {
         }
         // Recordings of runs marked for recording (issue 15) go to the store, through its
         // recording writer (group commit; `close` stops it cleanly).
-        let mut gateway = Gateway::new(deployment, backend, sinks, "default")
+        let mut gateway = Gateway::new(deployment, backend, sinks, tenant)
             .with_confirmations(confirmations)
             .with_recorder(Arc::new(corral_store::RecordingWriter::spawn(&store)));
         if options.confirmation_purger {

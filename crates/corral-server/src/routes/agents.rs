@@ -18,12 +18,13 @@ use corral_agents::select::{AdapterAsk, Mounted, environment_workdir, select};
 use corral_guard::{Call, Caller, Reply};
 use corral_policy::codes;
 use corral_runtime::agents::session_json;
-use corral_store::agents::{NewAgentDef, Session as StoredSession};
+use corral_store::agents::{AgentStoreError, NewAgentDef, Session as StoredSession};
 use corral_store::lab::Page;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::extract::{Agents, Authed};
+use super::sandbox::answer;
 use crate::AppState;
 use crate::error::ApiError;
 
@@ -48,24 +49,13 @@ fn not_found(what: &str, id: &str, rid: &str) -> ApiError {
     )
 }
 
-fn store_error(e: &corral_store::agents::AgentStoreError, rid: &str) -> ApiError {
+fn store_error(e: &AgentStoreError, rid: &str) -> ApiError {
     ApiError::new(e.code(), e.to_string(), None, rid)
 }
 
-fn answer(status: StatusCode, body: Value, rid: &str) -> Response {
-    let mut resp = (status, axum::Json(body)).into_response();
-    if let Ok(v) = HeaderValue::from_str(rid) {
-        resp.headers_mut().insert("x-request-id", v);
-    }
-    resp
-}
-
-fn tenant(caller: &Caller) -> String {
-    caller
-        .principal
-        .tenant
-        .clone()
-        .unwrap_or_else(|| "default".to_owned())
+/// The caller's tenant, as the gateway picks it.
+fn tenant(state: &AppState, caller: &Caller) -> String {
+    state.runtime().agents().tenant_of(&caller.principal)
 }
 
 /// The body as a JSON object (an empty body: `{}`), under the server's size limit.
@@ -210,7 +200,7 @@ async fn own_session(
     state
         .runtime()
         .store()
-        .get_session(&tenant(caller), id)
+        .get_session(&tenant(state, caller), id)
         .await
         .map_err(|e| store_error(&e, rid))?
         .filter(|s| s.owner == caller.principal.id)
@@ -301,10 +291,42 @@ pub async fn create_agent(
     let def = state
         .runtime()
         .store()
-        .create_agent_def(&tenant(&auth.caller), &new, corral_guard::now_ms())
+        .create_agent_def(&tenant(&state, &auth.caller), &new, corral_guard::now_ms())
         .await
         .map_err(|e| store_error(&e, &rid))?;
     Ok(answer(StatusCode::OK, agent_obj(&def), &rid))
+}
+
+/// A page of the caller's own records (`?limit=&after=`), listed by `list` (the owner filter
+/// in its query) and shaped by `shape`, as the SDK's list object.
+async fn own_page<T>(
+    state: &AppState,
+    auth: &Authed<Agents>,
+    q: &HashMap<String, String>,
+    list: impl AsyncFnOnce(
+        &corral_store::Store,
+        &str,
+        &str,
+        &Page,
+    ) -> Result<corral_store::lab::Paged<T>, AgentStoreError>,
+    shape: impl Fn(&T) -> Value,
+) -> Result<Response, ApiError> {
+    let rid = &auth.request_id;
+    let page = page_of(q).map_err(|m| invalid(m, rid))?;
+    let p = list(
+        state.runtime().store(),
+        &tenant(state, &auth.caller),
+        &auth.caller.principal.id,
+        &page,
+    )
+    .await
+    .map_err(|e| store_error(&e, rid))?;
+    let data = p.items.iter().map(shape).collect();
+    Ok(answer(
+        StatusCode::OK,
+        list_obj(data, p.next.map(|n| n.to_string())),
+        rid,
+    ))
 }
 
 /// `GET /v1/agents`: the caller's saved agents.
@@ -313,24 +335,14 @@ pub async fn list_agents(
     auth: Authed<Agents>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let rid = auth.request_id.clone();
-    let page = page_of(&q).map_err(|m| invalid(m, &rid))?;
-    let p = state
-        .runtime()
-        .store()
-        .list_agent_defs(
-            &tenant(&auth.caller),
-            Some(&auth.caller.principal.id),
-            &page,
-        )
-        .await
-        .map_err(|e| store_error(&e, &rid))?;
-    let data = p.items.iter().map(agent_obj).collect();
-    Ok(answer(
-        StatusCode::OK,
-        list_obj(data, p.next.map(|n| n.to_string())),
-        &rid,
-    ))
+    own_page(
+        &state,
+        &auth,
+        &q,
+        async |store, tenant, owner, page| store.list_agent_defs(tenant, Some(owner), page).await,
+        agent_obj,
+    )
+    .await
 }
 
 /// `GET /v1/agents/{id}` and `DELETE` it: the caller's own only.
@@ -343,7 +355,7 @@ pub async fn agent(
     let rid = auth.request_id.clone();
     let id = params.get("id").cloned().unwrap_or_default();
     let store = state.runtime().store();
-    let t = tenant(&auth.caller);
+    let t = tenant(&state, &auth.caller);
     let def = store
         .get_agent_def(&t, &id)
         .await
@@ -409,7 +421,7 @@ pub async fn create_session(
         model = state
             .runtime()
             .store()
-            .get_agent_def(&tenant(&auth.caller), id)
+            .get_agent_def(&tenant(&state, &auth.caller), id)
             .await
             .ok()
             .flatten()
@@ -457,28 +469,14 @@ pub async fn list_sessions(
     auth: Authed<Agents>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let rid = auth.request_id.clone();
-    let page = page_of(&q).map_err(|m| invalid(m, &rid))?;
-    let p = state
-        .runtime()
-        .store()
-        .list_sessions(
-            &tenant(&auth.caller),
-            Some(&auth.caller.principal.id),
-            &page,
-        )
-        .await
-        .map_err(|e| store_error(&e, &rid))?;
-    let data = p
-        .items
-        .iter()
-        .map(|s| session_obj(&session_json(s)))
-        .collect();
-    Ok(answer(
-        StatusCode::OK,
-        list_obj(data, p.next.map(|n| n.to_string())),
-        &rid,
-    ))
+    own_page(
+        &state,
+        &auth,
+        &q,
+        async |store, tenant, owner, page| store.list_sessions(tenant, Some(owner), page).await,
+        |s| session_obj(&session_json(s)),
+    )
+    .await
 }
 
 /// `GET /v1/agents/sessions/{id}`: the caller's own.
@@ -655,7 +653,7 @@ pub async fn events(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("text/event-stream"));
     let store = std::sync::Arc::clone(state.runtime().store());
-    let t = tenant(&auth.caller);
+    let t = tenant(&state, &auth.caller);
     let mut turn = if after > 0 { s.turns } else { 0 };
     if !sse {
         let rows = store

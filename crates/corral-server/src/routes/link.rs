@@ -42,10 +42,18 @@ fn router(state: AppState, linked: Linked) -> Router {
         axum::routing::any_service(mcp::linked_service(Arc::clone(&linked.gateway), limit)).layer(
             axum::middleware::from_fn_with_state(state.clone(), mcp::authenticate),
         );
-    Router::new()
+    let routes = Router::new()
         .route("/ops", get(ops::list))
         .route("/ops/{id}", post(ops::call))
-        .route("/mcp", mcp)
+        .route("/mcp", mcp);
+    linked_router(routes, state, linked)
+}
+
+/// `routes` as a link serves them: every request carries `linked`, the server's body limit,
+/// and corral's own answers for an unknown path or method.
+fn linked_router(routes: Router<AppState>, state: AppState, linked: Linked) -> Router {
+    let limit = state.max_body_bytes();
+    routes
         .fallback(meta::not_found)
         .method_not_allowed_fallback(meta::method_not_allowed)
         .layer(axum::Extension(linked))
@@ -99,17 +107,12 @@ fn serve_with(router: Option<Router>) -> CorralLink {
 /// `/v1/chat/completions`, `/v1/messages`, also under `?beta=true`, and `/v1/models`), the
 /// same handlers as the deployment's, with `linked` in every request's extensions.
 fn agent_router(state: AppState, linked: Linked) -> Router {
-    let limit = state.max_body_bytes();
-    Router::new()
+    let routes = Router::new()
         .route("/v1/responses", post(llm::responses))
         .route("/v1/chat/completions", post(llm::chat_completions))
         .route("/v1/messages", post(llm::messages))
-        .route("/v1/models", get(llm::models))
-        .fallback(meta::not_found)
-        .method_not_allowed_fallback(meta::method_not_allowed)
-        .layer(axum::Extension(linked))
-        .layer(DefaultBodyLimit::max(limit))
-        .with_state(state)
+        .route("/v1/models", get(llm::models));
+    linked_router(routes, state, linked)
 }
 
 /// The [`ProxyLinks`] of one agent session: each turn's link serves the LLM proxy, through
