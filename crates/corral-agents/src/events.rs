@@ -64,6 +64,18 @@ pub enum SessionEvent {
         /// Whether the change was made.
         applied: bool,
     },
+    /// A connection the agent asked corral's egress proxy for (a scope whose `network` is an
+    /// allow-list), allowed or refused: the host and port it asked for, never a byte of payload.
+    Network {
+        /// The host, as the agent asked for it (lowercased, cleaned, cut).
+        host: String,
+        /// The port.
+        port: u16,
+        /// Whether the proxy made the connection.
+        allowed: bool,
+        /// Why it was refused (or failed once allowed).
+        reason: Option<String>,
+    },
     /// Text the agent wrote for the user.
     Message {
         /// The text.
@@ -89,6 +101,16 @@ pub enum SessionEvent {
 }
 
 impl SessionEvent {
+    /// The `network` event of what the egress proxy did with one connection.
+    pub fn network(r: &corral_exec::EgressRecord) -> Self {
+        SessionEvent::Network {
+            host: clean(&r.host),
+            port: r.port,
+            allowed: r.allowed,
+            reason: r.reason.as_deref().map(clean),
+        }
+    }
+
     /// An `error` event with `code`, its message made safe.
     pub fn error(code: &str, message: impl AsRef<str>) -> Self {
         SessionEvent::Error {
@@ -99,7 +121,8 @@ impl SessionEvent {
 
     /// The op this event lands in the audit as, for a session of `adapter` (its values never
     /// go there: the audit keeps shapes): `agents.<a>.exec` for a finished command,
-    /// `agents.<a>.write` for a file it changed, `agents.<a>.model` for a model turn (the step
+    /// `agents.<a>.write` for a file it changed, `agents.<a>.model` for a model turn,
+    /// `agents.<a>.connect` for a connection through the egress proxy (the step
     /// kinds of `corral_policy::scope::STEP_KINDS`); `None` for the rest (a started
     /// command, a message, an error, `done`: the session's own record keeps those).
     pub fn audit_op(&self, adapter: &str) -> Option<String> {
@@ -107,6 +130,7 @@ impl SessionEvent {
             SessionEvent::Command { done: true, .. } => "exec",
             SessionEvent::FileChange { .. } => "write",
             SessionEvent::ModelTurn { .. } => "model",
+            SessionEvent::Network { .. } => "connect",
             _ => return None,
         };
         Some(corral_policy::scope::step_op_id(adapter, what))
@@ -118,6 +142,7 @@ impl SessionEvent {
             SessionEvent::ModelTurn { .. } => "model_turn",
             SessionEvent::Command { .. } => "command",
             SessionEvent::FileChange { .. } => "file_change",
+            SessionEvent::Network { .. } => "network",
             SessionEvent::Message { .. } => "message",
             SessionEvent::Error { .. } => "error",
             SessionEvent::Done { .. } => "done",

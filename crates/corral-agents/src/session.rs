@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use corral_exec::linux::CORRAL_LINK_URL;
 use corral_exec::{
-    Attestation, Backend, CorralLink, DEFAULT_MEMORY, ExecOutput, ExecRequest, ResourceLimits,
-    RunNetwork,
+    Attestation, Backend, CorralLink, DEFAULT_MEMORY, Egress, EgressLog, EgressRecord, ExecOutput,
+    ExecRequest, ResourceLimits, RunNetwork,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -38,6 +38,9 @@ pub const MAX_PROMPT: usize = 256 * 1024;
 const MAX_STDERR: u64 = 64 * 1024;
 /// The most characters of stderr quoted in a failed turn's error.
 const STDERR_QUOTED: usize = 500;
+/// The egress records of one turn waiting to become events; more are dropped and counted (the
+/// proxy's own log still has them).
+const MAX_PENDING_CONNECTIONS: usize = 1024;
 /// How long the output of a CLI that exited is still read, and how long its last events wait
 /// for a consumer that stopped reading (then they are dropped, and counted).
 const DRAIN: Duration = Duration::from_secs(2);
@@ -117,6 +120,9 @@ pub struct SessionConfig {
     /// `protected:` globs) and corral's own files, hidden from the sandbox: a turn writes
     /// through the backend's copy-on-write layer, checked against it when applied.
     pub protected: corral_policy::Protected,
+    /// What the agent may reach beside the LLM proxy (the scope's `network: {allow: [...]}`),
+    /// through corral's egress proxy on the same socket; `None`: the LLM proxy only.
+    pub network: Option<corral_policy::scope::EgressAllowList>,
 }
 
 /// How one turn ended.
@@ -270,8 +276,24 @@ impl Session {
             (s.turns, s.thread.clone())
         };
         let _busy = Busy(&self.state);
-        let (req, token_prompt) = self.request(prompt, resume.as_deref())?;
-        let (out, report) = self.drive(req, token_prompt, turn, &events).await?;
+        let (net_tx, net_rx) = mpsc::channel(MAX_PENDING_CONNECTIONS);
+        let net_dropped = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let log = {
+            let dropped = std::sync::Arc::clone(&net_dropped);
+            EgressLog::new(move |r: EgressRecord| {
+                if net_tx.try_send(r).is_err() {
+                    dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        };
+        let (req, token_prompt) = self.request(prompt, resume.as_deref(), log)?;
+        let connections = Connections {
+            records: net_rx,
+            dropped: net_dropped,
+        };
+        let (out, report) = self
+            .drive(req, token_prompt, turn, connections, &events)
+            .await?;
         if let Ok(mut s) = self.state.lock() {
             if let Some(t) = out {
                 s.thread = Some(t);
@@ -286,6 +308,7 @@ impl Session {
         &self,
         prompt: &str,
         resume: Option<&str>,
+        egress_log: EgressLog,
     ) -> Result<(ExecRequest, Vec<u8>), AgentError> {
         let (token, digest) = mint();
         let link = self.links.link(&self.cfg.id, digest);
@@ -338,7 +361,16 @@ impl Session {
             read_paths,
             write_paths,
             protected,
-            network: Some(RunNetwork::Corral(link)),
+            network: Some(match &self.cfg.network {
+                None => RunNetwork::Corral(link),
+                Some(allow) => RunNetwork::CorralAndEgress(
+                    link,
+                    Egress {
+                        allow: allow.clone(),
+                        log: egress_log,
+                    },
+                ),
+            }),
         };
         Ok((req, prompt.as_bytes().to_vec()))
     }
@@ -349,6 +381,7 @@ impl Session {
         req: ExecRequest,
         stdin: Vec<u8>,
         turn: u32,
+        mut connections: Connections,
         events: &mpsc::Sender<SessionEvent>,
     ) -> Result<(Option<String>, TurnReport), AgentError> {
         let sandbox = |e: corral_exec::ExecError| {
@@ -403,16 +436,21 @@ impl Session {
         // Once the sandbox ended: until when its last events may wait for the consumer.
         let mut deadline: Option<tokio::time::Instant> = None;
         let mut dropped = 0u64;
+        let mut net_open = true;
         while !(over || eof && out.is_some()) {
             let evs = tokio::select! {
                 r = stdout.read(&mut buf), if !eof => match r {
-                    Ok(0) | Err(_) => { eof = true; split.finish().into_iter().collect() }
-                    Ok(n) => split.feed(&buf[..n]),
+                    Ok(0) | Err(_) => { eof = true; parse(split.finish().into_iter().collect(), &mut parser) }
+                    Ok(n) => parse(split.feed(&buf[..n]), &mut parser),
+                },
+                r = connections.records.recv(), if net_open => match r {
+                    Some(r) => vec![SessionEvent::network(&r)],
+                    None => { net_open = false; Vec::new() }
                 },
                 o = &mut run, if out.is_none() => { out = Some(o); Vec::new() }
                 () = tokio::time::sleep(DRAIN), if out.is_some() => { eof = true; Vec::new() }
             };
-            for ev in collect(evs, &mut parser, &mut sent, &mut over) {
+            for ev in limit(evs, &mut sent, &mut over) {
                 // A consumer that stops reading holds the agent back (its output pipe fills),
                 // never its limits: the sandbox's future keeps being polled while waiting.
                 let send = events.send(ev);
@@ -441,11 +479,15 @@ impl Session {
             None => None,
         };
         let deadline = deadline.unwrap_or_else(|| tokio::time::Instant::now() + DRAIN);
-        let outbox = Outbox {
+        let mut outbox = Outbox {
             events,
             deadline,
             dropped,
         };
+        let last = connections.last();
+        for ev in limit(last, &mut sent, &mut over) {
+            outbox.send(ev).await;
+        }
         let report = self.finish(turn, out, initial, &parser, over, outbox).await;
         Ok((parser.thread().map(str::to_owned), report))
     }
@@ -506,6 +548,31 @@ impl Session {
     }
 }
 
+/// The egress proxy's records of one turn's connections, and how many did not fit.
+struct Connections {
+    records: mpsc::Receiver<EgressRecord>,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Connections {
+    /// The events of the connections that ended with the sandbox (the proxy recorded them as
+    /// it finished), and an error if some records were dropped.
+    fn last(&mut self) -> Vec<SessionEvent> {
+        let mut last = Vec::new();
+        while let Ok(r) = self.records.try_recv() {
+            last.push(SessionEvent::network(&r));
+        }
+        let lost = self.dropped.load(std::sync::atomic::Ordering::Relaxed);
+        if lost > 0 {
+            last.push(SessionEvent::error(
+                codes::AGENTS_OUTPUT,
+                format!("{lost} of the agent's connections came faster than corral could report them; their events were dropped"),
+            ));
+        }
+        last
+    }
+}
+
 /// Where a turn's last events go once its sandbox ended: each waits for the consumer until
 /// the deadline, then is dropped (and counted).
 struct Outbox<'a> {
@@ -523,42 +590,45 @@ impl Outbox<'_> {
     }
 }
 
-/// The events of `lines`, counted against [`MAX_EVENTS`] (`over` set, and an error last,
-/// when they pass it).
-fn collect(
-    lines: Vec<Line>,
-    parser: &mut crate::adapter::OutputParser,
-    sent: &mut usize,
-    over: &mut bool,
-) -> Vec<SessionEvent> {
+/// The events of `lines`, as the adapter's parser reads them.
+fn parse(lines: Vec<Line>, parser: &mut crate::adapter::OutputParser) -> Vec<SessionEvent> {
     let mut evs = Vec::new();
     for line in lines {
-        let got = match line {
-            Line::Text(b) => parser.line(&b),
-            Line::TooLong => vec![SessionEvent::error(
+        match line {
+            Line::Text(b) => evs.extend(parser.line(&b)),
+            Line::TooLong => evs.push(SessionEvent::error(
                 codes::AGENTS_OUTPUT,
                 format!(
                     "a line of the agent's output is over {} bytes; dropped",
                     crate::events::MAX_LINE
                 ),
-            )],
-        };
-        for ev in got {
-            if *sent + 1 >= MAX_EVENTS {
-                *over = true;
-                evs.push(SessionEvent::error(
-                    codes::AGENTS_OUTPUT,
-                    format!(
-                        "the agent printed over {MAX_EVENTS} events in one turn; corral ended the turn"
-                    ),
-                ));
-                return evs;
-            }
-            *sent += 1;
-            evs.push(ev);
+            )),
         }
     }
     evs
+}
+
+/// `evs` counted against [`MAX_EVENTS`]: past it, `over` is set and an error is the last.
+fn limit(evs: Vec<SessionEvent>, sent: &mut usize, over: &mut bool) -> Vec<SessionEvent> {
+    let mut out = Vec::new();
+    for ev in evs {
+        if *over {
+            break;
+        }
+        if *sent + 1 >= MAX_EVENTS {
+            *over = true;
+            out.push(SessionEvent::error(
+                codes::AGENTS_OUTPUT,
+                format!(
+                    "the agent printed over {MAX_EVENTS} events in one turn; corral ended the turn"
+                ),
+            ));
+            break;
+        }
+        *sent += 1;
+        out.push(ev);
+    }
+    out
 }
 
 /// How a run ended, as text.

@@ -97,6 +97,12 @@ pub enum RunNetwork {
     /// ([`linux::CORRAL_LINK_URL`]) is served by the link, in this process; nothing else is
     /// reachable (a lab run's external program).
     Corral(CorralLink),
+    /// Corral's own API for this run and, on the same socket, corral's egress proxy (an agent
+    /// whose scope has an allow-list): a request whose target is in origin form (`POST /v1/...`)
+    /// is the link's; any other (`CONNECT host:port`, an absolute `http://` URI, garbage) is the
+    /// proxy's, checked against the allow-list. The program's proxy variables point there with
+    /// loopback exempt (`NO_PROXY`), so that its calls to the link go straight to it.
+    CorralAndEgress(CorralLink, Egress),
 }
 
 /// The SHA-256 of a token a [`CorralLink`] accepts (a lab step's, an agent turn's): all a link

@@ -348,7 +348,10 @@ fn attestation(primitives: Vec<String>) -> Attestation {
 
 /// An allow-list promises that nothing else is reachable: a plain child cannot keep it.
 fn refuse_egress(req: &ExecRequest) -> Result<(), ExecError> {
-    if matches!(req.network, Some(crate::RunNetwork::Corral(_))) {
+    if matches!(
+        req.network,
+        Some(crate::RunNetwork::Corral(_) | crate::RunNetwork::CorralAndEgress(..))
+    ) {
         return Err(ExecError::Unavailable {
             backend: "process",
             missing: "a program whose only network is corral's own API needs a network namespace; \

@@ -113,8 +113,8 @@ pub fn builtin_ops() -> Vec<OpSpec> {
 /// Running a coding agent runs programs and may change its workdir: `exec` + `write` (confirm
 /// tier). Installing one changes the server (`admin`: destructive tier, explicit-only). A session
 /// create is explicit-only (spec 004): mounted only by its exact id; every deny selector still
-/// reaches it. The agent's own steps (model turns, commands, writes) are recorded in the audit
-/// as `agents.<a>.model`, `agents.<a>.exec` and `agents.<a>.write` (see
+/// reaches it. The agent's own steps (model turns, commands, writes, connections) are recorded
+/// in the audit as `agents.<a>.model`, `.exec`, `.write` and `.connect` (see
 /// `scope::agent::STEP_KINDS`); they are not ops of the catalog: no rule allows or denies them
 /// one by one, the agent scope decides what the agent may do.
 fn agent_ops() -> Vec<OpSpec> {

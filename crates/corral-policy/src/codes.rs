@@ -353,8 +353,8 @@ catalog! {
         "the process running the session's turn stopped before the turn finished (found when a corral process starts, or as it shuts down)",
         "the session is failed; start a new session (its events so far are kept)";
     AGENTS_SCOPE_UNSUPPORTED = "agents.scope_unsupported", 501,
-        "the agent scope sets `commands`, `network` (beyond `none`) or `confirm_writes_outside`, which corral does not yet enforce on a hosted agent, so it refuses the session rather than run the agent unrestricted by them",
-        "remove the key from the rule's `agents:` scope (the agent then runs in the sandbox with only the LLM proxy for network, its workdir writable per `permissions`)";
+        "the agent scope sets `commands` or `confirm_writes_outside`, which corral does not yet enforce on a hosted agent, so it refuses the session rather than run the agent unrestricted by them",
+        "remove the key from the rule's `agents:` scope (the agent then runs in the sandbox, its workdir writable per `permissions`)";
     AGENTS_CANCELLED = "agents.cancelled", 409,
         "the agent session's turn was cancelled (`agent.session.input.cancel`) before it finished",
         "send the next message to the session; what the turn did before the cancel stays in its events";

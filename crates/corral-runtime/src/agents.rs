@@ -384,6 +384,7 @@ impl AgentHost {
         let ok = match event {
             SessionEvent::Command { exit, .. } => exit.unwrap_or(0) == 0,
             SessionEvent::FileChange { applied, .. } => *applied,
+            SessionEvent::Network { allowed, .. } => *allowed,
             _ => true,
         };
         let audit = AuditEvent {
@@ -427,6 +428,7 @@ impl AgentHost {
                 &t.protected,
                 &cli.dir,
                 &cli.version,
+                t.grant.network.as_ref().map(|n| n.summary()),
             )
         );
         if let Some((from, s)) = self
@@ -457,6 +459,11 @@ impl AgentHost {
             home,
             limits: t.limits,
             protected,
+            network: match &t.grant.network {
+                Some(corral_policy::scope::NetworkSpec::Allow(allow)) => Some(allow.clone()),
+                // `none` and `loopback`: the sandbox's own loopback (where the link is) only.
+                Some(_) | None => None,
+            },
         };
         let session = Session::new(
             cfg,
@@ -1054,19 +1061,11 @@ fn same_session(t: &TurnStart) -> Result<(), OpError> {
 }
 
 /// Refuses a session whose scope asks for what the host does not enforce yet (`commands`,
-/// a `network` beyond `none`, `confirm_writes_outside`): failing closed, never running the
-/// agent as if they applied.
+/// `confirm_writes_outside`): failing closed, never running the agent as if they applied.
 fn enforceable(grant: &AgentGrant) -> Result<(), OpError> {
     let mut keys = Vec::new();
     if !grant.commands.is_empty() {
         keys.push("`commands`");
-    }
-    if grant
-        .network
-        .as_ref()
-        .is_some_and(|n| !matches!(n, corral_policy::scope::NetworkSpec::None))
-    {
-        keys.push("`network`");
     }
     if !grant.confirm_writes_outside.is_empty() {
         keys.push("`confirm_writes_outside`");
@@ -1077,7 +1076,7 @@ fn enforceable(grant: &AgentGrant) -> Result<(), OpError> {
     Err(op_err(
         codes::AGENTS_SCOPE_UNSUPPORTED,
         format!(
-            "the agent scope of this rule sets {}, which corral does not yet enforce on a hosted agent; remove it from the rule's `agents:` scope (the agent then runs in the sandbox with only the LLM proxy for network)",
+            "the agent scope of this rule sets {}, which corral does not yet enforce on a hosted agent; remove it from the rule's `agents:` scope",
             keys.join(", ")
         ),
     ))

@@ -28,6 +28,12 @@ fn the_audit_ops_of_session_steps_are_the_policys_step_kinds() {
             kind: ChangeKind::Add,
             applied: true,
         },
+        SessionEvent::Network {
+            host: "pypi.org".into(),
+            port: 443,
+            allowed: true,
+            reason: None,
+        },
     ];
     let ops: Vec<String> = steps.iter().filter_map(|e| e.audit_op("codex")).collect();
     let expected: Vec<String> = corral_policy::scope::STEP_KINDS

@@ -8,7 +8,9 @@ use corral_agents::events::{ChangeKind, MAX_EVENTS};
 use corral_agents::{Permissions, SessionEvent, SessionLimits, codes};
 use serde_json::json;
 
-use crate::support::{Script, call, dirs, message, path_str, session, turn};
+use crate::support::{
+    Script, call, dirs, fake_codex, message, path_str, session, session_with, turn,
+};
 
 fn limits() -> SessionLimits {
     SessionLimits {
@@ -177,6 +179,116 @@ async fn the_agent_reaches_only_corrals_link_never_the_hosts_network() {
     // No proxy variable, no upstream key: `grep -c` finds nothing and exits 1.
     assert_eq!(exits[2], Some(1), "{events:?}");
     assert!(report.ok, "{report:?}");
+}
+
+/// A host server answering `body` to whoever reaches it; its port.
+async fn host_server(body: &'static str) -> u16 {
+    let host = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = host.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = host.accept().await {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf).await;
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = c.write_all(reply.as_bytes()).await;
+        }
+    });
+    port
+}
+
+/// A scope's `network: {allow: [...]}`: the agent reaches the listed host through corral's
+/// egress proxy (its proxy variables point there), nothing else, and its model calls still go
+/// to corral's link; each connection, allowed or refused, is a `network` event.
+#[tokio::test]
+async fn an_agent_with_an_allow_list_reaches_the_listed_host_and_nothing_else() {
+    let allowed = host_server("PACKAGE INDEX").await;
+    let other = host_server("SECRET").await;
+    let d = dirs();
+    // curl's `--noproxy ''`: these test hosts are on loopback, which `NO_PROXY` exempts (for
+    // the link); a real host name goes through the proxy as it is.
+    let script = Script::new(vec![
+        call(
+            "exec_command",
+            json!({"cmd": format!("curl -sS -m 5 --noproxy '' http://127.0.0.1:{allowed}/simple/")}),
+        ),
+        call(
+            "exec_command",
+            json!({"cmd": format!("curl -sS -m 5 --noproxy '' http://127.0.0.1:{other}/")}),
+        ),
+        call(
+            "exec_command",
+            json!({"cmd": format!("curl -sS -m 5 http://127.0.0.1:{other}/")}),
+        ),
+    ]);
+    let allow =
+        corral_policy::scope::EgressAllowList::parse(&[format!("127.0.0.1:{allowed}")]).unwrap();
+    let s = session_with(
+        fake_codex(),
+        &d,
+        &script,
+        Permissions::WorkspaceWrite,
+        limits(),
+        5,
+        Some(allow),
+    );
+    let (report, events) = turn(&s, "fetch the index").await;
+    assert!(
+        report.ok,
+        "the model calls went through the link: {report:?} {events:?}"
+    );
+    assert!(
+        report
+            .attestation
+            .primitives
+            .iter()
+            .any(|p| p == "netns:corral-link+egress-proxy"),
+        "{:?}",
+        report.attestation.primitives
+    );
+    let exits: Vec<Option<i32>> = events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Command {
+                exit, done: true, ..
+            } => Some(*exit),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(exits[0], Some(0), "the listed host: {events:?}");
+    assert_ne!(
+        exits[2],
+        Some(0),
+        "loopback, straight: nothing listens in the sandbox"
+    );
+    let answers = script.asked.lock().unwrap().clone();
+    let told: String = answers.iter().map(|(b, _)| b.to_string()).collect();
+    assert!(told.contains("PACKAGE INDEX"), "{told}");
+    assert!(!told.contains("SECRET"), "{told}");
+    assert!(told.contains("egress.denied"), "{told}");
+    let network: Vec<(u16, bool)> = events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Network { port, allowed, .. } => Some((*port, *allowed)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(network, vec![(allowed, true), (other, false)], "{events:?}");
+    let refused = events.iter().find_map(|e| match e {
+        SessionEvent::Network {
+            allowed: false,
+            reason,
+            ..
+        } => reason.clone(),
+        _ => None,
+    });
+    assert!(
+        refused.as_deref().is_some_and(|r| r.contains("allow")),
+        "the refusal says why: {refused:?}"
+    );
 }
 
 #[tokio::test]

@@ -219,6 +219,19 @@ pub fn session_of(
     limits: SessionLimits,
     max_turns: u32,
 ) -> Session {
+    session_with(cli, d, script, permissions, limits, max_turns, None)
+}
+
+/// A session of `cli` that may also reach `network` through corral's egress proxy.
+pub fn session_with(
+    cli: Installed,
+    d: &Dirs,
+    script: &Arc<Script>,
+    permissions: Permissions,
+    limits: SessionLimits,
+    max_turns: u32,
+    network: Option<corral_policy::scope::EgressAllowList>,
+) -> Session {
     let cfg = SessionConfig {
         id: "s1".into(),
         cli,
@@ -230,6 +243,7 @@ pub fn session_of(
         home: d.home.clone(),
         limits,
         protected: corral_policy::Protected::default(),
+        network,
     };
     Session::new(cfg, backend(), Arc::new(ScriptedProxy(Arc::clone(script)))).unwrap()
 }

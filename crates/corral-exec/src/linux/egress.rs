@@ -16,6 +16,9 @@
 //!    program is a new connection, checked again). Redirects are the program's business: the
 //!    next request comes through here and is checked like the first.
 //!
+//! An agent's run has both on its one socket ([`Served::Both`]): a request in origin form is
+//! its corral link's (the LLM proxy), any other the proxy's as above.
+//!
 //! A refusal is a `403` whose reason phrase and plain-text body name `egress.denied` and why.
 //! Every connection, allowed or refused, gives one [`EgressRecord`] (host, port, address, bytes
 //! each way, reason), never a byte of payload.
@@ -47,6 +50,9 @@ pub(crate) enum Served {
     Egress(Egress),
     /// Corral's own API: each connection is served by the link.
     Corral(CorralLink),
+    /// Both on one socket: a connection whose request is in origin form is the link's, any
+    /// other the egress proxy's ([`for_link`]).
+    Both(CorralLink, Egress),
 }
 
 /// The stable code of a refusal (`corral_policy::codes::EGRESS_DENIED`).
@@ -67,9 +73,14 @@ pub const MAX_LINK_CONNECTIONS: usize = 16;
 /// How long, once the run ended, its connections get to write their records.
 const FINISH_GRACE: Duration = Duration::from_secs(2);
 
-/// The environment the program gets: every proxy variable it knows points at the proxy, and no
-/// host is exempt.
-pub fn proxy_env() -> Vec<(String, String)> {
+/// What `NO_PROXY` exempts in a run whose one socket is both a corral link and the egress
+/// proxy: the sandbox's loopback, where the link is (nothing else listens there that the
+/// program did not start itself).
+pub const LOOPBACK_NO_PROXY: &str = "127.0.0.1,localhost,::1";
+
+/// The environment the program gets: every proxy variable it knows points at the proxy, and
+/// only `no_proxy` (a `NO_PROXY` list: empty, or [`LOOPBACK_NO_PROXY`]) is exempt.
+pub fn proxy_env(no_proxy: &str) -> Vec<(String, String)> {
     let url = format!("http://127.0.0.1:{PROXY_PORT}");
     let mut env: Vec<(String, String)> = [
         "HTTP_PROXY",
@@ -82,14 +93,14 @@ pub fn proxy_env() -> Vec<(String, String)> {
     .into_iter()
     .map(|k| (k.to_owned(), url.clone()))
     .collect();
-    env.push(("NO_PROXY".to_owned(), String::new()));
-    env.push(("no_proxy".to_owned(), String::new()));
+    env.push(("NO_PROXY".to_owned(), no_proxy.to_owned()));
+    env.push(("no_proxy".to_owned(), no_proxy.to_owned()));
     env
 }
 
-/// `env` with its own proxy settings replaced by [`proxy_env`].
-pub(crate) fn with_proxy_env(env: &[(String, String)]) -> Vec<(String, String)> {
-    let ours = proxy_env();
+/// `env` with its own proxy settings replaced by [`proxy_env`]`(no_proxy)`.
+pub(crate) fn with_proxy_env(env: &[(String, String)], no_proxy: &str) -> Vec<(String, String)> {
+    let ours = proxy_env(no_proxy);
     let mut out: Vec<(String, String)> = env
         .iter()
         .filter(|(k, _)| !ours.iter().any(|(o, _)| o.eq_ignore_ascii_case(k)))
@@ -254,9 +265,11 @@ async fn serve(
     cancel: watch::Receiver<()>,
 ) {
     let slots = Arc::new(Semaphore::new(match &*served {
-        Served::Egress(_) => MAX_CONNECTIONS,
+        Served::Egress(_) | Served::Both(..) => MAX_CONNECTIONS,
         Served::Corral(_) => MAX_LINK_CONNECTIONS,
     }));
+    // With both on one socket, the link's connections have their own, smaller, limit.
+    let link_slots = Arc::new(Semaphore::new(MAX_LINK_CONNECTIONS));
     let mut conns = tokio::task::JoinSet::new();
     let mut stop = cancel.clone();
     loop {
@@ -273,6 +286,7 @@ async fn serve(
             continue;
         };
         let served = Arc::clone(&served);
+        let link_slots = Arc::clone(&link_slots);
         let cancel = cancel.clone();
         conns.spawn(async move {
             match &*served {
@@ -281,6 +295,16 @@ async fn serve(
                     egress.log.record(record);
                 }
                 Served::Corral(link) => link.serve(stream).await,
+                Served::Both(link, egress) => {
+                    if for_link(&stream).await {
+                        if let Ok(_slot) = link_slots.acquire().await {
+                            link.serve(stream).await;
+                        }
+                    } else {
+                        let record = handle(stream, &egress.allow, cancel).await;
+                        egress.log.record(record);
+                    }
+                }
             }
             drop(permit);
         });
@@ -294,6 +318,36 @@ async fn serve(
     let ended = async { while conns.join_next().await.is_some() {} };
     if tokio::time::timeout(FINISH_GRACE, ended).await.is_err() {
         conns.shutdown().await;
+    }
+}
+
+/// Whether a connection of a link-and-egress socket is the link's: the target of its request
+/// line is in origin form (`POST /v1/responses HTTP/1.1`), read without consuming a byte
+/// (`peek`). A `CONNECT`, an absolute URI, anything else, and a connection that sends no
+/// request line in time are the egress proxy's, which checks (or refuses) them and records them.
+async fn for_link(stream: &TcpStream) -> bool {
+    // A method (at most 16 bytes), a space, and the target's first byte.
+    let mut buf = [0u8; 18];
+    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
+    loop {
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return false,
+        };
+        let seen = &buf[..n];
+        match seen.iter().position(|&b| b == b' ') {
+            Some(sp) if sp + 1 < n => {
+                return seen[sp + 1] == b'/' && !seen[..sp].eq_ignore_ascii_case(b"CONNECT");
+            }
+            Some(_) => {}
+            None if n == buf.len() => return false,
+            None => {}
+        }
+        // Only part of the request line is here: `peek` would return it again at once.
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

@@ -211,13 +211,12 @@ fn write_proc(path: &str, contents: &str) -> Result<(), StepError> {
 /// host path, so before the unshare.
 fn egress_connection(prep: &Prep) -> Result<Option<std::os::unix::net::UnixStream>, StepError> {
     match (prep.network, &prep.egress_socket) {
-        (Network::Egress | Network::CorralLink, Some(path)) => {
+        (Network::Egress | Network::CorralLink | Network::CorralLinkAndEgress, Some(path)) => {
             Ok(Some(egress_bridge::connect(path)?))
         }
-        (Network::Egress | Network::CorralLink, None) => Err(StepError::invalid(
-            "egress",
-            "no hand-over socket in the prep",
-        )),
+        (Network::Egress | Network::CorralLink | Network::CorralLinkAndEgress, None) => Err(
+            StepError::invalid("egress", "no hand-over socket in the prep"),
+        ),
         (Network::None | Network::Loopback, _) => Ok(None),
     }
 }

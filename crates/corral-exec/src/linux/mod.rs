@@ -63,7 +63,7 @@ use crate::{
     ExecOutput, ExecRequest, RefusedChange, RunNetwork,
 };
 
-pub use egress::{CORRAL_LINK_URL, MAX_LINK_CONNECTIONS, PROXY_PORT, proxy_env};
+pub use egress::{CORRAL_LINK_URL, LOOPBACK_NO_PROXY, MAX_LINK_CONNECTIONS, PROXY_PORT, proxy_env};
 use helper::HELPER_MARKER_ENV;
 pub use helper::{HELPER_ARG, helper_main};
 pub use idmap::{DEFAULT_HOST_RANGE, HostRange, HostUids};
@@ -752,10 +752,12 @@ impl LinuxBackend {
             None => None,
         };
 
-        let env = if matches!(egress, Some(egress::Served::Egress(_))) {
-            egress::with_proxy_env(&req.env)
-        } else {
-            req.env.clone()
+        let env = match &egress {
+            Some(egress::Served::Egress(_)) => egress::with_proxy_env(&req.env, ""),
+            Some(egress::Served::Both(..)) => {
+                egress::with_proxy_env(&req.env, egress::LOOPBACK_NO_PROXY)
+            }
+            Some(egress::Served::Corral(_)) | None => req.env.clone(),
         };
 
         let pool = self.pool()?;
@@ -1284,6 +1286,10 @@ fn run_network(net: Option<&RunNetwork>) -> (Option<Network>, Option<egress::Ser
         Some(RunNetwork::Corral(l)) => (
             Some(Network::CorralLink),
             Some(egress::Served::Corral(l.clone())),
+        ),
+        Some(RunNetwork::CorralAndEgress(l, e)) => (
+            Some(Network::CorralLinkAndEgress),
+            Some(egress::Served::Both(l.clone(), e.clone())),
         ),
     }
 }

@@ -28,6 +28,9 @@ pub enum Network {
     /// `127.0.0.1:`[`super::egress::PROXY_PORT`] whose connections the parent serves itself
     /// (corral's own API for the run, a [`crate::CorralLink`]): nothing else is reachable.
     CorralLink,
+    /// As [`Network::CorralLink`], the same one socket also taking the egress proxy's
+    /// requests (`CONNECT`, absolute URIs), checked against the run's allow-list.
+    CorralLinkAndEgress,
 }
 
 impl Network {
@@ -38,6 +41,7 @@ impl Network {
             Network::Loopback => "netns:loopback",
             Network::Egress => "netns:egress-proxy",
             Network::CorralLink => "netns:corral-link",
+            Network::CorralLinkAndEgress => "netns:corral-link+egress-proxy",
         }
     }
 }

@@ -19,7 +19,7 @@ fn helper() -> PathBuf {
 }
 
 /// A link answering every request `hello from corral <path>`, counting the connections.
-fn link(served: Arc<AtomicUsize>) -> CorralLink {
+pub(crate) fn link(served: Arc<AtomicUsize>) -> CorralLink {
     CorralLink::new(move |mut conn: tokio::net::TcpStream| {
         let served = Arc::clone(&served);
         Box::pin(async move {

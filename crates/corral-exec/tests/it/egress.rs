@@ -215,3 +215,83 @@ async fn the_process_backend_refuses_an_allow_list_it_cannot_enforce() {
     assert_eq!(err.code(), "isolation.unavailable");
     assert!(err.to_string().contains("network namespace"), "{err}");
 }
+
+/// An agent's network (`RunNetwork::CorralAndEgress`): one socket serves corral's link to the
+/// requests in origin form and the egress proxy to the rest. The proxy variables exempt
+/// loopback, so a call to the link goes straight to it; an allow-listed host is reached
+/// through the proxy; another host, and the link's own address asked of the proxy, are refused.
+#[tokio::test]
+async fn one_socket_serves_the_link_to_origin_form_requests_and_the_allow_list_to_the_rest() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let allowed = server("hello from upstream", None).await;
+    let other = server("the other server's secret", None).await;
+    let (net, records) = egress(&[format!("127.0.0.1:{allowed}")]);
+    let RunNetwork::Egress(egress) = net else {
+        unreachable!()
+    };
+    let served = Arc::new(AtomicUsize::new(0));
+    let net = RunNetwork::CorralAndEgress(crate::corral_link::link(Arc::clone(&served)), egress);
+    let out = run_with(
+        net,
+        &format!(
+            "echo \"no_proxy=$NO_PROXY\"; \
+             curl -sS http://127.0.0.1:{proxy}/v1/models; echo; \
+             curl -sS --noproxy '' http://127.0.0.1:{allowed}/a; echo; \
+             curl -sS --noproxy '' --proxytunnel http://127.0.0.1:{allowed}/b; echo; \
+             curl -sS --noproxy '' http://127.0.0.1:{other}/; echo; \
+             curl -sS --noproxy '' http://127.0.0.1:{proxy}/v1/models; echo",
+            proxy = corral_exec::linux::PROXY_PORT
+        ),
+    )
+    .await;
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some("no_proxy=127.0.0.1,localhost,::1"),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines.get(1..4),
+        Some(
+            &[
+                "hello from corral /v1/models",
+                "hello from upstream",
+                "hello from upstream"
+            ][..]
+        ),
+        "stdout: {stdout}\nstderr: {}",
+        text(&out.stderr)
+    );
+    assert!(!stdout.contains("secret"), "{stdout}");
+    assert_eq!(
+        stdout.matches("corral: egress.denied").count(),
+        2,
+        "{stdout}"
+    );
+    assert_eq!(
+        served.load(Ordering::SeqCst),
+        1,
+        "only the origin-form call is the link's"
+    );
+    assert!(
+        out.attestation
+            .primitives
+            .iter()
+            .any(|p| p == "netns:corral-link+egress-proxy"),
+        "{:?}",
+        out.attestation.primitives
+    );
+    let records = records.lock().unwrap().clone();
+    let seen: Vec<(u16, bool)> = records.iter().map(|r| (r.port, r.allowed)).collect();
+    assert_eq!(
+        seen,
+        vec![
+            (allowed, true),
+            (allowed, true),
+            (other, false),
+            (corral_exec::linux::PROXY_PORT, false)
+        ],
+        "{records:?}"
+    );
+}

@@ -21,9 +21,10 @@ use crate::scope::path::{JailedPath, NormPath, PathScope, PathScopeSpec};
 pub const ADAPTERS: &[&str] = &["codex", "claude_code"];
 
 /// The kinds of step an agent session records in the audit, as op ids `agents.<a>.<kind>`
-/// (without values): a model turn, a command the agent ran, a file it changed. They are not ops
-/// of the catalog: the agent scope, not a rule per step, decides what the agent may do.
-pub const STEP_KINDS: &[&str] = &["model", "exec", "write"];
+/// (without values): a model turn, a command the agent ran, a file it changed, a connection
+/// through the egress proxy. They are not ops of the catalog: the agent scope, not a rule per
+/// step, decides what the agent may do.
+pub const STEP_KINDS: &[&str] = &["model", "exec", "write", "connect"];
 
 /// The audit op id of one step kind of an adapter (`agents.codex.exec`).
 pub fn step_op_id(adapter: &str, kind: &str) -> String {

@@ -591,6 +591,12 @@ fn wire_event(
                      "status": if body["applied"].as_bool() == Some(true) { "completed" } else { "failed" },
                      "turn_id": format!("turn_{turn}")},
         }),
+        "network" => json!({
+            "type": "agent.session.turn.item.done",
+            "item": {"type": "network_connection", "id": item_id, "host": body["host"], "port": body["port"],
+                     "status": if body["allowed"].as_bool() == Some(true) { "completed" } else { "failed" },
+                     "reason": body["reason"], "turn_id": format!("turn_{turn}")},
+        }),
         "message" => json!({
             "type": "agent.session.turn.item.done",
             "item": {"type": "message", "id": item_id, "role": "assistant", "status": "completed",

@@ -659,14 +659,13 @@ async fn a_saved_agent_is_its_owners_only_and_the_owner_deletes_it() {
 
 // ---------------------------------------------------------------- what the host does not enforce
 
-/// A scope setting what the host does not apply to an agent yet (`commands`, a `network`
-/// beyond `none`, `confirm_writes_outside`) refuses the session (`501
-/// agents.scope_unsupported`, naming the key) instead of running the agent unrestricted.
+/// A scope setting what the host does not apply to an agent yet (`commands`,
+/// `confirm_writes_outside`) refuses the session (`501 agents.scope_unsupported`, naming the
+/// key) instead of running the agent unrestricted.
 #[tokio::test]
 async fn a_scope_with_keys_the_host_does_not_enforce_refuses_the_session() {
     for extra in [
         "commands: [\"pytest ...\"]",
-        "network: loopback",
         "confirm_writes_outside: [WORKDIR/src]",
     ] {
         let h = Host::new();
@@ -690,6 +689,40 @@ async fn a_scope_with_keys_the_host_does_not_enforce_refuses_the_session() {
         assert!(r.text.contains(key), "{extra}: {}", r.text);
         let listed = get(&s, ALICE, "/v1/agents/sessions").await;
         assert_eq!(listed.json()["data"], json!([]), "{extra}: nothing stored");
+    }
+}
+
+/// A scope's `network` (`none`, `loopback`, an allow-list: what the agent reaches beside the
+/// LLM proxy, through corral's egress proxy) is enforced on a hosted agent: the session is made.
+#[tokio::test]
+async fn a_scope_with_a_network_setting_makes_the_session() {
+    for network in [
+        "none",
+        "loopback",
+        "{allow: [\"pypi.org:443\", \"*.pythonhosted.org:443\"]}",
+    ] {
+        let h = Host::new();
+        h.seed("codex");
+        let rule = format!(
+            "  - name: r\n    allow: {ALL_SESSION_OPS}\n    confirm: never\n    agents: {{workdir: {}, permissions: workspace-write, network: {network}}}\n",
+            h.workdir.display()
+        );
+        let s = h.start(&h.yaml("[codex]", &rule)).await;
+        let r = post(
+            &s,
+            Some(ALICE),
+            "/v1/agents/sessions",
+            &session_body(&h.workdir),
+            &[],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{network}: {}", r.text);
+        let listed = get(&s, ALICE, "/v1/agents/sessions").await;
+        assert_eq!(
+            listed.json()["data"].as_array().map(Vec::len),
+            Some(1),
+            "{network}"
+        );
     }
 }
 
