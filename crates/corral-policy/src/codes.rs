@@ -346,6 +346,9 @@ catalog! {
     AGENTS_SESSION_FULL = "agents.session_full", 413,
         "the agent session holds its cap of 10,000 events, or one event is over 64 KiB",
         "start a new session; the events kept so far stay readable";
+    AGENTS_QUOTA = "agents.quota", 429,
+        "the caller has as many agent sessions (or saved agents) as one owner may keep",
+        "delete the ones you no longer need (`DELETE /v1/agents/sessions/{id}`, `DELETE /v1/agents/{id}`), then try again";
     AGENTS_INVALID = "agents.invalid", 400,
         "an agent or session request is malformed (an empty or oversized prompt, a relative workdir, a NUL character in an identifier)",
         "send a non-empty prompt within its size limit, an absolute workdir, identifiers without NUL characters";

@@ -55,6 +55,12 @@ pub const MAX_TURNS_PER_OWNER: u32 = 4;
 /// The most session event streams one owner holds open at once (each a task following the
 /// store); past it a new stream is refused `limit.concurrency` until one closes.
 pub const MAX_STREAMS_PER_OWNER: u32 = 16;
+/// Sessions one owner keeps (stored, idle or not); deleting one frees its place. Counted in
+/// the statement that stores a session, so replicas share it (concurrent creates on several
+/// replicas may each pass at the last place).
+pub const MAX_SESSIONS_PER_OWNER: u64 = 256;
+/// Saved agents (`POST /v1/agents`) one owner keeps.
+pub const MAX_AGENTS_PER_OWNER: u64 = 64;
 
 /// Per owner (tenant and principal), how many of something they hold at once, at most `max`:
 /// a running turn, an open event stream.
@@ -162,6 +168,7 @@ fn store_err(e: AgentStoreError) -> OpError {
         AgentStoreError::NotFound { .. } => codes::AGENTS_NOT_FOUND,
         AgentStoreError::Busy { .. } => codes::AGENTS_SESSION_BUSY,
         AgentStoreError::EventsFull { .. } => codes::AGENTS_SESSION_FULL,
+        AgentStoreError::Quota { .. } => codes::AGENTS_QUOTA,
         AgentStoreError::Invalid { .. } => codes::AGENTS_INVALID,
         AgentStoreError::Store(_) => codes::AGENTS_NO_STORE,
     };
@@ -306,6 +313,34 @@ impl AgentHost {
             mounted: RwLock::new(mounted_of(loaded)),
             backend,
         }
+    }
+
+    /// Deletes the caller's session `id` of `tenant` (its owner checked by the caller): its
+    /// record and events, then this process's live session and the agent's home (its config,
+    /// the CLI's own session files). Refused while a turn runs (`agents.session_busy`).
+    pub async fn delete_session(&self, tenant: &str, id: &str) -> Result<(), OpError> {
+        self.store
+            .delete_session(tenant, id)
+            .await
+            .map_err(store_err)?;
+        if let Ok(mut l) = self.live.lock() {
+            l.remove(id);
+        }
+        // The id is one the store made (it had the row); a single plain name all the same.
+        let plain = !id.is_empty() && id != "." && id != ".." && !id.contains(['/', '\0']);
+        if plain {
+            let home = self.homes.join(id);
+            // `remove_dir_all` never follows a symlink the agent left in its home.
+            if let Err(e) = std::fs::remove_dir_all(&home)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(
+                    session = id,
+                    "the deleted session's home was not removed: {e}"
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Sets the links' source (the HTTP crate, once its app exists); `false` when set already.
@@ -943,7 +978,7 @@ impl AgentSessionOp {
         let record = self
             .host
             .store
-            .create_session(&tenant, &id, &new, now_ms())
+            .create_session(&tenant, &id, &new, MAX_SESSIONS_PER_OWNER, now_ms())
             .await
             .map_err(store_err)?;
         self.host

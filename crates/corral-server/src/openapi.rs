@@ -457,7 +457,7 @@ fn agent_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
     paths.insert("/v1/agents".to_owned(), json!({
         "post": op("agents.create", "saves an agent (`model`, `name`, `instructions`, `metadata`) for its owner; `lab_coach` is a reserved name", &json!([]),
             Some(json!({"type": "object", "required": ["model"], "properties": {"model": {"type": "string"}, "name": {"type": "string"}, "instructions": {"type": "string"}, "metadata": {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 16}}})),
-            ("200", obj("the agent `{id, object: agent, model, name, instructions, metadata, created_at, tools}`")), vec![("400", e("agents.invalid, args.malformed"))]),
+            ("200", obj("the agent `{id, object: agent, model, name, instructions, metadata, created_at, tools}`")), vec![("400", e("agents.invalid, args.malformed")), ("429", e("agents.quota: the owner keeps 64 saved agents at most"))]),
         "get": op("agents.list", "the caller's saved agents", &page, None, ("200", obj("`{object: list, data, first_id, last_id, has_more, next}`")), vec![("400", e("agents.invalid"))]),
     }));
     paths.insert("/v1/agents/{id}".to_owned(), json!({
@@ -476,11 +476,13 @@ fn agent_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
             vec![("202", e("confirmation.required (the confirm tier: a person approves this exact call), agents.installing (with Retry-After)")),
                  ("400", e("agents.adapter_required, agents.environment_unsupported, agents.invalid")),
                  ("403", e("agents.session_gate, agents.model_not_allowed, agents.workdir_outside, policy.denied")),
+                 ("429", e("agents.quota: the owner keeps 256 sessions at most; limit.concurrency")),
                  ("503", e("agents.not_installed, agents.install_off"))]),
         "get": op("agents.sessions.list", "the caller's sessions, newest first", &page, None, ("200", obj("`{object: list, data: [AgentSession], ...}`")), vec![("400", e("agents.invalid"))]),
     }));
     paths.insert("/v1/agents/sessions/{id}".to_owned(), json!({
         "get": op("agents.sessions.get", "one of the caller's sessions", &id, None, ("200", obj(session)), vec![("404", not_found())]),
+        "delete": op("agents.sessions.delete", "deletes one of the caller's sessions, its events and the agent's home (refused while a turn runs)", &id, None, ("200", obj("`{id, object: agent.session.deleted, deleted: true}`")), vec![("404", not_found()), ("409", e("agents.session_busy: a turn is running; cancel it first"))]),
     }));
     paths.insert("/v1/agents/sessions/{id}/events".to_owned(), json!({
         "post": op("agents.sessions.events.create", "input events: `agent.session.input.message` starts a turn (the op `agents.<a>.sessions.send_event`), `agent.session.input.cancel` ends the running one", &id,

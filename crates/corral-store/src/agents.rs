@@ -62,6 +62,21 @@ pub enum AgentStoreError {
         /// The session.
         id: String,
     },
+    /// The owner has as many sessions (or saved agents) as one owner may keep.
+    #[error(
+        "{owner:?} has {max} {what}, as many as one owner may keep: delete the ones you no \
+         longer need (`{delete}`), then try again"
+    )]
+    Quota {
+        /// `sessions` or `saved agents`.
+        what: &'static str,
+        /// The request that deletes one.
+        delete: &'static str,
+        /// The owner.
+        owner: String,
+        /// The cap.
+        max: u64,
+    },
     /// A value cannot be stored (a NUL in an identifier).
     #[error("{reason}")]
     Invalid {
@@ -78,6 +93,7 @@ impl AgentStoreError {
             AgentStoreError::NotFound { .. } => codes::AGENTS_NOT_FOUND,
             AgentStoreError::Busy { .. } => codes::AGENTS_SESSION_BUSY,
             AgentStoreError::EventsFull { .. } => codes::AGENTS_SESSION_FULL,
+            AgentStoreError::Quota { .. } => codes::AGENTS_QUOTA,
             AgentStoreError::Invalid { .. } => codes::AGENTS_INVALID,
         }
     }
@@ -222,10 +238,12 @@ macro_rules! session_columns {
     };
 }
 
+/// Inserts only while the owner `$3` has fewer than `$9` saved agents.
 const INSERT_AGENT_DEF: &str = concat!(
     "INSERT INTO agent_defs (",
     agent_def_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE (SELECT COUNT(*) FROM agent_defs \
+     WHERE tenant = $1 AND owner = $3) < $9"
 );
 const GET_AGENT_DEF: &str = concat!(
     "SELECT ",
@@ -241,12 +259,19 @@ const LIST_AGENT_DEFS: &str = concat!(
      ORDER BY created_ms DESC, id DESC LIMIT $4"
 );
 const DELETE_AGENT_DEF: &str = "DELETE FROM agent_defs WHERE tenant = $1 AND id = $2";
+/// Inserts only while the owner `$3` has fewer than `$10` sessions.
 const INSERT_SESSION: &str = concat!(
     "INSERT INTO agent_sessions (",
     session_columns!(),
-    ", worker) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'idle', NULL, NULL, 0, 0, '{}', '{}', \
-     $9, $9, NULL)"
+    ", worker) SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'idle', NULL, NULL, 0, 0, '{}', '{}', \
+     $9, $9, NULL WHERE (SELECT COUNT(*) FROM agent_sessions WHERE tenant = $1 AND owner = $3) \
+     < $10"
 );
+/// A session that runs no turn.
+const DELETE_SESSION: &str =
+    "DELETE FROM agent_sessions WHERE tenant = $1 AND id = $2 AND status <> 'in_progress'";
+const DELETE_SESSION_EVENTS: &str =
+    "DELETE FROM agent_session_events WHERE tenant = $1 AND session_id = $2";
 const GET_SESSION: &str = concat!(
     "SELECT ",
     session_columns!(),
@@ -368,11 +393,13 @@ impl Store {
         move |e| AgentStoreError::Store(self.redactor.query(what, e))
     }
 
-    /// Saves an agent of `tenant`.
+    /// Saves an agent of `tenant`, refused ([`AgentStoreError::Quota`]) when its owner has
+    /// `max_owned` saved agents already (counted in the statement that inserts).
     pub async fn create_agent_def(
         &self,
         tenant: &str,
         new: &NewAgentDef,
+        max_owned: u64,
         now_ms: i64,
     ) -> Result<AgentDef, AgentStoreError> {
         check_plain(&[
@@ -392,7 +419,7 @@ impl Store {
         };
         // Free text goes in as JSON text so a NUL is escaped, as the lab stores it.
         let q = self.agents_err("save an agent");
-        on_pool!(&self.pool, p => sqlx::query(INSERT_AGENT_DEF)
+        let inserted = on_pool!(&self.pool, p => sqlx::query(INSERT_AGENT_DEF)
             .bind(tenant)
             .bind(def.id.as_str())
             .bind(def.owner.as_str())
@@ -401,10 +428,19 @@ impl Store {
             .bind(def.instructions.as_ref().map(json_text))
             .bind(json_text(&def.metadata))
             .bind(now_ms)
+            .bind(i64_of(max_owned))
             .execute(p)
             .await
-            .map(|_| ())
+            .map(|r| r.rows_affected())
             .map_err(q)?);
+        if inserted == 0 {
+            return Err(AgentStoreError::Quota {
+                what: "saved agents",
+                delete: "DELETE /v1/agents/{id}",
+                owner: def.owner,
+                max: max_owned,
+            });
+        }
         Ok(def)
     }
 
@@ -462,12 +498,15 @@ impl Store {
         Ok(())
     }
 
-    /// Starts a session of `tenant`, `idle` with no turn yet; `id` is its run's id.
+    /// Starts a session of `tenant`, `idle` with no turn yet; `id` is its run's id. Refused
+    /// ([`AgentStoreError::Quota`]) when its owner has `max_owned` sessions already (counted
+    /// in the statement that inserts).
     pub async fn create_session(
         &self,
         tenant: &str,
         id: &str,
         new: &NewSession,
+        max_owned: u64,
         now_ms: i64,
     ) -> Result<Session, AgentStoreError> {
         check_plain(&[
@@ -479,7 +518,7 @@ impl Store {
             ("the workdir", &new.workdir),
         ])?;
         let q = self.agents_err("start a session");
-        on_pool!(&self.pool, p => sqlx::query(INSERT_SESSION)
+        let inserted = on_pool!(&self.pool, p => sqlx::query(INSERT_SESSION)
             .bind(tenant)
             .bind(id)
             .bind(new.owner.as_str())
@@ -489,13 +528,59 @@ impl Store {
             .bind(new.workdir.as_str())
             .bind(json_text(&new.metadata))
             .bind(now_ms)
+            .bind(i64_of(max_owned))
             .execute(p)
             .await
-            .map(|_| ())
+            .map(|r| r.rows_affected())
             .map_err(q)?);
+        if inserted == 0 {
+            return Err(AgentStoreError::Quota {
+                what: "sessions",
+                delete: "DELETE /v1/agents/sessions/{id}",
+                owner: new.owner.clone(),
+                max: max_owned,
+            });
+        }
         self.get_session(tenant, id)
             .await?
             .ok_or_else(|| not_found("session", tenant, id))
+    }
+
+    /// Deletes a session of `tenant` and its events, in one transaction. Refused
+    /// ([`AgentStoreError::Busy`]) while a turn runs; [`AgentStoreError::NotFound`] if there is
+    /// no such session.
+    pub async fn delete_session(&self, tenant: &str, id: &str) -> Result<(), AgentStoreError> {
+        let q = self.agents_err("delete a session");
+        let deleted = on_pool!(&self.pool, p => {
+            let mut tx = p.begin().await.map_err(&q)?;
+            let n = sqlx::query(DELETE_SESSION)
+                .bind(tenant)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(&q)?
+                .rows_affected();
+            if n > 0 {
+                sqlx::query(DELETE_SESSION_EVENTS)
+                    .bind(tenant)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(&q)?;
+                tx.commit().await.map_err(&q)?;
+            }
+            n
+        });
+        if deleted > 0 {
+            return Ok(());
+        }
+        match self.get_session(tenant, id).await? {
+            Some(s) => Err(AgentStoreError::Busy {
+                id: id.to_owned(),
+                status: s.status.to_string(),
+            }),
+            None => Err(not_found("session", tenant, id)),
+        }
     }
 
     /// A session of `tenant`; `None` if it has none with `id`.

@@ -291,7 +291,12 @@ pub async fn create_agent(
     let def = state
         .runtime()
         .store()
-        .create_agent_def(&tenant(&state, &auth.caller), &new, corral_guard::now_ms())
+        .create_agent_def(
+            &tenant(&state, &auth.caller),
+            &new,
+            corral_runtime::agents::MAX_AGENTS_PER_OWNER,
+            corral_guard::now_ms(),
+        )
         .await
         .map_err(|e| store_error(&e, &rid))?;
     Ok(answer(StatusCode::OK, agent_obj(&def), &rid))
@@ -479,15 +484,30 @@ pub async fn list_sessions(
     .await
 }
 
-/// `GET /v1/agents/sessions/{id}`: the caller's own.
-pub async fn get_session(
+/// `GET /v1/agents/sessions/{id}`, and `DELETE` it (refused while a turn runs): the
+/// caller's own only.
+pub async fn session(
     State(state): State<AppState>,
     auth: Authed<Agents>,
     Path(params): Path<HashMap<String, String>>,
+    method: axum::http::Method,
 ) -> Result<Response, ApiError> {
     let rid = auth.request_id.clone();
     let id = params.get("id").cloned().unwrap_or_default();
     let s = own_session(&state, &auth.caller, &id, &rid).await?;
+    if method == axum::http::Method::DELETE {
+        state
+            .runtime()
+            .agents()
+            .delete_session(&tenant(&state, &auth.caller), &id)
+            .await
+            .map_err(|e| ApiError::new(e.code, e.message, None, &rid))?;
+        return Ok(answer(
+            StatusCode::OK,
+            json!({"id": s.id, "object": "agent.session.deleted", "deleted": true}),
+            &rid,
+        ));
+    }
     Ok(answer(StatusCode::OK, session_obj(&session_json(&s)), &rid))
 }
 

@@ -119,7 +119,10 @@ fn agents_routes() -> Router<AppState> {
             "/v1/agents/sessions",
             post(agents::create_session).get(agents::list_sessions),
         )
-        .route("/v1/agents/sessions/{id}", get(agents::get_session))
+        .route(
+            "/v1/agents/sessions/{id}",
+            get(agents::session).delete(agents::session),
+        )
         .route(
             "/v1/agents/sessions/{id}/events",
             post(agents::post_events).get(agents::events),

@@ -657,6 +657,79 @@ async fn a_saved_agent_is_its_owners_only_and_the_owner_deletes_it() {
     assert_eq!(alices.json()["data"], json!([]), "{}", alices.text);
 }
 
+/// `DELETE /v1/agents/sessions/{id}`: the owner's only (bob gets 404 and it stays); gone
+/// afterwards, with its events.
+#[tokio::test]
+async fn a_session_is_deleted_by_its_owner_only() {
+    let h = Host::new();
+    h.seed("codex");
+    let s = h.open("[codex]").await;
+    let v = new_session(&s, &h).await;
+    let path = format!("/v1/agents/sessions/{}", v["id"].as_str().unwrap());
+    delete(&s, BOB, &path)
+        .await
+        .assert_error(404, "agents.not_found");
+    assert_eq!(get(&s, ALICE, &path).await.status, 200);
+    let r = delete(&s, ALICE, &path).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        (r.json()["object"].clone(), r.json()["deleted"].clone()),
+        (json!("agent.session.deleted"), json!(true)),
+        "{}",
+        r.text
+    );
+    get(&s, ALICE, &path)
+        .await
+        .assert_error(404, "agents.not_found");
+    get(&s, ALICE, &format!("{path}/events"))
+        .await
+        .assert_error(404, "agents.not_found");
+    assert_no_sessions(&s, ALICE).await;
+}
+
+/// One owner keeps at most `MAX_AGENTS_PER_OWNER` saved agents: the next is `429
+/// agents.quota`, saying how to free a place; another owner is not held back, and a deleted
+/// agent frees its place.
+#[tokio::test]
+async fn saved_agents_are_capped_per_owner() {
+    let h = Host::new();
+    let s = h.open("[codex]").await;
+    let save = |token: &'static str| {
+        let s = &s;
+        async move {
+            post(
+                s,
+                Some(token),
+                "/v1/agents",
+                &json!({"model": "gpt-5-codex"}),
+                &[],
+            )
+            .await
+        }
+    };
+    let mut first = None;
+    for _ in 0..corral_runtime::agents::MAX_AGENTS_PER_OWNER {
+        let r = save(ALICE).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        first.get_or_insert(r.json()["id"].as_str().unwrap().to_owned());
+    }
+    refused_naming(
+        &save(ALICE).await,
+        429,
+        "agents.quota",
+        "DELETE /v1/agents/{id}",
+    );
+    assert_eq!(save(BOB).await.status, 200);
+    let first = first.unwrap();
+    assert_eq!(
+        delete(&s, ALICE, &format!("/v1/agents/{first}"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(save(ALICE).await.status, 200);
+}
+
 // ---------------------------------------------------------------- what the host does not enforce
 
 /// A scope setting what the host does not apply to an agent yet (`commands`,
