@@ -301,15 +301,8 @@ impl OutputParser {
     }
 
     fn set_thread(&mut self, id: Option<&str>) {
-        if let Some(id) = id {
-            let fine = id.len() <= MAX_THREAD_ID
-                && id.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-                && id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-            if fine {
-                self.thread = Some(id.to_owned());
-            }
+        if let Some(id) = id.filter(|id| is_thread_id(id)) {
+            self.thread = Some(id.to_owned());
         }
     }
 
@@ -519,6 +512,17 @@ fn codex_item(item: &Value) -> Vec<SessionEvent> {
         }
         _ => Vec::new(),
     }
+}
+
+/// Whether `id` can be a CLI's session id passed back to it (`resume <id>`): at most
+/// [`MAX_THREAD_ID`] letters, digits, `-` and `_`, starting with a letter or digit (never an
+/// option).
+pub(crate) fn is_thread_id(id: &str) -> bool {
+    id.len() <= MAX_THREAD_ID
+        && id.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 #[cfg(test)]

@@ -104,10 +104,10 @@ impl SessionEvent {
     /// The `network` event of what the egress proxy did with one connection.
     pub fn network(r: &corral_exec::EgressRecord) -> Self {
         SessionEvent::Network {
-            host: clean(&r.host),
+            host: one_line(&r.host, 255),
             port: r.port,
             allowed: r.allowed,
-            reason: r.reason.as_deref().map(clean),
+            reason: r.reason.as_deref().map(|w| one_line(w, MAX_REASON)),
         }
     }
 
@@ -148,6 +148,24 @@ impl SessionEvent {
             SessionEvent::Done { .. } => "done",
         }
     }
+}
+
+/// The most characters of a connection's refusal reason kept.
+const MAX_REASON: usize = 300;
+
+/// `text` as [`clean`] makes it, on one line (newlines and tabs are spaces too), cut at `max`
+/// characters (ending with `…`).
+fn one_line(text: &str, max: usize) -> String {
+    let mut out: String = clean(text)
+        .chars()
+        .map(|c| if c == '\n' || c == '\t' { ' ' } else { c })
+        .take(max + 1)
+        .collect();
+    if out.chars().count() > max {
+        out = out.chars().take(max).collect();
+        out.push('…');
+    }
+    out
 }
 
 /// `text` made safe to show and store: at most [`MAX_TEXT`] characters (a cut one ends with
@@ -273,5 +291,29 @@ mod tests {
         assert_eq!(clean("a\u{1b}[31mb\u{9b}c\u{202e}\n"), "a?[31mb?c?\n");
         let long = "y".repeat(MAX_TEXT + 10);
         assert_eq!(clean(&long).chars().count(), MAX_TEXT + 1);
+    }
+
+    #[test]
+    fn a_connection_event_is_one_line_of_bounded_text() {
+        let record = corral_exec::EgressRecord {
+            host: "evil\n.example".into(),
+            port: 443,
+            addr: None,
+            allowed: false,
+            reason: Some(format!(
+                "`x\nnetwork github.com:443 allowed{}` is not a valid host",
+                "z".repeat(20_000)
+            )),
+            bytes_up: 0,
+            bytes_down: 0,
+        };
+        let SessionEvent::Network { host, reason, .. } = SessionEvent::network(&record) else {
+            unreachable!()
+        };
+        assert_eq!(host, "evil .example");
+        let reason = reason.unwrap_or_default();
+        assert!(!reason.contains('\n'), "{reason}");
+        assert_eq!(reason.chars().count(), MAX_REASON + 1, "cut, with its mark");
+        assert!(reason.ends_with('…'));
     }
 }

@@ -38,8 +38,8 @@ pub const MAX_PROMPT: usize = 256 * 1024;
 const MAX_STDERR: u64 = 64 * 1024;
 /// The most characters of stderr quoted in a failed turn's error.
 const STDERR_QUOTED: usize = 500;
-/// The egress records of one turn waiting to become events; more are dropped and counted (the
-/// proxy's own log still has them).
+/// The egress records of one turn waiting to become events; more are dropped, counted (an
+/// error event), and written to the server's log one by one (host, port, allowed).
 const MAX_PENDING_CONNECTIONS: usize = 1024;
 /// How long the output of a CLI that exited is still read, and how long its last events wait
 /// for a consumer that stopped reading (then they are dropped, and counted).
@@ -146,6 +146,9 @@ pub struct TurnReport {
     pub killed_for_output: bool,
     /// Events dropped because the consumer stopped reading them after the sandbox ended.
     pub events_dropped: u64,
+    /// The CLI's own session id after the turn (what the next turn resumes), if it reported
+    /// one.
+    pub thread: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -216,6 +219,17 @@ impl Session {
         })
     }
 
+    /// Makes the next turn resume the CLI's own session `thread` (kept in the store from an
+    /// earlier turn, maybe of another process); an id the CLI could not have made
+    /// (anything but letters, digits, `-` and `_`) is ignored.
+    pub fn resume_from(&self, thread: Option<&str>) {
+        if let Some(t) = thread.filter(|t| crate::adapter::is_thread_id(t))
+            && let Ok(mut s) = self.state.lock()
+        {
+            s.thread = Some(t.to_owned());
+        }
+    }
+
     /// The session's config.
     pub fn config(&self) -> &SessionConfig {
         &self.cfg
@@ -281,7 +295,17 @@ impl Session {
         let log = {
             let dropped = std::sync::Arc::clone(&net_dropped);
             EgressLog::new(move |r: EgressRecord| {
-                if net_tx.try_send(r).is_err() {
+                if let Err(e) = net_tx.try_send(r) {
+                    let r = match e {
+                        mpsc::error::TrySendError::Full(r)
+                        | mpsc::error::TrySendError::Closed(r) => r,
+                    };
+                    tracing::warn!(
+                        host = %crate::events::clean(&r.host),
+                        port = r.port,
+                        allowed = r.allowed,
+                        "an agent's connection came faster than its events; not in the session's events"
+                    );
                     dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             })
@@ -438,19 +462,23 @@ impl Session {
         let mut dropped = 0u64;
         let mut net_open = true;
         while !(over || eof && out.is_some()) {
-            let evs = tokio::select! {
+            let (evs, net) = tokio::select! {
                 r = stdout.read(&mut buf), if !eof => match r {
-                    Ok(0) | Err(_) => { eof = true; parse(split.finish().into_iter().collect(), &mut parser) }
-                    Ok(n) => parse(split.feed(&buf[..n]), &mut parser),
+                    Ok(0) | Err(_) => { eof = true; (parse(split.finish().into_iter().collect(), &mut parser), None) }
+                    Ok(n) => (parse(split.feed(&buf[..n]), &mut parser), None),
                 },
-                r = connections.records.recv(), if net_open => match r {
-                    Some(r) => vec![SessionEvent::network(&r)],
-                    None => { net_open = false; Vec::new() }
+                r = connections.records.recv(), if net_open => {
+                    net_open = r.is_some();
+                    (Vec::new(), r.map(|r| SessionEvent::network(&r)))
                 },
-                o = &mut run, if out.is_none() => { out = Some(o); Vec::new() }
-                () = tokio::time::sleep(DRAIN), if out.is_some() => { eof = true; Vec::new() }
+                o = &mut run, if out.is_none() => { out = Some(o); (Vec::new(), None) }
+                () = tokio::time::sleep(DRAIN), if out.is_some() => { eof = true; (Vec::new(), None) }
             };
-            for ev in limit(evs, &mut sent, &mut over) {
+            // A connection is not counted against the event limit (its channel bounds them):
+            // output that runs over it never hides one.
+            let mut evs = limit(evs, &mut sent, &mut over);
+            evs.extend(net);
+            for ev in evs {
                 // A consumer that stops reading holds the agent back (its output pipe fills),
                 // never its limits: the sandbox's future keeps being polled while waiting.
                 let send = events.send(ev);
@@ -484,12 +512,13 @@ impl Session {
             deadline,
             dropped,
         };
-        let last = connections.last();
-        for ev in limit(last, &mut sent, &mut over) {
+        // Outside the event limit: output that ran over it never hides a connection.
+        for ev in connections.last() {
             outbox.send(ev).await;
         }
-        let report = self.finish(turn, out, initial, &parser, over, outbox).await;
-        Ok((parser.thread().map(str::to_owned), report))
+        let mut report = self.finish(turn, out, initial, &parser, over, outbox).await;
+        report.thread = parser.thread().map(str::to_owned);
+        Ok((report.thread.clone(), report))
     }
 
     /// The report of a turn, and its last events (an error if it ended badly, then `done`).
@@ -544,6 +573,7 @@ impl Session {
             timed_out,
             killed_for_output: over,
             events_dropped: outbox.dropped,
+            thread: None,
         }
     }
 }

@@ -123,6 +123,8 @@ impl Drop for OwnerSlot {
 
 /// The most model turns within one turn, for CLIs that take such a limit.
 const MAX_MODEL_TURNS: u32 = 50;
+/// Live sessions one process keeps between turns before dropping the idle ones.
+const MAX_LIVE_SESSIONS: usize = 1024;
 
 /// The agents host of a runtime: the store its sessions live in, the installer, the live
 /// sessions of this process (their CLI's resume state), the turns running, and where the
@@ -473,6 +475,8 @@ impl AgentHost {
             .and_then(|l| l.get(&t.record.id).cloned())
             && from == built_from
         {
+            // The stored thread is the newest (a turn may have run on another replica since).
+            s.resume_from(t.record.cli_thread.as_deref());
             return Ok(s);
         }
         let links = self.links.get().ok_or_else(|| {
@@ -506,8 +510,14 @@ impl AgentHost {
             links.links(t.owner.clone(), &t.record.model),
         )
         .map_err(|e| OpError::new(e.code, e.message))?;
+        session.resume_from(t.record.cli_thread.as_deref());
         let session = Arc::new(session);
         if let Ok(mut l) = self.live.lock() {
+            // Past the cap, the sessions no turn holds are dropped (a later turn rebuilds one
+            // from its record: the CLI's own session files stay in its home).
+            if l.len() >= MAX_LIVE_SESSIONS {
+                l.retain(|_, (_, s)| Arc::strong_count(s) > 1);
+            }
             l.insert(t.record.id.clone(), (built_from, Arc::clone(&session)));
         }
         Ok(session)
@@ -702,6 +712,7 @@ impl AgentHost {
             error: error.map(|(c, m)| (c.to_owned(), m)),
             usage,
             attestation,
+            cli_thread: report.and_then(|r| r.thread.clone()),
         };
         if let Err(e) = self
             .store

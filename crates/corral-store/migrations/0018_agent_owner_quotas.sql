@@ -3,3 +3,7 @@
 -- Shared SQL for SQLite and PostgreSQL.
 CREATE INDEX agent_sessions_owner ON agent_sessions (tenant, owner);
 CREATE INDEX agent_defs_owner ON agent_defs (tenant, owner);
+
+-- The agent CLI's own session id after a session's last turn (what `codex exec resume` takes),
+-- so that any process (after a restart, on another replica) resumes the agent's conversation.
+ALTER TABLE agent_sessions ADD COLUMN cli_thread TEXT;

@@ -198,6 +198,8 @@ pub struct Session {
     pub created_ms: i64,
     /// When it last changed.
     pub last_active_ms: i64,
+    /// The agent CLI's own session id after its last turn (what the next turn resumes).
+    pub cli_thread: Option<String>,
 }
 
 /// How a turn ended, recorded on its session.
@@ -211,6 +213,8 @@ pub struct TurnEnd {
     pub usage: Value,
     /// What the backend applied to the turn.
     pub attestation: Value,
+    /// The agent CLI's own session id after the turn (`None`: keep the one stored).
+    pub cli_thread: Option<String>,
 }
 
 /// One stored event of a session.
@@ -234,7 +238,7 @@ macro_rules! agent_def_columns {
 macro_rules! session_columns {
     () => {
         "tenant, id, owner, adapter, model, agent_id, workdir, metadata, status, error_code, \
-         error_message, turns, events, usage, attestation, created_ms, last_active_ms"
+         error_message, turns, events, usage, attestation, created_ms, last_active_ms, cli_thread"
     };
 }
 
@@ -264,7 +268,7 @@ const INSERT_SESSION: &str = concat!(
     "INSERT INTO agent_sessions (",
     session_columns!(),
     ", worker) SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'idle', NULL, NULL, 0, 0, '{}', '{}', \
-     $9, $9, NULL WHERE (SELECT COUNT(*) FROM agent_sessions WHERE tenant = $1 AND owner = $3) \
+     $9, $9, NULL, NULL WHERE (SELECT COUNT(*) FROM agent_sessions WHERE tenant = $1 AND owner = $3) \
      < $10"
 );
 /// A session that runs no turn.
@@ -291,8 +295,8 @@ const CLAIM_TURN: &str = "UPDATE agent_sessions SET status = 'in_progress', turn
      worker = $3, last_active_ms = $4 WHERE tenant = $1 AND id = $2 AND status = 'idle'";
 /// Only the running turn ends (a turn a restart marked failed stays so).
 const END_TURN: &str = "UPDATE agent_sessions SET status = $3, error_code = $4, \
-     error_message = $5, usage = $6, attestation = $7, worker = NULL, last_active_ms = $8 \
-     WHERE tenant = $1 AND id = $2 AND status = 'in_progress'";
+     error_message = $5, usage = $6, attestation = $7, worker = NULL, last_active_ms = $8, \
+     cli_thread = COALESCE($9, cli_thread) WHERE tenant = $1 AND id = $2 AND status = 'in_progress'";
 /// Reserves `$3` event numbers; nothing when that would pass the cap `$4`.
 const RESERVE_EVENTS: &str = "UPDATE agent_sessions SET events = events + $3, \
      last_active_ms = $5 WHERE tenant = $1 AND id = $2 AND events + $3 <= $4";
@@ -348,6 +352,7 @@ struct SessionRow {
     attestation: String,
     created_ms: i64,
     last_active_ms: i64,
+    cli_thread: Option<String>,
 }
 
 impl SessionRow {
@@ -369,6 +374,7 @@ impl SessionRow {
             events: u64::try_from(self.events).unwrap_or(0),
             created_ms: self.created_ms,
             last_active_ms: self.last_active_ms,
+            cli_thread: self.cli_thread,
             id,
         })
     }
@@ -672,6 +678,7 @@ impl Store {
             .bind(json_text(&end.usage))
             .bind(json_text(&end.attestation))
             .bind(now_ms)
+            .bind(end.cli_thread.as_deref())
             .execute(p)
             .await
             .map(|r| r.rows_affected())

@@ -58,7 +58,14 @@ fn run() -> Res<()> {
     let resume = args.iter().any(|a| a == "resume");
     let thread = match (resume, after.first()) {
         (true, Some(id)) => (*id).clone(),
-        _ => format!("fake-{}", std::process::id()),
+        // Not the pid: in a fresh pid namespace every run has the same few.
+        _ => format!(
+            "fake-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        ),
     };
     let mut prompt = String::new();
     std::io::stdin().read_to_string(&mut prompt)?;

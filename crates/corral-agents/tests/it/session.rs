@@ -359,6 +359,38 @@ async fn a_session_resumes_its_cli_session_each_turn_and_stops_at_max_turns() {
     assert_eq!(s.turns(), 2);
 }
 
+/// A session built afresh (another process, after a restart) resumes the CLI's own session
+/// from the id the last turn reported, as the store keeps it; an id the CLI could not have
+/// made (an option, say) is ignored and the turn starts a new CLI session.
+#[tokio::test]
+async fn a_fresh_session_resumes_the_cli_session_its_last_turn_reported() {
+    let d = dirs();
+    let script = Script::new(vec![message("first"), message("second"), message("third")]);
+    let first = session(&d, &script, Permissions::WorkspaceWrite, limits(), 5);
+    let (r1, _) = turn(&first, "task one").await;
+    let thread = r1.thread.clone();
+    assert!(thread.is_some(), "the CLI reported its session: {r1:?}");
+    drop(first);
+    let texts = |i: usize| -> Vec<String> {
+        script.asked.lock().unwrap()[i].0["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["content"][0]["text"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let again = session(&d, &script, Permissions::WorkspaceWrite, limits(), 5);
+    again.resume_from(thread.as_deref());
+    let (r2, _) = turn(&again, "then this").await;
+    assert!(r2.ok, "{r2:?}");
+    assert_eq!(texts(1), ["task one", "then this"]);
+    let hostile = session(&d, &script, Permissions::WorkspaceWrite, limits(), 5);
+    hostile.resume_from(Some("--last"));
+    let (r3, _) = turn(&hostile, "fresh start").await;
+    assert!(r3.ok, "{r3:?}");
+    assert_eq!(texts(2), ["fresh start"]);
+}
+
 #[tokio::test]
 async fn a_second_message_while_a_turn_runs_is_refused() {
     let d = dirs();

@@ -61,6 +61,8 @@ pub const DENIED: &str = corral_policy::codes::EGRESS_DENIED;
 const MAX_HEAD: usize = 16 * 1024;
 /// How long a program may take to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a link-and-egress connection may take to show its request line's start.
+const PEEK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long resolving a name, and connecting, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the helper may take to hand its listening socket over.
@@ -328,26 +330,29 @@ async fn serve(
 async fn for_link(stream: &TcpStream) -> bool {
     // A method (at most 16 bytes), a space, and the target's first byte.
     let mut buf = [0u8; 18];
-    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
+    let deadline = tokio::time::Instant::now() + PEEK_TIMEOUT;
+    let mut wait = Duration::from_millis(1);
     loop {
         let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
             Ok(Ok(n)) if n > 0 => n,
             _ => return false,
         };
         let seen = &buf[..n];
-        match seen.iter().position(|&b| b == b' ') {
-            Some(sp) if sp + 1 < n => {
-                return seen[sp + 1] == b'/' && !seen[..sp].eq_ignore_ascii_case(b"CONNECT");
-            }
-            Some(_) => {}
-            None if n == buf.len() => return false,
-            None => {}
+        if let Some(sp) = seen.iter().position(|&b| b == b' ')
+            && sp + 1 < n
+        {
+            return seen[sp + 1] == b'/' && !seen[..sp].eq_ignore_ascii_case(b"CONNECT");
         }
-        // Only part of the request line is here: `peek` would return it again at once.
+        if n == buf.len() {
+            return false;
+        }
+        // Only part of the request line is here, and `peek` would return it again at once:
+        // wait, longer each time (a program trickling its bytes costs the parent little).
         if tokio::time::Instant::now() >= deadline {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_millis(200));
     }
 }
 

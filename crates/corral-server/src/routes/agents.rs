@@ -731,7 +731,8 @@ pub async fn events(
 }
 
 /// Sends the session's events after `after` on `tx` as SSE frames, following new ones (a
-/// keep-alive comment every 15 s; at most an hour), until the client goes.
+/// keep-alive comment every 15 s; at most an hour), until the client goes or the session is
+/// deleted.
 async fn follow(
     store: std::sync::Arc<corral_store::Store>,
     t: String,
@@ -750,6 +751,10 @@ async fn follow(
             };
             if rows.is_empty() {
                 if last_sent.elapsed() >= KEEPALIVE {
+                    // A session deleted meanwhile ends its streams.
+                    if !matches!(store.get_session(&t, &id).await, Ok(Some(_))) {
+                        return;
+                    }
                     if tx
                         .send(Ok(Bytes::from_static(b": keep-alive\n\n")))
                         .await

@@ -85,6 +85,9 @@ impl ProgramLinks for ServerLinks {
     }
 }
 
+/// How long a link's connection may take to send a request head.
+const LINK_HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A link serving each connection with `router` (none: the server stopped; nothing is served).
 fn serve_with(router: Option<Router>) -> CorralLink {
     CorralLink::new(move |conn: tokio::net::TcpStream| {
@@ -94,7 +97,11 @@ fn serve_with(router: Option<Router>) -> CorralLink {
                 return;
             };
             let service = TowerToHyperService::new(router);
+            // A connection that sends no complete head in time is closed: it holds one of the
+            // run's few link slots.
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(LINK_HEAD_TIMEOUT)
                 .max_buf_size(MAX_HEAD_BYTES)
                 .max_header_size(MAX_HEAD_BYTES)
                 .serve_connection(TokioIo::new(conn), service)
