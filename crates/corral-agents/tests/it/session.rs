@@ -127,6 +127,19 @@ async fn a_read_only_session_cannot_change_its_workdir() {
     );
 }
 
+/// The exit status of each finished command of `events`, in order.
+fn exits(events: &[SessionEvent]) -> Vec<Option<i32>> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Command {
+                exit, done: true, ..
+            } => Some(*exit),
+            _ => None,
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn the_agent_reaches_only_corrals_link_never_the_hosts_network() {
     let host = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -157,15 +170,7 @@ async fn the_agent_reaches_only_corrals_link_never_the_hosts_network() {
     ]);
     let s = session(&d, &script, Permissions::WorkspaceWrite, limits(), 5);
     let (report, events) = turn(&s, "reach out").await;
-    let exits: Vec<Option<i32>> = events
-        .iter()
-        .filter_map(|e| match e {
-            SessionEvent::Command {
-                exit, done: true, ..
-            } => Some(*exit),
-            _ => None,
-        })
-        .collect();
+    let exits = exits(&events);
     assert_ne!(
         exits[0],
         Some(0),
@@ -249,15 +254,7 @@ async fn an_agent_with_an_allow_list_reaches_the_listed_host_and_nothing_else() 
         "{:?}",
         report.attestation.primitives
     );
-    let exits: Vec<Option<i32>> = events
-        .iter()
-        .filter_map(|e| match e {
-            SessionEvent::Command {
-                exit, done: true, ..
-            } => Some(*exit),
-            _ => None,
-        })
-        .collect();
+    let exits = exits(&events);
     assert_eq!(exits[0], Some(0), "the listed host: {events:?}");
     assert_ne!(
         exits[2],

@@ -732,6 +732,29 @@ async fn saved_agents_are_capped_per_owner() {
 
 // ---------------------------------------------------------------- what the host does not enforce
 
+/// A server whose one rule's agent scope adds `extra` (`WORKDIR` stands for the host's
+/// workdir), alice's session create under it, and `extra` as written (the host goes with the
+/// server: its directories are the server's).
+async fn create_under_scope(extra: &str) -> (Host, Server, Reply, String) {
+    let h = Host::new();
+    h.seed("codex");
+    let extra = extra.replace("WORKDIR", &h.workdir.display().to_string());
+    let rule = format!(
+        "  - name: r\n    allow: {ALL_SESSION_OPS}\n    confirm: never\n    agents: {{workdir: {}, permissions: workspace-write, {extra}}}\n",
+        h.workdir.display()
+    );
+    let s = h.start(&h.yaml("[codex]", &rule)).await;
+    let r = post(
+        &s,
+        Some(ALICE),
+        "/v1/agents/sessions",
+        &session_body(&h.workdir),
+        &[],
+    )
+    .await;
+    (h, s, r, extra)
+}
+
 /// A scope setting what the host does not apply to an agent yet (`commands`,
 /// `confirm_writes_outside`) refuses the session (`501 agents.scope_unsupported`, naming the
 /// key) instead of running the agent unrestricted.
@@ -741,22 +764,7 @@ async fn a_scope_with_keys_the_host_does_not_enforce_refuses_the_session() {
         "commands: [\"pytest ...\"]",
         "confirm_writes_outside: [WORKDIR/src]",
     ] {
-        let h = Host::new();
-        h.seed("codex");
-        let extra = extra.replace("WORKDIR", &h.workdir.display().to_string());
-        let rule = format!(
-            "  - name: r\n    allow: {ALL_SESSION_OPS}\n    confirm: never\n    agents: {{workdir: {}, permissions: workspace-write, {extra}}}\n",
-            h.workdir.display()
-        );
-        let s = h.start(&h.yaml("[codex]", &rule)).await;
-        let r = post(
-            &s,
-            Some(ALICE),
-            "/v1/agents/sessions",
-            &session_body(&h.workdir),
-            &[],
-        )
-        .await;
+        let (_h, s, r, extra) = create_under_scope(extra).await;
         r.assert_error(501, "agents.scope_unsupported");
         let key = extra.split(':').next().unwrap_or_default();
         assert!(r.text.contains(key), "{extra}: {}", r.text);
@@ -774,21 +782,7 @@ async fn a_scope_with_a_network_setting_makes_the_session() {
         "loopback",
         "{allow: [\"pypi.org:443\", \"*.pythonhosted.org:443\"]}",
     ] {
-        let h = Host::new();
-        h.seed("codex");
-        let rule = format!(
-            "  - name: r\n    allow: {ALL_SESSION_OPS}\n    confirm: never\n    agents: {{workdir: {}, permissions: workspace-write, network: {network}}}\n",
-            h.workdir.display()
-        );
-        let s = h.start(&h.yaml("[codex]", &rule)).await;
-        let r = post(
-            &s,
-            Some(ALICE),
-            "/v1/agents/sessions",
-            &session_body(&h.workdir),
-            &[],
-        )
-        .await;
+        let (_h, s, r, _) = create_under_scope(&format!("network: {network}")).await;
         assert_eq!(r.status, 200, "{network}: {}", r.text);
         let listed = get(&s, ALICE, "/v1/agents/sessions").await;
         assert_eq!(
