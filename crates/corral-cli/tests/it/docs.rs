@@ -108,3 +108,34 @@ fn every_yaml_example_in_the_docs_loads() {
         );
     }
 }
+
+/// `scripts/postgres-test-server --help` prints its usage and starts nothing; an unknown
+/// argument is a usage error.
+#[test]
+fn the_postgres_test_server_script_prints_its_usage() {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres-test-server");
+    let out = std::process::Command::new(&script)
+        .arg("--help")
+        .output()
+        .unwrap_or_else(|e| unreachable!("the script runs: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.starts_with("Usage: scripts/postgres-test-server"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("CORRAL_TEST_POSTGRES_URL"), "{stdout}");
+    // The usage shows the line it would print, indented; a started server's is the last line.
+    assert!(
+        !stdout.lines().any(|l| l.starts_with("export ")),
+        "{stdout}"
+    );
+    assert!(out.stderr.is_empty(), "no server was started");
+    let bad = std::process::Command::new(&script)
+        .arg("--port")
+        .output()
+        .unwrap_or_else(|e| unreachable!("the script runs: {e}"));
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--help"));
+}
