@@ -65,7 +65,14 @@ pub enum Format {
 
 /// Corral: let AI agents use real tools without trusting them.
 #[derive(Debug, Parser)]
-#[command(name = "corral", version, about, long_about = None)]
+#[command(
+    name = "corral",
+    version,
+    about,
+    long_about = None,
+    disable_help_subcommand = true,
+    after_help = "`corral help reference` prints the reference card (docs/REFERENCE.md, also served as /llms.txt)."
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -316,6 +323,12 @@ enum Command {
     /// Exit codes: 0 installed, 1 the install was refused or failed, 2 usage or config error.
     #[command(subcommand)]
     Agents(AgentsCommand),
+    /// Print the reference card (`corral help reference`), or the help of the given
+    /// subcommand(s).
+    Help {
+        /// `reference`, or a subcommand (and its subcommands: `corral help sandbox scenarios`).
+        topic: Vec<String>,
+    },
     /// Check a server's `/healthz`: exit 0 when healthy, 1 when not or unreachable.
     Healthcheck {
         /// The server (default: $CORRAL_SERVER, else http://127.0.0.1:9000).
@@ -506,6 +519,7 @@ pub fn run_cli(cli: Cli) -> CliResult {
         Command::Run(args) => cmd::run::run(args),
         Command::Sandbox(args) => cmd::sandbox::run(args),
         Command::Agents(command) => agents(command),
+        Command::Help { topic } => cmd::help::run(&topic),
         Command::Healthcheck {
             server,
             timeout_ms,

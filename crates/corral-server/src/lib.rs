@@ -21,6 +21,10 @@ use corral_runtime::{Authenticator, Runtime};
 
 pub use serve::{DEFAULT_MAX_BODY_BYTES, ServeOptions, local_state, serve};
 
+/// The reference card, `docs/REFERENCE.md`: served as `GET /llms.txt`, printed by
+/// `corral help reference`.
+pub const REFERENCE_CARD: &str = include_str!("../../../docs/REFERENCE.md");
+
 /// Shared state of the app: what every handler gets (derefs to [`App`]).
 #[derive(Debug, Clone)]
 pub struct AppState(Arc<App>);

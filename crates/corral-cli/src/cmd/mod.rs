@@ -10,6 +10,7 @@ pub mod describe;
 pub mod doctor;
 pub mod explain;
 pub mod healthcheck;
+pub mod help;
 pub mod init;
 pub mod mcp;
 pub mod run;

@@ -61,6 +61,64 @@ fn yaml_examples() -> Vec<(String, String)> {
     out
 }
 
+/// `corral <args>` on the example `body` as a config (a fragment gets `version: 1`), with
+/// every `CORRAL_*` variable it names set to a long enough value: the exit code, stdout,
+/// stderr, and the config as checked.
+fn check_example(body: &str, args: &[&str]) -> (i32, String, String, String) {
+    let Ok(dir) = tempfile::tempdir() else {
+        unreachable!("a temp dir can be made")
+    };
+    let config = if body.contains("version:") {
+        body.to_owned()
+    } else {
+        format!("version: 1\n{body}")
+    };
+    let _ = std::fs::write(dir.path().join("corral.yaml"), &config);
+    let mut env: Vec<(String, String)> = Vec::new();
+    for word in config.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if word.len() > 3
+            && word.starts_with("CORRAL_")
+            && word
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        {
+            // A variable named for a url (`llm.base_url_env`) holds one.
+            let value = if word.ends_with("_URL") {
+                "https://models.example.com/v1".to_owned()
+            } else {
+                format!("{word}-example-secret-0123456789abcdef")
+            };
+            env.push((word.to_owned(), value));
+        }
+    }
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (code, out, err) = crate::corral_with_env(dir.path(), args, &env_refs);
+    (code, out, err, config)
+}
+
+/// The reference card's examples pass `check-config --strict`, but the last (an unattended
+/// CI agent), whose only finding is the `confirm: never` the card says it has.
+#[test]
+fn the_reference_cards_examples_pass_strict_but_the_unattended_one() {
+    let card: Vec<(String, String)> = yaml_examples()
+        .into_iter()
+        .filter(|(at, _)| at.contains("REFERENCE.md"))
+        .collect();
+    assert_eq!(card.len(), 4, "{card:?}");
+    for (i, (at, body)) in card.iter().enumerate() {
+        let (code, out, err, _) = check_example(body, &["check-config", "--strict"]);
+        if i + 1 < card.len() {
+            assert_eq!(code, 0, "{at}:\n{out}{err}");
+        } else {
+            assert_eq!(code, 1, "{at}:\n{out}{err}");
+            let findings = format!("{out}{err}");
+            assert!(findings.contains("lint.confirm_never"), "{findings}");
+            assert!(!findings.contains("error["), "{findings}");
+            assert_eq!(findings.matches("warning[").count(), 1, "{findings}");
+        }
+    }
+}
+
 /// Every YAML example in README.md and docs/ loads (a fragment is checked as a whole config
 /// with `version: 1` added): the examples cannot rot.
 #[test]
@@ -72,36 +130,7 @@ fn every_yaml_example_in_the_docs_loads() {
         examples.len()
     );
     for (at, body) in examples {
-        let Ok(dir) = tempfile::tempdir() else {
-            unreachable!("a temp dir can be made")
-        };
-        let config = if body.contains("version:") {
-            body.clone()
-        } else {
-            format!("version: 1\n{body}")
-        };
-        let _ = std::fs::write(dir.path().join("corral.yaml"), &config);
-        // Every variable an example names for a secret holds a long enough value.
-        let mut env: Vec<(String, String)> = Vec::new();
-        for word in config.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-            if word.len() > 3
-                && word.starts_with("CORRAL_")
-                && word
-                    .chars()
-                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
-            {
-                // A variable named for a url (`llm.base_url_env`) holds one.
-                let value = if word.ends_with("_URL") {
-                    "https://models.example.com/v1".to_owned()
-                } else {
-                    format!("{word}-example-secret-0123456789abcdef")
-                };
-                env.push((word.to_owned(), value));
-            }
-        }
-        let env_refs: Vec<(&str, &str)> =
-            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let (code, out, err) = crate::corral_with_env(dir.path(), &["check-config"], &env_refs);
+        let (code, out, err, config) = check_example(&body, &["check-config"]);
         assert_ne!(
             code, 2,
             "the example at {at} does not load:\n{config}\n{out}{err}"
@@ -138,4 +167,52 @@ fn the_postgres_test_server_script_prints_its_usage() {
         .unwrap_or_else(|e| unreachable!("the script runs: {e}"));
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--help"));
+}
+
+/// The reference card (`docs/REFERENCE.md`) is at most 200 lines of at most 100 columns, and
+/// `corral help reference` prints it as it is; `corral help <subcommand>` still prints that
+/// subcommand's help, and an unknown one is a usage error that names the card.
+#[test]
+fn the_reference_card_fits_its_bounds_and_corral_help_reference_prints_it() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/REFERENCE.md");
+    let card = std::fs::read_to_string(&path).unwrap_or_default();
+    let lines: Vec<&str> = card.lines().collect();
+    assert!((50..=200).contains(&lines.len()), "{} lines", lines.len());
+    for (i, l) in lines.iter().enumerate() {
+        assert!(
+            l.chars().count() <= 100,
+            "line {} has {} columns",
+            i + 1,
+            l.chars().count()
+        );
+    }
+    let corral = env!("CARGO_BIN_EXE_corral");
+    let run = |args: &[&str]| {
+        std::process::Command::new(corral)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| unreachable!("corral runs: {e}"))
+    };
+    let out = run(&["help", "reference"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), card);
+    let serve = run(&["help", "serve"]);
+    assert!(serve.status.success());
+    assert!(
+        String::from_utf8_lossy(&serve.stdout).contains("Usage: corral serve"),
+        "{}",
+        String::from_utf8_lossy(&serve.stdout)
+    );
+    let nested = run(&["help", "sandbox", "scenarios"]);
+    assert!(String::from_utf8_lossy(&nested.stdout).contains("Usage: corral sandbox scenarios"));
+    let unknown = run(&["help", "sandbox", "nope"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        err.contains("`corral sandbox` has no subcommand `nope`")
+            && err.contains("corral help reference"),
+        "{err}"
+    );
+    let top = run(&["--help"]);
+    assert!(String::from_utf8_lossy(&top.stdout).contains("corral help reference"));
 }

@@ -56,6 +56,17 @@ pub async fn me(
     Ok(axum::Json(body).into_response())
 }
 
+/// `GET /llms.txt`: no auth; the reference card (`docs/REFERENCE.md`), for people and the AI
+/// agents that configure or call corral. It is the binary's own documentation: nothing of
+/// this deployment is in it.
+pub async fn llms_txt() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        crate::REFERENCE_CARD,
+    )
+        .into_response()
+}
+
 /// `GET /metrics`: OpenMetrics text (Prometheus scrapes it).
 pub async fn metrics(
     State(state): State<AppState>,

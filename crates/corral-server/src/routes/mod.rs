@@ -42,6 +42,7 @@ pub fn router(state: AppState) -> Router {
 fn table(state: &AppState) -> Router<AppState> {
     Router::new()
         .route("/healthz", get(meta::healthz))
+        .route("/llms.txt", get(meta::llms_txt))
         .route("/ops", get(ops::list))
         .route("/ops/{id}", post(ops::call))
         .route("/capabilities", get(ops::capabilities))

@@ -1,4 +1,4 @@
-//! The route table: every route but `/healthz` authenticates first; credentials are read from
+//! The route table: every route but `/healthz` and `/llms.txt` authenticates first; credentials are read from
 //! headers only; unknown and not-allowed ops look the same.
 
 use reqwest::Method;
@@ -78,6 +78,26 @@ async fn every_route_but_healthz_refuses_a_request_without_credentials() {
     let health = s.get("/healthz").await;
     assert_eq!(health.status, 200, "{}", health.text);
     assert_eq!(health.json()["mode"], "auth");
+}
+
+/// `GET /llms.txt`: the reference card as the binary carries it, without credentials (it is
+/// the product's documentation, nothing of the deployment), as plain text.
+#[tokio::test]
+async fn llms_txt_serves_the_reference_card_without_credentials() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let r = send(s.client().get(s.url("/llms.txt"))).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.headers.get("content-type").and_then(|h| h.to_str().ok()),
+        Some("text/plain; charset=utf-8")
+    );
+    let card = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/REFERENCE.md"),
+    )
+    .unwrap_or_default();
+    assert!(card.starts_with("# corral reference card"), "{card}");
+    assert_eq!(r.text, card);
 }
 
 #[tokio::test]
