@@ -40,29 +40,100 @@ pub(super) struct Item<'n> {
 /// Decodes one key's value into the section being built.
 type Set<T> = fn(&mut Decoder, &Item<'_>, &mut T);
 
-/// One key of a mapping: its name, how its value is decoded, and what its absence means.
+/// What the reference (`docs/CONFIG.md`) says of a key: written beside the key in its table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyDoc {
+    /// Its type (`string`, `bool`, `size`, `duration`, `list of ...`, `mapping`, ...).
+    pub ty: &'static str,
+    /// Its default: a value, `required`, `none`, or how it is computed.
+    pub default: &'static str,
+    /// A short example value.
+    pub example: &'static str,
+    /// Whether only start-up reads it (a SIGHUP reload leaves it as it was).
+    pub startup_only: bool,
+    /// One line on what it does.
+    pub about: &'static str,
+}
+
+/// One key of a mapping: its name, how its value is decoded, what its absence means, and its
+/// documentation. Written `Field::key("name").doc(...)` then `.optional(set)` or
+/// `.required(set, missing)`: a key cannot be made without its documentation.
 pub(super) struct Field<T> {
     key: &'static str,
     set: Set<T>,
     missing: Option<Set<T>>,
+    doc: KeyDoc,
 }
 
-impl<T> Field<T> {
-    /// An optional key.
-    const fn new(key: &'static str, set: Set<T>) -> Self {
+impl Field<()> {
+    /// A key of a table, to be documented.
+    const fn key(key: &'static str) -> NewKey {
+        NewKey { key }
+    }
+}
+
+/// A key not documented yet.
+pub(super) struct NewKey {
+    key: &'static str,
+}
+
+impl NewKey {
+    /// Documents the key: its type, its default, an example value and what it does.
+    const fn doc(
+        self,
+        ty: &'static str,
+        default: &'static str,
+        example: &'static str,
+        about: &'static str,
+    ) -> Documented {
+        Documented {
+            key: self.key,
+            doc: KeyDoc {
+                ty,
+                default,
+                example,
+                startup_only: false,
+                about,
+            },
+        }
+    }
+}
+
+/// A documented key, to be given its setter.
+pub(super) struct Documented {
+    key: &'static str,
+    doc: KeyDoc,
+}
+
+impl Documented {
+    /// A key that only start-up reads: a SIGHUP reload does not change what it sets.
+    const fn startup(self) -> Self {
         Self {
-            key,
+            doc: KeyDoc {
+                startup_only: true,
+                ..self.doc
+            },
+            ..self
+        }
+    }
+
+    /// An optional key.
+    const fn optional<T>(self, set: Set<T>) -> Field<T> {
+        Field {
+            key: self.key,
             set,
             missing: None,
+            doc: self.doc,
         }
     }
 
     /// A key whose absence is handled by `missing` (called at the key's place in the table).
-    const fn required(key: &'static str, set: Set<T>, missing: Set<T>) -> Self {
-        Self {
-            key,
+    const fn required<T>(self, set: Set<T>, missing: Set<T>) -> Field<T> {
+        Field {
+            key: self.key,
             set,
             missing: Some(missing),
+            doc: self.doc,
         }
     }
 }
@@ -408,69 +479,299 @@ impl Decoder {
 
 /// The document's top level.
 pub(super) const TOP: &[Field<Config>] = &[
-    Field::required("version", version, no_version),
-    Field::new("preset", |d, e, c| c.presets = d.presets(e.node, &e.at)),
-    Field::new("root", |d, e, c| c.root = d.spanned_string(e.node, &e.at)),
-    Field::new("state_dir", |d, e, c| {
-        c.state_dir = d.spanned_string(e.node, &e.at);
-    }),
-    Field::new("enable", |d, e, c| c.enable = d.strings(e.node, &e.at)),
-    Field::new("disable", |d, e, c| c.disable = d.strings(e.node, &e.at)),
-    Field::new("rules", |d, e, c| c.rules = d.rules(e.node, &e.at)),
-    Field::new("custom", |d, e, c| c.custom = d.custom(e.node, &e.at)),
-    Field::new("auth", |d, e, c| c.auth = d.auth(e.node, &e.at)),
-    Field::new("audit", |d, e, c| c.audit = d.audit(e.node, &e.at)),
-    Field::new("storage", |d, e, c| {
-        d.fields(e.node, &e.at, STORAGE, &mut c.storage);
-    }),
-    Field::new("limits", |d, e, c| c.limits = d.limits(e.node, &e.at)),
-    Field::new("state_only", state_only),
-    Field::new("tiers", tiers),
-    Field::new("isolation", |d, e, c| {
-        d.fields(e.node, &e.at, ISOLATION, &mut c.isolation);
-    }),
-    Field::new("autonomy", |d, e, c| c.autonomy = d.autonomy(e.node, &e.at)),
-    Field::new("roles", |d, e, c| c.roles = d.roles(e.node, &e.at)),
-    Field::new("guardrails", |d, e, c| {
-        c.guardrails = d.guardrails(e.node, &e.at);
-    }),
-    Field::new("budgets", |d, e, c| c.budgets = d.budgets(e.node, &e.at)),
-    Field::new("disabled_ops", |d, e, c| {
-        c.disabled_ops = d.strings(e.node, &e.at);
-    }),
-    Field::new("protected", |d, e, c| {
-        c.protected = d.strings(e.node, &e.at)
-    }),
-    Field::new("mcp_servers", |d, e, c| {
-        c.mcp_servers = d.mcp_servers(e.node, &e.at);
-    }),
-    Field::new("mcp", |d, e, c| {
-        d.fields(e.node, &e.at, MCP, &mut c.mcp);
-    }),
-    Field::new("run", |d, e, c| c.run = d.run(e.node, &e.at)),
-    Field::new("sandbox", |d, e, c| {
-        d.fields(e.node, &e.at, SANDBOX, &mut c.sandbox);
-    }),
-    Field::new("recordings", |d, e, c| {
-        d.fields(e.node, &e.at, RECORDINGS, &mut c.recordings);
-    }),
-    Field::new("agents", |d, e, c| c.agents = d.agents(e.node, &e.at)),
-    Field::new("install", |d, e, c| {
-        d.fields(e.node, &e.at, control::INSTALL, &mut c.install);
-    }),
-    Field::new("llm", |d, e, c| {
-        let mut l = LlmConfig::default();
-        if d.fields(e.node, &e.at, LLM, &mut l).is_some() {
-            c.llm = Some(l);
-        }
-    }),
+    Field::key("version")
+        .doc(
+            "integer",
+            "required",
+            "1",
+            "The config format's version; only `1` exists.",
+        )
+        .required(version, no_version),
+    Field::key("preset")
+        .doc(
+            "preset name, mapping, or list of them",
+            "none",
+            "workspace_jail",
+            "Presets, in order: their rules come first, before `enable` and `rules` (see Presets, \
+             and `preset` for the mapping form).",
+        )
+        .optional(|d, e, c| c.presets = d.presets(e.node, &e.at)),
+    Field::key("root")
+        .doc(
+            "string (absolute directory)",
+            "none",
+            "/workspace",
+            "The root of presets that give none, of the path ops `enable` lists, and the working \
+             directory of custom ops without `cwd`.",
+        )
+        .optional(|d, e, c| c.root = d.spanned_string(e.node, &e.at)),
+    Field::key("state_dir")
+        .doc(
+            "string (directory)",
+            "`.corral` in the config file's directory",
+            "/var/lib/corral",
+            "Corral's own state (the SQLite store, agent homes, installs); no op may read or \
+             change it. A reload that moves it is refused.",
+        )
+        .startup()
+        .optional(|d, e, c| {
+            c.state_dir = d.spanned_string(e.node, &e.at);
+        }),
+    Field::key("enable")
+        .doc(
+            "list of op selectors",
+            "none",
+            "[files.read, files.list]",
+            "Ops allowed to every caller (the anonymous one too, in open mode); the ones that \
+             take a path are confined to `root` with the default secret deny patterns.",
+        )
+        .optional(|d, e, c| c.enable = d.strings(e.node, &e.at)),
+    Field::key("disable")
+        .doc(
+            "list of op selectors",
+            "none",
+            "[commands.run]",
+            "Ops denied to everyone: a deny rule after the presets, `enable` and `rules` (reason \
+             `disabled in the config`).",
+        )
+        .optional(|d, e, c| c.disable = d.strings(e.node, &e.at)),
+    Field::key("rules")
+        .doc(
+            "list of rules",
+            "none",
+            "[{allow: [files.read], paths: [/ws]}]",
+            "Allow and deny rules with their scopes and limits: see `rules[]`.",
+        )
+        .optional(|d, e, c| c.rules = d.rules(e.node, &e.at)),
+    Field::key("custom")
+        .doc(
+            "mapping of op id to custom op",
+            "none",
+            "{repo.lint: {argv: [ruff, check]}}",
+            "Custom ops: programs run in the sandbox with declared params and effects; see \
+             `custom.<op>`.",
+        )
+        .optional(|d, e, c| c.custom = d.custom(e.node, &e.at)),
+    Field::key("auth")
+        .doc(
+            "mapping",
+            "none: open mode (every caller is anonymous)",
+            "{tokens: [...]}",
+            "Who may call: static tokens and JWTs. Without either, `corral serve` refuses to \
+             listen off loopback, or with ops that run programs, unless `--allow-open`.",
+        )
+        .optional(|d, e, c| c.auth = d.auth(e.node, &e.at)),
+    Field::key("audit")
+        .doc(
+            "mapping",
+            "`{sink: store}`",
+            "{sink: stderr}",
+            "Where audit events go besides the store, which always keeps them.",
+        )
+        .startup()
+        .optional(|d, e, c| c.audit = d.audit(e.node, &e.at)),
+    Field::key("storage")
+        .doc(
+            "mapping",
+            "SQLite in `state_dir`",
+            "{url: postgres://db/corral}",
+            "The database of audit events, confirmations, runs and recordings.",
+        )
+        .startup()
+        .optional(|d, e, c| {
+            d.fields(e.node, &e.at, STORAGE, &mut c.storage);
+        }),
+    Field::key("limits")
+        .doc(
+            "mapping",
+            "none",
+            "{timeout: 30s, rate: 60/min}",
+            "Limits on every call; the rule that allows a call adds its own, and, field by \
+             field, the strictest wins.",
+        )
+        .optional(|d, e, c| c.limits = d.limits(e.node, &e.at)),
+    Field::key("state_only")
+        .doc(
+            "mapping of op id to reason",
+            "none",
+            "{notes.set_tag: tags only}",
+            "Custom ops named like a change that declare only `read`, each with why it changes \
+             nothing outside the caller's own state (else `lint.mutating_name`).",
+        )
+        .optional(state_only),
+    Field::key("tiers")
+        .doc(
+            "mapping of op id to tier (`read`, `confirm` or `destructive`)",
+            "none",
+            "{http.fetch: confirm}",
+            "Raises an op's tier; a tier is never lowered.",
+        )
+        .optional(tiers),
+    Field::key("isolation")
+        .doc(
+            "mapping",
+            "`{backend: linux, network: none}`",
+            "{backend: process}",
+            "Where commands, custom ops and upstream servers run.",
+        )
+        .startup()
+        .optional(|d, e, c| {
+            d.fields(e.node, &e.at, ISOLATION, &mut c.isolation);
+        }),
+    Field::key("autonomy")
+        .doc(
+            "`L0` to `L4`, or mapping",
+            "none: no autonomy restriction",
+            "L3",
+            "The process-wide autonomy level and per-principal pins (see `autonomy`).",
+        )
+        .optional(|d, e, c| c.autonomy = d.autonomy(e.node, &e.at)),
+    Field::key("roles")
+        .doc(
+            "mapping (may be empty: `{}`)",
+            "none",
+            "{overrides: {files.write: admin}}",
+            "Present, even empty: turns RBAC by tier on, with per-op role overrides (see Role \
+             selectors).",
+        )
+        .optional(|d, e, c| c.roles = d.roles(e.node, &e.at)),
+    Field::key("guardrails")
+        .doc(
+            "mapping",
+            "see `guardrails`",
+            "{mode: dry_run}",
+            "Confirmation of confirm- and destructive-tier calls, or dry-run; where pending \
+             actions live.",
+        )
+        .optional(|d, e, c| {
+            c.guardrails = d.guardrails(e.node, &e.at);
+        }),
+    Field::key("budgets")
+        .doc(
+            "mapping",
+            "none: no budget",
+            "{max_calls: 200}",
+            "Per-run budgets (calls sharing an `X-Corral-Run` id), and the lab's replay and judge \
+             ceilings.",
+        )
+        .optional(|d, e, c| c.budgets = d.budgets(e.node, &e.at)),
+    Field::key("disabled_ops")
+        .doc(
+            "list of op ids",
+            "none",
+            "[http.fetch]",
+            "Ops removed from the catalog before anything is built from it; nothing may refer to \
+             them.",
+        )
+        .optional(|d, e, c| {
+            c.disabled_ops = d.strings(e.node, &e.at);
+        }),
+    Field::key("protected")
+        .doc(
+            "list of globs",
+            "none",
+            "['*.lock', /ws/.github]",
+            "Paths no op may create, change or delete, beside the always protected `.git`, \
+             `.corral` and corral's own files (glob syntax below).",
+        )
+        .optional(|d, e, c| c.protected = d.strings(e.node, &e.at)),
+    Field::key("mcp_servers")
+        .doc(
+            "mapping of name to upstream server",
+            "none",
+            "{notes: {command: [notes-mcp]}}",
+            "Upstream MCP servers run in the sandbox; their tools become ops `mcp.<name>.<tool>`.",
+        )
+        .optional(|d, e, c| {
+            c.mcp_servers = d.mcp_servers(e.node, &e.at);
+        }),
+    Field::key("mcp")
+        .doc(
+            "mapping",
+            "loopback `Host`s only, no `Origin` check",
+            "{allowed_hosts: [corral.example.com]}",
+            "Which `Host` and `Origin` headers the `/mcp` endpoint answers.",
+        )
+        .startup()
+        .optional(|d, e, c| {
+            d.fields(e.node, &e.at, MCP, &mut c.mcp);
+        }),
+    Field::key("run")
+        .doc(
+            "mapping (may be empty)",
+            "none",
+            "{profile: readonly}",
+            "The sandbox `corral run --config FILE` gives its command; `corral serve` does not \
+             read it.",
+        )
+        .optional(|d, e, c| c.run = d.run(e.node, &e.at)),
+    Field::key("sandbox")
+        .doc(
+            "mapping",
+            "`{enabled: true}`",
+            "{enabled: false}",
+            "The lab: whether it answers, and the external programs, scorers and judges its runs \
+             may name.",
+        )
+        .optional(|d, e, c| {
+            d.fields(e.node, &e.at, SANDBOX, &mut c.sandbox);
+        }),
+    Field::key("recordings")
+        .doc(
+            "mapping",
+            "see `recordings`",
+            "{retention: 168h}",
+            "How long recorded runs are kept and how large they may grow.",
+        )
+        .startup()
+        .optional(|d, e, c| {
+            d.fields(e.node, &e.at, RECORDINGS, &mut c.recordings);
+        }),
+    Field::key("agents")
+        .doc(
+            "adapter name, list of them, or mapping",
+            "none",
+            "[codex]",
+            "The coding agents this deployment hosts (`codex`, `claude_code`); `agent_host` hosts \
+             these when it lists none itself.",
+        )
+        .optional(|d, e, c| c.agents = d.agents(e.node, &e.at)),
+    Field::key("install")
+        .doc(
+            "mapping",
+            "`{mode: lazy}`",
+            "{mode: offline}",
+            "When the hosted agents' CLIs are installed.",
+        )
+        .optional(|d, e, c| {
+            d.fields(e.node, &e.at, control::INSTALL, &mut c.install);
+        }),
+    Field::key("llm")
+        .doc(
+            "mapping",
+            "none: the LLM proxy's routes answer 503 `llm.not_configured`",
+            "{base_url_env: OPENAI_BASE_URL}",
+            "The model provider behind the LLM proxy, by the names of the variables holding its \
+             url and key.",
+        )
+        .startup()
+        .optional(|d, e, c| {
+            let mut l = LlmConfig::default();
+            if d.fields(e.node, &e.at, LLM, &mut l).is_some() {
+                c.llm = Some(l);
+            }
+        }),
 ];
 
 /// `llm:` the LLM proxy's upstream, by the names of the variables that hold it.
 pub(super) const LLM: &[Field<LlmConfig>] = &[
-    Field::required(
-        "base_url_env",
-        |d, e, l| l.base_url_env = d.env_name(e.node, &e.at),
+    Field::key("base_url_env").doc(
+        "environment variable name",
+        "required",
+        "OPENAI_BASE_URL",
+        "The variable holding the provider's base url (`http://` or `https://`, e.g. \
+         `https://api.openai.com/v1`); it must be set and non-empty.",
+    ).startup().required(|d, e, l| l.base_url_env = d.env_name(e.node, &e.at),
         |d, e, _| {
             d.err_fix(
                 codes::CONFIG_MISSING_KEY,
@@ -479,12 +780,21 @@ pub(super) const LLM: &[Field<LlmConfig>] = &[
                 e.key,
                 "name the variable that holds the provider's url: `llm: {base_url_env: OPENAI_BASE_URL}`".to_owned(),
             );
-        },
-    ),
-    Field::new("api_key_env", |d, e, l| {
+        }),
+    Field::key("api_key_env").doc(
+        "environment variable name",
+        "none: no key is sent (a local model)",
+        "OPENAI_API_KEY",
+        "The variable holding the provider's API key.",
+    ).startup().optional(|d, e, l| {
         l.api_key_env = d.env_name(e.node, &e.at);
     }),
-    Field::new("root_agent", |d, e, l| {
+    Field::key("root_agent").doc(
+        "string (1-128 characters, not `lab_coach`)",
+        "`root`",
+        "planner",
+        "The `X-Corral-Agent` name of the root agent.",
+    ).startup().optional(|d, e, l| {
         l.root_agent = d.spanned_string(e.node, &e.at).filter(|r| {
             let ok = !r.value.is_empty() && r.value.len() <= 128;
             if !ok {
@@ -513,7 +823,13 @@ pub(super) const LLM: &[Field<LlmConfig>] = &[
             ok && !reserved
         });
     }),
-    Field::new("api", |d, e, l| {
+    Field::key("api").doc(
+        "`openai` or `anthropic`",
+        "`openai`",
+        "anthropic",
+        "The API the provider speaks: OpenAI (chat completions, Responses, models; key as a \
+         bearer token) or Anthropic's Messages API (key as `x-api-key`).",
+    ).startup().optional(|d, e, l| {
         let Some(a) = d.spanned_string(e.node, &e.at) else {
             return;
         };
@@ -532,7 +848,13 @@ pub(super) const LLM: &[Field<LlmConfig>] = &[
             }
         };
     }),
-    Field::new("base_url", |d, e, _| {
+    Field::key("base_url").doc(
+        "refused",
+        "none",
+        "(refused)",
+        "Refused (`config.invalid_value`): the url is never written in the config; name its \
+         variable with `base_url_env`.",
+    ).startup().optional(|d, e, _| {
         d.err_fix(
             codes::CONFIG_INVALID_VALUE,
             "the provider's url is written in the config; `llm:` holds names of environment variables only".to_owned(),
@@ -541,7 +863,13 @@ pub(super) const LLM: &[Field<LlmConfig>] = &[
             "remove `base_url:`; export the url (`export OPENAI_BASE_URL=https://api.openai.com/v1`) and name it with `base_url_env: OPENAI_BASE_URL`".to_owned(),
         );
     }),
-    Field::new("api_key", |d, e, _| {
+    Field::key("api_key").doc(
+        "refused",
+        "none",
+        "(refused)",
+        "Refused (`config.inline_secret`): the key is never written in the config; name its \
+         variable with `api_key_env`.",
+    ).startup().optional(|d, e, _| {
         d.err_fix(
             codes::CONFIG_INLINE_SECRET,
             "the provider's API key is written in the config".to_owned(),
@@ -554,17 +882,52 @@ pub(super) const LLM: &[Field<LlmConfig>] = &[
 
 /// `recordings:` the limits of recorded runs.
 pub(super) const RECORDINGS: &[Field<RecordingsConfig>] = &[
-    Field::new("retention", |d, e, r| {
-        r.retention = d.duration(e.node, &e.at)
-    }),
-    Field::new("max_bytes", |d, e, r| r.max_bytes = d.size(e.node, &e.at)),
-    Field::new("max_events", |d, e, r| r.max_events = d.uint(e.node, &e.at)),
-    Field::new("max_per_tenant", |d, e, r| {
-        r.max_per_tenant = d.uint(e.node, &e.at)
-    }),
-    Field::new("max_per_principal", |d, e, r| {
-        r.max_per_principal = d.uint(e.node, &e.at)
-    }),
+    Field::key("retention")
+        .doc(
+            "duration",
+            "`720h` (30 days)",
+            "168h",
+            "How long a recording is kept after its first event.",
+        )
+        .startup()
+        .optional(|d, e, r| r.retention = d.duration(e.node, &e.at)),
+    Field::key("max_bytes")
+        .doc(
+            "size",
+            "`16MiB`",
+            "64MiB",
+            "Stored bytes of events per recording; raising it is linted (`lint.raised_cap`).",
+        )
+        .startup()
+        .optional(|d, e, r| r.max_bytes = d.size(e.node, &e.at)),
+    Field::key("max_events")
+        .doc(
+            "integer",
+            "`10000`",
+            "50000",
+            "Events per recording; raising it is linted (`lint.raised_cap`).",
+        )
+        .startup()
+        .optional(|d, e, r| r.max_events = d.uint(e.node, &e.at)),
+    Field::key("max_per_tenant")
+        .doc(
+            "integer",
+            "`10000`",
+            "500",
+            "Live recordings per tenant; a call that would start one more is refused \
+             (`recording.limit`).",
+        )
+        .startup()
+        .optional(|d, e, r| r.max_per_tenant = d.uint(e.node, &e.at)),
+    Field::key("max_per_principal")
+        .doc(
+            "integer",
+            "`1000`",
+            "100",
+            "Live recordings per principal (by identity) in a tenant.",
+        )
+        .startup()
+        .optional(|d, e, r| r.max_per_principal = d.uint(e.node, &e.at)),
 ];
 
 fn version(d: &mut Decoder, e: &Item<'_>, c: &mut Config) {
@@ -628,12 +991,26 @@ fn tiers(d: &mut Decoder, e: &Item<'_>, c: &mut Config) {
 }
 
 /// `storage:`.
-pub(super) const STORAGE: &[Field<StorageConfig>] =
-    &[Field::new("url", |d, e, s| s.url = d.string(e.node, &e.at))];
+pub(super) const STORAGE: &[Field<StorageConfig>] = &[Field::key("url")
+    .doc(
+        "string (`sqlite://PATH` or `postgres://...`)",
+        "`sqlite://` + `state_dir`/`corral.db`",
+        "postgres://corral@db/corral",
+        "The store's database; replicas share one Postgres (run budgets and confirmations are \
+         then shared).",
+    )
+    .startup()
+    .optional(|d, e, s| s.url = d.string(e.node, &e.at))];
 
 /// `mcp:` the `/mcp` endpoint's allow-lists.
 pub(super) const MCP: &[Field<McpConfig>] = &[
-    Field::new("allowed_hosts", |d, e, m| {
+    Field::key("allowed_hosts").doc(
+        "list of `name` or `name:port`",
+        "`localhost`, `127.0.0.1`, `::1`",
+        "[corral.example.com]",
+        "The `Host` values `/mcp` answers (DNS-rebinding protection); an empty list is \
+         refused.",
+    ).startup().optional(|d, e, m| {
         m.allowed_hosts = d.strings(e.node, &e.at);
         if m.allowed_hosts.is_empty() {
             d.err_fix(
@@ -645,64 +1022,144 @@ pub(super) const MCP: &[Field<McpConfig>] = &[
             );
         }
     }),
-    Field::new("allowed_origins", |d, e, m| {
+    Field::key("allowed_origins").doc(
+        "list of `scheme://host[:port]`",
+        "none: no `Origin` check",
+        "['https://app.example.com']",
+        "The browser `Origin`s `/mcp` answers.",
+    ).startup().optional(|d, e, m| {
         m.allowed_origins = d.strings(e.node, &e.at);
     }),
 ];
 
 /// `sandbox:` the lab.
 pub(super) const SANDBOX: &[Field<SandboxConfig>] = &[
-    Field::new("enabled", |d, e, s| {
-        s.enabled = d.bool(e.node, &e.at).unwrap_or(true);
-    }),
-    Field::new("programs", |d, e, s| {
-        s.programs = d.lab_programs(e.node, &e.at);
-    }),
-    Field::new("scorers", |d, e, s| {
-        s.scorers = d.lab_programs(e.node, &e.at);
-    }),
-    Field::new("record_runs", |d, e, s| {
-        s.record_runs = d.bool(e.node, &e.at).unwrap_or(false);
-    }),
-    Field::new("judges", |d, e, s| {
-        s.judges = d.lab_programs(e.node, &e.at);
-    }),
+    Field::key("enabled")
+        .doc(
+            "bool",
+            "`true`",
+            "false",
+            "Whether the lab answers; `false` closes its routes, CLI commands and MCP tools \
+             without deleting what it stored.",
+        )
+        .optional(|d, e, s| {
+            s.enabled = d.bool(e.node, &e.at).unwrap_or(true);
+        }),
+    Field::key("programs")
+        .doc(
+            "mapping of name to lab program",
+            "none",
+            "{echo: {command: [python3, echo.py]}}",
+            "External programs a run may name as its variant (run in the `linux` backend, \
+             reaching only corral's API for their run).",
+        )
+        .optional(|d, e, s| {
+            s.programs = d.lab_programs(e.node, &e.at);
+        }),
+    Field::key("scorers")
+        .doc(
+            "mapping of name to lab program",
+            "none",
+            "{exact: {command: [./score]}}",
+            "External command scorers a run may name (`command:<name>`; run in the `linux` \
+             backend, no network).",
+        )
+        .optional(|d, e, s| {
+            s.scorers = d.lab_programs(e.node, &e.at);
+        }),
+    Field::key("record_runs")
+        .doc(
+            "bool",
+            "`false`",
+            "true",
+            "Record every lab run (its calls and its task input, under the run's id): what \
+             deterministic replay starts from.",
+        )
+        .optional(|d, e, s| {
+            s.record_runs = d.bool(e.node, &e.at).unwrap_or(false);
+        }),
+    Field::key("judges")
+        .doc(
+            "mapping of name to lab program",
+            "none",
+            "{pairwise: {command: [./judge]}}",
+            "External command judges a tournament may name (`command:<name>`): each reads \
+             `{input, first, second, expected}` and answers which it prefers.",
+        )
+        .optional(|d, e, s| {
+            s.judges = d.lab_programs(e.node, &e.at);
+        }),
 ];
 
 /// `isolation:` where commands run.
 pub(super) const ISOLATION: &[Field<IsolationConfig>] = &[
-    Field::new("backend", |d, e, i| {
-        let kinds = [
-            ("linux", BackendKind::Linux),
-            ("process", BackendKind::Process),
-        ];
-        i.backend = d.choice(e.node, &e.at, &kinds).unwrap_or_default();
-    }),
-    Field::new("network", |d, e, i| {
-        let modes = [
-            ("none", NetworkMode::None),
-            ("loopback", NetworkMode::Loopback),
-        ];
-        i.network = d.choice(e.node, &e.at, &modes).unwrap_or_default();
-    }),
-    Field::new("cgroup_parent", |d, e, i| {
-        let Some(v) = d.string(e.node, &e.at) else {
-            return;
-        };
-        if v.starts_with('/') {
-            i.cgroup_parent = Some(std::path::PathBuf::from(v));
-        } else {
-            d.err_fix(
-                codes::CONFIG_INVALID_VALUE,
-                format!("`isolation.cgroup_parent` `{v}` is not an absolute path"),
-                &e.at,
-                e.node.span,
-                "give the cgroup v2 directory's full path, e.g. `/sys/fs/cgroup/corral.slice`"
-                    .to_owned(),
-            );
-        }
-    }),
-    Field::new("host_uids", host_uids),
+    Field::key("backend")
+        .doc(
+            "`linux` or `process`",
+            "`linux`",
+            "process",
+            "`linux`: namespaces, landlock and seccomp; `process`: a plain child process, and \
+             every result says `isolated: false`.",
+        )
+        .startup()
+        .optional(|d, e, i| {
+            let kinds = [
+                ("linux", BackendKind::Linux),
+                ("process", BackendKind::Process),
+            ];
+            i.backend = d.choice(e.node, &e.at, &kinds).unwrap_or_default();
+        }),
+    Field::key("network")
+        .doc(
+            "`none` or `loopback`",
+            "`none`",
+            "loopback",
+            "The sandbox's network where nothing sets another: an empty namespace, or one with \
+             only loopback up.",
+        )
+        .startup()
+        .optional(|d, e, i| {
+            let modes = [
+                ("none", NetworkMode::None),
+                ("loopback", NetworkMode::Loopback),
+            ];
+            i.network = d.choice(e.node, &e.at, &modes).unwrap_or_default();
+        }),
+    Field::key("cgroup_parent")
+        .doc(
+            "string (absolute path)",
+            "none: corral's own cgroup",
+            "/sys/fs/cgroup/corral.slice",
+            "The cgroup v2 directory per-run cgroups go under.",
+        )
+        .startup()
+        .optional(|d, e, i| {
+            let Some(v) = d.string(e.node, &e.at) else {
+                return;
+            };
+            if v.starts_with('/') {
+                i.cgroup_parent = Some(std::path::PathBuf::from(v));
+            } else {
+                d.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    format!("`isolation.cgroup_parent` `{v}` is not an absolute path"),
+                    &e.at,
+                    e.node.span,
+                    "give the cgroup v2 directory's full path, e.g. `/sys/fs/cgroup/corral.slice`"
+                        .to_owned(),
+                );
+            }
+        }),
+    Field::key("host_uids")
+        .doc(
+            "`auto`, `root` or `START:COUNT`",
+            "`auto`",
+            "1879048192:65536",
+            "The host ids a sandbox runs as when corral is host root: `auto` is corral's \
+             `/etc/subuid` range, else a fixed unused one; COUNT at least 65535.",
+        )
+        .startup()
+        .optional(host_uids),
 ];
 
 /// `isolation.host_uids`: `auto`, `root` or `START:COUNT`.
@@ -731,49 +1188,288 @@ fn host_uids(d: &mut Decoder, e: &Item<'_>, i: &mut IsolationConfig) {
     }
 }
 
-/// Every table, by the path of the mapping it decodes (the no-panic test draws documents from
-/// their keys; the table test checks each one's unknown-key hint).
+/// A documented key: its name and what the reference says of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyRow {
+    /// The key.
+    pub key: &'static str,
+    /// Its documentation.
+    pub doc: KeyDoc,
+}
+
+fn rows<T>(table: &[Field<T>]) -> Vec<KeyRow> {
+    table
+        .iter()
+        .map(|f| KeyRow {
+            key: f.key,
+            doc: f.doc,
+        })
+        .collect()
+}
+
+/// A table of the decoder, as the reference (`docs/CONFIG.md`) shows it.
+pub(crate) struct Table {
+    /// The name of its const in the decoder (`TOP`, `RULE`, ...).
+    pub name: &'static str,
+    /// Where its mapping is written (`rules[].paths`; `[]` an item of a list, `<op>` a key the
+    /// config chooses); the first names the section.
+    pub paths: &'static [&'static str],
+    /// What the mapping is, and its short forms.
+    pub about: &'static str,
+    keys: fn() -> Vec<KeyRow>,
+}
+
+impl Table {
+    /// Its keys, in the decoder's order.
+    pub fn keys(&self) -> Vec<KeyRow> {
+        (self.keys)()
+    }
+}
+
+/// A [`Table`] of the const `$t`, written at `$paths`.
+macro_rules! table {
+    ($t:path, [$($p:literal),+ $(,)?], $about:literal $(,)?) => {
+        Table {
+            name: stringify!($t),
+            paths: &[$($p),+],
+            about: $about,
+            keys: || rows($t),
+        }
+    };
+}
+
+/// Every table the decoder reads, in the reference's order.
+pub(crate) const REGISTRY: &[Table] = &[
+    table!(
+        TOP,
+        [""],
+        "The document's top level. Only `version` is required."
+    ),
+    table!(
+        control::PRESET,
+        ["preset", "preset[]"],
+        "A preset written as a mapping; `preset: NAME` alone is short for `{name: NAME}`, and \
+         `preset:` may list several. What each preset allows is under Presets below."
+    ),
+    table!(
+        scopes::RULE,
+        ["rules[]"],
+        "One rule: exactly one of `allow` and `deny`, with the ops it selects. An allow rule \
+         carries the scopes its ops' params need: `paths` for a path, `commands` for an argv \
+         or a cwd, `urls` for a url, `agents` for the agent ops."
+    ),
+    table!(
+        scopes::PATH,
+        ["rules[].paths"],
+        "A path scope; a list is short for `{roots: [...]}`. In a deny rule `roots` may be `/`, \
+         and may be left out when `deny` patterns are given (then only the patterns match)."
+    ),
+    table!(
+        scopes::COMMAND,
+        ["rules[].commands"],
+        "A command scope (`commands.run`); a list is short for `{allow: [...]}`."
+    ),
+    table!(
+        scopes::URL,
+        ["rules[].urls"],
+        "A url scope (`http.fetch`); a list is short for `{hosts: [...]}`."
+    ),
+    table!(
+        scopes::AGENT,
+        ["rules[].agents"],
+        "What hosted coding agents may do (docs/agents.md); allow rules only."
+    ),
+    table!(
+        scopes::NETWORK,
+        [
+            "rules[].commands.network",
+            "rules[].agents.network",
+            "custom.<op>.network",
+            "mcp_servers.<name>.network",
+            "run.network",
+        ],
+        "A network written as a mapping (docs/egress.md); `none` and `loopback` are written as \
+         plain strings."
+    ),
+    table!(
+        scopes::LIMIT,
+        ["limits", "rules[].limits"],
+        "Limits on a call. The limit in force is, field by field, the strictest of the \
+         top-level `limits`, the `limits` of the rule that allows the call, and its scopes' \
+         `max_bytes`, `timeout` and `max_output_bytes`; a field nobody sets falls back to the \
+         op's own default, shown in parentheses."
+    ),
+    table!(
+        ops::CUSTOM,
+        ["custom.<op>"],
+        "One custom op; `<op>` is its op id. Whatever its effects, it runs a program (open mode \
+         refuses it)."
+    ),
+    table!(
+        ops::PARAM,
+        ["custom.<op>.params.<name>"],
+        "One param of a custom op as a mapping; `name: TYPE` alone is short for `{type: TYPE}`."
+    ),
+    table!(
+        ops::MCP_SERVER,
+        ["mcp_servers.<name>"],
+        "One upstream MCP server. `<name>` (letters, digits, `_` and `-`, starting with a \
+         letter) is the middle of its tools' op ids, `mcp.<name>.<tool>`."
+    ),
+    table!(
+        ops::MCP_TOOL,
+        ["mcp_servers.<name>.tools.<tool>"],
+        "One declared tool of an upstream server; `<tool>:` with no value declares it with \
+         the defaults."
+    ),
+    table!(
+        access::AUTH,
+        ["auth"],
+        "Who may call. With neither tokens nor a JWT the server is in open mode."
+    ),
+    table!(
+        access::TOKEN,
+        ["auth.tokens[]"],
+        "One static token; its secret lives in the environment. `id` and `token_env` are \
+         required."
+    ),
+    table!(
+        access::JWT,
+        ["auth.jwt"],
+        "How bearer JWTs are verified and mapped to principals."
+    ),
+    table!(
+        access::SERVICE_CLAIM,
+        ["auth.jwt.service_claim"],
+        "The claim that marks a service principal; both keys are required."
+    ),
+    table!(
+        access::ROLES,
+        ["roles"],
+        "RBAC by tier: present (even `roles: {}`, or `roles:` with no value) turns it on."
+    ),
+    table!(
+        access::AUTONOMY,
+        ["autonomy"],
+        "Autonomy written as a mapping; `autonomy: L2` is short for `{level: L2}`."
+    ),
+    table!(
+        access::PIN,
+        ["autonomy.pins[]"],
+        "One pin: a principal and its level; both keys are required."
+    ),
+    table!(
+        control::GUARDRAILS,
+        ["guardrails"],
+        "Confirmation and dry-run (docs/guardrails.md)."
+    ),
+    table!(
+        control::BUDGETS,
+        ["budgets"],
+        "Per-run budgets: a run is the calls carrying one `X-Corral-Run` id, or made by a \
+         run-scoped token. `0` (or absent) disables one."
+    ),
+    table!(
+        control::REPLAY_BUDGET,
+        ["budgets.replay"],
+        "The ceiling of one shadow evaluation's replay runs (docs/lab.md)."
+    ),
+    table!(
+        control::JUDGE_BUDGET,
+        ["budgets.judge"],
+        "The ceiling of one tournament's judge calls (docs/lab.md)."
+    ),
+    table!(
+        access::AUDIT,
+        ["audit"],
+        "Where audit events go. Read only at start-up."
+    ),
+    table!(
+        STORAGE,
+        ["storage"],
+        "Where corral keeps its state. Read only at start-up."
+    ),
+    table!(
+        ISOLATION,
+        ["isolation"],
+        "Where commands run (docs/isolation.md). Read only at start-up."
+    ),
+    table!(
+        MCP,
+        ["mcp"],
+        "The `/mcp` endpoint's allow-lists. Read only at start-up."
+    ),
+    table!(
+        ops::LAB_PROGRAM,
+        [
+            "sandbox.programs.<name>",
+            "sandbox.scorers.<name>",
+            "sandbox.judges.<name>",
+        ],
+        "One external program of the lab (docs/lab.md); `<name>` is letters, digits, `_` and \
+         `-`, starting with a letter."
+    ),
+    table!(SANDBOX, ["sandbox"], "The lab (docs/lab.md)."),
+    table!(
+        RECORDINGS,
+        ["recordings"],
+        "The limits of recorded runs, set when the store opens: at start-up."
+    ),
+    table!(
+        control::AGENTS,
+        ["agents"],
+        "The hosted coding agents as a mapping; `agents: [codex]` (or `agents: codex`) is short \
+         for `{adapters: [codex]}`."
+    ),
+    table!(
+        control::INSTALL,
+        ["install"],
+        "When the hosted agents' CLIs are installed (docs/agents.md)."
+    ),
+    table!(
+        LLM,
+        ["llm"],
+        "The LLM proxy's provider (docs/llm-proxy.md), by the names of the environment \
+         variables holding its url and key, never the values. Read at start-up."
+    ),
+    table!(
+        control::RUN,
+        ["run"],
+        "The sandbox of `corral run --config FILE`: flags win over keys, and `read`, `write` \
+         and `env` add to the flags' lists. `run:` with no value is the defaults."
+    ),
+    table!(
+        control::RUN_LIMITS,
+        ["run.limits"],
+        "The limits of `corral run --config FILE`."
+    ),
+];
+
+/// Every table with each path it is written at, made concrete (`rules[0].paths`,
+/// `custom.x`): the no-panic test draws documents from their keys, and the table test checks
+/// each one's unknown-key hint.
 #[cfg(test)]
-pub(crate) fn all_tables() -> Vec<(&'static str, Vec<&'static str>)> {
-    vec![
-        ("", keys(TOP)),
-        ("storage", keys(STORAGE)),
-        ("mcp", keys(MCP)),
-        ("isolation", keys(ISOLATION)),
-        ("sandbox", keys(SANDBOX)),
-        ("recordings", keys(RECORDINGS)),
-        ("llm", keys(LLM)),
-        ("rules[0]", keys(scopes::RULE)),
-        ("rules[0].paths", keys(scopes::PATH)),
-        ("rules[0].commands", keys(scopes::COMMAND)),
-        ("rules[0].commands.network", keys(scopes::NETWORK)),
-        ("rules[0].urls", keys(scopes::URL)),
-        ("rules[0].agents", keys(scopes::AGENT)),
-        ("rules[0].agents.network", keys(scopes::NETWORK)),
-        ("agents", keys(control::AGENTS)),
-        ("install", keys(control::INSTALL)),
-        ("limits", keys(scopes::LIMIT)),
-        ("custom.op", keys(ops::CUSTOM)),
-        ("custom.op.params.p", keys(ops::PARAM)),
-        ("mcp_servers.up", keys(ops::MCP_SERVER)),
-        ("sandbox.programs.p", keys(ops::LAB_PROGRAM)),
-        ("sandbox.scorers.s", keys(ops::LAB_PROGRAM)),
-        ("sandbox.judges.j", keys(ops::LAB_PROGRAM)),
-        ("mcp_servers.up.tools.t", keys(ops::MCP_TOOL)),
-        ("auth", keys(access::AUTH)),
-        ("auth.tokens[0]", keys(access::TOKEN)),
-        ("auth.jwt", keys(access::JWT)),
-        ("auth.jwt.service_claim", keys(access::SERVICE_CLAIM)),
-        ("audit", keys(access::AUDIT)),
-        ("autonomy", keys(access::AUTONOMY)),
-        ("autonomy.pins[0]", keys(access::PIN)),
-        ("roles", keys(access::ROLES)),
-        ("guardrails", keys(control::GUARDRAILS)),
-        ("budgets", keys(control::BUDGETS)),
-        ("budgets.replay", keys(control::REPLAY_BUDGET)),
-        ("budgets.judge", keys(control::JUDGE_BUDGET)),
-        ("run", keys(control::RUN)),
-        ("run.limits", keys(control::RUN_LIMITS)),
-        ("preset[0]", keys(control::PRESET)),
-    ]
+pub(crate) fn all_tables() -> Vec<(String, Vec<&'static str>)> {
+    REGISTRY
+        .iter()
+        .flat_map(|t| {
+            let keys: Vec<&'static str> = t.keys().iter().map(|r| r.key).collect();
+            t.paths.iter().map(move |p| (concrete(p), keys.clone()))
+        })
+        .collect()
+}
+
+/// A registry path made concrete: `[]` is `[0]`, `<...>` is `x`.
+#[cfg(test)]
+fn concrete(path: &str) -> String {
+    let mut out = String::new();
+    let mut rest = path.replace("[]", "[0]");
+    while let Some(open) = rest.find('<') {
+        let close = rest[open..].find('>').map_or(rest.len(), |c| open + c + 1);
+        out.push_str(&rest[..open]);
+        out.push('x');
+        rest = rest[close..].to_owned();
+    }
+    out.push_str(&rest);
+    out
 }

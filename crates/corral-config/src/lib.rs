@@ -11,6 +11,7 @@ pub mod diag;
 pub mod lint;
 pub mod model;
 pub mod protect;
+mod reference;
 pub mod starter;
 pub mod yaml;
 
@@ -24,6 +25,7 @@ use corral_policy::{Catalog, Engine, Policy, Role, codes};
 pub use build::{Env, ProcessEnv, ResolvedLlm, ResolvedToken, RuleOrigin, upstream_tool_spec};
 pub use diag::{Diagnostic, Severity, render};
 pub use model::{Config, RunConfig, RunProfile, Secret};
+pub use reference::{REGENERATE, reference_markdown};
 
 /// A config that loaded without errors.
 #[derive(Debug)]

@@ -13,8 +13,22 @@ use crate::yaml::{Node, Value};
 
 /// `auth:`.
 pub(super) const AUTH: &[Field<AuthConfig>] = &[
-    Field::new("tokens", tokens),
-    Field::new("jwt", |d, e, a| a.jwt = d.jwt(e.node, &e.at)),
+    Field::key("tokens")
+        .doc(
+            "list of tokens",
+            "none",
+            "[{id: ci, token_env: CI_TOKEN}]",
+            "Static bearer tokens; see `auth.tokens[]`.",
+        )
+        .optional(tokens),
+    Field::key("jwt")
+        .doc(
+            "mapping",
+            "none",
+            "{hs256_secret_env: JWT_SECRET}",
+            "JWT bearer tokens; see `auth.jwt`.",
+        )
+        .optional(|d, e, a| a.jwt = d.jwt(e.node, &e.at)),
 ];
 
 /// A token being decoded: it needs both `id` and `token_env`.
@@ -31,20 +45,46 @@ pub(super) struct TokenDraft {
 
 /// One of `auth.tokens`.
 pub(super) const TOKEN: &[Field<TokenDraft>] = &[
-    Field::new("id", |d, e, t| {
+    Field::key("id").doc(
+        "string",
+        "required",
+        "ci",
+        "The principal id (not `anonymous`).",
+    ).optional(|d, e, t| {
         t.id = d.spanned_string(e.node, &e.at).map(|id| (id, e.at.clone()));
     }),
-    Field::new("roles", |d, e, t| t.roles = d.plain_strings(e.node, &e.at)),
-    Field::new("kind", |d, e, t| {
+    Field::key("roles").doc(
+        "list of strings",
+        "none",
+        "[operator, grader]",
+        "Its roles: tier roles (`viewer`, `operator`, `admin`) and roles rules name.",
+    ).optional(|d, e, t| t.roles = d.plain_strings(e.node, &e.at)),
+    Field::key("kind").doc(
+        "`human`, `delegated` or `service`",
+        "`human`",
+        "service",
+        "The principal's kind (for `kind:` selectors and pins).",
+    ).optional(|d, e, t| {
         let kinds = PrincipalKind::ALL.map(|k| (k.as_str(), k));
         t.kind = d
             .choice(e.node, &e.at, &kinds)
             .unwrap_or(PrincipalKind::Human);
     }),
-    Field::new("token_env", |d, e, t| {
+    Field::key("token_env").doc(
+        "environment variable name",
+        "required",
+        "CORRAL_CI_TOKEN",
+        "The variable holding the secret (16 characters at least).",
+    ).optional(|d, e, t| {
         t.token_env = d.spanned_string(e.node, &e.at);
     }),
-    Field::new("token", |d, e, _| {
+    Field::key("token").doc(
+        "refused",
+        "none",
+        "(refused)",
+        "Refused (`config.inline_secret`): the secret is never written in the config; name \
+         its variable with `token_env`.",
+    ).optional(|d, e, _| {
         d.err_fix(
             codes::CONFIG_INLINE_SECRET,
             "the token secret is written in the config".to_owned(),
@@ -53,7 +93,13 @@ pub(super) const TOKEN: &[Field<TokenDraft>] = &[
             "remove `token:`; put the secret in an environment variable and name it with `token_env:`".to_owned(),
         );
     }),
-    Field::new("run", |d, e, t| {
+    Field::key("run").doc(
+        "run id (1-128 of letters, digits, `_ - . :`)",
+        "none",
+        "nightly-42",
+        "A run-scoped token: every call it makes belongs to this run, whose budgets always \
+         apply.",
+    ).optional(|d, e, t| {
         t.run = d.spanned_string(e.node, &e.at).filter(|r| {
             let ok = corral_policy::valid_run_id(&r.value);
             if !ok {
@@ -68,7 +114,12 @@ pub(super) const TOKEN: &[Field<TokenDraft>] = &[
             ok
         });
     }),
-    Field::new("record", |d, e, t| {
+    Field::key("record").doc(
+        "bool",
+        "`false`",
+        "true",
+        "Record every call the token makes (only with `run`).",
+    ).optional(|d, e, t| {
         t.record = d
             .bool(e.node, &e.at)
             .map(|b| (b, e.at.clone(), e.node.span));
@@ -162,28 +213,88 @@ pub(super) struct JwtDraft {
 
 /// `auth.jwt`.
 pub(super) const JWT: &[Field<JwtDraft>] = &[
-    Field::new("hs256_secret_env", |d, e, j| {
-        j.hs256_secret_env = d.spanned_string(e.node, &e.at);
-    }),
-    Field::new("rs256_public_key_file", |d, e, j| {
-        j.rs256_public_key_file = d.spanned_string(e.node, &e.at);
-    }),
-    Field::new("issuer", |d, e, j| j.issuer = d.string(e.node, &e.at)),
-    Field::new("audience", |d, e, j| j.audience = d.string(e.node, &e.at)),
-    Field::new("roles_claim", |d, e, j| {
-        j.roles_claim = d.string(e.node, &e.at);
-    }),
-    Field::new("tenant_claim", |d, e, j| {
-        j.tenant_claim = d.string(e.node, &e.at);
-    }),
-    Field::new("service_claim", service_claim),
-    Field::new("run_claim", |d, e, j| j.run_claim = d.string(e.node, &e.at)),
+    Field::key("hs256_secret_env")
+        .doc(
+            "environment variable name",
+            "exactly one of this and `rs256_public_key_file` is required",
+            "CORRAL_JWT_SECRET",
+            "The variable holding the HS256 secret (32 characters at least).",
+        )
+        .optional(|d, e, j| {
+            j.hs256_secret_env = d.spanned_string(e.node, &e.at);
+        }),
+    Field::key("rs256_public_key_file")
+        .doc(
+            "string (path)",
+            "exactly one of this and `hs256_secret_env` is required",
+            "keys/jwt.pem",
+            "A PEM file with the RS256 public key (relative: the config directory's).",
+        )
+        .optional(|d, e, j| {
+            j.rs256_public_key_file = d.spanned_string(e.node, &e.at);
+        }),
+    Field::key("issuer")
+        .doc(
+            "string",
+            "none: not checked",
+            "https://idp.example",
+            "The `iss` a token must have.",
+        )
+        .optional(|d, e, j| j.issuer = d.string(e.node, &e.at)),
+    Field::key("audience")
+        .doc(
+            "string",
+            "none: not checked",
+            "corral",
+            "The `aud` a token must have.",
+        )
+        .optional(|d, e, j| j.audience = d.string(e.node, &e.at)),
+    Field::key("roles_claim")
+        .doc(
+            "string",
+            "`roles`",
+            "groups",
+            "The claim holding the roles.",
+        )
+        .optional(|d, e, j| {
+            j.roles_claim = d.string(e.node, &e.at);
+        }),
+    Field::key("tenant_claim")
+        .doc("string", "`tenant`", "org", "The claim holding the tenant.")
+        .optional(|d, e, j| {
+            j.tenant_claim = d.string(e.node, &e.at);
+        }),
+    Field::key("service_claim")
+        .doc(
+            "mapping `{name, value}`",
+            "none",
+            "{name: typ, value: service}",
+            "A claim and value that mark a service principal.",
+        )
+        .optional(service_claim),
+    Field::key("run_claim")
+        .doc(
+            "string",
+            "`run`",
+            "corral_run",
+            "The claim holding the run a token is scoped to.",
+        )
+        .optional(|d, e, j| j.run_claim = d.string(e.node, &e.at)),
 ];
 
 /// `auth.jwt.service_claim: {name, value}`.
 pub(super) const SERVICE_CLAIM: &[Field<(Option<String>, Option<String>)>] = &[
-    Field::new("name", |d, e, c| c.0 = d.string(e.node, &e.at)),
-    Field::new("value", |d, e, c| c.1 = d.string(e.node, &e.at)),
+    Field::key("name")
+        .doc("string", "required", "typ", "The claim's name.")
+        .optional(|d, e, c| c.0 = d.string(e.node, &e.at)),
+    Field::key("value")
+        .doc(
+            "string",
+            "required",
+            "service",
+            "The value that marks a service principal.",
+        )
+        .optional(|d, e, c| c.1 = d.string(e.node, &e.at)),
 ];
 
 fn service_claim(d: &mut Decoder, e: &Item<'_>, j: &mut JwtDraft) {
@@ -214,17 +325,51 @@ pub(super) struct AuditDraft {
 
 /// `audit:`.
 pub(super) const AUDIT: &[Field<AuditDraft>] = &[
-    Field::new("sink", |d, e, a| {
-        let sinks = [("store", 0u8), ("stderr", 1), ("file", 2), ("off", 3)];
-        a.sink = d.choice(e.node, &e.at, &sinks).unwrap_or(0);
-    }),
-    Field::new("path", |d, e, a| a.path = d.string(e.node, &e.at)),
+    Field::key("sink")
+        .doc(
+            "`store`, `stderr`, `file` or `off`",
+            "`store`",
+            "stderr",
+            "The sink added beside the store, which always keeps events: JSON Lines on stderr or \
+             in a file; `store` and `off` add none (`off` fails learning mode's audit \
+             precondition).",
+        )
+        .startup()
+        .optional(|d, e, a| {
+            let sinks = [("store", 0u8), ("stderr", 1), ("file", 2), ("off", 3)];
+            a.sink = d.choice(e.node, &e.at, &sinks).unwrap_or(0);
+        }),
+    Field::key("path")
+        .doc(
+            "string (path)",
+            "required with `sink: file`",
+            "/var/log/corral/audit.jsonl",
+            "The JSON Lines file (relative: the state directory's parent).",
+        )
+        .startup()
+        .optional(|d, e, a| a.path = d.string(e.node, &e.at)),
 ];
 
 /// `autonomy:` as a mapping.
 pub(super) const AUTONOMY: &[Field<AutonomyConfig>] = &[
-    Field::new("level", |d, e, a| a.level = d.level(e.node, &e.at)),
-    Field::new("pins", pins),
+    Field::key("level")
+        .doc(
+            "`L0` to `L4`",
+            "none: no process-wide restriction",
+            "L3",
+            "The process-wide level: L0 `core.*` only, L1 the read tier without `net` or `exec`, \
+             L2 the read tier, L3 read and confirm tiers, L4 every tier.",
+        )
+        .optional(|d, e, a| a.level = d.level(e.node, &e.at)),
+    Field::key("pins")
+        .doc(
+            "list of `{principal, level}`",
+            "none",
+            "[{principal: 'kind:service', level: L4}]",
+            "Per-principal levels; the level in force is the lowest of the process level, the \
+             lowest matching pin (a service with none: L2) and the run's.",
+        )
+        .optional(pins),
 ];
 
 /// A pin being decoded: its level and principal are read once both are known to be there.
@@ -236,8 +381,17 @@ pub(super) struct PinDraft {
 
 /// One of `autonomy.pins`.
 pub(super) const PIN: &[Field<PinDraft>] = &[
-    Field::new("principal", |_, e, p| p.principal = stash(e)),
-    Field::new("level", |_, e, p| p.level = stash(e)),
+    Field::key("principal")
+        .doc(
+            "principal selector (`id:`, `role:` or `kind:`; not `*`)",
+            "required",
+            "kind:service",
+            "Who the pin applies to.",
+        )
+        .optional(|_, e, p| p.principal = stash(e)),
+    Field::key("level")
+        .doc("`L0` to `L4`", "required", "L2", "Their level.")
+        .optional(|_, e, p| p.level = stash(e)),
 ];
 
 /// `autonomy.pins: [{principal, level}]`.
@@ -294,18 +448,26 @@ fn pins(d: &mut Decoder, e: &Item<'_>, a: &mut AutonomyConfig) {
 }
 
 /// `roles:`.
-pub(super) const ROLES: &[Field<RolesConfig>] = &[Field::new("overrides", |d, e, r| {
-    let Some(entries) = d.map_any(e.node, &e.at) else {
-        return;
-    };
-    let roles = Role::ALL.map(|r| (r.as_str(), r));
-    for (k, v) in entries {
-        if let Some(role) = d.choice(v, &format!("{}.{}", e.at, k.name), &roles) {
-            r.overrides
-                .push((Spanned::new(k.name.clone(), k.span), role));
+pub(super) const ROLES: &[Field<RolesConfig>] = &[Field::key("overrides")
+    .doc(
+        "mapping of op id to `viewer`, `operator` or `admin`",
+        "none",
+        "{files.write: admin}",
+        "The role an op needs, instead of its tier's (read: viewer, confirm: operator, \
+         destructive: admin).",
+    )
+    .optional(|d, e, r| {
+        let Some(entries) = d.map_any(e.node, &e.at) else {
+            return;
+        };
+        let roles = Role::ALL.map(|r| (r.as_str(), r));
+        for (k, v) in entries {
+            if let Some(role) = d.choice(v, &format!("{}.{}", e.at, k.name), &roles) {
+                r.overrides
+                    .push((Spanned::new(k.name.clone(), k.span), role));
+            }
         }
-    }
-})];
+    })];
 
 impl Decoder {
     /// `auth:`.

@@ -24,44 +24,75 @@ pub(super) struct GuardrailsDraft {
 
 /// `guardrails:`.
 pub(super) const GUARDRAILS: &[Field<GuardrailsDraft>] = &[
-    Field::new("mode", |d, e, g| {
-        let modes = [
-            ("enforce", GuardrailsMode::Enforce),
-            ("dry_run", GuardrailsMode::DryRun),
-        ];
-        g.g.mode = d.choice(e.node, &e.at, &modes).unwrap_or_default();
-    }),
-    Field::new("confirmation_ttl", |d, e, g| {
-        let Some(ttl) = d.duration(e.node, &e.at) else {
-            return;
-        };
-        if ttl < Duration::from_secs(1) {
-            d.err_fix(
-                codes::CONFIG_INVALID_VALUE,
-                "`confirmation_ttl` is under one second, so no approval could ever be used"
-                    .to_owned(),
-                &e.at,
-                e.node.span,
-                "write a duration such as `300s` (the default)".to_owned(),
-            );
-        } else {
-            g.g.confirmation_ttl = ttl;
-        }
-    }),
-    Field::new("confirmations", |d, e, g| {
-        let backends = [
-            ("store", ConfirmationBackend::Store),
-            ("memory", ConfirmationBackend::Memory),
-        ];
-        g.confirmations = Some((e.node.span, e.at.clone()));
-        g.g.confirmations = d.choice(e.node, &e.at, &backends).unwrap_or_default();
-    }),
-    Field::new("max_pending", |d, e, g| {
-        let Some(max) = d.uint(e.node, &e.at) else {
-            return;
-        };
-        if max == 0 {
-            d.err_fix(
+    Field::key("mode")
+        .doc(
+            "`enforce` or `dry_run`",
+            "`enforce`",
+            "dry_run",
+            "`enforce`: confirm- and destructive-tier calls wait for a person's approval; \
+             `dry_run`: they answer `dry_run` and never run.",
+        )
+        .optional(|d, e, g| {
+            let modes = [
+                ("enforce", GuardrailsMode::Enforce),
+                ("dry_run", GuardrailsMode::DryRun),
+            ];
+            g.g.mode = d.choice(e.node, &e.at, &modes).unwrap_or_default();
+        }),
+    Field::key("confirmation_ttl")
+        .doc(
+            "duration (1s at least)",
+            "`300s`",
+            "10m",
+            "How long a pending action, its approval and its stored outcome live.",
+        )
+        .optional(|d, e, g| {
+            let Some(ttl) = d.duration(e.node, &e.at) else {
+                return;
+            };
+            if ttl < Duration::from_secs(1) {
+                d.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    "`confirmation_ttl` is under one second, so no approval could ever be used"
+                        .to_owned(),
+                    &e.at,
+                    e.node.span,
+                    "write a duration such as `300s` (the default)".to_owned(),
+                );
+            } else {
+                g.g.confirmation_ttl = ttl;
+            }
+        }),
+    Field::key("confirmations")
+        .doc(
+            "`store` or `memory`",
+            "`store`",
+            "memory",
+            "Where pending actions and approvals live: the store (survives restarts) or this \
+             process (refused with `replicas` above 1).",
+        )
+        .startup()
+        .optional(|d, e, g| {
+            let backends = [
+                ("store", ConfirmationBackend::Store),
+                ("memory", ConfirmationBackend::Memory),
+            ];
+            g.confirmations = Some((e.node.span, e.at.clone()));
+            g.g.confirmations = d.choice(e.node, &e.at, &backends).unwrap_or_default();
+        }),
+    Field::key("max_pending")
+        .doc(
+            "integer (1 at least)",
+            "`20`",
+            "50",
+            "Pending actions one principal may have at once.",
+        )
+        .optional(|d, e, g| {
+            let Some(max) = d.uint(e.node, &e.at) else {
+                return;
+            };
+            if max == 0 {
+                d.err_fix(
                 codes::CONFIG_INVALID_VALUE,
                 "`max_pending` is 0, so no call that needs a person's approval could ever be asked"
                     .to_owned(),
@@ -69,103 +100,221 @@ pub(super) const GUARDRAILS: &[Field<GuardrailsDraft>] = &[
                 e.node.span,
                 "write a positive number such as `20` (the default)".to_owned(),
             );
-        } else {
-            g.g.max_pending = max;
-        }
-    }),
-    Field::new("replicas", |d, e, g| {
-        let Some(r) = d.uint(e.node, &e.at) else {
-            return;
-        };
-        if r == 0 {
-            d.wrong_type(e.node, &e.at, "a positive integer");
-        } else {
-            g.g.replicas = r;
-        }
-    }),
+            } else {
+                g.g.max_pending = max;
+            }
+        }),
+    Field::key("replicas")
+        .doc(
+            "integer (1 at least)",
+            "`1`",
+            "3",
+            "How many `corral serve` replicas share this config (declared, so `confirmations: \
+             memory` with several is refused).",
+        )
+        .optional(|d, e, g| {
+            let Some(r) = d.uint(e.node, &e.at) else {
+                return;
+            };
+            if r == 0 {
+                d.wrong_type(e.node, &e.at, "a positive integer");
+            } else {
+                g.g.replicas = r;
+            }
+        }),
 ];
 
 /// `budgets:`.
 pub(super) const BUDGETS: &[Field<BudgetsConfig>] = &[
-    Field::new("max_calls", |d, e, b| {
-        b.max_calls = d.uint(e.node, &e.at).unwrap_or(0);
-    }),
-    Field::new("max_calls_per_op", |d, e, b| {
-        let Some(entries) = d.map_any(e.node, &e.at) else {
-            return;
-        };
-        for (k, v) in entries {
-            if let Some(count) = d.uint(v, &format!("{}.{}", e.at, k.name)) {
-                b.max_calls_per_op
-                    .push((Spanned::new(k.name.clone(), k.span), count));
+    Field::key("max_calls")
+        .doc("integer", "`0`: none", "200", "Calls per run.")
+        .optional(|d, e, b| {
+            b.max_calls = d.uint(e.node, &e.at).unwrap_or(0);
+        }),
+    Field::key("max_calls_per_op")
+        .doc(
+            "mapping of op id to integer",
+            "none",
+            "{commands.run: 50}",
+            "Calls per run to one op.",
+        )
+        .optional(|d, e, b| {
+            let Some(entries) = d.map_any(e.node, &e.at) else {
+                return;
+            };
+            for (k, v) in entries {
+                if let Some(count) = d.uint(v, &format!("{}.{}", e.at, k.name)) {
+                    b.max_calls_per_op
+                        .push((Spanned::new(k.name.clone(), k.span), count));
+                }
             }
-        }
-    }),
-    Field::new("max_wall_time", |d, e, b| {
-        b.max_wall_time = if is_zero_quantity(&e.node.value) {
-            Duration::ZERO
-        } else {
-            d.duration(e.node, &e.at).unwrap_or(Duration::ZERO)
-        };
-    }),
-    Field::new("max_output_bytes", |d, e, b| {
-        b.max_output_bytes = if is_zero_quantity(&e.node.value) {
-            0
-        } else {
-            d.size(e.node, &e.at).unwrap_or(0)
-        };
-    }),
-    Field::new("tokens", |d, e, b| {
-        b.tokens = d.uint(e.node, &e.at).unwrap_or(0);
-    }),
-    Field::new("replay", |d, e, b| {
-        d.fields(e.node, &e.at, REPLAY_BUDGET, &mut b.replay);
-    }),
-    Field::new("judge", |d, e, b| {
-        d.fields(e.node, &e.at, JUDGE_BUDGET, &mut b.judge);
-    }),
+        }),
+    Field::key("max_wall_time")
+        .doc(
+            "duration (`0` for none)",
+            "`0`: none",
+            "30m",
+            "Time from a run's first call.",
+        )
+        .optional(|d, e, b| {
+            b.max_wall_time = if is_zero_quantity(&e.node.value) {
+                Duration::ZERO
+            } else {
+                d.duration(e.node, &e.at).unwrap_or(Duration::ZERO)
+            };
+        }),
+    Field::key("max_output_bytes")
+        .doc(
+            "size (`0` for none)",
+            "`0`: none",
+            "50MB",
+            "Bytes of results per run.",
+        )
+        .optional(|d, e, b| {
+            b.max_output_bytes = if is_zero_quantity(&e.node.value) {
+                0
+            } else {
+                d.size(e.node, &e.at).unwrap_or(0)
+            };
+        }),
+    Field::key("tokens")
+        .doc(
+            "integer",
+            "`0`: none",
+            "200000",
+            "Model tokens (prompt plus completion) per run, metered by the LLM proxy.",
+        )
+        .optional(|d, e, b| {
+            b.tokens = d.uint(e.node, &e.at).unwrap_or(0);
+        }),
+    Field::key("replay")
+        .doc(
+            "mapping",
+            "`{max_runs: 100, max_calls: 10000}`",
+            "{max_runs: 20}",
+            "The ceiling of one shadow evaluation's replay runs; see `budgets.replay`.",
+        )
+        .optional(|d, e, b| {
+            d.fields(e.node, &e.at, REPLAY_BUDGET, &mut b.replay);
+        }),
+    Field::key("judge")
+        .doc(
+            "mapping",
+            "`{max_calls: 1000}`",
+            "{max_calls: 200}",
+            "The ceiling of one tournament's judge calls; see `budgets.judge`.",
+        )
+        .optional(|d, e, b| {
+            d.fields(e.node, &e.at, JUDGE_BUDGET, &mut b.judge);
+        }),
 ];
 
 /// `budgets.replay:` one shadow evaluation's ceiling.
 pub(super) const REPLAY_BUDGET: &[Field<ReplayBudget>] = &[
-    Field::new("max_runs", |d, e, r| {
-        r.max_runs = d
-            .uint(e.node, &e.at)
-            .unwrap_or(ReplayBudget::DEFAULT_MAX_RUNS);
-    }),
-    Field::new("max_calls", |d, e, r| {
-        r.max_calls = d
-            .uint(e.node, &e.at)
-            .unwrap_or(ReplayBudget::DEFAULT_MAX_CALLS);
-    }),
+    Field::key("max_runs")
+        .doc(
+            "integer",
+            "`100`",
+            "20",
+            "Replay runs per shadow evaluation; raising it is linted.",
+        )
+        .optional(|d, e, r| {
+            r.max_runs = d
+                .uint(e.node, &e.at)
+                .unwrap_or(ReplayBudget::DEFAULT_MAX_RUNS);
+        }),
+    Field::key("max_calls")
+        .doc(
+            "integer",
+            "`10000`",
+            "2000",
+            "Gateway calls summed over one shadow evaluation's replay runs; raising it is linted.",
+        )
+        .optional(|d, e, r| {
+            r.max_calls = d
+                .uint(e.node, &e.at)
+                .unwrap_or(ReplayBudget::DEFAULT_MAX_CALLS);
+        }),
 ];
 
 /// `budgets.judge:` one tournament's ceiling.
-pub(super) const JUDGE_BUDGET: &[Field<JudgeBudget>] = &[Field::new("max_calls", |d, e, j| {
-    j.max_calls = d
-        .uint(e.node, &e.at)
-        .unwrap_or(JudgeBudget::DEFAULT_MAX_CALLS);
-})];
+pub(super) const JUDGE_BUDGET: &[Field<JudgeBudget>] = &[Field::key("max_calls")
+    .doc(
+        "integer",
+        "`1000`",
+        "200",
+        "Judge calls per tournament; raising it is linted.",
+    )
+    .optional(|d, e, j| {
+        j.max_calls = d
+            .uint(e.node, &e.at)
+            .unwrap_or(JudgeBudget::DEFAULT_MAX_CALLS);
+    })];
 
 /// `run:` the profile of `corral run --config F`.
 pub(super) const RUN: &[Field<RunConfig>] = &[
-    Field::new("profile", |d, e, r| {
-        let profiles = [
-            ("workspace", RunProfile::Workspace),
-            ("readonly", RunProfile::Readonly),
-            ("none", RunProfile::None),
-        ];
-        r.profile = d
-            .choice(e.node, &e.at, &profiles)
-            .map(|v| Spanned::new(v, e.node.span));
-    }),
-    Field::new("read", |d, e, r| r.read = d.strings(e.node, &e.at)),
-    Field::new("write", |d, e, r| r.write = d.strings(e.node, &e.at)),
-    Field::new("network", |d, e, r| r.network = d.network(e.node, &e.at)),
-    Field::new("env", run_env),
-    Field::new("limits", |d, e, r| {
-        d.fields(e.node, &e.at, RUN_LIMITS, r);
-    }),
+    Field::key("profile")
+        .doc(
+            "`workspace`, `readonly` or `none`",
+            "`workspace`",
+            "readonly",
+            "What of the host the sandbox shows: the current directory read-write \
+             (copy-on-write), read-only, or nothing (`--profile`).",
+        )
+        .optional(|d, e, r| {
+            let profiles = [
+                ("workspace", RunProfile::Workspace),
+                ("readonly", RunProfile::Readonly),
+                ("none", RunProfile::None),
+            ];
+            r.profile = d
+                .choice(e.node, &e.at, &profiles)
+                .map(|v| Spanned::new(v, e.node.span));
+        }),
+    Field::key("read")
+        .doc(
+            "list of paths",
+            "none",
+            "[../shared]",
+            "More directories or files shown read-only (relative: the config directory's; \
+             `--read` adds).",
+        )
+        .optional(|d, e, r| r.read = d.strings(e.node, &e.at)),
+    Field::key("write")
+        .doc(
+            "list of paths",
+            "none",
+            "[build]",
+            "More directories or files shown read-write (relative: the config directory's; \
+             `--write` adds).",
+        )
+        .optional(|d, e, r| r.write = d.strings(e.node, &e.at)),
+    Field::key("network")
+        .doc(
+            "`none`, `loopback` or mapping `{allow: [HOST:PORT, ...]}`",
+            "`isolation.network`",
+            "loopback",
+            "The sandbox's network (`--net`).",
+        )
+        .optional(|d, e, r| r.network = d.network(e.node, &e.at)),
+    Field::key("env")
+        .doc(
+            "list of `NAME` or `NAME=VALUE`",
+            "none",
+            "[GITHUB_TOKEN, LANG=C.UTF-8]",
+            "Variables passed: `NAME` takes corral's value (`--env` adds).",
+        )
+        .optional(run_env),
+    Field::key("limits")
+        .doc(
+            "mapping",
+            "none",
+            "{memory: 2GiB, timeout: 10m}",
+            "The run's limits; see `run.limits`.",
+        )
+        .optional(|d, e, r| {
+            d.fields(e.node, &e.at, RUN_LIMITS, r);
+        }),
 ];
 
 /// `run.env: [NAME, NAME=VALUE]`.
@@ -197,26 +346,54 @@ fn run_env(d: &mut Decoder, e: &Item<'_>, r: &mut RunConfig) {
 
 /// `run.limits:`.
 pub(super) const RUN_LIMITS: &[Field<RunConfig>] = &[
-    Field::new("memory", |d, e, r| r.memory = d.size(e.node, &e.at)),
-    Field::new("processes", |d, e, r| {
-        let Some(n) = d.uint(e.node, &e.at) else {
-            return;
-        };
-        match u32::try_from(n) {
-            Ok(p) if p > 0 => r.processes = Some(p),
-            _ => d.err_fix(
-                codes::CONFIG_INVALID_VALUE,
-                format!("`{n}` is not a usable process limit"),
-                &e.at,
-                e.node.span,
-                "write a number of processes from 1 to 4294967295, e.g. `256`".to_owned(),
-            ),
-        }
-    }),
-    Field::new("timeout", |d, e, r| r.timeout = d.duration(e.node, &e.at)),
-    Field::new("write_quota", |d, e, r| {
-        r.write_quota = d.size(e.node, &e.at);
-    }),
+    Field::key("memory")
+        .doc(
+            "size",
+            "`1GiB`",
+            "2GiB",
+            "Memory of the whole sandbox (`--memory`).",
+        )
+        .optional(|d, e, r| r.memory = d.size(e.node, &e.at)),
+    Field::key("processes")
+        .doc(
+            "integer (1 at least)",
+            "the backend's (`1024`)",
+            "256",
+            "The run's process limit (no flag).",
+        )
+        .optional(|d, e, r| {
+            let Some(n) = d.uint(e.node, &e.at) else {
+                return;
+            };
+            match u32::try_from(n) {
+                Ok(p) if p > 0 => r.processes = Some(p),
+                _ => d.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    format!("`{n}` is not a usable process limit"),
+                    &e.at,
+                    e.node.span,
+                    "write a number of processes from 1 to 4294967295, e.g. `256`".to_owned(),
+                ),
+            }
+        }),
+    Field::key("timeout")
+        .doc(
+            "duration",
+            "none: no time limit",
+            "10m",
+            "Kill the sandbox after this long, exit code 124 (`--timeout`).",
+        )
+        .optional(|d, e, r| r.timeout = d.duration(e.node, &e.at)),
+    Field::key("write_quota")
+        .doc(
+            "size",
+            "`1GiB`",
+            "64MiB",
+            "What the run may add to the host through its write paths (`--write-quota`).",
+        )
+        .optional(|d, e, r| {
+            r.write_quota = d.size(e.node, &e.at);
+        }),
 ];
 
 /// A preset written as a mapping, being decoded: its name is read last.
@@ -229,75 +406,182 @@ pub(super) struct PresetDraft {
 
 /// A preset written as a mapping.
 pub(super) const PRESET: &[Field<PresetDraft>] = &[
-    Field::new("name", |_, e, p| p.name = Some(e.node.clone())),
-    Field::new("root", |d, e, p| p.options.root = d.string(e.node, &e.at)),
-    Field::new("commands", |d, e, p| {
-        p.options.commands = d.plain_strings(e.node, &e.at);
-    }),
-    Field::new("readonly", |d, e, p| {
-        p.options.readonly = d.bool(e.node, &e.at).unwrap_or(false);
-    }),
-    Field::new("writable", |d, e, p| {
-        p.options.writable = d.bool(e.node, &e.at).unwrap_or(false);
-    }),
-    Field::new("timeout", |d, e, p| {
-        p.options.timeout = d.duration(e.node, &e.at);
-    }),
-    Field::new("deny", |d, e, p| {
-        p.options.deny = d.plain_strings(e.node, &e.at);
-    }),
-    Field::new("max_bytes", |d, e, p| {
-        p.options.max_bytes = d.size(e.node, &e.at);
-    }),
-    Field::new("unsafe", |d, e, p| {
-        p.options.unsafe_ = d.bool(e.node, &e.at).unwrap_or(false);
-    }),
-    Field::new("agents", |d, e, p| {
-        p.options.agents = d
-            .adapters(e.node, &e.at)
-            .into_iter()
-            .map(|a| a.value)
-            .collect();
-    }),
-    Field::new("permissions", |d, e, p| {
-        let choices = AgentPermissions::ALL.map(|p| (p.as_str(), p));
-        p.options.permissions = d.choice(e.node, &e.at, &choices);
-    }),
-    Field::new("confirm", |d, e, p| {
-        p.confirm_never = d
-            .choice(e.node, &e.at, &[("never", true), ("always", false)])
-            .and_then(|never| never.then_some(e.node.span));
-    }),
+    Field::key("name")
+        .doc(
+            "preset name",
+            "required",
+            "ci_runner",
+            "Which preset (see Presets; `-` may stand for `_`).",
+        )
+        .optional(|_, e, p| p.name = Some(e.node.clone())),
+    Field::key("root")
+        .doc(
+            "string (absolute directory)",
+            "the top-level `root`",
+            "/workspace",
+            "The directory the preset scopes to (every preset but `minimal` needs one).",
+        )
+        .optional(|d, e, p| p.options.root = d.string(e.node, &e.at)),
+    Field::key("commands")
+        .doc(
+            "list of argv patterns",
+            "none (required by `commands_only` and `ci_runner`)",
+            "['pytest ...']",
+            "The commands `commands.run` may run, in `root`.",
+        )
+        .optional(|d, e, p| {
+            p.options.commands = d.plain_strings(e.node, &e.at);
+        }),
+    Field::key("readonly")
+        .doc(
+            "bool",
+            "`false`",
+            "true",
+            "`workspace_jail`: the files are read-only.",
+        )
+        .optional(|d, e, p| {
+            p.options.readonly = d.bool(e.node, &e.at).unwrap_or(false);
+        }),
+    Field::key("writable")
+        .doc(
+            "bool",
+            "`false`",
+            "true",
+            "`ci_runner`: commands and file ops may write the workspace.",
+        )
+        .optional(|d, e, p| {
+            p.options.writable = d.bool(e.node, &e.at).unwrap_or(false);
+        }),
+    Field::key("timeout")
+        .doc(
+            "duration",
+            "none (`ci_runner`: `600s`)",
+            "15m",
+            "The command timeout (`workspace_jail`, `ci_runner`).",
+        )
+        .optional(|d, e, p| {
+            p.options.timeout = d.duration(e.node, &e.at);
+        }),
+    Field::key("deny")
+        .doc(
+            "list of globs",
+            "none",
+            "['*.sqlite']",
+            "Deny patterns added to the default secret ones (`.env`, `.env.*`, `.ssh`, `*.pem`, \
+             `*.key`, `id_rsa*`).",
+        )
+        .optional(|d, e, p| {
+            p.options.deny = d.plain_strings(e.node, &e.at);
+        }),
+    Field::key("max_bytes")
+        .doc(
+            "size",
+            "none",
+            "5MiB",
+            "The largest file the file ops may read or write.",
+        )
+        .optional(|d, e, p| {
+            p.options.max_bytes = d.size(e.node, &e.at);
+        }),
+    Field::key("unsafe")
+        .doc(
+            "bool",
+            "`false`",
+            "true",
+            "`full_access`'s explicit opt-in.",
+        )
+        .optional(|d, e, p| {
+            p.options.unsafe_ = d.bool(e.node, &e.at).unwrap_or(false);
+        }),
+    Field::key("agents")
+        .doc(
+            "adapter name, or list of them",
+            "the top-level `agents`, else `codex`",
+            "[codex, claude_code]",
+            "`agent_host`: the adapters hosted.",
+        )
+        .optional(|d, e, p| {
+            p.options.agents = d
+                .adapters(e.node, &e.at)
+                .into_iter()
+                .map(|a| a.value)
+                .collect();
+        }),
+    Field::key("permissions")
+        .doc(
+            "`read-only` or `workspace-write` (`full` is refused)",
+            "`read-only`",
+            "workspace-write",
+            "`agent_host`: what the agents may change in `root`.",
+        )
+        .optional(|d, e, p| {
+            let choices = AgentPermissions::ALL.map(|p| (p.as_str(), p));
+            p.options.permissions = d.choice(e.node, &e.at, &choices);
+        }),
+    Field::key("confirm")
+        .doc(
+            "`never` or `always`",
+            "`always`",
+            "never",
+            "`never`: the confirm-tier calls the preset's rules allow run without a person's \
+             approval; destructive ops stay confirmed.",
+        )
+        .optional(|d, e, p| {
+            p.confirm_never = d
+                .choice(e.node, &e.at, &[("never", true), ("always", false)])
+                .and_then(|never| never.then_some(e.node.span));
+        }),
 ];
 
 /// `agents:` written as a mapping.
 pub(super) const AGENTS: &[Field<AgentsConfig>] = &[
-    Field::required(
-        "adapters",
-        |d, e, a| a.adapters = d.adapters(e.node, &e.at),
-        |d, e, _| {
-            d.err_fix(
-                codes::CONFIG_MISSING_KEY,
-                "`agents` needs `adapters`".to_owned(),
-                e.within,
-                e.node.span,
-                "write `agents: {adapters: [codex], default: codex}`, or `agents: [codex]`"
-                    .to_owned(),
-            );
-        },
-    ),
-    Field::new("default", |d, e, a| {
-        a.default = d
-            .spanned_string(e.node, &e.at)
-            .filter(|s| d.adapter_ok(s, &e.at));
-    }),
+    Field::key("adapters")
+        .doc(
+            "adapter name, or list of them (`codex`, `claude_code`)",
+            "required",
+            "[codex, claude_code]",
+            "The adapters hosted.",
+        )
+        .required(
+            |d, e, a| a.adapters = d.adapters(e.node, &e.at),
+            |d, e, _| {
+                d.err_fix(
+                    codes::CONFIG_MISSING_KEY,
+                    "`agents` needs `adapters`".to_owned(),
+                    e.within,
+                    e.node.span,
+                    "write `agents: {adapters: [codex], default: codex}`, or `agents: [codex]`"
+                        .to_owned(),
+                );
+            },
+        ),
+    Field::key("default")
+        .doc(
+            "adapter name",
+            "none",
+            "codex",
+            "The adapter a request that names none gets; must be one of `adapters`.",
+        )
+        .optional(|d, e, a| {
+            a.default = d
+                .spanned_string(e.node, &e.at)
+                .filter(|s| d.adapter_ok(s, &e.at));
+        }),
 ];
 
 /// `install:`.
-pub(super) const INSTALL: &[Field<InstallConfig>] = &[Field::new("mode", |d, e, i| {
-    let modes = InstallMode::ALL.map(|m| (m.as_str(), m));
-    i.mode = d.choice(e.node, &e.at, &modes).unwrap_or_default();
-})];
+pub(super) const INSTALL: &[Field<InstallConfig>] = &[Field::key("mode")
+    .doc(
+        "`lazy`, `build`, `offline` or `off`",
+        "`lazy`",
+        "offline",
+        "`lazy`: on first use, into the state directory; `build`: only by `corral agents \
+         prepare`; `offline`: never from the network; `off`: never.",
+    )
+    .optional(|d, e, i| {
+        let modes = InstallMode::ALL.map(|m| (m.as_str(), m));
+        i.mode = d.choice(e.node, &e.at, &modes).unwrap_or_default();
+    })];
 
 impl Decoder {
     /// Whether `name` is a known adapter; else an error with did-you-mean.

@@ -12,42 +12,125 @@ use crate::yaml::{Key, Node, Value};
 
 /// A custom op.
 pub(super) const CUSTOM: &[Field<CustomOpConfig>] = &[
-    Field::required(
-        "argv",
-        |d, e, op| op.argv = d.strings(e.node, &e.at),
-        |d, e, op| {
-            d.err_fix(
-                codes::CONFIG_MISSING_KEY,
-                format!("custom op `{}` has no `argv`", op.id.value),
-                e.within,
-                op.id.span,
-                "add `argv: [program, \"{param}\"]`".to_owned(),
-            );
-        },
-    ),
-    Field::new("params", params),
-    Field::new("cwd", |d, e, op| op.cwd = d.string(e.node, &e.at)),
-    Field::new("read_paths", |d, e, op| {
-        op.read_paths = d.strings(e.node, &e.at);
-    }),
-    Field::new("write_paths", |d, e, op| {
-        op.write_paths = d.strings(e.node, &e.at);
-    }),
-    Field::new("timeout", |d, e, op| op.timeout = d.duration(e.node, &e.at)),
-    Field::new("effects", |d, e, op| {
-        op.effects = Some(d.effects(e.node, &e.at));
-    }),
-    Field::new("contained", |d, e, op| {
-        op.contained = d.bool(e.node, &e.at).unwrap_or(false);
-    }),
-    Field::new("explicit_only", |d, e, op| {
-        op.explicit_only = d.bool(e.node, &e.at).unwrap_or(false);
-    }),
-    Field::new("tier", |d, e, op| op.tier = d.tier(e.node, &e.at)),
-    Field::new("summary", |d, e, op| {
-        op.summary = d.string(e.node, &e.at).unwrap_or_default();
-    }),
-    Field::new("network", |d, e, op| op.network = d.network(e.node, &e.at)),
+    Field::key("argv")
+        .doc(
+            "list of strings",
+            "required",
+            "[ruff, check, '{path}']",
+            "The program and its arguments (no shell); `{name}` is replaced by the param `name`.",
+        )
+        .required(
+            |d, e, op| op.argv = d.strings(e.node, &e.at),
+            |d, e, op| {
+                d.err_fix(
+                    codes::CONFIG_MISSING_KEY,
+                    format!("custom op `{}` has no `argv`", op.id.value),
+                    e.within,
+                    op.id.span,
+                    "add `argv: [program, \"{param}\"]`".to_owned(),
+                );
+            },
+        ),
+    Field::key("params")
+        .doc(
+            "mapping of name to type, or to a param mapping",
+            "none",
+            "{path: path}",
+            "The params a call gives; each must appear in `argv`. See `custom.<op>.params.<name>`.",
+        )
+        .optional(params),
+    Field::key("cwd")
+        .doc(
+            "string (absolute directory)",
+            "`root`, else the first path param's `root`, else an empty private `/tmp`",
+            "/workspace",
+            "The working directory.",
+        )
+        .optional(|d, e, op| op.cwd = d.string(e.node, &e.at)),
+    Field::key("read_paths")
+        .doc(
+            "list of paths",
+            "none",
+            "[/opt/tools]",
+            "Directories or files the program may read besides its cwd.",
+        )
+        .optional(|d, e, op| {
+            op.read_paths = d.strings(e.node, &e.at);
+        }),
+    Field::key("write_paths")
+        .doc(
+            "list of paths",
+            "none (with the `write` effect, no writable path param and none listed: the cwd)",
+            "[/workspace/out]",
+            "Directories or files the program may write.",
+        )
+        .optional(|d, e, op| {
+            op.write_paths = d.strings(e.node, &e.at);
+        }),
+    Field::key("timeout")
+        .doc(
+            "duration",
+            "the call's `limits.timeout`, else `60s`",
+            "2m",
+            "How long a call may take (the smaller of this and the limits applies).",
+        )
+        .optional(|d, e, op| op.timeout = d.duration(e.node, &e.at)),
+    Field::key("effects")
+        .doc(
+            "effect, or list of them (`read`, `write`, `delete`, `exec`, `net`, `admin`)",
+            "none: treated as `admin` and explicit-only",
+            "[read]",
+            "What the op does: decides its tier.",
+        )
+        .optional(|d, e, op| {
+            op.effects = Some(d.effects(e.node, &e.at));
+        }),
+    Field::key("contained")
+        .doc(
+            "bool",
+            "`false`",
+            "true",
+            "Its writes land only in the run's ephemeral workspace.",
+        )
+        .optional(|d, e, op| {
+            op.contained = d.bool(e.node, &e.at).unwrap_or(false);
+        }),
+    Field::key("explicit_only")
+        .doc(
+            "bool",
+            "`false` (no effects, or `admin`: always explicit-only)",
+            "true",
+            "Mounted only by its exact id, never by `ns.*`, `group:`, `effect:` or `*`.",
+        )
+        .optional(|d, e, op| {
+            op.explicit_only = d.bool(e.node, &e.at).unwrap_or(false);
+        }),
+    Field::key("tier")
+        .doc(
+            "`read`, `confirm` or `destructive`",
+            "from its effects",
+            "destructive",
+            "Raises its tier; never lowers it.",
+        )
+        .optional(|d, e, op| op.tier = d.tier(e.node, &e.at)),
+    Field::key("summary")
+        .doc(
+            "string",
+            "empty",
+            "lint the repo",
+            "One line for `describe`.",
+        )
+        .optional(|d, e, op| {
+            op.summary = d.string(e.node, &e.at).unwrap_or_default();
+        }),
+    Field::key("network")
+        .doc(
+            "`none`, `loopback` or mapping `{allow: [HOST:PORT, ...]}`",
+            "`isolation.network`",
+            "{allow: ['pypi.org:443']}",
+            "The program's network.",
+        )
+        .optional(|d, e, op| op.network = d.network(e.node, &e.at)),
 ];
 
 /// `params: {name: type}` or `{name: {type: ..., ...}}`.
@@ -80,74 +163,220 @@ pub(super) struct ParamDraft {
 
 /// A custom op's param written as a mapping.
 pub(super) const PARAM: &[Field<ParamDraft>] = &[
-    Field::required(
-        "type",
-        |_, e, p| p.kind = stash(e),
-        |d, e, _| {
-            d.err_fix(
-                codes::CONFIG_MISSING_KEY,
-                "a param needs `type`".to_owned(),
-                e.within,
-                e.node.span,
-                "add `type: path|int|word|string|enum`".to_owned(),
-            );
-        },
-    ),
-    Field::new("root", |_, e, p| p.root = stash(e)),
-    Field::new("values", |_, e, p| p.values = stash(e)),
-    Field::new("required", |_, e, p| p.required = stash(e)),
-    Field::new("writable", |_, e, p| p.writable = stash(e)),
+    Field::key("type")
+        .doc(
+            "`path`, `int`, `word`, `string` or `enum`",
+            "required",
+            "path",
+            "The param's type; `name: path` alone is short for `name: {type: path}`.",
+        )
+        .required(
+            |_, e, p| p.kind = stash(e),
+            |d, e, _| {
+                d.err_fix(
+                    codes::CONFIG_MISSING_KEY,
+                    "a param needs `type`".to_owned(),
+                    e.within,
+                    e.node.span,
+                    "add `type: path|int|word|string|enum`".to_owned(),
+                );
+            },
+        ),
+    Field::key("root")
+        .doc(
+            "string (absolute directory)",
+            "none: an allow rule for the op needs a `paths:` scope",
+            "/workspace",
+            "A `path` param: the directory the path must lie beneath.",
+        )
+        .optional(|_, e, p| p.root = stash(e)),
+    Field::key("values")
+        .doc(
+            "list of strings",
+            "required with `enum`",
+            "[fast, full]",
+            "An `enum` param: the values it takes.",
+        )
+        .optional(|_, e, p| p.values = stash(e)),
+    Field::key("required")
+        .doc("bool", "`true`", "false", "Whether a call must give it.")
+        .optional(|_, e, p| p.required = stash(e)),
+    Field::key("writable")
+        .doc(
+            "bool",
+            "`false`",
+            "true",
+            "A `path` param the program may write (bound read-write; needs the op's `write` \
+             effect).",
+        )
+        .optional(|_, e, p| p.writable = stash(e)),
 ];
 
 /// An upstream MCP server.
 pub(super) const MCP_SERVER: &[Field<McpServerConfig>] = &[
-    Field::required(
-        "command",
-        |d, e, s| {
-            s.command = d.strings(e.node, &e.at);
-            if s.command.is_empty() {
-                no_command(d, e, s);
-            }
-        },
-        no_command,
-    ),
-    Field::new("env_pass", |d, e, s| s.env_pass = d.strings(e.node, &e.at)),
-    Field::new("read_paths", |d, e, s| {
-        s.read_paths = d.strings(e.node, &e.at);
-    }),
-    Field::new("write_paths", |d, e, s| {
-        s.write_paths = d.strings(e.node, &e.at);
-    }),
-    Field::new("cwd", |d, e, s| s.cwd = d.spanned_string(e.node, &e.at)),
-    Field::new("call_timeout", |d, e, s| {
-        s.call_timeout = d.duration(e.node, &e.at);
-    }),
-    Field::new("memory", |d, e, s| s.memory = d.size(e.node, &e.at)),
-    Field::new("processes", |d, e, s| s.processes = d.uint32(e.node, &e.at)),
-    Field::new("tools", tools),
-    Field::new("network", |d, e, s| s.network = d.network(e.node, &e.at)),
+    Field::key("command")
+        .doc(
+            "list of strings",
+            "required",
+            "[notes-mcp, --stdio]",
+            "The program and its arguments (no shell), run in the isolation backend.",
+        )
+        .required(
+            |d, e, s| {
+                s.command = d.strings(e.node, &e.at);
+                if s.command.is_empty() {
+                    no_command(d, e, s);
+                }
+            },
+            no_command,
+        ),
+    Field::key("env_pass")
+        .doc(
+            "list of variable names",
+            "none",
+            "[NOTES_TOKEN]",
+            "Variables of corral's environment passed to it (nothing else is).",
+        )
+        .optional(|d, e, s| s.env_pass = d.strings(e.node, &e.at)),
+    Field::key("read_paths")
+        .doc(
+            "list of paths",
+            "none",
+            "[/srv/notes]",
+            "Directories it may read besides the sandbox's system view (relative ones: the config \
+             directory's).",
+        )
+        .optional(|d, e, s| {
+            s.read_paths = d.strings(e.node, &e.at);
+        }),
+    Field::key("write_paths")
+        .doc(
+            "list of paths",
+            "none",
+            "[/srv/notes/inbox]",
+            "Directories it may write (relative ones: the config directory's).",
+        )
+        .optional(|d, e, s| {
+            s.write_paths = d.strings(e.node, &e.at);
+        }),
+    Field::key("cwd")
+        .doc(
+            "string (path)",
+            "the first write path, else the first read path, else `/`",
+            "/srv/notes",
+            "Its working directory.",
+        )
+        .optional(|d, e, s| s.cwd = d.spanned_string(e.node, &e.at)),
+    Field::key("call_timeout")
+        .doc(
+            "duration",
+            "`60s`",
+            "2m",
+            "How long one tool call may take.",
+        )
+        .optional(|d, e, s| {
+            s.call_timeout = d.duration(e.node, &e.at);
+        }),
+    Field::key("memory")
+        .doc(
+            "size",
+            "`1GiB` (corral's cap)",
+            "512MiB",
+            "Memory limit of the server process (a cgroup in the `linux` backend).",
+        )
+        .optional(|d, e, s| s.memory = d.size(e.node, &e.at)),
+    Field::key("processes")
+        .doc(
+            "integer",
+            "the backend's (`1024` in `linux`)",
+            "64",
+            "Process limit of the server.",
+        )
+        .optional(|d, e, s| s.processes = d.uint32(e.node, &e.at)),
+    Field::key("tools")
+        .doc(
+            "mapping of tool name to tool mapping (or nothing)",
+            "none",
+            "{search: {effects: [read]}}",
+            "The tools corral declares; one not declared here is `admin` and explicit-only.",
+        )
+        .optional(tools),
+    Field::key("network")
+        .doc(
+            "`none`, `loopback` or mapping `{allow: [HOST:PORT, ...]}`",
+            "`isolation.network`",
+            "{allow: ['api.notion.com:443']}",
+            "The server's network.",
+        )
+        .optional(|d, e, s| s.network = d.network(e.node, &e.at)),
 ];
 
 /// `sandbox.programs.<name>` and `sandbox.scorers.<name>`.
 pub(super) const LAB_PROGRAM: &[Field<LabProgramConfig>] = &[
-    Field::required(
-        "command",
-        |d, e, s| {
-            s.command = d.strings(e.node, &e.at);
-            if s.command.is_empty() {
-                no_lab_command(d, e, s);
-            }
-        },
-        no_lab_command,
-    ),
-    Field::new("read_paths", |d, e, s| {
-        s.read_paths = d.strings(e.node, &e.at);
-    }),
-    Field::new("cwd", |d, e, s| s.cwd = d.spanned_string(e.node, &e.at)),
-    Field::new("timeout", |d, e, s| s.timeout = d.duration(e.node, &e.at)),
-    Field::new("memory", |d, e, s| s.memory = d.size(e.node, &e.at)),
-    Field::new("processes", |d, e, s| s.processes = d.uint32(e.node, &e.at)),
-    Field::new("tools", |d, e, s| s.tools = Some(d.strings(e.node, &e.at))),
+    Field::key("command")
+        .doc(
+            "list of strings",
+            "required",
+            "[python3, agents/echo.py]",
+            "The program and its arguments (no shell); a relative program path is the config \
+             directory's.",
+        )
+        .required(
+            |d, e, s| {
+                s.command = d.strings(e.node, &e.at);
+                if s.command.is_empty() {
+                    no_lab_command(d, e, s);
+                }
+            },
+            no_lab_command,
+        ),
+    Field::key("read_paths")
+        .doc(
+            "list of paths",
+            "none",
+            "[agents]",
+            "Directories it may read besides the sandbox's system view (relative ones: the config \
+             directory's).",
+        )
+        .optional(|d, e, s| {
+            s.read_paths = d.strings(e.node, &e.at);
+        }),
+    Field::key("cwd")
+        .doc(
+            "string (path)",
+            "the first read path, else `/`",
+            "agents",
+            "Its working directory.",
+        )
+        .optional(|d, e, s| s.cwd = d.spanned_string(e.node, &e.at)),
+    Field::key("timeout")
+        .doc(
+            "duration",
+            "`60s`",
+            "5m",
+            "How long one step (or one scoring, one judging) may take.",
+        )
+        .optional(|d, e, s| s.timeout = d.duration(e.node, &e.at)),
+    Field::key("memory")
+        .doc(
+            "size",
+            "`1GiB` (corral's cap)",
+            "512MiB",
+            "Its memory limit.",
+        )
+        .optional(|d, e, s| s.memory = d.size(e.node, &e.at)),
+    Field::key("processes")
+        .doc("integer", "`64`", "16", "Its process limit.")
+        .optional(|d, e, s| s.processes = d.uint32(e.node, &e.at)),
+    Field::key("tools")
+        .doc(
+            "list of op ids",
+            "none: undeclared, so it is ineligible for shadow evaluation",
+            "[files.read]",
+            "The ops it calls, checked at load for a shadow evaluation \
+             (`replay.tools_undeclared`).",
+        )
+        .optional(|d, e, s| s.tools = Some(d.strings(e.node, &e.at))),
 ];
 
 fn no_lab_command(d: &mut Decoder, e: &Item<'_>, s: &mut LabProgramConfig) {
@@ -195,13 +424,34 @@ fn tools(d: &mut Decoder, e: &Item<'_>, s: &mut McpServerConfig) {
 
 /// An upstream tool's declared effects, tier and idempotence.
 pub(super) const MCP_TOOL: &[Field<McpToolConfig>] = &[
-    Field::new("effects", |d, e, t| {
-        t.effects = Some(d.effects(e.node, &e.at));
-    }),
-    Field::new("tier", |d, e, t| t.tier = d.tier(e.node, &e.at)),
-    Field::new("idempotent", |d, e, t| {
-        t.idempotent = d.bool(e.node, &e.at).unwrap_or(false);
-    }),
+    Field::key("effects")
+        .doc(
+            "effect, or list of them (`read`, `write`, `delete`, `exec`, `net`, `admin`)",
+            "none: `admin`, explicit-only",
+            "[read]",
+            "What the tool does (never taken from the upstream).",
+        )
+        .optional(|d, e, t| {
+            t.effects = Some(d.effects(e.node, &e.at));
+        }),
+    Field::key("tier")
+        .doc(
+            "`read`, `confirm` or `destructive`",
+            "from its effects",
+            "confirm",
+            "Raises its tier; never lowers it.",
+        )
+        .optional(|d, e, t| t.tier = d.tier(e.node, &e.at)),
+    Field::key("idempotent")
+        .doc(
+            "bool",
+            "`false`",
+            "true",
+            "Whether calling it twice with the same arguments does what calling it once does.",
+        )
+        .optional(|d, e, t| {
+            t.idempotent = d.bool(e.node, &e.at).unwrap_or(false);
+        }),
 ];
 
 impl Decoder {

@@ -42,66 +42,147 @@ impl RuleDraft {
 
 /// A rule.
 pub(super) const RULE: &[Field<RuleDraft>] = &[
-    Field::new("allow", |d, e, r| r.select(d, e, RuleEffect::Allow)),
-    Field::new("deny", |d, e, r| r.select(d, e, RuleEffect::Deny)),
-    Field::new("name", |d, e, r| {
-        if let Some(name) = d.string(e.node, &e.at) {
-            r.rule.name = name;
-        }
-    }),
-    Field::new("principals", |d, e, r| {
-        r.rule.principals = d.strings(e.node, &e.at);
-    }),
-    Field::new("paths", |d, e, r| {
-        r.rule.paths = d
-            .path_scope(e.node, &e.at, r.rule.effect)
-            .map(|s| Spanned::new(s, e.node.span));
-    }),
-    Field::new("commands", |d, e, r| {
-        if let Some(c) = d.command_scope(e.node, &e.at) {
-            r.rule.commands = Some(Spanned::new(c.spec, e.node.span));
-            r.rule.command_allow_spans = c.allow_spans;
-        }
-    }),
-    Field::new("urls", |d, e, r| {
-        r.rule.urls = d
-            .url_scope(e.node, &e.at)
-            .map(|s| Spanned::new(s, e.node.span));
-    }),
-    Field::new("agents", |d, e, r| {
-        if r.rule.effect == RuleEffect::Deny {
-            d.err_fix(
-                codes::CONFIG_INVALID_VALUE,
-                "a deny rule has no `agents:` scope".to_owned(),
-                &e.at,
-                e.node.span,
-                "deny the agent ops outright (`deny: [agents.codex.run]`), or with `paths:` \
-                 covering the workdirs to refuse"
-                    .to_owned(),
-            );
-            return;
-        }
-        r.rule.agents = d
-            .agent_scope(e.node, &e.at)
-            .map(|s| Spanned::new(s, e.node.span));
-    }),
-    Field::new("limits", |d, e, r| r.rule.limits = d.limits(e.node, &e.at)),
-    Field::new("reason", |d, e, r| r.rule.reason = d.string(e.node, &e.at)),
-    Field::new("confirm", |d, e, r| {
-        let Some(never) = d.choice(e.node, &e.at, &[("never", true), ("always", false)]) else {
-            return;
-        };
-        if never && r.rule.effect == RuleEffect::Deny {
-            d.err_fix(
-                codes::CONFIG_INVALID_VALUE,
-                "`confirm: never` on a deny rule means nothing".to_owned(),
-                &e.at,
-                e.node.span,
-                "put it on the allow rule whose calls should run unattended".to_owned(),
-            );
-        }
-        r.rule.confirm_never = never.then_some(e.node.span);
-    }),
+    Field::key("allow")
+        .doc(
+            "op selector, or list of them",
+            "one of `allow` and `deny` is required",
+            "[files.read, files.list]",
+            "The ops the rule allows: `ns.op`, `ns.*` (one level), `ns.**` (any depth), \
+             `group:G`, `effect:E`, `tier:T`, `*`; only an exact id mounts an explicit-only op.",
+        )
+        .optional(|d, e, r| r.select(d, e, RuleEffect::Allow)),
+    Field::key("deny")
+        .doc(
+            "op selector, or list of them",
+            "one of `allow` and `deny` is required",
+            "[commands.run]",
+            "The ops the rule denies (with `paths:`, only for the paths it covers).",
+        )
+        .optional(|d, e, r| r.select(d, e, RuleEffect::Deny)),
+    Field::key("name")
+        .doc(
+            "string",
+            "`rules[i]`",
+            "read-docs",
+            "The rule's name in explanations and the audit.",
+        )
+        .optional(|d, e, r| {
+            if let Some(name) = d.string(e.node, &e.at) {
+                r.rule.name = name;
+            }
+        }),
+    Field::key("principals")
+        .doc(
+            "list of principal selectors",
+            "none: every caller, the anonymous one too",
+            "[role:grader, 'kind:service']",
+            "Who the rule applies to: `id:NAME`, `role:NAME`, `kind:human`/`delegated`/`service`, \
+             or `*` (any authenticated caller); see Role selectors.",
+        )
+        .optional(|d, e, r| {
+            r.rule.principals = d.strings(e.node, &e.at);
+        }),
+    Field::key("paths")
+        .doc(
+            "path scope: mapping, or list of roots",
+            "none",
+            "[/workspace]",
+            "The directories the rule's ops may touch; see `rules[].paths`.",
+        )
+        .optional(|d, e, r| {
+            r.rule.paths = d
+                .path_scope(e.node, &e.at, r.rule.effect)
+                .map(|s| Spanned::new(s, e.node.span));
+        }),
+    Field::key("commands")
+        .doc(
+            "command scope: mapping, or list of allow patterns",
+            "none",
+            "['pytest ...']",
+            "The argv `commands.run` may run; see `rules[].commands`.",
+        )
+        .optional(|d, e, r| {
+            if let Some(c) = d.command_scope(e.node, &e.at) {
+                r.rule.commands = Some(Spanned::new(c.spec, e.node.span));
+                r.rule.command_allow_spans = c.allow_spans;
+            }
+        }),
+    Field::key("urls")
+        .doc(
+            "url scope: mapping, or list of hosts",
+            "none",
+            "[api.github.com]",
+            "The urls `http.fetch` may reach; see `rules[].urls`.",
+        )
+        .optional(|d, e, r| {
+            r.rule.urls = d
+                .url_scope(e.node, &e.at)
+                .map(|s| Spanned::new(s, e.node.span));
+        }),
+    Field::key("agents")
+        .doc(
+            "agent scope (mapping)",
+            "none",
+            "{workdir: /workspace}",
+            "What hosted coding agents may do (allow rules only); see `rules[].agents`.",
+        )
+        .optional(|d, e, r| {
+            if r.rule.effect == RuleEffect::Deny {
+                d.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    "a deny rule has no `agents:` scope".to_owned(),
+                    &e.at,
+                    e.node.span,
+                    "deny the agent ops outright (`deny: [agents.codex.run]`), or with `paths:` \
+                     covering the workdirs to refuse"
+                        .to_owned(),
+                );
+                return;
+            }
+            r.rule.agents = d
+                .agent_scope(e.node, &e.at)
+                .map(|s| Spanned::new(s, e.node.span));
+        }),
+    Field::key("limits")
+        .doc(
+            "mapping",
+            "none",
+            "{rate: 10/min}",
+            "Limits on the calls the rule allows, combined with the top-level `limits`; see \
+             `limits`.",
+        )
+        .optional(|d, e, r| r.rule.limits = d.limits(e.node, &e.at)),
+    Field::key("reason")
+        .doc(
+            "string",
+            "none",
+            "secrets stay on the host",
+            "Shown to the caller when the rule denies.",
+        )
+        .optional(|d, e, r| r.rule.reason = d.string(e.node, &e.at)),
+    Field::key("confirm")
+        .doc(
+            "`never` or `always`",
+            "`always`",
+            "never",
+            "`never` (allow rules): the confirm-tier calls it allows run without a person's \
+             approval; destructive ops stay confirmed. Linted.",
+        )
+        .optional(|d, e, r| {
+            let Some(never) = d.choice(e.node, &e.at, &[("never", true), ("always", false)]) else {
+                return;
+            };
+            if never && r.rule.effect == RuleEffect::Deny {
+                d.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    "`confirm: never` on a deny rule means nothing".to_owned(),
+                    &e.at,
+                    e.node.span,
+                    "put it on the allow rule whose calls should run unattended".to_owned(),
+                );
+            }
+            r.rule.confirm_never = never.then_some(e.node.span);
+        }),
 ];
 
 /// A path scope given as a mapping, and the effect of its rule (an allow rule needs `roots`).
@@ -112,41 +193,83 @@ pub(super) struct PathDraft {
 
 /// A path scope.
 pub(super) const PATH: &[Field<PathDraft>] = &[
-    Field::required(
-        "roots",
-        |d, e, p| p.spec.roots = d.plain_strings(e.node, &e.at),
-        |d, e, p| {
-            if p.effect == RuleEffect::Allow {
-                d.err_fix(
-                    codes::CONFIG_MISSING_KEY,
-                    "a path scope needs `roots`".to_owned(),
-                    e.within,
-                    e.node.span,
-                    "add `roots: [/workspace]`".to_owned(),
-                );
-            }
-        },
-    ),
-    Field::new("deny", |d, e, p| {
-        p.spec.deny = d.plain_strings(e.node, &e.at)
-    }),
-    Field::new("readonly", |d, e, p| {
-        p.spec.readonly = d.bool(e.node, &e.at).unwrap_or(true);
-    }),
-    Field::new("symlinks", |d, e, p| {
-        let modes = [
-            ("within", SymlinkMode::Within),
-            ("deny", SymlinkMode::Deny),
-            ("follow", SymlinkMode::Follow),
-        ];
-        p.spec.symlinks = d.choice(e.node, &e.at, &modes).unwrap_or(SymlinkMode::Deny);
-    }),
-    Field::new("max_bytes", |d, e, p| {
-        p.spec.max_bytes = d.size(e.node, &e.at);
-    }),
-    Field::new("unsafe", |d, e, p| {
-        p.spec.unsafe_ = d.bool(e.node, &e.at).unwrap_or(false);
-    }),
+    Field::key("roots")
+        .doc(
+            "list of absolute directories",
+            "required in an allow rule",
+            "[/workspace, '/home/{principal.id}']",
+            "Where the ops may reach: never `/` (without `unsafe`) nor in /proc, /sys, /dev; \
+             `{principal.id}` may stand for a whole component; a relative path argument is \
+             anchored at the first root.",
+        )
+        .required(
+            |d, e, p| p.spec.roots = d.plain_strings(e.node, &e.at),
+            |d, e, p| {
+                if p.effect == RuleEffect::Allow {
+                    d.err_fix(
+                        codes::CONFIG_MISSING_KEY,
+                        "a path scope needs `roots`".to_owned(),
+                        e.within,
+                        e.node.span,
+                        "add `roots: [/workspace]`".to_owned(),
+                    );
+                }
+            },
+        ),
+    Field::key("deny")
+        .doc(
+            "list of globs",
+            "none",
+            "['*.pem', secrets]",
+            "Paths refused even under a root, and everything beneath them (glob syntax below).",
+        )
+        .optional(|d, e, p| p.spec.deny = d.plain_strings(e.node, &e.at)),
+    Field::key("readonly")
+        .doc(
+            "bool",
+            "`false`",
+            "true",
+            "Refuse ops that write or delete.",
+        )
+        .optional(|d, e, p| {
+            p.spec.readonly = d.bool(e.node, &e.at).unwrap_or(true);
+        }),
+    Field::key("symlinks")
+        .doc(
+            "`within`, `deny` or `follow`",
+            "`within`",
+            "deny",
+            "A symlink met while opening a path: followed while it stays beneath the root, \
+             refused, or followed anywhere (`follow` needs `unsafe: true`, a lint error).",
+        )
+        .optional(|d, e, p| {
+            let modes = [
+                ("within", SymlinkMode::Within),
+                ("deny", SymlinkMode::Deny),
+                ("follow", SymlinkMode::Follow),
+            ];
+            p.spec.symlinks = d.choice(e.node, &e.at, &modes).unwrap_or(SymlinkMode::Deny);
+        }),
+    Field::key("max_bytes")
+        .doc(
+            "size",
+            "none: the op's own (10MiB for file ops)",
+            "1MiB",
+            "The largest file an op may read or write.",
+        )
+        .optional(|d, e, p| {
+            p.spec.max_bytes = d.size(e.node, &e.at);
+        }),
+    Field::key("unsafe")
+        .doc(
+            "bool",
+            "`false`",
+            "true",
+            "Permits `/` as a root and `symlinks: follow`; always a lint error.",
+        )
+        .optional(|d, e, p| {
+            p.spec.unsafe_ = d.bool(e.node, &e.at).unwrap_or(false);
+        }),
 ];
 
 /// A command scope, and where each of its allow patterns was written (for the lint).
@@ -171,30 +294,90 @@ fn item_spans(node: &Node) -> Vec<Span> {
 
 /// A command scope.
 pub(super) const COMMAND: &[Field<CommandDraft>] = &[
-    Field::new("allow", |d, e, c| {
-        c.spec.allow = d.plain_strings(e.node, &e.at);
-        c.allow_spans = item_spans(e.node);
-    }),
-    Field::new("deny", |d, e, c| {
-        c.spec.deny = d.plain_strings(e.node, &e.at)
-    }),
-    Field::new("shell", |d, e, c| {
-        c.spec.shell = d.bool(e.node, &e.at).unwrap_or(false);
-    }),
-    Field::new("cwd", |d, e, c| c.spec.cwd = d.string(e.node, &e.at)),
-    Field::new("env_pass", |d, e, c| {
-        c.spec.env_pass = d.plain_strings(e.node, &e.at);
-    }),
-    Field::new("env_set", env_set),
-    Field::new("timeout", |d, e, c| {
-        c.spec.timeout = d.duration(e.node, &e.at)
-    }),
-    Field::new("max_output_bytes", |d, e, c| {
-        c.spec.max_output_bytes = d.size(e.node, &e.at);
-    }),
-    Field::new("network", |d, e, c| {
-        c.spec.network = d.network(e.node, &e.at)
-    }),
+    Field::key("allow")
+        .doc(
+            "list of argv patterns",
+            "none",
+            "['pytest ...', git status]",
+            "Argv a call may run: words match literally, globs (`tests/*.py`) one argument, `...` \
+             any rest, `{path}` a path beneath `cwd`, `{int}`, `{word}`.",
+        )
+        .optional(|d, e, c| {
+            c.spec.allow = d.plain_strings(e.node, &e.at);
+            c.allow_spans = item_spans(e.node);
+        }),
+    Field::key("deny")
+        .doc(
+            "list of argv patterns",
+            "none",
+            "['git push ...']",
+            "Argv refused even when an allow pattern matches.",
+        )
+        .optional(|d, e, c| c.spec.deny = d.plain_strings(e.node, &e.at)),
+    Field::key("shell")
+        .doc(
+            "bool",
+            "`false`",
+            "true",
+            "Whether a call may ask for `sh -c` (a lint error).",
+        )
+        .optional(|d, e, c| {
+            c.spec.shell = d.bool(e.node, &e.at).unwrap_or(false);
+        }),
+    Field::key("cwd")
+        .doc(
+            "string (absolute directory, not `/`)",
+            "none: `commands.run` is refused (`policy.cwd_outside_scope`)",
+            "/workspace",
+            "The working directory; a call's `cwd` must lie beneath it, and `{path}` arguments \
+             resolve beneath it.",
+        )
+        .optional(|d, e, c| c.spec.cwd = d.string(e.node, &e.at)),
+    Field::key("env_pass")
+        .doc(
+            "list of variable names",
+            "none",
+            "[PATH, LANG]",
+            "Variables passed through from corral's environment (nothing else is).",
+        )
+        .optional(|d, e, c| {
+            c.spec.env_pass = d.plain_strings(e.node, &e.at);
+        }),
+    Field::key("env_set")
+        .doc(
+            "mapping of name to string",
+            "none",
+            "{LANG: C.UTF-8}",
+            "Variables set to fixed values (a number or boolean as its text).",
+        )
+        .optional(env_set),
+    Field::key("timeout")
+        .doc(
+            "duration",
+            "none: the call's `limits.timeout`, else `60s`",
+            "10m",
+            "Wall-clock limit of one command (the smaller of this and the limits applies).",
+        )
+        .optional(|d, e, c| c.spec.timeout = d.duration(e.node, &e.at)),
+    Field::key("max_output_bytes")
+        .doc(
+            "size",
+            "none: the call's `limits.max_output_bytes`, else `1MiB`",
+            "4MiB",
+            "Output kept per stream.",
+        )
+        .optional(|d, e, c| {
+            c.spec.max_output_bytes = d.size(e.node, &e.at);
+        }),
+    Field::key("network")
+        .doc(
+            "`none`, `loopback` or mapping `{allow: [HOST:PORT, ...]}`",
+            "`isolation.network`",
+            "{allow: ['api.github.com:443']}",
+            "The command's network; an allow-list goes through corral's egress proxy \
+             (docs/egress.md).",
+        )
+        .optional(|d, e, c| c.spec.network = d.network(e.node, &e.at)),
 ];
 
 /// `env_set: {NAME: value}` (a number or boolean is written as its text).
@@ -219,74 +402,174 @@ fn env_set(d: &mut Decoder, e: &Item<'_>, c: &mut CommandDraft) {
 }
 
 /// `network: {allow: [...]}`.
-pub(super) const NETWORK: &[Field<Option<NetworkSpec>>] = &[Field::required(
-    "allow",
-    |d, e, n| *n = d.egress(e.node, &e.at),
-    |d, e, _| {
-        d.err_fix(
-            codes::CONFIG_INVALID_EGRESS,
-            "`network` has no `allow` list".to_owned(),
-            e.within,
-            e.node.span,
-            "write `network: {allow: [\"api.github.com:443\"]}`".to_owned(),
-        );
-    },
-)];
+pub(super) const NETWORK: &[Field<Option<NetworkSpec>>] = &[Field::key("allow")
+    .doc(
+        "list of `host:port` (`*.domain:port` for subdomains)",
+        "required",
+        "['api.github.com:443']",
+        "What the program may reach, through corral's egress proxy: names resolved once, internal \
+         addresses refused unless named by address, one audit event per connection.",
+    )
+    .required(
+        |d, e, n| *n = d.egress(e.node, &e.at),
+        |d, e, _| {
+            d.err_fix(
+                codes::CONFIG_INVALID_EGRESS,
+                "`network` has no `allow` list".to_owned(),
+                e.within,
+                e.node.span,
+                "write `network: {allow: [\"api.github.com:443\"]}`".to_owned(),
+            );
+        },
+    )];
 
 /// A URL scope.
 pub(super) const URL: &[Field<UrlScopeSpec>] = &[
-    Field::new("hosts", |d, e, s| s.hosts = d.plain_strings(e.node, &e.at)),
-    Field::new("schemes", |d, e, s| {
-        s.schemes = Some(d.plain_strings(e.node, &e.at));
-    }),
-    Field::new("ports", ports),
-    Field::new("paths", |d, e, s| {
-        s.paths = Some(d.plain_strings(e.node, &e.at));
-    }),
-    Field::new("block_private", |d, e, s| {
-        s.block_private = d.bool(e.node, &e.at).unwrap_or(true);
-    }),
+    Field::key("hosts")
+        .doc(
+            "list of hosts",
+            "none",
+            "[api.github.com, '*.example.com']",
+            "Hosts: exactly, or `*.domain` for its subdomains (not the apex).",
+        )
+        .optional(|d, e, s| s.hosts = d.plain_strings(e.node, &e.at)),
+    Field::key("schemes")
+        .doc(
+            "list of schemes",
+            "`https` in an allow rule, any in a deny rule",
+            "[https, http]",
+            "The schemes allowed (or denied).",
+        )
+        .optional(|d, e, s| {
+            s.schemes = Some(d.plain_strings(e.node, &e.at));
+        }),
+    Field::key("ports")
+        .doc(
+            "list of ports (1-65535)",
+            "the scheme's default port in an allow rule, any in a deny rule",
+            "[443, 8443]",
+            "The ports allowed (or denied).",
+        )
+        .optional(ports),
+    Field::key("paths")
+        .doc(
+            "list of globs",
+            "`/**`",
+            "['/repos/**']",
+            "The url paths allowed (or denied).",
+        )
+        .optional(|d, e, s| {
+            s.paths = Some(d.plain_strings(e.node, &e.at));
+        }),
+    Field::key("block_private")
+        .doc(
+            "bool",
+            "`true`",
+            "false",
+            "Refuse loopback, private, link-local, CGNAT and other internal addresses.",
+        )
+        .optional(|d, e, s| {
+            s.block_private = d.bool(e.node, &e.at).unwrap_or(true);
+        }),
 ];
 
 /// An agent scope (`agents:` of an allow rule).
 pub(super) const AGENT: &[Field<AgentScopeSpec>] = &[
-    Field::required(
-        "workdir",
-        |d, e, s| {
-            if let Some(w) = d.string(e.node, &e.at) {
-                s.workdir = w;
-            }
-        },
-        |d, e, _| {
-            d.err_fix(
-                codes::CONFIG_MISSING_KEY,
-                "an agent scope needs `workdir`".to_owned(),
-                e.within,
-                e.node.span,
-                "add `workdir: /workspace` (the one directory the agent works in)".to_owned(),
-            );
-        },
-    ),
-    Field::new("permissions", |d, e, s| {
-        let choices = AgentPermissions::ALL.map(|p| (p.as_str(), p));
-        s.permissions = d.choice(e.node, &e.at, &choices);
-    }),
-    Field::new("commands", |d, e, s| {
-        s.commands = d.plain_strings(e.node, &e.at);
-    }),
-    Field::new("models", |d, e, s| {
-        s.models = d.plain_strings(e.node, &e.at);
-    }),
-    Field::new("max_turns", |d, e, s| {
-        s.max_turns = d.uint32(e.node, &e.at);
-    }),
-    Field::new("unconfined_ok", |d, e, s| {
-        s.unconfined_ok = d.bool(e.node, &e.at).unwrap_or(false);
-    }),
-    Field::new("network", |d, e, s| s.network = d.network(e.node, &e.at)),
-    Field::new("confirm_writes_outside", |d, e, s| {
-        s.confirm_writes_outside = d.plain_strings(e.node, &e.at);
-    }),
+    Field::key("workdir")
+        .doc(
+            "string (absolute directory, not `/`)",
+            "required",
+            "/workspace",
+            "The one directory the agent works in (`{principal.id}` may stand for a whole \
+             component); a session's workdir must lie beneath it.",
+        )
+        .required(
+            |d, e, s| {
+                if let Some(w) = d.string(e.node, &e.at) {
+                    s.workdir = w;
+                }
+            },
+            |d, e, _| {
+                d.err_fix(
+                    codes::CONFIG_MISSING_KEY,
+                    "an agent scope needs `workdir`".to_owned(),
+                    e.within,
+                    e.node.span,
+                    "add `workdir: /workspace` (the one directory the agent works in)".to_owned(),
+                );
+            },
+        ),
+    Field::key("permissions")
+        .doc(
+            "`read-only`, `workspace-write` or `full`",
+            "`read-only`",
+            "workspace-write",
+            "What the agent may change: nothing, files beneath the workdir, or anything (`full` \
+             runs it unconfined: needs `unconfined_ok: true`, a lint warning).",
+        )
+        .optional(|d, e, s| {
+            let choices = AgentPermissions::ALL.map(|p| (p.as_str(), p));
+            s.permissions = d.choice(e.node, &e.at, &choices);
+        }),
+    Field::key("commands")
+        .doc(
+            "list of argv patterns",
+            "the adapter's default",
+            "['pytest ...']",
+            "Argv the agent's own shell may run.",
+        )
+        .optional(|d, e, s| {
+            s.commands = d.plain_strings(e.node, &e.at);
+        }),
+    Field::key("models")
+        .doc(
+            "list of model names",
+            "any model the LLM proxy serves",
+            "[gpt-5]",
+            "The models a session may ask for.",
+        )
+        .optional(|d, e, s| {
+            s.models = d.plain_strings(e.node, &e.at);
+        }),
+    Field::key("max_turns")
+        .doc(
+            "integer",
+            "none: no limit from the scope",
+            "50",
+            "Most model turns one session may take.",
+        )
+        .optional(|d, e, s| {
+            s.max_turns = d.uint32(e.node, &e.at);
+        }),
+    Field::key("unconfined_ok")
+        .doc(
+            "bool",
+            "`false`",
+            "true",
+            "The explicit opt-in `permissions: full` needs.",
+        )
+        .optional(|d, e, s| {
+            s.unconfined_ok = d.bool(e.node, &e.at).unwrap_or(false);
+        }),
+    Field::key("network")
+        .doc(
+            "`none`, `loopback` or mapping `{allow: [HOST:PORT, ...]}`",
+            "none: only corral's LLM proxy",
+            "{allow: ['pypi.org:443']}",
+            "Where the agent's network may reach beyond the LLM proxy.",
+        )
+        .optional(|d, e, s| s.network = d.network(e.node, &e.at)),
+    Field::key("confirm_writes_outside")
+        .doc(
+            "list of directories beneath the workdir",
+            "none: no write needs a confirmation",
+            "[/workspace/src]",
+            "With `workspace-write`: a write outside these directories needs a person's \
+             confirmation.",
+        )
+        .optional(|d, e, s| {
+            s.confirm_writes_outside = d.plain_strings(e.node, &e.at);
+        }),
 ];
 
 /// `ports: [443, 8443]`.
@@ -309,28 +592,92 @@ fn ports(d: &mut Decoder, e: &Item<'_>, s: &mut UrlScopeSpec) {
 
 /// Limits (of a rule, or of every call).
 pub(super) const LIMIT: &[Field<Limits>] = &[
-    Field::new("max_bytes", |d, e, l| l.max_bytes = d.size(e.node, &e.at)),
-    Field::new("max_entries", |d, e, l| {
-        l.max_entries = d.uint(e.node, &e.at);
-    }),
-    Field::new("timeout", |d, e, l| l.timeout = d.duration(e.node, &e.at)),
-    Field::new("max_output_bytes", |d, e, l| {
-        l.max_output_bytes = d.size(e.node, &e.at);
-    }),
-    Field::new("rate", |d, e, l| {
-        l.rate = d.unit(e.node, &e.at, Rate::parse, "10/min");
-    }),
-    Field::new("concurrency", |d, e, l| {
-        l.concurrency = d.uint32(e.node, &e.at)
-    }),
-    Field::new("cpu_seconds", |d, e, l| {
-        l.cpu_seconds = d.uint(e.node, &e.at);
-    }),
-    Field::new("memory", |d, e, l| l.memory = d.size(e.node, &e.at)),
-    Field::new("processes", |d, e, l| l.processes = d.uint32(e.node, &e.at)),
-    Field::new("write_quota", |d, e, l| {
-        l.write_quota = d.size(e.node, &e.at);
-    }),
+    Field::key("max_bytes")
+        .doc(
+            "size",
+            "none (file ops: `10MiB`)",
+            "1MiB",
+            "The largest file read or written (for commands: the largest file they may write).",
+        )
+        .optional(|d, e, l| l.max_bytes = d.size(e.node, &e.at)),
+    Field::key("max_entries")
+        .doc(
+            "integer",
+            "none (listings: `10000`)",
+            "500",
+            "Most directory entries listed.",
+        )
+        .optional(|d, e, l| {
+            l.max_entries = d.uint(e.node, &e.at);
+        }),
+    Field::key("timeout")
+        .doc(
+            "duration",
+            "none (commands and custom ops: `60s`)",
+            "30s",
+            "Wall-clock time a call may take.",
+        )
+        .optional(|d, e, l| l.timeout = d.duration(e.node, &e.at)),
+    Field::key("max_output_bytes")
+        .doc(
+            "size",
+            "none (commands: `1MiB`)",
+            "4MiB",
+            "Most bytes of command output kept.",
+        )
+        .optional(|d, e, l| {
+            l.max_output_bytes = d.size(e.node, &e.at);
+        }),
+    Field::key("rate")
+        .doc(
+            "rate `N/unit` (unit `s`, `min`, `h` or `day`)",
+            "none",
+            "10/min",
+            "Calls per principal and op in that window, as a token bucket (see Rates).",
+        )
+        .optional(|d, e, l| {
+            l.rate = d.unit(e.node, &e.at, Rate::parse, "10/min");
+        }),
+    Field::key("concurrency")
+        .doc(
+            "integer",
+            "none",
+            "4",
+            "Calls of one principal to one op in flight at once (per replica).",
+        )
+        .optional(|d, e, l| l.concurrency = d.uint32(e.node, &e.at)),
+    Field::key("cpu_seconds")
+        .doc("integer", "none", "60", "CPU seconds a command may use.")
+        .optional(|d, e, l| {
+            l.cpu_seconds = d.uint(e.node, &e.at);
+        }),
+    Field::key("memory")
+        .doc(
+            "size",
+            "none (commands, custom ops, upstream servers: `1GiB`)",
+            "2GiB",
+            "Memory a command may use; raising it over the default is linted (`lint.raised_cap`).",
+        )
+        .optional(|d, e, l| l.memory = d.size(e.node, &e.at)),
+    Field::key("processes")
+        .doc(
+            "integer",
+            "none (the `linux` backend: `1024`)",
+            "256",
+            "Processes a command may run at once.",
+        )
+        .optional(|d, e, l| l.processes = d.uint32(e.node, &e.at)),
+    Field::key("write_quota")
+        .doc(
+            "size",
+            "`1GiB`",
+            "100MiB",
+            "What a command may add to its write paths, counted at each file's full size; raising \
+             it is linted (`lint.raised_cap`).",
+        )
+        .optional(|d, e, l| {
+            l.write_quota = d.size(e.node, &e.at);
+        }),
 ];
 
 impl Decoder {

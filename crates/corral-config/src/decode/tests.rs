@@ -21,17 +21,26 @@ fn document(path: &str, body: &str) -> Option<String> {
         "rules[0].agents.network" => {
             format!("{{version: 1, rules: [{{allow: [x], agents: {{network: {{{body}}}}}}}]}}")
         }
-        "custom.op" => format!("{{version: 1, custom: {{op: {{{body}}}}}}}"),
-        "custom.op.params.p" => {
-            format!("{{version: 1, custom: {{op: {{argv: [x], params: {{p: {{{body}}}}}}}}}}}")
+        "rules[0].limits" => format!("{{version: 1, rules: [{{allow: [x], limits: {{{body}}}}}]}}"),
+        "custom.x" => format!("{{version: 1, custom: {{x: {{{body}}}}}}}"),
+        "custom.x.params.x" => {
+            format!("{{version: 1, custom: {{x: {{argv: [x], params: {{x: {{{body}}}}}}}}}}}")
         }
-        "mcp_servers.up" => format!("{{version: 1, mcp_servers: {{up: {{{body}}}}}}}"),
-        "sandbox.programs.p" => format!("{{version: 1, sandbox: {{programs: {{p: {{{body}}}}}}}}}"),
-        "sandbox.scorers.s" => format!("{{version: 1, sandbox: {{scorers: {{s: {{{body}}}}}}}}}"),
-        "sandbox.judges.j" => format!("{{version: 1, sandbox: {{judges: {{j: {{{body}}}}}}}}}"),
-        "mcp_servers.up.tools.t" => {
+        "custom.x.network" => {
+            format!("{{version: 1, custom: {{x: {{argv: [x], network: {{{body}}}}}}}}}")
+        }
+        "mcp_servers.x" => format!("{{version: 1, mcp_servers: {{x: {{{body}}}}}}}"),
+        "mcp_servers.x.network" => {
+            format!("{{version: 1, mcp_servers: {{x: {{command: [x], network: {{{body}}}}}}}}}")
+        }
+        "run.network" => format!("{{version: 1, run: {{network: {{{body}}}}}}}"),
+        "sandbox.programs.x" | "sandbox.scorers.x" | "sandbox.judges.x" => {
+            let key = path.trim_start_matches("sandbox.").trim_end_matches(".x");
+            format!("{{version: 1, sandbox: {{{key}: {{x: {{{body}}}}}}}}}")
+        }
+        "mcp_servers.x.tools.x" => {
             format!(
-                "{{version: 1, mcp_servers: {{up: {{command: [x], tools: {{t: {{{body}}}}}}}}}}}"
+                "{{version: 1, mcp_servers: {{x: {{command: [x], tools: {{x: {{{body}}}}}}}}}}}"
             )
         }
         "auth.tokens[0]" => format!("{{version: 1, auth: {{tokens: [{{{body}}}]}}}}"),
@@ -41,6 +50,7 @@ fn document(path: &str, body: &str) -> Option<String> {
         }
         "autonomy.pins[0]" => format!("{{version: 1, autonomy: {{pins: [{{{body}}}]}}}}"),
         "run.limits" => format!("{{version: 1, run: {{limits: {{{body}}}}}}}"),
+        "preset" => format!("{{version: 1, preset: {{{body}}}}}"),
         "preset[0]" => format!("{{version: 1, preset: [{{{body}}}]}}"),
         "budgets.replay" | "budgets.judge" => {
             let key = path.trim_start_matches("budgets.");
@@ -68,7 +78,7 @@ fn decode(source: &str) -> Vec<Diagnostic> {
 #[test]
 fn every_tables_unknown_key_hint_lists_exactly_the_keys_it_decodes() {
     for (path, keys) in all_tables() {
-        let Some(doc) = document(path, "zzqxv_unknown: 1") else {
+        let Some(doc) = document(&path, "zzqxv_unknown: 1") else {
             unreachable!("no test document reaches the table at `{path}`: add one to `document`")
         };
         let diags = decode(&doc);
@@ -124,7 +134,7 @@ fn every_key_a_table_lists_is_read() {
                 format!("{path}.{key}")
             };
             let read = bodies.iter().any(|body| {
-                let Some(doc) = document(path, body) else {
+                let Some(doc) = document(&path, body) else {
                     return false;
                 };
                 let Ok(tree) = parse(&doc) else {
