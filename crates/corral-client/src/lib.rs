@@ -42,6 +42,9 @@ pub enum Reply {
         request_id: String,
         /// The op's result.
         result: serde_json::Value,
+        /// Whether this is the stored outcome of an approved call that had run already (the
+        /// server's `"replayed": true`): it did not run again.
+        replayed: bool,
     },
     /// A byte stream (e.g. `files.download`).
     Bytes {
@@ -230,6 +233,7 @@ impl Client {
                 op: env.op,
                 request_id: env.request_id,
                 result: env.result,
+                replayed: env.replayed,
             });
         }
         // A 2xx that is not a result: a wire error such as `202 confirmation.required` (the

@@ -13,6 +13,8 @@ pub(crate) struct Envelope {
     pub request_id: String,
     #[serde(default)]
     pub result: serde_json::Value,
+    #[serde(default)]
+    pub replayed: bool,
 }
 
 /// `GET /ops`.

@@ -749,6 +749,13 @@ impl Gateway {
     /// Decides and runs one call with the surface's options (run, level, dry-run), and audits
     /// it before returning.
     pub async fn call_with(&self, call: Call, opts: CallOptions) -> Reply {
+        self.call_inner(call, opts, None).await.0
+    }
+
+    /// As [`Gateway::call_with`], with how the call ended as the audit has it
+    /// ([`Outcome::Replayed`]: an approved call that had run already, answered with its stored
+    /// outcome; it did not run again).
+    pub async fn call_traced(&self, call: Call, opts: CallOptions) -> (Reply, Outcome) {
         self.call_inner(call, opts, None).await
     }
 
@@ -756,7 +763,7 @@ impl Gateway {
     /// `proxied` (the surface's own performing of the op) in place of the op's handler; the
     /// call's audit event is written once `proxied` ended, with its detail.
     pub async fn call_proxied(&self, call: Call, opts: CallOptions, proxied: Proxied) -> Reply {
-        self.call_inner(call, opts, Some(proxied)).await
+        self.call_inner(call, opts, Some(proxied)).await.0
     }
 
     async fn call_inner(
@@ -764,7 +771,7 @@ impl Gateway {
         call: Call,
         mut opts: CallOptions,
         proxied: Option<Proxied>,
-    ) -> Reply {
+    ) -> (Reply, Outcome) {
         let started = Instant::now();
         // A run-scoped caller's run applies to every call it makes; `X-Corral-Run` may only
         // repeat it (naming another run would step outside the run's budgets).
@@ -848,7 +855,7 @@ impl Gateway {
         self.observer
             .record(label, outcome.as_str(), started.elapsed());
         self.meter.calls(&event.tenant, self.purpose, 1);
-        reply
+        (reply, outcome)
     }
 }
 

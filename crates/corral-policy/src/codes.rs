@@ -751,6 +751,16 @@ catalog! {
 }
 
 /// Looks a code up in the catalog.
+/// Whether a failure with `code` happened before the op's program started (the backend cannot
+/// run here, the program could not be started, the request to the backend was invalid): nothing
+/// ran, so an approval it consumed is given back rather than used up.
+pub fn before_start(code: &str) -> bool {
+    matches!(
+        code,
+        ISOLATION_UNAVAILABLE | EXEC_SPAWN_FAILED | EXEC_INVALID
+    )
+}
+
 pub fn lookup(code: &str) -> Option<&'static CodeInfo> {
     CATALOG.iter().find(|c| c.code == code)
 }

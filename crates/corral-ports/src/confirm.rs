@@ -273,6 +273,15 @@ pub trait ConfirmationStore: Send + Sync + std::fmt::Debug {
         now_ms: i64,
     ) -> BoxFuture<'a, Result<(), ConfirmationError>>;
 
+    /// Gives the approval of a `running` action back: it is `approved` again and its approval
+    /// live until the action expires (its op failed before anything ran: the backend could not
+    /// start it). `false` when the action was not running.
+    fn release<'a>(
+        &'a self,
+        action_id: &'a str,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>>;
+
     /// The live actions of a tenant (of one requester identity, or all), newest first: at most
     /// `limit`, those after `after` when it is given.
     fn list<'a>(
@@ -488,6 +497,27 @@ impl ConfirmationStore for MemoryConfirmations {
                 a.state = ActionState::Done;
                 a.outcome = Some(outcome.clone());
             }
+        }))
+    }
+
+    fn release<'a>(
+        &'a self,
+        action_id: &'a str,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>> {
+        ready(self.with(|m| {
+            let Some(a) = m.actions.get_mut(action_id) else {
+                return false;
+            };
+            if a.state != ActionState::Running {
+                return false;
+            }
+            a.state = ActionState::Approved;
+            if a.expires_ms > now_ms {
+                let (key, expires) = (a.key.clone(), a.expires_ms);
+                m.approvals.insert(key, (action_id.to_owned(), expires));
+            }
+            true
         }))
     }
 

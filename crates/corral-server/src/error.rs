@@ -37,7 +37,13 @@ pub struct ApiError {
     pub body: ErrorBody,
     /// For 429s.
     pub retry_after_secs: Option<u64>,
+    /// The stored refusal of an approved call that had run already (`X-Corral-Replayed`).
+    replayed: bool,
 }
+
+/// The header marking an answer that is an approved call's stored outcome (it did not run
+/// again).
+pub const REPLAYED_HEADER: &str = "x-corral-replayed";
 
 impl ApiError {
     /// From a gateway refusal.
@@ -68,6 +74,7 @@ impl ApiError {
                         .then_some(corral_agents::install::RETRY_AFTER)
                 })
                 .map(|d| d.as_secs_f64().ceil().max(1.0) as u64),
+            replayed: false,
         }
     }
 
@@ -84,6 +91,18 @@ impl ApiError {
 }
 
 impl ApiError {
+    /// The same error marked as an approved call's stored outcome: `"replayed": true` in the
+    /// body and `X-Corral-Replayed: true` (the call did not run again).
+    #[must_use]
+    pub fn replayed(mut self) -> Self {
+        self.replayed = true;
+        self.body
+            .details
+            .get_or_insert_with(serde_json::Map::new)
+            .insert("replayed".to_owned(), serde_json::Value::Bool(true));
+        self
+    }
+
     /// The HTTP status.
     pub fn status(&self) -> u16 {
         self.status
@@ -109,6 +128,10 @@ impl IntoResponse for ApiError {
             && let Ok(v) = HeaderValue::from_str(&s.to_string())
         {
             resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        if self.replayed {
+            resp.headers_mut()
+                .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
         }
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut()

@@ -89,6 +89,9 @@ const DECIDE: &str = "UPDATE confirmations SET state = $2, decided_ms = $3, deci
      WHERE action_id = $1 AND state = 'pending' RETURNING key_hash, expires_ms";
 const INSERT_APPROVAL: &str =
     "INSERT INTO confirmation_approvals (action_id, key_hash, expires_ms) VALUES ($1, $2, $3)";
+/// A running action back to approved (its op did not start); its key and expiry.
+const RELEASE: &str = "UPDATE confirmations SET state = 'approved' \
+     WHERE action_id = $1 AND state = 'running' RETURNING key_hash, expires_ms";
 const FINISH: &str = "UPDATE confirmations SET state = 'done', outcome = $2, finished_ms = $3 \
      WHERE action_id = $1 AND state = 'running'";
 const LIST_TENANT: &str = concat!(
@@ -447,6 +450,32 @@ impl Store {
         .map_err(|e| self.redactor.query("store a confirmation's outcome", e))
     }
 
+    async fn release_confirmation(&self, action_id: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let q = |e| self.redactor.query("give a confirmation back", e);
+        on_pool!(&self.pool, p => {
+            let mut tx = p.begin().await.map_err(q)?;
+            let row: Option<(String, i64)> = sqlx::query_as(RELEASE)
+                .bind(action_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(q)?;
+            let Some((key, expires_ms)) = row else {
+                return Ok(false);
+            };
+            if expires_ms > now_ms {
+                sqlx::query(INSERT_APPROVAL)
+                    .bind(action_id)
+                    .bind(key.as_str())
+                    .bind(expires_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(q)?;
+            }
+            tx.commit().await.map_err(q)?;
+            Ok(true)
+        })
+    }
+
     async fn list_confirmations(
         &self,
         tenant: &str,
@@ -565,6 +594,18 @@ impl ConfirmationStore for Store {
     ) -> BoxFuture<'a, Result<(), ConfirmationError>> {
         Box::pin(async move {
             self.finish_confirmation(action_id, outcome, now_ms)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        action_id: &'a str,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>> {
+        Box::pin(async move {
+            self.release_confirmation(action_id, now_ms)
                 .await
                 .map_err(port_error)
         })

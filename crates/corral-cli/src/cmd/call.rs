@@ -208,6 +208,14 @@ pub fn run(a: Args) -> CliResult {
     }
 }
 
+/// Says on stderr that the answer is an approved call's stored outcome: it did not run again.
+fn note_replayed(op: &str) {
+    eprintln!(
+        "note: this approved call to `{}` had run already; this is its stored outcome (it did not run again)",
+        crate::cmd::audit::printable(op)
+    );
+}
+
 fn run_remote(a: &Args, args: Value) -> CliResult {
     let server = context::server_url(a.server.clone());
     let (client, rt) = context::remote(a.server.clone(), a.token_env.as_deref())?;
@@ -216,7 +224,11 @@ fn run_remote(a: &Args, args: Value) -> CliResult {
             op,
             request_id,
             result,
+            replayed,
         }) => {
+            if replayed {
+                note_replayed(&op);
+            }
             report_success(&op, &request_id, &result, a.format).map(|e| failed_exit(a, &result, e))
         }
         Ok(Reply::Bytes { bytes, .. }) => report_bytes(&bytes),
@@ -227,19 +239,24 @@ fn run_remote(a: &Args, args: Value) -> CliResult {
             request_id,
             retry_after,
             details,
-        }) => report_failure(
-            &a.op,
-            &Failure {
-                status,
-                kind: code.split('.').next().unwrap_or("error").to_owned(),
-                code,
-                message,
-                request_id,
-                retry_after_secs: retry_after.map(|d| d.as_secs()),
-                details,
-            },
-            a.format,
-        ),
+        }) => {
+            if details.get("replayed") == Some(&json!(true)) {
+                note_replayed(&a.op);
+            }
+            report_failure(
+                &a.op,
+                &Failure {
+                    status,
+                    kind: code.split('.').next().unwrap_or("error").to_owned(),
+                    code,
+                    message,
+                    request_id,
+                    retry_after_secs: retry_after.map(|d| d.as_secs()),
+                    details,
+                },
+                a.format,
+            )
+        }
         Err(e @ ClientError::Transport { .. }) => Err(CliError::usage(format!(
             "{server}: {e}; is `corral serve` running there? (--server, $CORRAL_SERVER)"
         ))),

@@ -385,6 +385,15 @@ fn a_write_waits_for_corral_confirm_then_runs_once() {
         std::fs::read_to_string(dir.path().join("ws").join("approved.txt")).unwrap_or_default(),
         "hi"
     );
+    assert!(!err.contains("did not run again"), "{err}");
+    // The same call again: the stored outcome, and corral call says it did not run again.
+    let (code, again, err) = corral(dir.path(), &write);
+    assert_eq!(code, 0, "{again}{err}");
+    assert_eq!(again, out);
+    assert!(
+        err.contains("had run already; this is its stored outcome (it did not run again)"),
+        "{err}"
+    );
 
     // An unknown action is refused with its code, and exits 1.
     let (code, _, err) = corral(dir.path(), &["confirm", "no-such-action", "--server", &url]);

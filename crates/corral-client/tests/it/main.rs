@@ -114,7 +114,9 @@ async fn call_reply_carries_the_envelope() {
             op,
             request_id,
             result,
+            replayed,
         } => {
+            assert!(!replayed, "a call that ran is not marked replayed");
             assert_eq!(op, "core.health");
             assert!(!request_id.is_empty());
             assert_eq!(result["status"], "ok");

@@ -466,7 +466,27 @@ impl Gateway {
             _ => self.run_op(d, call, spec, args, grant, event).await,
         };
         interrupted.action = None;
+        let mut answer = answer;
         if let Some(a) = action {
+            // Nothing ran (the backend could not start the program): the approval is given
+            // back, so the same call runs once the cause is fixed, within the action's life.
+            if let Reply::Refused(r) = &mut answer.reply
+                && codes::before_start(r.code)
+            {
+                match self.confirmations.release(&a.action_id, now_ms()).await {
+                    Ok(true) => {
+                        r.message.push_str(&format!(
+                            "; nothing ran, so the approval of action {} still holds: fix this, then retry the same call before it expires",
+                            a.action_id
+                        ));
+                        return answer;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::error!(action_id = %a.action_id, error = %e, "an approval could not be given back");
+                    }
+                }
+            }
             let stored = match &answer.reply {
                 Reply::Json(v) => StoredOutcome::Json { value: v.clone() },
                 Reply::Stream(s) => StoredOutcome::Stream {

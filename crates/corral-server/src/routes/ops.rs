@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::extract::{Authed, Capabilities, ListOps, OpCall};
 use crate::AppState;
-use crate::error::ApiError;
+use crate::error::{ApiError, REPLAYED_HEADER};
 
 /// An op as `GET /ops` shows it.
 pub(crate) fn op_json(op: &OpSpec) -> serde_json::Value {
@@ -107,8 +107,8 @@ pub async fn call(
             return Err(ApiError::new(code, msg, Some(&id), &rid));
         }
     };
-    let reply = gw
-        .call_with(
+    let (reply, outcome) = gw
+        .call_traced(
             Call {
                 caller,
                 op: id.clone(),
@@ -118,9 +118,17 @@ pub async fn call(
             opts,
         )
         .await;
+    // An approved call that had run already: its stored outcome, marked in the body (beside
+    // the result, never in it) and in `X-Corral-Replayed`, so nobody takes it for a new run.
+    let replayed = outcome == corral_guard::audit::Outcome::Replayed;
     let mut resp = match reply {
-        Reply::Json(v) => axum::Json(json!({"ok": true, "op": id, "request_id": rid, "result": v}))
-            .into_response(),
+        Reply::Json(v) => {
+            let mut body = json!({"ok": true, "op": id, "request_id": rid, "result": v});
+            if replayed {
+                body["replayed"] = json!(true);
+            }
+            axum::Json(body).into_response()
+        }
         Reply::Stream(s) => {
             let stream = tokio_util::io::ReaderStream::new(s.body);
             let mut r = Response::new(Body::from_stream(stream));
@@ -131,10 +139,17 @@ pub async fn call(
                 .insert(header::CONTENT_LENGTH, HeaderValue::from(s.len));
             r
         }
-        Reply::Refused(r) => return Err(ApiError::from_refusal(&r, Some(&id), &rid)),
+        Reply::Refused(r) => {
+            let e = ApiError::from_refusal(&r, Some(&id), &rid);
+            return Err(if replayed { e.replayed() } else { e });
+        }
     };
     if let Ok(v) = HeaderValue::from_str(&rid) {
         resp.headers_mut().insert("x-request-id", v);
+    }
+    if replayed {
+        resp.headers_mut()
+            .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
     }
     Ok(resp)
 }

@@ -53,12 +53,24 @@ async fn the_requester_approves_once_and_the_op_runs_once() {
     assert_eq!(mine[0]["args_canonical"], r#"{"word":"hello"}"#);
 
     approve(&s, &ada, &id).await;
-    let ran = plain(&s, &ada, "ledger.append", args.clone()).await.ok();
+    let first = plain(&s, &ada, "ledger.append", args.clone()).await;
+    assert_eq!(first.json().get("replayed"), None, "{}", first.text);
+    assert!(first.headers.get("x-corral-replayed").is_none());
+    let ran = first.ok();
     assert_eq!(f.ledger_lines(), ["hello"]);
-    // A retry after success: the stored outcome, and the op does not run again.
+    // A retry after success: the stored outcome, marked as such (body and header), and the op
+    // does not run again.
     for _ in 0..3 {
-        let again = plain(&s, &ada, "ledger.append", args.clone()).await.ok();
-        assert_eq!(again, ran);
+        let again = plain(&s, &ada, "ledger.append", args.clone()).await;
+        assert_eq!(again.json()["replayed"], true, "{}", again.text);
+        assert_eq!(
+            again
+                .headers
+                .get("x-corral-replayed")
+                .and_then(|h| h.to_str().ok()),
+            Some("true")
+        );
+        assert_eq!(again.ok(), ran);
     }
     assert_eq!(f.ledger_lines(), ["hello"]);
     // Approving again is refused: it was decided.
@@ -612,4 +624,51 @@ async fn an_approved_call_whose_request_is_dropped_mid_run_is_never_run_again() 
         "ran at most once: {:?}",
         f.ledger_lines()
     );
+}
+
+/// An approved call whose program could not be started (`exec.spawn_failed`: nothing ran) does
+/// not use the approval up: the refusal says so, and once the cause is fixed the same call runs,
+/// once; a retry after that is the stored outcome.
+#[tokio::test]
+async fn an_approval_survives_a_failure_before_the_program_started() {
+    let f = Fixture::new();
+    let tool = f.ws.base().join("tool.sh");
+    let yaml = f.yaml("", "").replace(
+        "custom:\n",
+        &format!(
+            "custom:\n  tool.run:\n    argv: [{}]\n    effects: [write]\n    summary: run the tool\n",
+            tool.display()
+        ),
+    );
+    let yaml = yaml.replace("allow: [\"ledger.*\"]", "allow: [\"ledger.*\", tool.run]");
+    let s = f.start(&yaml).await;
+    let ada = human("ada", &["operator"]);
+    let id = action_id(&plain(&s, &ada, "tool.run", json!({})).await);
+    approve(&s, &ada, &id).await;
+
+    let failed = plain(&s, &ada, "tool.run", json!({})).await;
+    failed.assert_error(502, "exec.spawn_failed");
+    assert!(
+        failed.text.contains("still holds"),
+        "the refusal says the approval holds: {}",
+        failed.text
+    );
+    assert!(f.ledger_lines().is_empty());
+
+    std::fs::write(
+        &tool,
+        format!("#!/bin/sh\necho ran >> {}\n", f.ledger.display()),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let ran = plain(&s, &ada, "tool.run", json!({})).await;
+    assert_eq!(ran.status, 200, "{}", ran.text);
+    assert_eq!(ran.json().get("replayed"), None);
+    assert_eq!(f.ledger_lines(), ["ran"]);
+    let again = plain(&s, &ada, "tool.run", json!({})).await;
+    assert_eq!(again.json()["replayed"], true, "{}", again.text);
+    assert_eq!(f.ledger_lines(), ["ran"], "it ran once");
 }

@@ -65,6 +65,18 @@ async fn lifecycle(store: &dyn ConfirmationStore) {
     assert_eq!(approved.decided_ms, Some(2_500));
     assert_eq!(approved.decided_by.as_deref(), Some("ada"));
 
+    // Consumed, then given back (its op did not start): approved again, consumable once more.
+    let first = store.consume("k-1", 2_800).await.unwrap().unwrap();
+    assert_eq!(first.state, ActionState::Running);
+    assert!(store.release("a-1", 2_900).await.unwrap());
+    assert!(
+        !store.release("a-1", 2_901).await.unwrap(),
+        "only a running one"
+    );
+    assert_eq!(
+        store.get("acme", "a-1").await.unwrap().unwrap().state,
+        ActionState::Approved
+    );
     let running = store.consume("k-1", 3_000).await.unwrap().unwrap();
     assert_eq!(running.action_id, "a-1");
     assert_eq!(running.state, ActionState::Running);
