@@ -38,10 +38,9 @@ never written in the config, only the names of the variables holding them.
 **Start-up only**: `corral serve` reloads its config file on SIGHUP (`kill -HUP`): rules, ops, \
 guardrails, budgets, tokens and JWT, `mcp_servers`, the lab and the agents change without a \
 restart. A key marked *yes* is read only when corral starts: a reload keeps its old value. The \
-reload log names `storage`, `isolation`, `audit`, `guardrails.confirmations` and `mcp` when \
-they changed; `recordings` (read when the store opens) and `llm` (read when the HTTP app is \
-built) keep their start-up values too. A reload that moves `state_dir` is refused, and the \
-running config stays.
+reload log names `storage`, `isolation`, `audit`, `guardrails.confirmations`, `mcp`, \
+`recordings` (read when the store opens) and `llm` (read when the HTTP app is built) when they \
+changed. A reload that moves `state_dir` is refused, and the running config stays.
 ";
 
 const GLOBS: &str = "\

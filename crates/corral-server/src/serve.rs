@@ -301,6 +301,12 @@ fn needs_restart(
     if old.mcp.hosts() != new.mcp.hosts() || origins(old) != origins(new) {
         changed.push("mcp");
     }
+    if old.recordings != new.recordings {
+        changed.push("recordings");
+    }
+    if old.llm != new.llm {
+        changed.push("llm");
+    }
     changed
 }
 
@@ -355,4 +361,20 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
         addr: local,
         reason: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use corral_config::model::{Config, LlmConfig};
+
+    /// A reload names every start-up-only setting it changed, `llm` and `recordings` too.
+    #[test]
+    fn a_reload_names_the_start_up_settings_it_changed() {
+        let old = Config::default();
+        let mut new = Config::default();
+        assert!(super::needs_restart(&old, &new).is_empty());
+        new.llm = Some(LlmConfig::default());
+        new.recordings.max_events = Some(10);
+        assert_eq!(super::needs_restart(&old, &new), ["recordings", "llm"]);
+    }
 }
