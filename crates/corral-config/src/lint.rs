@@ -1142,12 +1142,8 @@ impl<'a> Linter<'a> {
                     confirm_tier.join(", ")
                 )
             };
-            self.push(Diagnostic::warning(
-                codes::LINT_CONFIRM_NEVER,
-                message,
-                format!("{}.confirm", cr.location),
-                Some(span),
-            ));
+            let at = format!("{}.confirm", cr.location);
+            self.push(unattended(message, cr.reason.as_deref(), at, span));
         }
         for (p, mut ops) in self.l.config.presets.iter().zip(preset_ops) {
             let Some(span) = p.confirm_never else {
@@ -1167,11 +1163,11 @@ impl<'a> Linter<'a> {
                     p.preset.name()
                 )
             };
-            self.push(Diagnostic::warning(
-                codes::LINT_CONFIRM_NEVER,
+            self.push(unattended(
                 message,
-                "preset.confirm",
-                Some(span),
+                p.reason.as_deref(),
+                "preset.confirm".to_owned(),
+                span,
             ));
         }
         // issue 11 item 7: RBAC by tier is on whenever a principal can carry a tier role, and
@@ -1399,6 +1395,23 @@ pub fn fails(findings: &[Diagnostic], strict: bool) -> bool {
         Severity::Warning => strict,
         Severity::Note => false,
     })
+}
+
+/// The finding of a `confirm: never`: a warning, or, when `reason` says why it runs unattended
+/// on purpose, a note quoting it (`check-config --strict` passes).
+fn unattended(message: String, reason: Option<&str>, at: String, span: Span) -> Diagnostic {
+    match reason.map(str::trim).filter(|r| !r.is_empty()) {
+        Some(why) => Diagnostic::note(
+            codes::LINT_CONFIRM_NEVER,
+            format!("{message}; unattended on purpose: {why:?}"),
+            at,
+            Some(span),
+        ),
+        None => Diagnostic::warning(codes::LINT_CONFIRM_NEVER, message, at, Some(span))
+            .with_fix(
+                "if this runs unattended on purpose, say why with `reason:` beside `confirm: never` (the finding becomes a note); else remove `confirm: never` so that a person approves each call",
+            ),
+    }
 }
 
 #[cfg(test)]

@@ -527,6 +527,8 @@ pub struct PresetUse {
     /// `confirm: never` (mapping form): the confirm-tier calls its rules allow run without a
     /// human's approval; its destructive ops stay confirmed.
     pub confirm_never: Option<Span>,
+    /// `reason:` (mapping form): why it runs unattended on purpose.
+    pub reason: Option<String>,
 }
 
 /// One rule as written.

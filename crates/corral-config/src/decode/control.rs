@@ -402,6 +402,7 @@ pub(super) struct PresetDraft {
     name: Option<Node>,
     options: PresetOptions,
     confirm_never: Option<Span>,
+    reason: Option<String>,
 }
 
 /// A preset written as a mapping.
@@ -531,6 +532,15 @@ pub(super) const PRESET: &[Field<PresetDraft>] = &[
                 .choice(e.node, &e.at, &[("never", true), ("always", false)])
                 .and_then(|never| never.then_some(e.node.span));
         }),
+    Field::key("reason")
+        .doc(
+            "string",
+            "none",
+            "nightly CI runs unattended",
+            "Why the preset runs unattended on purpose: with `confirm: never`, the lint is a \
+             note instead of a warning (`check-config --strict` passes).",
+        )
+        .optional(|d, e, p| p.reason = d.string(e.node, &e.at)),
 ];
 
 /// `agents:` written as a mapping.
@@ -739,6 +749,7 @@ impl Decoder {
                     options: p.options,
                     span: name_node.span,
                     confirm_never: p.confirm_never,
+                    reason: p.reason,
                 }),
                 Err(e) => self.err_fix(e.code(), e.to_string(), &at, name_node.span, e.fix()),
             }

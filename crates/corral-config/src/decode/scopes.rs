@@ -157,7 +157,8 @@ pub(super) const RULE: &[Field<RuleDraft>] = &[
             "string",
             "none",
             "secrets stay on the host",
-            "Shown to the caller when the rule denies.",
+            "Shown to the caller when the rule denies; on an allow rule with `confirm: never`, \
+             why it runs unattended on purpose (the lint is then a note, not a warning).",
         )
         .optional(|d, e, r| r.rule.reason = d.string(e.node, &e.at)),
     Field::key("confirm")

@@ -500,6 +500,30 @@ fn confirm_never_on_confirm_tier_ops_loads_with_a_lint_warning() {
     );
 }
 
+/// An unattended rule or preset on purpose: `confirm: never` with a `reason:` is a note that
+/// quotes it, so `check-config --strict` passes; without one the warning says how to state it.
+#[test]
+fn confirm_never_with_a_reason_is_a_note_and_without_one_the_warning_says_how() {
+    let l = load(&format!(
+        "{RULE}    confirm: never\n    reason: nightly CI runs unattended\n"
+    ));
+    let findings = lint::lint(&l);
+    let d = the(&findings, codes::LINT_CONFIRM_NEVER, Severity::Note);
+    assert!(d.message.contains("\"nightly CI runs unattended\""), "{d}");
+    assert!(d.message.contains("`files.write`"), "{d}");
+    let preset = load(
+        "version: 1\npreset: {name: workspace_jail, confirm: never, reason: the ci job}\nroot: /workspace\n",
+    );
+    let findings = lint::lint(&preset);
+    let d = the(&findings, codes::LINT_CONFIRM_NEVER, Severity::Note);
+    assert!(d.message.contains("\"the ci job\""), "{d}");
+    // A blank reason says nothing: still a warning, whose fix names `reason:`.
+    let l = load(&format!("{RULE}    confirm: never\n    reason: \"  \"\n"));
+    let findings = lint::lint(&l);
+    let d = the(&findings, codes::LINT_CONFIRM_NEVER, Severity::Warning);
+    assert!(d.fix.contains("`reason:`"), "{d:?}");
+}
+
 #[test]
 fn confirm_never_on_a_rule_with_only_read_ops_is_a_warning_that_it_does_nothing() {
     let l = load(
