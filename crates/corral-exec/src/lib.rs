@@ -313,6 +313,16 @@ pub enum ExecError {
     /// The request was malformed (empty argv, NUL bytes).
     #[error("invalid exec request: {0}")]
     Invalid(String),
+    /// The backend lost track of a run whose program may have started (its helper or child
+    /// could not be reaped, or it made no report): what the program did is unknown. The other
+    /// variants all happen before the program starts; this one never does.
+    #[error("the `{backend}` backend lost track of the run: {what}; the program may have run")]
+    Lost {
+        /// The backend.
+        backend: &'static str,
+        /// What was lost.
+        what: String,
+    },
 }
 
 impl ExecError {
@@ -322,6 +332,7 @@ impl ExecError {
             ExecError::Unavailable { .. } => "isolation.unavailable",
             ExecError::Spawn { .. } => "exec.spawn_failed",
             ExecError::Invalid(_) => "exec.invalid",
+            ExecError::Lost { .. } => "exec.lost",
         }
     }
 }

@@ -310,7 +310,10 @@ async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, E
         // Phase 2: kill what is left of the group and reap the child.
         let (timed_out, status) = end_group(&mut child, &mut group, waited)
             .await
-            .map_err(|e| spawn_error(format!("lost track of the child: {e}")))?;
+            .map_err(|e| ExecError::Lost {
+                backend: NAME,
+                what: format!("the child could not be reaped: {e}"),
+            })?;
         let duration = start.elapsed();
 
         // Phase 3: read what is still in the pipes, but do not wait on whatever escaped the group.

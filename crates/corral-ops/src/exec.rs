@@ -83,6 +83,7 @@ fn exec_error(e: &ExecError) -> OpError {
         ExecError::Unavailable { .. } => codes::ISOLATION_UNAVAILABLE,
         ExecError::Spawn { .. } => codes::EXEC_SPAWN_FAILED,
         ExecError::Invalid(_) => codes::EXEC_INVALID,
+        ExecError::Lost { .. } => codes::EXEC_LOST,
     };
     OpError::new(code, e.to_string())
 }

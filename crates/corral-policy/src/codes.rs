@@ -148,6 +148,9 @@ catalog! {
     EXEC_INVALID = "exec.invalid", 400,
         "the command is empty or contains NUL bytes",
         "pass a non-empty argv";
+    EXEC_LOST = "exec.lost", 500,
+        "the isolation backend lost track of a run whose program may have started (its helper or child could not be reaped, or its report was not read): what the program did is unknown",
+        "check the program's effects before calling again; the server log has the request id (a host out of threads or processes is the usual cause)";
     EXEC_CHANGE_REFUSED = "exec.change_refused", 409,
         "a change a sandboxed program made was not applied to the host (a fifo or device node, a symlink or mount in the way on the host, a layer that could not be read)",
         "write regular files, directories and symlinks only, under directories that are not symlinks on the host";
@@ -750,10 +753,11 @@ catalog! {
         "use a narrower preset such as workspace_jail";
 }
 
-/// Looks a code up in the catalog.
 /// Whether a failure with `code` happened before the op's program started (the backend cannot
 /// run here, the program could not be started, the request to the backend was invalid): nothing
-/// ran, so an approval it consumed is given back rather than used up.
+/// ran, so an approval it consumed is given back rather than used up. The backends keep this
+/// true: a run they lose track of once its program may have started is `exec.lost`, never one
+/// of these.
 pub fn before_start(code: &str) -> bool {
     matches!(
         code,
@@ -761,6 +765,7 @@ pub fn before_start(code: &str) -> bool {
     )
 }
 
+/// Looks a code up in the catalog.
 pub fn lookup(code: &str) -> Option<&'static CodeInfo> {
     CATALOG.iter().find(|c| c.code == code)
 }

@@ -275,7 +275,8 @@ pub trait ConfirmationStore: Send + Sync + std::fmt::Debug {
 
     /// Gives the approval of a `running` action back: it is `approved` again and its approval
     /// live until the action expires (its op failed before anything ran: the backend could not
-    /// start it). `false` when the action was not running.
+    /// start it). `false` when the action was not running, or has expired (then the caller
+    /// stores its outcome as usual).
     fn release<'a>(
         &'a self,
         action_id: &'a str,
@@ -509,14 +510,12 @@ impl ConfirmationStore for MemoryConfirmations {
             let Some(a) = m.actions.get_mut(action_id) else {
                 return false;
             };
-            if a.state != ActionState::Running {
+            if a.state != ActionState::Running || a.expires_ms <= now_ms {
                 return false;
             }
             a.state = ActionState::Approved;
-            if a.expires_ms > now_ms {
-                let (key, expires) = (a.key.clone(), a.expires_ms);
-                m.approvals.insert(key, (action_id.to_owned(), expires));
-            }
+            let (key, expires) = (a.key.clone(), a.expires_ms);
+            m.approvals.insert(key, (action_id.to_owned(), expires));
             true
         }))
     }

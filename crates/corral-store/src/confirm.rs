@@ -91,7 +91,7 @@ const INSERT_APPROVAL: &str =
     "INSERT INTO confirmation_approvals (action_id, key_hash, expires_ms) VALUES ($1, $2, $3)";
 /// A running action back to approved (its op did not start); its key and expiry.
 const RELEASE: &str = "UPDATE confirmations SET state = 'approved' \
-     WHERE action_id = $1 AND state = 'running' RETURNING key_hash, expires_ms";
+     WHERE action_id = $1 AND state = 'running' AND expires_ms > $2 RETURNING key_hash, expires_ms";
 const FINISH: &str = "UPDATE confirmations SET state = 'done', outcome = $2, finished_ms = $3 \
      WHERE action_id = $1 AND state = 'running'";
 const LIST_TENANT: &str = concat!(
@@ -456,21 +456,20 @@ impl Store {
             let mut tx = p.begin().await.map_err(q)?;
             let row: Option<(String, i64)> = sqlx::query_as(RELEASE)
                 .bind(action_id)
+                .bind(now_ms)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(q)?;
             let Some((key, expires_ms)) = row else {
                 return Ok(false);
             };
-            if expires_ms > now_ms {
-                sqlx::query(INSERT_APPROVAL)
-                    .bind(action_id)
-                    .bind(key.as_str())
-                    .bind(expires_ms)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(q)?;
-            }
+            sqlx::query(INSERT_APPROVAL)
+                .bind(action_id)
+                .bind(key.as_str())
+                .bind(expires_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(q)?;
             tx.commit().await.map_err(q)?;
             Ok(true)
         })

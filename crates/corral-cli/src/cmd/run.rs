@@ -341,7 +341,9 @@ impl From<ExecError> for Failure {
                 EXIT_NOT_FOUND
             }
             ExecError::Spawn { .. } => EXIT_NOT_EXECUTABLE,
-            ExecError::Unavailable { .. } | ExecError::Invalid(_) => EXIT_CANNOT_RUN,
+            ExecError::Unavailable { .. } | ExecError::Invalid(_) | ExecError::Lost { .. } => {
+                EXIT_CANNOT_RUN
+            }
         };
         let message = match &e {
             ExecError::Unavailable { .. } => format!(

@@ -906,10 +906,15 @@ impl LinuxBackend {
                 })
             }
             (Some(_), Some((_, _, error))) => Err(spawn_error(error)),
-            (None, None) => Err(unavailable(format!(
-                "the sandbox helper `{}` made no report (it ended with {helper_status}); is it a corral binary?",
-                self.helper.display()
-            ))),
+            // No report at all: the helper may have started the program before it ended (or
+            // its report may have come too late to be read), so this is not a failure to start.
+            (None, None) => Err(ExecError::Lost {
+                backend: NAME,
+                what: format!(
+                    "the sandbox helper `{}` made no report that was read (it ended with {helper_status}); is it a corral binary?",
+                    self.helper.display()
+                ),
+            }),
             (Some(_), None) => Ok(()),
         }
     }
@@ -1218,15 +1223,19 @@ struct Taken<'a> {
 impl Taken<'_> {
     /// Kills what is left of the helper's group and reaps the helper.
     async fn reap(&mut self) -> Result<std::process::ExitStatus, ExecError> {
+        let lost = |what: String| ExecError::Lost {
+            backend: NAME,
+            what,
+        };
         let Some(sb) = self.sandbox.as_mut() else {
-            return Err(unavailable("the sandbox went missing"));
+            return Err(lost("the sandbox went missing".to_owned()));
         };
         if let Some(status) = sb.try_reap() {
             return status
-                .map_err(|e| unavailable(format!("lost track of the sandbox helper: {e}")));
+                .map_err(|e| lost(format!("the sandbox helper could not be reaped: {e}")));
         }
         let Some(mut sb) = self.sandbox.take() else {
-            return Err(unavailable("the sandbox went missing"));
+            return Err(lost("the sandbox went missing".to_owned()));
         };
         // It was killed: this wait is short.
         let (sb, status) = tokio::task::spawn_blocking(move || {
@@ -1234,9 +1243,9 @@ impl Taken<'_> {
             (sb, status)
         })
         .await
-        .map_err(|e| unavailable(format!("lost track of the sandbox helper: {e}")))?;
+        .map_err(|e| lost(format!("the sandbox helper could not be reaped: {e}")))?;
         self.sandbox = Some(sb);
-        status.map_err(|e| unavailable(format!("lost track of the sandbox helper: {e}")))
+        status.map_err(|e| lost(format!("the sandbox helper could not be reaped: {e}")))
     }
 
     /// Removes the run's directory and cgroups (killing and reaping the helper first if that

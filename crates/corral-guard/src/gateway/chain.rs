@@ -465,7 +465,9 @@ impl Gateway {
             }
             _ => self.run_op(d, call, spec, args, grant, event).await,
         };
-        interrupted.action = None;
+        // The guard stays armed until the action's outcome (or its release) is written: a
+        // request dropped meanwhile still leaves the action an outcome (writing one only
+        // changes a `running` action, so a release or finish that completed is kept).
         let mut answer = answer;
         if let Some(a) = action {
             // Nothing ran (the backend could not start the program): the approval is given
@@ -479,6 +481,7 @@ impl Gateway {
                             "; nothing ran, so the approval of action {} still holds: fix this, then retry the same call before it expires",
                             a.action_id
                         ));
+                        interrupted.action = None;
                         return answer;
                     }
                     Ok(false) => {}
@@ -509,6 +512,7 @@ impl Gateway {
                 tracing::error!(action_id = %a.action_id, error = %e, "the outcome of an approved call could not be stored");
             }
         }
+        interrupted.action = None;
         answer
     }
 

@@ -68,6 +68,8 @@ async fn lifecycle(store: &dyn ConfirmationStore) {
     // Consumed, then given back (its op did not start): approved again, consumable once more.
     let first = store.consume("k-1", 2_800).await.unwrap().unwrap();
     assert_eq!(first.state, ActionState::Running);
+    // Not once it expired: its outcome is stored as usual then.
+    assert!(!store.release("a-1", 12_000).await.unwrap());
     assert!(store.release("a-1", 2_900).await.unwrap());
     assert!(
         !store.release("a-1", 2_901).await.unwrap(),
