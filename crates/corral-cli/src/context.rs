@@ -18,8 +18,17 @@ pub fn config_path(flag: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("corral.yaml"))
 }
 
-/// Loads the config at `path`; a config that does not load is its rendered diagnostics.
+/// Loads the config at `path` for a command that authenticates nobody and calls no provider
+/// (everything but `serve`): the secrets that are set are read, the unset ones stand in
+/// ([`corral_config::OfflineEnv`]), so a command needs only the secrets it really uses. A
+/// config that does not load is its rendered diagnostics.
 pub fn load_at(path: &Path) -> Result<Loaded, CliError> {
+    corral_config::load_file_with_env(path, &corral_config::OfflineEnv::default())
+        .map_err(|e| CliError::config(&e))
+}
+
+/// Loads the config at `path` for `corral serve`: every secret it names must be set.
+pub fn load_for_serve(path: &Path) -> Result<Loaded, CliError> {
     corral_config::load_file(path).map_err(|e| CliError::config(&e))
 }
 

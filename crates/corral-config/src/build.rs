@@ -87,6 +87,53 @@ impl Env for ProcessEnv {
     }
 }
 
+/// The process environment for the commands that authenticate nobody and call no provider
+/// (`check-config`, `describe`, `explain`, `mcp` and `call --local` with `--principal`, the
+/// lab): a variable that is set reads as itself; one that is unset stands in as a placeholder
+/// nobody can present (random per process and per variable, long enough for every check, and
+/// an `https://` url where one is expected), and is remembered, so
+/// that only the secrets a command really uses need to be in its environment.
+#[derive(Debug)]
+pub struct OfflineEnv {
+    placeholder: String,
+    stood_in: std::sync::Mutex<Vec<String>>,
+}
+
+impl Default for OfflineEnv {
+    fn default() -> Self {
+        Self {
+            placeholder: format!(
+                "https://unset.invalid/{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            ),
+            stood_in: std::sync::Mutex::default(),
+        }
+    }
+}
+
+impl OfflineEnv {
+    /// The variables read that were unset (each once, in the order read).
+    pub fn stood_in(&self) -> Vec<String> {
+        self.stood_in.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+impl Env for OfflineEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        if let Some(v) = std::env::var(name).ok().filter(|v| !v.is_empty()) {
+            return Some(v);
+        }
+        if let Ok(mut seen) = self.stood_in.lock()
+            && !seen.iter().any(|s| s == name)
+        {
+            seen.push(name.to_owned());
+        }
+        // One per variable: two tokens never share a secret, even a stood-in one.
+        Some(format!("{}/{name}", self.placeholder))
+    }
+}
+
 impl Env for std::collections::HashMap<String, String> {
     fn var(&self, name: &str) -> Option<String> {
         self.get(name).cloned()

@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 
 use corral_policy::{Catalog, Engine, Policy, Role, codes};
 
-pub use build::{Env, ProcessEnv, ResolvedLlm, ResolvedToken, RuleOrigin, upstream_tool_spec};
+pub use build::{
+    Env, OfflineEnv, ProcessEnv, ResolvedLlm, ResolvedToken, RuleOrigin, upstream_tool_spec,
+};
 pub use diag::{Diagnostic, Severity, render};
 pub use model::{Config, RunConfig, RunProfile, Secret};
 pub use reference::{REGENERATE, reference_markdown};

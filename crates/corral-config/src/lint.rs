@@ -274,6 +274,7 @@ impl<'a> Linter<'a> {
         self.auth();
         self.guardrails();
         self.secrets();
+        self.missing_roots();
         for p in &self.l.config.presets {
             if p.preset == corral_policy::presets::Preset::FullAccess {
                 self.push(Diagnostic::error(
@@ -1395,6 +1396,59 @@ pub fn fails(findings: &[Diagnostic], strict: bool) -> bool {
         Severity::Warning => strict,
         Severity::Note => false,
     })
+}
+
+impl Linter<'_> {
+    /// A note for each root (the top-level `root`, a preset's, a rule's `paths.roots`) that does
+    /// not exist on this host; for a `{principal.id}` root, its fixed part. A note, not a
+    /// warning: the config is right, the host (maybe another one than the serving host) is not
+    /// ready yet.
+    fn missing_roots(&mut self) {
+        let c = &self.l.config;
+        let mut roots: Vec<(String, String, Option<Span>)> = Vec::new();
+        if let Some(r) = &c.root {
+            roots.push((r.value.clone(), "root".to_owned(), Some(r.span)));
+        }
+        for p in &c.presets {
+            if let Some(r) = &p.options.root {
+                roots.push((r.clone(), "preset.root".to_owned(), Some(p.span)));
+            }
+        }
+        for r in &c.rules {
+            if let Some(paths) = &r.paths {
+                for root in &paths.value.roots {
+                    roots.push((
+                        root.clone(),
+                        format!("{}.paths", r.location),
+                        Some(paths.span),
+                    ));
+                }
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (root, at, span) in roots {
+            // The fixed part of a templated root (`/home/{principal.id}` -> `/home`).
+            let fixed: Vec<&str> = root.split('/').take_while(|c| !c.contains('{')).collect();
+            let fixed = fixed.join("/");
+            if fixed.is_empty() || !seen.insert(fixed.clone()) {
+                continue;
+            }
+            if std::path::Path::new(&fixed).exists() {
+                continue;
+            }
+            self.push(
+                Diagnostic::note(
+                    codes::LINT_ROOT_MISSING,
+                    format!(
+                        "`{fixed}` does not exist on this host: every call under it fails `files.not_found` until it does"
+                    ),
+                    at,
+                    span,
+                )
+                .with_fix(format!("create it (`mkdir -p {fixed}`) where corral serves, or fix the path")),
+            );
+        }
+    }
 }
 
 /// The finding of a `confirm: never`: a warning, or, when `reason` says why it runs unattended

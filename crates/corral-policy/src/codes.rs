@@ -685,6 +685,9 @@ catalog! {
     LINT_CONFIRM_NEVER = "lint.confirm_never", 0,
         "a rule sets `confirm: never`: its confirm-tier calls run without a human's approval",
         "keep it only for unattended automation, and say why with `reason:` beside it (the finding becomes a note); remove it to have a person approve each call";
+    LINT_ROOT_MISSING = "lint.root_missing", 0,
+        "a root the config names does not exist on this host: every call under it fails `files.not_found` until it does",
+        "create the directory (`mkdir -p <root>`) on the host that serves, or fix the path";
     LINT_RBAC_NO_TIER_ROLE = "lint.rbac_no_tier_role", 0,
         "RBAC by tier is on (a `roles:` block, a token with a tier role, or `auth.jwt`) and a token carries no tier role, so every call it makes is refused",
         "add the tier role its calls need (`viewer`, `operator` or `admin`) to the token's roles";

@@ -22,12 +22,27 @@ struct Report {
     diagnostics: Vec<DiagnosticOut>,
 }
 
+/// The note for a variable the config names that is unset where `check-config` runs.
+fn unset_here(name: String) -> corral_config::Diagnostic {
+    corral_config::Diagnostic::note(
+        corral_policy::codes::CONFIG_TOKEN_ENV_UNSET,
+        format!(
+            "the variable `{name}` is unset here; check-config reads no secret, and `corral serve` needs it set"
+        ),
+        "",
+        None,
+    )
+}
+
 /// Runs `corral check-config`: the report, and the exit code its findings give.
 pub fn run(config: Option<PathBuf>, strict: bool, format: Format) -> CliResult {
     let path = context::config_path(config);
-    let (diags, rendered, loaded) = match corral_config::load_file(&path) {
+    // Offline: a secret that is unset here is a note (`corral serve` needs it), not an error.
+    let env = corral_config::OfflineEnv::default();
+    let (diags, rendered, loaded) = match corral_config::load_file_with_env(&path, &env) {
         Ok(l) => {
-            let f = lint::lint(&l);
+            let mut f = lint::lint(&l);
+            f.extend(env.stood_in().into_iter().map(unset_here));
             let r = l.render(&f);
             (f, r, true)
         }

@@ -55,7 +55,7 @@ pub fn run(a: Args) -> CliResult {
         Some(preset) => (preset_config(preset, a.root.as_deref())?, None),
         None => {
             let path = context::config_path(a.config.clone());
-            (context::load_at(&path)?, Some(path))
+            (context::load_for_serve(&path)?, Some(path))
         }
     };
     let rt = context::runtime(Threads::Many)?;

@@ -574,3 +574,84 @@ fn every_subcommands_help_ends_its_sentences() {
         "the --allow-open warning is whole:\n{out}"
     );
 }
+
+/// The offline commands need only the secrets they use: with no token secret in the
+/// environment, `check-config` passes with a note per unset variable (and one for the root that
+/// does not exist), `explain` and `describe --effective` answer for every principal, while
+/// `corral serve` still refuses to start without them.
+#[test]
+fn offline_commands_need_no_secret_they_do_not_use_and_serve_still_does() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
+    let ws = dir.path().join("ws-not-made-yet");
+    let config = format!(
+        "version: 1
+preset: workspace_jail
+root: {}
+auth:
+  tokens:
+    - {{id: ada, roles: [operator], token_env: CORRAL_IT_OFFLINE_ADA}}
+    - {{id: bot, kind: service, roles: [operator], token_env: CORRAL_IT_OFFLINE_BOT}}
+",
+        ws.display()
+    );
+    std::fs::write(dir.path().join("corral.yaml"), config).unwrap_or_else(|e| unreachable!("{e}"));
+    let (code, out, err) = corral(dir.path(), &["check-config", "--strict"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let all = format!("{out}{err}");
+    for var in ["CORRAL_IT_OFFLINE_ADA", "CORRAL_IT_OFFLINE_BOT"] {
+        assert!(
+            all.contains(&format!("the variable `{var}` is unset here")),
+            "{all}"
+        );
+    }
+    assert!(all.contains("lint.root_missing"), "{all}");
+    assert!(all.contains(&format!("mkdir -p {}", ws.display())), "{all}");
+    let write = format!("path={}/a", ws.display());
+    let (code, out, err) = corral(
+        dir.path(),
+        &[
+            "explain",
+            "--op",
+            "files.write",
+            "--arg",
+            &write,
+            "--arg",
+            "content=x",
+            "--principal",
+            "ada",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("would need confirmation"), "{out}");
+    // A service principal without an autonomy pin is at L2: the confirm tier is beyond it.
+    let (code, out, err) = corral(
+        dir.path(),
+        &[
+            "explain",
+            "--op",
+            "files.write",
+            "--arg",
+            &write,
+            "--arg",
+            "content=x",
+            "--principal",
+            "bot",
+        ],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("autonomy.blocked"), "{out}");
+    let (code, out, err) = corral(dir.path(), &["describe", "--effective"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("principal `bot`"), "{out}");
+    // With the root made, the note is gone.
+    std::fs::create_dir(&ws).unwrap_or_else(|e| unreachable!("{e}"));
+    let (_, out, err) = corral(dir.path(), &["check-config"]);
+    assert!(
+        !format!("{out}{err}").contains("lint.root_missing"),
+        "{out}{err}"
+    );
+    // `corral serve` authenticates: it needs every secret.
+    let (code, out, err) = corral(dir.path(), &["serve", "--listen", "127.0.0.1:0"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("config.token_env_unset"), "{err}");
+}
