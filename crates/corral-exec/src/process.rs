@@ -310,10 +310,7 @@ async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, E
         // Phase 2: kill what is left of the group and reap the child.
         let (timed_out, status) = end_group(&mut child, &mut group, waited)
             .await
-            .map_err(|e| ExecError::Lost {
-                backend: NAME,
-                what: format!("the child could not be reaped: {e}"),
-            })?;
+            .map_err(lost_child)?;
         let duration = start.elapsed();
 
         // Phase 3: read what is still in the pipes, but do not wait on whatever escaped the group.
@@ -337,6 +334,15 @@ async fn run(req: ExecRequest, attach: Option<AttachTx>) -> Result<ExecOutput, E
         attestation: attestation(primitives),
         changes: None,
     })
+}
+
+/// A child that could not be reaped: it started, so what it did is unknown (never a failure
+/// to start, which would give an approval back).
+fn lost_child(e: std::io::Error) -> ExecError {
+    ExecError::Lost {
+        backend: NAME,
+        what: format!("the child could not be reaped: {e}"),
+    }
 }
 
 /// What this backend attests: not isolated, nothing destroyed, the primitives it applied.
