@@ -607,37 +607,27 @@ auth:
     assert!(all.contains("lint.root_missing"), "{all}");
     assert!(all.contains(&format!("mkdir -p {}", ws.display())), "{all}");
     let write = format!("path={}/a", ws.display());
-    let (code, out, err) = corral(
-        dir.path(),
-        &[
-            "explain",
-            "--op",
-            "files.write",
-            "--arg",
-            &write,
-            "--arg",
-            "content=x",
-            "--principal",
-            "ada",
-        ],
-    );
+    let write_as = |who: &str| {
+        corral(
+            dir.path(),
+            &[
+                "explain",
+                "--op",
+                "files.write",
+                "--arg",
+                &write,
+                "--arg",
+                "content=x",
+                "--principal",
+                who,
+            ],
+        )
+    };
+    let (code, out, err) = write_as("ada");
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("would need confirmation"), "{out}");
     // A service principal without an autonomy pin is at L2: the confirm tier is beyond it.
-    let (code, out, err) = corral(
-        dir.path(),
-        &[
-            "explain",
-            "--op",
-            "files.write",
-            "--arg",
-            &write,
-            "--arg",
-            "content=x",
-            "--principal",
-            "bot",
-        ],
-    );
+    let (code, out, err) = write_as("bot");
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("autonomy.blocked"), "{out}");
     let (code, out, err) = corral(dir.path(), &["describe", "--effective"]);
