@@ -672,18 +672,19 @@ fn parse_reports(bytes: &[u8]) -> Reports {
 
 /// Reads the status pipe to its end (on a blocking thread: its writers are the helper and the
 /// sandbox's init, which both die with the run). `ready` gets the helper's primitives as soon as
-/// its `Ready` report arrives (the target is about to be `execve`d under all of them).
-async fn read_status(fd: OwnedFd, ready: Option<oneshot::Sender<Vec<String>>>) -> Vec<u8> {
+/// its `Ready` report arrives (the target is about to be `execve`d under all of them). With the
+/// bytes: whether the pipe was read to its end (no read error).
+async fn read_status(fd: OwnedFd, ready: Option<oneshot::Sender<Vec<String>>>) -> (Vec<u8>, bool) {
     tokio::task::spawn_blocking(move || {
         let mut ready = ready;
         let mut out = Vec::new();
         let mut buf = [0u8; 4096];
-        loop {
+        let ended = loop {
             match rustix::io::read(&fd, &mut buf) {
-                Ok(0) => break,
+                Ok(0) => break true,
                 Ok(n) => out.extend_from_slice(buf.get(..n).unwrap_or_default()),
                 Err(rustix::io::Errno::INTR) => {}
-                Err(_) => break,
+                Err(_) => break false,
             }
             // Complete lines only: a report cut by the read's boundary is parsed next time.
             let complete = out
@@ -697,8 +698,8 @@ async fn read_status(fd: OwnedFd, ready: Option<oneshot::Sender<Vec<String>>>) -
             {
                 let _ = tx.send(primitives);
             }
-        }
-        out
+        };
+        (out, ended)
     })
     .await
     .unwrap_or_default()
@@ -890,10 +891,13 @@ impl LinuxBackend {
 
     /// The run started when the helper reported every primitive applied and no failure; else
     /// the error its report (or its silence) says: unavailable, invalid, or the program's own.
+    /// `read_fully`: whether the status pipe was read to its end (else a report may have gone
+    /// unread, and silence proves nothing).
     fn check_started(
         &self,
         reports: &mut Reports,
         helper_status: std::process::ExitStatus,
+        read_fully: bool,
         spawn_error: &(dyn Fn(String) -> ExecError + Sync),
     ) -> Result<(), ExecError> {
         match (&reports.ready, reports.failed.take()) {
@@ -906,8 +910,14 @@ impl LinuxBackend {
                 })
             }
             (Some(_), Some((_, _, error))) => Err(spawn_error(error)),
-            // No report at all: the helper may have started the program before it ended (or
-            // its report may have come too late to be read), so this is not a failure to start.
+            // The whole status pipe read, and no report in it: the helper never said `Ready`,
+            // which it does before starting the program, so nothing ran.
+            (None, None) if read_fully => Err(unavailable(format!(
+                "the sandbox helper `{}` made no report (it ended with {helper_status}); is it a corral binary?",
+                self.helper.display()
+            ))),
+            // A report may have gone unread (its reader was not done in time): the program may
+            // have run, so this is not a failure to start.
             (None, None) => Err(ExecError::Lost {
                 backend: NAME,
                 what: format!(
@@ -991,15 +1001,15 @@ impl LinuxBackend {
             wait_for_helper(io, &pidfd, pgid, backup, start).await
         };
         let helper_status = taken.reap().await?;
-        let status_bytes = match status_task {
+        let (status_bytes, read_fully) = match status_task {
             Some(task) => match tokio::time::timeout(PIPE_GRACE, task).await {
-                Ok(Ok(bytes)) => bytes,
-                _ => Vec::new(),
+                Ok(Ok(read)) => read,
+                _ => (Vec::new(), false),
             },
-            None => Vec::new(),
+            None => (Vec::new(), false),
         };
         let mut reports = parse_reports(&status_bytes);
-        self.check_started(&mut reports, helper_status, spawn_error)?;
+        self.check_started(&mut reports, helper_status, read_fully, spawn_error)?;
         let primitives_from_helper = reports.ready.unwrap_or_default();
         let timed_out = reports.done.unwrap_or(false) || killed;
         let (exit_code, signal) = match reports.exited {
