@@ -19,9 +19,9 @@ use corral_guard::{Call, CallOptions, Caller, Gateway, Refusal, Reply};
 use corral_lab::service::LabService;
 use corral_policy::{Effect, OpSpec, Tier};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
-    ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -105,7 +105,9 @@ pub fn tool(op: &OpSpec) -> Tool {
 /// The text of a refusal: code, message, and for `confirmation.required` the action, its
 /// arguments and how a person approves it.
 pub fn refusal_text(r: &Refusal) -> String {
-    let mut text = format!("{}: {}", r.code, r.message);
+    // An MCP client lists what it may call with `tools/list`, not corral's HTTP route.
+    let message = r.message.replace("`GET /ops`", "`tools/list`");
+    let mut text = format!("{}: {message}", r.code);
     if let Some(d) = &r.details {
         if let Some(id) = d.get("action_id").and_then(Value::as_str) {
             text.push_str(&format!("\naction_id: {id}"));
@@ -123,7 +125,8 @@ pub fn refusal_text(r: &Refusal) -> String {
 
 fn refused(r: &Refusal, request_id: &str) -> CallToolResult {
     let mut structured = json!({
-        "code": r.code, "type": r.kind(), "error": r.message, "status": r.status(), "request_id": request_id,
+        "code": r.code, "type": r.kind(), "error": r.message.replace("`GET /ops`", "`tools/list`"),
+        "status": r.status(), "request_id": request_id,
     });
     if let (Some(Value::Object(d)), Some(s)) = (&r.details, structured.as_object_mut()) {
         for (k, v) in d {
@@ -160,9 +163,17 @@ impl ServerHandler for CorralMcp {
         } else {
             tools.build()
         };
-        ServerConfig::new(capabilities).with_instructions(
-            "corral: each tool is one op, checked by corral's policy and guardrails on every call",
-        )
+        ServerConfig::new(capabilities)
+            .with_server_info(
+                Implementation::new("corral", env!("CARGO_PKG_VERSION"))
+                    .with_title("corral")
+                    .with_description(
+                        "a sandbox for AI agents: each tool is one op, checked by corral's policy and guardrails",
+                    ),
+            )
+            .with_instructions(
+                "corral: each tool is one op, checked by corral's policy and guardrails on every call",
+            )
     }
 
     fn accepted_subscription_filter(

@@ -19,12 +19,49 @@ pub fn param_schema(kind: &ParamKind) -> Value {
     }
 }
 
-/// The op's arguments object: `{type: object, properties, required, additionalProperties: false}`.
+/// What a parameter of this kind takes, for the clients that show it (MCP hosts, OpenAPI).
+pub fn param_description(kind: &ParamKind) -> String {
+    match kind {
+        ParamKind::Argv => {
+            "the program and its arguments, one string each; run with no shell, and only as the rule's command patterns allow".to_owned()
+        }
+        ParamKind::CommandLine => {
+            "a command line, split like a shell would (no shell runs it), checked against the rule's command patterns".to_owned()
+        }
+        ParamKind::Cwd => "the working directory: beneath the rule's command `cwd`".to_owned(),
+        ParamKind::Path { .. } => {
+            "a path beneath the rule's roots (a relative one is anchored at the first root); deny patterns hold for where a symlink really leads".to_owned()
+        }
+        ParamKind::Url => {
+            "an http(s) URL the rule's url scope admits (internal addresses are refused)".to_owned()
+        }
+        ParamKind::Int => "an integer".to_owned(),
+        ParamKind::Bool => "true or false".to_owned(),
+        ParamKind::Json => "any JSON value".to_owned(),
+        ParamKind::Enum(values) => format!("one of: {}", values.join(", ")),
+        ParamKind::Word => {
+            "one word: letters, digits, `_`, `.` and `-`, not starting with `.` or `-`".to_owned()
+        }
+        ParamKind::String => "text".to_owned(),
+    }
+}
+
+/// The op's arguments object: `{type: object, properties, required, additionalProperties: false}`,
+/// each property with its description.
 pub fn input_schema(op: &OpSpec) -> serde_json::Map<String, Value> {
     let props: serde_json::Map<String, Value> = op
         .params
         .iter()
-        .map(|p| (p.name.clone(), param_schema(&p.kind)))
+        .map(|p| {
+            let mut schema = param_schema(&p.kind);
+            if let Some(m) = schema.as_object_mut() {
+                m.insert(
+                    "description".to_owned(),
+                    Value::String(param_description(&p.kind)),
+                );
+            }
+            (p.name.clone(), schema)
+        })
         .collect();
     let required: Vec<&str> = op
         .params

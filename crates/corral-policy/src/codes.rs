@@ -292,6 +292,9 @@ catalog! {
     SERVER_AUDIT_UNAVAILABLE = "server.audit_unavailable", 503,
         "the audit event could not be stored, so the call was not answered as done",
         "check the storage backend; corral does not answer a call it could not audit";
+    MCP_HOST_NOT_ALLOWED = "mcp.host_not_allowed", 403,
+        "the request's `Host` (or `Origin`) is not one `/mcp` answers: the defence against DNS rebinding",
+        "call `/mcp` by a name the config lists in `mcp.allowed_hosts` (`mcp.allowed_origins` for a browser's Origin), or add this one there";
     ROUTE_NOT_FOUND = "route.not_found", 404,
         "no such route; op calls are `POST /ops/{id}`",
         "see `GET /openapi.json` for the routes";

@@ -117,6 +117,23 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The same error for an MCP client, which reads only JSON-RPC: the same status and
+    /// headers, and the body a JSON-RPC 2.0 error (`id: null`, code `-32001`, corral's message,
+    /// corral's whole error body as `data`).
+    pub fn into_jsonrpc_response(self) -> Response {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32001, "message": self.body.error, "data": &self.body},
+        });
+        let mut resp = self.into_response();
+        resp.headers_mut().remove(header::CONTENT_LENGTH);
+        *resp.body_mut() = axum::body::Body::from(body.to_string());
+        resp
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

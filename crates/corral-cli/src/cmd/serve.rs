@@ -21,7 +21,9 @@ pub struct Args {
 
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("CORRAL_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // rmcp logs a line per MCP request at INFO: corral's own audit already has each call.
+    let filter =
+        EnvFilter::try_from_env("CORRAL_LOG").unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     let _ = tracing_subscriber::fmt()
         .json()
         .with_env_filter(filter)

@@ -63,10 +63,15 @@ fn config(max_body_bytes: usize) -> StreamableHttpServerConfig {
 /// `Caller` and the `CallOptions` to the MCP handler through the request's extensions.
 pub(crate) async fn authenticate(
     State(state): State<AppState>,
-    authed: Authed<Mcp>,
+    authed: Result<Authed<Mcp>, ApiError>,
     mut request: Request,
     next: Next,
 ) -> Response {
+    // A refused authentication (401) in the form an MCP client reads: a JSON-RPC error.
+    let authed = match authed {
+        Ok(a) => a,
+        Err(e) => return e.into_jsonrpc_response(),
+    };
     // The guardrail headers apply to every tool call of the request, as on `POST /ops`.
     let rid = authed.request_id;
     let opts = match authed.options {
@@ -84,7 +89,27 @@ pub(crate) async fn authenticate(
             Err(resp) => return resp,
         };
     }
-    next.run(request).await
+    let resp = next.run(request).await;
+    host_refusal(resp, &rid)
+}
+
+/// The MCP service's own `403` for a `Host` or `Origin` it does not answer (plain text that
+/// names no setting) as corral's error, naming the settings that admit it.
+fn host_refusal(resp: Response, rid: &str) -> Response {
+    let json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(is_json);
+    if resp.status() != axum::http::StatusCode::FORBIDDEN || json {
+        return resp;
+    }
+    ApiError::new(
+        codes::MCP_HOST_NOT_ALLOWED,
+        "this `Host` (or `Origin`) is not one `/mcp` answers; call it by a name in the config's `mcp.allowed_hosts` (a browser's Origin: `mcp.allowed_origins`), or add this one there",
+        None,
+        rid,
+    )
+    .into_jsonrpc_response()
 }
 
 /// Whether a Content-Type is `application/json`, with or without parameters.

@@ -61,6 +61,13 @@ async fn tools_list_is_filtered_per_principal_with_corral_annotations() {
     let admin = client(&s, ADMIN_TOKEN).await;
     let agent_tools = agent.list_all_tools().await.unwrap();
     let admin_tools = admin.list_all_tools().await.unwrap();
+    // The server names itself and its version, not the MCP library.
+    let info = agent.peer_info().and_then(|i| i.server_info.clone());
+    assert_eq!(
+        info.as_ref().map(|i| (i.name.as_str(), i.version.as_str())),
+        Some(("corral", env!("CARGO_PKG_VERSION"))),
+        "{info:?}"
+    );
 
     // Exactly what `GET /ops` shows each of them.
     for (token, tools) in [(AGENT_TOKEN, &agent_tools), (ADMIN_TOKEN, &admin_tools)] {
@@ -106,6 +113,14 @@ async fn tools_list_is_filtered_per_principal_with_corral_annotations() {
         read.input_schema["properties"]["path"]["type"],
         json!("string")
     );
+    // Every parameter says what it takes.
+    assert!(
+        read.input_schema["properties"]["path"]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("beneath the rule's roots")),
+        "{:?}",
+        read.input_schema
+    );
     assert!(
         read.input_schema["required"]
             .as_array()
@@ -139,6 +154,9 @@ async fn an_allowed_call_returns_the_result_and_a_denied_one_is_a_tool_error_wit
         "{}",
         text(&denied)
     );
+    // The fix speaks of what an MCP client has: `tools/list`, not the HTTP route.
+    assert!(text(&denied).contains("`tools/list`"), "{}", text(&denied));
+    assert!(!text(&denied).contains("GET /ops"), "{}", text(&denied));
 
     // Outside the jail: a policy refusal, with its code.
     let outside = call(&agent, "files.read", json!({"path": "/etc/hostname"})).await;
@@ -213,8 +231,26 @@ async fn mcp_without_credentials_is_refused_like_every_route() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 401);
+    assert_eq!(
+        r.headers()
+            .get("www-authenticate")
+            .and_then(|h| h.to_str().ok()),
+        Some("Bearer")
+    );
+    // In the form an MCP client reads: a JSON-RPC error, corral's error as its data.
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body["code"], json!("auth.missing"));
+    assert_eq!(body["jsonrpc"], json!("2.0"), "{body}");
+    assert_eq!(body["error"]["code"], json!(-32001), "{body}");
+    assert_eq!(
+        body["error"]["data"]["code"],
+        json!("auth.missing"),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
 
     let r = reqwest::Client::new()
         .post(s.url("/mcp"))
@@ -245,8 +281,30 @@ async fn list_with_host(s: &Server, host: &str) -> u16 {
 async fn mcp_answers_loopback_host_names_only_unless_the_config_lists_others() {
     let ws = Workspace::new();
     let s = server(&ws).await;
-    // A DNS-rebinding page reaches the server by the attacker's name: refused, even with a token.
+    // A DNS-rebinding page reaches the server by the attacker's name: refused, even with a token,
+    // and the refusal names the setting that admits a name.
     assert_eq!(list_with_host(&s, "evil.example.com").await, 403);
+    let r = reqwest::Client::new()
+        .post(s.url("/mcp"))
+        .bearer_auth(AGENT_TOKEN)
+        .header("host", "evil.example.com")
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body["error"]["data"]["code"],
+        json!("mcp.host_not_allowed"),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("mcp.allowed_hosts")),
+        "{body}"
+    );
     assert_eq!(list_with_host(&s, "localhost").await, 200);
 
     let yaml = ws.jail_yaml("mcp:\n  allowed_hosts: [corral.example.com]\n");

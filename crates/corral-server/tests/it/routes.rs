@@ -66,7 +66,17 @@ async fn every_route_but_healthz_refuses_a_request_without_credentials() {
     for (method, path, body) in route_table(&ws) {
         let r = request(&s, method.clone(), path, body.as_ref()).await;
         assert_eq!(r.status, 401, "{method} {path}: {}", r.text);
-        r.assert_error(401, "auth.missing");
+        if path == "/mcp" {
+            // For MCP clients, corral's error travels as a JSON-RPC error's data.
+            assert_eq!(
+                r.json()["error"]["data"]["code"],
+                "auth.missing",
+                "{}",
+                r.text
+            );
+        } else {
+            r.assert_error(401, "auth.missing");
+        }
         assert_eq!(
             r.headers
                 .get("www-authenticate")
@@ -305,8 +315,15 @@ async fn a_request_without_credentials_is_audited_under_its_routes_name() {
     ];
     for (method, path, body, audited_as) in cases {
         let r = request(&s, method.clone(), path, body.as_ref()).await;
-        r.assert_error(401, "auth.missing");
-        let rid = r.json()["request_id"].as_str().unwrap().to_owned();
+        // `/mcp` answers a JSON-RPC error whose data is corral's error.
+        let error = if path == "/mcp" {
+            r.json()["error"]["data"].clone()
+        } else {
+            r.assert_error(401, "auth.missing");
+            r.json()
+        };
+        assert_eq!((r.status, error["code"].clone()), (401, json!("auth.missing")));
+        let rid = error["request_id"].as_str().unwrap().to_owned();
         let events = s.store.audit_recent(None, u32::MAX).await.unwrap();
         let event = events.iter().find(|e| e.request_id == rid).unwrap();
         assert_eq!(event.outcome.as_str(), "unauthenticated", "{method} {path}");
