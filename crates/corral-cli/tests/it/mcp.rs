@@ -92,3 +92,67 @@ fn corral_mcp_refuses_a_wrong_token_in_the_environment() {
         "the token is never echoed: {stderr}"
     );
 }
+
+/// The official MCP Python SDK (`mcp`, `tests/reference/mcp_sdk.py`) over stdio (`corral mcp
+/// --principal agent`) and over streamable HTTP (`corral serve`'s `/mcp` with a token): it sees
+/// corral by name and version, the principal's tools with described parameters, a read's
+/// result, and a refusal as a tool error that speaks of `tools/list`.
+#[test]
+fn the_official_mcp_python_sdk_uses_corral_over_stdio_and_http() {
+    let Some(python) = crate::python("the official MCP SDK") else {
+        return;
+    };
+    const TOKEN: &str = "it-mcp-sdk-agent-token-0123456789";
+    let dir = workspace(Some(
+        "version: 1\npreset: workspace_jail\nroot: $WS\nauth:\n  tokens:\n    - {id: agent, roles: [viewer], token_env: CORRAL_IT_MCP_SDK_TOKEN}\n",
+    ));
+    let _ = std::fs::write(dir.path().join("ws/notes.txt"), "hello from the sdk\n");
+    let served = crate::call::serve_with(
+        dir.path(),
+        &["--config", "corral.yaml"],
+        &[("CORRAL_IT_MCP_SDK_TOKEN", TOKEN)],
+        std::process::Stdio::null(),
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/reference/mcp_sdk.py");
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_corral"))
+        .arg(dir.path())
+        .arg(&served.url)
+        .arg(TOKEN)
+        .env("NO_PROXY", "127.0.0.1")
+        .env_remove("CORRAL_CONFIG")
+        .output();
+    let Ok(out) = out else {
+        unreachable!("python runs")
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| unreachable!("the script prints JSON ({e}): {stdout}"));
+    for transport in ["stdio", "http"] {
+        let t = &v[transport];
+        assert_eq!(
+            t["server"],
+            json!(["corral", env!("CARGO_PKG_VERSION")]),
+            "{transport}: {t}"
+        );
+        assert_eq!(t["has_read"], true, "{transport}: {t}");
+        assert_eq!(t["described"], true, "{transport}: {t}");
+        assert_eq!(t["read"][0], false, "{transport}: {t}");
+        assert!(
+            t["read"][1]
+                .as_str()
+                .is_some_and(|s| s.contains("hello from the sdk")),
+            "{transport}: {t}"
+        );
+        assert_eq!(t["refused"][0], true, "{transport}: {t}");
+        let refusal = t["refused"][1].as_str().unwrap_or_default();
+        assert!(
+            refusal.starts_with("op.not_enabled: "),
+            "{transport}: {refusal}"
+        );
+        assert!(refusal.contains("`tools/list`"), "{transport}: {refusal}");
+    }
+}

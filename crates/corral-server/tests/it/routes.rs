@@ -322,7 +322,10 @@ async fn a_request_without_credentials_is_audited_under_its_routes_name() {
             r.assert_error(401, "auth.missing");
             r.json()
         };
-        assert_eq!((r.status, error["code"].clone()), (401, json!("auth.missing")));
+        assert_eq!(
+            (r.status, error["code"].clone()),
+            (401, json!("auth.missing"))
+        );
         let rid = error["request_id"].as_str().unwrap().to_owned();
         let events = s.store.audit_recent(None, u32::MAX).await.unwrap();
         let event = events.iter().find(|e| e.request_id == rid).unwrap();
