@@ -325,7 +325,8 @@ rules:
     let props = read.and_then(|t| t.input_schema.get("properties").cloned());
     assert_eq!(
         props,
-        Some(json!({"path": {"type": "string"}})),
+        // The upstream's string param, described as every param of a tool is.
+        Some(json!({"path": {"type": "string", "description": "text"}})),
         "{tools:?}"
     );
     let _ = client.cancel().await;
@@ -389,7 +390,7 @@ async fn a_changed_tool_list_is_followed_without_a_restart() {
     }
     assert_eq!(
         props,
-        Some(json!({"word": {"type": "string"}})),
+        Some(json!({"word": {"type": "string", "description": "text"}})),
         "the new tool list was not followed within 10 s"
     );
     let late = call(&client, "mcp.fx.late", json!({"word": "hi"})).await;
