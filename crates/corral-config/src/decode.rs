@@ -1030,6 +1030,19 @@ pub(super) const MCP: &[Field<McpConfig>] = &[
     ).startup().optional(|d, e, m| {
         m.allowed_origins = d.strings(e.node, &e.at);
     }),
+    Field::key("tool_names").doc(
+        "`dotted` or `underscored`",
+        "`dotted`",
+        "underscored",
+        "How MCP tools are named (`/mcp` and `corral mcp`): `dotted`, the op ids as they are \
+         (`files.read`); `underscored`, `__` for each `.` (`files__read`), for hosts that take \
+         only `^[a-zA-Z0-9_-]{1,64}$` (an op whose id already holds `__`, or whose name would \
+         pass 64 characters, is not offered then).",
+    ).startup().optional(|d, e, m| {
+        m.underscored_tool_names = d
+            .choice(e.node, &e.at, &[("dotted", false), ("underscored", true)])
+            .unwrap_or(false);
+    }),
 ];
 
 /// `sandbox:` the lab.

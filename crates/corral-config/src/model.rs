@@ -256,6 +256,9 @@ pub struct McpConfig {
     pub allowed_hosts: Vec<Spanned<String>>,
     /// Browser `Origin`s (`scheme://host[:port]`) `/mcp` answers; empty: no Origin check.
     pub allowed_origins: Vec<Spanned<String>>,
+    /// `tool_names: underscored`: tools are named with `__` for each `.` of the op id, for hosts
+    /// that take only `^[a-zA-Z0-9_-]{1,64}$` (`false`: the op ids as they are).
+    pub underscored_tool_names: bool,
 }
 
 impl McpConfig {

@@ -41,6 +41,25 @@ pub struct CorralMcp {
     lab: Option<Arc<LabService>>,
     /// `Some` for stdio; `None` over HTTP, where each request carries its own `Caller`.
     caller: Option<Caller>,
+    /// Tools named with `__` for each `.` of the op id (`mcp.tool_names: underscored`).
+    underscored: bool,
+}
+
+/// The most characters of a tool name hosts with a strict pattern take.
+const MAX_SAFE_NAME: usize = 64;
+
+/// The tool name of op `id` with underscored names: `__` for each `.`; `None` when the id
+/// already holds `__` (the name could not be read back) or the name would be too long.
+pub fn underscored_name(id: &str) -> Option<String> {
+    if id.contains("__") {
+        return None;
+    }
+    let name = id.replace('.', "__");
+    let safe = name.len() <= MAX_SAFE_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    safe.then_some(name)
 }
 
 impl CorralMcp {
@@ -50,6 +69,7 @@ impl CorralMcp {
             gateway,
             lab: None,
             caller: Some(caller),
+            underscored: false,
         }
     }
 
@@ -60,7 +80,16 @@ impl CorralMcp {
             gateway,
             lab: None,
             caller: None,
+            underscored: false,
         }
+    }
+
+    /// Names the tools with `__` for each `.` of their op ids (`mcp.tool_names: underscored`),
+    /// and reads such names back on `tools/call`.
+    #[must_use]
+    pub fn with_underscored_names(mut self, on: bool) -> Self {
+        self.underscored = on;
+        self
     }
 
     /// Also offers the lab's `sandbox_*` tools (to the roles they need, while the lab is on).
@@ -209,7 +238,13 @@ impl ServerHandler for CorralMcp {
         let mut tools: Vec<Tool> = d
             .callable_ops(&caller.principal)
             .into_iter()
-            .map(tool)
+            .filter_map(|op| {
+                let mut t = tool(op);
+                if self.underscored {
+                    t.name = underscored_name(op.id.as_str())?.into();
+                }
+                Some(t)
+            })
             .collect();
         if let Some(lab) = &self.lab {
             tools.extend(lab::tools(lab, &caller.principal));
@@ -238,12 +273,29 @@ impl ServerHandler for CorralMcp {
             .unwrap_or_default();
         let args = Value::Object(request.arguments.unwrap_or_default());
         let request_id = uuid::Uuid::now_v7().to_string();
+        // An underscored name is read back to its op id; a dotted one is refused, as `tools/list`
+        // never offered it.
+        let op = if self.underscored {
+            if request.name.contains('.') {
+                let r = Refusal::new(
+                    corral_policy::codes::OP_NOT_ENABLED,
+                    format!(
+                        "no tool `{}`: this server names tools with `__` for each `.` (`mcp.tool_names: underscored`); `tools/list` lists yours",
+                        request.name
+                    ),
+                );
+                return Ok(refused(&r, &request_id).into());
+            }
+            request.name.replace("__", ".")
+        } else {
+            request.name.to_string()
+        };
         let reply = self
             .gateway
             .call_with(
                 Call {
                     caller,
-                    op: request.name.to_string(),
+                    op,
                     args,
                     request_id: request_id.clone(),
                 },

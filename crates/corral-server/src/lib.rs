@@ -85,6 +85,7 @@ pub struct App {
     max_body_bytes: usize,
     mcp_allowed_hosts: Vec<String>,
     mcp_allowed_origins: Vec<String>,
+    mcp_underscored_names: bool,
     /// Learning mode's state: `Some` only when `corral serve` activated it.
     learning: Option<Arc<learning::Learning>>,
     /// The LLM proxy's provider (`llm:`, read at start-up); `None`: its routes answer 503.
@@ -117,6 +118,7 @@ impl App {
                 .iter()
                 .map(|o| o.value.clone())
                 .collect(),
+            mcp_underscored_names: loaded.config.mcp.underscored_tool_names,
             learning: None,
             llm: routes::llm::Upstream::from_loaded(loaded).map(Arc::new),
             reply_hook: std::sync::OnceLock::new(),
@@ -193,6 +195,11 @@ impl App {
     /// Browser `Origin`s `/mcp` answers (`mcp.allowed_origins`; empty: no Origin check).
     pub fn mcp_allowed_origins(&self) -> &[String] {
         &self.mcp_allowed_origins
+    }
+
+    /// Whether MCP tools are named with `__` for each `.` (`mcp.tool_names: underscored`).
+    pub fn mcp_underscored_names(&self) -> bool {
+        self.mcp_underscored_names
     }
 
     /// `learning` (learning mode on), `open` (no tokens, no JWT) or `auth`.

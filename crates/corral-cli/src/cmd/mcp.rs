@@ -36,7 +36,8 @@ pub fn run(a: Args) -> CliResult {
             .await
             .map_err(|e| CliError::coded(e.code(), &e))?;
         let handler = CorralMcp::for_caller(runtime.gateway().clone(), caller)
-            .with_lab(runtime.lab().clone());
+            .with_lab(runtime.lab().clone())
+            .with_underscored_names(loaded.config.mcp.underscored_tool_names);
         let code = match handler
             .clone()
             .serve(corral_mcp::rmcp::transport::stdio())

@@ -27,8 +27,13 @@ pub(crate) fn service(state: &AppState) -> StreamableHttpService<CorralMcp, Neve
     let config = config(state.max_body_bytes())
         .with_allowed_hosts(state.mcp_allowed_hosts().to_vec())
         .with_allowed_origins(state.mcp_allowed_origins().to_vec());
+    let underscored = state.mcp_underscored_names();
     StreamableHttpService::new(
-        move || Ok(CorralMcp::per_request(gateway.clone()).with_lab(lab.clone())),
+        move || {
+            Ok(CorralMcp::per_request(gateway.clone())
+                .with_lab(lab.clone())
+                .with_underscored_names(underscored))
+        },
         std::sync::Arc::new(NeverSessionManager::default()),
         config,
     )

@@ -346,3 +346,39 @@ async fn the_guardrail_headers_apply_to_mcp_calls_like_to_post_ops() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
 }
+
+/// `mcp: {tool_names: underscored}`: every tool name matches `^[a-zA-Z0-9_-]{1,64}$` (`__` for
+/// each `.` of the op id), a call by that name runs the op, and a dotted name is refused.
+#[tokio::test]
+async fn underscored_tool_names_fit_strict_hosts_and_read_back_to_their_ops() {
+    let ws = Workspace::new();
+    ws.write("notes.txt", "hello underscored");
+    let yaml = ws.jail_yaml("mcp:\n  tool_names: underscored\n");
+    let s = Server::start(&ws.load(&yaml, &crate::common::token_env())).await;
+    let agent = client(&s, AGENT_TOKEN).await;
+    let tools = agent.list_all_tools().await.unwrap();
+    assert!(!tools.is_empty());
+    for t in &tools {
+        let name = t.name.to_string();
+        assert!(
+            !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+            "{name}"
+        );
+    }
+    assert!(find(&tools, "files__read").is_some(), "{tools:?}");
+    let ok = call(&agent, "files__read", json!({"path": ws.at("notes.txt")})).await;
+    assert_eq!(ok.is_error, Some(false), "{ok:?}");
+    assert!(text(&ok).contains("hello underscored"), "{}", text(&ok));
+    let dotted = call(&agent, "files.read", json!({"path": ws.at("notes.txt")})).await;
+    assert_eq!(dotted.is_error, Some(true));
+    assert!(
+        text(&dotted).contains("tool_names: underscored"),
+        "{}",
+        text(&dotted)
+    );
+    agent.cancel().await.unwrap();
+}
