@@ -30,6 +30,10 @@ use tokio::io::AsyncReadExt;
 
 pub use rmcp;
 
+/// The `_meta` key of a tool result that is an approved call's stored outcome (it did not run
+/// again), as `POST /ops` says with `"replayed": true`.
+pub const REPLAYED_META: &str = "dev.corral/replayed";
+
 /// Largest download returned as tool text; bigger ones are refused (use `POST /ops/{id}`).
 const MAX_STREAM_BYTES: u64 = 1 << 20;
 
@@ -290,9 +294,9 @@ impl ServerHandler for CorralMcp {
         } else {
             request.name.to_string()
         };
-        let reply = self
+        let (reply, outcome) = self
             .gateway
-            .call_with(
+            .call_traced(
                 Call {
                     caller,
                     op,
@@ -336,6 +340,14 @@ impl ServerHandler for CorralMcp {
             }
             Reply::Refused(r) => refused(&r, &request_id),
         };
+        // An approved call that had run already: its stored outcome, marked in `_meta` so
+        // nobody takes it for a new run.
+        let mut result = result;
+        if outcome == corral_guard::audit::Outcome::Replayed {
+            let mut meta = result.meta.take().unwrap_or_default();
+            meta.0.insert(REPLAYED_META.to_owned(), Value::Bool(true));
+            result.meta = Some(meta);
+        }
         Ok(result.into())
     }
 }

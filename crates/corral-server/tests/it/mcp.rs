@@ -209,12 +209,19 @@ async fn a_destructive_call_needs_confirmation_and_says_how_to_approve() {
     let retried = call(&admin, "files.delete", json!({"path": ws.at("gone.txt")})).await;
     assert_eq!(retried.is_error, Some(false), "{retried:?}");
     assert!(!ws.root.join("gone.txt").exists());
+    let replayed = |r: &CallToolResult| {
+        r.meta
+            .as_ref()
+            .and_then(|m| m.0.get(corral_mcp::REPLAYED_META).cloned())
+    };
+    assert_eq!(replayed(&retried), None, "it ran: {retried:?}");
     // The approval was consumed once: a later retry gets the stored outcome, and the op does
     // not run again (the file written since stays).
     ws.write("gone.txt", "again");
     let again = call(&admin, "files.delete", json!({"path": ws.at("gone.txt")})).await;
     assert_eq!(again.is_error, Some(false), "{again:?}");
     assert_eq!(text(&again), text(&retried));
+    assert_eq!(replayed(&again), Some(json!(true)), "marked: {again:?}");
     assert!(ws.root.join("gone.txt").exists());
     admin.cancel().await.unwrap();
 }
