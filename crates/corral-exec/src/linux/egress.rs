@@ -12,7 +12,7 @@
 //!    link-local, CGNAT, multicast, unspecified, cloud metadata: `corral_policy`'s
 //!    `is_private_ip`, the check `http.fetch` uses) unless the admitting entry is that address;
 //! 3. connects to exactly the address it checked and relays bytes both ways (a plain-HTTP
-//!    request is forwarded in origin form with `Connection: close`, so every request of the
+//!    request is forwarded in origin form with the checked `Host` and `Connection: close`, so every request of the
 //!    program is a new connection, checked again). Redirects are the program's business: the
 //!    next request comes through here and is checked like the first.
 //!
@@ -592,10 +592,13 @@ fn parse_head(head: &[u8]) -> Result<Head, String> {
         p if p.starts_with('?') => format!("/{p}"),
         p => p.to_owned(),
     };
-    let mut forward = format!("{method} {path} {version}\r\n").into_bytes();
+    // The `Host` is the authority that was checked, whatever the program wrote: another one
+    // would reach another site served at the allowed address (virtual-host fronting).
+    let mut forward = format!("{method} {path} {version}\r\nHost: {auth}\r\n").into_bytes();
     for line in lines.filter(|l| !l.is_empty()) {
         let name = line.split(':').next().unwrap_or_default().trim();
         let hop = [
+            "host",
             "proxy-connection",
             "proxy-authorization",
             "connection",

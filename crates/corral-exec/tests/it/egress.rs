@@ -295,3 +295,46 @@ async fn one_socket_serves_the_link_to_origin_form_requests_and_the_allow_list_t
         "{records:?}"
     );
 }
+
+/// A plain-HTTP request through the proxy reaches the allowed address with the `Host` that was
+/// checked, never the one the program wrote (which could name another site served there).
+#[tokio::test]
+async fn a_forged_host_header_is_replaced_by_the_checked_authority() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&head).to_lowercase();
+            let hosts: Vec<String> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("host:").map(|h| h.trim().to_owned()))
+                .collect();
+            let body = hosts.join(",");
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes()).await;
+        }
+    });
+    let (net, _) = egress(&[format!("127.0.0.1:{port}")]);
+    let out = run_with(
+        net,
+        &format!("curl -sS -H 'Host: other-tenant.example' http://127.0.0.1:{port}/"),
+    )
+    .await;
+    assert_eq!(
+        text(&out.stdout),
+        format!("127.0.0.1:{port}"),
+        "stderr: {}",
+        text(&out.stderr)
+    );
+}
