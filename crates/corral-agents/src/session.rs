@@ -290,37 +290,14 @@ impl Session {
             (s.turns, s.thread.clone())
         };
         let _busy = Busy(&self.state);
-        let (net_tx, net_rx) = mpsc::channel(MAX_PENDING_CONNECTIONS);
-        let net_dropped = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let log = {
-            let dropped = std::sync::Arc::clone(&net_dropped);
-            EgressLog::new(move |r: EgressRecord| {
-                if let Err(e) = net_tx.try_send(r) {
-                    let r = match e {
-                        mpsc::error::TrySendError::Full(r)
-                        | mpsc::error::TrySendError::Closed(r) => r,
-                    };
-                    tracing::warn!(
-                        host = %crate::events::clean(&r.host),
-                        port = r.port,
-                        allowed = r.allowed,
-                        "an agent's connection came faster than its events; not in the session's events"
-                    );
-                    dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-            })
-        };
+        let (log, connections) = Connections::channel();
         let (req, token_prompt) = self.request(prompt, resume.as_deref(), log)?;
-        let connections = Connections {
-            records: net_rx,
-            dropped: net_dropped,
-        };
-        let (out, report) = self
+        let report = self
             .drive(req, token_prompt, turn, connections, &events)
             .await?;
         if let Ok(mut s) = self.state.lock() {
-            if let Some(t) = out {
-                s.thread = Some(t);
+            if let Some(t) = &report.thread {
+                s.thread = Some(t.clone());
             }
             s.attestations.push(report.attestation.clone());
         }
@@ -407,7 +384,7 @@ impl Session {
         turn: u32,
         mut connections: Connections,
         events: &mpsc::Sender<SessionEvent>,
-    ) -> Result<(Option<String>, TurnReport), AgentError> {
+    ) -> Result<TurnReport, AgentError> {
         let sandbox = |e: corral_exec::ExecError| {
             AgentError::new(
                 codes::AGENTS_SANDBOX,
@@ -518,7 +495,7 @@ impl Session {
         }
         let mut report = self.finish(turn, out, initial, &parser, over, outbox).await;
         report.thread = parser.thread().map(str::to_owned);
-        Ok((report.thread.clone(), report))
+        Ok(report)
     }
 
     /// The report of a turn, and its last events (an error if it ended badly, then `done`).
@@ -585,6 +562,28 @@ struct Connections {
 }
 
 impl Connections {
+    /// The log a turn's egress proxy writes to, and the records it gathers: at most
+    /// [`MAX_PENDING_CONNECTIONS`] waiting; past that a record goes to the server's log and is
+    /// counted.
+    fn channel() -> (EgressLog, Self) {
+        let (tx, records) = mpsc::channel(MAX_PENDING_CONNECTIONS);
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = std::sync::Arc::clone(&dropped);
+        let log = EgressLog::new(move |r: EgressRecord| {
+            if let Err(e) = tx.try_send(r) {
+                let (mpsc::error::TrySendError::Full(r) | mpsc::error::TrySendError::Closed(r)) = e;
+                tracing::warn!(
+                    host = %crate::events::clean(&r.host),
+                    port = r.port,
+                    allowed = r.allowed,
+                    "an agent's connection came faster than its events; not in the session's events"
+                );
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        (log, Self { records, dropped })
+    }
+
     /// The events of the connections that ended with the sandbox (the proxy recorded them as
     /// it finished), and an error if some records were dropped.
     fn last(&mut self) -> Vec<SessionEvent> {

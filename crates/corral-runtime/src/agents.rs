@@ -166,13 +166,10 @@ fn op_err(code: &'static str, message: impl Into<String>) -> OpError {
 }
 
 fn store_err(e: AgentStoreError) -> OpError {
+    // The store's own codes, but an infrastructure failure, which an op reports as its own.
     let code = match &e {
-        AgentStoreError::NotFound { .. } => codes::AGENTS_NOT_FOUND,
-        AgentStoreError::Busy { .. } => codes::AGENTS_SESSION_BUSY,
-        AgentStoreError::EventsFull { .. } => codes::AGENTS_SESSION_FULL,
-        AgentStoreError::Quota { .. } => codes::AGENTS_QUOTA,
-        AgentStoreError::Invalid { .. } => codes::AGENTS_INVALID,
         AgentStoreError::Store(_) => codes::AGENTS_NO_STORE,
+        other => other.code(),
     };
     OpError::new(code, e.to_string())
 }
