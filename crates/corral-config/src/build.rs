@@ -87,9 +87,9 @@ impl Env for ProcessEnv {
     }
 }
 
-/// The process environment for the commands that authenticate nobody and call no provider
-/// (`check-config`, `describe`, `explain`, `mcp` and `call --local` with `--principal`, the
-/// lab): a variable that is set reads as itself; one that is unset stands in as a placeholder
+/// The process environment for the commands that call no provider and authenticate at most
+/// the one token they are given (`check-config`, `describe`, `explain`, `mcp`, `call --local`,
+/// the lab): a variable that is set reads as itself; one that is unset stands in as a placeholder
 /// nobody can present (random per process and per variable, long enough for every check, and
 /// an `https://` url where one is expected), and is remembered, so
 /// that only the secrets a command really uses need to be in its environment.

@@ -250,6 +250,14 @@ impl ServerHandler for CorralMcp {
                 Some(t)
             })
             .collect();
+        if self.underscored {
+            // Two ids that read alike underscored (`a_.b`, `a._b`): neither is offered.
+            let mut seen = std::collections::HashMap::<String, usize>::new();
+            for t in &tools {
+                *seen.entry(t.name.to_string()).or_default() += 1;
+            }
+            tools.retain(|t| seen.get(&*t.name) == Some(&1));
+        }
         if let Some(lab) = &self.lab {
             tools.extend(lab::tools(lab, &caller.principal));
         }
@@ -290,7 +298,27 @@ impl ServerHandler for CorralMcp {
                 );
                 return Ok(refused(&r, &request_id).into());
             }
-            request.name.replace("__", ".")
+            // The op `tools/list` offered under this name, never a guess at another id.
+            let offered = self
+                .gateway
+                .deployment()
+                .callable_ops(&caller.principal)
+                .into_iter()
+                .find(|op| underscored_name(op.id.as_str()).as_deref() == Some(&*request.name))
+                .map(|op| op.id.as_str().to_owned());
+            match offered {
+                Some(id) => id,
+                None => {
+                    let r = Refusal::new(
+                        corral_policy::codes::OP_NOT_ENABLED,
+                        format!(
+                            "no tool `{}` for you; `tools/list` lists yours",
+                            request.name
+                        ),
+                    );
+                    return Ok(refused(&r, &request_id).into());
+                }
+            }
         } else {
             request.name.to_string()
         };

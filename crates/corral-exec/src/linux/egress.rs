@@ -554,6 +554,17 @@ fn split_authority(auth: &str, default_port: Option<u16>) -> Result<(String, u16
 
 fn parse_head(head: &[u8]) -> Result<Head, String> {
     let text = std::str::from_utf8(head).map_err(|_| "the request head is not text".to_owned())?;
+    // Lines end in CRLF and nothing else: a bare CR or LF would let a header (or a second
+    // request) past this parse that the server behind reads.
+    let bytes = text.as_bytes();
+    let bare = bytes.iter().enumerate().any(|(i, b)| match b {
+        b'\r' => bytes.get(i + 1) != Some(&b'\n'),
+        b'\n' => i == 0 || bytes.get(i - 1) != Some(&b'\r'),
+        _ => false,
+    });
+    if bare {
+        return Err("the request head has a line that does not end in CRLF".into());
+    }
     let mut lines = text.split("\r\n");
     let request = lines.next().unwrap_or_default();
     let mut parts = request.split(' ');
@@ -595,8 +606,19 @@ fn parse_head(head: &[u8]) -> Result<Head, String> {
     // The `Host` is the authority that was checked, whatever the program wrote: another one
     // would reach another site served at the allowed address (virtual-host fronting).
     let mut forward = format!("{method} {path} {version}\r\nHost: {auth}\r\n").into_bytes();
+    let token = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    };
+    if !token(method) {
+        return Err("the request's method is not a token".into());
+    }
     for line in lines.filter(|l| !l.is_empty()) {
-        let name = line.split(':').next().unwrap_or_default().trim();
+        // A header is `name: value` with a token name: no folded line, no space before `:`.
+        let Some((name, _)) = line.split_once(':').filter(|(n, _)| token(n)) else {
+            return Err("a header line is not `name: value`".into());
+        };
         let hop = [
             "host",
             "proxy-connection",
@@ -746,4 +768,31 @@ async fn refuse(client: &mut TcpStream, rec: &EgressRecord, r: &Refused) -> std:
     client.write_all(head.as_bytes()).await?;
     client.write_all(body.as_bytes()).await?;
     client.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_head;
+
+    /// A head that would carry a second `Host` or a second request past the parse, to a server
+    /// that reads bare LFs or folded lines, is refused; a plain one is forwarded with the
+    /// checked `Host` only.
+    #[test]
+    fn a_head_smuggling_a_host_or_a_request_is_refused() {
+        for bad in [
+            "GET http://a.example/ HTTP/1.1\r\nX-A: 1\nHost: evil\r\n\r\n",
+            "GET http://a.example/ HTTP/1.1\r\nX-A: 1\n\nGET / HTTP/1.1\nHost: evil\r\n\r\n",
+            "GET http://a.example/ HTTP/1.1\r\nHost: x\r\n evil\r\n\r\n",
+            "GET http://a.example/ HTTP/1.1\r\nHost : evil\r\n\r\n",
+            "GET http://a.example/ HTTP/1.1\r\nX-A: 1\rHost: evil\r\n\r\n",
+        ] {
+            assert!(parse_head(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        let ok =
+            parse_head(b"GET http://a.example/x HTTP/1.1\r\nHOST: evil\r\nAccept: */*\r\n\r\n")
+                .unwrap_or_else(|e| unreachable!("{e}"));
+        let forwarded = String::from_utf8_lossy(&ok.forward).to_lowercase();
+        assert_eq!(forwarded.matches("host:").count(), 1, "{forwarded}");
+        assert!(forwarded.contains("host: a.example\r\n"), "{forwarded}");
+    }
 }
