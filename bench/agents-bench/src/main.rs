@@ -96,6 +96,8 @@ async fn corral_turn(
         home,
         limits: SessionLimits::default(),
         protected: corral_policy::Protected::default(),
+        network: None,
+        commands: Vec::new(),
     };
     let s = Session::new(cfg, backend, Arc::new(Scripted))?;
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);

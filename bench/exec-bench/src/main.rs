@@ -60,6 +60,7 @@ fn request() -> ExecRequest {
         write_paths: write_dir.into_iter().collect(),
         protected: Default::default(),
         network: None,
+        exec_only: None,
     }
 }
 

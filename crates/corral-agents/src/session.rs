@@ -123,7 +123,15 @@ pub struct SessionConfig {
     /// What the agent may reach beside the LLM proxy (the scope's `network: {allow: [...]}`),
     /// through corral's egress proxy on the same socket; `None`: the LLM proxy only.
     pub network: Option<corral_policy::scope::EgressAllowList>,
+    /// The programs the agent may execute besides its CLI and its shell (the scope's
+    /// `commands`: names looked up on the sandbox's `PATH`, or absolute paths); empty: any
+    /// program the sandbox shows.
+    pub commands: Vec<String>,
 }
+
+/// The shells an agent CLI runs its commands with: always executable when the scope lists
+/// `commands` (without one the agent runs nothing at all).
+pub const AGENT_SHELLS: [&str; 2] = ["/bin/sh", "/bin/bash"];
 
 /// How one turn ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -372,8 +380,28 @@ impl Session {
                     },
                 ),
             }),
+            exec_only: self.exec_only(),
         };
         Ok((req, prompt.as_bytes().to_vec()))
+    }
+
+    /// With the scope's `commands`: the CLI's install (and its program), the shells and each
+    /// listed program found; a name found nowhere on the `PATH` adds nothing (nothing by that
+    /// name could run anyway). `None`: no `commands`, any program the sandbox shows.
+    fn exec_only(&self) -> Option<Vec<PathBuf>> {
+        if self.cfg.commands.is_empty() {
+            return None;
+        }
+        let mut exec = vec![self.cfg.cli.dir.clone()];
+        exec.extend(self.cfg.cli.program.first().map(PathBuf::from));
+        exec.extend(AGENT_SHELLS.map(PathBuf::from));
+        exec.extend(
+            self.cfg
+                .commands
+                .iter()
+                .filter_map(|c| corral_exec::linux::find_program(c)),
+        );
+        Some(exec)
     }
 
     /// Runs the turn's sandbox, streaming its events; the CLI's session id and the report.

@@ -16,6 +16,9 @@ use crate::{ExecError, ExecRequest, ResourceLimits};
 /// Read buffer size for stdout and stderr.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// Most entries of [`ExecRequest::exec_only`].
+const MAX_EXEC_ONLY: usize = 256;
+
 /// Rejects requests `exec` could not represent faithfully.
 pub(crate) fn validate(req: &ExecRequest) -> Result<(), ExecError> {
     let Some(program) = req.argv.first() else {
@@ -26,6 +29,20 @@ pub(crate) fn validate(req: &ExecRequest) -> Result<(), ExecError> {
     }
     if let Some(i) = req.argv.iter().position(|a| a.contains('\0')) {
         return Err(ExecError::Invalid(format!("argv[{i}] contains a NUL byte")));
+    }
+    if let Some(exec) = &req.exec_only {
+        if exec.len() > MAX_EXEC_ONLY {
+            return Err(ExecError::Invalid(format!(
+                "{} programs may be executed; at most {MAX_EXEC_ONLY}",
+                exec.len()
+            )));
+        }
+        if let Some(p) = exec.iter().find(|p| !p.is_absolute()) {
+            return Err(ExecError::Invalid(format!(
+                "program `{}` allowed to execute is not an absolute path",
+                p.display()
+            )));
+        }
     }
     for (key, value) in &req.env {
         if key.is_empty() {

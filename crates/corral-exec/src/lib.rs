@@ -82,6 +82,12 @@ pub struct ExecRequest {
     /// The network of this run; `None`: the backend's own setting. A backend that cannot
     /// confine the network as asked refuses the run.
     pub network: Option<RunNetwork>,
+    /// The only programs the run may execute (landlock's execute right), as absolute paths in
+    /// the run's view: files, or directories for every file beneath; `None`: any program it
+    /// can read. The backend adds what starting them needs (an ELF's dynamic loader, a script's
+    /// `#!` interpreter), so listing a script makes its interpreter executable too. The run's
+    /// `argv[0]` must be in it. A backend that cannot confine execution refuses the run.
+    pub exec_only: Option<Vec<PathBuf>>,
 }
 
 /// The network one run asks for.

@@ -355,8 +355,17 @@ fn attestation(primitives: Vec<String>) -> Attestation {
     }
 }
 
-/// An allow-list promises that nothing else is reachable: a plain child cannot keep it.
+/// An allow-list (of the network, of the programs run) promises that nothing else is
+/// reachable: a plain child cannot keep it.
 fn refuse_egress(req: &ExecRequest) -> Result<(), ExecError> {
+    if req.exec_only.is_some() {
+        return Err(ExecError::Unavailable {
+            backend: "process",
+            missing: "a run that may execute only some programs needs landlock; use \
+                      `isolation: {backend: linux}`"
+                .to_owned(),
+        });
+    }
     if matches!(
         req.network,
         Some(crate::RunNetwork::Corral(_) | crate::RunNetwork::CorralAndEgress(..))

@@ -107,6 +107,7 @@ impl ProgramSpec {
                 p
             },
             network: Some(net),
+            exec_only: None,
         }
     }
 }

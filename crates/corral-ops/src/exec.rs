@@ -229,6 +229,7 @@ impl Op for CommandsRun {
                 write_paths,
                 protected: protection(&ctx)?,
                 network: run_network(grant.network.as_ref(), ctx.egress_log.as_ref()),
+                exec_only: None,
             };
             run(&ctx, req).await
         })
@@ -389,6 +390,7 @@ impl Op for CustomOp {
                 write_paths,
                 protected: protection(&ctx)?,
                 network: run_network(self.run.network.as_ref(), ctx.egress_log.as_ref()),
+                exec_only: None,
             };
             run(&ctx, req).await
         })

@@ -500,6 +500,7 @@ impl AgentHost {
                 // `none` and `loopback`: the sandbox's own loopback (where the link is) only.
                 Some(_) | None => None,
             },
+            commands: t.grant.commands.clone(),
         };
         let session = Session::new(
             cfg,
@@ -1103,13 +1104,10 @@ fn same_session(t: &TurnStart) -> Result<(), OpError> {
     Ok(())
 }
 
-/// Refuses a session whose scope asks for what the host does not enforce yet (`commands`,
-/// `confirm_writes_outside`): failing closed, never running the agent as if they applied.
+/// Refuses a session whose scope asks for what the host does not enforce yet
+/// (`confirm_writes_outside`): failing closed, never running the agent as if it applied.
 fn enforceable(grant: &AgentGrant) -> Result<(), OpError> {
     let mut keys = Vec::new();
-    if !grant.commands.is_empty() {
-        keys.push("`commands`");
-    }
     if !grant.confirm_writes_outside.is_empty() {
         keys.push("`confirm_writes_outside`");
     }

@@ -9,7 +9,8 @@ use corral_agents::{Permissions, SessionEvent, SessionLimits, codes};
 use serde_json::json;
 
 use crate::support::{
-    Script, call, dirs, fake_codex, message, path_str, session, session_with, turn,
+    Script, call, config, dirs, fake_codex, message, path_str, session, session_from, session_with,
+    turn,
 };
 
 fn limits() -> SessionLimits {
@@ -138,6 +139,42 @@ fn exits(events: &[SessionEvent]) -> Vec<Option<i32>> {
             _ => None,
         })
         .collect()
+}
+
+#[tokio::test]
+async fn an_agent_with_commands_executes_only_those_programs_and_its_shell() {
+    let d = dirs();
+    let script = Script::new(vec![
+        call("exec_command", json!({"cmd": "ls /"})),
+        call("exec_command", json!({"cmd": "cat /etc/hostname"})),
+        call("exec_command", json!({"cmd": "echo built in; exit 7"})),
+    ]);
+    let mut cfg = config(fake_codex(), &d, Permissions::WorkspaceWrite, limits(), 5);
+    cfg.commands = vec!["ls".into(), "no-such-program-anywhere".into()];
+    let s = session_from(cfg, &script);
+    let (report, events) = turn(&s, "look around").await;
+    assert!(report.ok, "{report:?} {events:?}");
+    assert!(
+        report
+            .attestation
+            .primitives
+            .iter()
+            .any(|p| p.starts_with("landlock:exec-only(")),
+        "{:?}",
+        report.attestation.primitives
+    );
+    let exits = exits(&events);
+    assert_eq!(exits[0], Some(0), "`ls` is listed: {events:?}");
+    assert_eq!(exits[1], Some(126), "`cat` is not: {events:?}");
+    assert_eq!(exits[2], Some(7), "the shell itself runs: {events:?}");
+    let told: String = script
+        .asked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(b, _)| b.to_string())
+        .collect();
+    assert!(told.contains("Permission denied"), "{told}");
 }
 
 #[tokio::test]

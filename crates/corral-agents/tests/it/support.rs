@@ -232,7 +232,20 @@ pub fn session_with(
     max_turns: u32,
     network: Option<corral_policy::scope::EgressAllowList>,
 ) -> Session {
-    let cfg = SessionConfig {
+    let mut cfg = config(cli, d, permissions, limits, max_turns);
+    cfg.network = network;
+    session_from(cfg, script)
+}
+
+/// The config of a test session (no network beyond the link, no `commands`).
+pub fn config(
+    cli: Installed,
+    d: &Dirs,
+    permissions: Permissions,
+    limits: SessionLimits,
+    max_turns: u32,
+) -> SessionConfig {
+    SessionConfig {
         id: "s1".into(),
         cli,
         model: "gpt-test".into(),
@@ -243,8 +256,13 @@ pub fn session_with(
         home: d.home.clone(),
         limits,
         protected: corral_policy::Protected::default(),
-        network,
-    };
+        network: None,
+        commands: Vec::new(),
+    }
+}
+
+/// The session of `cfg`, its model answers from `script`.
+pub fn session_from(cfg: SessionConfig, script: &Arc<Script>) -> Session {
     Session::new(cfg, backend(), Arc::new(ScriptedProxy(Arc::clone(script)))).unwrap()
 }
 

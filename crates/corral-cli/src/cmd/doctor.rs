@@ -210,6 +210,7 @@ fn smoke_run(
         write_paths: Vec::new(),
         protected: Default::default(),
         network: None,
+        exec_only: None,
     };
     let out = rt.block_on(backend.run(req)).map_err(|e| e.to_string())?;
     let a = &out.attestation;

@@ -573,6 +573,7 @@ fn request(argv: &[String], args: &Settings) -> Result<ExecRequest, Failure> {
             })),
             Some(Net::Mode(_)) | None => None,
         },
+        exec_only: None,
     })
 }
 

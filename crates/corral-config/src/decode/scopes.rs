@@ -514,10 +514,12 @@ pub(super) const AGENT: &[Field<AgentScopeSpec>] = &[
         }),
     Field::key("commands")
         .doc(
-            "list of argv patterns",
-            "the adapter's default",
-            "['pytest ...']",
-            "Argv the agent's own shell may run.",
+            "list of program names or absolute paths",
+            "empty: any program the sandbox shows",
+            "[pytest, git]",
+            "The programs the agent may execute besides its CLI and its shell (`/bin/sh`, \
+             `/bin/bash`); the kernel refuses any other (landlock). A script's interpreter \
+             becomes executable too.",
         )
         .optional(|d, e, s| {
             s.commands = d.plain_strings(e.node, &e.at);

@@ -134,7 +134,7 @@ rules:
     agents:
       workdir: /workspace
       permissions: workspace-write
-      commands: ["pytest ...", "git status"]
+      commands: [pytest, git, /usr/bin/make]
       models: [gpt-5-codex]
       max_turns: 20
       network: {{allow: ["pypi.org:443"]}}
@@ -148,7 +148,7 @@ rules:
     };
     assert_eq!(spec.workdir, "/workspace");
     assert_eq!(spec.permissions, Some(AgentPermissions::WorkspaceWrite));
-    assert_eq!(spec.commands, vec!["pytest ...", "git status"]);
+    assert_eq!(spec.commands, vec!["pytest", "git", "/usr/bin/make"]);
     assert_eq!(spec.models, vec!["gpt-5-codex"]);
     assert_eq!(spec.max_turns, Some(20));
     assert!(spec.network.is_some());
@@ -212,6 +212,40 @@ fn wildcard_rules_without_an_agents_scope_still_load_and_mount_no_agent() {
         "{}",
         list(&findings)
     );
+}
+
+#[test]
+fn agent_commands_are_programs_never_argv_patterns_nor_beneath_the_workdir() {
+    for (commands, says, fix) in [
+        (
+            "[\"pytest ...\"]",
+            "not a program name",
+            "write the program alone",
+        ),
+        (
+            "[/w/tools/run]",
+            "lies beneath the workdir",
+            "cannot change",
+        ),
+        (
+            "[/usr/bin/../bin/sh]",
+            "not a plain absolute path",
+            "without `..`",
+        ),
+        (
+            "[\"git*\"]",
+            "not a program name",
+            "write the program alone",
+        ),
+    ] {
+        let text = format!(
+            "version: 1\nrules:\n  - allow: [agents.codex.run]\n    agents: {{workdir: /w, commands: {commands}}}\n"
+        );
+        let e = load_err("corral.yaml", &text);
+        let d = the(&e.diagnostics, codes::CONFIG_INVALID_SCOPE, Severity::Error);
+        assert!(d.message.contains(says), "{commands}: {d:?}");
+        assert!(d.fix.contains(fix), "{commands}: {d:?}");
+    }
 }
 
 #[test]

@@ -635,11 +635,19 @@ fn target(
     }
     primitives.push("pdeathsig".into());
 
-    let rules = Rules::for_run(&spec.read_paths, &spec.write_paths, network);
+    let rules = Rules::for_run(
+        &spec.read_paths,
+        &spec.write_paths,
+        network,
+        spec.exec_only.as_deref(),
+    );
     if let Err(e) = landlock_rules::restrict(&rules) {
         fail(FailKind::Unavailable, "landlock", e);
     }
     primitives.push(landlock_rules::PRIMITIVE.into());
+    if let Some(exec) = &spec.exec_only {
+        primitives.push(format!("landlock:exec-only({})", exec.len()));
+    }
     if let Err(e) = rustix::thread::set_no_new_privs(true) {
         fail(FailKind::Unavailable, "no_new_privs", e.to_string());
     }

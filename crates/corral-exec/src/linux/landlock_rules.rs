@@ -7,7 +7,9 @@
 //! `read_paths`; read-write rights on `/tmp`, `/dev/shm` and the request's `write_paths`; write
 //! on `/dev/null`, `/dev/zero`, `/dev/full`. With `network: none`, TCP bind and connect are
 //! handled with no rule (denied) on top of the empty network namespace. Abstract unix sockets and
-//! signals are scoped to the sandbox's own landlock domain.
+//! signals are scoped to the sandbox's own landlock domain. With an execute allow-list
+//! ([`crate::ExecRequest::exec_only`]) no group carries the execute right; only the listed
+//! files (and what starting them needs) do.
 
 use std::path::{Path, PathBuf};
 
@@ -40,11 +42,18 @@ pub(crate) struct Rules {
     /// mount points.
     pub(crate) list: Vec<PathBuf>,
     pub(crate) deny_tcp: bool,
+    /// The only files (or directories) that may be executed; `None`: anything readable.
+    pub(crate) exec: Option<Vec<PathBuf>>,
 }
 
 impl Rules {
     /// The rules for a run with these user paths.
-    pub(crate) fn for_run(read_paths: &[PathBuf], write_paths: &[PathBuf], net: Network) -> Self {
+    pub(crate) fn for_run(
+        read_paths: &[PathBuf],
+        write_paths: &[PathBuf],
+        net: Network,
+        exec: Option<&[PathBuf]>,
+    ) -> Self {
         let mut read: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).collect();
         read.extend(["/proc", "/dev"].map(PathBuf::from));
         read.extend(read_paths.iter().cloned());
@@ -58,6 +67,7 @@ impl Rules {
                 .to_vec(),
             list: vec![PathBuf::from("/")],
             deny_tcp: net == Network::None,
+            exec: exec.map(<[PathBuf]>::to_vec),
         }
     }
 }
@@ -104,11 +114,18 @@ pub(crate) fn restrict(rules: &Rules) -> Result<(), String> {
         .scope(Scope::AbstractUnixSocket | Scope::Signal)
         .map_err(|e| e.to_string())?;
     let mut created = ruleset.create().map_err(|e| e.to_string())?;
+    // With an allow-list, execution is granted by its own rules only.
+    let strip = |a: BitFlags<AccessFs>| match rules.exec {
+        Some(_) => a & !AccessFs::Execute,
+        None => a,
+    };
+    let no_exec = Vec::new();
     let groups = [
-        (&rules.read, read_access()),
-        (&rules.write, read_access() | write_access()),
+        (&rules.read, strip(read_access())),
+        (&rules.write, strip(read_access() | write_access())),
         (&rules.write_files, AccessFs::ReadFile | AccessFs::WriteFile),
         (&rules.list, BitFlags::from(AccessFs::ReadDir)),
+        (rules.exec.as_ref().unwrap_or(&no_exec), read_access()),
     ];
     for (paths, access) in groups {
         for path in paths {

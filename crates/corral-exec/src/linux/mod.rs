@@ -38,6 +38,7 @@ mod cgroup;
 mod egress;
 mod egress_bridge;
 mod etc;
+mod exec_allow;
 mod helper;
 mod idmap;
 mod landlock_rules;
@@ -64,6 +65,7 @@ use crate::{
 };
 
 pub use egress::{CORRAL_LINK_URL, LOOPBACK_NO_PROXY, MAX_LINK_CONNECTIONS, PROXY_PORT, proxy_env};
+pub use exec_allow::{SEARCH_PATH, find_program};
 use helper::HELPER_MARKER_ENV;
 pub use helper::{HELPER_ARG, helper_main};
 pub use idmap::{DEFAULT_HOST_RANGE, HostRange, HostUids};
@@ -793,6 +795,7 @@ impl LinuxBackend {
                         .map(PathBuf::from)
                         .collect(),
                     cow: cow.clone(),
+                    exec_only: req.exec_only.as_deref().map(exec_allow::closure),
                 };
                 spec::encode(&spec).map_err(ExecError::Invalid)
             }),

@@ -113,6 +113,9 @@ pub(crate) struct Spec {
     /// The copy-on-write layer over `write_paths` (a one-shot run). `None`: they are bound
     /// read-write, so writes are live (an attached run: a long-lived upstream server).
     pub(crate) cow: Option<CowSpec>,
+    /// The only files (or directories) the target may execute, with what starting them needs;
+    /// `None`: anything it can read.
+    pub(crate) exec_only: Option<Vec<PathBuf>>,
 }
 
 /// A run's copy-on-write layer: each write path is an overlay whose upper layer lives in a

@@ -454,6 +454,7 @@ impl World {
             write_paths: vec![self.w().to_path_buf()],
             protected: Default::default(),
             network: None,
+            exec_only: None,
         }
     }
 

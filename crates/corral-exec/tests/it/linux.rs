@@ -773,3 +773,54 @@ async fn an_attached_run_of_a_backend_with_the_attached_write_layer_applies_its_
     let git = dir.join("sub/.git").display().to_string();
     assert_eq!(refused, vec![(git.as_str(), "policy.path_denied")]);
 }
+
+#[tokio::test]
+async fn an_exec_allow_list_runs_the_listed_programs_and_nothing_else() {
+    let (_keep, dir) = tempdir();
+    // A copy of an allowed program in a writable directory is a new file: not allowed.
+    let mut req = shell(&format!(
+        "ls / >/dev/null; echo ls=$?; /usr/bin/id; echo id=$?; \
+         {dir}/tool; echo tool=$?; echo 'echo hi' > {dir}/s.sh; sh {dir}/s.sh",
+        dir = dir.display()
+    ));
+    std::fs::copy("/usr/bin/ls", dir.join("tool")).unwrap();
+    req.write_paths = vec![dir.clone()];
+    req.exec_only = Some(vec![
+        PathBuf::from("/bin/sh"),
+        corral_exec::linux::find_program("ls").unwrap(),
+    ]);
+    let out = run(req).await;
+    assert_eq!(
+        stdout(&out),
+        "ls=0\nid=126\ntool=126\nhi\n",
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("Permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        out.attestation
+            .primitives
+            .iter()
+            .any(|p| p.starts_with("landlock:exec-only(")),
+        "{:?}",
+        out.attestation.primitives
+    );
+}
+
+#[tokio::test]
+async fn an_exec_allow_list_without_the_program_is_a_run_that_cannot_start() {
+    let mut req = request(&["/usr/bin/id"]);
+    req.exec_only = Some(vec![PathBuf::from("/bin/sh")]);
+    let out = backend().run(req).await;
+    match out {
+        Ok(o) => assert_ne!(o.exit_code, Some(0), "{o:?}"),
+        Err(e) => assert!(
+            matches!(e, ExecError::Spawn { .. }),
+            "a program outside the list does not start: {e:?}"
+        ),
+    }
+}

@@ -57,6 +57,7 @@ pub fn request(argv: &[&str]) -> ExecRequest {
         write_paths: Vec::new(),
         protected: Default::default(),
         network: None,
+        exec_only: None,
     }
 }
 

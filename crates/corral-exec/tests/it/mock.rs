@@ -19,6 +19,7 @@ fn req(argv: &[&str]) -> ExecRequest {
         write_paths: Vec::new(),
         protected: Default::default(),
         network: None,
+        exec_only: None,
     }
 }
 

@@ -518,3 +518,14 @@ async fn an_attached_run_talks_over_its_pipes_and_dropping_it_kills_the_group() 
     }
     assert!(gone(pid), "the grandchild {pid} outlived the dropped run");
 }
+
+#[tokio::test]
+async fn an_exec_allow_list_is_refused_never_ignored() {
+    let mut req = request(&["/bin/true"]);
+    req.exec_only = Some(vec![std::path::PathBuf::from("/bin/true")]);
+    let e = run_err(req).await;
+    assert!(
+        matches!(&e, ExecError::Unavailable { missing, .. } if missing.contains("landlock")),
+        "{e:?}"
+    );
+}

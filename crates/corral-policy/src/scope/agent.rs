@@ -1,5 +1,5 @@
 //! `AgentScope`: what a hosted coding agent (`agents.<adapter>.*`) may do: its workdir, how much
-//! of it the agent may change, which commands its own shell may run, which models it may ask,
+//! of it the agent may change, which programs it may execute, which models it may ask,
 //! how many turns it may take, and where its network may reach beyond corral's LLM proxy.
 //!
 //! An agent is NOT confined by the `paths:` or `commands:` scopes of other rules: those judge
@@ -13,7 +13,6 @@ use std::fmt;
 use crate::codes;
 use crate::error::PolicyError;
 use crate::principal::Principal;
-use crate::scope::command::ArgvPattern;
 use crate::scope::egress::NetworkSpec;
 use crate::scope::path::{JailedPath, NormPath, PathScope, PathScopeSpec};
 
@@ -105,8 +104,10 @@ pub struct AgentScopeSpec {
     /// What the agent may change; `None` when not written (then `read-only`). Kept apart from
     /// the default so the lint can tell an unstated choice from a stated one.
     pub permissions: Option<AgentPermissions>,
-    /// Argv patterns the agent's own shell may run (`pytest ...`, `git status`); empty: the
-    /// adapter's default.
+    /// The programs the agent may execute besides its CLI and its shell (`/bin/sh`,
+    /// `/bin/bash`): names looked up on the sandbox's `PATH` (`pytest`, `git`) or absolute
+    /// paths, enforced by the kernel (landlock's execute right); empty: any program the
+    /// sandbox shows.
     pub commands: Vec<String>,
     /// Model names the agent may ask for; empty: any model the LLM proxy serves.
     pub models: Vec<String>,
@@ -126,7 +127,6 @@ pub struct AgentScopeSpec {
 pub struct AgentScope {
     spec: AgentScopeSpec,
     workdir: PathScope,
-    commands: Vec<ArgvPattern>,
     confirm_free: Option<PathScope>,
 }
 
@@ -174,7 +174,7 @@ pub struct AgentGrant {
     /// The model asked for (checked against `models`), or the first of `models` when none
     /// was; `None`: the adapter's default (no model asked, no `models` listed).
     pub model: Option<String>,
-    /// The patterns the agent's own shell may run; empty: the adapter's default.
+    /// The programs the agent may execute besides its CLI and its shell; empty: any.
     pub commands: Vec<String>,
     /// Turns left for the session; `None`: no limit from the scope.
     pub turns_left: Option<u32>,
@@ -189,6 +189,44 @@ fn invalid(what: String, fix: &str) -> PolicyError {
         what,
         fix: fix.to_owned(),
     }
+}
+
+/// A `commands` entry: a program name (`pytest`) or an absolute path that is not beneath the
+/// workdir (a program there is one the agent could rewrite, then run as anything).
+fn check_program(c: &str, workdir: &PathScope) -> Result<(), PolicyError> {
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n != "."
+            && n != ".."
+            && n.len() <= 255
+            && n.chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || "._+-".contains(ch))
+    };
+    if let Some(abs) = c.strip_prefix('/') {
+        let Some(norm) = NormPath::new(c).filter(|_| abs.split('/').all(name_ok)) else {
+            return Err(invalid(
+                format!("program `{c}` in `commands` is not a plain absolute path"),
+                "write a program name (`pytest`) or an absolute path without `..`, globs or `//`",
+            ));
+        };
+        if workdir.may_contain(&norm.parts) {
+            return Err(invalid(
+                format!("program `{c}` in `commands` lies beneath the workdir"),
+                "list programs the agent cannot change: installed ones such as `/usr/bin/git`",
+            ));
+        }
+        return Ok(());
+    }
+    if !name_ok(c) {
+        return Err(invalid(
+            format!(
+                "`{c}` in `commands` is not a program name: agent scopes list the programs the \
+                 agent may execute, not argv patterns"
+            ),
+            "write the program alone (`pytest`, `git`) or its absolute path",
+        ));
+    }
+    Ok(())
 }
 
 impl AgentScope {
@@ -213,11 +251,9 @@ impl AgentScope {
                  really meant",
             ));
         }
-        let commands = spec
-            .commands
-            .iter()
-            .map(|p| ArgvPattern::parse(p))
-            .collect::<Result<Vec<_>, _>>()?;
+        for c in &spec.commands {
+            check_program(c, &workdir)?;
+        }
         if let Some(m) = spec.models.iter().find(|m| m.trim().is_empty()) {
             return Err(invalid(
                 format!("model name `{m}` is empty"),
@@ -249,7 +285,6 @@ impl AgentScope {
         Ok(Self {
             spec,
             workdir,
-            commands,
             confirm_free,
         })
     }
@@ -262,11 +297,6 @@ impl AgentScope {
     /// The permissions in force (`read-only` when not written).
     pub fn permissions(&self) -> AgentPermissions {
         self.spec.permissions.unwrap_or_default()
-    }
-
-    /// The compiled command patterns of the agent's own shell.
-    pub fn command_patterns(&self) -> &[ArgvPattern] {
-        &self.commands
     }
 
     /// The scope's workdir with `{principal.id}` filled in, or `None` when it cannot be.

@@ -755,15 +755,12 @@ async fn create_under_scope(extra: &str) -> (Host, Server, Reply, String) {
     (h, s, r, extra)
 }
 
-/// A scope setting what the host does not apply to an agent yet (`commands`,
-/// `confirm_writes_outside`) refuses the session (`501 agents.scope_unsupported`, naming the
-/// key) instead of running the agent unrestricted.
+/// A scope setting what the host does not apply to an agent yet (`confirm_writes_outside`)
+/// refuses the session (`501 agents.scope_unsupported`, naming the key) instead of running the
+/// agent unrestricted.
 #[tokio::test]
 async fn a_scope_with_keys_the_host_does_not_enforce_refuses_the_session() {
-    for extra in [
-        "commands: [\"pytest ...\"]",
-        "confirm_writes_outside: [WORKDIR/src]",
-    ] {
+    for extra in ["confirm_writes_outside: [WORKDIR/src]"] {
         let (_h, s, r, extra) = create_under_scope(extra).await;
         r.assert_error(501, "agents.scope_unsupported");
         let key = extra.split(':').next().unwrap_or_default();
@@ -774,15 +771,18 @@ async fn a_scope_with_keys_the_host_does_not_enforce_refuses_the_session() {
 }
 
 /// A scope's `network` (`none`, `loopback`, an allow-list: what the agent reaches beside the
-/// LLM proxy, through corral's egress proxy) is enforced on a hosted agent: the session is made.
+/// LLM proxy, through corral's egress proxy) and `commands` are enforced on a hosted agent: the
+/// session is made.
 #[tokio::test]
-async fn a_scope_with_a_network_setting_makes_the_session() {
+async fn a_scope_with_a_network_setting_or_commands_makes_the_session() {
     for network in [
-        "none",
-        "loopback",
-        "{allow: [\"pypi.org:443\", \"*.pythonhosted.org:443\"]}",
+        "network: none",
+        "network: loopback",
+        "network: {allow: [\"pypi.org:443\", \"*.pythonhosted.org:443\"]}",
+        // and `commands` (enforced by the kernel: `corral-agents --test it session::an_agent_with_commands`).
+        "commands: [ls, git]",
     ] {
-        let (_h, s, r, _) = create_under_scope(&format!("network: {network}")).await;
+        let (_h, s, r, _) = create_under_scope(network).await;
         assert_eq!(r.status, 200, "{network}: {}", r.text);
         let listed = get(&s, ALICE, "/v1/agents/sessions").await;
         assert_eq!(
