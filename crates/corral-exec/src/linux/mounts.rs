@@ -779,6 +779,87 @@ fn overlay(
     Ok(host)
 }
 
+/// The directories that hold programs. With an execute allow-list each is a fresh tmpfs
+/// holding only the listed programs (and the symlinks that lead to them): landlock's execute
+/// right governs `execve`, not the dynamic loader's `mmap`, so a readable program could
+/// otherwise still be started as `ld.so /usr/bin/x`. One that is not in the view cannot be.
+pub(crate) const PROGRAM_DIRS: &[&str] = &[
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/local/bin",
+    "/usr/local/sbin",
+    "/usr/libexec",
+    "/usr/games",
+    "/usr/local/games",
+    "/bin",
+    "/sbin",
+];
+
+/// Most symlinks followed from one listed program to its file.
+const MAX_PROGRAM_LINKS: usize = 16;
+
+/// Replaces each of [`PROGRAM_DIRS`] in the view with a read-only tmpfs holding the programs of
+/// `exec` that live there: each symlink on the way to one made again, its file bound read-only.
+fn only_these_programs(root: &OwnedFd, exec: &[PathBuf]) -> Result<()> {
+    let masked: Vec<&Path> = PROGRAM_DIRS
+        .iter()
+        .map(Path::new)
+        .filter(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+        .collect();
+    // By descriptor: the view's root is no longer reachable by its path (the copy-on-write
+    // tmpfs is attached over its parent).
+    for dir in &masked {
+        let under = open_beneath(root, &relative(dir)?, OFlags::DIRECTORY)
+            .map_err(|e| mount_err("open", dir, e))?;
+        mount_tmpfs(
+            Path::new(&fd_path(&under)),
+            MountFlags::NOSUID | MountFlags::NODEV,
+            "mode=0755,size=64k,nr_inodes=4096",
+        )?;
+    }
+    let ro = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV;
+    for program in exec {
+        let mut path = program.clone();
+        for _ in 0..MAX_PROGRAM_LINKS {
+            let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                break;
+            };
+            let Ok(dir) = std::fs::canonicalize(parent) else {
+                break;
+            };
+            if !masked.contains(&dir.as_path()) {
+                break; // Outside the program directories: in the view as it is.
+            }
+            let host = dir.join(name);
+            let rel = relative(&host)?;
+            let present = open_beneath(root, &rel, OFlags::empty()).is_ok();
+            match std::fs::symlink_metadata(&host) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if !present {
+                        copy_symlink(root, &host)?;
+                    }
+                    let target = std::fs::read_link(&host)
+                        .map_err(|e| StepError::unavailable("readlink", e))?;
+                    path = dir.join(target);
+                }
+                Ok(m) if m.is_file() => {
+                    if !present {
+                        bind(root, &host, ro)?;
+                    }
+                    break;
+                }
+                _ => break,
+            }
+        }
+    }
+    for dir in &masked {
+        let mounted = open_beneath(root, &relative(dir)?, OFlags::DIRECTORY)
+            .map_err(|e| mount_err("reopen", dir, e))?;
+        remount_bind(&mounted, ro, dir)?;
+    }
+    Ok(())
+}
+
 /// Finishes the view for one run: its `/tmp` and `/dev/shm`, the request's paths, then pivots
 /// into it and makes `/` read-only. Returns the run's copy-on-write layer, if it has one.
 pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
@@ -795,17 +876,20 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
         None => bind(&root, source, flags),
     };
 
+    // With an execute allow-list nothing writable may hold code: landlock's execute right
+    // covers `execve`, not the dynamic loader's `mmap` of a file it was handed
+    // (`ld.so ./mine`), which `noexec` refuses.
+    let writable_flags = match spec.exec_only {
+        Some(_) => MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        None => MountFlags::NOSUID | MountFlags::NODEV,
+    };
     let tmpfs_opts = |mode: &str| format!("mode={mode},size={}", spec.tmp_bytes.max(4096));
     mount_tmpfs(
         &root_dir.join("dev/shm"),
-        MountFlags::NOSUID | MountFlags::NODEV,
+        writable_flags,
         &tmpfs_opts("1777"),
     )?;
-    mount_tmpfs(
-        &root_dir.join("tmp"),
-        MountFlags::NOSUID | MountFlags::NODEV,
-        &tmpfs_opts("1777"),
-    )?;
+    mount_tmpfs(&root_dir.join("tmp"), writable_flags, &tmpfs_opts("1777"))?;
 
     // The copy-on-write layer's tmpfs, over the directory holding the per-run directories (in
     // this mount namespace only; the host sees nothing).
@@ -824,17 +908,18 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
 
     // The request's paths.
     for (path, writable) in user_binds(spec) {
-        let flags = if writable {
-            MountFlags::NOSUID | MountFlags::NODEV
-        } else {
-            ro
-        };
+        let flags = if writable { writable_flags } else { ro };
         match (&mut layer, writable) {
             (Some(layer), true) => {
                 // INVARIANT (layer-order): `hosts[i]` is the host directory of the overlay whose
                 // upper is `<i>/upper`, in the order user_binds gives.
                 let host = overlay(&root, &layer.tmpfs, layer.hosts.len(), &path, idmap)?;
                 layer.hosts.push(host);
+                if spec.exec_only.is_some() {
+                    let mounted = open_beneath(&root, &relative(&path)?, OFlags::empty())
+                        .map_err(|e| mount_err("reopen", &path, e))?;
+                    remount_bind(&mounted, writable_flags, &path)?;
+                }
             }
             _ => bind_user(&path, flags)?,
         }
@@ -850,6 +935,9 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
     }
 
     hide_own_files(&root, spec)?;
+    if let Some(exec) = &spec.exec_only {
+        only_these_programs(&root, exec)?;
+    }
 
     // Into the new root; the old one is detached, so nothing of the host is reachable.
     rustix::process::fchdir(&root).map_err(|e| StepError::unavailable("chdir new root", e))?;

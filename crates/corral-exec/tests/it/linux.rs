@@ -777,10 +777,20 @@ async fn an_attached_run_of_a_backend_with_the_attached_write_layer_applies_its_
 #[tokio::test]
 async fn an_exec_allow_list_runs_the_listed_programs_and_nothing_else() {
     let (_keep, dir) = tempdir();
-    // A copy of an allowed program in a writable directory is a new file: not allowed.
+    let loader = ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"]
+        .into_iter()
+        .find(|l| Path::new(l).exists())
+        .expect("this machine's dynamic loader");
+    // `id` is not listed (not even in the view); a copy of a listed program in a writable directory is a new file;
+    // the loader (executable, since `ls` needs it) can start neither a program that is not in
+    // the view nor code in a writable (noexec) directory; a script still runs through `sh`.
     let mut req = shell(&format!(
         "ls / >/dev/null; echo ls=$?; /usr/bin/id; echo id=$?; \
-         {dir}/tool; echo tool=$?; echo 'echo hi' > {dir}/s.sh; sh {dir}/s.sh",
+         {dir}/tool; echo tool=$?; \
+         {loader} /usr/bin/id; echo loader-id=$?; \
+         {loader} {dir}/tool / >/dev/null; echo loader-tool=$?; \
+         cp /usr/bin/ls /tmp/x 2>/dev/null; echo cp=$?; \
+         echo 'echo hi' > {dir}/s.sh; sh {dir}/s.sh",
         dir = dir.display()
     ));
     std::fs::copy("/usr/bin/ls", dir.join("tool")).unwrap();
@@ -792,7 +802,7 @@ async fn an_exec_allow_list_runs_the_listed_programs_and_nothing_else() {
     let out = run(req).await;
     assert_eq!(
         stdout(&out),
-        "ls=0\nid=126\ntool=126\nhi\n",
+        "ls=0\nid=127\ntool=126\nloader-id=127\nloader-tool=127\ncp=127\nhi\n",
         "{}",
         stderr(&out)
     );
