@@ -61,6 +61,7 @@ fn request() -> ExecRequest {
         protected: Default::default(),
         network: None,
         exec_only: None,
+        hold: None,
     }
 }
 

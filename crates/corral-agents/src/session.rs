@@ -127,7 +127,49 @@ pub struct SessionConfig {
     /// `commands`: names looked up on the sandbox's `PATH`, or absolute paths); empty: any
     /// program the sandbox shows.
     pub commands: Vec<String>,
+    /// With the scope's `confirm_writes_outside` (and a scope that writes): where a turn's
+    /// changes outside those directories wait for a person; `None`: every change applies.
+    pub confirm_writes: Option<ConfirmWrites>,
 }
+
+/// The scope's `confirm_writes_outside`, for one session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfirmWrites {
+    /// Directories beneath the workdir whose changes apply as usual (absolute).
+    pub free: Vec<PathBuf>,
+    /// Where the session's holds are kept: one directory per turn that held something, in
+    /// corral's state directory, outside every path of the sandbox.
+    pub holds: PathBuf,
+}
+
+/// What applying a hold did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HoldApplied {
+    /// The hold.
+    pub hold: String,
+    /// Entries created, changed or deleted in the workdir.
+    pub applied: u64,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Changes refused on the way (a protected path, a git repository, a symlink in the way).
+    pub refused: Vec<corral_exec::RefusedChange>,
+}
+
+/// How a held change is applied once approved, in a sandbox whose only writable path is the
+/// workdir (`$1`), the hold (`$2`) read-only: the hold's `delete/` tree marks entries that go
+/// (a marker for each, at the entry's path), its `content/` tree holds what is written. The
+/// sandbox's copy-on-write layer then goes through the same checks as every run's (protected
+/// paths, git repositories, set-id bits, symlinks on the host side).
+const APPLY_HOLD: &str = r#"set -eu
+w=$1; h=$2
+if [ -d "$h/delete" ]; then
+  cd "$h/delete"
+  find . -mindepth 1 \( -type f -o -type l \) -exec sh -c 'w=$1; shift; for f; do rm -rf -- "$w/$f"; done' sh "$w" {} +
+fi
+if [ -d "$h/content" ]; then
+  cp -R -P --preserve=mode,timestamps -- "$h/content/." "$w/"
+fi
+"#;
 
 /// The shells an agent CLI runs its commands with: always executable when the scope lists
 /// `commands` (without one the agent runs nothing at all).

@@ -88,6 +88,35 @@ pub struct ExecRequest {
     /// `#!` interpreter), so listing a script makes its interpreter executable too. The run's
     /// `argv[0]` must be in it. A backend that cannot confine execution refuses the run.
     pub exec_only: Option<Vec<PathBuf>>,
+    /// Changes to hold for a person instead of applying them (an agent scope's
+    /// `confirm_writes_outside`); `None`: every change is applied. Needs a backend with a
+    /// copy-on-write layer; one without refuses the run.
+    pub hold: Option<Hold>,
+}
+
+/// Which changes of a run are held, and where: a change beneath `within` (one of the run's
+/// write paths) and outside every `free` directory is not applied; it is written beneath
+/// `into` (an empty host directory outside every path of the run) at its path relative to
+/// `within`, and listed in [`Changes::held`]. A deletion is only listed. Protected paths are
+/// refused as always, never held.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Hold {
+    /// The write path whose changes are judged.
+    pub within: PathBuf,
+    /// Directories beneath `within` whose changes are applied as usual.
+    pub free: Vec<PathBuf>,
+    /// Where held content goes.
+    pub into: PathBuf,
+}
+
+/// One held change.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HeldChange {
+    /// The host path it is for.
+    pub path: String,
+    /// `write` (a file, a symlink or a directory made or changed: its content is in the hold),
+    /// `delete` (the entry goes), or `replace` (a directory emptied, then filled from the hold).
+    pub kind: String,
 }
 
 /// The network one run asks for.
@@ -281,6 +310,12 @@ pub struct Changes {
     pub refused: Vec<RefusedChange>,
     /// Refused changes beyond the listed ones.
     pub refused_unlisted: u64,
+    /// Changes held for a person ([`ExecRequest::hold`]), at most [`MAX_REFUSED_LISTED`].
+    #[serde(default)]
+    pub held: Vec<HeldChange>,
+    /// Held changes beyond the listed ones.
+    #[serde(default)]
+    pub held_unlisted: u64,
 }
 
 /// One change that did not reach the host.

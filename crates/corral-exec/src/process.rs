@@ -358,6 +358,14 @@ fn attestation(primitives: Vec<String>) -> Attestation {
 /// An allow-list (of the network, of the programs run) promises that nothing else is
 /// reachable: a plain child cannot keep it.
 fn refuse_egress(req: &ExecRequest) -> Result<(), ExecError> {
+    if req.hold.is_some() {
+        return Err(ExecError::Unavailable {
+            backend: "process",
+            missing: "holding changes for a person needs a copy-on-write layer; use \
+                      `isolation: {backend: linux}`"
+                .to_owned(),
+        });
+    }
     if req.exec_only.is_some() {
         return Err(ExecError::Unavailable {
             backend: "process",

@@ -108,6 +108,7 @@ impl ProgramSpec {
             },
             network: Some(net),
             exec_only: None,
+            hold: None,
         }
     }
 }

@@ -315,6 +315,7 @@ async fn run_once(
         },
         network: corral_ops::exec::run_network(spec.network.as_ref(), None),
         exec_only: None,
+        hold: None,
     };
     let (attach_tx, attach_rx) = oneshot::channel();
     let run_backend = Arc::clone(backend);

@@ -230,6 +230,7 @@ impl Op for CommandsRun {
                 protected: protection(&ctx)?,
                 network: run_network(grant.network.as_ref(), ctx.egress_log.as_ref()),
                 exec_only: None,
+                hold: None,
             };
             run(&ctx, req).await
         })
@@ -391,6 +392,7 @@ impl Op for CustomOp {
                 protected: protection(&ctx)?,
                 network: run_network(self.run.network.as_ref(), ctx.egress_log.as_ref()),
                 exec_only: None,
+                hold: None,
             };
             run(&ctx, req).await
         })

@@ -211,6 +211,7 @@ fn smoke_run(
         protected: Default::default(),
         network: None,
         exec_only: None,
+        hold: None,
     };
     let out = rt.block_on(backend.run(req)).map_err(|e| e.to_string())?;
     let a = &out.attestation;

@@ -574,6 +574,7 @@ fn request(argv: &[String], args: &Settings) -> Result<ExecRequest, Failure> {
             Some(Net::Mode(_)) | None => None,
         },
         exec_only: None,
+        hold: None,
     })
 }
 

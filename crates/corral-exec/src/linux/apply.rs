@@ -37,7 +37,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat, Timespec, 
 use rustix::io::Errno;
 
 use super::mounts::CowLayer;
-use crate::{Changes, MAX_REFUSED_LISTED, RefusedChange};
+use crate::{Changes, HeldChange, Hold, MAX_REFUSED_LISTED, RefusedChange};
 
 /// Deepest directory nesting applied; deeper entries are refused.
 const MAX_DEPTH: usize = 256;
@@ -81,10 +81,11 @@ impl From<String> for Refusal {
 /// Applies `layer` (its `i`-th upper directory over the host directory of `paths[i]`). When the
 /// protection did not compile, every change is refused (fail closed).
 pub(crate) fn apply(
-    layer: CowLayer,
+    mut layer: CowLayer,
     paths: &[PathBuf],
     protected: Result<Protected, String>,
     quota: u64,
+    hold: Option<&Hold>,
 ) -> Changes {
     // Modes are set exactly, never through the helper's umask.
     rustix::process::umask(Mode::empty());
@@ -93,7 +94,33 @@ pub(crate) fn apply(
         changes: Changes::default(),
         seq: 0,
         quota,
+        hold: None,
+        holding: false,
     };
+    if let Some(h) = hold {
+        match layer.hold.take().ok_or(Errno::BADF) {
+            Ok(fd) => {
+                a.hold = Some(HoldState {
+                    within: h.within.clone(),
+                    free: h.free.clone(),
+                    into: fd,
+                });
+            }
+            Err(e) => {
+                // Nothing beneath `within` may be applied unheld: the whole layer is refused.
+                for path in paths {
+                    a.refuse(
+                        path,
+                        format!(
+                            "the directory that holds changes for a person cannot be opened: {e}"
+                        )
+                        .into(),
+                    );
+                }
+                return a.changes;
+            }
+        }
+    }
     for (i, (host, path)) in layer.hosts.iter().zip(paths).enumerate() {
         let upper = match rustix::fs::openat(
             &layer.tmpfs,
@@ -115,6 +142,46 @@ pub(crate) fn apply(
     a.changes
 }
 
+/// The run's [`Hold`], its directory open.
+struct HoldState {
+    within: PathBuf,
+    free: Vec<PathBuf>,
+    into: OwnedFd,
+}
+
+impl HoldState {
+    /// Whether a change of `abs` is held (beneath `within`, outside every free directory).
+    fn holds(&self, abs: &Path) -> bool {
+        abs.starts_with(&self.within) && !self.free.iter().any(|f| abs.starts_with(f))
+    }
+
+    /// Whether `abs` lies on the way to a free directory (its changes are then judged entry
+    /// by entry).
+    fn leads_to_free(&self, abs: &Path) -> bool {
+        self.free.iter().any(|f| f.starts_with(abs) && f != abs)
+    }
+
+    /// The directory for the parent of `abs` in the hold's `tree` (`content` or `delete`),
+    /// made as needed (the hold is corral's own, fresh for the run; the names are the
+    /// program's, one component at a time, never through a symlink).
+    fn parent_in_hold(&self, tree: &str, abs: &Path) -> Result<OwnedFd, Errno> {
+        let rel = abs
+            .parent()
+            .and_then(|p| p.strip_prefix(&self.within).ok())
+            .ok_or(Errno::INVAL)?;
+        let mut dir = rustix::io::dup(&self.into)?;
+        for part in Path::new(tree).components().chain(rel.components()) {
+            let name = CString::new(part.as_os_str().as_bytes()).map_err(|_| Errno::INVAL)?;
+            match rustix::fs::mkdirat(&dir, name.as_c_str(), Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(e),
+            }
+            dir = open_host_dir(&dir, &name)?;
+        }
+        Ok(dir)
+    }
+}
+
 struct Applier {
     protected: Result<Protected, String>,
     changes: Changes,
@@ -123,6 +190,10 @@ struct Applier {
     /// file's full size (a sparse file's holes and every hard link included), so the layer's
     /// tmpfs, which counts only blocks, cannot be used to write more.
     quota: u64,
+    /// Which changes are held for a person, and where.
+    hold: Option<HoldState>,
+    /// Whether the entries being walked are held (written into the hold, deletions listed).
+    holding: bool,
 }
 
 /// The names in the directory `fd` (without `.` and `..`).
@@ -209,17 +280,8 @@ impl Applier {
             self.changes.refused_unlisted += 1;
             return;
         }
-        let mut path = path.to_string_lossy().into_owned();
-        if path.len() > MAX_REPORTED_PATH {
-            let mut cut = MAX_REPORTED_PATH;
-            while !path.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            path.truncate(cut);
-            path.push_str("...");
-        }
         self.changes.refused.push(RefusedChange {
-            path,
+            path: reported(path),
             code: refusal.code.to_owned(),
             reason: refusal.reason,
         });
@@ -317,7 +379,7 @@ impl Applier {
         };
         // A repository already on the host (a bare one has no `.git` in its path): its
         // `config` and hooks run commands in the host's git, so nothing in it changes.
-        if !entries.is_empty() && holds_git_head(host) {
+        if !self.holding && !entries.is_empty() && holds_git_head(host) {
             for name in entries {
                 let path = abs.join(OsStr::from_bytes(name.to_bytes()));
                 self.refuse(&path, Refusal::protected(GIT_DIR_REFUSED));
@@ -338,7 +400,22 @@ impl Applier {
                 self.refuse(&path, Refusal::protected(reason));
                 continue;
             }
+            if !self.holding
+                && let Some(h) = &self.hold
+                && h.holds(&path)
+                && !(kind(&st) == FileType::Directory
+                    && h.leads_to_free(&path)
+                    && !is_opaque(upper, &name))
+            {
+                if let Err(refusal) = self.hold_entry(upper, &name, &path, &st, depth) {
+                    self.refuse(&path, refusal);
+                }
+                continue;
+            }
             let result = match kind(&st) {
+                FileType::CharacterDevice if st.st_rdev == 0 && self.holding => {
+                    self.hold_deletion(&name, &path, "delete")
+                }
                 FileType::CharacterDevice if st.st_rdev == 0 => self.delete(host, &name, &path),
                 FileType::Directory => self.directory(upper, host, &name, &path, &st, depth),
                 FileType::RegularFile => self.file(upper, host, &name, &path, &st),
@@ -347,10 +424,91 @@ impl Applier {
                     "a fifo, socket or device node is never copied to the host".to_owned(),
                 )),
             };
-            if let Err(refusal) = result {
-                self.refuse(&path, refusal);
+            match result {
+                Err(refusal) => self.refuse(&path, refusal),
+                Ok(()) if self.holding && kind(&st) != FileType::Directory => {
+                    if kind(&st) != FileType::CharacterDevice {
+                        self.note_held(&path, "write");
+                    }
+                }
+                Ok(()) => {}
             }
         }
+    }
+
+    /// Holds the entry `name` of `upper` (at `abs`) and everything beneath it: written into
+    /// the hold, never to the host; listed in [`Changes::held`].
+    fn hold_entry(
+        &mut self,
+        upper: &OwnedFd,
+        name: &CStr,
+        abs: &Path,
+        st: &Stat,
+        depth: usize,
+    ) -> Result<(), Refusal> {
+        let kind_of = match kind(st) {
+            FileType::CharacterDevice if st.st_rdev == 0 => "delete",
+            FileType::Directory if is_opaque(upper, name) => "replace",
+            _ => "write",
+        };
+        match kind_of {
+            "write" => self.note_held(abs, kind_of),
+            "delete" => return self.hold_deletion(name, abs, kind_of),
+            _ => self.hold_deletion(name, abs, kind_of)?,
+        }
+        let dest = self
+            .hold
+            .as_ref()
+            .ok_or_else(|| Refusal::from("no hold".to_owned()))?
+            .parent_in_hold("content", abs)
+            .map_err(|e| format!("it could not be held: {e}"))?;
+        let applied = self.changes.applied;
+        self.holding = true;
+        let result = match kind(st) {
+            FileType::Directory => self.directory(upper, &dest, name, abs, st, depth),
+            FileType::RegularFile => self.file(upper, &dest, name, abs, st),
+            FileType::Symlink => self.symlink(upper, &dest, name, abs),
+            _ => Err(Refusal::from(
+                "a fifo, socket or device node is never copied to the host".to_owned(),
+            )),
+        };
+        self.holding = false;
+        // What went into the hold is not on the host.
+        self.changes.applied = applied;
+        result
+    }
+
+    /// Holds the deletion of `abs` (named `name`): a marker at its path in the hold's
+    /// `delete` tree, listed as `kind` (`delete`, or `replace` when a directory is made again
+    /// there).
+    fn hold_deletion(&mut self, name: &CStr, abs: &Path, kind: &str) -> Result<(), Refusal> {
+        let dir = self
+            .hold
+            .as_ref()
+            .ok_or_else(|| Refusal::from("no hold".to_owned()))?
+            .parent_in_hold("delete", abs)
+            .map_err(|e| format!("its deletion could not be held: {e}"))?;
+        rustix::fs::openat(
+            &dir,
+            name,
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| format!("its deletion could not be held: {e}"))?;
+        self.note_held(abs, kind);
+        Ok(())
+    }
+
+    /// Lists one held change (past the cap, counts it).
+    fn note_held(&mut self, abs: &Path, kind: &str) {
+        if self.changes.held.len() >= MAX_REFUSED_LISTED {
+            self.changes.held_unlisted += 1;
+            return;
+        }
+        self.changes.held.push(HeldChange {
+            path: reported(abs),
+            kind: kind.to_owned(),
+        });
     }
 
     /// A whiteout: the host entry `name` goes.
@@ -399,11 +557,7 @@ impl Applier {
             Mode::empty(),
         )
         .map_err(|e| format!("the run's layer cannot be read: {e}"))?;
-        let mut opaque = [0u8; 4];
-        let is_opaque = matches!(
-            rustix::fs::fgetxattr(&sub_upper, OPAQUE_XATTR, &mut opaque),
-            Ok(n) if opaque.get(..n) == Some(b"y")
-        );
+        let is_opaque = opaque_dir(&sub_upper);
         let mode = st.st_mode & 0o777;
         let sub_host = match stat_at(host, name).map_err(describe)? {
             Some(h) if kind(&h) == FileType::Directory => {
@@ -552,6 +706,41 @@ impl Applier {
         self.changes.applied += 1;
         Ok(())
     }
+}
+
+/// A path as a report shows it: cut at [`MAX_REPORTED_PATH`] bytes.
+fn reported(path: &Path) -> String {
+    let mut path = path.to_string_lossy().into_owned();
+    if path.len() > MAX_REPORTED_PATH {
+        let mut cut = MAX_REPORTED_PATH;
+        while !path.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        path.truncate(cut);
+        path.push_str("...");
+    }
+    path
+}
+
+/// Whether the layer's directory `fd` is opaque (the program deleted the directory and made a
+/// new one).
+fn opaque_dir(fd: &OwnedFd) -> bool {
+    let mut opaque = [0u8; 4];
+    matches!(
+        rustix::fs::fgetxattr(fd, OPAQUE_XATTR, &mut opaque),
+        Ok(n) if opaque.get(..n) == Some(b"y")
+    )
+}
+
+/// Whether the layer's entry `name` in `upper` is an opaque directory.
+fn is_opaque(upper: &OwnedFd, name: &CStr) -> bool {
+    rustix::fs::openat(
+        upper,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .is_ok_and(|fd| opaque_dir(&fd))
 }
 
 /// Removes everything in the host directory `fd`, never following a symlink.

@@ -356,8 +356,14 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     // The pid namespace is gone: nothing changes the layer any more.
     if let Some(cow) = &spec.cow {
         let paths = mounts::cow_paths(&spec);
-        if let Some(layer) = receive_layer(&layer_rx, paths.len()) {
-            let changes = apply::apply(layer, &paths, cow.protected.compile(), cow.quota);
+        if let Some(layer) = receive_layer(&layer_rx, paths.len(), cow.hold.is_some()) {
+            let changes = apply::apply(
+                layer,
+                &paths,
+                cow.protected.compile(),
+                cow.quota,
+                cow.hold.as_ref(),
+            );
             status.send(&Status::Changes { changes });
         }
     }
@@ -372,11 +378,13 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
 /// kernel takes at most 253), with the layer's tmpfs.
 pub(crate) const MAX_WRITE_PATHS: usize = 200;
 
-/// Sends the layer's descriptors (the tmpfs first, then each host directory) to the helper.
+/// Sends the layer's descriptors (the tmpfs first, then each host directory, then the hold's)
+/// to the helper.
 fn send_layer(sock: &OwnedFd, layer: &CowLayer) -> Result<(), String> {
     use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
     let fds: Vec<_> = std::iter::once(layer.tmpfs.as_fd())
         .chain(layer.hosts.iter().map(AsFd::as_fd))
+        .chain(layer.hold.iter().map(AsFd::as_fd))
         .collect();
     let mut space =
         vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
@@ -398,9 +406,9 @@ fn send_layer(sock: &OwnedFd, layer: &CowLayer) -> Result<(), String> {
 
 /// The layer the init sent, if it sent one (a run that failed before its target started did
 /// not). Never blocks: the init is gone, and what it sent waits in the socket.
-fn receive_layer(sock: &OwnedFd, paths: usize) -> Option<CowLayer> {
+fn receive_layer(sock: &OwnedFd, paths: usize, hold: bool) -> Option<CowLayer> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
-    let want = paths.checked_add(1)?;
+    let want = paths.checked_add(1 + usize::from(hold))?;
     let mut space = vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(want))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut payload = [0u8; 4];
@@ -420,11 +428,13 @@ fn receive_layer(sock: &OwnedFd, paths: usize) -> Option<CowLayer> {
     if msg.bytes != 4 || u32::from_le_bytes(payload) as usize != want || fds.len() != want {
         return None;
     }
+    let hold = if hold { fds.pop() } else { None };
     let mut fds = fds.into_iter();
     let tmpfs = fds.next()?;
     Some(CowLayer {
         tmpfs,
         hosts: fds.collect(),
+        hold,
     })
 }
 

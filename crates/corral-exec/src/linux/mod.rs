@@ -504,6 +504,36 @@ fn check_write_paths(write_paths: &[PathBuf]) -> Result<(), ExecError> {
     Ok(())
 }
 
+/// A [`crate::Hold`], checked: `within` is a write path, each free directory lies beneath it,
+/// and `into` is an empty directory outside every write path.
+fn check_hold(hold: &crate::Hold, write_paths: &[PathBuf]) -> Result<(), ExecError> {
+    let bad = |what: String| Err(ExecError::Invalid(format!("the hold: {what}")));
+    if !write_paths.contains(&hold.within) {
+        return bad(format!(
+            "`{}` is not one of the run's write paths",
+            hold.within.display()
+        ));
+    }
+    if let Some(f) = hold.free.iter().find(|f| !f.starts_with(&hold.within)) {
+        return bad(format!(
+            "the free directory `{}` is not beneath `{}`",
+            f.display(),
+            hold.within.display()
+        ));
+    }
+    if !hold.into.is_absolute() || write_paths.iter().any(|w| hold.into.starts_with(w)) {
+        return bad(format!(
+            "`{}` is not an absolute path outside the run's write paths",
+            hold.into.display()
+        ));
+    }
+    match std::fs::read_dir(&hold.into).map(|mut d| d.next().is_none()) {
+        Ok(true) => Ok(()),
+        Ok(false) => bad(format!("`{}` is not empty", hold.into.display())),
+        Err(e) => bad(format!("`{}`: {e}", hold.into.display())),
+    }
+}
+
 /// The request's paths, checked: absolute, normalized, existing, and none the sandbox never
 /// binds. They are not canonicalized: the helper opens each one without following any symlink
 /// and refuses the run if one is in the way, so a root swapped for a symlink never redirects a
@@ -744,8 +774,17 @@ impl LinuxBackend {
             _ => Some(CowSpec {
                 quota: req.limits.write_quota.unwrap_or(DEFAULT_WRITE_QUOTA),
                 protected: protected_wire(&req.protected),
+                hold: req.hold.clone(),
             }),
         };
+        if let Some(hold) = &req.hold {
+            if cow.is_none() {
+                return Err(ExecError::Invalid(
+                    "a run whose writes are live (attached, without the copy-on-write layer) cannot hold changes for a person".into(),
+                ));
+            }
+            check_hold(hold, &write_paths)?;
+        }
         let cow_quota = cow.as_ref().map(|c| c.quota);
 
         let (network, egress) = run_network(req.network.as_ref());

@@ -663,6 +663,9 @@ pub(crate) fn build_base(prep: &Prep, ids: Ids) -> Result<View> {
 pub(crate) struct CowLayer {
     pub(crate) tmpfs: OwnedFd,
     pub(crate) hosts: Vec<OwnedFd>,
+    /// The directory held changes go to ([`crate::Hold::into`]), opened before `pivot_root`
+    /// (the helper does not see the host's paths).
+    pub(crate) hold: Option<OwnedFd>,
 }
 
 /// Makes the layer's tmpfs (`size=quota`, `nr_inodes` from it) and attaches it over `parent` in
@@ -898,9 +901,23 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
             let parent = root_dir
                 .parent()
                 .ok_or_else(|| StepError::invalid("the copy-on-write tmpfs", "no parent"))?;
+            let hold = match &cow.hold {
+                Some(h) => Some(
+                    rustix::fs::openat2(
+                        CWD,
+                        &h.into,
+                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                        Mode::empty(),
+                        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+                    )
+                    .map_err(|e| mount_err("open the hold", &h.into, e))?,
+                ),
+                None => None,
+            };
             Some(CowLayer {
                 tmpfs: cow_tmpfs(cow, parent)?,
                 hosts: Vec::new(),
+                hold,
             })
         }
         _ => None,

@@ -127,6 +127,9 @@ pub(crate) struct CowSpec {
     /// What no change may touch, as written (`corral_policy::ProtectedSpec`); the helper
     /// compiles it again, and refuses every change if it does not compile.
     pub(crate) protected: ProtectedWire,
+    /// Changes to hold rather than apply.
+    #[serde(default)]
+    pub(crate) hold: Option<crate::Hold>,
 }
 
 /// `corral_policy::ProtectedSpec` on the wire.

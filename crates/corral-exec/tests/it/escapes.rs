@@ -455,6 +455,7 @@ impl World {
             protected: Default::default(),
             network: None,
             exec_only: None,
+            hold: None,
         }
     }
 

@@ -834,3 +834,91 @@ async fn an_exec_allow_list_without_the_program_is_a_run_that_cannot_start() {
         ),
     }
 }
+
+#[tokio::test]
+async fn a_hold_applies_the_free_directories_and_keeps_every_other_change_for_a_person() {
+    let (_keep, dir) = tempdir();
+    let (_keep_hold, into) = tempdir();
+    for d in ["src", "docs", "repl"] {
+        std::fs::create_dir(dir.join(d)).unwrap();
+    }
+    std::fs::write(dir.join("old.txt"), "old").unwrap();
+    std::fs::write(dir.join("repl/x"), "x").unwrap();
+    let mut req = shell(
+        "cd \"$W\" && echo a > src/a && echo b > docs/b && rm old.txt && mkdir new && \
+         echo c > new/c && rm -rf repl && mkdir repl && echo d > repl/d && ln -s /etc/passwd link",
+    );
+    req.env = vec![("W".into(), dir.display().to_string())];
+    req.write_paths = vec![dir.clone()];
+    req.hold = Some(corral_exec::Hold {
+        within: dir.clone(),
+        free: vec![dir.join("src")],
+        into: into.clone(),
+    });
+    let out = run(req).await;
+    assert_eq!(out.exit_code, Some(0), "{}", stderr(&out));
+    let changes = out.changes.expect("a layer's changes");
+    // Applied: the free directory only.
+    assert_eq!(std::fs::read_to_string(dir.join("src/a")).unwrap(), "a\n");
+    assert!(!dir.join("docs/b").exists());
+    assert_eq!(std::fs::read_to_string(dir.join("old.txt")).unwrap(), "old");
+    assert!(!dir.join("new").exists());
+    assert!(dir.join("repl/x").exists());
+    assert!(std::fs::symlink_metadata(dir.join("link")).is_err());
+    // Held: listed, and in the hold.
+    let held: Vec<(String, String)> = changes
+        .held
+        .iter()
+        .map(|h| {
+            let rel = Path::new(&h.path).strip_prefix(&dir).unwrap();
+            (rel.display().to_string(), h.kind.clone())
+        })
+        .collect();
+    for want in [
+        ("docs/b", "write"),
+        ("old.txt", "delete"),
+        ("new", "write"),
+        ("new/c", "write"),
+        ("repl", "replace"),
+        ("repl/d", "write"),
+        ("link", "write"),
+    ] {
+        assert!(
+            held.contains(&(want.0.to_owned(), want.1.to_owned())),
+            "{want:?} in {held:?}"
+        );
+    }
+    assert!(!held.iter().any(|(p, _)| p.starts_with("src")), "{held:?}");
+    assert_eq!(
+        std::fs::read_to_string(into.join("content/docs/b")).unwrap(),
+        "b\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(into.join("content/repl/d")).unwrap(),
+        "d\n"
+    );
+    assert_eq!(
+        std::fs::read_link(into.join("content/link")).unwrap(),
+        PathBuf::from("/etc/passwd")
+    );
+    assert!(into.join("delete/old.txt").is_file());
+    assert!(into.join("delete/repl").is_file());
+    assert!(!into.join("content/src").exists());
+}
+
+#[tokio::test]
+async fn a_hold_that_is_not_an_empty_directory_outside_the_write_paths_is_refused() {
+    let (_keep, dir) = tempdir();
+    let mut req = shell("true");
+    req.write_paths = vec![dir.clone()];
+    req.hold = Some(corral_exec::Hold {
+        within: dir.clone(),
+        free: Vec::new(),
+        into: dir.join("inside"),
+    });
+    std::fs::create_dir(dir.join("inside")).unwrap();
+    match backend().run(req).await {
+        Err(ExecError::Invalid(m)) => assert!(m.contains("outside the run's write paths"), "{m}"),
+        other => panic!("refused: {other:?}"),
+    }
+}

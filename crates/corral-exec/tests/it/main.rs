@@ -58,6 +58,7 @@ pub fn request(argv: &[&str]) -> ExecRequest {
         protected: Default::default(),
         network: None,
         exec_only: None,
+        hold: None,
     }
 }
 

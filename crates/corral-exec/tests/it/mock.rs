@@ -20,6 +20,7 @@ fn req(argv: &[&str]) -> ExecRequest {
         protected: Default::default(),
         network: None,
         exec_only: None,
+        hold: None,
     }
 }
 
