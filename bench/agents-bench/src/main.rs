@@ -98,6 +98,7 @@ async fn corral_turn(
         protected: corral_policy::Protected::default(),
         network: None,
         commands: Vec::new(),
+        confirm_writes: None,
     };
     let s = Session::new(cfg, backend, Arc::new(Scripted))?;
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);

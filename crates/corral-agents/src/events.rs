@@ -76,6 +76,27 @@ pub enum SessionEvent {
         /// Why it was refused (or failed once allowed).
         reason: Option<String>,
     },
+    /// Changes of the turn that wait for a person (the scope's `confirm_writes_outside`):
+    /// none of them reached the workdir; `agents.<a>.sessions.apply_writes` with this `hold`
+    /// applies them once a person approves that call.
+    WritesHeld {
+        /// The hold's id.
+        hold: String,
+        /// The changes (at most 100 listed): `path`, and `kind` `write`, `delete` or
+        /// `replace`.
+        changes: Vec<corral_exec::HeldChange>,
+        /// Held changes beyond the listed ones.
+        more: u64,
+    },
+    /// A hold a person approved was applied to the workdir.
+    WritesApplied {
+        /// The hold's id.
+        hold: String,
+        /// Entries created, changed or deleted.
+        applied: u64,
+        /// Changes refused on the way (a protected path, a git repository, a symlink).
+        refused: u64,
+    },
     /// Text the agent wrote for the user.
     Message {
         /// The text.
@@ -143,6 +164,8 @@ impl SessionEvent {
             SessionEvent::Command { .. } => "command",
             SessionEvent::FileChange { .. } => "file_change",
             SessionEvent::Network { .. } => "network",
+            SessionEvent::WritesHeld { .. } => "writes_held",
+            SessionEvent::WritesApplied { .. } => "writes_applied",
             SessionEvent::Message { .. } => "message",
             SessionEvent::Error { .. } => "error",
             SessionEvent::Done { .. } => "done",

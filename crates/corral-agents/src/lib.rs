@@ -20,7 +20,10 @@ pub use adapter::{Adapter, Launch, OutputParser, Permissions, TurnSpec};
 pub use events::{ChangeKind, SessionEvent, Usage};
 pub use install::{InstallMode, InstallStatus, Installed, Installer, PINS};
 pub use select::{AdapterAsk, Mounted, Selected, environment_workdir, select};
-pub use session::{ProxyLinks, Session, SessionConfig, SessionLimits, TokenDigest, TurnReport};
+pub use session::{
+    ConfirmWrites, HoldApplied, ProxyLinks, Session, SessionConfig, SessionLimits, TokenDigest,
+    TurnReport,
+};
 
 /// A refusal or failure of this crate, with its stable code ([`codes`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,7 +22,7 @@ use std::time::Duration;
 use corral_exec::linux::CORRAL_LINK_URL;
 use corral_exec::{
     Attestation, Backend, CorralLink, DEFAULT_MEMORY, Egress, EgressLog, EgressRecord, ExecOutput,
-    ExecRequest, ResourceLimits, RunNetwork,
+    ExecRequest, Hold, ResourceLimits, RunNetwork,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -199,6 +199,9 @@ pub struct TurnReport {
     /// The CLI's own session id after the turn (what the next turn resumes), if it reported
     /// one.
     pub thread: Option<String>,
+    /// The hold of the turn's changes that wait for a person (a `writes_held` event named
+    /// it), if it held any.
+    pub held: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -342,9 +345,17 @@ impl Session {
         let _busy = Busy(&self.state);
         let (log, connections) = Connections::channel();
         let (req, token_prompt) = self.request(prompt, resume.as_deref(), log)?;
+        let hold = req.hold.as_ref().map(|h| h.into.clone());
         let report = self
             .drive(req, token_prompt, turn, connections, &events)
-            .await?;
+            .await;
+        // A hold that holds nothing (or whose turn never ran) goes.
+        if let Some(dir) = hold
+            && report.as_ref().map_or(true, |r| r.held.is_none())
+        {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let report = report?;
         if let Ok(mut s) = self.state.lock() {
             if let Some(t) = &report.thread {
                 s.thread = Some(t.clone());
@@ -423,8 +434,130 @@ impl Session {
                 ),
             }),
             exec_only: self.exec_only(),
+            hold: self.new_hold()?,
         };
         Ok((req, prompt.as_bytes().to_vec()))
+    }
+
+    /// A fresh, empty hold for a turn whose changes outside the scope's
+    /// `confirm_writes_outside` directories wait for a person (`None`: every change applies).
+    fn new_hold(&self) -> Result<Option<Hold>, AgentError> {
+        let Some(c) = self
+            .cfg
+            .confirm_writes
+            .as_ref()
+            .filter(|_| self.cfg.permissions.writes())
+        else {
+            return Ok(None);
+        };
+        let fail = |e: std::io::Error| {
+            AgentError::new(
+                codes::AGENTS_SANDBOX,
+                format!(
+                    "cannot make the turn's hold in `{}`: {e}",
+                    c.holds.display()
+                ),
+            )
+        };
+        std::fs::create_dir_all(&c.holds).map_err(fail)?;
+        let into = c.holds.join(uuid::Uuid::new_v4().simple().to_string());
+        std::fs::create_dir(&into).map_err(fail)?;
+        Ok(Some(Hold {
+            within: self.cfg.workdir.clone(),
+            free: c.free.clone(),
+            into,
+        }))
+    }
+
+    /// The hold `hold` of this session: its directory, if it is one of its own holds.
+    fn hold_dir(&self, hold: &str) -> Result<PathBuf, AgentError> {
+        let not_found = || {
+            AgentError::new(
+                codes::AGENTS_HOLD_NOT_FOUND,
+                format!(
+                    "session `{}` holds no changes `{hold}` here (applied or discarded already, or held on another replica); the session's `writes_held` events name its holds",
+                    self.cfg.id
+                ),
+            )
+        };
+        let c = self.cfg.confirm_writes.as_ref().ok_or_else(not_found)?;
+        let valid = hold.len() == 32 && hold.bytes().all(|b| b.is_ascii_hexdigit());
+        let dir = c.holds.join(hold);
+        if !valid || !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+            return Err(not_found());
+        }
+        Ok(dir)
+    }
+
+    /// Applies the hold `hold` (a person approved it): in a sandbox whose only writable path
+    /// is the workdir, through the same copy-on-write checks as a turn; the hold is then gone.
+    /// Refused while a turn runs (`agents.session_busy`).
+    pub async fn apply_hold(&self, hold: &str) -> Result<HoldApplied, AgentError> {
+        let dir = self.hold_dir(hold)?;
+        {
+            let mut s = self.state.lock().map_err(|_| {
+                AgentError::new(codes::AGENTS_SANDBOX, "the session's state is unusable")
+            })?;
+            if s.busy {
+                return Err(AgentError::new(
+                    codes::AGENTS_TURN_BUSY,
+                    format!(
+                        "session `{}` is running a turn; apply its held changes once the turn's `done` event came",
+                        self.cfg.id
+                    ),
+                ));
+            }
+            s.busy = true;
+        }
+        let _busy = Busy(&self.state);
+        let req = ExecRequest {
+            argv: ["/bin/sh", "-c", APPLY_HOLD, "sh"]
+                .into_iter()
+                .map(str::to_owned)
+                .chain([&self.cfg.workdir, &dir].map(|p| p.to_string_lossy().into_owned()))
+                .collect(),
+            cwd: PathBuf::from("/"),
+            env: vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())],
+            stdin: None,
+            timeout: Duration::from_secs(600),
+            max_output_bytes: MAX_STDERR,
+            limits: ResourceLimits {
+                default_memory: Some(self.cfg.limits.default_memory),
+                processes: Some(64),
+                ..ResourceLimits::default()
+            },
+            read_paths: vec![dir.clone()],
+            write_paths: vec![self.cfg.workdir.clone()],
+            protected: self.cfg.protected.clone(),
+            network: Some(RunNetwork::None),
+            exec_only: None,
+            hold: None,
+        };
+        let out = self.backend.run(req).await.map_err(|e| {
+            AgentError::new(
+                codes::AGENTS_SANDBOX,
+                format!("the held changes could not be applied: {e} ({})", e.code()),
+            )
+        })?;
+        if out.exit_code != Some(0) {
+            // Kept: a person may look, and apply again.
+            return Err(AgentError::new(
+                codes::AGENTS_SANDBOX,
+                format!(
+                    "applying the held changes ended with {}; stderr ends: {:?}; the hold is kept",
+                    ending(&out),
+                    stderr_tail(&out)
+                ),
+            ));
+        }
+        let changes = out.changes.unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(HoldApplied {
+            hold: hold.to_owned(),
+            applied: changes.applied,
+            bytes: changes.bytes,
+            refused: changes.refused,
+        })
     }
 
     /// With the scope's `commands`: the CLI's install (and its program), the shells and each
@@ -461,6 +594,7 @@ impl Session {
                 format!("the agent's sandbox did not start: {e} ({})", e.code()),
             )
         };
+        let hold = req.hold.as_ref().map(|h| h.into.clone());
         let (atx, arx) = tokio::sync::oneshot::channel();
         let run = self.backend.run_attached(req, atx);
         tokio::pin!(run);
@@ -563,7 +697,9 @@ impl Session {
         for ev in connections.last() {
             outbox.send(ev).await;
         }
-        let mut report = self.finish(turn, out, initial, &parser, over, outbox).await;
+        let mut report = self
+            .finish(turn, out, initial, &parser, over, outbox, hold)
+            .await;
         report.thread = parser.thread().map(str::to_owned);
         Ok(report)
     }
@@ -577,6 +713,7 @@ impl Session {
         parser: &crate::adapter::OutputParser,
         over: bool,
         mut outbox: Outbox<'_>,
+        hold: Option<PathBuf>,
     ) -> TurnReport {
         let (attestation, exit_code, signal, timed_out) = match &out {
             Some(o) => (o.attestation.clone(), o.exit_code, o.signal, o.timed_out),
@@ -608,6 +745,23 @@ impl Session {
                 outbox.send(e).await;
             }
         }
+        let held = match (hold, out.as_ref().and_then(|o| o.changes.as_ref())) {
+            (Some(dir), Some(c)) if !c.held.is_empty() || c.held_unlisted > 0 => {
+                let id = dir
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                outbox
+                    .send(SessionEvent::WritesHeld {
+                        hold: id.clone(),
+                        changes: c.held.clone(),
+                        more: c.held_unlisted,
+                    })
+                    .await;
+                Some(id)
+            }
+            _ => None,
+        };
         let usage = parser.usage();
         outbox.send(SessionEvent::Done { turn, ok, usage }).await;
         TurnReport {
@@ -621,6 +775,7 @@ impl Session {
             killed_for_output: over,
             events_dropped: outbox.dropped,
             thread: None,
+            held,
         }
     }
 }

@@ -227,7 +227,10 @@ impl GuardPolicy {
             Tier::Confirm | Tier::Destructive => {
                 if self.mode == Mode::DryRun || run_dry {
                     Confirmation::DryRun
-                } else if tier == Tier::Confirm && self.confirm_never_rules.contains(&rule_index) {
+                } else if tier == Tier::Confirm
+                    && !op.always_confirmed
+                    && self.confirm_never_rules.contains(&rule_index)
+                {
                     Confirmation::Waived
                 } else {
                     Confirmation::Required

@@ -108,7 +108,9 @@ pub fn builtin_ops() -> Vec<OpSpec> {
 }
 
 /// The ops of the agents host: per adapter `a`, `agents.<a>.run`, `.install`,
-/// `.sessions.create` and `.sessions.send_event`, and the generic gate `agents.sessions.create`.
+/// `.sessions.create`, `.sessions.send_event` and `.sessions.apply_writes` (a person confirms
+/// every call: it applies changes the scope held for one), and the generic gate
+/// `agents.sessions.create`.
 ///
 /// Running a coding agent runs programs and may change its workdir: `exec` + `write` (confirm
 /// tier). Installing one changes the server (`admin`: destructive tier, explicit-only). A session
@@ -159,6 +161,25 @@ fn agent_ops() -> Vec<OpSpec> {
                         .param("metadata", ParamKind::Json, false),
                 );
                 s.explicit_only = true;
+                s
+            }),
+            spec(
+                &format!("agents.{a}.sessions.apply_writes"),
+                &[Write],
+                &format!(
+                    "apply the changes a {a} session's turn held for a person (its scope's \
+                     `confirm_writes_outside`); always confirmed"
+                ),
+            )
+            .map(|s| {
+                // Like `send_event`: judged for the session's own workdir and model.
+                let mut s = agent(
+                    s.param("session", ParamKind::Word, true)
+                        .param("hold", ParamKind::Word, true)
+                        .param("workdir", ParamKind::String, false)
+                        .param("model", ParamKind::String, false),
+                );
+                s.always_confirmed = true;
                 s
             }),
             spec(

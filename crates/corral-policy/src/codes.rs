@@ -361,9 +361,9 @@ catalog! {
     AGENTS_INTERRUPTED = "agents.interrupted", 503,
         "the process running the session's turn stopped before the turn finished (found when a corral process starts, or as it shuts down)",
         "the session is failed; start a new session (its events so far are kept)";
-    AGENTS_SCOPE_UNSUPPORTED = "agents.scope_unsupported", 501,
-        "the agent scope sets `commands` or `confirm_writes_outside`, which corral does not yet enforce on a hosted agent, so it refuses the session rather than run the agent unrestricted by them",
-        "remove the key from the rule's `agents:` scope (the agent then runs in the sandbox, its workdir writable per `permissions`)";
+    AGENTS_HOLD_NOT_FOUND = "agents.hold_not_found", 404,
+        "the agent session holds no changes under this id on this replica: applied already, never held, or held by a turn that ran on another replica (holds stay on the disk of the replica that ran the turn)",
+        "take the id from the session's `writes_held` event (`held_writes` item), and apply it through the replica that ran the turn";
     AGENTS_CANCELLED = "agents.cancelled", 409,
         "the agent session's turn was cancelled (`agent.session.input.cancel`) before it finished",
         "send the next message to the session; what the turn did before the cancel stays in its events";

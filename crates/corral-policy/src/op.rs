@@ -388,6 +388,9 @@ pub struct OpSpec {
     /// the `agents` namespace) mounts it. Its `model` and `workdir` params are judged by that
     /// scope.
     pub agent_scoped: bool,
+    /// A person confirms every call, whatever the deciding rule's `confirm:` says (applying
+    /// an agent's held changes: the scope asked for a person).
+    pub always_confirmed: bool,
 }
 
 impl OpSpec {
@@ -406,6 +409,7 @@ impl OpSpec {
             idempotent: false,
             runs_program: false,
             agent_scoped: false,
+            always_confirmed: false,
         }
     }
 

@@ -260,7 +260,8 @@ fn full_access(
 }
 
 /// The `agent_host` preset: for each listed adapter (default `codex`), `agents.<a>.run`,
-/// `agents.<a>.sessions.create` and `agents.<a>.sessions.send_event`, plus the generic gate
+/// `agents.<a>.sessions.create`, `agents.<a>.sessions.send_event` and
+/// `agents.<a>.sessions.apply_writes`, plus the generic gate
 /// `agents.sessions.create`, with an agent scope whose workdir is the root (read-only unless
 /// `permissions: workspace-write`). It mounts neither `agents.<a>.install` (an admin op: installs
 /// happen on first use with `install: {mode: lazy}`) nor `llm.chat` (the agent's model traffic
@@ -282,7 +283,12 @@ fn agent_host(name: &str, opts: &PresetOptions, root: &str) -> Result<Policy, Po
     let mut ids = Vec::new();
     for a in &adapters {
         parse_adapter(a)?;
-        for op in ["run", "sessions.create", "sessions.send_event"] {
+        for op in [
+            "run",
+            "sessions.create",
+            "sessions.send_event",
+            "sessions.apply_writes",
+        ] {
             ids.push(format!("agents.{a}.{op}"));
         }
     }

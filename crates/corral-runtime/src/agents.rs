@@ -328,18 +328,30 @@ impl AgentHost {
         // The id is one the store made (it had the row); a single plain name all the same.
         let plain = !id.is_empty() && id != "." && id != ".." && !id.contains(['/', '\0']);
         if plain {
-            let home = self.homes.join(id);
-            // `remove_dir_all` never follows a symlink the agent left in its home.
-            if let Err(e) = std::fs::remove_dir_all(&home)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!(
-                    session = id,
-                    "the deleted session's home was not removed: {e}"
-                );
+            // `remove_dir_all` never follows a symlink the agent left in its home (or hold).
+            for dir in [self.homes.join(id), self.holds_of(id)] {
+                if let Err(e) = std::fs::remove_dir_all(&dir)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(
+                        session = id,
+                        "the deleted session's `{}` was not removed: {e}",
+                        dir.display()
+                    );
+                }
             }
         }
         Ok(())
+    }
+
+    /// Where session `id`'s held changes are kept: `<state_dir>/agents/holds/<id>`, beside the
+    /// homes (corral's state directory, hidden from every sandbox).
+    fn holds_of(&self, id: &str) -> PathBuf {
+        self.homes
+            .parent()
+            .unwrap_or(&self.homes)
+            .join("holds")
+            .join(id)
     }
 
     /// Sets the links' source (the HTTP crate, once its app exists); `false` when set already.
@@ -501,6 +513,12 @@ impl AgentHost {
                 Some(_) | None => None,
             },
             commands: t.grant.commands.clone(),
+            confirm_writes: t.grant.confirm_writes_outside.as_ref().map(|free| {
+                corral_agents::ConfirmWrites {
+                    free: free.iter().map(PathBuf::from).collect(),
+                    holds: self.holds_of(&t.record.id),
+                }
+            }),
         };
         let session = Session::new(
             cfg,
@@ -853,6 +871,7 @@ enum Kind {
     Run,
     Create,
     SendEvent,
+    ApplyWrites,
 }
 
 /// `agents.<a>.run`, `agents.<a>.sessions.create` and `agents.<a>.sessions.send_event`.
@@ -873,6 +892,7 @@ impl AgentSessionOp {
             "run" => Kind::Run,
             "sessions.create" => Kind::Create,
             "sessions.send_event" => Kind::SendEvent,
+            "sessions.apply_writes" => Kind::ApplyWrites,
             _ => return None,
         };
         let adapter = Adapter::parse(name)?;
@@ -895,7 +915,6 @@ impl AgentSessionOp {
                 ),
             )
         })?;
-        enforceable(&grant)?;
         let defaults = SessionLimits::default();
         let limits = SessionLimits {
             memory: ctx.grant.limits.memory,
@@ -940,7 +959,6 @@ impl AgentSessionOp {
                 "the rule that allowed this has no agent scope; add `agents: {workdir: ...}` to it",
             )
         })?;
-        enforceable(grant)?;
         // The CLI must be there (a lazy install starts now and answers `agents.installing`).
         self.host.ensure_cli(self.adapter)?;
         let saved = match text_arg(ctx, "agent") {
@@ -1047,6 +1065,46 @@ impl AgentSessionOp {
         self.reread(ctx, &id).await
     }
 
+    /// Applies a hold of the session (a person approved this exact call: the op is always
+    /// confirmed), in a sandbox whose only writable path is the session's workdir.
+    async fn apply_writes(&self, ctx: &OpCtx) -> Result<Value, OpError> {
+        let id = text_arg(ctx, "session").unwrap_or_default().to_owned();
+        let hold = text_arg(ctx, "hold").unwrap_or_default().to_owned();
+        let record = self.own_session(ctx, &id).await?;
+        let t = self.turn_start(ctx, record)?;
+        same_session(&t)?;
+        if t.record.status == "running" {
+            return Err(op_err(
+                codes::AGENTS_SESSION_BUSY,
+                format!(
+                    "session `{id}` is running a turn; apply its held changes once the turn's `agent.session.idle` came"
+                ),
+            ));
+        }
+        let cli = self.host.ensure_cli(self.adapter)?;
+        let session = self.host.live_session(&t, cli)?;
+        let applied = session
+            .apply_hold(&hold)
+            .await
+            .map_err(|e| OpError::new(e.code, e.message))?;
+        let event = SessionEvent::WritesApplied {
+            hold: hold.clone(),
+            applied: applied.applied,
+            refused: applied.refused.len() as u64,
+        };
+        let body = serde_json::to_value(&event).unwrap_or(Value::Null);
+        self.host
+            .append(&t.tenant, &id, vec![(event.kind().to_owned(), body)])
+            .await;
+        Ok(json!({
+            "session": id,
+            "hold": applied.hold,
+            "applied": applied.applied,
+            "bytes": applied.bytes,
+            "refused": applied.refused,
+        }))
+    }
+
     async fn run(&self, ctx: &OpCtx) -> Result<Value, OpError> {
         let task = text_arg(ctx, "task").unwrap_or_default().to_owned();
         self.host.turn_slot_free(ctx)?;
@@ -1104,25 +1162,6 @@ fn same_session(t: &TurnStart) -> Result<(), OpError> {
     Ok(())
 }
 
-/// Refuses a session whose scope asks for what the host does not enforce yet
-/// (`confirm_writes_outside`): failing closed, never running the agent as if it applied.
-fn enforceable(grant: &AgentGrant) -> Result<(), OpError> {
-    let mut keys = Vec::new();
-    if !grant.confirm_writes_outside.is_empty() {
-        keys.push("`confirm_writes_outside`");
-    }
-    if keys.is_empty() {
-        return Ok(());
-    }
-    Err(op_err(
-        codes::AGENTS_SCOPE_UNSUPPORTED,
-        format!(
-            "the agent scope of this rule sets {}, which corral does not yet enforce on a hosted agent; remove it from the rule's `agents:` scope",
-            keys.join(", ")
-        ),
-    ))
-}
-
 /// `metadata`: at most 16 string values, keys up to 64 and values up to 512 characters.
 fn metadata_of(
     m: &serde_json::Map<String, Value>,
@@ -1167,6 +1206,7 @@ impl Op for AgentSessionOp {
                     self.reread(&ctx, &id).await?
                 }
                 Kind::SendEvent => self.send_event(&ctx).await?,
+                Kind::ApplyWrites => self.apply_writes(&ctx).await?,
                 Kind::Run => self.run(&ctx).await?,
             };
             Ok(OpOutput::Json {

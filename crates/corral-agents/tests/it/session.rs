@@ -142,6 +142,107 @@ fn exits(events: &[SessionEvent]) -> Vec<Option<i32>> {
 }
 
 #[tokio::test]
+async fn writes_outside_the_free_directories_wait_for_a_person_and_apply_once_approved() {
+    let d = dirs();
+    std::fs::create_dir_all(d.workdir.join("src")).unwrap();
+    std::fs::write(d.workdir.join("old.txt"), "old").unwrap();
+    let script = Script::new(vec![
+        call(
+            "write_file",
+            json!({"path": path_str(&d.workdir.join("src/a.rs")), "content": "free"}),
+        ),
+        call(
+            "write_file",
+            json!({"path": path_str(&d.workdir.join("README.md")), "content": "held"}),
+        ),
+        call("exec_command", json!({"cmd": "rm old.txt"})),
+        message("done"),
+    ]);
+    let holds = d.outside.join("holds");
+    let mut cfg = config(fake_codex(), &d, Permissions::WorkspaceWrite, limits(), 5);
+    cfg.confirm_writes = Some(corral_agents::ConfirmWrites {
+        free: vec![d.workdir.join("src")],
+        holds: holds.clone(),
+    });
+    let s = session_from(cfg, &script);
+    let (report, events) = turn(&s, "edit").await;
+    assert!(report.ok, "{report:?} {events:?}");
+    assert_eq!(
+        std::fs::read_to_string(d.workdir.join("src/a.rs")).unwrap(),
+        "free"
+    );
+    assert!(!d.workdir.join("README.md").exists(), "held, not applied");
+    assert!(
+        d.workdir.join("old.txt").exists(),
+        "the deletion is held too"
+    );
+    let hold = report.held.clone().expect("the turn held changes");
+    let held = events.iter().find_map(|e| match e {
+        SessionEvent::WritesHeld {
+            hold: h, changes, ..
+        } if *h == hold => Some(changes.clone()),
+        _ => None,
+    });
+    let held: Vec<(String, String)> = held
+        .expect("a writes_held event")
+        .into_iter()
+        .map(|c| (c.path, c.kind))
+        .collect();
+    assert_eq!(
+        held.len(),
+        2,
+        "README.md written, old.txt deleted: {held:?}"
+    );
+    assert!(held.contains(&(path_str(&d.workdir.join("README.md")), "write".into())));
+    assert!(held.contains(&(path_str(&d.workdir.join("old.txt")), "delete".into())));
+    // The events end with `done`, after the hold.
+    assert!(matches!(events.last(), Some(SessionEvent::Done { .. })));
+
+    let applied = s.apply_hold(&hold).await.expect("applied");
+    assert_eq!(applied.applied, 2, "{applied:?}");
+    assert_eq!(
+        std::fs::read_to_string(d.workdir.join("README.md")).unwrap(),
+        "held"
+    );
+    assert!(!d.workdir.join("old.txt").exists());
+    let again = s.apply_hold(&hold).await.unwrap_err();
+    assert_eq!(again.code, codes::AGENTS_HOLD_NOT_FOUND, "{again:?}");
+    let bad = s.apply_hold("../../etc").await.unwrap_err();
+    assert_eq!(bad.code, codes::AGENTS_HOLD_NOT_FOUND, "{bad:?}");
+}
+
+#[tokio::test]
+async fn a_turn_that_writes_only_in_the_free_directories_holds_nothing() {
+    let d = dirs();
+    let script = Script::new(vec![
+        call(
+            "exec_command",
+            json!({"cmd": "mkdir -p src && echo x > src/x"}),
+        ),
+        message("done"),
+    ]);
+    let holds = d.outside.join("holds");
+    let mut cfg = config(fake_codex(), &d, Permissions::WorkspaceWrite, limits(), 5);
+    cfg.confirm_writes = Some(corral_agents::ConfirmWrites {
+        free: vec![d.workdir.join("src")],
+        holds: holds.clone(),
+    });
+    let s = session_from(cfg, &script);
+    let (report, events) = turn(&s, "edit").await;
+    assert!(report.ok, "{report:?} {events:?}");
+    assert_eq!(report.held, None);
+    assert_eq!(
+        std::fs::read_to_string(d.workdir.join("src/x")).unwrap(),
+        "x\n"
+    );
+    assert_eq!(
+        std::fs::read_dir(&holds).unwrap().count(),
+        0,
+        "an empty hold is removed"
+    );
+}
+
+#[tokio::test]
 async fn an_agent_with_commands_executes_only_those_programs_and_its_shell() {
     let d = dirs();
     let script = Script::new(vec![

@@ -171,7 +171,13 @@ pub fn fake_codex() -> Installed {
 
 pub fn backend() -> Arc<LinuxBackend> {
     let helper = PathBuf::from(env!("CARGO_BIN_EXE_corral-agents-sandbox-helper"));
-    Arc::new(LinuxBackend::new(helper).with_warm_pool(0))
+    // As the server makes it (`corral_runtime`'s `agents_backend`): a turn writes through the
+    // copy-on-write layer, applied when it ends.
+    Arc::new(
+        LinuxBackend::new(helper)
+            .with_warm_pool(0)
+            .with_attached_write_layer(),
+    )
 }
 
 /// A workdir, a place outside it, and the agent's home, in one temporary directory.
@@ -258,6 +264,7 @@ pub fn config(
         protected: corral_policy::Protected::default(),
         network: None,
         commands: Vec::new(),
+        confirm_writes: None,
     }
 }
 

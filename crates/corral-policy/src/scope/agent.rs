@@ -180,8 +180,11 @@ pub struct AgentGrant {
     pub turns_left: Option<u32>,
     /// Where the network may reach beyond the LLM proxy; `None`: only the proxy.
     pub network: Option<NetworkSpec>,
-    /// The scope's `confirm_writes_outside` directories (empty: no write needs a person).
-    pub confirm_writes_outside: Vec<String>,
+    /// With the scope's `confirm_writes_outside`: its directories for the caller (absolute,
+    /// `{principal.id}` filled in; one that cannot be filled in is left out, so more waits
+    /// for a person, never less), whose changes apply as usual while every other change
+    /// beneath the workdir waits for a person; `None`: no change waits.
+    pub confirm_writes_outside: Option<Vec<String>>,
 }
 
 fn invalid(what: String, fix: &str) -> PolicyError {
@@ -345,7 +348,7 @@ impl AgentScope {
             commands: self.spec.commands.clone(),
             turns_left,
             network: self.spec.network.clone(),
-            confirm_writes_outside: self.spec.confirm_writes_outside.clone(),
+            confirm_writes_outside: self.confirm_free.as_ref().map(|f| f.roots_for(p)),
         })
     }
 

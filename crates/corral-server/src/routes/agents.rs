@@ -617,6 +617,21 @@ fn wire_event(
                      "status": if body["allowed"].as_bool() == Some(true) { "completed" } else { "failed" },
                      "reason": body["reason"], "turn_id": format!("turn_{turn}")},
         }),
+        // Changes that wait for a person: applied by calling the op named, which a person
+        // approves (always confirmed).
+        "writes_held" => json!({
+            "type": "agent.session.turn.item.done",
+            "item": {"type": "held_writes", "id": item_id, "hold": body["hold"], "changes": body["changes"],
+                     "more": body["more"], "status": "pending_confirmation",
+                     "apply": {"op": format!("agents.{}.sessions.apply_writes", session["corral"]["adapter"].as_str().unwrap_or("<adapter>")),
+                               "args": {"session": sid, "hold": body["hold"]}},
+                     "turn_id": format!("turn_{turn}")},
+        }),
+        "writes_applied" => json!({
+            "type": "agent.session.turn.item.done",
+            "item": {"type": "held_writes", "id": item_id, "hold": body["hold"], "applied": body["applied"],
+                     "refused": body["refused"], "status": "completed", "turn_id": format!("turn_{turn}")},
+        }),
         "message" => json!({
             "type": "agent.session.turn.item.done",
             "item": {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
