@@ -697,9 +697,9 @@ impl Session {
         for ev in connections.last() {
             outbox.send(ev).await;
         }
-        let mut report = self
-            .finish(turn, out, initial, &parser, over, outbox, hold)
-            .await;
+        let held = held_event(out.as_ref(), hold, &mut outbox).await;
+        let mut report = self.finish(turn, out, initial, &parser, over, outbox).await;
+        report.held = held;
         report.thread = parser.thread().map(str::to_owned);
         Ok(report)
     }
@@ -713,7 +713,6 @@ impl Session {
         parser: &crate::adapter::OutputParser,
         over: bool,
         mut outbox: Outbox<'_>,
-        hold: Option<PathBuf>,
     ) -> TurnReport {
         let (attestation, exit_code, signal, timed_out) = match &out {
             Some(o) => (o.attestation.clone(), o.exit_code, o.signal, o.timed_out),
@@ -745,23 +744,6 @@ impl Session {
                 outbox.send(e).await;
             }
         }
-        let held = match (hold, out.as_ref().and_then(|o| o.changes.as_ref())) {
-            (Some(dir), Some(c)) if !c.held.is_empty() || c.held_unlisted > 0 => {
-                let id = dir
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                outbox
-                    .send(SessionEvent::WritesHeld {
-                        hold: id.clone(),
-                        changes: c.held.clone(),
-                        more: c.held_unlisted,
-                    })
-                    .await;
-                Some(id)
-            }
-            _ => None,
-        };
         let usage = parser.usage();
         outbox.send(SessionEvent::Done { turn, ok, usage }).await;
         TurnReport {
@@ -775,9 +757,32 @@ impl Session {
             killed_for_output: over,
             events_dropped: outbox.dropped,
             thread: None,
-            held,
+            held: None,
         }
     }
+}
+
+/// The `writes_held` event of a turn whose hold (its directory `hold`) holds changes, sent;
+/// the hold's id, or `None` when it holds nothing.
+async fn held_event(
+    out: Option<&ExecOutput>,
+    hold: Option<PathBuf>,
+    outbox: &mut Outbox<'_>,
+) -> Option<String> {
+    let c = out.and_then(|o| o.changes.as_ref())?;
+    let dir = hold?;
+    if c.held.is_empty() && c.held_unlisted == 0 {
+        return None;
+    }
+    let id = dir.file_name()?.to_string_lossy().into_owned();
+    outbox
+        .send(SessionEvent::WritesHeld {
+            hold: id.clone(),
+            changes: c.held.clone(),
+            more: c.held_unlisted,
+        })
+        .await;
+    Some(id)
 }
 
 /// The egress proxy's records of one turn's connections, and how many did not fit.

@@ -278,3 +278,41 @@ fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
         "{v}"
     );
 }
+
+#[test]
+fn a_write_outside_the_free_directories_waits_for_a_person_then_applies_through_corral_serve() {
+    let Some(python) = crate::python("the openai SDK") else {
+        return;
+    };
+    let fake = fake_agent();
+    let v = agents_sdk(python, &[fake.as_os_str(), std::ffi::OsStr::new("--held")]);
+    // `src/` is free: applied at the turn's end. README.md waits, listed with its kind.
+    assert_eq!(v["free"], "free", "{v}");
+    assert_eq!(v["held_on_disk"], false, "{v}");
+    let item = &v["held_item"];
+    assert_eq!(item["status"], "pending_confirmation", "{v}");
+    assert_eq!(
+        item["apply"]["op"], "agents.codex.sessions.apply_writes",
+        "{v}"
+    );
+    let changes = item["changes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(changes.len(), 1, "{v}");
+    assert!(
+        changes[0]["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/README.md")),
+        "{v}"
+    );
+    assert_eq!(changes[0]["kind"], "write", "{v}");
+    // The rule says `confirm: never`; applying a hold waits for a person all the same.
+    assert_eq!(
+        v["first"],
+        serde_json::json!([202, "confirmation.required"]),
+        "{v}"
+    );
+    assert_eq!(v["decided"], 200, "{v}");
+    assert_eq!(v["second"], serde_json::json!([200, 1]), "{v}");
+    assert_eq!(v["applied_on_disk"], "held", "{v}");
+    // The approved call's outcome is stored: a retry does not apply anything again.
+    assert_eq!(v["again"], serde_json::json!([200, "true"]), "{v}");
+}

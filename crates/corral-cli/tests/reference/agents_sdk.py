@@ -3,8 +3,9 @@ codex session (the fake agent CLI installed as codex), with a scripted model pro
 here. Usage: agents_sdk.py CORRAL_BIN FAKE_AGENT_BIN (the whole API), or agents_sdk.py
 CORRAL_BIN CODEX_NATIVE_BIN --real-codex (one session of the real codex CLI, installed from its
 npm package's tree by hard links), or CORRAL_BIN CLAUDE_NATIVE_BIN --real-claude (the same with
-Claude Code, its model behind `llm: {api: anthropic}`). Prints one JSON object of what a user sees; the Rust test
-asserts on it.
+Claude Code, its model behind `llm: {api: anthropic}`), or CORRAL_BIN FAKE_AGENT_BIN --held (a
+scope with `confirm_writes_outside`: the held write, its approval by a person, its apply).
+Prints one JSON object of what a user sees; the Rust test asserts on it.
 """
 
 import http.server
@@ -23,6 +24,7 @@ import openai
 CORRAL, CLI = sys.argv[1], sys.argv[2]
 REAL_CODEX = "--real-codex" in sys.argv[3:]
 REAL_CLAUDE = "--real-claude" in sys.argv[3:]
+HELD = "--held" in sys.argv[3:]
 TOKEN = "agents-sdk-alice-token-0123456789"
 OTHER = "agents-sdk-bob-token-0123456789ab"
 UPSTREAM_KEY = "sk-upstream-secret-agents-sdk"
@@ -158,6 +160,57 @@ def real_cli_session(client, ws, outside, out):
     out["upstream_keys"] = sorted(set(Upstream.seen_keys))
 
 
+HELD_RULES = """rules:
+  - name: agent
+    allow: [agents.codex.sessions.create, agents.codex.sessions.send_event,
+            agents.codex.sessions.apply_writes, agents.sessions.create]
+    confirm: never
+    reason: the agent runs unattended; what its scope holds still waits for a person
+    agents: {workdir: %s, permissions: workspace-write, confirm_writes_outside: [%s]}
+  - name: model
+    allow: [llm.chat]
+"""
+
+
+def held_session(client, base, ws, out):
+    """A turn that writes in `src/` (free) and `README.md` (held); the hold applied through
+    `agents.codex.sessions.apply_writes` once alice, a person, approves that exact call."""
+    import httpx
+    Upstream.answers = [
+        call("write_file", {"path": os.path.join(ws, "src", "a.txt"), "content": "free"}),
+        call("write_file", {"path": os.path.join(ws, "README.md"), "content": "held"}),
+        message("wrote both"),
+    ]
+    session = client.beta.agents.sessions.create(
+        agent={"model": "gpt-5-codex"},
+        environment={"type": "self_hosted", "workspace_directory": ws}, input="edit")
+    held = None
+    for ev in client.beta.agents.sessions.events.stream(session.id):
+        if ev.type == "agent.session.turn.item.done":
+            item = ev.item if isinstance(ev.item, dict) else ev.item.to_dict()
+            if item.get("type") == "held_writes":
+                held = item
+        if ev.type == "agent.session.idle":
+            break
+    out["free"] = open(os.path.join(ws, "src", "a.txt")).read()
+    out["held_on_disk"] = os.path.exists(os.path.join(ws, "README.md"))
+    out["held_item"] = held
+    auth = {"authorization": "Bearer " + TOKEN}
+    apply = base + "/ops/" + held["apply"]["op"]
+    body = dict(held["apply"]["args"], workdir=ws, model="gpt-5-codex")
+    first = httpx.post(apply, json=body, headers=auth, timeout=60)
+    out["first"] = [first.status_code, first.json().get("code")]
+    action = first.json().get("action_id")
+    decided = httpx.post(base + "/confirmations/%s/decision" % action, json={"decision": "approve"},
+                         headers=auth, timeout=60)
+    out["decided"] = decided.status_code
+    second = httpx.post(apply, json=body, headers=auth, timeout=120)
+    out["second"] = [second.status_code, second.json().get("result", {}).get("applied")]
+    out["applied_on_disk"] = open(os.path.join(ws, "README.md")).read() if os.path.exists(os.path.join(ws, "README.md")) else None
+    again = httpx.post(apply, json=body, headers=auth, timeout=60)
+    out["again"] = [again.status_code, again.headers.get("x-corral-replayed")]
+
+
 def run_readme_example(base, ws):
     """README.md's `client.beta.agents` example, run as written but for the server's url and
     the workspace; returns what it printed (one event type a line)."""
@@ -230,7 +283,17 @@ def main():
         ]
 
     config = os.path.join(tmp, "corral.yaml")
-    with open(config, "w") as f:
+    if HELD:
+        os.makedirs(os.path.join(ws, "src"))
+        with open(config, "w") as f:
+            f.write(
+                "version: 1\nroot: %s\nstate_dir: %s\nagents: [codex]\ninstall: {mode: offline}\n"
+                "llm: {base_url_env: UP_URL, api_key_env: UP_KEY}\n"
+                "auth:\n  tokens:\n    - {id: alice, token_env: ALICE_TOKEN}\n"
+                "    - {id: bob, token_env: BOB_TOKEN}\n" % (ws, state)
+                + HELD_RULES % (ws, os.path.join(ws, "src")))
+    else:
+        f = open(config, "w")
         f.write(
             "version: 1\n"
             "preset: {name: agent_host, permissions: workspace-write, confirm: never}\n"
@@ -242,6 +305,7 @@ def main():
             "    - {id: bob, token_env: BOB_TOKEN}\n"
             % (ws, state, "claude_code" if REAL_CLAUDE else "codex",
                "anthropic" if REAL_CLAUDE else "openai"))
+        f.close()
     port = free_port()
     os.environ["CORRAL_TOKEN"] = TOKEN
     env = dict(os.environ, ALICE_TOKEN=TOKEN, BOB_TOKEN=OTHER,
@@ -258,6 +322,10 @@ def main():
         client = openai.OpenAI(base_url=base + "/v1", api_key=TOKEN, max_retries=0)
         if REAL_CODEX or REAL_CLAUDE:
             real_cli_session(client, ws, outside, out)
+            print(json.dumps(out))
+            return
+        if HELD:
+            held_session(client, base, ws, out)
             print(json.dumps(out))
             return
         saved = client.beta.agents.create(model="gpt-5-codex", name="fixer",

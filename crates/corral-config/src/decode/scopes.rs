@@ -567,8 +567,9 @@ pub(super) const AGENT: &[Field<AgentScopeSpec>] = &[
             "list of directories beneath the workdir",
             "none: no write needs a confirmation",
             "[/workspace/src]",
-            "With `workspace-write`: a write outside these directories needs a person's \
-             confirmation.",
+            "With `workspace-write`: a turn's changes beneath the workdir and outside these \
+             directories are held; `agents.<a>.sessions.apply_writes` applies them once a person \
+             approves that call (always confirmed). See docs/agents.md.",
         )
         .optional(|d, e, s| {
             s.confirm_writes_outside = d.plain_strings(e.node, &e.at);

@@ -730,7 +730,7 @@ async fn saved_agents_are_capped_per_owner() {
     assert_eq!(save(ALICE).await.status, 200);
 }
 
-// ---------------------------------------------------------------- what the host does not enforce
+// ---------------------------------------------------------------- scope keys the host enforces
 
 /// A server whose one rule's agent scope adds `extra` (`WORKDIR` stands for the host's
 /// workdir), alice's session create under it, and `extra` as written (the host goes with the
@@ -755,21 +755,6 @@ async fn create_under_scope(extra: &str) -> (Host, Server, Reply, String) {
     (h, s, r, extra)
 }
 
-/// A scope setting what the host does not apply to an agent yet (`confirm_writes_outside`)
-/// refuses the session (`501 agents.scope_unsupported`, naming the key) instead of running the
-/// agent unrestricted.
-#[tokio::test]
-async fn a_scope_with_keys_the_host_does_not_enforce_refuses_the_session() {
-    for extra in ["confirm_writes_outside: [WORKDIR/src]"] {
-        let (_h, s, r, extra) = create_under_scope(extra).await;
-        r.assert_error(501, "agents.scope_unsupported");
-        let key = extra.split(':').next().unwrap_or_default();
-        assert!(r.text.contains(key), "{extra}: {}", r.text);
-        let listed = get(&s, ALICE, "/v1/agents/sessions").await;
-        assert_eq!(listed.json()["data"], json!([]), "{extra}: nothing stored");
-    }
-}
-
 /// A scope's `network` (`none`, `loopback`, an allow-list: what the agent reaches beside the
 /// LLM proxy, through corral's egress proxy) and `commands` are enforced on a hosted agent: the
 /// session is made.
@@ -779,8 +764,10 @@ async fn a_scope_with_a_network_setting_or_commands_makes_the_session() {
         "network: none",
         "network: loopback",
         "network: {allow: [\"pypi.org:443\", \"*.pythonhosted.org:443\"]}",
-        // and `commands` (enforced by the kernel: `corral-agents --test it session::an_agent_with_commands`).
+        // and `commands` (enforced by the kernel: `corral-agents --test it session::an_agent_with_commands`),
         "commands: [ls, git]",
+        // and `confirm_writes_outside` (`corral-cli --test it agents::a_write_outside_the_free`).
+        "confirm_writes_outside: [WORKDIR/src]",
     ] {
         let (_h, s, r, _) = create_under_scope(network).await;
         assert_eq!(r.status, 200, "{network}: {}", r.text);
