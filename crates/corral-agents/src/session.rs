@@ -588,12 +588,7 @@ impl Session {
         mut connections: Connections,
         events: &mpsc::Sender<SessionEvent>,
     ) -> Result<TurnReport, AgentError> {
-        let sandbox = |e: corral_exec::ExecError| {
-            AgentError::new(
-                codes::AGENTS_SANDBOX,
-                format!("the agent's sandbox did not start: {e} ({})", e.code()),
-            )
-        };
+        let sandbox = sandbox_error;
         let hold = req.hold.as_ref().map(|h| h.into.clone());
         let (atx, arx) = tokio::sync::oneshot::channel();
         let run = self.backend.run_attached(req, atx);
@@ -694,9 +689,7 @@ impl Session {
             dropped,
         };
         // Outside the event limit: output that ran over it never hides a connection.
-        for ev in connections.last() {
-            outbox.send(ev).await;
-        }
+        outbox.send_all(connections.last()).await;
         let held = held_event(out.as_ref(), hold, &mut outbox).await;
         let mut report = self.finish(turn, out, initial, &parser, over, outbox).await;
         report.held = held;
@@ -847,6 +840,20 @@ impl Outbox<'_> {
             Err(_) => self.dropped += 1,
         }
     }
+
+    async fn send_all(&mut self, evs: Vec<SessionEvent>) {
+        for ev in evs {
+            self.send(ev).await;
+        }
+    }
+}
+
+/// A turn whose sandbox did not start.
+fn sandbox_error(e: corral_exec::ExecError) -> AgentError {
+    AgentError::new(
+        codes::AGENTS_SANDBOX,
+        format!("the agent's sandbox did not start: {e} ({})", e.code()),
+    )
 }
 
 /// The events of `lines`, as the adapter's parser reads them.

@@ -354,24 +354,31 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     drop(spec_write);
     let timed_out = wait_until(init_pid, deadline);
     // The pid namespace is gone: nothing changes the layer any more.
-    if let Some(cow) = &spec.cow {
-        let paths = mounts::cow_paths(&spec);
-        if let Some(layer) = receive_layer(&layer_rx, paths.len(), cow.hold.is_some()) {
-            let changes = apply::apply(
-                layer,
-                &paths,
-                cow.protected.compile(),
-                cow.quota,
-                cow.hold.as_ref(),
-            );
-            status.send(&Status::Changes { changes });
-        }
-    }
+    apply_layer(&spec, &layer_rx, status);
     if let Some(pid) = assistant {
         idmap::reap(pid);
     }
     status.send(&Status::Done { timed_out });
     Ok(())
+}
+
+/// Applies the run's copy-on-write layer (if it has one and the init sent it) and reports its
+/// changes.
+fn apply_layer(spec: &Spec, layer_rx: &OwnedFd, status: &StatusPipe) {
+    let Some(cow) = &spec.cow else {
+        return;
+    };
+    let paths = mounts::cow_paths(spec);
+    if let Some(layer) = receive_layer(layer_rx, paths.len(), cow.hold.is_some()) {
+        let changes = apply::apply(
+            layer,
+            &paths,
+            cow.protected.compile(),
+            cow.quota,
+            cow.hold.as_ref(),
+        );
+        status.send(&Status::Changes { changes });
+    }
 }
 
 /// Most write paths a run may have: their descriptors pass in one `SCM_RIGHTS` message (the

@@ -738,6 +738,30 @@ async fn read_status(fd: OwnedFd, ready: Option<oneshot::Sender<Vec<String>>>) -
 }
 
 impl LinuxBackend {
+    /// The run's copy-on-write layer (`None`: an attached run on a backend without the
+    /// attached layer, whose writes are live), its hold checked.
+    fn cow_layer(
+        &self,
+        req: &ExecRequest,
+        attached: bool,
+        write_paths: &[PathBuf],
+    ) -> Result<Option<CowSpec>, ExecError> {
+        let cow = (!attached || self.attached_layer).then(|| CowSpec {
+            quota: req.limits.write_quota.unwrap_or(DEFAULT_WRITE_QUOTA),
+            protected: protected_wire(&req.protected),
+            hold: req.hold.clone(),
+        });
+        if let Some(hold) = &req.hold {
+            if cow.is_none() {
+                return Err(ExecError::Invalid(
+                    "a run whose writes are live (attached, without the copy-on-write layer) cannot hold changes for a person".into(),
+                ));
+            }
+            check_hold(hold, write_paths)?;
+        }
+        Ok(cow)
+    }
+
     async fn run_one(
         &self,
         req: ExecRequest,
@@ -769,22 +793,7 @@ impl LinuxBackend {
         // A one-shot run writes into a copy-on-write layer applied after it; an attached one
         // (a long-lived upstream server, whose writes must be live) gets read-write binds,
         // unless the backend gives attached runs the layer too (`corral run`).
-        let cow = match attach {
-            Some(_) if !self.attached_layer => None,
-            _ => Some(CowSpec {
-                quota: req.limits.write_quota.unwrap_or(DEFAULT_WRITE_QUOTA),
-                protected: protected_wire(&req.protected),
-                hold: req.hold.clone(),
-            }),
-        };
-        if let Some(hold) = &req.hold {
-            if cow.is_none() {
-                return Err(ExecError::Invalid(
-                    "a run whose writes are live (attached, without the copy-on-write layer) cannot hold changes for a person".into(),
-                ));
-            }
-            check_hold(hold, &write_paths)?;
-        }
+        let cow = self.cow_layer(&req, attach.is_some(), &write_paths)?;
         let cow_quota = cow.as_ref().map(|c| c.quota);
 
         let (network, egress) = run_network(req.network.as_ref());
