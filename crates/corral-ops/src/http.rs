@@ -26,8 +26,9 @@ use reqwest::{Method, StatusCode, Url};
 
 use crate::{Op, OpCtx, OpError, OpOutput};
 
-/// Re-checks a redirect target: returns the canonical url the policy admits, or the refusal.
-pub type UrlCheck = Arc<dyn Fn(&str) -> Result<UrlGrant, OpError> + Send + Sync>;
+/// Re-checks a redirect target fetched with a method (`GET`, ...): returns the canonical url
+/// the policy admits, or the refusal.
+pub type UrlCheck = Arc<dyn Fn(&str, &str) -> Result<UrlGrant, OpError> + Send + Sync>;
 
 /// Response headers passed back to the caller; every other header is dropped.
 const HEADER_ALLOWLIST: [&str; 4] = ["content-type", "content-length", "last-modified", "etag"];
@@ -281,13 +282,6 @@ impl HttpFetch {
                      the policy here; call the target directly"
                 )));
             };
-            let admitted = check(next.as_str())?;
-            // A hop is never checked more loosely than the first: once any rule on the way
-            // blocks private addresses, every later hop does too.
-            block_private |= admitted.block_private;
-            url = Url::parse(&admitted.url).map_err(|e| {
-                url_not_allowed(format!("the admitted redirect url does not parse: {e}"))
-            })?;
             // What browsers (and reqwest) do: 303 turns anything but HEAD into a body-less GET,
             // 301 and 302 turn a POST into one; 307 and 308 repeat the request as it was.
             let to_get = match status {
@@ -299,6 +293,14 @@ impl HttpFetch {
                 method = Method::GET;
                 body = None;
             }
+            // The hop is judged with the method it is followed with.
+            let admitted = check(next.as_str(), method.as_str())?;
+            // A hop is never checked more loosely than the first: once any rule on the way
+            // blocks private addresses, every later hop does too.
+            block_private |= admitted.block_private;
+            url = Url::parse(&admitted.url).map_err(|e| {
+                url_not_allowed(format!("the admitted redirect url does not parse: {e}"))
+            })?;
         }
     }
     /// One hop: connects only to `addrs` (the checked addresses of `host`), sends, and does not

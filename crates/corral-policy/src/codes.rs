@@ -79,6 +79,9 @@ catalog! {
     POLICY_PRIVATE_ADDRESS = "policy.private_address", 403,
         "the url points at a loopback, private, link-local or otherwise internal address",
         "call a public address; `block_private: false` lifts this and is a lint error";
+    POLICY_METHOD_NOT_ALLOWED = "policy.method_not_allowed", 403,
+        "the call's HTTP method is not among the url scope's `methods` (`GET` and `HEAD` when the scope names none)",
+        "call with an allowed method, or add the method to the rule's `urls: {methods: [...]}`";
     POLICY_ARG_INVALID = "policy.arg_invalid", 403,
         "an argument the scope checks is missing or malformed, so the check fails closed",
         "pass the argument in the form the op describes";

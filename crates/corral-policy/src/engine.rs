@@ -125,6 +125,13 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+impl Prepared<'_> {
+    /// The call's HTTP method: its `method` argument, `GET` when it has none.
+    fn method(&self) -> &str {
+        self.method.unwrap_or("GET")
+    }
+}
+
 /// Arguments of one call, extracted once by parameter kind.
 struct Prepared<'a> {
     /// Path params: name, raw value (None if missing and required), pre-normalized if absolute.
@@ -138,6 +145,8 @@ struct Prepared<'a> {
     /// Whether the op takes a url.
     takes_url: bool,
     url: Option<&'a str>,
+    /// The HTTP method of an op that takes a url (its `method` argument; `GET` when absent).
+    method: Option<&'a str>,
     /// For an op that hosts a coding agent: the model and workdir asked for (`Some("\0")` for
     /// a value that is not a string, which no scope admits).
     agent: Option<AgentArgs<'a>>,
@@ -214,7 +223,7 @@ impl Failure {
             | Failure::Command(
                 CommandRefusal::Denied | CommandRefusal::Cwd | CommandRefusal::Shell,
             )
-            | Failure::Url(UrlRefusal::Private) => 3,
+            | Failure::Url(UrlRefusal::Private | UrlRefusal::Method) => 3,
             Failure::Readonly => 4,
         }
     }
@@ -332,6 +341,14 @@ impl Failure {
                             .unwrap_or_default()
                     ),
                     UrlRefusal::Private => format!("url `{u}` points at an internal address"),
+                    UrlRefusal::Method => format!(
+                        "method `{}` is not among the url scope's methods [{}]",
+                        prep.method(),
+                        rule.urls
+                            .as_ref()
+                            .map(|s| s.allowed_methods().join(", "))
+                            .unwrap_or_default()
+                    ),
                 }
             }
         }
@@ -567,6 +584,7 @@ impl Engine {
             shell: false,
             takes_url: false,
             url: None,
+            method: None,
             agent: None,
         };
         if spec.agent_scoped {
@@ -618,6 +636,7 @@ impl Engine {
                 ParamKind::Url => {
                     p.takes_url = true;
                     p.url = args.get_str(&param.name);
+                    p.method = args.get_str("method");
                 }
                 ParamKind::Bool if param.name == "shell" => {
                     p.shell = matches!(args.get("shell"), Some(ArgValue::Bool(true)));
@@ -718,7 +737,7 @@ impl Engine {
         if prep.takes_url {
             let url = prep.url.ok_or(Failure::UrlMissing)?;
             if let Some(scope) = &rule.urls {
-                scope.check(url).map_err(Failure::Url)?;
+                scope.check(url, prep.method()).map_err(Failure::Url)?;
             }
         }
         Ok(())
@@ -789,7 +808,7 @@ impl Engine {
             _ => None,
         };
         let url = match (r.and_then(|r| r.urls.as_ref()), prep.url) {
-            (Some(scope), Some(u)) => scope.check(u).ok(),
+            (Some(scope), Some(u)) => scope.check(u, prep.method()).ok(),
             _ => None,
         };
         // The deciding rule's `check_allow` admitted the same ask with the same scope.
@@ -880,7 +899,7 @@ impl Engine {
         {
             match prep.url {
                 None => return true,
-                Some(u) if scope.covers(u) => return true,
+                Some(u) if scope.covers(u, prep.method()) => return true,
                 Some(_) => {}
             }
         }

@@ -462,6 +462,17 @@ pub(super) const URL: &[Field<UrlScopeSpec>] = &[
         .optional(|d, e, s| {
             s.paths = Some(d.plain_strings(e.node, &e.at));
         }),
+    Field::key("methods")
+        .doc(
+            "list of HTTP methods (`GET`, `HEAD`, `POST`, `PUT`, `PATCH`, `DELETE`, `OPTIONS`)",
+            "`[GET, HEAD]` in an allow rule, any in a deny rule",
+            "[GET, POST]",
+            "The methods `http.fetch` may use (or that are denied); a redirect is judged again \
+             with the method it is followed with.",
+        )
+        .optional(|d, e, s| {
+            s.methods = Some(d.plain_strings(e.node, &e.at));
+        }),
     Field::key("block_private")
         .doc(
             "bool",

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod agents;
+mod downloads;
 mod egress;
 mod errors;
 mod guardrails;

@@ -973,8 +973,11 @@ fn url_check(
     principal: Principal,
     args: Args,
 ) -> corral_ops::http::UrlCheck {
-    Arc::new(move |url: &str| {
-        let args = args.clone().with("url", ArgValue::Str(url.to_owned()));
+    Arc::new(move |url: &str, method: &str| {
+        let args = args
+            .clone()
+            .with("url", ArgValue::Str(url.to_owned()))
+            .with("method", ArgValue::Str(method.to_owned()));
         match d.engine.decide(&Request {
             op: &op,
             principal: &principal,

@@ -294,10 +294,16 @@ fn scope_check(hosts: &[&str], port: u16, block_private: bool) -> Result<UrlChec
         ports: Some(vec![80, port]),
         paths: None,
         block_private,
+        methods: Some(vec![
+            "GET".into(),
+            "HEAD".into(),
+            "PUT".into(),
+            "POST".into(),
+        ]),
     })?;
-    Ok(Arc::new(move |url: &str| {
+    Ok(Arc::new(move |url: &str, method: &str| {
         scope
-            .check(url)
+            .check(url, method)
             .map_err(|r| OpError::new(r.code(), format!("`{url}` is refused")))
     }))
 }
@@ -458,11 +464,11 @@ async fn redirects_are_followed_through_the_check_up_to_five() -> TestResult {
     let calls = Arc::new(Mutex::new(Vec::<String>::new()));
     let inner = scope_check(&["127.0.0.1"], srv.addr.port(), false)?;
     let rec = calls.clone();
-    let check: UrlCheck = Arc::new(move |u: &str| {
+    let check: UrlCheck = Arc::new(move |u: &str, m: &str| {
         if let Ok(mut c) = rec.lock() {
             c.push(u.to_owned());
         }
-        inner(u)
+        inner(u, m)
     });
 
     let v = Call::new(&srv.url("/hop/5"), false)
@@ -512,6 +518,41 @@ async fn see_other_turns_into_a_get_and_307_keeps_the_method() -> TestResult {
     call.method = Some("POST");
     call.body = Some("data");
     assert_eq!(call.run().await?["body"], "POST data");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_redirect_hop_is_judged_with_the_method_it_is_followed_with() -> TestResult {
+    let srv = Server::start().await?;
+    // Redirect targets admit reads only.
+    let reads = UrlScope::compile(UrlScopeSpec {
+        hosts: vec!["127.0.0.1".to_owned()],
+        schemes: Some(vec!["http".to_owned()]),
+        ports: Some(vec![srv.addr.port()]),
+        block_private: false,
+        ..UrlScopeSpec::default()
+    })?;
+    let check: UrlCheck = Arc::new(move |url: &str, method: &str| {
+        reads
+            .check(url, method)
+            .map_err(|r| OpError::new(r.code(), format!("`{url}` is refused")))
+    });
+    // 303: followed as a GET, which the target admits.
+    let mut call = Call::new(&srv.url("/see-other"), false).check(check.clone());
+    call.method = Some("POST");
+    call.body = Some("data");
+    assert_eq!(call.run().await?["body"], "GET ");
+    // 307: the POST goes on, and the target does not admit it.
+    let mut call = Call::new(&srv.url("/keep-method"), false).check(check);
+    call.method = Some("POST");
+    call.body = Some("data");
+    let r = call.run().await;
+    assert_eq!(code(&r), Some("policy.method_not_allowed"), "{r:?}");
+    assert!(
+        !srv.seen().contains(&"POST /echo".to_owned()),
+        "{:?}",
+        srv.seen()
+    );
     Ok(())
 }
 

@@ -22,6 +22,9 @@ pub struct UrlScopeSpec {
     pub paths: Option<Vec<String>>,
     /// Refuse loopback, private, link-local, CGNAT and other internal addresses.
     pub block_private: bool,
+    /// HTTP methods (upper case); `None` means `GET` and `HEAD` for an allow and any for a
+    /// deny.
+    pub methods: Option<Vec<String>>,
 }
 
 impl Default for UrlScopeSpec {
@@ -32,6 +35,7 @@ impl Default for UrlScopeSpec {
             ports: None,
             paths: None,
             block_private: true,
+            methods: None,
         }
     }
 }
@@ -59,6 +63,8 @@ pub enum UrlRefusal {
     NotAllowed,
     /// An internal address while `block_private` is on.
     Private,
+    /// An HTTP method outside the scope's `methods`.
+    Method,
 }
 
 impl UrlRefusal {
@@ -68,6 +74,7 @@ impl UrlRefusal {
             UrlRefusal::Invalid => codes::POLICY_ARG_INVALID,
             UrlRefusal::NotAllowed => codes::POLICY_URL_NOT_ALLOWED,
             UrlRefusal::Private => codes::POLICY_PRIVATE_ADDRESS,
+            UrlRefusal::Method => codes::POLICY_METHOD_NOT_ALLOWED,
         }
     }
 }
@@ -156,13 +163,31 @@ fn is_internal_name(host: &str) -> bool {
         || !host.contains('.')
 }
 
+/// The HTTP methods a url scope may name.
+pub const HTTP_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+
+/// The methods an allow rule's url scope admits when it names none: reads only.
+pub const DEFAULT_METHODS: [&str; 2] = ["GET", "HEAD"];
+
 impl UrlScope {
-    /// Validates and compiles a url scope.
-    pub fn compile(spec: UrlScopeSpec) -> Result<Self, PolicyError> {
+    /// Validates and compiles a url scope (its `methods` upper-cased).
+    pub fn compile(mut spec: UrlScopeSpec) -> Result<Self, PolicyError> {
         let bad = |what: String, fix: &str| PolicyError::InvalidScope {
             what,
             fix: fix.to_owned(),
         };
+        if let Some(methods) = &mut spec.methods {
+            for m in methods.iter_mut() {
+                let upper = m.to_ascii_uppercase();
+                if !HTTP_METHODS.contains(&upper.as_str()) {
+                    return Err(bad(
+                        format!("`{m}` is not an HTTP method a url scope may name"),
+                        &format!("write some of {}", HTTP_METHODS.join(", ")),
+                    ));
+                }
+                *m = upper;
+            }
+        }
         let mut hosts = Vec::new();
         for h in &spec.hosts {
             let lower = h.to_ascii_lowercase();
@@ -253,8 +278,16 @@ impl UrlScope {
         self.paths.as_ref().is_none_or(|g| g.is_match(url.path()))
     }
 
-    /// Checks a url for an allow rule.
-    pub fn check(&self, raw: &str) -> Result<UrlGrant, UrlRefusal> {
+    /// The methods an allow rule with this scope admits.
+    pub fn allowed_methods(&self) -> Vec<&str> {
+        match &self.spec.methods {
+            Some(m) => m.iter().map(String::as_str).collect(),
+            None => DEFAULT_METHODS.to_vec(),
+        }
+    }
+
+    /// Checks a url, fetched with `method`, for an allow rule.
+    pub fn check(&self, raw: &str, method: &str) -> Result<UrlGrant, UrlRefusal> {
         let (url, host) = Self::parse(raw)?;
         let scheme_ok = match &self.spec.schemes {
             None => url.scheme() == "https",
@@ -267,6 +300,13 @@ impl UrlScope {
         };
         if !scheme_ok || !port_ok || !self.host_matches(&host) || !self.path_matches(&url) {
             return Err(UrlRefusal::NotAllowed);
+        }
+        if !self
+            .allowed_methods()
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(method))
+        {
+            return Err(UrlRefusal::Method);
         }
         if self.spec.block_private {
             let internal = match url.host() {
@@ -285,9 +325,10 @@ impl UrlScope {
         })
     }
 
-    /// For a deny rule: whether the url's host matches (and its scheme, port and path, where the
-    /// deny rule names them). An unparsable url is covered: a failing check denies.
-    pub fn covers(&self, raw: &str) -> bool {
+    /// For a deny rule: whether the url's host matches (and its scheme, port, path and
+    /// method, where the deny rule names them). An unparsable url is covered: a failing check
+    /// denies.
+    pub fn covers(&self, raw: &str, method: &str) -> bool {
         let Ok((url, host)) = Self::parse(raw) else {
             return true;
         };
@@ -303,6 +344,11 @@ impl UrlScope {
                 .as_ref()
                 .is_none_or(|p| url.port_or_known_default().is_some_and(|x| p.contains(&x)))
             && self.path_matches(&url)
+            && self
+                .spec
+                .methods
+                .as_ref()
+                .is_none_or(|m| m.iter().any(|x| x.eq_ignore_ascii_case(method)))
     }
 }
 
@@ -324,16 +370,19 @@ mod tests {
     #[test]
     fn subdomain_wildcards_need_the_star_dot_form() {
         let s = scope(&["*.example.com", "api.test.org"]);
-        assert!(s.check("https://a.example.com/x").is_ok());
-        assert!(s.check("https://a.b.example.com/").is_ok());
-        assert_eq!(s.check("https://example.com/"), Err(UrlRefusal::NotAllowed));
+        assert!(s.check("https://a.example.com/x", "GET").is_ok());
+        assert!(s.check("https://a.b.example.com/", "GET").is_ok());
         assert_eq!(
-            s.check("https://evilexample.com/"),
+            s.check("https://example.com/", "GET"),
             Err(UrlRefusal::NotAllowed)
         );
-        assert!(s.check("https://API.test.org/").is_ok());
         assert_eq!(
-            s.check("https://x.api.test.org/"),
+            s.check("https://evilexample.com/", "GET"),
+            Err(UrlRefusal::NotAllowed)
+        );
+        assert!(s.check("https://API.test.org/", "GET").is_ok());
+        assert_eq!(
+            s.check("https://x.api.test.org/", "GET"),
             Err(UrlRefusal::NotAllowed)
         );
     }
@@ -341,21 +390,24 @@ mod tests {
     #[test]
     fn scheme_port_and_credentials_are_checked_on_the_canonical_url() {
         let s = scope(&["example.com"]);
-        assert_eq!(s.check("http://example.com/"), Err(UrlRefusal::NotAllowed));
         assert_eq!(
-            s.check("https://example.com:8443/"),
+            s.check("http://example.com/", "GET"),
             Err(UrlRefusal::NotAllowed)
         );
-        assert!(s.check("https://example.com:443/").is_ok());
         assert_eq!(
-            s.check("https://user:pw@example.com/"),
+            s.check("https://example.com:8443/", "GET"),
+            Err(UrlRefusal::NotAllowed)
+        );
+        assert!(s.check("https://example.com:443/", "GET").is_ok());
+        assert_eq!(
+            s.check("https://user:pw@example.com/", "GET"),
             Err(UrlRefusal::Invalid)
         );
         assert_eq!(
-            s.check("https://example.com@evil.com/"),
+            s.check("https://example.com@evil.com/", "GET"),
             Err(UrlRefusal::Invalid)
         );
-        assert_eq!(s.check("not a url"), Err(UrlRefusal::Invalid));
+        assert_eq!(s.check("not a url", "GET"), Err(UrlRefusal::Invalid));
     }
 
     #[test]
@@ -377,7 +429,7 @@ mod tests {
             "https://localhost/",
             "https://100.64.0.1/",
         ] {
-            assert_ne!(s.check(u).map(|_| ()), Ok(()), "{u} must be refused");
+            assert_ne!(s.check(u, "GET").map(|_| ()), Ok(()), "{u} must be refused");
         }
         assert!(is_private_ip(
             "fd00::1".parse().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
@@ -412,5 +464,38 @@ mod tests {
         for public in ["2002:5db8:d822::1", "2606:4700::1111"] {
             assert!(!is_private_ip(ip(public)), "{public} is public");
         }
+    }
+
+    #[test]
+    fn an_allow_admits_get_and_head_unless_it_names_its_methods() {
+        let s = scope(&["example.com"]);
+        assert!(s.check("https://example.com/", "GET").is_ok());
+        assert!(s.check("https://example.com/", "head").is_ok());
+        assert_eq!(
+            s.check("https://example.com/", "POST"),
+            Err(UrlRefusal::Method)
+        );
+        let spec = UrlScopeSpec {
+            hosts: vec!["example.com".into()],
+            methods: Some(vec!["post".into()]),
+            ..UrlScopeSpec::default()
+        };
+        let s = UrlScope::compile(spec).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(s.spec().methods, Some(vec!["POST".to_owned()]));
+        assert!(s.check("https://example.com/", "POST").is_ok());
+        assert_eq!(
+            s.check("https://example.com/", "GET"),
+            Err(UrlRefusal::Method)
+        );
+        // A deny names the methods it covers; without them it covers every method.
+        assert!(s.covers("https://example.com/", "post"));
+        assert!(!s.covers("https://example.com/", "GET"));
+        assert!(scope(&["example.com"]).covers("https://example.com/", "DELETE"));
+        let bad = UrlScopeSpec {
+            hosts: vec!["example.com".into()],
+            methods: Some(vec!["CONNECT".into()]),
+            ..UrlScopeSpec::default()
+        };
+        assert!(UrlScope::compile(bad).is_err());
     }
 }
