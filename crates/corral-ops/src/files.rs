@@ -772,3 +772,62 @@ async fn download(jp: &JailedPath, checks: Checks, limit: u64) -> Result<OpOutpu
         body: Box::new(file.take(size)),
     }))
 }
+
+/// Where `http.download` saves a response: the call's `path`, opened for writing (an existing
+/// file truncated) after the checks `files.write` makes. A file named `HEAD` is refused: its
+/// content (a git head or not) is not known before it is written.
+pub(crate) struct SaveTarget {
+    pub(crate) file: std::fs::File,
+    pub(crate) shown: String,
+    jp: JailedPath,
+    checks: Checks,
+}
+
+impl SaveTarget {
+    /// Opens the call's `path` for the download.
+    pub(crate) async fn open(ctx: &OpCtx) -> Result<Self, OpError> {
+        let jp = the_path(ctx)?.clone();
+        check_length(&jp)?;
+        let checks = Checks {
+            symlinks: ctx.grant.symlinks,
+            protected: ctx.protected.clone(),
+            resolved: ctx.grant.resolved.clone(),
+            access: Access::Change,
+        };
+        blocking(move || {
+            if jp.relative().is_empty() {
+                return Err(OpError::new(
+                    codes::FILES_NOT_A_FILE,
+                    "the root itself is a directory; name a file beneath it",
+                ));
+            }
+            if jp.relative().rsplit('/').next() == Some(corral_policy::protect::GIT_HEAD) {
+                return Err(OpError::new(
+                    codes::POLICY_PATH_DENIED,
+                    format!(
+                        "`{}`: a file named `HEAD` could make its directory a repository that git on the host trusts; save it under another name",
+                        jp.absolute()
+                    ),
+                ));
+            }
+            refuse_inside_repository(&jp)?;
+            let o = open_for_write(&jp, &checks, false)?;
+            Ok(Self {
+                file: std::fs::File::from(o.fd),
+                shown: o.shown,
+                jp,
+                checks,
+            })
+        })
+        .await
+    }
+
+    /// Removes what was written: a download that failed leaves no file behind.
+    pub(crate) async fn discard(self) {
+        let Self {
+            file, jp, checks, ..
+        } = self;
+        drop(file);
+        let _ = blocking(move || delete(&jp, &checks)).await;
+    }
+}

@@ -60,19 +60,25 @@ impl Default for FetchConfig {
     }
 }
 
-/// The `http.fetch` op.
+/// The `http.fetch` op (the response in the result) and the `http.download` op (a `GET`
+/// whose body is saved to a path, never in the result).
 #[derive(Debug, Clone)]
 pub struct HttpFetch {
     spec: OpSpec,
     config: FetchConfig,
+    /// `http.download`: the body goes to the call's `path`.
+    save: bool,
 }
 
 impl HttpFetch {
-    /// The op, with its spec (the built-in `http.fetch`) and the fetcher's defaults.
+    /// The op, with its spec (the built-in `http.fetch` or `http.download`) and the fetcher's
+    /// defaults.
     pub fn new(spec: OpSpec, client_config: FetchConfig) -> Self {
+        let save = spec.id.as_str() == "http.download";
         Self {
             spec,
             config: client_config,
+            save,
         }
     }
 }
@@ -89,7 +95,14 @@ impl Op for HttpFetch {
                 .limits
                 .timeout
                 .unwrap_or(self.config.default_timeout);
-            match tokio::time::timeout(timeout, self.fetch(&ctx, timeout)).await {
+            let work = async {
+                if self.save {
+                    self.download(&ctx, timeout).await
+                } else {
+                    self.fetch(&ctx, timeout).await
+                }
+            };
+            match tokio::time::timeout(timeout, work).await {
                 Ok(r) => r.map(|value| OpOutput::Json {
                     value,
                     attestation: None,
@@ -207,25 +220,110 @@ fn too_large(max: u64) -> OpError {
 }
 
 impl HttpFetch {
-    async fn fetch(&self, ctx: &OpCtx, timeout: Duration) -> Result<serde_json::Value, OpError> {
-        let grant = ctx.grant.url.as_ref().ok_or_else(|| {
-            url_not_allowed("the policy admitted no url for this call".to_owned())
-        })?;
-        let mut block_private = grant.block_private;
-        let max_bytes = ctx
-            .grant
+    /// The largest body the call takes.
+    fn max_bytes(&self, ctx: &OpCtx) -> u64 {
+        ctx.grant
             .limits
             .max_bytes
-            .unwrap_or(self.config.default_max_bytes);
-        let mut url = Url::parse(&grant.url)
-            .map_err(|e| url_not_allowed(format!("the admitted url does not parse: {e}")))?;
-        let mut method = match ctx.args.get_str("method") {
+            .unwrap_or(self.config.default_max_bytes)
+    }
+
+    async fn fetch(&self, ctx: &OpCtx, timeout: Duration) -> Result<serde_json::Value, OpError> {
+        let method = match ctx.args.get_str("method") {
             None => Method::GET,
             Some(m) => Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| {
                 OpError::new(codes::ARGS_INVALID, format!("`{m}` is not an HTTP method"))
             })?,
         };
-        let mut body = ctx.args.get_str("body").map(str::to_owned);
+        let body = ctx.args.get_str("body").map(str::to_owned);
+        let (resp, url) = self.follow(ctx, timeout, method, body).await?;
+        read_response(resp, url, self.max_bytes(ctx)).await
+    }
+
+    /// `http.download`: a `GET` (its redirects followed through the policy) whose 2xx body is
+    /// streamed into the call's `path`, at most `max_bytes`; a failure leaves no file.
+    async fn download(&self, ctx: &OpCtx, timeout: Duration) -> Result<serde_json::Value, OpError> {
+        use sha2::Digest as _;
+        use tokio::io::AsyncWriteExt as _;
+        let max_bytes = self.max_bytes(ctx);
+        let (mut resp, url) = self.follow(ctx, timeout, Method::GET, None).await?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(OpError::new(
+                codes::NET_HTTP_STATUS,
+                format!("`{url}` answered {status}; nothing was saved"),
+            ));
+        }
+        if resp.content_length().is_some_and(|n| n > max_bytes) {
+            return Err(too_large(max_bytes));
+        }
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let target = crate::files::SaveTarget::open(ctx).await?;
+        let mut file = tokio::fs::File::from_std(
+            target
+                .file
+                .try_clone()
+                .map_err(|e| OpError::new(codes::FILES_IO, format!("`{}`: {e}", target.shown)))?,
+        );
+        let mut hash = sha2::Sha256::new();
+        let mut bytes = 0u64;
+        let written: Result<(), OpError> = async {
+            while let Some(chunk) = resp.chunk().await.map_err(|e| {
+                OpError::new(
+                    codes::NET_BAD_RESPONSE,
+                    format!("the response body broke off: {}", detail(e)),
+                )
+            })? {
+                bytes = bytes.saturating_add(chunk.len() as u64);
+                if bytes > max_bytes {
+                    return Err(too_large(max_bytes));
+                }
+                hash.update(&chunk);
+                file.write_all(&chunk).await.map_err(|e| {
+                    OpError::new(codes::FILES_IO, format!("`{}`: {e}", target.shown))
+                })?;
+            }
+            file.sync_data()
+                .await
+                .map_err(|e| OpError::new(codes::FILES_IO, format!("`{}`: {e}", target.shown)))
+        }
+        .await;
+        drop(file);
+        if let Err(e) = written {
+            target.discard().await;
+            return Err(e);
+        }
+        let digest: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        Ok(serde_json::json!({
+            "status": status.as_u16(),
+            "url": url.as_str(),
+            "path": target.shown,
+            "bytes": bytes,
+            "sha256": digest,
+            "content_type": content_type,
+        }))
+    }
+
+    /// Sends `method` (with `body`) to the admitted url, following redirects through the
+    /// policy (each hop judged again, with the method it is followed with); the final
+    /// response and its url.
+    async fn follow(
+        &self,
+        ctx: &OpCtx,
+        timeout: Duration,
+        mut method: Method,
+        mut body: Option<String>,
+    ) -> Result<(reqwest::Response, Url), OpError> {
+        let grant = ctx.grant.url.as_ref().ok_or_else(|| {
+            url_not_allowed("the policy admitted no url for this call".to_owned())
+        })?;
+        let mut block_private = grant.block_private;
+        let mut url = Url::parse(&grant.url)
+            .map_err(|e| url_not_allowed(format!("the admitted url does not parse: {e}")))?;
         let mut redirects = 0usize;
 
         loop {
@@ -254,7 +352,7 @@ impl HttpFetch {
                 _ => None,
             };
             let Some(location) = location else {
-                return read_response(resp, url, max_bytes).await;
+                return Ok((resp, url));
             };
 
             let bad_location = || {

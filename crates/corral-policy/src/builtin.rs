@@ -86,6 +86,16 @@ pub fn builtin_ops() -> Vec<OpSpec> {
                 .group("net")
         }),
         spec(
+            "http.download",
+            &[Net, Write],
+            "fetch a url with GET and save its body to a path (never in the result)",
+        )
+        .map(|s| {
+            s.param("url", ParamKind::Url, true)
+                .param("path", ParamKind::Path { root: None }, true)
+                .group("net")
+        }),
+        spec(
             "llm.chat",
             // Read tier: a completion changes nothing in the world (it is the agent's own
             // reasoning); `net` would make every completion wait for a person's approval and

@@ -106,6 +106,9 @@ catalog! {
     NET_BAD_RESPONSE = "net.bad_response", 502,
         "the remote server's answer is unusable (a redirect without a valid url, a broken body)",
         "fix the remote server, or call another url";
+    NET_HTTP_STATUS = "net.http_status", 502,
+        "the server answered `http.download` with a status other than 2xx, so nothing was saved",
+        "check the url (the message names the status); `http.fetch` shows the whole answer";
     ARGS_MISSING = "args.missing", 400,
         "a required argument is missing",
         "pass the argument; `corral describe` lists each op's parameters";

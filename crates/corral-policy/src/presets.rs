@@ -9,7 +9,7 @@ use crate::rule::{Policy, Rule};
 use crate::scope::path::DEFAULT_SECRET_DENY;
 use crate::scope::{
     AgentPermissions, AgentScope, AgentScopeSpec, CommandScope, CommandScopeSpec, PathScope,
-    PathScopeSpec, parse_adapter,
+    PathScopeSpec, UrlScope, UrlScopeSpec, parse_adapter,
 };
 use crate::selector::Selector;
 use crate::suggest::closest;
@@ -119,6 +119,9 @@ pub struct PresetOptions {
     /// agent_host: what the agents may change (`None`: read-only). `full` is refused: a preset
     /// never runs an agent unconfined.
     pub permissions: Option<AgentPermissions>,
+    /// download_only: the hosts `http.download` may `GET` from (https), saving beneath the
+    /// root; empty: no fetching at all.
+    pub urls: Vec<String>,
 }
 
 fn exact(ids: &[&str]) -> Result<Vec<Selector>, PolicyError> {
@@ -178,7 +181,22 @@ pub fn build(preset: Preset, opts: &PresetOptions) -> Result<Policy, PolicyError
             Rule::allow(&name, vec![Selector::Effect(crate::op::Effect::Read)]).paths(paths(true)?),
         ),
         Preset::DownloadOnly => {
-            Policy::new().rule(Rule::allow(&name, exact(&["files.download"])?).paths(paths(true)?))
+            let p = Policy::new()
+                .rule(Rule::allow(&name, exact(&["files.download"])?).paths(paths(true)?));
+            if opts.urls.is_empty() {
+                p
+            } else {
+                // Reads only (`GET`, `HEAD`: the url scope's default), saved beneath the root.
+                let urls = UrlScope::compile(UrlScopeSpec {
+                    hosts: opts.urls.clone(),
+                    ..UrlScopeSpec::default()
+                })?;
+                p.rule(
+                    Rule::allow(&format!("{name}/fetch"), exact(&["http.download"])?)
+                        .paths(paths(false)?)
+                        .urls(urls),
+                )
+            }
         }
         Preset::CommandsOnly => {
             needs_commands()?;

@@ -44,7 +44,9 @@ pub fn registry(
             "files.delete" => file(FileOpKind::Delete),
             "files.download" => file(FileOpKind::Download),
             "commands.run" => Arc::new(CommandsRun::new(spec.clone(), secret_envs.clone())),
-            "http.fetch" => Arc::new(HttpFetch::new(spec.clone(), FetchConfig::default())),
+            "http.fetch" | "http.download" => {
+                Arc::new(HttpFetch::new(spec.clone(), FetchConfig::default()))
+            }
             "llm.chat" => Arc::new(LlmRouteOnly { spec: spec.clone() }),
             id if id.starts_with("agents.") => match agent_op(&spec, agents) {
                 Some(op) => op,

@@ -433,6 +433,17 @@ pub(super) const PRESET: &[Field<PresetDraft>] = &[
         .optional(|d, e, p| {
             p.options.commands = d.plain_strings(e.node, &e.at);
         }),
+    Field::key("urls")
+        .doc(
+            "list of hosts (`example.com`, `*.example.com`)",
+            "none: nothing is fetched",
+            "[pypi.org, files.pythonhosted.org]",
+            "`download_only`: `http.download` may save what it `GET`s from these hosts (https) \
+             beneath `root`.",
+        )
+        .optional(|d, e, p| {
+            p.options.urls = d.plain_strings(e.node, &e.at);
+        }),
     Field::key("readonly")
         .doc(
             "bool",

@@ -71,3 +71,42 @@ fn a_method_no_scope_may_name_is_a_load_error() {
     );
     assert!(d.message.contains("CONNECT"), "{d:?}");
 }
+
+#[test]
+fn download_only_with_urls_saves_what_it_gets_from_those_hosts_beneath_its_root() {
+    let ws = tempfile::tempdir().expect("tempdir");
+    let root = ws.path().display().to_string();
+    let l = load(&format!(
+        "version: 1\npreset: {{name: download_only, root: {root}, urls: [files.example.com], confirm: never, reason: a test}}\n{TOKENS}"
+    ));
+    let bot = Principal::new("bot", &["operator"]);
+    let dl = |url: &str, path: &str| {
+        l.engine().decide(&Request {
+            op: "http.download",
+            principal: &bot,
+            args: &Args::new().str("url", url).str("path", path),
+        })
+    };
+    assert!(matches!(
+        dl("https://files.example.com/a.tar.gz", "a.tar.gz"),
+        Decision::Allowed(_)
+    ));
+    assert_eq!(
+        refused_code(&dl("https://evil.example.com/a", "a")),
+        Some(codes::POLICY_URL_NOT_ALLOWED)
+    );
+    assert_eq!(
+        refused_code(&dl("https://files.example.com/a", "/etc/cron.d/x")),
+        Some(codes::POLICY_PATH_OUTSIDE_SCOPE)
+    );
+    assert_eq!(
+        refused_code(&dl("https://files.example.com/a", ".env")),
+        Some(codes::POLICY_PATH_DENIED)
+    );
+    // Without `urls` the preset fetches nothing.
+    let plain = load(&format!(
+        "version: 1\npreset: {{name: download_only, root: {root}}}\n{TOKENS}"
+    ));
+    assert!(!plain.engine().is_mounted("http.download", &bot));
+    assert!(!l.engine().is_mounted("http.fetch", &bot));
+}

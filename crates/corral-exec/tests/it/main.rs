@@ -1,7 +1,6 @@
 //! Integration tests for corral-exec's backends, against real processes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod attack_exec_only;
 mod corral_link;
 mod egress;
 mod escapes;

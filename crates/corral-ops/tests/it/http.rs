@@ -629,3 +629,132 @@ async fn an_unresolvable_host_is_a_dns_failure() -> TestResult {
     );
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// `http.download`: through a real decision (a url scope and a path scope).
+
+/// Decides `http.download` of `srv`'s `path` into `dest` (beneath `root`) and runs it.
+async fn download(
+    srv: &Server,
+    path: &str,
+    root: &std::path::Path,
+    dest: &str,
+    max_bytes: Option<u64>,
+) -> Result<serde_json::Value, OpError> {
+    use corral_policy::scope::{PathScope, PathScopeSpec};
+    use corral_policy::{Decision, Engine, Policy, Request, Rule, Selector};
+    let setup = |e: &dyn std::fmt::Display| OpError::new("test.setup", e.to_string());
+    let catalog = Catalog::builtin();
+    let urls = UrlScope::compile(UrlScopeSpec {
+        hosts: vec!["127.0.0.1".to_owned()],
+        schemes: Some(vec!["http".to_owned()]),
+        ports: Some(vec![srv.addr.port()]),
+        block_private: false,
+        ..UrlScopeSpec::default()
+    })
+    .map_err(|e| setup(&e))?;
+    let paths = PathScope::compile(PathScopeSpec {
+        roots: vec![root.to_string_lossy().into_owned()],
+        ..PathScopeSpec::default()
+    })
+    .map_err(|e| setup(&e))?;
+    let rule = Rule::allow(
+        "dl",
+        vec![Selector::parse("http.download", &catalog).map_err(|e| setup(&e))?],
+    )
+    .urls(urls)
+    .paths(paths)
+    .limits(Limits {
+        max_bytes,
+        timeout: Some(Duration::from_secs(10)),
+        ..Limits::NONE
+    });
+    let spec = catalog
+        .get("http.download")
+        .cloned()
+        .ok_or_else(|| setup(&"no op"))?;
+    let engine = Engine::new(catalog, Policy::new().rule(rule));
+    let principal = Principal::new("tester", &[]);
+    let args = Args::new().str("url", &srv.url(path)).str("path", dest);
+    let grant = match engine.decide(&Request {
+        op: "http.download",
+        principal: &principal,
+        args: &args,
+    }) {
+        Decision::Allowed(a) => *a,
+        other => {
+            return Err(OpError::new(
+                other.code().unwrap_or("?"),
+                format!("{other:?}"),
+            ));
+        }
+    };
+    let op = HttpFetch::new(spec.clone(), FetchConfig::default());
+    let ctx = OpCtx {
+        op: spec,
+        principal,
+        act_chain: Vec::new(),
+        args,
+        grant,
+        backend: Arc::new(NoBackend),
+        protected: Vec::new(),
+        request_id: "test".to_owned(),
+        url_check: None,
+        egress_log: None,
+    };
+    match op.call(ctx).await? {
+        OpOutput::Json { value, .. } => Ok(value),
+        OpOutput::Stream(_) => Err(OpError::new("test.stream", "unexpected stream")),
+    }
+}
+
+#[tokio::test]
+async fn a_download_saves_the_body_beneath_the_path_scope_never_in_the_result() -> TestResult {
+    let srv = Server::start().await?;
+    let dir = tempfile::tempdir()?;
+    let v = download(&srv, "/bin", dir.path(), "out/data.bin", None).await;
+    // A missing parent directory is the caller's to make.
+    assert_eq!(code(&v), Some(codes::FILES_NOT_FOUND), "{v:?}");
+    std::fs::create_dir(dir.path().join("out"))?;
+    let v = download(&srv, "/bin", dir.path(), "out/data.bin", None).await?;
+    assert_eq!(
+        std::fs::read(dir.path().join("out/data.bin"))?,
+        [0xff, 0xfe, 0x00]
+    );
+    assert_eq!(v["bytes"], 3);
+    assert_eq!(v["status"], 200);
+    assert_eq!(
+        v["sha256"],
+        "ba778c0261008c8f71ae4061ad0162ffcbe63b52c91f89f236738131d1217ec7"
+    );
+    assert!(v.get("body").is_none(), "{v}");
+    assert_eq!(
+        v["path"],
+        dir.path().join("out/data.bin").to_string_lossy().as_ref()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_download_leaves_no_file() -> TestResult {
+    let srv = Server::start().await?;
+    let dir = tempfile::tempdir()?;
+    // Over `max_bytes` (no Content-Length: cut while streaming).
+    let r = download(&srv, "/endless", dir.path(), "big.bin", Some(100_000)).await;
+    assert_eq!(code(&r), Some(codes::LIMIT_TOO_LARGE), "{r:?}");
+    assert!(!dir.path().join("big.bin").exists());
+    // Not a 2xx.
+    let r = download(&srv, "/nowhere", dir.path(), "missing.html", None).await;
+    assert_eq!(code(&r), Some(codes::NET_HTTP_STATUS), "{r:?}");
+    assert!(!dir.path().join("missing.html").exists());
+    // A path outside the scope is refused by the policy (nothing fetched); a file named
+    // `HEAD` by the op (nothing saved).
+    let before = srv.seen().len();
+    let r = download(&srv, "/ok", dir.path(), "/etc/passwd", None).await;
+    assert_eq!(code(&r), Some(codes::POLICY_PATH_OUTSIDE_SCOPE), "{r:?}");
+    let r = download(&srv, "/ok", dir.path(), "HEAD", None).await;
+    assert_eq!(code(&r), Some(codes::POLICY_PATH_DENIED), "{r:?}");
+    assert!(!dir.path().join("HEAD").exists());
+    assert_eq!(srv.seen().len(), before + 1, "{:?}", srv.seen());
+    Ok(())
+}
