@@ -160,6 +160,8 @@ pub struct HoldApplied {
 /// (a marker for each, at the entry's path), its `content/` tree holds what is written. The
 /// sandbox's copy-on-write layer then goes through the same checks as every run's (protected
 /// paths, git repositories, set-id bits, symlinks on the host side).
+/// An entry whose kind changes (a directory held as a file, a file as a directory) is
+/// removed from the workdir first, so the copy never meets the old one.
 const APPLY_HOLD: &str = r#"set -eu
 w=$1; h=$2
 if [ -d "$h/delete" ]; then
@@ -167,6 +169,9 @@ if [ -d "$h/delete" ]; then
   find . -mindepth 1 \( -type f -o -type l \) -exec sh -c 'w=$1; shift; for f; do rm -rf -- "$w/$f"; done' sh "$w" {} +
 fi
 if [ -d "$h/content" ]; then
+  cd "$h/content"
+  find . -mindepth 1 ! -type d -exec sh -c 'w=$1; shift; for f; do if [ -d "$w/$f" ] && [ ! -L "$w/$f" ]; then rm -rf -- "$w/$f"; fi; done' sh "$w" {} +
+  find . -mindepth 1 -type d -exec sh -c 'w=$1; shift; for f; do if [ -e "$w/$f" ] || [ -L "$w/$f" ]; then if [ ! -d "$w/$f" ] || [ -L "$w/$f" ]; then rm -f -- "$w/$f"; fi; fi; done' sh "$w" {} +
   cp -R -P --preserve=mode,timestamps -- "$h/content/." "$w/"
 fi
 "#;
@@ -540,11 +545,12 @@ impl Session {
             )
         })?;
         if out.exit_code != Some(0) {
-            // Kept: a person may look, and apply again.
+            // Kept: a person may look, and apply again (what was applied stays applied).
+            let applied = out.changes.as_ref().map_or(0, |c| c.applied);
             return Err(AgentError::new(
                 codes::AGENTS_SANDBOX,
                 format!(
-                    "applying the held changes ended with {}; stderr ends: {:?}; the hold is kept",
+                    "applying the held changes ended with {} after {applied} entries were applied; stderr ends: {:?}; the hold is kept, and applying it again applies the rest",
                     ending(&out),
                     stderr_tail(&out)
                 ),

@@ -212,6 +212,55 @@ async fn writes_outside_the_free_directories_wait_for_a_person_and_apply_once_ap
 }
 
 #[tokio::test]
+async fn a_hold_whose_entries_change_kind_applies_whole() {
+    let d = dirs();
+    for dir in ["d/inner", "h/sub", "f"] {
+        std::fs::create_dir_all(d.workdir.join(dir)).unwrap();
+    }
+    std::fs::write(d.workdir.join("h/sub/old"), "old").unwrap();
+    std::fs::write(d.workdir.join("plain"), "plain").unwrap();
+    std::fs::write(d.workdir.join("old.txt"), "old").unwrap();
+    let script = Script::new(vec![
+        call(
+            "exec_command",
+            json!({"cmd": "rm old.txt && rm -rf d && echo file > d && rm -rf h/sub && mkdir h/sub && echo new > h/sub/new && rm plain && mkdir plain && echo in > plain/x"}),
+        ),
+        message("done"),
+    ]);
+    let mut cfg = config(fake_codex(), &d, Permissions::WorkspaceWrite, limits(), 5);
+    cfg.confirm_writes = Some(corral_agents::ConfirmWrites {
+        free: vec![d.workdir.join("src")],
+        holds: d.outside.join("holds"),
+    });
+    let s = session_from(cfg, &script);
+    let (report, events) = turn(&s, "reshape").await;
+    assert!(report.ok, "{report:?} {events:?}");
+    assert!(d.workdir.join("d/inner").is_dir(), "nothing applied yet");
+    let applied = s
+        .apply_hold(&report.held.expect("held"))
+        .await
+        .expect("the whole hold applies");
+    assert!(applied.refused.is_empty(), "{applied:?}");
+    assert_eq!(
+        std::fs::read_to_string(d.workdir.join("d")).unwrap(),
+        "file\n"
+    );
+    assert!(
+        !d.workdir.join("h/sub/old").exists(),
+        "the replaced directory's old entry went"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.workdir.join("h/sub/new")).unwrap(),
+        "new\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.workdir.join("plain/x")).unwrap(),
+        "in\n"
+    );
+    assert!(!d.workdir.join("old.txt").exists());
+}
+
+#[tokio::test]
 async fn a_turn_that_writes_only_in_the_free_directories_holds_nothing() {
     let d = dirs();
     let script = Script::new(vec![

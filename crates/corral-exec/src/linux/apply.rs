@@ -96,6 +96,7 @@ pub(crate) fn apply(
         quota,
         hold: None,
         holding: false,
+        on_the_way: false,
     };
     if let Some(h) = hold {
         match layer.hold.take().ok_or(Errno::BADF) {
@@ -194,6 +195,9 @@ struct Applier {
     hold: Option<HoldState>,
     /// Whether the entries being walked are held (written into the hold, deletions listed).
     holding: bool,
+    /// Set for the one directory being applied that only leads to a free directory: it is made
+    /// if missing (mode 0755), never changed (its mode is the host's), never emptied.
+    on_the_way: bool,
 }
 
 /// The names in the directory `fd` (without `.` and `..`).
@@ -403,14 +407,17 @@ impl Applier {
             if !self.holding
                 && let Some(h) = &self.hold
                 && h.holds(&path)
-                && !(kind(&st) == FileType::Directory
-                    && h.leads_to_free(&path)
-                    && !is_opaque(upper, &name))
             {
-                if let Err(refusal) = self.hold_entry(upper, &name, &path, &st, depth) {
-                    self.refuse(&path, refusal);
+                let on_the_way = kind(&st) == FileType::Directory
+                    && h.leads_to_free(&path)
+                    && !is_opaque(upper, &name);
+                if !on_the_way {
+                    if let Err(refusal) = self.hold_entry(upper, &name, &path, &st, depth) {
+                        self.refuse(&path, refusal);
+                    }
+                    continue;
                 }
-                continue;
+                self.on_the_way = true;
             }
             let result = match kind(&st) {
                 FileType::CharacterDevice if st.st_rdev == 0 && self.holding => {
@@ -451,10 +458,12 @@ impl Applier {
             FileType::Directory if is_opaque(upper, name) => "replace",
             _ => "write",
         };
+        // A replaced directory is marked by `directory`, which sees every opaque one (nested
+        // ones too).
         match kind_of {
             "write" => self.note_held(abs, kind_of),
             "delete" => return self.hold_deletion(name, abs, kind_of),
-            _ => self.hold_deletion(name, abs, kind_of)?,
+            _ => {}
         }
         let dest = self
             .hold
@@ -558,7 +567,16 @@ impl Applier {
         )
         .map_err(|e| format!("the run's layer cannot be read: {e}"))?;
         let is_opaque = opaque_dir(&sub_upper);
-        let mode = st.st_mode & 0o777;
+        let on_the_way = std::mem::take(&mut self.on_the_way);
+        if self.holding && is_opaque {
+            // Held: what the host has there goes first when the hold is applied.
+            self.hold_deletion(name, abs, "replace")?;
+        }
+        let mode = if on_the_way {
+            0o755
+        } else {
+            st.st_mode & 0o777
+        };
         let sub_host = match stat_at(host, name).map_err(describe)? {
             Some(h) if kind(&h) == FileType::Directory => {
                 let fd = open_host_dir(host, name).map_err(describe)?;
@@ -571,7 +589,7 @@ impl Applier {
                     empty_dir(&fd, 0).map_err(describe)?;
                     changed = true;
                 }
-                if h.st_mode & 0o7777 != st.st_mode & 0o7777 {
+                if !on_the_way && h.st_mode & 0o7777 != st.st_mode & 0o7777 {
                     rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(describe)?;
                     changed = true;
                 }
@@ -582,6 +600,11 @@ impl Applier {
             }
             existing => {
                 if let Some(h) = existing {
+                    if on_the_way {
+                        return Err(Refusal::from(
+                            "a directory on the way to a free directory would replace what the host has there, which is a change outside the free directories; make it by hand, or free a wider directory".to_owned(),
+                        ));
+                    }
                     self.remove(host, name, abs, &h)?;
                 }
                 rustix::fs::mkdirat(host, name, Mode::from_raw_mode(mode)).map_err(describe)?;

@@ -680,6 +680,12 @@ fn target(
         Ok(()) => primitives.push("seccomp".into()),
         Err(e) => fail(FailKind::Unavailable, "seccomp", e),
     }
+    if spec.exec_only.is_some() {
+        match seccomp::no_memfd().and_then(|p| seccomp::install(&[p])) {
+            Ok(()) => primitives.push("seccomp:no-memfd".into()),
+            Err(e) => fail(FailKind::Unavailable, "seccomp (memfd)", e),
+        }
+    }
     if ids.uid == 0 {
         // The program is inside root: no `execve` of it ever gains a capability.
         use rustix::thread::CapabilitiesSecureBits as B;

@@ -798,6 +798,59 @@ pub(crate) const PROGRAM_DIRS: &[&str] = &[
     "/sbin",
 ];
 
+/// Directories outside [`PROGRAM_DIRS`] known to hold programs (a compiler's passes, git's
+/// helpers, an interpreter such as LLVM's `lli`, whole toolchains): with an execute allow-list
+/// each is hidden (an empty read-only tmpfs) unless a listed program lives in it, since the
+/// dynamic loader could start one. `/usr/lib/llvm-*` is found by listing `/usr/lib`. What
+/// stays in view elsewhere is the documented residual (docs/agents.md).
+pub(crate) const PROGRAM_TREES: &[&str] = &[
+    "/usr/local/libexec",
+    "/usr/lib/git-core",
+    "/usr/lib/gcc",
+    "/usr/lib/jvm",
+    "/usr/lib/postgresql",
+    "/usr/lib/google-cloud-sdk",
+    "/usr/lib/node_modules",
+    "/usr/local/lib/node_modules",
+    "/opt",
+];
+
+/// Hides each of [`PROGRAM_TREES`] (and `/usr/lib/llvm-*`) that holds none of `exec`.
+fn hide_program_trees(root: &OwnedFd, exec: &[PathBuf]) -> Result<()> {
+    let real: Vec<PathBuf> = exec
+        .iter()
+        .filter_map(|e| std::fs::canonicalize(e).ok())
+        .chain(exec.iter().cloned())
+        .collect();
+    let llvm = std::fs::read_dir("/usr/lib")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("llvm-"))
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let trees = PROGRAM_TREES.iter().map(PathBuf::from).chain(llvm);
+    for tree in trees {
+        let is_dir = std::fs::symlink_metadata(&tree).is_ok_and(|m| m.is_dir());
+        if !is_dir || real.iter().any(|e| e.starts_with(&tree)) {
+            continue;
+        }
+        let Ok(under) = open_beneath(root, &relative(&tree)?, OFlags::DIRECTORY) else {
+            continue; // Not in this view.
+        };
+        mount_tmpfs(
+            Path::new(&fd_path(&under)),
+            MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            "mode=0755,size=4k,nr_inodes=16",
+        )?;
+    }
+    Ok(())
+}
+
 /// Most symlinks followed from one listed program to its file.
 const MAX_PROGRAM_LINKS: usize = 16;
 
@@ -873,10 +926,35 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
         idmap,
     } = view;
     let idmap = idmap.as_ref();
-    // A plain bind, or with `isolation.host_uids` an idmapped one (always nosuid, nodev).
+    // A plain bind, or with `isolation.host_uids` an idmapped one (always nosuid, nodev; and
+    // noexec when the flags ask for it).
     let bind_user = |source: &Path, flags: MountFlags| match idmap {
-        Some(sock) => bind_idmapped(&root, sock, source, !flags.contains(MountFlags::RDONLY)),
+        Some(sock) => {
+            bind_idmapped(&root, sock, source, !flags.contains(MountFlags::RDONLY))?;
+            if flags.contains(MountFlags::NOEXEC) {
+                let mounted = open_beneath(&root, &relative(source)?, OFlags::empty())
+                    .map_err(|e| mount_err("reopen", source, e))?;
+                remount_bind(&mounted, flags, source)?;
+            }
+            Ok(())
+        }
         None => bind(&root, source, flags),
+    };
+    // With an execute allow-list, a read path runs nothing either, unless it holds a listed
+    // program (the agent CLI's install): landlock does not govern the loader's `mmap`.
+    let read_flags = |path: &Path| match &spec.exec_only {
+        Some(exec)
+            if !exec
+                .iter()
+                .any(|e| e.starts_with(path) || path.starts_with(e)) =>
+        {
+            ro | MountFlags::NOEXEC
+        }
+        Some(_) | None => ro,
+    };
+    let meta_flags = match spec.exec_only {
+        Some(_) => ro | MountFlags::NOEXEC,
+        None => ro,
     };
 
     // With an execute allow-list nothing writable may hold code: landlock's execute right
@@ -925,7 +1003,11 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
 
     // The request's paths.
     for (path, writable) in user_binds(spec) {
-        let flags = if writable { writable_flags } else { ro };
+        let flags = if writable {
+            writable_flags
+        } else {
+            read_flags(&path)
+        };
         match (&mut layer, writable) {
             (Some(layer), true) => {
                 // INVARIANT (layer-order): `hosts[i]` is the host directory of the overlay whose
@@ -944,7 +1026,7 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
             for meta in protected_entries(&path)? {
                 match std::fs::symlink_metadata(&meta) {
                     Ok(m) if m.file_type().is_symlink() => pin_symlink(&root, &meta)?,
-                    Ok(m) if m.is_dir() || m.is_file() => bind_user(&meta, ro)?,
+                    Ok(m) if m.is_dir() || m.is_file() => bind_user(&meta, meta_flags)?,
                     _ => {}
                 }
             }
@@ -954,6 +1036,7 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
     hide_own_files(&root, spec)?;
     if let Some(exec) = &spec.exec_only {
         only_these_programs(&root, exec)?;
+        hide_program_trees(&root, exec)?;
     }
 
     // Into the new root; the old one is detached, so nothing of the host is reachable.

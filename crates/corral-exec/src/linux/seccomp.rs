@@ -22,6 +22,9 @@
 //! - `EOPNOTSUPP` for every `setxattr` (`setxattr`, `lsetxattr`, `fsetxattr`, `setxattrat`):
 //!   file capabilities live in `security.capability`, and programs treat "no xattrs here" as
 //!   normal.
+//! - With an execute allow-list ([`crate::ExecRequest::exec_only`]) only: `EPERM` for
+//!   `memfd_create` and `memfd_secret`, whose files live on the kernel's internal mount (never
+//!   `noexec`, never under landlock), so code written into one could otherwise be executed.
 //! - x86_64 only: every x32 system call number (`nr >= 0x40000000`) gets `ENOSYS`, so the deny
 //!   list cannot be sidestepped through the x32 ABI's numbers.
 
@@ -107,6 +110,8 @@ const SET_ID_BITS: [u64; 2] = [0o4000, 0o2000];
 const SYS_FCHMODAT2: i64 = 452;
 const SYS_SETXATTRAT: i64 = 463;
 const SYS_OPENAT2: i64 = 437;
+/// `memfd_secret` (5.14): 447 on both.
+const SYS_MEMFD_SECRET: i64 = 447;
 
 /// Each system call that takes a file mode, and the index of its mode argument.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -242,6 +247,29 @@ pub(crate) fn filters() -> Result<Vec<BpfProgram>, String> {
     #[cfg(target_arch = "x86_64")]
     programs.push(no_x32());
     Ok(programs)
+}
+
+/// The filter a run with an execute allow-list adds: no anonymous memory files.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) fn no_memfd() -> Result<BpfProgram, String> {
+    let filter = SeccompFilter::new(
+        BTreeMap::from([
+            (libc::SYS_memfd_create, Vec::new()),
+            (SYS_MEMFD_SECRET, Vec::new()),
+        ]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        target_arch()?,
+    )
+    .map_err(|e| e.to_string())?;
+    BpfProgram::try_from(filter).map_err(|e| e.to_string())
+}
+
+/// Other architectures: no table, so the backend refuses to run.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub(crate) fn no_memfd() -> Result<BpfProgram, String> {
+    let _ = SYS_MEMFD_SECRET;
+    filters().map(|_| Vec::new())
 }
 
 /// Other architectures: no table, so the backend refuses to run.

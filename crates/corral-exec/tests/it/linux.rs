@@ -777,10 +777,7 @@ async fn an_attached_run_of_a_backend_with_the_attached_write_layer_applies_its_
 #[tokio::test]
 async fn an_exec_allow_list_runs_the_listed_programs_and_nothing_else() {
     let (_keep, dir) = tempdir();
-    let loader = ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"]
-        .into_iter()
-        .find(|l| Path::new(l).exists())
-        .expect("this machine's dynamic loader");
+    let loader = loader();
     // `id` is not listed (not even in the view); a copy of a listed program in a writable directory is a new file;
     // the loader (executable, since `ls` needs it) can start neither a program that is not in
     // the view nor code in a writable (noexec) directory; a script still runs through `sh`.
@@ -921,4 +918,78 @@ async fn a_hold_that_is_not_an_empty_directory_outside_the_write_paths_is_refuse
         Err(ExecError::Invalid(m)) => assert!(m.contains("outside the run's write paths"), "{m}"),
         other => panic!("refused: {other:?}"),
     }
+}
+
+/// The dynamic loader of this machine (executable in every run that may start a dynamic
+/// program).
+fn loader() -> &'static str {
+    ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"]
+        .into_iter()
+        .find(|l| Path::new(l).exists())
+        .expect("this machine's dynamic loader")
+}
+
+#[tokio::test]
+async fn an_exec_allow_list_runs_nothing_from_a_memfd_nor_from_a_read_path() {
+    let (_keep, dir) = tempdir();
+    let (_keep_ro, ro) = tempdir();
+    std::fs::copy("/usr/bin/id", dir.join("blob")).unwrap();
+    std::fs::copy("/usr/bin/id", ro.join("tool")).unwrap();
+    let python = corral_exec::linux::find_program("python3").expect("python3");
+    let mut req = shell(&format!(
+        r#"{py} -c 'import os
+fd = os.memfd_create("x", 0); os.write(fd, open("{d}/blob","rb").read())
+os.execv("/proc/self/fd/%d" % fd, ["unlisted"])' 2>/dev/null; echo memfd=$?
+{loader} {ro}/tool; echo read-path=$?"#,
+        py = python.display(),
+        d = dir.display(),
+        loader = loader(),
+        ro = ro.display(),
+    ));
+    req.write_paths = vec![dir.clone()];
+    req.read_paths = vec![ro.clone()];
+    req.exec_only = Some(vec![PathBuf::from("/bin/sh"), python]);
+    let out = run(req).await;
+    let text = stdout(&out);
+    assert!(!text.contains("uid="), "{text}{}", stderr(&out));
+    assert!(text.contains("memfd=1"), "{text}{}", stderr(&out));
+    assert!(text.contains("read-path=127"), "{text}{}", stderr(&out));
+    assert!(
+        out.attestation
+            .primitives
+            .iter()
+            .any(|p| p == "seccomp:no-memfd"),
+        "{:?}",
+        out.attestation.primitives
+    );
+}
+
+#[tokio::test]
+async fn a_hold_never_changes_a_directory_on_the_way_to_a_free_one() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (_keep, dir) = tempdir();
+    let (_keep_hold, into) = tempdir();
+    std::fs::create_dir_all(dir.join("a/b")).unwrap();
+    std::fs::set_permissions(dir.join("a"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut req = shell(
+        "cd \"$W\" && chmod 0777 a && echo x > a/b/f && mkdir -p n/b && chmod 0777 n && echo y > n/b/g",
+    );
+    req.env = vec![("W".into(), dir.display().to_string())];
+    req.write_paths = vec![dir.clone()];
+    req.hold = Some(corral_exec::Hold {
+        within: dir.clone(),
+        free: vec![dir.join("a/b"), dir.join("n/b")],
+        into: into.clone(),
+    });
+    let out = run(req).await;
+    assert_eq!(out.exit_code, Some(0), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(dir.join("a/b/f")).unwrap(), "x\n");
+    assert_eq!(std::fs::read_to_string(dir.join("n/b/g")).unwrap(), "y\n");
+    let mode = |p: &str| std::fs::metadata(dir.join(p)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(
+        mode("a"),
+        0o755,
+        "a directory on the way keeps the host's mode"
+    );
+    assert_eq!(mode("n"), 0o755, "one made on the way gets 0755");
 }
