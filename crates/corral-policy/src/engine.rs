@@ -125,6 +125,32 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// What a url refusal says: the url and the part of the scope it failed.
+fn render_url(r: UrlRefusal, rule: &Rule, prep: &Prepared<'_>) -> String {
+    let u = prep.url.unwrap_or("");
+    match r {
+        UrlRefusal::Invalid => {
+            format!("url `{u}` cannot be checked (no host, or credentials in it)")
+        }
+        UrlRefusal::NotAllowed => format!(
+            "url `{u}` is outside hosts [{}] (or its scheme, port or path is)",
+            rule.urls
+                .as_ref()
+                .map(|s| s.spec().hosts.join(", "))
+                .unwrap_or_default()
+        ),
+        UrlRefusal::Private => format!("url `{u}` points at an internal address"),
+        UrlRefusal::Method => format!(
+            "method `{}` is not among the url scope's methods [{}]",
+            prep.method(),
+            rule.urls
+                .as_ref()
+                .map(|s| s.allowed_methods().join(", "))
+                .unwrap_or_default()
+        ),
+    }
+}
+
 impl Prepared<'_> {
     /// The call's HTTP method: its `method` argument, `GET` when it has none.
     fn method(&self) -> &str {
@@ -327,30 +353,7 @@ impl Failure {
                 }
             }
             Failure::UrlMissing => "argument `url` is missing".to_owned(),
-            Failure::Url(r) => {
-                let u = prep.url.unwrap_or("");
-                match r {
-                    UrlRefusal::Invalid => {
-                        format!("url `{u}` cannot be checked (no host, or credentials in it)")
-                    }
-                    UrlRefusal::NotAllowed => format!(
-                        "url `{u}` is outside hosts [{}] (or its scheme, port or path is)",
-                        rule.urls
-                            .as_ref()
-                            .map(|s| s.spec().hosts.join(", "))
-                            .unwrap_or_default()
-                    ),
-                    UrlRefusal::Private => format!("url `{u}` points at an internal address"),
-                    UrlRefusal::Method => format!(
-                        "method `{}` is not among the url scope's methods [{}]",
-                        prep.method(),
-                        rule.urls
-                            .as_ref()
-                            .map(|s| s.allowed_methods().join(", "))
-                            .unwrap_or_default()
-                    ),
-                }
-            }
+            Failure::Url(r) => render_url(r, rule, prep),
         }
     }
 }

@@ -620,6 +620,28 @@ fn init(
     std::process::exit(0)
 }
 
+/// Installs the run's seccomp filters (and, with an execute allow-list, the one refusing memory
+/// files), attesting each; the failing step's name and error.
+fn install_seccomp(
+    spec: &Spec,
+    filters: &Result<Vec<seccompiler::BpfProgram>, String>,
+    primitives: &mut Vec<String>,
+) -> Result<(), (&'static str, String)> {
+    filters
+        .as_ref()
+        .map_err(String::clone)
+        .and_then(|f| seccomp::install(f))
+        .map_err(|e| ("seccomp", e))?;
+    primitives.push("seccomp".into());
+    if spec.exec_only.is_some() {
+        seccomp::no_memfd()
+            .and_then(|p| seccomp::install(&[p]))
+            .map_err(|e| ("seccomp (memfd)", e))?;
+        primitives.push("seccomp:no-memfd".into());
+    }
+    Ok(())
+}
+
 /// Step 3, the target. Never returns.
 fn target(
     spec: &Spec,
@@ -672,19 +694,8 @@ fn target(
         Ok(true) => primitives.push("no_new_privs".into()),
         _ => fail(FailKind::Unavailable, "no_new_privs", "not set".into()),
     }
-    match filters
-        .as_ref()
-        .map_err(String::clone)
-        .and_then(|f| seccomp::install(f))
-    {
-        Ok(()) => primitives.push("seccomp".into()),
-        Err(e) => fail(FailKind::Unavailable, "seccomp", e),
-    }
-    if spec.exec_only.is_some() {
-        match seccomp::no_memfd().and_then(|p| seccomp::install(&[p])) {
-            Ok(()) => primitives.push("seccomp:no-memfd".into()),
-            Err(e) => fail(FailKind::Unavailable, "seccomp (memfd)", e),
-        }
+    if let Err((step, e)) = install_seccomp(spec, filters, &mut primitives) {
+        fail(FailKind::Unavailable, step, e);
     }
     if ids.uid == 0 {
         // The program is inside root: no `execve` of it ever gains a capability.

@@ -916,6 +916,38 @@ fn only_these_programs(root: &OwnedFd, exec: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
+/// A plain bind of the host's `source`, or with `isolation.host_uids` an idmapped one (always
+/// nosuid, nodev; and noexec when `flags` ask for it).
+fn bind_user(
+    root: &OwnedFd,
+    idmap: Option<&OwnedFd>,
+    source: &Path,
+    flags: MountFlags,
+) -> Result<()> {
+    let Some(sock) = idmap else {
+        return bind(root, source, flags);
+    };
+    bind_idmapped(root, sock, source, !flags.contains(MountFlags::RDONLY))?;
+    if flags.contains(MountFlags::NOEXEC) {
+        let mounted = open_beneath(root, &relative(source)?, OFlags::empty())
+            .map_err(|e| mount_err("reopen", source, e))?;
+        remount_bind(&mounted, flags, source)?;
+    }
+    Ok(())
+}
+
+/// The hold's directory ([`crate::Hold::into`]), opened on the host before `pivot_root`.
+fn open_hold(h: &crate::Hold) -> Result<OwnedFd> {
+    rustix::fs::openat2(
+        CWD,
+        &h.into,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| mount_err("open the hold", &h.into, e))
+}
+
 /// Finishes the view for one run: its `/tmp` and `/dev/shm`, the request's paths, then pivots
 /// into it and makes `/` read-only. Returns the run's copy-on-write layer, if it has one.
 pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
@@ -926,20 +958,7 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
         idmap,
     } = view;
     let idmap = idmap.as_ref();
-    // A plain bind, or with `isolation.host_uids` an idmapped one (always nosuid, nodev; and
-    // noexec when the flags ask for it).
-    let bind_user = |source: &Path, flags: MountFlags| match idmap {
-        Some(sock) => {
-            bind_idmapped(&root, sock, source, !flags.contains(MountFlags::RDONLY))?;
-            if flags.contains(MountFlags::NOEXEC) {
-                let mounted = open_beneath(&root, &relative(source)?, OFlags::empty())
-                    .map_err(|e| mount_err("reopen", source, e))?;
-                remount_bind(&mounted, flags, source)?;
-            }
-            Ok(())
-        }
-        None => bind(&root, source, flags),
-    };
+    let bind_user = |source: &Path, flags: MountFlags| bind_user(&root, idmap, source, flags);
     // With an execute allow-list, a read path runs nothing either, unless it holds a listed
     // program (the agent CLI's install): landlock does not govern the loader's `mmap`.
     let read_flags = |path: &Path| match &spec.exec_only {
@@ -979,23 +998,10 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
             let parent = root_dir
                 .parent()
                 .ok_or_else(|| StepError::invalid("the copy-on-write tmpfs", "no parent"))?;
-            let hold = match &cow.hold {
-                Some(h) => Some(
-                    rustix::fs::openat2(
-                        CWD,
-                        &h.into,
-                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-                        Mode::empty(),
-                        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-                    )
-                    .map_err(|e| mount_err("open the hold", &h.into, e))?,
-                ),
-                None => None,
-            };
             Some(CowLayer {
                 tmpfs: cow_tmpfs(cow, parent)?,
                 hosts: Vec::new(),
-                hold,
+                hold: cow.hold.as_ref().map(open_hold).transpose()?,
             })
         }
         _ => None,
