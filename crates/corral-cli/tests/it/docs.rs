@@ -115,6 +115,21 @@ fn the_reference_cards_examples_pass_strict() {
     assert!(findings.contains("unattended on purpose"), "{findings}");
 }
 
+/// README.md's YAML examples pass `check-config --strict` (as the cookbook's do, in
+/// `cookbook.rs`).
+#[test]
+fn the_readmes_examples_pass_strict() {
+    let readme: Vec<(String, String)> = yaml_examples()
+        .into_iter()
+        .filter(|(at, _)| at.contains("README.md"))
+        .collect();
+    assert!(readme.len() >= 3, "{readme:?}");
+    for (at, body) in &readme {
+        let (code, out, err, config) = check_example(body, &["check-config", "--strict"]);
+        assert_eq!(code, 0, "{at}:\n{config}\n{out}{err}");
+    }
+}
+
 /// Every YAML example in README.md and docs/ loads (a fragment is checked as a whole config
 /// with `version: 1` added): the examples cannot rot.
 #[test]

@@ -2,6 +2,7 @@
 
 mod agents;
 mod call;
+mod cookbook;
 mod crash;
 mod custom_ops;
 mod docs;
