@@ -2,6 +2,11 @@
 //! passes `check-config --strict` and each command line does what its `# -> ...` says, against
 //! a real `corral serve` (two, for the replicas recipe, on a fresh PostgreSQL schema).
 
+#![allow(
+    clippy::expect_used,
+    reason = "a recipe's harness that cannot set up (a temp dir, a port, sh) has nothing to test"
+)]
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -9,7 +14,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[path = "../../../corral-store/tests/support/pg_schema.rs"]
-#[allow(dead_code, reason = "the cookbook uses the schema helper only")]
+#[allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "corral-store's test helper, shared as it is: the cookbook uses `Schema::create`"
+)]
 mod pg_schema;
 
 /// The recipes, by file name: each has its test below, and no file goes untested.
