@@ -322,18 +322,7 @@ impl Session {
             )));
         }
         let (turn, resume) = {
-            let mut s = self.state.lock().map_err(|_| {
-                AgentError::new(codes::AGENTS_SANDBOX, "the session's state is unusable")
-            })?;
-            if s.busy {
-                return Err(AgentError::new(
-                    codes::AGENTS_TURN_BUSY,
-                    format!(
-                        "session `{}` is running a turn; send the next message when its `done` event came",
-                        self.cfg.id
-                    ),
-                ));
-            }
+            let mut s = self.idle_state("send the next message")?;
             if s.turns >= self.cfg.max_turns {
                 return Err(AgentError::new(
                     codes::AGENTS_MAX_TURNS,
@@ -444,6 +433,24 @@ impl Session {
         Ok((req, prompt.as_bytes().to_vec()))
     }
 
+    /// The session's state, locked, when no turn runs (`agents.session_busy` otherwise, saying
+    /// when to `then` do what was asked).
+    fn idle_state(&self, then: &str) -> Result<std::sync::MutexGuard<'_, State>, AgentError> {
+        let s = self.state.lock().map_err(|_| {
+            AgentError::new(codes::AGENTS_SANDBOX, "the session's state is unusable")
+        })?;
+        if s.busy {
+            return Err(AgentError::new(
+                codes::AGENTS_TURN_BUSY,
+                format!(
+                    "session `{}` is running a turn; {then} when its `done` event came",
+                    self.cfg.id
+                ),
+            ));
+        }
+        Ok(s)
+    }
+
     /// A fresh, empty hold for a turn whose changes outside the scope's
     /// `confirm_writes_outside` directories wait for a person (`None`: every change applies).
     fn new_hold(&self) -> Result<Option<Hold>, AgentError> {
@@ -499,21 +506,7 @@ impl Session {
     /// Refused while a turn runs (`agents.session_busy`).
     pub async fn apply_hold(&self, hold: &str) -> Result<HoldApplied, AgentError> {
         let dir = self.hold_dir(hold)?;
-        {
-            let mut s = self.state.lock().map_err(|_| {
-                AgentError::new(codes::AGENTS_SANDBOX, "the session's state is unusable")
-            })?;
-            if s.busy {
-                return Err(AgentError::new(
-                    codes::AGENTS_TURN_BUSY,
-                    format!(
-                        "session `{}` is running a turn; apply its held changes once the turn's `done` event came",
-                        self.cfg.id
-                    ),
-                ));
-            }
-            s.busy = true;
-        }
+        self.idle_state("apply its held changes")?.busy = true;
         let _busy = Busy(&self.state);
         let req = ExecRequest {
             argv: ["/bin/sh", "-c", APPLY_HOLD, "sh"]
