@@ -239,8 +239,9 @@ pub struct PageQuery {
 
 impl PageQuery {
     pub(crate) fn page(&self) -> Result<Page, LabError> {
-        let after = match &self.after {
-            None => None,
+        // `?after=` (empty) is the first page, as no `after` is.
+        let after = match self.after.as_deref() {
+            None | Some("") => None,
             Some(s) => Some(s.parse::<PageCursor>().map_err(LabError::from)?),
         };
         Ok(Page {

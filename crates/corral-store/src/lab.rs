@@ -573,10 +573,10 @@ impl FromStr for PageCursor {
     type Err = LabStoreError;
 
     fn from_str(s: &str) -> Result<Self, LabStoreError> {
-        let bad = || LabStoreError::Invalid {
+        let bad = || LabStoreError::BadCursor {
             reason: format!(
                 "the page cursor {s:?} is not of the form `<ms>.<id>`; pass the `next` cursor of \
-                 the previous page unchanged"
+                 the previous page unchanged, or none for the first page"
             ),
         };
         let (ms, id) = s.split_once('.').ok_or_else(bad)?;
@@ -725,6 +725,12 @@ pub enum LabStoreError {
         /// The step.
         step: u32,
     },
+    /// A page cursor the caller sent is not one a page gave (a request error, `args.invalid`).
+    #[error("{reason}")]
+    BadCursor {
+        /// What is wrong, and how to fix it.
+        reason: String,
+    },
     /// The record is inconsistent (a bug in the caller).
     #[error("inconsistent lab record: {reason}")]
     Invalid {
@@ -745,6 +751,7 @@ impl LabStoreError {
             LabStoreError::VersionConflict { .. } => codes::LAB_VERSION_CONFLICT,
             LabStoreError::RunFinished { .. } => codes::LAB_RUN_FINISHED,
             LabStoreError::DuplicateOutput { .. } => codes::LAB_DUPLICATE_OUTPUT,
+            LabStoreError::BadCursor { .. } => codes::ARGS_INVALID,
             LabStoreError::Invalid { .. } => codes::LAB_INVALID_RECORD,
         }
     }

@@ -2,3 +2,4 @@
 
 mod files;
 mod http;
+mod probe_dl;

@@ -1655,3 +1655,26 @@ async fn a_comparison_takes_its_workers_from_1_to_8_and_refuses_any_other_count_
         "{c}"
     );
 }
+
+/// A listing's `?after=` is a cursor a page gave: empty is the first page, and anything else
+/// that is not one is the caller's error (`400 args.invalid`), never a server error.
+#[tokio::test]
+async fn an_empty_cursor_is_the_first_page_and_a_bad_one_is_400() {
+    let ws = Workspace::new();
+    let s = server(&ws, true).await;
+    let t = token("ada", &["viewer"], None);
+    for list in [
+        "scenarios",
+        "runs",
+        "comparisons",
+        "tournaments",
+        "shadows",
+        "recordings",
+    ] {
+        let first = get(&s, &t, &format!("/v1/sandbox/{list}?after=")).await;
+        assert_eq!(first.status, 200, "{list}: {}", first.text);
+        let bad = get(&s, &t, &format!("/v1/sandbox/{list}?after=x")).await;
+        assert_eq!(bad.status, 400, "{list}: {}", bad.text);
+        assert_eq!(bad.json()["code"], "args.invalid", "{list}: {}", bad.text);
+    }
+}
