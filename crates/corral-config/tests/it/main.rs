@@ -103,4 +103,3 @@ pub fn span_line(d: &Diagnostic) -> usize {
         .unwrap_or_else(|| panic!("`{}` has no span: {d}", d.code))
         .line
 }
-mod probe_dl;

@@ -2,4 +2,3 @@
 
 mod files;
 mod http;
-mod probe_dl;
