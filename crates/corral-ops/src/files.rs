@@ -773,19 +773,27 @@ async fn download(jp: &JailedPath, checks: Checks, limit: u64) -> Result<OpOutpu
     }))
 }
 
-/// Where `http.download` saves a response: the call's `path`, opened for writing (an existing
-/// file truncated) after the checks `files.write` makes. A file named `HEAD` is refused: its
-/// content (a git head or not) is not known before it is written.
+/// Where `http.download` saves a response: a fresh temporary file beside the call's `path`,
+/// in its parent directory opened beneath the root after the checks `files.write` makes (the
+/// real path, the deny patterns, protected locations, a repository, a file named `HEAD`).
+/// Nothing at the path changes until [`SaveTarget::commit`] renames the finished file over
+/// it (or, without `overwrite`, next to nothing: an existing entry is refused then); a target
+/// dropped before that (a failure, a timeout, a cancelled call) unlinks its temporary file
+/// through the same directory, whatever was renamed in the meantime.
 pub(crate) struct SaveTarget {
-    pub(crate) file: std::fs::File,
+    pub(crate) file: Option<std::fs::File>,
     pub(crate) shown: String,
-    jp: JailedPath,
-    checks: Checks,
+    dir: OwnedFd,
+    name: String,
+    temp: String,
+    overwrite: bool,
+    committed: bool,
 }
 
 impl SaveTarget {
-    /// Opens the call's `path` for the download.
-    pub(crate) async fn open(ctx: &OpCtx) -> Result<Self, OpError> {
+    /// Opens a temporary file for the call's `path` (`overwrite`: an existing file at the
+    /// path may be replaced).
+    pub(crate) async fn open(ctx: &OpCtx, overwrite: bool) -> Result<Self, OpError> {
         let jp = the_path(ctx)?.clone();
         check_length(&jp)?;
         let checks = Checks {
@@ -794,40 +802,131 @@ impl SaveTarget {
             resolved: ctx.grant.resolved.clone(),
             access: Access::Change,
         };
-        blocking(move || {
-            if jp.relative().is_empty() {
-                return Err(OpError::new(
-                    codes::FILES_NOT_A_FILE,
-                    "the root itself is a directory; name a file beneath it",
-                ));
-            }
-            if jp.relative().rsplit('/').next() == Some(corral_policy::protect::GIT_HEAD) {
-                return Err(OpError::new(
-                    codes::POLICY_PATH_DENIED,
-                    format!(
-                        "`{}`: a file named `HEAD` could make its directory a repository that git on the host trusts; save it under another name",
-                        jp.absolute()
-                    ),
-                ));
-            }
-            refuse_inside_repository(&jp)?;
-            let o = open_for_write(&jp, &checks, false)?;
-            Ok(Self {
-                file: std::fs::File::from(o.fd),
-                shown: o.shown,
-                jp,
-                checks,
-            })
-        })
-        .await
+        blocking(move || Self::open_blocking(&jp, &checks, overwrite)).await
     }
 
-    /// Removes what was written: a download that failed leaves no file behind.
-    pub(crate) async fn discard(self) {
-        let Self {
-            file, jp, checks, ..
-        } = self;
-        drop(file);
-        let _ = blocking(move || delete(&jp, &checks)).await;
+    fn open_blocking(jp: &JailedPath, checks: &Checks, overwrite: bool) -> Result<Self, OpError> {
+        let shown = jp.absolute();
+        let rel = jp.relative();
+        if rel.is_empty() {
+            return Err(OpError::new(
+                codes::FILES_NOT_A_FILE,
+                "the root itself is a directory; name a file beneath it",
+            ));
+        }
+        let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        if name == corral_policy::protect::GIT_HEAD {
+            return Err(OpError::new(
+                codes::POLICY_PATH_DENIED,
+                format!(
+                    "`{shown}`: a file named `HEAD` could make its directory a repository that git on the host trusts; save it under another name"
+                ),
+            ));
+        }
+        refuse_inside_repository(jp)?;
+        let (root, real_root) = open_root(jp)?;
+        let dir = openat2_retrying(
+            &root,
+            if parent.is_empty() { "." } else { parent },
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve_flags(checks.symlinks),
+        )
+        .map_err(|e| errno_error(e, &shown))?;
+        let real_parent = real_path(&dir)?;
+        checks.verify(jp, &shown, &real_parent.join(name), &real_root)?;
+        match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+                return Err(OpError::new(
+                    codes::FILES_NOT_A_FILE,
+                    format!("`{shown}` is a directory; save to a file's path"),
+                ));
+            }
+            Ok(_) if !overwrite => return Err(exists(&shown)),
+            Ok(_) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(errno_error(e, &shown)),
+        }
+        let temp = format!(".corral-download-{}", uuid_like());
+        let fd = rustix::fs::openat(
+            &dir,
+            temp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(|e| errno_error(e, &shown))?;
+        Ok(Self {
+            file: Some(std::fs::File::from(fd)),
+            shown,
+            dir,
+            name: name.to_owned(),
+            temp,
+            overwrite,
+            committed: false,
+        })
     }
+
+    /// Syncs the finished file and renames it to the path (never over a directory; without
+    /// `overwrite`, never over anything).
+    pub(crate) fn commit(mut self) -> Result<String, OpError> {
+        if let Some(f) = self.file.take() {
+            f.sync_data()
+                .map_err(|e| OpError::new(codes::FILES_IO, format!("`{}`: {e}", self.shown)))?;
+        }
+        let flags = if self.overwrite {
+            rustix::fs::RenameFlags::empty()
+        } else {
+            rustix::fs::RenameFlags::NOREPLACE
+        };
+        match rustix::fs::renameat_with(
+            &self.dir,
+            self.temp.as_str(),
+            &self.dir,
+            self.name.as_str(),
+            flags,
+        ) {
+            Ok(()) => {
+                self.committed = true;
+                Ok(std::mem::take(&mut self.shown))
+            }
+            Err(Errno::EXIST) => Err(exists(&self.shown)),
+            Err(Errno::ISDIR) => Err(OpError::new(
+                codes::FILES_NOT_A_FILE,
+                format!("`{}` became a directory; nothing was saved", self.shown),
+            )),
+            Err(e) => Err(errno_error(e, &self.shown)),
+        }
+    }
+}
+
+impl Drop for SaveTarget {
+    fn drop(&mut self) {
+        if !self.committed {
+            drop(self.file.take());
+            let _ = rustix::fs::unlinkat(&self.dir, self.temp.as_str(), AtFlags::empty());
+        }
+    }
+}
+
+/// A save that would replace a file without `overwrite: true`.
+fn exists(shown: &str) -> OpError {
+    OpError::new(
+        codes::FILES_EXISTS,
+        format!(
+            "`{shown}` exists; pass `overwrite: true` to replace it, or save under another name"
+        ),
+    )
+}
+
+/// A name no other download picks: the process id, the time and a counter.
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{}-{nanos}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
 }

@@ -240,12 +240,22 @@ impl HttpFetch {
         read_response(resp, url, self.max_bytes(ctx)).await
     }
 
-    /// `http.download`: a `GET` (its redirects followed through the policy) whose 2xx body is
-    /// streamed into the call's `path`, at most `max_bytes`; a failure leaves no file.
+    /// `http.download`: the save target is checked and opened first (a temporary file beside
+    /// the path), then a `GET` (its redirects followed through the policy) whose 2xx body is
+    /// streamed into it, at most `max_bytes`, and renamed to the path once whole. A failure,
+    /// a timeout or a cancelled call leaves the path as it was.
     async fn download(&self, ctx: &OpCtx, timeout: Duration) -> Result<serde_json::Value, OpError> {
         use sha2::Digest as _;
         use tokio::io::AsyncWriteExt as _;
         let max_bytes = self.max_bytes(ctx);
+        let overwrite = matches!(
+            ctx.args.get("overwrite"),
+            Some(corral_policy::ArgValue::Bool(true))
+        );
+        let target = crate::files::SaveTarget::open(ctx, overwrite).await?;
+        let io = |e: std::io::Error, shown: &str| {
+            OpError::new(codes::FILES_IO, format!("`{shown}`: {e}"))
+        };
         let (mut resp, url) = self.follow(ctx, timeout, Method::GET, None).await?;
         let status = resp.status();
         if !status.is_success() {
@@ -262,46 +272,42 @@ impl HttpFetch {
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let target = crate::files::SaveTarget::open(ctx).await?;
-        let mut file = tokio::fs::File::from_std(
-            target
-                .file
-                .try_clone()
-                .map_err(|e| OpError::new(codes::FILES_IO, format!("`{}`: {e}", target.shown)))?,
-        );
+        let std_file = target
+            .file
+            .as_ref()
+            .ok_or_else(|| OpError::new(codes::FILES_IO, "the download's file is gone"))?
+            .try_clone()
+            .map_err(|e| io(e, &target.shown))?;
+        let mut file = tokio::fs::File::from_std(std_file);
         let mut hash = sha2::Sha256::new();
         let mut bytes = 0u64;
-        let written: Result<(), OpError> = async {
-            while let Some(chunk) = resp.chunk().await.map_err(|e| {
-                OpError::new(
-                    codes::NET_BAD_RESPONSE,
-                    format!("the response body broke off: {}", detail(e)),
-                )
-            })? {
-                bytes = bytes.saturating_add(chunk.len() as u64);
-                if bytes > max_bytes {
-                    return Err(too_large(max_bytes));
-                }
-                hash.update(&chunk);
-                file.write_all(&chunk).await.map_err(|e| {
-                    OpError::new(codes::FILES_IO, format!("`{}`: {e}", target.shown))
-                })?;
+        while let Some(chunk) = resp.chunk().await.map_err(|e| {
+            OpError::new(
+                codes::NET_BAD_RESPONSE,
+                format!("the response body broke off: {}", detail(e)),
+            )
+        })? {
+            bytes = bytes.saturating_add(chunk.len() as u64);
+            if bytes > max_bytes {
+                return Err(too_large(max_bytes));
             }
-            file.sync_data()
+            hash.update(&chunk);
+            file.write_all(&chunk)
                 .await
-                .map_err(|e| OpError::new(codes::FILES_IO, format!("`{}`: {e}", target.shown)))
+                .map_err(|e| io(e, &target.shown))?;
         }
-        .await;
+        file.flush().await.map_err(|e| io(e, &target.shown))?;
         drop(file);
-        if let Err(e) = written {
-            target.discard().await;
-            return Err(e);
-        }
+        let path = tokio::task::spawn_blocking(move || target.commit())
+            .await
+            .map_err(|e| {
+                OpError::new(codes::SERVER_INTERNAL, format!("the save task failed: {e}"))
+            })??;
         let digest: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
         Ok(serde_json::json!({
             "status": status.as_u16(),
             "url": url.as_str(),
-            "path": target.shown,
+            "path": path,
             "bytes": bytes,
             "sha256": digest,
             "content_type": content_type,

@@ -93,6 +93,7 @@ pub fn builtin_ops() -> Vec<OpSpec> {
         .map(|s| {
             s.param("url", ParamKind::Url, true)
                 .param("path", ParamKind::Path { root: None }, true)
+                .param("overwrite", ParamKind::Bool, false)
                 .group("net")
         }),
         spec(

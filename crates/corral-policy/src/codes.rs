@@ -133,6 +133,9 @@ catalog! {
     FILES_NOT_A_FILE = "files.not_a_file", 400,
         "the path is a directory (or another non-file) where a file is needed",
         "call with the path of a regular file";
+    FILES_EXISTS = "files.exists", 409,
+        "a file exists at the path, and the call did not ask to replace it",
+        "pass `overwrite: true`, or save under another name";
     FILES_NOT_A_DIRECTORY = "files.not_a_directory", 400,
         "the path is not a directory",
         "call `files.list` with a directory";

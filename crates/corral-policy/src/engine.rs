@@ -639,7 +639,10 @@ impl Engine {
                 ParamKind::Url => {
                     p.takes_url = true;
                     p.url = args.get_str(&param.name);
-                    p.method = args.get_str("method");
+                    // Only an op that takes a method is judged by one (`http.download` GETs).
+                    if spec.params.iter().any(|q| q.name == "method") {
+                        p.method = args.get_str("method");
+                    }
                 }
                 ParamKind::Bool if param.name == "shell" => {
                     p.shell = matches!(args.get("shell"), Some(ArgValue::Bool(true)));

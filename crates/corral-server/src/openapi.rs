@@ -1,13 +1,25 @@
 //! The OpenAPI 3.1 document, generated from the ops a caller may call: one `POST /ops/{id}`
 //! path per op, its parameters as a JSON schema (and the guardrail headers), the shared error
-//! schema, the `202 confirmation.required` answer of guarded ops, and the `/confirmations`
-//! routes.
+//! schema, the `202 confirmation.required` answer of guarded ops, and every other route of the
+//! server (`routes::router`): the listings, `/confirmations`, `/audit`, the lab's and the agents
+//! host's routes (also under `/agents/{adapter}`), the LLM proxy, `/mcp`, `/healthz`,
+//! `/metrics`, `/llms.txt` and this document. Every operation that needs a token answers 401
+//! without one, and every request body is required.
 
 use corral_policy::{OpSpec, Tier};
 use serde_json::{Value, json};
 
-/// The document.
-pub fn document(ops: &[&OpSpec]) -> Value {
+/// The pattern of `X-Corral-Run` (and of a run id anywhere).
+const RUN_PATTERN: &str = "^[A-Za-z0-9_.:-]{1,128}$";
+
+/// A query text of 1 to `max` characters with no control character.
+fn text_param(name: &str, max: u32, description: &str) -> Value {
+    json!({"name": name, "in": "query", "required": false, "description": description,
+           "schema": {"type": "string", "minLength": 1, "maxLength": max, "pattern": "^[^\\u0000-\\u001F\\u007F]+$"}})
+}
+
+/// The document (`learning`: learning mode is on, so `POST /learning/hint` exists).
+pub fn document(ops: &[&OpSpec], learning: bool) -> Value {
     let mut paths = serde_json::Map::new();
     for op in ops {
         let schema = corral_mcp::schema::input_schema(op);
@@ -39,10 +51,9 @@ pub fn document(ops: &[&OpSpec]) -> Value {
                 "x-corral-tier": op.tier().as_str(),
                 "requestBody": {"content": {"application/json": {"schema": schema}}},
                 "parameters": [
-                    {"name": "X-Corral-Run", "in": "header", "required": false, "schema": {"type": "string"}, "description": "the run the call belongs to (budgets; the run's own level and dry-run)"},
+                    {"name": "X-Corral-Run", "in": "header", "required": false, "schema": {"type": "string", "pattern": RUN_PATTERN}, "description": "the run the call belongs to (budgets; the run's own level and dry-run); with it, `X-Corral-Record: on` records the call in the run's recording (the role `operator` or `admin`: 403 recording.not_allowed otherwise; without a run: 400 recording.header_invalid)"},
                     {"name": "X-Corral-Autonomy", "in": "header", "required": false, "schema": {"type": "string", "enum": ["L0", "L1", "L2", "L3", "L4"]}, "description": "lower the autonomy level (of the run, for good)"},
-                    {"name": "X-Corral-Dry-Run", "in": "header", "required": false, "schema": {"type": "boolean"}, "description": "describe guarded calls instead of running them (for the run, for good)"},
-                    {"name": "X-Corral-Record", "in": "header", "required": false, "schema": {"type": "string", "enum": ["on", "off"]}, "description": "`on`: record the call in its run's recording (needs `X-Corral-Run`, and the role `operator` or `admin`: 403 recording.not_allowed otherwise)"}
+                    {"name": "X-Corral-Dry-Run", "in": "header", "required": false, "schema": {"type": "boolean"}, "description": "describe guarded calls instead of running them (for the run, for good)"}
                 ],
                 "responses": responses,
                 "security": [{"bearer": []}]
@@ -92,9 +103,12 @@ pub fn document(ops: &[&OpSpec]) -> Value {
     );
     sandbox_paths(&mut paths, &err);
     agent_paths(&mut paths, &err);
+    platform_paths(&mut paths, &err, learning);
+    finish(&mut paths, &err);
     json!({
         "openapi": "3.1.0",
         "info": {"title": "corral", "version": env!("CARGO_PKG_VERSION")},
+        "servers": [{"url": "/", "description": "this server"}],
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -126,9 +140,9 @@ fn audit_path(paths: &mut serde_json::Map<String, Value>, err: &Value) {
             "summary": "the most recent audit events of the caller's tenant, newest first (role admin); each filter given must match exactly",
             "parameters": [
                 {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}},
-                {"name": "run", "in": "query", "required": false, "description": "only the calls of this run (`X-Corral-Run`)", "schema": {"type": "string", "minLength": 1, "maxLength": 128}},
-                {"name": "op", "in": "query", "required": false, "description": "only the calls of this op", "schema": {"type": "string", "minLength": 1, "maxLength": 256}},
-                {"name": "principal", "in": "query", "required": false, "description": "only the calls of this principal id", "schema": {"type": "string", "minLength": 1, "maxLength": 256}},
+                text_param("run", 256, "only the calls of this run (`X-Corral-Run`)"),
+                text_param("op", 256, "only the calls of this op"),
+                text_param("principal", 256, "only the calls of this principal id"),
                 {"name": "purpose", "in": "query", "required": false, "description": "only the calls of this purpose: `live` (they act on the world) or `simulation` (a lab run's calls, answered by its mocks)", "schema": {"type": "string", "enum": purposes}}
             ],
             "responses": {
@@ -496,4 +510,102 @@ fn agent_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
                 "content": {"text/event-stream": {"schema": {"type": "string"}}, "application/json": {"schema": {"type": "object"}}}})),
             vec![("400", e("agents.invalid")), ("404", not_found())]),
     }));
+}
+
+/// The routes outside the ops, the lab and the agents host: the listings, `/me`, `/healthz`,
+/// `/llms.txt`, `/metrics`, this document, `/mcp`, the LLM proxy and (in learning mode)
+/// `POST /learning/hint`.
+fn platform_paths(paths: &mut serde_json::Map<String, Value>, err: &Value, learning: bool) {
+    let e = |d: &str| json!({"description": d, "content": {"application/json": {"schema": err}}});
+    let obj = |d: &str| json!({"description": d, "content": {"application/json": {"schema": {"type": "object"}}}});
+    let text = |d: &str, ct: &str| json!({"description": d, "content": {ct: {"schema": {"type": "string"}}}});
+    let authed = |id: &str, summary: &str, ok: Value| json!({"operationId": id, "summary": summary, "parameters": [], "responses": {"200": ok}, "security": [{"bearer": []}]});
+    let open = |id: &str, summary: &str, ok: Value| json!({"operationId": id, "summary": summary, "parameters": [], "responses": {"200": ok}, "security": []});
+    paths.insert("/healthz".into(), json!({"get": open("healthz", "the server is up: `{status: ok, version, mode, backend, storage, confirmations}` (no token needed)", obj("`{status: ok, ...}`"))}));
+    paths.insert("/llms.txt".into(), json!({"get": open("llms_txt", "the reference card (docs/REFERENCE.md), for people and agents (no token needed)", text("the card", "text/plain"))}));
+    paths.insert("/ops".into(), json!({"get": authed("ops.list", "the ops the caller may call, with their parameters, effects and tier", obj("`{ops: [...]}`"))}));
+    paths.insert("/capabilities".into(), json!({"get": authed("capabilities", "the caller's ops with the limits that apply to each", obj("`{principal, ops: [...]}`"))}));
+    paths.insert("/me".into(), json!({"get": authed("me", "who the token is: id, roles, kind, tenant, run", obj("the principal"))}));
+    paths.insert("/metrics".into(), json!({"get": authed("metrics", "OpenMetrics text for Prometheus (a token of the role `admin`, or the scrape token the config names)", text("the metrics", "application/openmetrics-text"))}));
+    paths.insert("/openapi.json".into(), json!({"get": authed("openapi", "this document, for the caller's ops", obj("the OpenAPI document"))}));
+    let mcp = |id: &str, summary: &str| {
+        json!({"operationId": id, "summary": summary, "parameters": [],
+               "responses": {"200": obj("a JSON-RPC answer (or an SSE stream of them)"), "202": {"description": "a notification or a response, accepted"},
+                             "400": e("a body that is not JSON-RPC"), "403": e("mcp.host_not_allowed: the Host header is not in `mcp.allowed_hosts`")},
+               "security": [{"bearer": []}]})
+    };
+    let mut post_mcp = mcp(
+        "mcp.post",
+        "MCP streamable HTTP: one JSON-RPC message (`initialize`, `tools/list`, `tools/call`, ...)",
+    );
+    post_mcp["requestBody"] = json!({"content": {"application/json": {"schema": {"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}}}}}});
+    paths.insert("/mcp".into(), json!({
+        "post": post_mcp,
+        "get": mcp("mcp.stream", "MCP streamable HTTP: the server's event stream of a session (`Mcp-Session-Id`)"),
+        "delete": mcp("mcp.close", "MCP streamable HTTP: ends a session (`Mcp-Session-Id`)"),
+    }));
+    let llm = |id: &str, summary: &str, body: bool| {
+        let mut o = json!({"operationId": id, "summary": summary, "parameters": [],
+               "responses": {"200": obj("the provider's answer (or its SSE stream), as the provider's API shapes it"),
+                             "400": e("llm.invalid"), "403": e("policy.*: `llm.chat` is not allowed"),
+                             "429": e("budget.*, limit.*"), "502": e("llm.upstream_failed"), "503": e("llm.not_configured")},
+               "security": [{"bearer": []}]});
+        if body {
+            o["requestBody"] = json!({"content": {"application/json": {"schema": {"type": "object", "required": ["model"], "properties": {"model": {"type": "string", "minLength": 1}}}}}});
+        }
+        o
+    };
+    paths.insert("/v1/chat/completions".into(), json!({"post": llm("llm.chat_completions", "the LLM proxy, OpenAI Chat Completions (the op `llm.chat`)", true)}));
+    paths.insert("/v1/responses".into(), json!({"post": llm("llm.responses", "the LLM proxy, OpenAI Responses (the op `llm.chat`)", true)}));
+    paths.insert("/v1/messages".into(), json!({"post": llm("llm.messages", "the LLM proxy, Anthropic Messages (the op `llm.chat`; `x-api-key` is read as the token too)", true)}));
+    paths.insert(
+        "/v1/models".into(),
+        json!({"get": llm("llm.models", "the models the LLM proxy serves", false)}),
+    );
+    if learning {
+        paths.insert("/learning/hint".into(), json!({"post": {"operationId": "learning.hint", "summary": "take a hint: the learner's level goes up one (a verified person only; every hint is recorded)", "parameters": [],
+            "responses": {"200": obj("`{level, hints}`"), "403": e("learning.not_a_person"), "409": e("learning.no_more_hints"), "429": e("learning.too_soon")},
+            "security": [{"bearer": []}]}}));
+    }
+    // The agents host's routes, also under `/agents/{adapter}` (the path names the adapter).
+    let adapter = json!({"name": "adapter", "in": "path", "required": true, "schema": {"type": "string", "enum": ["codex", "claude_code"]}});
+    let nested: Vec<(String, Value)> = paths
+        .iter()
+        .filter(|(p, _)| p.starts_with("/v1/agents"))
+        .map(|(p, item)| {
+            let mut item = item.clone();
+            if let Some(methods) = item.as_object_mut() {
+                for op in methods.values_mut() {
+                    if let Some(id) = op["operationId"].as_str() {
+                        op["operationId"] = json!(format!("{id}.by_adapter"));
+                    }
+                    if let Some(params) = op["parameters"].as_array_mut() {
+                        params.retain(|p| p["name"] != "X-Corral-Adapter");
+                        params.insert(0, adapter.clone());
+                    }
+                }
+            }
+            (format!("/agents/{{adapter}}{p}"), item)
+        })
+        .collect();
+    paths.extend(nested);
+}
+
+/// What every operation states: a 401 where a token is needed, and a required body.
+fn finish(paths: &mut serde_json::Map<String, Value>, err: &Value) {
+    for item in paths.values_mut() {
+        let Some(methods) = item.as_object_mut() else {
+            continue;
+        };
+        for op in methods.values_mut() {
+            let needs_token = op["security"].as_array().is_none_or(|s| !s.is_empty());
+            if needs_token && op["responses"].get("401").is_none() {
+                op["responses"]["401"] = json!({"description": "auth.missing, auth.invalid: no token, or one the server does not accept",
+                                                "content": {"application/json": {"schema": err}}});
+            }
+            if let Some(body) = op.get_mut("requestBody") {
+                body["required"] = json!(true);
+            }
+        }
+    }
 }

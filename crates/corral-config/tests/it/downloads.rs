@@ -54,6 +54,12 @@ fn a_deny_with_methods_covers_only_those() {
     ));
     assert!(matches!(fetch(&l, Some("POST")), Decision::Allowed(_)));
     assert!(!matches!(fetch(&l, Some("DELETE")), Decision::Allowed(_)));
+    // A server answers HEAD with its GET handler: a deny of GET covers HEAD too.
+    let l = load(&format!(
+        "version: 1\nrules:\n  - allow: [http.fetch]\n    confirm: never\n    reason: a test\n    urls: {{hosts: [api.example.com]}}\n  - deny: [http.fetch]\n    urls: {{hosts: [api.example.com], methods: [GET]}}\n{TOKENS}"
+    ));
+    assert!(!matches!(fetch(&l, Some("HEAD")), Decision::Allowed(_)));
+    assert!(!matches!(fetch(&l, None), Decision::Allowed(_)));
 }
 
 #[test]

@@ -551,8 +551,15 @@ impl Gateway {
             .any(|p| p.kind == corral_policy::ParamKind::Url);
         // Only an op with a url parameter reaches urls on its own (redirects); the others get
         // no re-check, which refuses every url (fails closed).
-        let url_check = spec_has_url
-            .then(|| url_check(d.clone(), call.op.clone(), principal.clone(), args.clone()));
+        let url_check = spec_has_url.then(|| {
+            url_check(
+                d.clone(),
+                call.op.clone(),
+                principal.clone(),
+                args.clone(),
+                grant.rule.clone(),
+            )
+        });
         // A sandboxed program's connections (a `network: {allow: [...]}` run): collected while
         // it runs, one audit event each once it ended.
         let egress = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -965,13 +972,16 @@ fn dry_run_payload(call: &Call, spec: &OpSpec) -> serde_json::Value {
     })
 }
 
-/// For `http.fetch` redirects: decide the same call again with the new url, so every hop
-/// passes the same rules and scopes as the first.
+/// For `http.fetch` and `http.download` redirects: decide the same call again with the new url
+/// (and the method it is followed with), so every hop passes the same rules and scopes as the
+/// first; a hop another rule decides is refused, since the call has the limits and the
+/// confirmation of its own rule (`rule`), never that one's.
 fn url_check(
     d: Arc<Deployment>,
     op: String,
     principal: Principal,
     args: Args,
+    rule: corral_policy::RuleRef,
 ) -> corral_ops::http::UrlCheck {
     Arc::new(move |url: &str, method: &str| {
         let args = args
@@ -983,6 +993,13 @@ fn url_check(
             principal: &principal,
             args: &args,
         }) {
+            Decision::Allowed(a) if a.rule.index != rule.index => Err(OpError::new(
+                codes::POLICY_URL_NOT_ALLOWED,
+                format!(
+                    "redirect to `{url}` is allowed by rule `{}`, not by `{}` that allowed this call (whose limits and confirmation the call has); call `{url}` directly",
+                    a.rule.name, rule.name
+                ),
+            )),
             Decision::Allowed(a) => a.url.ok_or_else(|| {
                 OpError::new(
                     codes::POLICY_URL_NOT_ALLOWED,

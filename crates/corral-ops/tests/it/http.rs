@@ -641,6 +641,18 @@ async fn download(
     dest: &str,
     max_bytes: Option<u64>,
 ) -> Result<serde_json::Value, OpError> {
+    download_with(srv, path, root, dest, max_bytes, false).await
+}
+
+/// [`download`], replacing an existing file when `overwrite`.
+async fn download_with(
+    srv: &Server,
+    path: &str,
+    root: &std::path::Path,
+    dest: &str,
+    max_bytes: Option<u64>,
+    overwrite: bool,
+) -> Result<serde_json::Value, OpError> {
     use corral_policy::scope::{PathScope, PathScopeSpec};
     use corral_policy::{Decision, Engine, Policy, Request, Rule, Selector};
     let setup = |e: &dyn std::fmt::Display| OpError::new("test.setup", e.to_string());
@@ -675,7 +687,10 @@ async fn download(
         .ok_or_else(|| setup(&"no op"))?;
     let engine = Engine::new(catalog, Policy::new().rule(rule));
     let principal = Principal::new("tester", &[]);
-    let args = Args::new().str("url", &srv.url(path)).str("path", dest);
+    let mut args = Args::new().str("url", &srv.url(path)).str("path", dest);
+    if overwrite {
+        args = args.with("overwrite", corral_policy::ArgValue::Bool(true));
+    }
     let grant = match engine.decide(&Request {
         op: "http.download",
         principal: &principal,
@@ -747,14 +762,72 @@ async fn a_failed_download_leaves_no_file() -> TestResult {
     let r = download(&srv, "/nowhere", dir.path(), "missing.html", None).await;
     assert_eq!(code(&r), Some(codes::NET_HTTP_STATUS), "{r:?}");
     assert!(!dir.path().join("missing.html").exists());
-    // A path outside the scope is refused by the policy (nothing fetched); a file named
-    // `HEAD` by the op (nothing saved).
+    // A path outside the scope is refused by the policy, a file named `HEAD` by the op:
+    // both before anything is fetched.
     let before = srv.seen().len();
     let r = download(&srv, "/ok", dir.path(), "/etc/passwd", None).await;
     assert_eq!(code(&r), Some(codes::POLICY_PATH_OUTSIDE_SCOPE), "{r:?}");
     let r = download(&srv, "/ok", dir.path(), "HEAD", None).await;
     assert_eq!(code(&r), Some(codes::POLICY_PATH_DENIED), "{r:?}");
     assert!(!dir.path().join("HEAD").exists());
-    assert_eq!(srv.seen().len(), before + 1, "{:?}", srv.seen());
+    assert_eq!(
+        srv.seen().len(),
+        before,
+        "refused before fetching: {:?}",
+        srv.seen()
+    );
+    // Nothing of a failed download is left beside the path either.
+    let left: Vec<_> = std::fs::read_dir(dir.path())?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_or_timed_out_download_leaves_an_existing_file_as_it_was() -> TestResult {
+    let srv = Server::start().await?;
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("report.csv"), "ORIGINAL")?;
+    // Too large, with `overwrite`: the original stays.
+    let r = download_with(
+        &srv,
+        "/endless",
+        dir.path(),
+        "report.csv",
+        Some(100_000),
+        true,
+    )
+    .await;
+    assert_eq!(code(&r), Some(codes::LIMIT_TOO_LARGE), "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("report.csv"))?,
+        "ORIGINAL"
+    );
+    // Cut by the call's timeout (the body never ends): the same.
+    let r = tokio::time::timeout(
+        Duration::from_millis(500),
+        download_with(&srv, "/slow", dir.path(), "report.csv", None, true),
+    )
+    .await;
+    assert!(r.is_err(), "cancelled");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("report.csv"))?,
+        "ORIGINAL"
+    );
+    let names: Vec<_> = std::fs::read_dir(dir.path())?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["report.csv"], "no temporary file is left");
+    // Without `overwrite` an existing file is refused; with it, replaced whole.
+    let r = download(&srv, "/ok", dir.path(), "report.csv", None).await;
+    assert_eq!(code(&r), Some(codes::FILES_EXISTS), "{r:?}");
+    download_with(&srv, "/ok", dir.path(), "report.csv", None, true).await?;
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("report.csv"))?,
+        "hello"
+    );
     Ok(())
 }

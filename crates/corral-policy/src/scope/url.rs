@@ -344,11 +344,13 @@ impl UrlScope {
                 .as_ref()
                 .is_none_or(|p| url.port_or_known_default().is_some_and(|x| p.contains(&x)))
             && self.path_matches(&url)
-            && self
-                .spec
-                .methods
-                .as_ref()
-                .is_none_or(|m| m.iter().any(|x| x.eq_ignore_ascii_case(method)))
+            && self.spec.methods.as_ref().is_none_or(|m| {
+                // A server answers `HEAD` with its `GET` handler: a deny of `GET` covers both.
+                m.iter().any(|x| {
+                    x.eq_ignore_ascii_case(method)
+                        || (x == "GET" && method.eq_ignore_ascii_case("HEAD"))
+                })
+            })
     }
 }
 

@@ -93,7 +93,7 @@ pub async fn openapi(
 ) -> Result<Response, ApiError> {
     let d = state.gateway().deployment();
     let ops = d.callable_ops(&c.principal);
-    Ok(axum::Json(crate::openapi::document(&ops)).into_response())
+    Ok(axum::Json(crate::openapi::document(&ops, state.learning().is_some())).into_response())
 }
 
 /// Unknown routes.

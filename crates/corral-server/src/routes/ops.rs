@@ -86,7 +86,24 @@ pub async fn call(
         serde_json::Value::Object(serde_json::Map::new())
     } else {
         match serde_json::from_slice::<serde_json::Value>(&body) {
-            Ok(v) => v,
+            Ok(v) if v.is_object() => v,
+            Ok(v) => {
+                gw.audit_rejected(&caller, &id, &rid, codes::ARGS_MALFORMED, 400)
+                    .await;
+                let what = match v {
+                    serde_json::Value::Null => "`null`",
+                    serde_json::Value::Array(_) => "an array",
+                    _ => "a single value",
+                };
+                return Err(ApiError::new(
+                    codes::ARGS_MALFORMED,
+                    format!(
+                        "the body is {what}, not a JSON object of the op's arguments; send `{{}}` for none"
+                    ),
+                    Some(&id),
+                    &rid,
+                ));
+            }
             Err(e) => {
                 gw.audit_rejected(&caller, &id, &rid, codes::ARGS_MALFORMED, 400)
                     .await;

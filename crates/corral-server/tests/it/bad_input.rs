@@ -131,6 +131,12 @@ async fn arguments_that_do_not_fit_the_op_are_refused_and_write_nothing() {
         r.assert_error(400, code);
         assert!(!ws.root.join("made.txt").exists(), "{what} wrote the file");
     }
+    // A body that is JSON but not an object is refused, `null` included.
+    for body in ["null", "[]", "42", "\"x\""] {
+        let r = raw(&s, body, Some("application/json")).await;
+        r.assert_error(400, "args.malformed");
+        assert!(r.text.contains("not a JSON object"), "{body}: {}", r.text);
+    }
     // An empty body is no arguments at all.
     let r = raw(&s, Vec::new(), Some("application/json")).await;
     r.assert_error(400, "args.missing");

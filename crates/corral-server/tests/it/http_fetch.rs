@@ -33,6 +33,16 @@ async fn upstream_handler(State(hits): State<Arc<AtomicUsize>>, req: Request) ->
         "/ten" => redirect("http://10.0.0.1/"),
         "/away" => redirect("http://example.com/"),
         "/self" => redirect("/"),
+        "/to-localhost" => {
+            let port = req
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .and_then(|h| h.rsplit(':').next())
+                .unwrap_or_default()
+                .to_owned();
+            redirect(&format!("http://localhost:{port}/"))
+        }
         _ => "hello from upstream".into_response(),
     }
 }
@@ -211,4 +221,38 @@ async fn a_redirect_to_an_internal_address_is_refused_even_when_no_rule_names_it
     assert_eq!(r.status, 403, "{}", r.text);
     assert!(r.code().starts_with("policy."), "{}", r.text);
     assert_eq!(up.hits.load(Ordering::SeqCst), 1);
+}
+
+/// A redirect to a url another rule allows is refused: the call has the limits and the
+/// confirmation of the rule that allowed it, never that one's.
+#[tokio::test]
+async fn a_redirect_to_a_host_another_rule_allows_is_refused() {
+    let up = upstream().await;
+    let ws = Workspace::new();
+    let s = gateway(
+        &ws,
+        &format!(
+            "  - allow: [http.fetch]
+    urls: {{hosts: [127.0.0.1], schemes: [http], ports: [{p}], block_private: false}}
+  - allow: [http.fetch]
+    urls: {{hosts: [localhost], schemes: [http], ports: [{p}], block_private: false}}
+    limits: {{max_bytes: 10B}}
+",
+            p = up.port
+        ),
+    )
+    .await;
+    let r = s
+        .call(
+            "http.fetch",
+            json!({"url": format!("http://127.0.0.1:{}/to-localhost", up.port)}),
+        )
+        .await;
+    r.assert_error(403, "policy.url_not_allowed");
+    assert!(r.text.contains("call `http://localhost"), "{}", r.text);
+    assert_eq!(
+        up.hits.load(Ordering::SeqCst),
+        1,
+        "the hop was never fetched"
+    );
 }
