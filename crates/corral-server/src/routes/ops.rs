@@ -33,6 +33,30 @@ fn is_json(ct: &HeaderValue) -> bool {
     essence.trim().eq_ignore_ascii_case("application/json")
 }
 
+/// The arguments of an op call's body: a JSON object (an empty body is `{}`); why not, else.
+fn call_args(body: &[u8], json_content: bool) -> Result<serde_json::Value, String> {
+    if !json_content && !body.is_empty() {
+        return Err("send the arguments as JSON with `Content-Type: application/json`".to_owned());
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::Value::Object(serde_json::Map::new()));
+    }
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v) if v.is_object() => Ok(v),
+        Ok(v) => {
+            let what = match v {
+                serde_json::Value::Null => "`null`",
+                serde_json::Value::Array(_) => "an array",
+                _ => "a single value",
+            };
+            Err(format!(
+                "the body is {what}, not a JSON object of the op's arguments; send `{{}}` for none"
+            ))
+        }
+        Err(e) => Err(format!("the body is not valid JSON: {e}")),
+    }
+}
+
 /// `POST /ops/{id}`.
 pub async fn call(
     State(state): State<AppState>,
@@ -72,48 +96,17 @@ pub async fn call(
             return Ok(e.response(limit, Some(&id), &rid));
         }
     };
-    if !json_content && !body.is_empty() {
-        gw.audit_rejected(&caller, &id, &rid, codes::ARGS_MALFORMED, 400)
-            .await;
-        return Err(ApiError::new(
-            codes::ARGS_MALFORMED,
-            "send the arguments as JSON with `Content-Type: application/json`",
-            Some(&id),
-            &rid,
-        ));
-    }
-    let args = if body.iter().all(u8::is_ascii_whitespace) {
-        serde_json::Value::Object(serde_json::Map::new())
-    } else {
-        match serde_json::from_slice::<serde_json::Value>(&body) {
-            Ok(v) if v.is_object() => v,
-            Ok(v) => {
-                gw.audit_rejected(&caller, &id, &rid, codes::ARGS_MALFORMED, 400)
-                    .await;
-                let what = match v {
-                    serde_json::Value::Null => "`null`",
-                    serde_json::Value::Array(_) => "an array",
-                    _ => "a single value",
-                };
-                return Err(ApiError::new(
-                    codes::ARGS_MALFORMED,
-                    format!(
-                        "the body is {what}, not a JSON object of the op's arguments; send `{{}}` for none"
-                    ),
-                    Some(&id),
-                    &rid,
-                ));
-            }
-            Err(e) => {
-                gw.audit_rejected(&caller, &id, &rid, codes::ARGS_MALFORMED, 400)
-                    .await;
-                return Err(ApiError::new(
-                    codes::ARGS_MALFORMED,
-                    format!("the body is not valid JSON: {e}"),
-                    Some(&id),
-                    &rid,
-                ));
-            }
+    let args = match call_args(&body, json_content) {
+        Ok(a) => a,
+        Err(message) => {
+            gw.audit_rejected(&caller, &id, &rid, codes::ARGS_MALFORMED, 400)
+                .await;
+            return Err(ApiError::new(
+                codes::ARGS_MALFORMED,
+                message,
+                Some(&id),
+                &rid,
+            ));
         }
     };
     let opts = match options {
