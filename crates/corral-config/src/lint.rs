@@ -333,6 +333,9 @@ impl<'a> Linter<'a> {
                     .with_fix("use `permissions: workspace-write` unless the agent really needs the whole machine"),
                 );
             }
+            if !scope.spec().confirm_writes_outside.is_empty() {
+                self.holds_unapplied(i, r, span);
+            }
             if file_scoped && scope.spec().permissions.is_none() {
                 self.push(
                     Diagnostic::warning(
@@ -350,6 +353,49 @@ impl<'a> Linter<'a> {
                 );
             }
         }
+    }
+
+    /// `lint.agent_holds_unapplied`: rule `r` (the `i`-th) holds an agent's writes for a
+    /// person, and for an adapter it hosts no allow rule mounts `apply_writes`.
+    fn holds_unapplied(&mut self, i: usize, r: &Rule, span: Option<Span>) {
+        let apply_mounted = |a: &str| {
+            let id = format!("agents.{a}.sessions.apply_writes");
+            self.l.policy.rules.iter().any(|x| {
+                x.effect == RuleEffect::Allow
+                    && self.ops_mounted_by(x).iter().any(|op| op.id.as_str() == id)
+            })
+        };
+        let missing: Vec<&str> = corral_policy::scope::agent::ADAPTERS
+            .iter()
+            .copied()
+            .filter(|a| {
+                self.ops_mounted_by(r)
+                    .iter()
+                    .any(|op| op.id.as_str().starts_with(&format!("agents.{a}.")))
+                    && !apply_mounted(a)
+            })
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let (loc, _) = self.rule_place(i);
+        let ops: Vec<String> = missing
+            .iter()
+            .map(|a| format!("`agents.{a}.sessions.apply_writes`"))
+            .collect();
+        self.push(
+            Diagnostic::warning(
+                codes::LINT_AGENT_HOLDS_UNAPPLIED,
+                format!(
+                    "the agent scope of `{}` holds writes outside its `confirm_writes_outside` directories for a person, and no allow rule mounts {}: what it holds can never be applied",
+                    r.name,
+                    ops.join(", ")
+                ),
+                format!("{loc}.agents.confirm_writes_outside"),
+                span,
+            )
+            .with_fix(format!("allow {} (a person confirms each call)", ops.join(", "))),
+        );
     }
 
     /// `lint.lab_program_unisolated`: lab programs declared where none can run.

@@ -715,6 +715,9 @@ catalog! {
     LINT_AGENT_PERMISSIONS_IMPLICIT = "lint.agent_permissions_implicit", 0,
         "agents are allowed together with file ops under a `paths:` scope, and the agent scope does not state `permissions`: path scopes do not confine agents",
         "write `permissions: read-only` (or `workspace-write`) in the rule's `agents:` scope, so what the agent may change is stated where it applies";
+    LINT_AGENT_HOLDS_UNAPPLIED = "lint.agent_holds_unapplied", 0,
+        "an agent scope holds writes for a person (`confirm_writes_outside`), and no allow rule mounts the op that applies them (`agents.<a>.sessions.apply_writes`): what it holds can never reach the workdir",
+        "allow `agents.<a>.sessions.apply_writes` (each call is confirmed by a person), or remove `confirm_writes_outside` if nothing outside its directories may ever change";
     LEARNING_PROVIDER_CONVERSATION = "learning.provider_conversation", 400,
         "in learning mode, the root agent's Responses request names a conversation the model provider keeps (`previous_response_id` or `conversation`): the answer guard reads each reply after the history the request itself carries, so it could not see what the learner read before",
         "send the whole conversation in `input` (with `store: false`), as codex does";

@@ -430,3 +430,33 @@ fn a_group_selector_that_reaches_only_agent_ops_without_an_agents_scope_matches_
         list(&findings)
     );
 }
+
+#[test]
+fn a_scope_that_holds_writes_needs_a_rule_that_applies_them() {
+    let rule = |ops: &str| {
+        format!(
+            "version: 1\nrules:\n  - allow: [{ops}]\n    agents: {{workdir: /w, permissions: workspace-write, confirm_writes_outside: [/w/src]}}\n{TOKENS}"
+        )
+    };
+    let l = load(&rule("agents.codex.run"));
+    let findings = lint::lint(&l);
+    let d = the(
+        &findings,
+        codes::LINT_AGENT_HOLDS_UNAPPLIED,
+        Severity::Warning,
+    );
+    assert!(
+        d.message.contains("agents.codex.sessions.apply_writes"),
+        "{d:?}"
+    );
+    let l = load(&rule(
+        "agents.codex.run, agents.codex.sessions.apply_writes",
+    ));
+    assert!(
+        !lint::lint(&l)
+            .iter()
+            .any(|d| d.code == codes::LINT_AGENT_HOLDS_UNAPPLIED),
+        "{}",
+        list(&lint::lint(&l))
+    );
+}
