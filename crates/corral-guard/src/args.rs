@@ -17,11 +17,17 @@ pub struct ArgsRejection {
 pub fn parse_args(spec: &OpSpec, json: &serde_json::Value) -> Result<Args, ArgsRejection> {
     let obj = match json {
         serde_json::Value::Object(m) => m,
-        serde_json::Value::Null => &serde_json::Map::new(),
-        _ => {
+        other => {
+            let what = match other {
+                serde_json::Value::Null => "`null`",
+                serde_json::Value::Array(_) => "an array",
+                _ => "a single value",
+            };
             return Err(ArgsRejection {
                 code: codes::ARGS_MALFORMED,
-                message: "the request body must be a JSON object of arguments".to_owned(),
+                message: format!(
+                    "the arguments are {what}, not a JSON object of them; send `{{}}` for none"
+                ),
             });
         }
     };

@@ -33,7 +33,9 @@ fn is_json(ct: &HeaderValue) -> bool {
     essence.trim().eq_ignore_ascii_case("application/json")
 }
 
-/// The arguments of an op call's body: a JSON object (an empty body is `{}`); why not, else.
+/// The arguments of an op call's body, as JSON (an empty body is `{}`); why not, else. Whether
+/// they are an object is the gateway's to judge, once the op is resolved (an op the caller
+/// may not call answers 404 whatever the body holds).
 fn call_args(body: &[u8], json_content: bool) -> Result<serde_json::Value, String> {
     if !json_content && !body.is_empty() {
         return Err("send the arguments as JSON with `Content-Type: application/json`".to_owned());
@@ -41,20 +43,8 @@ fn call_args(body: &[u8], json_content: bool) -> Result<serde_json::Value, Strin
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(serde_json::Value::Object(serde_json::Map::new()));
     }
-    match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(v) if v.is_object() => Ok(v),
-        Ok(v) => {
-            let what = match v {
-                serde_json::Value::Null => "`null`",
-                serde_json::Value::Array(_) => "an array",
-                _ => "a single value",
-            };
-            Err(format!(
-                "the body is {what}, not a JSON object of the op's arguments; send `{{}}` for none"
-            ))
-        }
-        Err(e) => Err(format!("the body is not valid JSON: {e}")),
-    }
+    serde_json::from_slice::<serde_json::Value>(body)
+        .map_err(|e| format!("the body is not valid JSON: {e}"))
 }
 
 /// `POST /ops/{id}`.
