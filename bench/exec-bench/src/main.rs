@@ -62,6 +62,7 @@ fn request() -> ExecRequest {
         network: None,
         exec_only: None,
         hold: None,
+        apply_only_if_ok: false,
     }
 }
 

@@ -429,6 +429,7 @@ impl Session {
             }),
             exec_only: self.exec_only(),
             hold: self.new_hold()?,
+            apply_only_if_ok: false,
         };
         Ok((req, prompt.as_bytes().to_vec()))
     }
@@ -530,6 +531,8 @@ impl Session {
             network: Some(RunNetwork::None),
             exec_only: None,
             hold: None,
+            // All or nothing: a failing apply leaves the workdir as it was.
+            apply_only_if_ok: true,
         };
         let out = self.backend.run(req).await.map_err(|e| {
             AgentError::new(
@@ -537,13 +540,12 @@ impl Session {
                 format!("the held changes could not be applied: {e} ({})", e.code()),
             )
         })?;
-        if out.exit_code != Some(0) {
-            // Kept: a person may look, and apply again (what was applied stays applied).
-            let applied = out.changes.as_ref().map_or(0, |c| c.applied);
+        if out.exit_code != Some(0) || out.changes.as_ref().is_none_or(|c| c.discarded) {
+            // Nothing reached the workdir; the hold is kept for a person to look at.
             return Err(AgentError::new(
                 codes::AGENTS_SANDBOX,
                 format!(
-                    "applying the held changes ended with {} after {applied} entries were applied; stderr ends: {:?}; the hold is kept, and applying it again applies the rest",
+                    "applying the held changes ended with {} (stderr ends: {:?}); nothing was applied, and the hold is kept",
                     ending(&out),
                     stderr_tail(&out)
                 ),

@@ -92,6 +92,10 @@ pub struct ExecRequest {
     /// `confirm_writes_outside`); `None`: every change is applied. Needs a backend with a
     /// copy-on-write layer; one without refuses the run.
     pub hold: Option<Hold>,
+    /// Apply the run's copy-on-write layer only if the program exited 0 (a timeout, a signal
+    /// or a non-zero exit discards every change: [`Changes::discarded`]); `false`: whatever
+    /// the program did is applied, as it ended.
+    pub apply_only_if_ok: bool,
 }
 
 /// Which changes of a run are held, and where: a change beneath `within` (one of the run's
@@ -316,6 +320,10 @@ pub struct Changes {
     /// Held changes beyond the listed ones.
     #[serde(default)]
     pub held_unlisted: u64,
+    /// Nothing was applied: the run asked for its changes only if it succeeded, and it did
+    /// not ([`ExecRequest::apply_only_if_ok`]).
+    #[serde(default)]
+    pub discarded: bool,
 }
 
 /// One change that did not reach the host.

@@ -358,10 +358,11 @@ fn attestation(primitives: Vec<String>) -> Attestation {
 /// An allow-list (of the network, of the programs run) promises that nothing else is
 /// reachable: a plain child cannot keep it.
 fn refuse_egress(req: &ExecRequest) -> Result<(), ExecError> {
-    if req.hold.is_some() {
+    if req.hold.is_some() || req.apply_only_if_ok {
         return Err(ExecError::Unavailable {
             backend: "process",
-            missing: "holding changes for a person needs a copy-on-write layer; use \
+            missing: "holding changes for a person, or applying them only if the run succeeds, \
+                      needs a copy-on-write layer; use \
                       `isolation: {backend: linux}`"
                 .to_owned(),
         });

@@ -109,6 +109,7 @@ impl ProgramSpec {
             network: Some(net),
             exec_only: None,
             hold: None,
+            apply_only_if_ok: false,
         }
     }
 }

@@ -316,6 +316,7 @@ async fn run_once(
         network: corral_ops::exec::run_network(spec.network.as_ref(), None),
         exec_only: None,
         hold: None,
+        apply_only_if_ok: false,
     };
     let (attach_tx, attach_rx) = oneshot::channel();
     let run_backend = Arc::clone(backend);

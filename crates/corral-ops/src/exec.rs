@@ -231,6 +231,7 @@ impl Op for CommandsRun {
                 network: run_network(grant.network.as_ref(), ctx.egress_log.as_ref()),
                 exec_only: None,
                 hold: None,
+                apply_only_if_ok: false,
             };
             run(&ctx, req).await
         })
@@ -393,6 +394,7 @@ impl Op for CustomOp {
                 network: run_network(self.run.network.as_ref(), ctx.egress_log.as_ref()),
                 exec_only: None,
                 hold: None,
+                apply_only_if_ok: false,
             };
             run(&ctx, req).await
         })

@@ -212,6 +212,7 @@ fn smoke_run(
         network: None,
         exec_only: None,
         hold: None,
+        apply_only_if_ok: false,
     };
     let out = rt.block_on(backend.run(req)).map_err(|e| e.to_string())?;
     let a = &out.attestation;

@@ -575,6 +575,7 @@ fn request(argv: &[String], args: &Settings) -> Result<ExecRequest, Failure> {
         },
         exec_only: None,
         hold: None,
+        apply_only_if_ok: false,
     })
 }
 

@@ -352,9 +352,9 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
     // An init that already failed has reported why; its closed pipe is no error of ours.
     let _ = write_all(&spec_write, &len).and_then(|()| write_all(&spec_write, &json));
     drop(spec_write);
-    let timed_out = wait_until(init_pid, deadline);
+    let (timed_out, target_ok) = wait_until(init_pid, deadline);
     // The pid namespace is gone: nothing changes the layer any more.
-    apply_layer(&spec, &layer_rx, status);
+    apply_layer(&spec, &layer_rx, status, target_ok && !timed_out);
     if let Some(pid) = assistant {
         idmap::reap(pid);
     }
@@ -364,12 +364,21 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
 
 /// Applies the run's copy-on-write layer (if it has one and the init sent it) and reports its
 /// changes.
-fn apply_layer(spec: &Spec, layer_rx: &OwnedFd, status: &StatusPipe) {
+fn apply_layer(spec: &Spec, layer_rx: &OwnedFd, status: &StatusPipe, target_ok: bool) {
     let Some(cow) = &spec.cow else {
         return;
     };
     let paths = mounts::cow_paths(spec);
     if let Some(layer) = receive_layer(layer_rx, paths.len(), cow.hold.is_some()) {
+        if cow.apply_only_if_ok && !target_ok {
+            drop(layer);
+            let changes = crate::Changes {
+                discarded: true,
+                ..crate::Changes::default()
+            };
+            status.send(&Status::Changes { changes });
+            return;
+        }
         let changes = apply::apply(
             layer,
             &paths,
@@ -489,11 +498,12 @@ fn die_with(parent: i32) -> Result<(), StepError> {
 /// Waits for the init; kills it (and so its whole pid namespace) when `deadline` passes. Returns
 /// whether it timed out. On return the init is reaped, which the kernel reports only once every
 /// process of its namespace is gone.
-fn wait_until(init: Pid, deadline: Instant) -> bool {
+fn wait_until(init: Pid, deadline: Instant) -> (bool, bool) {
     let pidfd = rustix::process::pidfd_open(init, rustix::process::PidfdFlags::empty()).ok();
     loop {
         match rustix::process::waitpid(Some(init), WaitOptions::NOHANG) {
-            Ok(Some(_)) | Err(rustix::io::Errno::CHILD) => return false,
+            Ok(Some((_, st))) => return (false, st.exit_status() == Some(0)),
+            Err(rustix::io::Errno::CHILD) => return (false, false),
             Ok(None) | Err(_) => {}
         }
         let left = deadline.saturating_duration_since(Instant::now());
@@ -503,7 +513,7 @@ fn wait_until(init: Pid, deadline: Instant) -> bool {
             loop {
                 match rustix::process::waitpid(Some(init), WaitOptions::empty()) {
                     Err(rustix::io::Errno::INTR) => continue,
-                    _ => return true,
+                    _ => return (true, false),
                 }
             }
         }
@@ -608,6 +618,11 @@ fn init(
     }
     let (code, signal) = exit.unwrap_or((None, None));
     status.send(&Status::Exited { code, signal });
+    let ended = if code == Some(0) {
+        0
+    } else {
+        EXIT_TARGET_FAILED
+    };
     // Whatever the target left behind dies with it.
     #[expect(unsafe_code, reason = "kill(-1) has no wrapper in rustix")]
     // SAFETY: a plain system call; from pid 1 of a pid namespace, -1 means every other process
@@ -617,8 +632,12 @@ fn init(
         rustix::process::wait(WaitOptions::empty()),
         Err(rustix::io::Errno::CHILD)
     ) {}
-    std::process::exit(0)
+    // The helper learns from the init's own status whether the target succeeded.
+    std::process::exit(ended)
 }
+
+/// The init's exit status when the target did not exit 0.
+const EXIT_TARGET_FAILED: i32 = 3;
 
 /// Installs the run's seccomp filters (and, with an execute allow-list, the one refusing memory
 /// files), attesting each; the failing step's name and error.

@@ -750,7 +750,13 @@ impl LinuxBackend {
             quota: req.limits.write_quota.unwrap_or(DEFAULT_WRITE_QUOTA),
             protected: protected_wire(&req.protected),
             hold: req.hold.clone(),
+            apply_only_if_ok: req.apply_only_if_ok,
         });
+        if cow.is_none() && req.apply_only_if_ok {
+            return Err(ExecError::Invalid(
+                "a run whose writes are live (attached, without the copy-on-write layer) cannot apply them only if it succeeds".into(),
+            ));
+        }
         if let Some(hold) = &req.hold {
             if cow.is_none() {
                 return Err(ExecError::Invalid(

@@ -130,6 +130,9 @@ pub(crate) struct CowSpec {
     /// Changes to hold rather than apply.
     #[serde(default)]
     pub(crate) hold: Option<crate::Hold>,
+    /// Apply the layer only if the target exited 0.
+    #[serde(default)]
+    pub(crate) apply_only_if_ok: bool,
 }
 
 /// `corral_policy::ProtectedSpec` on the wire.

@@ -456,6 +456,7 @@ impl World {
             network: None,
             exec_only: None,
             hold: None,
+            apply_only_if_ok: false,
         }
     }
 

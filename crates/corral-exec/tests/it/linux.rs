@@ -993,3 +993,33 @@ async fn a_hold_never_changes_a_directory_on_the_way_to_a_free_one() {
     );
     assert_eq!(mode("n"), 0o755, "one made on the way gets 0755");
 }
+
+#[tokio::test]
+async fn a_run_that_asks_for_all_or_nothing_applies_nothing_when_it_fails() {
+    let (_keep, dir) = tempdir();
+    std::fs::write(dir.join("old.txt"), "old").unwrap();
+    let script = |code: i32| {
+        let mut req = shell(&format!(
+            "cd \"$W\" && echo new > new.txt && rm old.txt && exit {code}"
+        ));
+        req.env = vec![("W".into(), dir.display().to_string())];
+        req.write_paths = vec![dir.clone()];
+        req.apply_only_if_ok = true;
+        req
+    };
+    let out = run(script(1)).await;
+    assert_eq!(out.exit_code, Some(1));
+    let changes = out.changes.expect("the layer's report");
+    assert!(changes.discarded, "{changes:?}");
+    assert_eq!(changes.applied, 0);
+    assert!(!dir.join("new.txt").exists());
+    assert_eq!(std::fs::read_to_string(dir.join("old.txt")).unwrap(), "old");
+    let out = run(script(0)).await;
+    let changes = out.changes.expect("the layer's report");
+    assert!(!changes.discarded);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("new.txt")).unwrap(),
+        "new\n"
+    );
+    assert!(!dir.join("old.txt").exists());
+}

@@ -59,6 +59,7 @@ pub fn request(argv: &[&str]) -> ExecRequest {
         network: None,
         exec_only: None,
         hold: None,
+        apply_only_if_ok: false,
     }
 }
 

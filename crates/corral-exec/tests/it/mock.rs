@@ -21,6 +21,7 @@ fn req(argv: &[&str]) -> ExecRequest {
         network: None,
         exec_only: None,
         hold: None,
+        apply_only_if_ok: false,
     }
 }
 
