@@ -18,8 +18,21 @@ fn text_param(name: &str, max: u32, description: &str) -> Value {
            "schema": {"type": "string", "minLength": 1, "maxLength": max, "pattern": "^[^\\u0000-\\u001F\\u007F]+$"}})
 }
 
-/// The document (`learning`: learning mode is on, so `POST /learning/hint` exists).
-pub fn document(ops: &[&OpSpec], learning: bool) -> Value {
+/// What of the deployment decides which routes answer: the LLM proxy's routes only with a
+/// provider (`llm:`), `POST /learning/hint` only in learning mode.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Routes {
+    /// Learning mode is on.
+    pub learning: bool,
+    /// The LLM proxy has a provider.
+    pub llm: bool,
+}
+
+/// The pattern of a lab listing's page cursor (`<ms>.<id>`), or empty (the first page).
+const LAB_CURSOR: &str = "^([0-9]{1,15}\\.[A-Za-z0-9_-]{1,64})?$";
+
+/// The document.
+pub fn document(ops: &[&OpSpec], routes: Routes) -> Value {
     let mut paths = serde_json::Map::new();
     for op in ops {
         let schema = corral_mcp::schema::input_schema(op);
@@ -103,7 +116,7 @@ pub fn document(ops: &[&OpSpec], learning: bool) -> Value {
     );
     sandbox_paths(&mut paths, &err);
     agent_paths(&mut paths, &err);
-    platform_paths(&mut paths, &err, learning);
+    platform_paths(&mut paths, &err, routes);
     finish(&mut paths, &err);
     json!({
         "openapi": "3.1.0",
@@ -273,7 +286,7 @@ fn id_param() -> Value {
 fn page_params() -> Value {
     json!([
         {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
-        {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page", "schema": {"type": "string"}}
+        {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page (empty: the first page)", "schema": {"type": "string", "pattern": LAB_CURSOR}}
     ])
 }
 
@@ -515,7 +528,7 @@ fn agent_paths(paths: &mut serde_json::Map<String, Value>, err: &Value) {
 /// The routes outside the ops, the lab and the agents host: the listings, `/me`, `/healthz`,
 /// `/llms.txt`, `/metrics`, this document, `/mcp`, the LLM proxy and (in learning mode)
 /// `POST /learning/hint`.
-fn platform_paths(paths: &mut serde_json::Map<String, Value>, err: &Value, learning: bool) {
+fn platform_paths(paths: &mut serde_json::Map<String, Value>, err: &Value, routes: Routes) {
     let e = |d: &str| json!({"description": d, "content": {"application/json": {"schema": err}}});
     let obj = |d: &str| json!({"description": d, "content": {"application/json": {"schema": {"type": "object"}}}});
     let text = |d: &str, ct: &str| json!({"description": d, "content": {ct: {"schema": {"type": "string"}}}});
@@ -555,14 +568,17 @@ fn platform_paths(paths: &mut serde_json::Map<String, Value>, err: &Value, learn
         }
         o
     };
-    paths.insert("/v1/chat/completions".into(), json!({"post": llm("llm.chat_completions", "the LLM proxy, OpenAI Chat Completions (the op `llm.chat`)", true)}));
-    paths.insert("/v1/responses".into(), json!({"post": llm("llm.responses", "the LLM proxy, OpenAI Responses (the op `llm.chat`)", true)}));
-    paths.insert("/v1/messages".into(), json!({"post": llm("llm.messages", "the LLM proxy, Anthropic Messages (the op `llm.chat`; `x-api-key` is read as the token too)", true)}));
-    paths.insert(
-        "/v1/models".into(),
-        json!({"get": llm("llm.models", "the models the LLM proxy serves", false)}),
-    );
-    if learning {
+    // Without a provider these answer `503 llm.not_configured`, and are not listed.
+    if routes.llm {
+        paths.insert("/v1/chat/completions".into(), json!({"post": llm("llm.chat_completions", "the LLM proxy, OpenAI Chat Completions (the op `llm.chat`)", true)}));
+        paths.insert("/v1/responses".into(), json!({"post": llm("llm.responses", "the LLM proxy, OpenAI Responses (the op `llm.chat`)", true)}));
+        paths.insert("/v1/messages".into(), json!({"post": llm("llm.messages", "the LLM proxy, Anthropic Messages (the op `llm.chat`; `x-api-key` is read as the token too)", true)}));
+        paths.insert(
+            "/v1/models".into(),
+            json!({"get": llm("llm.models", "the models the LLM proxy serves", false)}),
+        );
+    }
+    if routes.learning {
         paths.insert("/learning/hint".into(), json!({"post": {"operationId": "learning.hint", "summary": "take a hint: the learner's level goes up one (a verified person only; every hint is recorded)", "parameters": [],
             "responses": {"200": obj("`{level, hints}`"), "403": e("learning.not_a_person"), "409": e("learning.no_more_hints"), "429": e("learning.too_soon")},
             "security": [{"bearer": []}]}}));

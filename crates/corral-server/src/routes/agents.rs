@@ -215,7 +215,7 @@ fn page_of(q: &HashMap<String, String>) -> Result<Page, &'static str> {
             .map_err(|_| "`limit` must be a whole number from 1 to 100")?,
         None => 20,
     };
-    let after = match q.get("after") {
+    let after = match q.get("after").filter(|a| !a.is_empty()) {
         Some(a) => Some(
             a.parse()
                 .map_err(|_| "`after` must be the `next` cursor of a previous page")?,

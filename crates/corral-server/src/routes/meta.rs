@@ -93,7 +93,11 @@ pub async fn openapi(
 ) -> Result<Response, ApiError> {
     let d = state.gateway().deployment();
     let ops = d.callable_ops(&c.principal);
-    Ok(axum::Json(crate::openapi::document(&ops, state.learning().is_some())).into_response())
+    let routes = crate::openapi::Routes {
+        learning: state.learning().is_some(),
+        llm: state.llm().is_some(),
+    };
+    Ok(axum::Json(crate::openapi::document(&ops, routes)).into_response())
 }
 
 /// Unknown routes.

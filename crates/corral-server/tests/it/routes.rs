@@ -375,3 +375,63 @@ async fn a_path_or_query_that_does_not_decode_is_refused_for_credentials_first_a
         .await
         .assert_error(404, "confirmation.not_found");
 }
+
+/// `/openapi.json` describes every route of the server (those of the table above, the agents
+/// routes under `/agents/{adapter}` too), has `servers`, a 401 on every operation that needs a
+/// token, and required bodies; the LLM proxy's routes only with a provider.
+#[tokio::test]
+async fn the_openapi_document_describes_every_route_with_its_401_and_required_bodies() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let r = send(
+        s.client()
+            .get(s.url("/openapi.json"))
+            .bearer_auth(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let doc = r.json();
+    assert!(doc["servers"][0]["url"].is_string(), "{doc}");
+    for (method, path) in [
+        ("get", "/healthz"),
+        ("get", "/llms.txt"),
+        ("get", "/ops"),
+        ("post", "/ops/core.health"),
+        ("get", "/capabilities"),
+        ("get", "/me"),
+        ("get", "/audit"),
+        ("get", "/metrics"),
+        ("get", "/openapi.json"),
+        ("post", "/mcp"),
+        ("get", "/confirmations"),
+        ("post", "/confirmations/{action_id}/decision"),
+        ("get", "/v1/sandbox/scenarios"),
+        ("post", "/v1/agents/sessions"),
+        ("post", "/agents/{adapter}/v1/agents/sessions"),
+        ("get", "/agents/{adapter}/v1/agents/sessions/{id}/events"),
+    ] {
+        assert!(
+            doc["paths"][path][method]["operationId"].is_string(),
+            "{method} {path} is not documented"
+        );
+    }
+    assert!(
+        doc["paths"].get("/v1/chat/completions").is_none(),
+        "no provider: the LLM proxy's routes answer 503 and are not listed"
+    );
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let open = op["security"].as_array().is_some_and(Vec::is_empty);
+            assert!(
+                open || op["responses"]["401"].is_object(),
+                "{method} {path} has no 401"
+            );
+            if let Some(body) = op.get("requestBody") {
+                assert_eq!(body["required"], true, "{method} {path}");
+            }
+        }
+    }
+    let run = &doc["paths"]["/ops/core.health"]["post"]["parameters"][0];
+    assert_eq!(run["name"], "X-Corral-Run");
+    assert_eq!(run["schema"]["pattern"], "^[A-Za-z0-9_.:-]{1,128}$");
+}
