@@ -282,15 +282,21 @@ fn run_local(a: &Args, args: Value) -> CliResult {
             .await
             .map_err(|e| CliError::coded(e.code(), &e))?;
         let request_id = uuid::Uuid::now_v7().to_string();
-        let reply = runtime
+        let (reply, outcome) = runtime
             .gateway()
-            .call(corral_guard::Call {
-                caller,
-                op: a.op.clone(),
-                args,
-                request_id: request_id.clone(),
-            })
+            .call_traced(
+                corral_guard::Call {
+                    caller,
+                    op: a.op.clone(),
+                    args,
+                    request_id: request_id.clone(),
+                },
+                corral_guard::CallOptions::default(),
+            )
             .await;
+        if outcome == corral_guard::audit::Outcome::Replayed {
+            note_replayed(&a.op);
+        }
         let code = match reply {
             corral_guard::Reply::Json(v) => {
                 report_success(&a.op, &request_id, &v, a.format).map(|e| failed_exit(a, &v, e))

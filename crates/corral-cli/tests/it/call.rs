@@ -395,6 +395,27 @@ fn a_write_waits_for_corral_confirm_then_runs_once() {
         "{err}"
     );
 
+    // In-process (`--local`, the same state directory and requester): the same stored
+    // outcome, and the same note.
+    let ws = dir.path().join("ws");
+    let _ = std::fs::write(
+        dir.path().join("corral.yaml"),
+        format!(
+            "version: 1\npreset: {{name: workspace_jail, root: {}}}\n",
+            ws.display()
+        ),
+    );
+    let local = [
+        "call",
+        "--local",
+        "files.write",
+        "path=approved.txt",
+        "content=hi",
+    ];
+    let (code, _, err) = corral(dir.path(), &local);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("did not run again"), "{err}");
+
     // An unknown action is refused with its code, and exits 1.
     let (code, _, err) = corral(dir.path(), &["confirm", "no-such-action", "--server", &url]);
     assert_eq!(code, 1, "{err}");
