@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use super::extract::{Agents, Authed};
 use super::sandbox::answer;
 use crate::AppState;
-use crate::error::ApiError;
+use crate::error::{ApiError, REPLAYED_HEADER};
 
 /// The header naming the adapter (the second case of the selection order).
 pub const ADAPTER_HEADER: &str = "x-corral-adapter";
@@ -91,15 +91,21 @@ async fn json_body(state: &AppState, request: Request, rid: &str) -> Result<Valu
 
 /// Calls op `op` with `args` as the caller, through the gateway: the handler's JSON, or the
 /// refusal as the wire error.
-async fn call_op(auth: &Authed<Agents>, op: String, args: Value) -> Result<Value, ApiError> {
+/// Calls `op` through the guard chain: its result, and whether it is an approved call's stored
+/// outcome (it did not run again: the caller marks the answer so).
+async fn call_op(
+    auth: &Authed<Agents>,
+    op: String,
+    args: Value,
+) -> Result<(Value, bool), ApiError> {
     let rid = &auth.request_id;
     let opts = auth
         .options
         .clone()
         .map_err(|m| ApiError::new(super::extract::INVALID_HEADER, m, Some(&op), rid))?;
-    let reply = auth
+    let (reply, outcome) = auth
         .gateway
-        .call_with(
+        .call_traced(
             Call {
                 caller: auth.caller.clone(),
                 op: op.clone(),
@@ -109,9 +115,13 @@ async fn call_op(auth: &Authed<Agents>, op: String, args: Value) -> Result<Value
             opts,
         )
         .await;
+    let replayed = outcome == corral_guard::audit::Outcome::Replayed;
     match reply {
-        Reply::Json(v) => Ok(v),
-        Reply::Refused(r) => Err(ApiError::from_refusal(&r, Some(&op), rid)),
+        Reply::Json(v) => Ok((v, replayed)),
+        Reply::Refused(r) => {
+            let e = ApiError::from_refusal(&r, Some(&op), rid);
+            Err(if replayed { e.replayed() } else { e })
+        }
         Reply::Stream(_) => Err(ApiError::new(
             codes::SERVER_INTERNAL,
             "an agents op answered a byte stream",
@@ -464,8 +474,17 @@ pub async fn create_session(
         args.insert("metadata".into(), m.clone());
     }
     let op = format!("agents.{}.sessions.create", selected.adapter.name());
-    let session = call_op(&auth, op, Value::Object(args)).await?;
-    Ok(answer(StatusCode::OK, session_obj(&session), &rid))
+    let (session, replayed) = call_op(&auth, op, Value::Object(args)).await?;
+    let mut body = session_obj(&session);
+    if replayed {
+        body["replayed"] = json!(true);
+    }
+    let mut resp = answer(StatusCode::OK, body, &rid);
+    if replayed {
+        resp.headers_mut()
+            .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    }
+    Ok(resp)
 }
 
 /// `GET /v1/agents/sessions`: the caller's sessions, newest first.
@@ -534,6 +553,7 @@ pub async fn post_events(
         ));
     };
     let op = format!("agents.{}.sessions.send_event", s.adapter);
+    let mut replayed = false;
     for e in events {
         let event = match e["type"].as_str() {
             Some("agent.session.input.message") => {
@@ -551,9 +571,13 @@ pub async fn post_events(
             }
         };
         let args = json!({"session": id, "event": event, "workdir": s.workdir, "model": s.model});
-        call_op(&auth, op.clone(), args).await?;
+        replayed |= call_op(&auth, op.clone(), args).await?.1;
     }
     let mut resp = StatusCode::ACCEPTED.into_response();
+    if replayed {
+        resp.headers_mut()
+            .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    }
     if let Ok(v) = HeaderValue::from_str(&rid) {
         resp.headers_mut().insert("x-request-id", v);
     }

@@ -901,3 +901,52 @@ async fn event_streams_are_capped_per_principal() {
     }
     assert!(reopened.is_some(), "a closed stream's slot is freed");
 }
+
+/// A session create a person approved, sent again: the stored session, marked as a stored
+/// outcome (`"replayed": true` and `X-Corral-Replayed`), never a second session.
+#[tokio::test]
+async fn an_approved_session_create_sent_again_is_marked_replayed() {
+    let h = Host::new();
+    h.seed("codex");
+    let rule = h
+        .rule("host", ALL_SESSION_OPS)
+        .replace("    confirm: never\n", "");
+    let s = h.start(&h.yaml("[codex]", &rule)).await;
+    let body = session_body(&h.workdir);
+    let first = post(&s, Some(ALICE), "/v1/agents/sessions", &body, &[]).await;
+    assert_eq!(first.status, 202, "{}", first.text);
+    let action = first.json()["action_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let decided = post(
+        &s,
+        Some(ALICE),
+        &format!("/confirmations/{action}/decision"),
+        &json!({"decision": "approve"}),
+        &[],
+    )
+    .await;
+    assert_eq!(decided.status, 200, "{}", decided.text);
+    let made = post(&s, Some(ALICE), "/v1/agents/sessions", &body, &[]).await;
+    assert_eq!(made.status, 200, "{}", made.text);
+    assert!(made.json().get("replayed").is_none(), "{}", made.text);
+    let again = post(&s, Some(ALICE), "/v1/agents/sessions", &body, &[]).await;
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.json()["replayed"], true, "{}", again.text);
+    assert_eq!(again.json()["id"], made.json()["id"]);
+    assert_eq!(
+        again
+            .headers
+            .get("x-corral-replayed")
+            .and_then(|v| v.to_str().ok()),
+        Some("true")
+    );
+    let listed = get(&s, ALICE, "/v1/agents/sessions").await;
+    assert_eq!(
+        listed.json()["data"].as_array().map(Vec::len),
+        Some(1),
+        "one session: {}",
+        listed.text
+    );
+}
