@@ -70,7 +70,8 @@ impl Adapter {
     /// How to launch one turn of a session.
     pub fn launch(self, t: &TurnSpec<'_>) -> Launch {
         let mut env = vec![
-            ("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned()),
+            // The `PATH` the scope's `commands` are looked up on.
+            ("PATH".to_owned(), corral_exec::linux::SEARCH_PATH.join(":")),
             ("HOME".to_owned(), path_str(t.home)),
             ("LANG".to_owned(), "C.UTF-8".to_owned()),
             ("TMPDIR".to_owned(), "/tmp".to_owned()),

@@ -479,10 +479,9 @@ fn open_for_write(jp: &JailedPath, checks: &Checks, append: bool) -> Result<Open
     ))
 }
 
-/// Creates `jp` exclusively, in its parent opened beneath the root, once the parent's real
-/// path joined with the new name passed the checks. `None` when a file of that name appeared
-/// in the meantime.
-fn create_beneath(jp: &JailedPath, checks: &Checks) -> Result<Option<Opened>, OpError> {
+/// The parent directory of `jp`, opened (`O_PATH`) beneath the root, once its real path joined
+/// with `jp`'s last name passed the checks; and that name.
+fn checked_parent<'j>(jp: &'j JailedPath, checks: &Checks) -> Result<(OwnedFd, &'j str), OpError> {
     let shown = jp.absolute();
     let rel = jp.relative();
     let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
@@ -497,6 +496,15 @@ fn create_beneath(jp: &JailedPath, checks: &Checks) -> Result<Option<Opened>, Op
     .map_err(|e| errno_error(e, &shown))?;
     let real_parent = real_path(&dir)?;
     checks.verify(jp, &shown, &real_parent.join(name), &real_root)?;
+    Ok((dir, name))
+}
+
+/// Creates `jp` exclusively, in its parent opened beneath the root, once the parent's real
+/// path joined with the new name passed the checks. `None` when a file of that name appeared
+/// in the meantime.
+fn create_beneath(jp: &JailedPath, checks: &Checks) -> Result<Option<Opened>, OpError> {
+    let shown = jp.absolute();
+    let (dir, name) = checked_parent(jp, checks)?;
     match openat2_retrying(
         &dir,
         name,
@@ -814,7 +822,7 @@ impl SaveTarget {
                 "the root itself is a directory; name a file beneath it",
             ));
         }
-        let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        let name = rel.rsplit('/').next().unwrap_or(rel);
         if name == corral_policy::protect::GIT_HEAD {
             return Err(OpError::new(
                 codes::POLICY_PATH_DENIED,
@@ -824,17 +832,7 @@ impl SaveTarget {
             ));
         }
         refuse_inside_repository(jp)?;
-        let (root, real_root) = open_root(jp)?;
-        let dir = openat2_retrying(
-            &root,
-            if parent.is_empty() { "." } else { parent },
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-            resolve_flags(checks.symlinks),
-        )
-        .map_err(|e| errno_error(e, &shown))?;
-        let real_parent = real_path(&dir)?;
-        checks.verify(jp, &shown, &real_parent.join(name), &real_root)?;
+        let (dir, name) = checked_parent(jp, checks)?;
         match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
                 return Err(OpError::new(

@@ -141,6 +141,20 @@ fn exits(events: &[SessionEvent]) -> Vec<Option<i32>> {
         .collect()
 }
 
+/// A workspace-write session of the fake codex whose changes outside `<workdir>/src` are held
+/// in `<outside>/holds`.
+fn holding_session(
+    d: &crate::support::Dirs,
+    script: &std::sync::Arc<Script>,
+) -> corral_agents::Session {
+    let mut cfg = config(fake_codex(), d, Permissions::WorkspaceWrite, limits(), 5);
+    cfg.confirm_writes = Some(corral_agents::ConfirmWrites {
+        free: vec![d.workdir.join("src")],
+        holds: d.outside.join("holds"),
+    });
+    session_from(cfg, script)
+}
+
 #[tokio::test]
 async fn writes_outside_the_free_directories_wait_for_a_person_and_apply_once_approved() {
     let d = dirs();
@@ -158,13 +172,7 @@ async fn writes_outside_the_free_directories_wait_for_a_person_and_apply_once_ap
         call("exec_command", json!({"cmd": "rm old.txt"})),
         message("done"),
     ]);
-    let holds = d.outside.join("holds");
-    let mut cfg = config(fake_codex(), &d, Permissions::WorkspaceWrite, limits(), 5);
-    cfg.confirm_writes = Some(corral_agents::ConfirmWrites {
-        free: vec![d.workdir.join("src")],
-        holds: holds.clone(),
-    });
-    let s = session_from(cfg, &script);
+    let s = holding_session(&d, &script);
     let (report, events) = turn(&s, "edit").await;
     assert!(report.ok, "{report:?} {events:?}");
     assert_eq!(
@@ -227,12 +235,7 @@ async fn a_hold_whose_entries_change_kind_applies_whole() {
         ),
         message("done"),
     ]);
-    let mut cfg = config(fake_codex(), &d, Permissions::WorkspaceWrite, limits(), 5);
-    cfg.confirm_writes = Some(corral_agents::ConfirmWrites {
-        free: vec![d.workdir.join("src")],
-        holds: d.outside.join("holds"),
-    });
-    let s = session_from(cfg, &script);
+    let s = holding_session(&d, &script);
     let (report, events) = turn(&s, "reshape").await;
     assert!(report.ok, "{report:?} {events:?}");
     assert!(d.workdir.join("d/inner").is_dir(), "nothing applied yet");
@@ -271,12 +274,7 @@ async fn a_turn_that_writes_only_in_the_free_directories_holds_nothing() {
         message("done"),
     ]);
     let holds = d.outside.join("holds");
-    let mut cfg = config(fake_codex(), &d, Permissions::WorkspaceWrite, limits(), 5);
-    cfg.confirm_writes = Some(corral_agents::ConfirmWrites {
-        free: vec![d.workdir.join("src")],
-        holds: holds.clone(),
-    });
-    let s = session_from(cfg, &script);
+    let s = holding_session(&d, &script);
     let (report, events) = turn(&s, "edit").await;
     assert!(report.ok, "{report:?} {events:?}");
     assert_eq!(report.held, None);

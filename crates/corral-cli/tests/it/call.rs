@@ -208,7 +208,8 @@ impl Drop for Served {
     }
 }
 
-fn free_port() -> u16 {
+/// A port of 127.0.0.1 free right now.
+pub(crate) fn free_port() -> u16 {
     let Ok(l) = std::net::TcpListener::bind("127.0.0.1:0") else {
         unreachable!("loopback can bind")
     };

@@ -60,11 +60,6 @@ fn blocks(text: &str, lang: &str) -> Vec<String> {
     out
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    l.local_addr().expect("its address").port()
-}
-
 fn secret() -> String {
     let mut bytes = [0u8; 20];
     let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
@@ -225,7 +220,7 @@ fn run_recipe(name: &str) {
     for port in ["9000", "9001"] {
         subs.push((
             format!("127.0.0.1:{port}"),
-            format!("127.0.0.1:{}", free_port()),
+            format!("127.0.0.1:{}", crate::call::free_port()),
         ));
     }
     let mut env: HashMap<String, String> = std::env::vars()
