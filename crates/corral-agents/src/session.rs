@@ -552,7 +552,11 @@ impl Session {
             ));
         }
         let changes = out.changes.unwrap_or_default();
-        let _ = std::fs::remove_dir_all(&dir);
+        // A hold goes only once all of it reached the workdir: with refusals (a protected
+        // path, the write quota, a helper that stopped mid-apply) it is kept for a person.
+        if changes.refused.is_empty() && changes.refused_unlisted == 0 {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         Ok(HoldApplied {
             hold: hold.to_owned(),
             applied: changes.applied,
