@@ -106,12 +106,116 @@ impl Authenticator {
         if let Some(jwt) = &self.jwt
             && token.matches('.').count() == 2
         {
-            return verify_jwt(jwt, token);
+            return verify_jwt(jwt, token).map(|(c, _)| c);
         }
         Err(AuthError {
             code: codes::AUTH_INVALID,
             message: "the token is not valid".to_owned(),
         })
+    }
+}
+
+/// What a console session keeps of the token it was opened with: never the token, only
+/// enough to authenticate the session's principal again on each request (corral-server's
+/// `ui` module).
+#[derive(Debug, Clone)]
+pub enum SessionProof {
+    /// A static token's: SHA-256 over `key` (the session's own secret id, which only the
+    /// cookie holds) and the token's digest. The store cannot tell the token from it, and it
+    /// finds its token again only while the config still has it.
+    StaticToken([u8; 32]),
+    /// A JWT's: the caller it authenticated and its `exp` (seconds since the epoch). Valid
+    /// while JWT is configured with the same issuer and the `exp` has not passed.
+    Jwt {
+        /// The caller, as verified at sign-in.
+        caller: Caller,
+        /// The token's `exp`.
+        exp: u64,
+    },
+}
+
+fn bind(key: &[u8], digest: &[u8; 32]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"corral-ui-session-proof\0");
+    h.update(key);
+    h.update(digest);
+    h.finalize().into()
+}
+
+impl Authenticator {
+    /// Authenticates `token` for a console session keyed by `key`: the caller and the proof
+    /// to keep (see [`SessionProof`]). Open mode has no token to sign in with: `auth.missing`.
+    pub fn authenticate_session(
+        &self,
+        token: &str,
+        key: &[u8],
+    ) -> Result<(Caller, SessionProof), AuthError> {
+        let presented = digest(token);
+        let mut found: Option<&Caller> = None;
+        for (d, c) in &self.tokens {
+            if bool::from(d.ct_eq(&presented)) {
+                found = Some(c);
+            }
+        }
+        if let Some(c) = found {
+            return Ok((c.clone(), SessionProof::StaticToken(bind(key, &presented))));
+        }
+        if let Some(jwt) = &self.jwt
+            && token.matches('.').count() == 2
+        {
+            let (caller, exp) = verify_jwt(jwt, token)?;
+            return Ok((
+                caller.clone(),
+                SessionProof::Jwt {
+                    caller,
+                    exp: exp.unwrap_or(0),
+                },
+            ));
+        }
+        if self.open {
+            return Err(AuthError {
+                code: codes::AUTH_MISSING,
+                message: "this server has no tokens (open mode), so there is nobody to sign in as; configure `auth.tokens` or `auth.jwt`".to_owned(),
+            });
+        }
+        Err(AuthError {
+            code: codes::AUTH_INVALID,
+            message: "the token is not valid".to_owned(),
+        })
+    }
+
+    /// The caller a session's proof stands for now (`now_secs`: seconds since the epoch), or
+    /// `None` when its token no longer authenticates: a static token removed from the config
+    /// (or its secret changed), JWT no longer configured or with another issuer, or the JWT's
+    /// `exp` passed. A static token's caller is the config's current one (its roles now).
+    pub fn session_caller(
+        &self,
+        proof: &SessionProof,
+        key: &[u8],
+        now_secs: u64,
+    ) -> Option<Caller> {
+        match proof {
+            SessionProof::StaticToken(kept) => {
+                let mut found: Option<&Caller> = None;
+                for (d, c) in &self.tokens {
+                    if bool::from(bind(key, d).ct_eq(kept)) {
+                        found = Some(c);
+                    }
+                }
+                found.cloned()
+            }
+            SessionProof::Jwt { caller, exp } => {
+                let jwt = self.jwt.as_ref()?;
+                let issuer = match &caller.principal.origin {
+                    PrincipalOrigin::Jwt { issuer } => issuer,
+                    PrincipalOrigin::StaticToken
+                    | PrincipalOrigin::Local
+                    | PrincipalOrigin::Anonymous => return None,
+                };
+                let same_issuer = jwt.issuer.as_ref().is_none_or(|want| want == issuer);
+                (same_issuer && now_secs < *exp).then(|| caller.clone())
+            }
+        }
     }
 }
 
@@ -141,7 +245,8 @@ fn act_chain(mut act: Option<&serde_json::Value>) -> Vec<String> {
     chain
 }
 
-fn verify_jwt(cfg: &JwtConfig, token: &str) -> Result<Caller, AuthError> {
+/// A verified JWT's caller and its `exp` claim (seconds since the epoch).
+fn verify_jwt(cfg: &JwtConfig, token: &str) -> Result<(Caller, Option<u64>), AuthError> {
     let mut v = Validation::new(cfg.algorithm);
     v.validate_exp = true;
     v.leeway = 30;
@@ -218,10 +323,17 @@ fn verify_jwt(cfg: &JwtConfig, token: &str) -> Result<Caller, AuthError> {
             });
         }
     };
-    Ok(Caller {
-        principal: p,
-        act_chain: chain,
-        run,
-        record: false,
-    })
+    // `exp` is a NumericDate: a whole number or not (the validation above read it already).
+    let exp = claims
+        .get("exp")
+        .and_then(|e| e.as_u64().or_else(|| e.as_f64().map(|f| f.max(0.0) as u64)));
+    Ok((
+        Caller {
+            principal: p,
+            act_chain: chain,
+            run,
+            record: false,
+        },
+        exp,
+    ))
 }

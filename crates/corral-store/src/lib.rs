@@ -56,6 +56,11 @@
 //!
 //! [`agents`]: saved agents, agent sessions (one turn at a time, claimed atomically) and their
 //! numbered, append-only events (migration 0017).
+//!
+//! # Console sessions
+//!
+//! [`ui_sessions`]: the web console's sessions (migration 0019), keyed by the hash of their
+//! secret id, with absolute and idle expiry, shared by replicas.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -97,6 +102,7 @@ pub mod recording;
 mod runs;
 pub mod shadow;
 pub mod tournament;
+pub mod ui_sessions;
 mod writer;
 
 /// The schema, embedded from `crates/corral-store/migrations/` (shared by both backends).

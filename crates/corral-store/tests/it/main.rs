@@ -19,4 +19,5 @@ mod runs;
 mod shadows;
 mod sqlite;
 mod tournaments;
+mod ui_sessions;
 mod writer;
