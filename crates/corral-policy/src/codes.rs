@@ -769,6 +769,15 @@ catalog! {
     LINT_FULL_ACCESS = "lint.full_access", 0,
         "the full_access preset (or an `unsafe: true` scope) is in use",
         "use a narrower preset such as workspace_jail";
+    UI_SESSION_INVALID = "ui.session_invalid", 401,
+        "the web console has no live session for this browser: never signed in, signed out, expired (30 minutes idle, 8 hours at most, or the JWT's `exp`), or the token it was opened with no longer authenticates",
+        "sign in again at `/ui/login` with a token the server's config still has";
+    UI_CSRF_FAILED = "ui.csrf_failed", 403,
+        "a web console form was posted without its session's CSRF token (or with another one), or from another site (`Origin` or `Sec-Fetch-Site` is not this server)",
+        "reload the console page and submit its form again; the console's forms work only from its own pages";
+    UI_FORM_INVALID = "ui.form_invalid", 400,
+        "a web console form is malformed: not `application/x-www-form-urlencoded`, over 16 KiB, or a field missing, repeated or unknown",
+        "submit the form from the console's own page, as it is";
 }
 
 /// Whether a failure with `code` happened before the op's program started (the backend cannot

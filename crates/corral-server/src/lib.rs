@@ -1,8 +1,10 @@
 //! Corral's HTTP server: routes, authentication, the wire error, metrics and the OpenAPI
 //! document. The only crate that knows HTTP.
 //!
-//! **Architecture invariant:** every route but `/healthz` authenticates first, and every op call
-//! goes through `corral_guard::Gateway::call`.
+//! **Architecture invariant:** every route but `/healthz`, `/llms.txt` and the web console's
+//! sign-in page and static assets authenticates first (the console's other pages by their
+//! session, authenticated again on each request), and every op call goes through
+//! `corral_guard::Gateway::call`.
 
 pub mod auth;
 mod body;
@@ -12,6 +14,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod routes;
 pub mod serve;
+pub mod ui;
 
 use std::sync::Arc;
 

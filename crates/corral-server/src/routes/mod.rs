@@ -1,4 +1,5 @@
-//! The route table. Every route but `/healthz` authenticates first (`extract::Authed`).
+//! The route table. Every route but `/healthz` authenticates first (`extract::Authed`); the web
+//! console (`crate::ui`, merged in) authenticates its pages by their session.
 
 mod agents;
 mod audit;
@@ -32,6 +33,7 @@ pub fn router(state: AppState) -> Router {
         );
     }
     table
+        .merge(crate::ui::routes())
         .fallback(meta::not_found)
         .method_not_allowed_fallback(meta::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

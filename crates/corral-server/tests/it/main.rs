@@ -46,3 +46,4 @@ mod sandbox;
 mod scripted_llm;
 mod shadows;
 mod statuses;
+mod ui;
