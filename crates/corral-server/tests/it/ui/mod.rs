@@ -1,7 +1,10 @@
 //! The web console (`/ui`, issue 19) over HTTP: sign-in and its cookie, the security headers,
 //! CSRF and origin checks, who sees an approve button and what a forged POST gets (the
 //! guard's own refusals), sign-out and revocation, hostile arguments shown escaped, expiry,
-//! and sessions shared by replicas on PostgreSQL.
+//! and sessions shared by replicas on PostgreSQL. `browser.rs` drives the same pages in
+//! headless Chromium.
+
+mod browser;
 
 use std::sync::Arc;
 

@@ -1,0 +1,363 @@
+//! The console in a real browser: Debian's headless Chromium driven over WebDriver
+//! (chromedriver, through `fantoccini`) against a real server. A person signs in, sees an
+//! action an agent raised appear without a reload, approves it with the keyboard, and the
+//! agent's retry runs once; the page reads at 320 px; a viewer and a service get no approve
+//! button; sign-out ends the session. Every page is saved as a screenshot under
+//! `target/ui-screenshots/`.
+//!
+//! Chromium and chromedriver come from Debian (`apt-get install -y chromium chromium-driver`,
+//! as `.ci/run` does). Without them the test prints why it skips; under `CI=true` it fails.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::key::Key;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+
+use super::{Ui, header};
+use crate::common::in_ci;
+use crate::guard_fixture::{Fixture, action_id, delegated, human, service};
+
+/// Where a program is, on `PATH`.
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Chromium and chromedriver, or `None` after saying why (a failure under `CI=true`).
+fn browser() -> Option<(PathBuf, PathBuf)> {
+    let chromium = which("chromium").or_else(|| which("chromium-browser"));
+    let driver = which("chromedriver");
+    match (chromium, driver) {
+        (Some(c), Some(d)) => Some((c, d)),
+        (c, d) => {
+            let how = format!(
+                "the web console's browser test needs Debian's Chromium and its WebDriver \
+                 (missing: {}{}); install them with `apt-get install -y chromium chromium-driver`",
+                if c.is_none() { "chromium " } else { "" },
+                if d.is_none() { "chromedriver" } else { "" },
+            );
+            assert!(!in_ci(), "{how}");
+            eprintln!("notice: skipping a browser test: {how}");
+            None
+        }
+    }
+}
+
+/// A chromedriver process, stopped when dropped.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start_driver(driver: &PathBuf) -> Driver {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(driver)
+        .arg(format!("--port={port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let d = Driver {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(r) = http.get(format!("{}/status", d.url)).send().await
+            && r.status().is_success()
+        {
+            return d;
+        }
+        assert!(
+            Instant::now() < until,
+            "chromedriver did not start on {}",
+            d.url
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn open_browser(chromium: &PathBuf, driver: &Driver, profile: &std::path::Path) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".to_owned(),
+        json!({
+            "binary": chromium,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--no-first-run", "--window-size=1280,900",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .unwrap_or_else(|e| panic!("chromium did not start through chromedriver: {e}"))
+}
+
+/// `target/ui-screenshots/<name>.png`.
+async fn screenshot(c: &Client, name: &str) {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"),
+        PathBuf::from,
+    );
+    let dir = target.join("ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = c.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+async fn sign_in(c: &Client, ui: &Ui, token: &str, shot: Option<&str>) {
+    c.goto(&ui.url("/ui/login")).await.unwrap();
+    let field = c.find(Locator::Css("input#token")).await.unwrap();
+    // The field is labelled, and focused on load.
+    let label = c.find(Locator::Css("label[for=token]")).await.unwrap();
+    assert_eq!(label.text().await.unwrap(), "Token");
+    field.send_keys(token).await.unwrap();
+    if let Some(name) = shot {
+        screenshot(c, name).await;
+    }
+    c.find(Locator::Css("form.signin button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_path(c, "/ui/inbox").await;
+}
+
+async fn wait_path(c: &Client, path: &str) {
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let url = c.current_url().await.unwrap();
+        if url.path() == path {
+            return;
+        }
+        assert!(Instant::now() < until, "still at {url}, expected {path}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Presses Tab until the focused element matches `css` (at most 40 times): proof that a
+/// keyboard reaches it.
+async fn tab_to(c: &Client, css: &str) {
+    let tab: char = Key::Tab.into();
+    for _ in 0..40 {
+        let hit = c
+            .execute(
+                "return document.activeElement && document.activeElement.matches(arguments[0]);",
+                vec![json!(css)],
+            )
+            .await
+            .unwrap();
+        if hit == json!(true) {
+            return;
+        }
+        c.active_element()
+            .await
+            .unwrap()
+            .send_keys(&tab.to_string())
+            .await
+            .unwrap();
+    }
+    panic!("Tab never reached {css}");
+}
+
+async fn sign_out(c: &Client) {
+    c.find(Locator::Css(".who form button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_path(c, "/ui/login").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_approves_in_chromium_and_the_agents_retry_runs_once() {
+    let Some((chromium, driver_bin)) = browser() else {
+        return;
+    };
+    let f = Fixture::new();
+    let ui = Ui::start(&f.load(&f.yaml("", ""))).await;
+    let agent = delegated("ada", "planner", &["operator"]);
+    let call = |word: &'static str| {
+        let agent = agent.clone();
+        let url = ui.url("/ops/ledger.append");
+        async move {
+            crate::common::send(
+                reqwest::Client::new()
+                    .post(url)
+                    .bearer_auth(agent)
+                    .json(&json!({"word": word})),
+            )
+            .await
+        }
+    };
+    let driver = start_driver(&driver_bin).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = open_browser(&chromium, &driver, profile.path()).await;
+
+    // Signed in as ada (admin: she reads the audit too); the inbox is empty.
+    sign_in(&c, &ui, &human("ada", &["admin"]), Some("01-sign-in")).await;
+    let cookie = c.get_named_cookie("corral_ui").await.unwrap();
+    assert_eq!(cookie.http_only(), Some(true));
+    assert_eq!(cookie.path(), Some("/ui"));
+    let page = c.source().await.unwrap();
+    assert!(page.contains("No action waits"), "{page}");
+
+    // The agent raises an action: it appears without a reload.
+    let id = action_id(&call("hello").await);
+    let card = format!("article#action-{id}");
+    c.wait()
+        .at_most(Duration::from_secs(15))
+        .for_element(Locator::Css(&card))
+        .await
+        .unwrap_or_else(|e| panic!("the new action did not appear without a reload: {e}"));
+    let args = c
+        .find(Locator::Css(&format!("{card} pre.args")))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(args, "{\"word\":\"hello\"}");
+    screenshot(&c, "02-inbox-pending").await;
+
+    // Approved with the keyboard alone.
+    let approve = format!("{card} button.approve");
+    tab_to(&c, &approve).await;
+    let enter: char = Key::Enter.into();
+    c.active_element()
+        .await
+        .unwrap()
+        .send_keys(&enter.to_string())
+        .await
+        .unwrap();
+    wait_path(&c, "/ui/inbox").await;
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("p.note"))
+        .await
+        .unwrap();
+    screenshot(&c, "03-inbox-approved").await;
+
+    // The agent's retry runs, once; a second retry hears the stored outcome.
+    let first = call("hello").await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    let second = call("hello").await;
+    assert_eq!(second.json()["replayed"], true, "{}", second.text);
+    assert_eq!(f.ledger_lines(), vec!["hello"]);
+
+    // Ops and audit pages (the audit filtered by op, typed in and submitted with Enter).
+    c.goto(&ui.url("/ui/ops")).await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath("//td/code[text()='ledger.append']"))
+        .await
+        .unwrap_or_else(|e| panic!("no ledger.append on the ops page ({e})"));
+    screenshot(&c, "04-ops").await;
+    c.goto(&ui.url("/ui/audit")).await.unwrap();
+    let op = c.find(Locator::Css("input#f-op")).await.unwrap();
+    op.send_keys(&format!("ledger.append{enter}"))
+        .await
+        .unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_url(&url::Url::parse(&ui.url("/ui/audit?run=&op=ledger.append&principal=")).unwrap())
+        .await
+        .unwrap();
+    let rows = c.find_all(Locator::Css("tbody tr")).await.unwrap();
+    assert!(rows.len() >= 2, "the call's raise and its run");
+    screenshot(&c, "05-audit").await;
+
+    // At 320 px: nothing wider than the screen, the buttons still there.
+    let late = action_id(&call("narrow").await);
+    c.set_window_size(320, 800).await.unwrap();
+    c.goto(&ui.url("/ui/inbox")).await.unwrap();
+    let wide = c
+        .execute("return document.documentElement.scrollWidth;", vec![])
+        .await
+        .unwrap();
+    let inner = c
+        .execute("return window.innerWidth;", vec![])
+        .await
+        .unwrap();
+    assert!(
+        wide.as_u64().unwrap() <= inner.as_u64().unwrap(),
+        "{wide} > {inner}: scrolls sideways at 320 px"
+    );
+    screenshot(&c, "06-inbox-320px").await;
+    c.find(Locator::Css(&format!("article#action-{late} button.deny")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("p.note"))
+        .await
+        .unwrap();
+    assert!(call("narrow").await.text.contains("confirmation.denied"));
+    c.set_window_size(1280, 900).await.unwrap();
+
+    // Sign-out: back to the sign-in, and the inbox is out of reach.
+    sign_out(&c).await;
+    c.goto(&ui.url("/ui/inbox")).await.unwrap();
+    wait_path(&c, "/ui/login").await;
+
+    // A viewer: no action, no approve button.
+    let pending = action_id(&call("again").await);
+    sign_in(&c, &ui, &human("vic", &["viewer"]), None).await;
+    assert!(
+        c.find_all(Locator::Css("button.approve"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    screenshot(&c, "07-viewer").await;
+    sign_out(&c).await;
+    // An admin service: sees ada's action, can deny, cannot approve.
+    sign_in(&c, &ui, &service("ops-bot", &["admin"]), None).await;
+    c.find(Locator::Css(&format!(
+        "article#action-{pending} button.deny"
+    )))
+    .await
+    .unwrap();
+    assert!(
+        c.find_all(Locator::Css("button.approve"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    screenshot(&c, "08-service-admin").await;
+    sign_out(&c).await;
+    assert_eq!(
+        header(&ui.get("/ui/login").await, "x-frame-options"),
+        "DENY"
+    );
+    c.close().await.unwrap();
+}
