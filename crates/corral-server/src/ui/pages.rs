@@ -213,6 +213,32 @@ fn filter_value(query: &HashMap<String, String>, name: &str) -> Result<Option<St
     }
 }
 
+/// The audit page's query as `GET /audit`'s filter; `Err` is the code and what is wrong.
+fn audit_filter(query: &HashMap<String, String>) -> Result<AuditFilter, (&'static str, String)> {
+    if query
+        .keys()
+        .any(|k| !matches!(k.as_str(), "run" | "op" | "principal"))
+    {
+        return Err((
+            codes::ARGS_UNKNOWN,
+            "the audit page takes `run`, `op` and `principal`".to_owned(),
+        ));
+    }
+    let invalid = |m: String| (codes::ARGS_INVALID, m);
+    let run_id = filter_value(query, "run").map_err(invalid)?;
+    if run_id.as_deref().is_some_and(|r| !valid_run_id(r)) {
+        return Err(invalid(
+            "`run` must be 1-128 characters of letters, digits, `_`, `-`, `.` and `:`".to_owned(),
+        ));
+    }
+    Ok(AuditFilter {
+        run_id,
+        op: filter_value(query, "op").map_err(invalid)?,
+        principal_id: filter_value(query, "principal").map_err(invalid)?,
+        purpose: None::<RunPurpose>,
+    })
+}
+
 /// `GET /ui/audit?run=&op=&principal=`: the tenant's newest events (admins only, as `GET
 /// /audit`); shapes and outcomes, never values (the audit holds none).
 pub(crate) async fn audit(
@@ -235,33 +261,9 @@ pub(crate) async fn audit(
             &rid,
         );
     }
-    if query
-        .keys()
-        .any(|k| !matches!(k.as_str(), "run" | "op" | "principal"))
-    {
-        return refuse(
-            codes::ARGS_UNKNOWN,
-            "the audit page takes `run`, `op` and `principal`",
-            &rid,
-        );
-    }
-    let filter = match (|| -> Result<AuditFilter, String> {
-        let run_id = filter_value(&query, "run")?;
-        if run_id.as_deref().is_some_and(|r| !valid_run_id(r)) {
-            return Err(
-                "`run` must be 1-128 characters of letters, digits, `_`, `-`, `.` and `:`"
-                    .to_owned(),
-            );
-        }
-        Ok(AuditFilter {
-            run_id,
-            op: filter_value(&query, "op")?,
-            principal_id: filter_value(&query, "principal")?,
-            purpose: None::<RunPurpose>,
-        })
-    })() {
+    let filter = match audit_filter(&query) {
         Ok(f) => f,
-        Err(m) => return refuse(codes::ARGS_INVALID, &m, &rid),
+        Err((code, m)) => return refuse(code, &m, &rid),
     };
     let tenant = s
         .caller
@@ -280,6 +282,10 @@ pub(crate) async fn audit(
             return refuse(e.code(), "the audit store failed; retry", &rid);
         }
     };
+    // Learning mode narrows `GET /audit` below level 3 to ids, op, outcome, codes and times
+    // (`routes::learning::narrow`); the page shows only those, and withholds the action id
+    // (which the narrowing drops) for such a reader too.
+    let narrowed = state.learning().is_some_and(|l| l.narrows_for(&s.caller));
     let input = |name: &str, label: &str, value: &Option<String>| {
         format!(
             "<div><label for=\"f-{name}\">{label}</label><input id=\"f-{name}\" name=\"{name}\" \
@@ -297,28 +303,7 @@ pub(crate) async fn audit(
         input("principal", "Principal", &filter.principal_id),
         exact(&tenant),
     );
-    body.push_str(
-        "<div class=\"scroll\"><table><caption class=\"sr-only\">Audit events, newest first</caption>\
-         <thead><tr><th scope=\"col\">Time</th><th scope=\"col\">Op</th><th scope=\"col\">Outcome</th>\
-         <th scope=\"col\">Principal</th><th scope=\"col\">Code</th><th scope=\"col\">Status</th>\
-         <th scope=\"col\">Run</th><th scope=\"col\">Action</th></tr></thead><tbody>",
-    );
-    for e in &events {
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td><code>{}</code> ({})</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&utc(e.ts_ms)),
-            exact(&e.op),
-            esc(e.outcome.as_str()),
-            exact(&e.principal_id),
-            esc(&e.principal_kind),
-            exact(e.code.as_deref().unwrap_or("")),
-            e.status,
-            exact(e.run_id.as_deref().unwrap_or("")),
-            exact(e.action_id.as_deref().unwrap_or("")),
-        );
-    }
+    audit_rows(&mut body, &events, narrowed);
     body.push_str("</tbody></table></div>");
     if events.is_empty() {
         body.push_str("<p class=\"empty\">No event matches.</p>");
@@ -371,4 +356,34 @@ pub(crate) async fn ops(State(state): State<AppState>, s: Signed) -> Response {
         StatusCode::OK,
         page("Ops", Some(&s.frame()), "/ui/ops", &body),
     )
+}
+
+/// The audit table's header and rows (`narrowed`: without action ids).
+fn audit_rows(body: &mut String, events: &[corral_guard::audit::AuditEvent], narrowed: bool) {
+    body.push_str(
+        "<div class=\"scroll\"><table><caption class=\"sr-only\">Audit events, newest first</caption>\
+         <thead><tr><th scope=\"col\">Time</th><th scope=\"col\">Op</th><th scope=\"col\">Outcome</th>\
+         <th scope=\"col\">Principal</th><th scope=\"col\">Code</th><th scope=\"col\">Status</th>\
+         <th scope=\"col\">Run</th><th scope=\"col\">Action</th></tr></thead><tbody>",
+    );
+    for e in events {
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td><code>{}</code> ({})</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&utc(e.ts_ms)),
+            exact(&e.op),
+            esc(e.outcome.as_str()),
+            exact(&e.principal_id),
+            esc(&e.principal_kind),
+            exact(e.code.as_deref().unwrap_or("")),
+            e.status,
+            exact(e.run_id.as_deref().unwrap_or("")),
+            if narrowed {
+                String::new()
+            } else {
+                exact(e.action_id.as_deref().unwrap_or(""))
+            },
+        );
+    }
 }
