@@ -19,7 +19,7 @@ pub fn parse_args(spec: &OpSpec, json: &serde_json::Value) -> Result<Args, ArgsR
         serde_json::Value::Object(m) => m,
         other => {
             let what = match other {
-                serde_json::Value::Null => "`null`",
+                serde_json::Value::Null => "`null` (or the body is empty)",
                 serde_json::Value::Array(_) => "an array",
                 _ => "a single value",
             };
@@ -74,7 +74,7 @@ pub fn parse_args(spec: &OpSpec, json: &serde_json::Value) -> Result<Args, ArgsR
             ),
             (ParamKind::Argv, _) => return Err(bad("a list of strings")),
             (ParamKind::Int, serde_json::Value::Number(n)) => {
-                ArgValue::Int(n.as_i64().ok_or_else(|| bad("an integer"))?)
+                ArgValue::Int(integer_of(n).ok_or_else(|| bad("an integer"))?)
             }
             (ParamKind::Int, _) => return Err(bad("an integer")),
             (ParamKind::Bool, serde_json::Value::Bool(b)) => ArgValue::Bool(*b),
@@ -99,6 +99,16 @@ pub fn parse_args(spec: &OpSpec, json: &serde_json::Value) -> Result<Args, ArgsR
         message: e.message,
     })?;
     Ok(args)
+}
+
+/// A JSON number as an integer: `75` or `75.0` (JSON Schema's `integer` admits both), never
+/// `75.5` nor one beyond 2^53 in magnitude.
+fn integer_of(n: &serde_json::Number) -> Option<i64> {
+    const EXACT: f64 = (1u64 << 53) as f64;
+    n.as_i64().or_else(|| {
+        let f = n.as_f64()?;
+        (f.fract() == 0.0 && f.abs() <= EXACT).then_some(f as i64)
+    })
 }
 
 /// SHA-256 of the canonical (key-sorted) JSON of the arguments, hex.

@@ -47,7 +47,7 @@ use crate::program::{ProgramLinks, Programs};
 use crate::runner::{RunReport, run_scenario};
 use crate::scenario::Scenario;
 use crate::score::{RunScore, Scored, StepScore, TrialStats, score_step};
-use crate::synthetic::{self, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
+use crate::synthetic::{self, MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS};
 use crate::variant::{self, Resolved, RunScorer};
 use crate::verdict::{self, Forced, Observed, ScoredTrials, Verdict};
 use crate::world::Lab;
@@ -66,8 +66,8 @@ pub const RUNNER: &str = "inproc";
 pub const MAX_TRIALS: u32 = 100;
 /// The most scenarios one comparison may run.
 pub const MAX_COMPARE_SCENARIOS: usize = 200;
-/// The longest variant label, in bytes.
-pub const MAX_VARIANT_BYTES: usize = 200;
+/// The longest variant label, in characters.
+pub const MAX_VARIANT_CHARS: usize = 200;
 /// The most step executions one request may cause (steps x trials, summed over a comparison's
 /// scenarios and both sides): the scenario's size bounds its steps only loosely (tens of
 /// thousands of small steps fit in it), and every execution is an output held in memory and a
@@ -120,14 +120,35 @@ impl From<Refusal> for LabError {
     }
 }
 
-/// Reads a request body (JSON) as `T`; the message names the field and how to fix it.
-pub fn parse<T: for<'de> Deserialize<'de>>(what: &str, body: Value) -> Result<T, LabError> {
+/// Reads a request body (JSON) as `T`; the message names the field and how to fix it. A number
+/// with a zero fraction (`75.0`) is the integer it equals, as JSON Schema's `integer` says.
+pub fn parse<T: for<'de> Deserialize<'de>>(what: &str, mut body: Value) -> Result<T, LabError> {
+    integral_numbers(&mut body);
     serde_json::from_value(body).map_err(|e| {
         LabError::new(
             codes::ARGS_INVALID,
             format!("the body of {what} is not valid: {e}; see /openapi.json for its shape"),
         )
     })
+}
+
+/// Rewrites every number with a zero fraction (`75.0`) as the integer it is, within 2^53 (past
+/// it a double is not the integer written: `-9223372036854775809` reads as `i64::MIN`).
+fn integral_numbers(v: &mut Value) {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            if let Some(f) = n.as_f64()
+                && f.fract() == 0.0
+                && f.abs() <= EXACT
+            {
+                *v = Value::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_numbers),
+        Value::Object(m) => m.values_mut().for_each(integral_numbers),
+        _ => {}
+    }
 }
 
 /// A scenario to create or update: `steps` or `samples` (what `generate` answers), not both.
@@ -219,13 +240,25 @@ pub struct CompareBody {
     /// The margin of `unchanged` (default 0.05).
     #[serde(default)]
     pub margin: Option<f64>,
-    /// A deploy comparison (needs admin).
+    /// A deploy comparison (needs admin); absent or `null`: not one.
     #[serde(default)]
-    pub deploy: bool,
+    pub deploy: Option<bool>,
     /// How many runs execute at once (1 to [`MAX_COMPARE_WORKERS`]; default
     /// [`default_workers`]). The result does not depend on it: the same runs, seeds and verdict.
     #[serde(default)]
     pub workers: Option<u32>,
+}
+
+/// The external programs a deployment declares, by name (what `program`, `scorer:
+/// command:<name>` and a tournament's `judge` may name).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Declared {
+    /// `sandbox.programs`.
+    pub programs: Vec<String>,
+    /// `sandbox.scorers`.
+    pub scorers: Vec<String>,
+    /// `sandbox.judges`.
+    pub judges: Vec<String>,
 }
 
 /// A page request: `limit` and the `next` cursor of the previous page.
@@ -501,6 +534,16 @@ impl LabService {
         let _ = self.links.set(links);
     }
 
+    /// The names declared under `sandbox.programs`, `sandbox.scorers` and `sandbox.judges`.
+    pub fn declared(&self) -> Declared {
+        let p = self.programs();
+        Declared {
+            programs: p.agents.keys().cloned().collect(),
+            scorers: p.scorers.keys().cloned().collect(),
+            judges: p.judges.keys().cloned().collect(),
+        }
+    }
+
     pub(crate) fn programs(&self) -> Programs {
         match self.programs.read() {
             Ok(p) => p.clone(),
@@ -766,7 +809,7 @@ impl LabService {
         rid: &str,
         body: CompareBody,
     ) -> Result<store_lab::Comparison, LabError> {
-        let action = if body.deploy {
+        let action = if body.deploy == Some(true) {
             &COMPARE_DEPLOY
         } else {
             &COMPARE
@@ -1745,7 +1788,7 @@ fn comparison_record(
         },
         details: serde_json::to_value(c).unwrap_or(Value::Null),
         recorded_by: caller.principal.id.clone(),
-        deploy: body.deploy,
+        deploy: body.deploy == Some(true),
     }
 }
 
@@ -1856,10 +1899,19 @@ fn check_role(action: &Action, caller: &Caller) -> Result<(), LabError> {
     Err(LabError::new(codes::RBAC_DENIED, message))
 }
 
+/// A label (a variant, a scenario's name): 1 to 200 characters, no control character, not only
+/// spaces.
+pub fn is_label(v: &str) -> bool {
+    let chars = v.chars().count();
+    (1..=MAX_VARIANT_CHARS).contains(&chars)
+        && !v.chars().any(char::is_control)
+        && v.chars().any(|c| c != ' ')
+}
+
 pub(crate) fn check_variant(v: &str, field: &str) -> Result<String, LabError> {
-    if v.is_empty() || v.len() > MAX_VARIANT_BYTES || v.chars().any(char::is_control) {
+    if !is_label(v) {
         return Err(LabError::invalid(format!(
-            "`{field}` must be 1 to {MAX_VARIANT_BYTES} bytes with no control characters (a label such as `candidate`)"
+            "`{field}` must be 1 to {MAX_VARIANT_CHARS} characters with no control characters, not only spaces (a label such as `candidate`)"
         )));
     }
     Ok(v.to_owned())
@@ -1896,17 +1948,22 @@ pub(crate) fn check_executions(n: usize) -> Result<(), LabError> {
 
 fn draft_of(body: &ScenarioBody) -> Result<ScenarioDraft, LabError> {
     let invalid = |m: String| LabError::new(codes::LAB_SCENARIO_INVALID, m);
-    if body.name.len() > MAX_NAME_BYTES {
+    if body.name.chars().any(char::is_control) {
+        return Err(invalid(
+            "the scenario's `name` holds a control character; use a name of plain text".to_owned(),
+        ));
+    }
+    if body.name.chars().count() > MAX_NAME_CHARS {
         return Err(invalid(format!(
-            "the scenario's `name` is {} bytes; the limit is {MAX_NAME_BYTES}: shorten it",
-            body.name.len()
+            "the scenario's `name` is {} characters; the limit is {MAX_NAME_CHARS}: shorten it",
+            body.name.chars().count()
         )));
     }
     let description = body.description.clone().unwrap_or_default();
-    if description.len() > MAX_DESCRIPTION_BYTES {
+    if description.chars().count() > MAX_DESCRIPTION_CHARS {
         return Err(invalid(format!(
-            "the scenario's `description` is {} bytes; the limit is {MAX_DESCRIPTION_BYTES}: shorten it",
-            description.len()
+            "the scenario's `description` is {} characters; the limit is {MAX_DESCRIPTION_CHARS}: shorten it",
+            description.chars().count()
         )));
     }
     let steps = match (&body.steps, &body.samples) {

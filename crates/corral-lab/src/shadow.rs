@@ -571,9 +571,12 @@ impl LabService {
         for (i, v) in body.variants.iter().enumerate() {
             let label = check_variant(&v.variant, &format!("variants[{i}].variant"))?;
             if labels.contains(&label) {
-                return Err(LabError::invalid(format!(
-                    "variant `{label}` is listed twice in `variants`; give each a distinct label"
-                )));
+                return Err(LabError::new(
+                    codes::REPLAY_VARIANT_INVALID,
+                    format!(
+                        "variant `{label}` is listed twice in `variants`; give each a distinct label"
+                    ),
+                ));
             }
             labels.push(label);
         }

@@ -30,18 +30,18 @@ pub const DEFAULT_COUNT: u64 = 10;
 pub const DEFAULT_TEMPLATE: &str = "{{subject_kind}}-sample-{{index}}";
 /// The largest count.
 pub const MAX_COUNT: u64 = 100;
-/// The largest subject kind, in bytes.
-pub const MAX_SUBJECT_BYTES: usize = 200;
-/// The largest template, in bytes.
-pub const MAX_TEMPLATE_BYTES: usize = 8192;
+/// The largest subject kind, in characters.
+pub const MAX_SUBJECT_CHARS: usize = 200;
+/// The largest template, in characters.
+pub const MAX_TEMPLATE_CHARS: usize = 8192;
 /// The largest generated input, in bytes.
 pub const MAX_INPUT_BYTES: usize = 8192;
 /// The scenario API's request limit: the encoded batch must fit it.
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
-/// The largest scenario name the batch leaves room for, in bytes.
-pub const MAX_NAME_BYTES: usize = 200;
-/// The largest scenario description the batch leaves room for, in bytes.
-pub const MAX_DESCRIPTION_BYTES: usize = 4096;
+/// The largest scenario name (and the batch leaves room for it), in characters.
+pub const MAX_NAME_CHARS: usize = 200;
+/// The largest scenario description (and the batch leaves room for it), in characters.
+pub const MAX_DESCRIPTION_CHARS: usize = 4096;
 
 /// The substitution for the sample's index (from 1).
 const INDEX: &str = "{{index}}";
@@ -93,21 +93,21 @@ pub enum SyntheticError {
         /// The count asked for.
         count: u64,
     },
-    /// The subject kind is over 200 bytes.
+    /// The subject kind is over 200 characters.
     #[error(
-        "the subject kind is {bytes} bytes, over the {MAX_SUBJECT_BYTES}-byte limit (`subject_kind`); use a shorter subject kind"
+        "the subject kind is {chars} characters, over the {MAX_SUBJECT_CHARS}-character limit (`subject_kind`); use a shorter subject kind"
     )]
     SubjectTooLong {
-        /// Its size.
-        bytes: usize,
+        /// Its length.
+        chars: usize,
     },
-    /// The template is over 8192 bytes.
+    /// The template is over 8192 characters.
     #[error(
-        "the template is {bytes} bytes, over the {MAX_TEMPLATE_BYTES}-byte limit (`seed`, the seed file); shorten the template"
+        "the template is {chars} characters, over the {MAX_TEMPLATE_CHARS}-character limit (`seed`, the seed file); shorten the template"
     )]
     TemplateTooLong {
-        /// Its size (at least; a reader may stop past the limit).
-        bytes: usize,
+        /// Its length (at least; a reader may stop past the limit).
+        chars: usize,
     },
     /// The template is not UTF-8 text.
     #[error(
@@ -151,14 +151,20 @@ impl SyntheticError {
     }
 }
 
+/// The most bytes a template of [`MAX_TEMPLATE_CHARS`] characters takes in UTF-8: what a reader
+/// of a seed file needs to read (one byte more is enough to refuse it by its size).
+pub const MAX_TEMPLATE_BYTES: usize = MAX_TEMPLATE_CHARS * 4;
+
 /// Reads a template from a seed file's bytes (`--seed-file F`, or stdin for `-`), newlines kept.
 /// A reader should hand over at most `MAX_TEMPLATE_BYTES + 1` bytes: anything longer is refused
 /// by its size alone.
 pub fn template_from_bytes(bytes: &[u8]) -> Result<String, SyntheticError> {
+    let too_long = |chars| SyntheticError::TemplateTooLong { chars };
     if bytes.len() > MAX_TEMPLATE_BYTES {
-        return Err(SyntheticError::TemplateTooLong { bytes: bytes.len() });
+        return Err(too_long(bytes.len() / 4));
     }
     match std::str::from_utf8(bytes) {
+        Ok(s) if s.chars().count() > MAX_TEMPLATE_CHARS => Err(too_long(s.chars().count())),
         Ok(s) => Ok(s.to_owned()),
         Err(e) => Err(SyntheticError::TemplateNotUtf8 {
             offset: e.valid_up_to(),
@@ -179,16 +185,14 @@ pub fn generate(request: &Request) -> Result<Batch, SyntheticError> {
         .subject_kind
         .as_deref()
         .unwrap_or(DEFAULT_SUBJECT_KIND);
-    if subject.len() > MAX_SUBJECT_BYTES {
-        return Err(SyntheticError::SubjectTooLong {
-            bytes: subject.len(),
-        });
+    let chars = subject.chars().count();
+    if chars > MAX_SUBJECT_CHARS {
+        return Err(SyntheticError::SubjectTooLong { chars });
     }
     let template = request.seed.as_deref().unwrap_or(DEFAULT_TEMPLATE);
-    if template.len() > MAX_TEMPLATE_BYTES {
-        return Err(SyntheticError::TemplateTooLong {
-            bytes: template.len(),
-        });
+    let chars = template.chars().count();
+    if chars > MAX_TEMPLATE_CHARS {
+        return Err(SyntheticError::TemplateTooLong { chars });
     }
     let mut samples = Vec::with_capacity(count as usize);
     for index in 1..=count {
@@ -236,10 +240,10 @@ fn render(template: &str, subject: &str, index: u32) -> String {
     out
 }
 
-/// The worst-case size of a string of `bytes` bytes as a JSON string body: every byte as a
-/// `\u00XX` escape.
-const fn escaped_worst(bytes: usize) -> usize {
-    bytes * 6
+/// The worst-case size of a string of `chars` characters as a JSON string body: every
+/// character as a surrogate pair of `\uXXXX` escapes.
+const fn escaped_worst(chars: usize) -> usize {
+    chars * 12
 }
 
 impl Batch {
@@ -264,9 +268,9 @@ impl Batch {
         const ENVELOPE: usize = 64 + 12;
         steps.saturating_add(
             ENVELOPE
-                + escaped_worst(MAX_NAME_BYTES)
-                + escaped_worst(MAX_DESCRIPTION_BYTES)
-                + escaped_worst(MAX_SUBJECT_BYTES),
+                + escaped_worst(MAX_NAME_CHARS)
+                + escaped_worst(MAX_DESCRIPTION_CHARS)
+                + escaped_worst(MAX_SUBJECT_CHARS),
         )
     }
 

@@ -3,18 +3,29 @@
 use corral_policy::{OpSpec, ParamKind};
 use serde_json::{Value, json};
 
+/// A text parameter holds no NUL character (no path, command or URL can).
+const NO_NUL: &str = "^[^\\u0000]*$";
+
+/// 2^53, the largest integer magnitude a JSON number holds exactly.
+const EXACT_INTEGER: i64 = 1 << 53;
+
 /// One parameter's schema.
 pub fn param_schema(kind: &ParamKind) -> Value {
     match kind {
-        ParamKind::Argv => json!({"type": "array", "items": {"type": "string"}}),
-        ParamKind::Int => json!({"type": "integer"}),
+        ParamKind::Argv => {
+            json!({"type": "array", "minItems": 1, "items": {"type": "string", "pattern": NO_NUL}})
+        }
+        // Within 2^53: beyond it JSON numbers stop being exact, and the guard refuses them.
+        ParamKind::Int => {
+            json!({"type": "integer", "minimum": -EXACT_INTEGER, "maximum": EXACT_INTEGER})
+        }
         ParamKind::Bool => json!({"type": "boolean"}),
         ParamKind::Json => json!({}),
         ParamKind::Enum(values) => json!({"type": "string", "enum": values}),
         ParamKind::Word => json!({"type": "string", "pattern": "^[A-Za-z0-9_][A-Za-z0-9_.-]*$"}),
-        ParamKind::Url => json!({"type": "string", "format": "uri"}),
+        ParamKind::Url => json!({"type": "string", "format": "uri", "pattern": NO_NUL}),
         ParamKind::Path { .. } | ParamKind::Cwd | ParamKind::CommandLine | ParamKind::String => {
-            json!({"type": "string"})
+            json!({"type": "string", "pattern": NO_NUL})
         }
     }
 }

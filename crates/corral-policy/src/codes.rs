@@ -130,16 +130,16 @@ catalog! {
     FILES_NOT_FOUND = "files.not_found", 404,
         "no file or directory at that path",
         "check the path with `files.list`";
-    FILES_NOT_A_FILE = "files.not_a_file", 400,
+    FILES_NOT_A_FILE = "files.not_a_file", 409,
         "the path is a directory (or another non-file) where a file is needed",
         "call with the path of a regular file";
     FILES_EXISTS = "files.exists", 409,
         "a file exists at the path, and the call did not ask to replace it",
         "pass `overwrite: true`, or save under another name";
-    FILES_NOT_A_DIRECTORY = "files.not_a_directory", 400,
+    FILES_NOT_A_DIRECTORY = "files.not_a_directory", 409,
         "the path is not a directory",
         "call `files.list` with a directory";
-    FILES_NOT_TEXT = "files.not_text", 415,
+    FILES_NOT_TEXT = "files.not_text", 409,
         "the file is not UTF-8 text",
         "use `files.download` for binary files";
     FILES_NOT_EMPTY = "files.not_empty", 409,
@@ -304,6 +304,9 @@ catalog! {
     MCP_HOST_NOT_ALLOWED = "mcp.host_not_allowed", 403,
         "the request's `Host` (or `Origin`) is not one `/mcp` answers: the defence against DNS rebinding",
         "call `/mcp` by a name the config lists in `mcp.allowed_hosts` (`mcp.allowed_origins` for a browser's Origin), or add this one there";
+    MCP_NOT_ACCEPTABLE = "mcp.not_acceptable", 406,
+        "the MCP client's `Accept` header admits neither JSON nor an event stream, the only answers `/mcp` gives",
+        "send `Accept: application/json, text/event-stream` (or omit `Accept`)";
     ROUTE_NOT_FOUND = "route.not_found", 404,
         "no such route; op calls are `POST /ops/{id}`",
         "see `GET /openapi.json` for the routes";
@@ -412,19 +415,19 @@ catalog! {
     AGENTS_ENVIRONMENT_UNSUPPORTED = "agents.environment_unsupported", 400,
         "the session asks for an environment other than `self_hosted`: corral hosts agents itself, in its sandbox",
         "send `environment: {type: self_hosted, workspace_directory: <dir>}` (or omit it)";
-    LAB_SCENARIO_INVALID = "lab.scenario_invalid", 400,
+    LAB_SCENARIO_INVALID = "lab.scenario_invalid", 422,
         "a scenario is malformed: not an object, a missing or unknown key, a value of the wrong type",
         "write `{name, description?, steps: [{input, expected?}], mocks: [...]}`";
-    LAB_SCENARIO_NO_STEPS = "lab.scenario_no_steps", 400,
+    LAB_SCENARIO_NO_STEPS = "lab.scenario_no_steps", 422,
         "a scenario has no steps, so a run of it would judge nothing",
         "add at least one step: `steps: [{\"input\": \"...\"}]`";
-    LAB_MOCK_AMBIGUOUS = "lab.mock_ambiguous", 400,
+    LAB_MOCK_AMBIGUOUS = "lab.mock_ambiguous", 422,
         "a mock names both a `resource` and an `op`, so it is unclear what it answers",
         "split it in two mocks: `{resource, response}` for the identity agent, `{op, args, response}` for an op";
-    LAB_MOCK_INVALID = "lab.mock_invalid", 400,
+    LAB_MOCK_INVALID = "lab.mock_invalid", 422,
         "a mock is malformed: no `resource` or `op`, no `response` or `error`, a resource response that is not a string, or an error code corral does not know",
         "write `{resource, response: \"text\"}`, `{op, args, response}` or `{op, args, error: {code, message}}` with a code from docs/errors.md";
-    LAB_MOCK_DUPLICATE = "lab.mock_duplicate", 400,
+    LAB_MOCK_DUPLICATE = "lab.mock_duplicate", 422,
         "two mocks answer the same resource, or the same op with the same canonical arguments",
         "keep one of them: a call has exactly one mocked answer";
     LAB_MOCK_MISS = "lab.mock_miss", 404,
@@ -433,70 +436,70 @@ catalog! {
     LAB_RESERVED_OP = "lab.reserved_op", 409,
         "the deployment already has an op the lab adds to its worlds (`scenario.resource`), so no simulation can run over it",
         "rename or remove that op in the config";
-    LAB_WORKFLOW_INVALID = "lab.workflow_invalid", 400,
+    LAB_WORKFLOW_INVALID = "lab.workflow_invalid", 422,
         "a declarative workflow is malformed (YAML, a missing or unknown key, a value of the wrong type, an unknown op, a repeated `as`)",
         "fix the workflow at the line and column the message gives";
-    LAB_WORKFLOW_STREAMED_OP = "lab.workflow_streamed_op", 400,
+    LAB_WORKFLOW_STREAMED_OP = "lab.workflow_streamed_op", 422,
         "a workflow step names an op that answers a stream (`files.download`: a file's bytes with its content type), not JSON, so no later step or `output` template could use its answer",
         "read text with `files.read` instead (its answer is `{content, ...}`), or drop the step";
-    LAB_WORKFLOW_TEMPLATE = "lab.workflow_template", 400,
+    LAB_WORKFLOW_TEMPLATE = "lab.workflow_template", 422,
         "a workflow template is malformed or refers to something it cannot see (an unclosed `{{`, an unknown name, a step not run before it)",
         "use `{{input}}`, `{{steps.<as>}}` or `{{steps.<as>.<field>}}` of an earlier step";
     LAB_SYNTHETIC_COUNT = "lab.synthetic_count", 400,
         "the synthetic-input count is 0 or over 100",
         "ask for 1 to 100 samples (`--count`, `count`); omit it for 10";
-    LAB_SYNTHETIC_SUBJECT_TOO_LONG = "lab.synthetic_subject_too_long", 413,
-        "the synthetic-input subject kind is over 200 bytes",
+    LAB_SYNTHETIC_SUBJECT_TOO_LONG = "lab.synthetic_subject_too_long", 400,
+        "the synthetic-input subject kind is over 200 characters",
         "use a shorter subject kind (`--subject-kind`, `subject_kind`); omit it for `agent`";
-    LAB_SYNTHETIC_TEMPLATE_TOO_LONG = "lab.synthetic_template_too_long", 413,
-        "the synthetic-input template (the seed file) is over 8192 bytes",
+    LAB_SYNTHETIC_TEMPLATE_TOO_LONG = "lab.synthetic_template_too_long", 400,
+        "the synthetic-input template (the seed file) is over 8192 characters",
         "shorten the template (`--seed-file`, `seed`); omit it for `{{subject_kind}}-sample-{{index}}`";
     LAB_SYNTHETIC_TEMPLATE_NOT_TEXT = "lab.synthetic_template_not_text", 400,
         "the synthetic-input template (the seed file) is not UTF-8 text",
         "save the seed file as UTF-8";
-    LAB_SYNTHETIC_INPUT_TOO_LONG = "lab.synthetic_input_too_long", 413,
+    LAB_SYNTHETIC_INPUT_TOO_LONG = "lab.synthetic_input_too_long", 422,
         "a generated input is over 8192 bytes once its subject kind and index are substituted",
         "shorten the template or the subject kind; the request was rejected whole";
-    LAB_SYNTHETIC_BATCH_TOO_LARGE = "lab.synthetic_batch_too_large", 413,
+    LAB_SYNTHETIC_BATCH_TOO_LARGE = "lab.synthetic_batch_too_large", 422,
         "the generated batch, encoded as a scenario create request with room for its name, description and subject kind, is over the 1 MiB request limit",
         "ask for fewer samples or use a shorter template; the request was rejected whole";
-    LAB_SCORER_UNKNOWN = "lab.scorer_unknown", 400,
+    LAB_SCORER_UNKNOWN = "lab.scorer_unknown", 422,
         "the scorer named is not a built-in scorer",
         "use `exact`, `regex` or `json_path`";
-    LAB_EXPECTED_INVALID = "lab.expected_invalid", 400,
+    LAB_EXPECTED_INVALID = "lab.expected_invalid", 422,
         "a step's expected value does not fit its scorer (a regex that does not compile, a `json_path` expectation without `path` and `value`, a path that is not a JSON Pointer or a singular JSONPath)",
         "fix the step's `expected`: a string for `exact` and `regex`, `{\"path\": \"$.a.b\", \"value\": ...}` for `json_path`";
-    LAB_COMPARE_INVALID = "lab.compare_invalid", 400,
+    LAB_COMPARE_INVALID = "lab.compare_invalid", 422,
         "the two sides of a comparison do not pair up (no scenarios, a scenario on one side only or twice, a score outside [0, 1], more passes or errors than trials)",
         "compare runs of the same scenarios with the same trials, one result per scenario and side";
     LAB_DISABLED = "lab.disabled", 404,
         "the lab is turned off in this deployment's config (`sandbox.enabled: false`); stored scenarios and runs are kept",
         "set `sandbox.enabled: true` in the config (or remove the key) and reload to turn it on";
-    LAB_ISOLATION_UNSUPPORTED = "lab.isolation_unsupported", 400,
+    LAB_ISOLATION_UNSUPPORTED = "lab.isolation_unsupported", 422,
         "a run asked for an isolation its agent cannot use: the identity agent and workflows run in-process against mocks (`inproc-mock`), and an external program runs only in the `linux` backend",
         "omit `isolation`: each variant gets the one it runs under (`inproc-mock` for the identity agent and workflows, `linux` for a program)";
-    REPLAY_UNSAFE_OP = "replay.unsafe_op", 400,
+    REPLAY_UNSAFE_OP = "replay.unsafe_op", 422,
         "a variant given to a sandboxed replay declares a tool whose replay safety class is unsafe (it changes something outside the run's ephemeral workspace); nothing was run",
         "remove the tool from the variant (its workflow steps or its `tools:` list), or replay a variant that only reads";
-    REPLAY_UNKNOWN_OP = "replay.unknown_op", 400,
+    REPLAY_UNKNOWN_OP = "replay.unknown_op", 422,
         "a variant given to a sandboxed replay declares a tool that is no op of the deployment; nothing was run",
         "fix the tool's name; `GET /ops` lists the ops";
     REPLAY_DIVERGENCE = "replay.divergence", 404,
         "a replayed run made a call its recording lacks (another op, other arguments, or one call too many); nothing real was reached, and the run went on",
         "expected when the variant differs from what was recorded: the replay reports each divergence with its step, op, arguments hash and the call the recording expected there";
-    REPLAY_TOOLS_UNDECLARED = "replay.tools_undeclared", 400,
+    REPLAY_TOOLS_UNDECLARED = "replay.tools_undeclared", 422,
         "an external program given to a shadow evaluation declares no `tools:` list, so what it may call is unknown and it cannot be checked before it runs; nothing was run",
         "add `tools: [op, ...]` (the ops it calls, all replay-safe) to its entry under `sandbox.programs` in the config";
     REPLAY_CONFIRM_NEEDED = "replay.confirm_needed", 409,
         "a shadow evaluation of N variants x M tasks is N*M full agent runs, over the threshold that must be announced; nothing was run",
         "send `expected_runs` equal to N*M (the count in the message), or `corral sandbox shadow run ... --yes` after reading it";
-    REPLAY_VARIANT_INVALID = "replay.variant_invalid", 400,
+    REPLAY_VARIANT_INVALID = "replay.variant_invalid", 422,
         "a shadow evaluation's variant is neither a workflow nor a declared program (the identity agent only answers from mocks, which a replay does not have); nothing was run",
         "give each variant a `workflow` (YAML) or a `program` (a name under `sandbox.programs`)";
     REPLAY_NO_INPUT = "replay.no_input", 409,
         "the recording kept no task input (or one that is not `{steps: [{input, expected?}]}`), so there is no task to re-run",
         "record lab runs with `sandbox: {record_runs: true}`, or set a live session's input with `PUT /v1/sandbox/recordings/{run}/input` before replaying it";
-    LAB_PROGRAM_UNKNOWN = "lab.program_unknown", 400,
+    LAB_PROGRAM_UNKNOWN = "lab.program_unknown", 422,
         "a variant or scorer names an external program the config does not declare (programs run only if `sandbox.programs` or `sandbox.scorers` names them)",
         "declare it in the config (`sandbox: {programs: {NAME: {command: [...], read_paths: [...]}}}`, or `scorers:` for a scorer) and reload, or use a declared name";
     LAB_PROGRAM_FAILED = "lab.program_failed", 502,
@@ -514,7 +517,7 @@ catalog! {
     LAB_INSPECT_LOG_INVALID = "lab.inspect_log_invalid", 400,
         "an Inspect AI eval log cannot be read (not a `.eval` zip, a missing or malformed entry, a sample without a score)",
         "pass `.eval` files written by `inspect eval` whose samples were scored";
-    LAB_TOURNAMENT_MISMATCH = "lab.tournament_mismatch", 400,
+    LAB_TOURNAMENT_MISMATCH = "lab.tournament_mismatch", 422,
         "the runs of a tournament are not all of the same scenario at the same version (the message names the first that differs), so their outputs are not answers to the same tasks",
         "name runs of one scenario and version (`corral sandbox runs list --scenario ID` lists them), one per variant";
     LAB_TOURNAMENT_RUN_INCOMPLETE = "lab.tournament_run_incomplete", 409,
@@ -818,7 +821,13 @@ pub fn markdown() -> String {
         "# Corral error and finding codes\n\n\
          Generated from `crates/corral-policy/src/codes.rs` (`codes::markdown()`); a test keeps \
          this file in step. Every refusal and every `check-config` finding carries one of these \
-         codes. Status 0 means the code appears only offline (config loading and lint).\n",
+         codes. Status 0 means the code appears only offline (config loading and lint).\n\n\
+         400 means the request does not fit `/openapi.json` (a wrong type, a missing or unknown \
+         field, a value out of its range or pattern). 422 means it fits, but its content cannot \
+         be processed, which no schema can state: a workflow's YAML that does not load, mocks \
+         that answer the same call twice, a name the deployment does not declare. 409 means the \
+         world is not in the state the call needs (a file where a directory is needed, a file \
+         that exists).\n",
     );
     let mut family = "";
     for c in CATALOG {

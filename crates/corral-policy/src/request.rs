@@ -140,6 +140,11 @@ pub fn validate_args(op: &OpSpec, args: &Args) -> Result<(), ArgError> {
         if !ok {
             let expected = match &p.kind {
                 ParamKind::Enum(values) => format!("one of {}", values.join(", ")),
+                ParamKind::Path { .. }
+                | ParamKind::Cwd
+                | ParamKind::CommandLine
+                | ParamKind::Url
+                | ParamKind::String => format!("a {} without a NUL character", p.kind.name()),
                 k => format!("a {}", k.name()),
             };
             return Err(err(

@@ -79,7 +79,7 @@ impl Cursor {
         let valid_id = !id.is_empty()
             && id.len() <= 64
             && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-        if !valid_id || ms.is_empty() || !ms.chars().all(|c| c.is_ascii_digit()) {
+        if !valid_id || ms.is_empty() || ms.len() > 15 || !ms.chars().all(|c| c.is_ascii_digit()) {
             return None;
         }
         Some(Self {

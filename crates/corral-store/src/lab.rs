@@ -580,10 +580,18 @@ impl FromStr for PageCursor {
             ),
         };
         let (ms, id) = s.split_once('.').ok_or_else(bad)?;
-        let created_ms = ms.parse().map_err(|_| bad())?;
-        if id.is_empty() {
+        // As the listings' `next` writes it (and `/openapi.json` states): 1-15 digits, then an
+        // id of 1-64 letters, digits, `_` and `-`.
+        let digits = !ms.is_empty() && ms.len() <= 15 && ms.bytes().all(|b| b.is_ascii_digit());
+        let id_ok = !id.is_empty()
+            && id.len() <= 64
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !digits || !id_ok {
             return Err(bad());
         }
+        let created_ms = ms.parse().map_err(|_| bad())?;
         Ok(PageCursor {
             created_ms,
             id: id.to_owned(),

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `corral` binary: real processes, real files.
 
 mod agents;
+mod api_contract;
 mod call;
 mod cookbook;
 mod crash;

@@ -326,7 +326,9 @@ rules:
     assert_eq!(
         props,
         // The upstream's string param, described as every param of a tool is.
-        Some(json!({"path": {"type": "string", "description": "text"}})),
+        Some(
+            json!({"path": {"type": "string", "description": "text", "pattern": "^[^\\u0000]*$"}})
+        ),
         "{tools:?}"
     );
     let _ = client.cancel().await;
@@ -390,7 +392,9 @@ async fn a_changed_tool_list_is_followed_without_a_restart() {
     }
     assert_eq!(
         props,
-        Some(json!({"word": {"type": "string", "description": "text"}})),
+        Some(
+            json!({"word": {"type": "string", "description": "text", "pattern": "^[^\\u0000]*$"}})
+        ),
         "the new tool list was not followed within 10 s"
     );
     let late = call(&client, "mcp.fx.late", json!({"word": "hi"})).await;

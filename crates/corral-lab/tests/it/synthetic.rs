@@ -111,30 +111,32 @@ fn count_101_is_rejected_whole_and_100_is_accepted() {
 }
 
 #[test]
-fn a_subject_of_201_bytes_is_rejected_whole_and_200_is_accepted() {
+fn a_subject_of_201_characters_is_rejected_whole_and_200_is_accepted() {
     let s201 = "s".repeat(201);
     refused(
         &request(Some(&s201), Some(1), None),
         "lab.synthetic_subject_too_long",
-        &["201 bytes", "200-byte", "`subject_kind`"],
+        &["201 characters", "200-character", "`subject_kind`"],
     );
-    // Bytes, not characters: 101 two-byte characters are 202 bytes.
+    // Characters, not bytes (as JSON Schema's `maxLength` counts): 200 two-byte characters
+    // are within the limit, 201 are not.
     refused(
-        &request(Some(&"é".repeat(101)), Some(1), None),
+        &request(Some(&"é".repeat(201)), Some(1), None),
         "lab.synthetic_subject_too_long",
-        &["202 bytes"],
+        &["201 characters"],
     );
+    synthetic::generate(&request(Some(&"é".repeat(200)), Some(1), None)).unwrap();
     let s200 = "s".repeat(200);
     synthetic::generate(&request(Some(&s200), Some(1), None)).unwrap();
 }
 
 #[test]
-fn a_template_of_8193_bytes_is_rejected_whole_and_8192_is_accepted() {
+fn a_template_of_8193_characters_is_rejected_whole_and_8192_is_accepted() {
     let t8193 = "t".repeat(8193);
     refused(
         &request(None, Some(1), Some(&t8193)),
         "lab.synthetic_template_too_long",
-        &["8193 bytes", "8192-byte", "`seed`"],
+        &["8193 characters", "8192-character", "`seed`"],
     );
     assert_eq!(
         synthetic::template_from_bytes(t8193.as_bytes())
@@ -190,7 +192,7 @@ fn a_batch_over_one_mib_once_json_escaped_is_rejected_whole() {
 #[test]
 fn the_batch_budget_leaves_room_for_the_largest_name_description_and_subject() {
     // A batch that fits: its steps plus the worst-case name, description and subject (every byte
-    // escaped as \u00XX) still encode within 1 MiB.
+    // escaped as \u00XX, 6 bytes per character) still encode within 1 MiB.
     let batch = synthetic::generate(&request(
         Some(&"s".repeat(200)),
         Some(100),
@@ -198,9 +200,9 @@ fn the_batch_budget_leaves_room_for_the_largest_name_description_and_subject() {
     ))
     .unwrap();
     let worst = serde_json::json!({
-        "name": "\u{1}".repeat(synthetic::MAX_NAME_BYTES),
-        "description": "\u{1}".repeat(synthetic::MAX_DESCRIPTION_BYTES),
-        "subject_kind": "\u{1}".repeat(synthetic::MAX_SUBJECT_BYTES),
+        "name": "\u{1}".repeat(synthetic::MAX_NAME_CHARS),
+        "description": "\u{1}".repeat(synthetic::MAX_DESCRIPTION_CHARS),
+        "subject_kind": "\u{1}".repeat(synthetic::MAX_SUBJECT_CHARS),
         "steps": batch.steps(),
         "mocks": [],
     });

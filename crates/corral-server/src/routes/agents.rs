@@ -58,7 +58,8 @@ fn tenant(state: &AppState, caller: &Caller) -> String {
     state.runtime().agents().tenant_of(&caller.principal)
 }
 
-/// The body as a JSON object (an empty body: `{}`), under the server's size limit.
+/// The body as a JSON object (required: an empty one is `400 args.malformed`), under the
+/// server's size limit.
 async fn json_body(state: &AppState, request: Request, rid: &str) -> Result<Value, ApiError> {
     let declared = crate::body::content_length(request.headers());
     let limit = state.max_body_bytes();
@@ -74,11 +75,14 @@ async fn json_body(state: &AppState, request: Request, rid: &str) -> Result<Valu
             )
             .with_status(status)
         })?;
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(json!({}));
-    }
     match serde_json::from_slice::<Value>(&body) {
         Ok(v @ Value::Object(_)) => Ok(v),
+        _ if body.iter().all(u8::is_ascii_whitespace) => Err(ApiError::new(
+            codes::ARGS_MALFORMED,
+            "the request has no body; send a JSON object (`{}` for no fields)",
+            None,
+            rid,
+        )),
         Ok(_) => Err(invalid("the body must be a JSON object", rid)),
         Err(e) => Err(ApiError::new(
             codes::ARGS_MALFORMED,
@@ -217,12 +221,17 @@ async fn own_session(
         .ok_or_else(|| not_found("session", id, rid))
 }
 
+/// The most items of a page of agents or sessions.
+pub(crate) const MAX_PAGE: u32 = 100;
+
 /// The page a listing's query asks for (`limit`, `after`), or what is wrong with it.
 fn page_of(q: &HashMap<String, String>) -> Result<Page, &'static str> {
     let limit = match q.get("limit") {
         Some(l) => l
             .parse::<u32>()
-            .map_err(|_| "`limit` must be a whole number from 1 to 100")?,
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or("`limit` must be a whole number from 1 to 100")?,
         None => 20,
     };
     let after = match q.get("after").filter(|a| !a.is_empty()) {
@@ -263,15 +272,28 @@ pub async fn create_agent(
 ) -> Result<Response, ApiError> {
     let rid = auth.request_id.clone();
     let body = json_body(&state, request, &rid).await?;
-    let text = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned);
-    let Some(model) = text("model").filter(|m| !m.trim().is_empty()) else {
+    // An optional text field: absent or `null` is none; another type is refused.
+    let text = |k: &str| -> Result<Option<String>, String> {
+        match body.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(format!("`{k}` must be a string")),
+        }
+    };
+    let Some(model) = text("model")
+        .map_err(|m| invalid(m, &rid))?
+        .filter(|m| corral_lab::service::is_label(m))
+    else {
         return Err(invalid(
-            "`model` is required: a real model name, or an adapter's name (`codex`, `claude_code`)",
+            "`model` is required: a real model name, or an adapter's name (`codex`, `claude_code`); 1 to 200 characters, no control character",
             &rid,
         ));
     };
-    let name = text("name");
-    if name.as_deref().is_some_and(|n| n.trim() == "lab_coach") {
+    let name = text("name").map_err(|m| invalid(m, &rid))?;
+    if name
+        .as_deref()
+        .is_some_and(|n| n.trim_matches(' ') == "lab_coach")
+    {
         return Err(invalid(
             "the agent name `lab_coach` is reserved for learning mode's coach; pick another name",
             &rid,
@@ -295,7 +317,7 @@ pub async fn create_agent(
         owner: auth.caller.principal.id.clone(),
         model,
         name,
-        instructions: text("instructions"),
+        instructions: text("instructions").map_err(|m| invalid(m, &rid))?,
         metadata,
     };
     let def = state

@@ -66,12 +66,14 @@ pub async fn list(
         match query.get(name) {
             None => Ok(None),
             Some(v)
-                if !v.is_empty() && v.len() <= MAX_FILTER && !v.chars().any(char::is_control) =>
+                if !v.is_empty()
+                    && v.chars().count() <= MAX_FILTER
+                    && !v.chars().any(char::is_control) =>
             {
                 Ok(Some(v.clone()))
             }
             Some(_) => Err(format!(
-                "`{name}` must be 1 to {MAX_FILTER} bytes with no control characters"
+                "`{name}` must be 1 to {MAX_FILTER} characters with no control characters"
             )),
         }
     };

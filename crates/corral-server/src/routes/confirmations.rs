@@ -52,7 +52,7 @@ pub async fn list(
             }
         },
     };
-    let after = match query.get("after") {
+    let after = match query.get("after").filter(|a| !a.is_empty()) {
         None => None,
         Some(a) => Some(Cursor::parse(a).ok_or_else(|| {
             invalid(

@@ -89,6 +89,15 @@ pub(crate) async fn authenticate(
     request.extensions_mut().insert(authed.caller);
     request.extensions_mut().insert(opts);
     if request.method() == Method::POST {
+        if !accept_json(&mut request) {
+            return ApiError::new(
+                codes::MCP_NOT_ACCEPTABLE,
+                "this client accepts neither JSON nor an event stream; send `Accept: application/json, text/event-stream` (or omit `Accept`)",
+                None,
+                &rid,
+            )
+            .into_response();
+        }
         request = match checked_body(&state, request, &rid).await {
             Ok(r) => r,
             Err(resp) => return resp,
@@ -96,6 +105,29 @@ pub(crate) async fn authenticate(
     }
     let resp = next.run(request).await;
     host_refusal(resp, &rid)
+}
+
+/// The MCP transport wants clients to accept both JSON and an event stream; this server answers
+/// JSON only (stateless, `json_response`), so a client that accepts JSON (no `Accept`, `*/*`,
+/// `application/*` or `application/json` among its ranges) is served as if it had said both.
+/// Any other (an event stream only, say) is refused: `false`, for `406 mcp.not_acceptable`.
+fn accept_json(request: &mut Request) -> bool {
+    let accepts_json = match request.headers().get(header::ACCEPT) {
+        None => true,
+        Some(v) => v.to_str().unwrap_or("").split(',').any(|range| {
+            let essence = range.split(';').next().unwrap_or("").trim();
+            ["*/*", "application/*", "application/json"]
+                .iter()
+                .any(|ok| essence.eq_ignore_ascii_case(ok))
+        }),
+    };
+    if accepts_json {
+        request.headers_mut().insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+    }
+    accepts_json
 }
 
 /// The MCP service's own `403` for a `Host` or `Origin` it does not answer (plain text that

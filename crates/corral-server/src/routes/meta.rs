@@ -93,11 +93,16 @@ pub async fn openapi(
 ) -> Result<Response, ApiError> {
     let d = state.gateway().deployment();
     let ops = d.callable_ops(&c.principal);
+    let declared = state.runtime().lab().declared();
     let routes = crate::openapi::Routes {
         learning: state.learning().is_some(),
         llm: state.llm().is_some(),
+        adapters: state.runtime().agents().mounted().0,
+        programs: declared.programs,
+        scorers: declared.scorers,
+        judges: declared.judges,
     };
-    Ok(axum::Json(crate::openapi::document(&ops, routes)).into_response())
+    Ok(axum::Json(crate::openapi::document(&ops, &routes)).into_response())
 }
 
 /// Unknown routes.

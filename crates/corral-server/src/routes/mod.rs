@@ -1,7 +1,7 @@
 //! The route table. Every route but `/healthz` authenticates first (`extract::Authed`); the web
 //! console (`crate::ui`, merged in) authenticates its pages by their session.
 
-mod agents;
+pub(crate) mod agents;
 mod audit;
 mod confirmations;
 mod extract;

@@ -33,15 +33,16 @@ fn is_json(ct: &HeaderValue) -> bool {
     essence.trim().eq_ignore_ascii_case("application/json")
 }
 
-/// The arguments of an op call's body, as JSON (an empty body is `{}`); why not, else. Whether
-/// they are an object is the gateway's to judge, once the op is resolved (an op the caller
-/// may not call answers 404 whatever the body holds).
+/// The arguments of an op call's body, as JSON (an empty body is `null`: the body is required,
+/// `{}` when the op takes no arguments); why not, else. Whether they are an object is the
+/// gateway's to judge, once the op is resolved (an op the caller may not call answers 404
+/// whatever the body holds).
 fn call_args(body: &[u8], json_content: bool) -> Result<serde_json::Value, String> {
     if !json_content && !body.is_empty() {
         return Err("send the arguments as JSON with `Content-Type: application/json`".to_owned());
     }
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(serde_json::Value::Object(serde_json::Map::new()));
+        return Ok(serde_json::Value::Null);
     }
     serde_json::from_slice::<serde_json::Value>(body)
         .map_err(|e| format!("the body is not valid JSON: {e}"))

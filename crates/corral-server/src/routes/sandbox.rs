@@ -124,18 +124,21 @@ pub(super) async fn enter_with_body<B: DeserializeOwned>(
     if let Err(e) = lab.check_enabled() {
         return Err(err(lab.rejected(&caller, &rid, op, e).await, &rid).into_response());
     }
-    let value = if body.iter().all(u8::is_ascii_whitespace) {
-        Value::Object(serde_json::Map::new())
-    } else {
-        match serde_json::from_slice::<Value>(&body) {
-            Ok(v) => v,
-            Err(e) => {
-                let e = LabError {
-                    code: codes::ARGS_MALFORMED,
-                    message: format!("the request body is not JSON: {e}; send a JSON object"),
-                };
-                return Err(err(lab.rejected(&caller, &rid, op, e).await, &rid).into_response());
-            }
+    let value = match serde_json::from_slice::<Value>(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        parsed => {
+            let message = match parsed {
+                _ if body.iter().all(u8::is_ascii_whitespace) => {
+                    "the request has no body; send a JSON object (`{}` for no fields)".to_owned()
+                }
+                Err(e) => format!("the request body is not JSON: {e}; send a JSON object"),
+                Ok(_) => "the request body is not a JSON object; send one".to_owned(),
+            };
+            let e = LabError {
+                code: codes::ARGS_MALFORMED,
+                message,
+            };
+            return Err(err(lab.rejected(&caller, &rid, op, e).await, &rid).into_response());
         }
     };
     match parse(route, value) {

@@ -137,9 +137,11 @@ async fn arguments_that_do_not_fit_the_op_are_refused_and_write_nothing() {
         r.assert_error(400, "args.malformed");
         assert!(r.text.contains("not a JSON object"), "{body}: {}", r.text);
     }
-    // An empty body is no arguments at all.
+    // The body is required: an empty one is refused as `null` is, with the fix (`{}`).
     let r = raw(&s, Vec::new(), Some("application/json")).await;
-    r.assert_error(400, "args.missing");
+    r.assert_error(400, "args.malformed");
+    assert!(r.text.contains("the body is empty"), "{}", r.text);
+    assert!(r.text.contains("send `{}` for none"), "{}", r.text);
     assert!(!ws.root.join("made.txt").exists());
 }
 
@@ -188,7 +190,7 @@ async fn a_fifo_in_the_root_is_refused_without_blocking() {
         )
         .await
         .expect("opening a FIFO must not block a worker");
-        r.assert_error(400, "files.not_a_file");
+        r.assert_error(409, "files.not_a_file");
     }
 }
 

@@ -188,7 +188,7 @@ async fn files_write_creates_overwrites_and_appends_inside_the_root() {
         .assert_error(404, "files.not_found");
     write("dir", "x", false)
         .await
-        .assert_error(400, "files.not_a_file");
+        .assert_error(409, "files.not_a_file");
     assert!(ws.root.join("dir").is_dir());
 }
 

@@ -389,3 +389,41 @@ async fn underscored_tool_names_fit_strict_hosts_and_read_back_to_their_ops() {
     );
     agent.cancel().await.unwrap();
 }
+
+/// The transport asks clients to accept JSON and an event stream; this server answers JSON, so
+/// a client that accepts JSON in any form (no `Accept`, `*/*`, `application/json`) is served,
+/// and one that accepts only an event stream gets corral's `406 mcp.not_acceptable`.
+#[tokio::test]
+async fn a_client_that_accepts_json_is_served_and_one_that_does_not_gets_406() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
+    for accept in [None, Some("*/*"), Some("application/json")] {
+        let mut req = s
+            .client()
+            .post(s.url("/mcp"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&ping);
+        if let Some(a) = accept {
+            req = req.header("accept", a);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 200, "{accept:?}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["id"], 7, "{accept:?}: {v}");
+        assert!(v["result"].is_object(), "{accept:?}: {v}");
+    }
+    let r = s
+        .client()
+        .post(s.url("/mcp"))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("accept", "text/event-stream")
+        .json(&ping)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 406);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["code"], "mcp.not_acceptable", "{v}");
+    assert!(v["error"].as_str().unwrap_or("").contains("Accept:"), "{v}");
+}

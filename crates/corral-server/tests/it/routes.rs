@@ -406,9 +406,8 @@ async fn the_openapi_document_describes_every_route_with_its_401_and_required_bo
         ("get", "/confirmations"),
         ("post", "/confirmations/{action_id}/decision"),
         ("get", "/v1/sandbox/scenarios"),
-        ("post", "/v1/agents/sessions"),
-        ("post", "/agents/{adapter}/v1/agents/sessions"),
-        ("get", "/agents/{adapter}/v1/agents/sessions/{id}/events"),
+        ("post", "/v1/sandbox/tournaments"),
+        ("post", "/v1/agents"),
     ] {
         assert!(
             doc["paths"][path][method]["operationId"].is_string(),
@@ -418,6 +417,17 @@ async fn the_openapi_document_describes_every_route_with_its_401_and_required_bo
     assert!(
         doc["paths"].get("/v1/chat/completions").is_none(),
         "no provider: the LLM proxy's routes answer 503 and are not listed"
+    );
+    assert!(
+        doc["paths"].get("/v1/agents/sessions").is_none(),
+        "no adapter mounted: no session can start, and the sessions' routes are not listed"
+    );
+    // `/mcp` is stateless: GET and DELETE answer 405 (with `Allow: POST`), so only POST is
+    // listed; its 401 is a JSON-RPC error.
+    assert_eq!(doc["paths"]["/mcp"].as_object().map(|m| m.len()), Some(1));
+    assert_eq!(
+        doc["paths"]["/mcp"]["post"]["responses"]["401"]["content"]["application/json"]["schema"]["required"],
+        serde_json::json!(["jsonrpc", "error"])
     );
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
@@ -434,4 +444,67 @@ async fn the_openapi_document_describes_every_route_with_its_401_and_required_bo
     let run = &doc["paths"]["/ops/core.health"]["post"]["parameters"][0];
     assert_eq!(run["name"], "X-Corral-Run");
     assert_eq!(run["schema"]["pattern"], "^[A-Za-z0-9_.:-]{1,128}$");
+}
+
+/// What `/openapi.json` states holds on the wire: a body is required (an empty one is `400
+/// args.malformed` on the ops, the lab and the agents alike), `limit` has its range, an empty
+/// `after` is the first page, and a `run` filter has the header's pattern.
+#[tokio::test]
+async fn bodies_are_required_and_the_documented_ranges_and_patterns_hold() {
+    let ws = Workspace::new();
+    let s = server(&ws).await;
+    for path in [
+        "/ops/core.health",
+        "/v1/sandbox/synthetic-data",
+        "/v1/agents",
+    ] {
+        let r = send(
+            s.client()
+                .post(s.url(path))
+                .bearer_auth(ADMIN_TOKEN)
+                .header("content-type", "application/json"),
+        )
+        .await;
+        r.assert_error(400, "args.malformed");
+        assert!(
+            r.text.contains("empty") || r.text.contains("no body"),
+            "{path}: {}",
+            r.text
+        );
+    }
+    for path in [
+        "/v1/agents?limit=0",
+        "/v1/agents?limit=101",
+        "/v1/sandbox/scenarios?limit=0",
+    ] {
+        let r = send(s.client().get(s.url(path)).bearer_auth(ADMIN_TOKEN)).await;
+        assert_eq!(r.status, 400, "{path}: {}", r.text);
+    }
+    for path in [
+        "/confirmations?after=",
+        "/v1/sandbox/scenarios?after=",
+        "/v1/agents?after=",
+    ] {
+        let r = send(s.client().get(s.url(path)).bearer_auth(ADMIN_TOKEN)).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text);
+    }
+    let long_run = format!("/audit?run={}", "r".repeat(129));
+    for path in [
+        "/audit?run=a%20b",
+        long_run.as_str(),
+        "/confirmations?after=1.a.b",
+    ] {
+        let r = send(s.client().get(s.url(path)).bearer_auth(ADMIN_TOKEN)).await;
+        r.assert_error(400, "args.invalid");
+    }
+    // 75.0 is the integer 75, as JSON Schema's `integer` says.
+    let r = send(
+        s.client()
+            .post(s.url("/v1/sandbox/synthetic-data"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"count": 3.0})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["samples"].as_array().map(Vec::len), Some(3));
 }

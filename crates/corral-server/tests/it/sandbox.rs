@@ -389,7 +389,7 @@ async fn a_linux_isolation_request_for_a_mock_run_is_refused_and_nothing_is_reco
         json!({"variant": "v", "isolation": "linux"}),
     )
     .await
-    .assert_error(400, "lab.isolation_unsupported");
+    .assert_error(422, "lab.isolation_unsupported");
     assert_eq!(
         ok(&get(&s, &t, "/v1/sandbox/runs").await)["items"],
         json!([])
@@ -548,10 +548,10 @@ async fn synthetic_requests_over_a_limit_are_rejected_whole_and_store_nothing() 
         .assert_error(400, "lab.synthetic_count");
     post(&s, &t, path, json!({"subject_kind": "s".repeat(201)}))
         .await
-        .assert_error(413, "lab.synthetic_subject_too_long");
+        .assert_error(400, "lab.synthetic_subject_too_long");
     post(&s, &t, path, json!({"seed": "t".repeat(8193)}))
         .await
-        .assert_error(413, "lab.synthetic_template_too_long");
+        .assert_error(400, "lab.synthetic_template_too_long");
     // Each input is within 8192 bytes, but 100 of them, escaped as JSON, are over 1 MiB.
     post(
         &s,
@@ -560,7 +560,7 @@ async fn synthetic_requests_over_a_limit_are_rejected_whole_and_store_nothing() 
         json!({"count": 100, "seed": "\"".repeat(8000)}),
     )
     .await
-    .assert_error(413, "lab.synthetic_batch_too_large");
+    .assert_error(422, "lab.synthetic_batch_too_large");
     // At the limits it is accepted.
     let ok200 = ok(&post(
         &s,
@@ -583,7 +583,7 @@ async fn synthetic_requests_over_a_limit_are_rejected_whole_and_store_nothing() 
         json!({"name": "n".repeat(201), "steps": [{"input": "i"}]}),
     )
     .await
-    .assert_error(400, "lab.scenario_invalid");
+    .assert_error(422, "lab.scenario_invalid");
     assert_eq!(
         ok(&get(&s, &t, "/v1/sandbox/scenarios").await)["items"],
         json!([])
@@ -1143,7 +1143,7 @@ async fn a_tournament_over_http_is_refused_for_a_viewer_or_an_undeclared_judge_a
     .await
     .assert_error(403, "rbac.denied");
     let r = post(&s, &op, path, json!({"runs": [a, b], "judge": "command:j"})).await;
-    r.assert_error(400, "lab.program_unknown");
+    r.assert_error(422, "lab.program_unknown");
     assert!(r.text.contains("sandbox.judges"), "{}", r.text);
     // (A real judge's tournament runs in corral-cli's `lab_program` tests.)
     post(
@@ -1276,7 +1276,7 @@ async fn a_scorer_judges_only_steps_with_an_expected_value_and_a_run_with_none_i
     let (p, b) = run(none["id"].as_str().unwrap().to_owned(), Some("fuzzy"));
     post(&s, &t, &p, b)
         .await
-        .assert_error(400, "lab.scorer_unknown");
+        .assert_error(422, "lab.scorer_unknown");
 }
 
 #[tokio::test]

@@ -143,7 +143,7 @@ async fn an_unsafe_variant_is_400_naming_the_tool_and_an_unannounced_n_m_is_409_
         json!({"tasks": [task], "variants": [reader(&ws, "reader"), writer]}),
     )
     .await;
-    r.assert_error(400, "replay.unsafe_op");
+    r.assert_error(422, "replay.unsafe_op");
     assert!(r.text.contains("`files.write`"), "{}", r.text);
     let variants: Vec<Value> = (1..=11).map(|i| reader(&ws, &format!("v{i}"))).collect();
     let r = post(
