@@ -59,6 +59,8 @@ pub(crate) fn exact(s: &str) -> String {
 const NAV: &[(&str, &str, bool)] = &[
     ("/ui/inbox", "Approvals", false),
     ("/ui/ops", "Ops", false),
+    ("/ui/runs", "Runs", false),
+    ("/ui/comparisons", "Comparisons", false),
     ("/ui/audit", "Audit", true),
 ];
 

@@ -1,10 +1,11 @@
 //! The web console at `/ui` (issue 19): server-rendered pages over the same use cases as the
 //! API (the gateway's confirmation listing and decision, the store's audit query, the
-//! deployment's callable ops), a session cookie instead of a bearer token, and two static
+//! deployment's callable ops, the lab's runs and comparisons), a session cookie instead of a bearer token, and two static
 //! assets compiled into the binary. No page carries inline script or style, and every
 //! response under `/ui` has the headers of [`security_headers`].
 
 mod html;
+mod lab;
 mod pages;
 mod session;
 
@@ -41,6 +42,10 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/ui/actions/{action_id}/decision", post(pages::decide))
         .route("/ui/audit", get(pages::audit))
         .route("/ui/ops", get(pages::ops))
+        .route("/ui/runs", get(lab::runs))
+        .route("/ui/runs/{id}", get(lab::run))
+        .route("/ui/comparisons", get(lab::comparisons))
+        .route("/ui/comparisons/{id}", get(lab::comparison))
         .route("/ui/static/console.css", get(css))
         .route("/ui/static/console.js", get(js))
         .route("/ui/{*rest}", axum::routing::any(not_found))

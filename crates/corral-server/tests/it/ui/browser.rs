@@ -201,7 +201,7 @@ async fn a_person_approves_in_chromium_and_the_agents_retry_runs_once() {
         return;
     };
     let f = Fixture::new();
-    let ui = Ui::start(&f.load(&f.yaml("", ""))).await;
+    let ui = Ui::start(&f.load(&f.yaml("", "sandbox: {enabled: true}\n"))).await;
     let agent = delegated("ada", "planner", &["operator"]);
     let call = |word: &'static str| {
         let agent = agent.clone();
@@ -292,6 +292,41 @@ async fn a_person_approves_in_chromium_and_the_agents_retry_runs_once() {
     let rows = c.find_all(Locator::Css("tbody tr")).await.unwrap();
     assert!(rows.len() >= 2, "the call's raise and its run");
     screenshot(&c, "05-audit").await;
+
+    // The lab: a scored comparison over three scenarios, its page with both charts.
+    let ada_op = human("ada", &["admin"]);
+    let mut scenarios = Vec::new();
+    for (i, expected) in ["yes", "no", "yes"].iter().enumerate() {
+        let r = crate::common::send(
+            reqwest::Client::new()
+                .post(ui.url("/v1/sandbox/scenarios"))
+                .bearer_auth(&ada_op)
+                .json(&json!({"name": format!("s{i}"), "steps": [{"input": "a", "expected": expected}],
+                              "mocks": [{"resource": "a", "response": "yes"}]})),
+        )
+        .await;
+        scenarios.push(r.json()["id"].as_str().unwrap().to_owned());
+    }
+    let cmp = crate::common::send(
+        reqwest::Client::new()
+            .post(ui.url("/v1/sandbox/comparisons"))
+            .bearer_auth(&ada_op)
+            .json(&json!({"baseline": {"variant": "a"}, "candidate": {"variant": "b"}, "scenarios": scenarios})),
+    )
+    .await;
+    let cmp_id = cmp.json()["id"].as_str().unwrap().to_owned();
+    c.goto(&ui.url("/ui/runs")).await.unwrap();
+    assert_eq!(c.find_all(Locator::Css("tbody tr")).await.unwrap().len(), 6);
+    screenshot(&c, "05b-runs").await;
+    c.goto(&ui.url(&format!("/ui/comparisons/{cmp_id}")))
+        .await
+        .unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("svg.chart"))
+        .await
+        .unwrap();
+    screenshot(&c, "05c-comparison").await;
 
     // At 320 px: nothing wider than the screen, the buttons still there.
     let late = action_id(&call("narrow").await);

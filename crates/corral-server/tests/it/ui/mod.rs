@@ -737,3 +737,106 @@ async fn a_console_session_is_shared_by_replicas_on_postgres() {
     drop((a, b));
     schema.drop().await;
 }
+
+/// `POST <path>` as `token` with a JSON body: the created object.
+async fn created_as(
+    ui: &Ui,
+    token: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    let r = send(ui.client.post(ui.url(path)).bearer_auth(token).json(&body)).await;
+    assert!(r.status == 200 || r.status == 201, "{path}: {}", r.text);
+    r.json()
+}
+
+#[tokio::test]
+async fn the_lab_pages_show_runs_and_a_comparisons_verdict_deltas_and_charts() {
+    let f = Fixture::new();
+    let ui = Ui::start(&f.load(&f.yaml("", "sandbox: {enabled: true}\n"))).await;
+    let op = human("olga", &["operator"]);
+    let mocks = json!([{"resource": "a", "response": "yes"}, {"resource": "b", "response": "no"}]);
+    let scenario = created_as(
+        &ui,
+        &op,
+        "/v1/sandbox/scenarios",
+        json!({"name": "scored", "steps": [{"input": "a", "expected": "yes"}, {"input": "b", "expected": "yes"}], "mocks": mocks}),
+    )
+    .await;
+    let sid = scenario["id"].as_str().unwrap().to_owned();
+    let run = created_as(
+        &ui,
+        &op,
+        &format!("/v1/sandbox/scenarios/{sid}/runs"),
+        json!({"variant": "base<b>", "scorer": "exact"}),
+    )
+    .await;
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    let cmp = created_as(
+        &ui,
+        &op,
+        "/v1/sandbox/comparisons",
+        json!({"baseline": {"variant": "a"}, "candidate": {"variant": "b"}, "scenarios": [sid]}),
+    )
+    .await;
+    let cmp_id = cmp["id"].as_str().unwrap().to_owned();
+
+    // A viewer reads the lab (as on the API).
+    let s = ui.sign_in(&human("vera", &["viewer"])).await;
+    let runs = s.get("/ui/runs").await;
+    assert_eq!(runs.status, 200, "{}", runs.text);
+    assert_no_inline_code(&runs.text);
+    assert!(
+        runs.text.contains(&format!("href=\"/ui/runs/{run_id}\"")),
+        "{}",
+        runs.text
+    );
+    assert!(runs.text.contains("base&lt;b&gt;") && !runs.text.contains("base<b>"));
+    assert!(
+        runs.text.contains("1 / 0 / 2") || runs.text.contains("2 / 0 / 2"),
+        "{}",
+        runs.text
+    );
+    let one = s.get(&format!("/ui/runs/{run_id}")).await;
+    assert_eq!(one.status, 200, "{}", one.text);
+    assert!(
+        one.text.contains("0.500") && one.text.contains("Attestations"),
+        "{}",
+        one.text
+    );
+
+    let list = s.get("/ui/comparisons").await;
+    assert!(
+        list.text
+            .contains(&format!("href=\"/ui/comparisons/{cmp_id}\"")),
+        "{}",
+        list.text
+    );
+    let page = s.get(&format!("/ui/comparisons/{cmp_id}")).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert_no_inline_code(&page.text);
+    let verdict = cmp["verdict"].as_str().unwrap();
+    assert!(
+        page.text
+            .contains(&format!("verdict-{verdict}\">{verdict}")),
+        "{}",
+        page.text
+    );
+    // One scenario: the rule that forced `inconclusive` is named.
+    assert!(page.text.contains("too_few_scenarios"), "{}", page.text);
+    assert!(
+        page.text.contains("Per-scenario deltas") && page.text.contains("<svg class=\"chart\"")
+    );
+    assert_eq!(
+        page.text.matches("<svg").count(),
+        2,
+        "the deltas and the scores"
+    );
+
+    // The lab's own refusals, as pages.
+    assert_refused(&s.get("/ui/runs/nope").await, 404, "lab.not_found");
+    assert_refused(&s.get("/ui/runs?after=garbage").await, 400, "args.invalid");
+    assert_refused(&s.get("/ui/runs?limit=5").await, 400, "args.unknown");
+    let nobody = ui.sign_in(&human("nora", &["dev"])).await;
+    assert_refused(&nobody.get("/ui/comparisons").await, 403, "rbac.denied");
+}
