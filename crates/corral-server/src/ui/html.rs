@@ -61,6 +61,7 @@ const NAV: &[(&str, &str, bool)] = &[
     ("/ui/ops", "Ops", false),
     ("/ui/runs", "Runs", false),
     ("/ui/comparisons", "Comparisons", false),
+    ("/ui/sessions", "Agents", false),
     ("/ui/audit", "Audit", true),
 ];
 

@@ -1,9 +1,10 @@
 //! The web console at `/ui` (issue 19): server-rendered pages over the same use cases as the
 //! API (the gateway's confirmation listing and decision, the store's audit query, the
-//! deployment's callable ops, the lab's runs and comparisons), a session cookie instead of a bearer token, and two static
+//! deployment's callable ops, the lab's runs and comparisons, the agents host's sessions), a session cookie instead of a bearer token, and two static
 //! assets compiled into the binary. No page carries inline script or style, and every
 //! response under `/ui` has the headers of [`security_headers`].
 
+mod agents;
 mod html;
 mod lab;
 mod pages;
@@ -46,6 +47,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/ui/runs/{id}", get(lab::run))
         .route("/ui/comparisons", get(lab::comparisons))
         .route("/ui/comparisons/{id}", get(lab::comparison))
+        .route("/ui/sessions", get(agents::sessions))
+        .route("/ui/sessions/{id}", get(agents::session))
         .route("/ui/static/console.css", get(css))
         .route("/ui/static/console.js", get(js))
         .route("/ui/{*rest}", axum::routing::any(not_found))

@@ -840,3 +840,67 @@ async fn the_lab_pages_show_runs_and_a_comparisons_verdict_deltas_and_charts() {
     let nobody = ui.sign_in(&human("nora", &["dev"])).await;
     assert_refused(&nobody.get("/ui/comparisons").await, 403, "rbac.denied");
 }
+
+#[tokio::test]
+async fn the_agents_pages_show_only_the_owners_sessions_and_their_events_escaped() {
+    let (f, yaml) = fixture();
+    let ui = Ui::start(&f.load(&yaml)).await;
+    let new = corral_store::agents::NewSession {
+        owner: "ada".to_owned(),
+        adapter: "codex".to_owned(),
+        model: "gpt-5-codex".to_owned(),
+        agent_id: None,
+        workdir: "/workspace".to_owned(),
+        metadata: Default::default(),
+    };
+    let id = "0199ab00-0000-7000-8000-000000000001";
+    ui.store
+        .create_session("default", id, &new, 100, 1_000)
+        .await
+        .unwrap();
+    let hostile = json!({"type": "message", "text": "<script>alert(1)</script>\u{202E}"});
+    ui.store
+        .append_session_events(
+            "default",
+            id,
+            &[("agent.message".to_owned(), hostile)],
+            2_000,
+        )
+        .await
+        .unwrap();
+    let ada = ui.sign_in(&human("ada", &["operator"])).await;
+    let list = ada.get("/ui/sessions").await;
+    assert!(
+        list.text.contains(&format!("href=\"/ui/sessions/{id}\"")),
+        "{}",
+        list.text
+    );
+    let one = ada.get(&format!("/ui/sessions/{id}")).await;
+    assert_eq!(one.status, 200, "{}", one.text);
+    assert_no_inline_code(&one.text);
+    assert!(
+        one.text.contains("<code>agent.message</code>"),
+        "{}",
+        one.text
+    );
+    assert!(
+        one.text.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{}",
+        one.text
+    );
+    assert!(!one.text.contains('\u{202E}'));
+    // Someone else: not listed, and the page is the same 404 as an unknown id.
+    let bo = ui.sign_in(&human("bo", &["admin"])).await;
+    assert!(
+        bo.get("/ui/sessions")
+            .await
+            .text
+            .contains("You have no agent session")
+    );
+    assert_refused(
+        &bo.get(&format!("/ui/sessions/{id}")).await,
+        404,
+        "agents.not_found",
+    );
+    assert_refused(&ada.get("/ui/sessions/nope").await, 404, "agents.not_found");
+}
