@@ -20,12 +20,23 @@ pub async fn hint(
         ..
     }: Authed<LearningHint>,
 ) -> Result<Response, ApiError> {
+    Ok(axum::Json(take_hint(&state, &c, &rid).await?).into_response())
+}
+
+/// Raises `c`'s level by one hint (the API's route and the web console's hint button both
+/// take it here): `{scenario_id, old_level, level, max_level}`, audited and counted, or the
+/// refusal (`route.not_found` when learning mode is off).
+pub(crate) async fn take_hint(
+    state: &AppState,
+    c: &corral_guard::Caller,
+    rid: &str,
+) -> Result<serde_json::Value, ApiError> {
     let Some(l) = state.learning() else {
         return Err(ApiError::new(
             corral_policy::codes::ROUTE_NOT_FOUND,
             "no such route; learning mode is off",
             None,
-            &rid,
+            rid,
         ));
     };
     let (scenario_id, default) = l.scenario();
@@ -33,16 +44,16 @@ pub async fn hint(
         .levels()
         .hint(&c.principal, &scenario_id, default)
         .map_err(|refusal| {
-            let mut e = ApiError::new(refusal.code(), refusal.to_string(), None, &rid);
+            let mut e = ApiError::new(refusal.code(), refusal.to_string(), None, rid);
             if let HintRefusal::RateLimited { retry_after } = refusal {
                 e.retry_after_secs = Some(retry_after.as_secs().max(1));
             }
             e
         })?;
     let event = crate::learning::audit_event(
-        &c,
+        c,
         state.gateway().tenant(),
-        &rid,
+        rid,
         "learning_hint",
         format!(
             "subject {}; scenario {scenario_id}; level {} -> {}",
@@ -57,13 +68,12 @@ pub async fn hint(
         }
     }
     state.metrics().hint_taken(hint.new.get());
-    Ok(axum::Json(json!({
+    Ok(json!({
         "scenario_id": scenario_id,
         "old_level": hint.old.get(),
         "level": hint.new.get(),
         "max_level": 3,
     }))
-    .into_response())
 }
 
 /// Keys a narrowed view keeps, when their value is a scalar: ids, op, agent, status, outcome,

@@ -5,7 +5,7 @@ pub(crate) mod agents;
 mod audit;
 mod confirmations;
 mod extract;
-mod learning;
+pub(crate) mod learning;
 pub(crate) mod link;
 pub mod llm;
 mod mcp;

@@ -85,7 +85,12 @@ pub(crate) async fn sessions(State(state): State<AppState>, s: Signed) -> Respon
     }
     html_response(
         StatusCode::OK,
-        page("Agent sessions", Some(&s.frame()), "/ui/sessions", &body),
+        page(
+            "Agent sessions",
+            Some(&s.frame(&state)),
+            "/ui/sessions",
+            &body,
+        ),
     )
 }
 
@@ -187,7 +192,7 @@ pub(crate) async fn session(
         StatusCode::OK,
         page(
             &format!("Session {}", x.id),
-            Some(&s.frame()),
+            Some(&s.frame(&state)),
             "/ui/sessions",
             &body,
         ),

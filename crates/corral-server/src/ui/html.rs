@@ -76,6 +76,8 @@ pub(crate) struct Frame<'a> {
     pub admin: bool,
     /// The session's CSRF token, for the sign-out form.
     pub csrf: &'a str,
+    /// Learning mode's badge: the scenario id and the reader's level (0 to 3).
+    pub learning: Option<(String, u8)>,
 }
 
 /// A whole page: `title`, the frame when signed in (navigation, who, sign-out), and `body`
@@ -114,9 +116,29 @@ pub(crate) fn page(title: &str, frame: Option<&Frame<'_>>, current: &str, body: 
             esc(f.csrf)
         );
     }
+    out.push_str("</header>");
+    if let Some(f) = frame
+        && let Some((scenario, level)) = &f.learning
+    {
+        let _ = write!(
+            out,
+            "<section class=\"badge\" aria-label=\"Learning mode\"><span>Learning mode: \
+             scenario <code>{}</code>, level <strong>{level}</strong> of 3</span>",
+            exact(scenario),
+        );
+        if *level < 3 {
+            let _ = write!(
+                out,
+                "<form method=\"post\" action=\"/ui/learning/hint\"><input type=\"hidden\" \
+                 name=\"csrf\" value=\"{}\"><button type=\"submit\">Take a hint</button></form>",
+                esc(f.csrf)
+            );
+        }
+        out.push_str("</section>");
+    }
     let _ = write!(
         out,
-        "</header><main id=\"main\" tabindex=\"-1\"><h1>{}</h1>{body}</main></body></html>",
+        "<main id=\"main\" tabindex=\"-1\"><h1>{}</h1>{body}</main></body></html>",
         esc(title)
     );
     out

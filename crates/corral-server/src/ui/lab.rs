@@ -120,7 +120,7 @@ pub(crate) async fn runs(
     body.push_str(&next_link("/ui/runs", listed.next.map(|n| n.to_string())));
     html_response(
         StatusCode::OK,
-        page("Lab runs", Some(&s.frame()), "/ui/runs", &body),
+        page("Lab runs", Some(&s.frame(&state)), "/ui/runs", &body),
     )
 }
 
@@ -202,7 +202,7 @@ pub(crate) async fn run(
             StatusCode::OK,
             page(
                 &format!("Run {}", r.id),
-                Some(&s.frame()),
+                Some(&s.frame(&state)),
                 "/ui/runs",
                 &run_html(&r),
             ),
@@ -267,7 +267,12 @@ pub(crate) async fn comparisons(
     ));
     html_response(
         StatusCode::OK,
-        page("Comparisons", Some(&s.frame()), "/ui/comparisons", &body),
+        page(
+            "Comparisons",
+            Some(&s.frame(&state)),
+            "/ui/comparisons",
+            &body,
+        ),
     )
 }
 
@@ -446,7 +451,7 @@ pub(crate) async fn comparison(
             StatusCode::OK,
             page(
                 &format!("Comparison {}", c.id),
-                Some(&s.frame()),
+                Some(&s.frame(&state)),
                 "/ui/comparisons",
                 &comparison_html(&c),
             ),

@@ -38,6 +38,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/ui/", get(root))
         .route("/ui/login", get(login_form).post(login))
         .route("/ui/logout", post(logout))
+        .route("/ui/learning/hint", post(hint))
         .route("/ui/inbox", get(pages::inbox))
         .route("/ui/inbox/items", get(pages::inbox_items))
         .route("/ui/actions/{action_id}/decision", post(pages::decide))
@@ -205,6 +206,39 @@ async fn logout(
         return *r;
     }
     session::sign_out(&state, &signed, &headers).await
+}
+
+/// `POST /ui/learning/hint` with the session's `csrf`: learning mode's hint, taken by the same
+/// function as `POST /learning/hint` (who may, how often, the audit event), then the inbox.
+async fn hint(
+    State(state): State<AppState>,
+    signed: Signed,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let rid = signed.request_id.clone();
+    if !session::same_origin(&headers) {
+        return refuse(
+            codes::UI_CSRF_FAILED,
+            "the hint was asked from another site",
+            &rid,
+        );
+    }
+    let fields = match form(&headers, body, &["csrf"], &rid).await {
+        Ok(f) => f,
+        Err(r) => return *r,
+    };
+    if let Err(r) = signed.check_csrf(field(&fields, "csrf")) {
+        return *r;
+    }
+    match crate::routes::learning::take_hint(&state, &signed.caller, &rid).await {
+        Ok(_) => see_other("/ui/inbox?done=hint"),
+        Err(e) => refuse(
+            codes::lookup(&e.body.code).map_or(codes::SERVER_INTERNAL, |c| c.code),
+            &e.body.error,
+            &rid,
+        ),
+    }
 }
 
 /// A path under `/ui` the console does not have.

@@ -121,6 +121,9 @@ fn done_note(query: &HashMap<String, String>) -> &'static str {
             "<p class=\"note\" role=\"status\">Approved. The requester's next call with the same arguments runs it, once.</p>"
         }
         Some("denied") => "<p class=\"note\" role=\"status\">Denied.</p>",
+        Some("hint") => {
+            "<p class=\"note\" role=\"status\">Hint taken: your level went up by one (the badge shows it).</p>"
+        }
         _ => "",
     }
 }
@@ -144,7 +147,7 @@ pub(crate) async fn inbox(
     );
     html_response(
         StatusCode::OK,
-        page("Approvals", Some(&s.frame()), "/ui/inbox", &body),
+        page("Approvals", Some(&s.frame(&state)), "/ui/inbox", &body),
     )
 }
 
@@ -310,7 +313,7 @@ pub(crate) async fn audit(
     }
     html_response(
         StatusCode::OK,
-        page("Audit", Some(&s.frame()), "/ui/audit", &body),
+        page("Audit", Some(&s.frame(&state)), "/ui/audit", &body),
     )
 }
 
@@ -354,7 +357,7 @@ pub(crate) async fn ops(State(state): State<AppState>, s: Signed) -> Response {
     body.push_str("</tbody></table></div>");
     html_response(
         StatusCode::OK,
-        page("Ops", Some(&s.frame()), "/ui/ops", &body),
+        page("Ops", Some(&s.frame(&state)), "/ui/ops", &body),
     )
 }
 

@@ -234,8 +234,8 @@ impl Signed {
         Role::highest_of(&self.caller.principal.roles) == Some(Role::Admin)
     }
 
-    /// The page frame for this principal.
-    pub(crate) fn frame(&self) -> html::Frame<'_> {
+    /// The page frame for this principal (with learning mode's badge when it is on).
+    pub(crate) fn frame(&self, state: &AppState) -> html::Frame<'_> {
         let p = &self.caller.principal;
         let roles = if p.roles.is_empty() {
             "no role".to_owned()
@@ -247,6 +247,9 @@ impl Signed {
             what: format!("{}, {roles}", p.kind.as_str()),
             admin: self.admin(),
             csrf: &self.csrf,
+            learning: state
+                .learning()
+                .map(|l| (l.scenario().0, l.level_of(&self.caller).get())),
         }
     }
 

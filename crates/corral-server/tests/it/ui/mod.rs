@@ -45,7 +45,19 @@ pub struct Session<'a> {
 
 impl Ui {
     pub async fn start(loaded: &Loaded) -> Ui {
-        let (state, store) = corral_server::serve::build_state(loaded, 1 << 20)
+        Self::start_with(loaded, None).await
+    }
+
+    /// In learning mode when `learning` is given.
+    pub async fn start_with(
+        loaded: &Loaded,
+        learning: Option<corral_server::learning::LearningSetup>,
+    ) -> Ui {
+        let activation = learning.map(|setup| corral_server::serve::Activation {
+            setup,
+            allow_open: false,
+        });
+        let (state, store) = corral_server::serve::build_state_with(loaded, 1 << 20, activation)
             .await
             .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -611,6 +623,8 @@ async fn hostile_arguments_op_ids_and_principals_are_shown_escaped_and_exactly()
     }
     let inbox = s.get("/ui/inbox/items").await.text;
     assert!(inbox.contains(&format!("id=\"action-{id}\"")));
+    // Outside learning mode the audit shows the action ids.
+    assert!(s.get("/ui/audit").await.text.contains(&id));
     // The canonical arguments, byte for byte once the escapes are read back.
     let shown = inbox
         .split("<pre class=\"args\"")
@@ -903,4 +917,94 @@ async fn the_agents_pages_show_only_the_owners_sessions_and_their_events_escaped
         "agents.not_found",
     );
     assert_refused(&ada.get("/ui/sessions/nope").await, 404, "agents.not_found");
+}
+
+#[tokio::test]
+async fn in_learning_mode_every_page_carries_the_badge_and_its_hint_button_takes_a_hint() {
+    let ws = crate::common::Workspace::new();
+    let loaded = ws.load(
+        &crate::learning::learning_yaml(&ws),
+        &crate::common::token_env(),
+    );
+    let setup = crate::learning::setup(
+        &ws,
+        &crate::learning::manifest(),
+        std::time::Duration::from_secs(3600),
+    );
+    let ui = Ui::start_with(&loaded, Some(setup)).await;
+    let s = ui.sign_in(crate::common::AGENT_TOKEN).await;
+    for path in ["/ui/inbox", "/ui/ops", "/ui/runs"] {
+        let page = s.get(path).await.text;
+        assert!(
+            page.contains("scenario <code>kafka-lag-7f3a</code>, level <strong>0</strong> of 3"),
+            "{path}: {page}"
+        );
+        assert!(page.contains("action=\"/ui/learning/hint\""), "{page}");
+    }
+    // Without the CSRF token: refused, the level unchanged.
+    let r = s
+        .post(
+            "/ui/learning/hint",
+            &[],
+            &[("sec-fetch-site", "same-origin")],
+        )
+        .await;
+    assert_refused(&r, 403, "ui.csrf_failed");
+    let csrf = s.csrf().await;
+    let hint = |csrf: String| {
+        let s = &s;
+        async move {
+            s.post(
+                "/ui/learning/hint",
+                &[("csrf", csrf.as_str())],
+                &[("sec-fetch-site", "same-origin")],
+            )
+            .await
+        }
+    };
+    let r = hint(csrf.clone()).await;
+    assert_eq!(
+        (r.status, header(&r, "location").as_str()),
+        (303, "/ui/inbox?done=hint"),
+        "{}",
+        r.text
+    );
+    assert!(
+        s.get("/ui/ops")
+            .await
+            .text
+            .contains("level <strong>1</strong> of 3")
+    );
+    // The API's rate limit, as a page.
+    assert_refused(&hint(csrf).await, 429, "learning.hint_rate_limited");
+    let audited = ui.store.audit_recent(None, 100).await.unwrap();
+    assert_eq!(
+        audited.iter().filter(|e| e.op == "learning_hint").count(),
+        1
+    );
+
+    // Below level 3 the audit page withholds action ids, as the narrowed `GET /audit` does.
+    // A decision about an action id nobody raised is audited with that id.
+    let id = "feedface-0000-4000-8000-00000000c0de";
+    let r = send(
+        ui.client
+            .post(ui.url(&format!("/confirmations/{id}/decision")))
+            .bearer_auth(crate::common::AGENT_TOKEN)
+            .json(&json!({"decision": "deny"})),
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    assert!(
+        ui.store
+            .audit_recent(None, 100)
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| e.action_id.as_deref() == Some(id))
+    );
+    let admin = ui.sign_in(crate::common::ADMIN_TOKEN).await;
+    let audit = admin.get("/ui/audit").await;
+    assert_eq!(audit.status, 200, "{}", audit.text);
+    assert!(audit.text.contains("POST /confirmations"), "{}", audit.text);
+    assert!(!audit.text.contains(id), "{}", audit.text);
 }
