@@ -21,8 +21,8 @@ use super::html::{esc, exact, page, utc};
 use super::{Signed, field, form, html_response, refuse};
 use crate::AppState;
 
-/// The most actions the inbox shows (one page of the API's listing).
-const INBOX_LIMIT: u32 = 200;
+/// The most actions the inbox shows (the newest; it is polled every 3 s, so it stays small).
+const INBOX_LIMIT: u32 = 50;
 /// The most audit events the tail shows.
 const AUDIT_LIMIT: u32 = 100;
 /// The longest value of an audit filter, in bytes (as `GET /audit`).

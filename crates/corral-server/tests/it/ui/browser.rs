@@ -328,6 +328,42 @@ async fn a_person_approves_in_chromium_and_the_agents_retry_runs_once() {
         .unwrap();
     screenshot(&c, "05c-comparison").await;
 
+    // Agent sessions: ada's one session and its events.
+    let new = corral_store::agents::NewSession {
+        owner: "ada".to_owned(),
+        adapter: "codex".to_owned(),
+        model: "gpt-5-codex".to_owned(),
+        agent_id: None,
+        workdir: "/workspace".to_owned(),
+        metadata: Default::default(),
+    };
+    let sid = "0199ab00-0000-7000-8000-0000000000aa";
+    ui.store
+        .create_session("default", sid, &new, 100, 1_000)
+        .await
+        .unwrap();
+    ui.store
+        .append_session_events(
+            "default",
+            sid,
+            &[(
+                "agent.message".to_owned(),
+                json!({"type": "message", "text": "done"}),
+            )],
+            2_000,
+        )
+        .await
+        .unwrap();
+    c.goto(&ui.url("/ui/sessions")).await.unwrap();
+    c.find(Locator::Css(&format!("a[href='/ui/sessions/{sid}']")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_path(&c, &format!("/ui/sessions/{sid}")).await;
+    screenshot(&c, "05d-agent-session").await;
+
     // At 320 px: nothing wider than the screen, the buttons still there.
     let late = action_id(&call("narrow").await);
     c.set_window_size(320, 800).await.unwrap();
