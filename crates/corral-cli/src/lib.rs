@@ -63,11 +63,20 @@ pub enum Format {
     Json,
 }
 
+/// `corral --version`'s text after the name: the crate version and the git revision the binary
+/// was built from (`build.rs`: `29decca`, `29decca-dirty`, or `unknown` outside a checkout).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("CORRAL_GIT_REVISION"),
+    ")"
+);
+
 /// Corral: let AI agents use real tools without trusting them.
 #[derive(Debug, Parser)]
 #[command(
     name = "corral",
-    version,
+    version = VERSION,
     about,
     long_about = None,
     disable_help_subcommand = true,

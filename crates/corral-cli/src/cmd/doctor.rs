@@ -1,6 +1,9 @@
 //! `corral doctor`: which isolation primitives this host offers, which backends can run, and
 //! where confirmations live (memory: one replica, lost on restart).
 //!
+//! In a container (Docker, Podman, a Kubernetes pod), the report names it and each missing
+//! namespace or /proc carries the container's fix (corral's seccomp profile, an unmasked /proc).
+//!
 //! Every primitive is tried for real (corral_exec::linux::probe), and when the linux backend's
 //! primitives are all there, one command (`/bin/true`) is run through it end to end, so the
 //! answer is what a run would get. Exit 0 when the configured backend (`isolation.backend`,
@@ -85,6 +88,9 @@ impl ConfirmationsOut {
 
 #[derive(Debug, Serialize)]
 struct Report {
+    /// The container corral runs in and how that was told (`corral_exec::linux::container`), or
+    /// `null` on a host: in one, a missing namespace or /proc gets the container's fix.
+    container: Option<String>,
     configured_backend: &'static str,
     network: &'static str,
     /// Which host ids sandboxed programs run as (`isolation.host_uids`).
@@ -306,6 +312,7 @@ pub fn run(config: Option<PathBuf>, format: Format) -> CliResult {
         BackendKind::Process => true,
     };
     let report = Report {
+        container: corral_exec::linux::container(),
         configured_backend,
         network: network.primitive().trim_start_matches("netns:"),
         host_ids,
@@ -327,6 +334,9 @@ pub fn run(config: Option<PathBuf>, format: Format) -> CliResult {
 
 fn print_human(r: &Report) {
     let width = r.primitives.iter().map(|p| p.name.len()).max().unwrap_or(0);
+    if let Some(c) = &r.container {
+        outln!("in a container: {c} (docs/DEPLOY.md says what the sandbox needs in one)");
+    }
     outln!("isolation primitives:");
     for p in &r.primitives {
         let mark = match (p.available, p.required) {

@@ -93,3 +93,26 @@ fn doctor_says_when_the_configured_cgroup_parent_is_no_cgroup() {
         "{detail}\n{err}"
     );
 }
+
+// issue 21 item 1: in a container, doctor says so and how it told (here: the `container`
+// variable, which podman and systemd-nspawn set), so its fixes are the container's.
+#[test]
+fn doctor_names_the_container_it_runs_in() {
+    let dir = workspace(None);
+    let (_, out, err) = crate::corral_with_env(
+        dir.path(),
+        &["doctor", "--format", "json"],
+        &[("container", "corral-test")],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| unreachable!("doctor prints JSON: {e}: {out}\n{err}"));
+    assert_eq!(
+        v["container"], "corral-test: the `container` variable says so",
+        "{v}"
+    );
+    let procfs = primitive(&v, "procfs");
+    assert_eq!(procfs["required"], true, "{procfs}");
+    let (_, human, _) =
+        crate::corral_with_env(dir.path(), &["doctor"], &[("container", "corral-test")]);
+    assert!(human.starts_with("in a container: corral-test"), "{human}");
+}

@@ -14,6 +14,7 @@ mod lab_program;
 mod learning;
 mod mcp;
 mod offline;
+mod packaging;
 mod reload;
 mod run;
 mod sandbox;

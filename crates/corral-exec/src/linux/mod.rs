@@ -69,7 +69,7 @@ pub use exec_allow::{SEARCH_PATH, find_program};
 use helper::HELPER_MARKER_ENV;
 pub use helper::{HELPER_ARG, helper_main};
 pub use idmap::{DEFAULT_HOST_RANGE, HostRange, HostUids};
-pub use probe::{Primitive, probe, probe_for};
+pub use probe::{Primitive, container, container_from, probe, probe_for};
 pub use spec::Network;
 
 use cgroup::Controller;

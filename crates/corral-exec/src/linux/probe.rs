@@ -1,7 +1,9 @@
 //! What this host offers the linux backend: each primitive tried for real (a forked child
-//! unshares each namespace; a throwaway thread enforces a landlock ruleset and loads the seccomp
-//! filters; a cgroup is made and removed; RLIMIT_NPROC is tried in a fresh user namespace), with
-//! the fix for each one that is missing.
+//! unshares each namespace, and its child mounts a fresh /proc; a throwaway thread enforces a
+//! landlock ruleset and loads the seccomp filters; a cgroup is made and removed; RLIMIT_NPROC is
+//! tried in a fresh user namespace), with the fix for each one that is missing. In a container
+//! (`container()`), a missing namespace or /proc gets the container's fix (corral's seccomp
+//! profile, an unmasked /proc) rather than the host's.
 
 use std::path::Path;
 
@@ -51,19 +53,76 @@ impl Primitive {
 
 const USERNS_FIX: &str = "allow unprivileged user namespaces: `sysctl -w user.max_user_namespaces=15000`; on Debian `sysctl -w kernel.unprivileged_userns_clone=1`; on Ubuntu 23.10+ `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` (or an AppArmor profile granting `userns` to corral); in a container, run it with `--security-opt seccomp=unconfined` or a profile allowing unshare/mount";
 
-/// The namespace steps the probe child tries, in order.
-const NS_STEPS: [(&str, &str); 6] = [
+/// The fix for a namespace step or /proc refused inside a container: what Docker's and the
+/// container runtimes' defaults withhold (docs/DEPLOY.md).
+const CONTAINER_FIX: &str = "load corral's seccomp profile, which allows unshare, mount and pivot_root (`docker run --security-opt seccomp=deploy/seccomp-corral.json`, the same for podman; Kubernetes: `seccompProfile: {type: Localhost, localhostProfile: profiles/corral.json}`), and where the node runs AppArmor, no profile that denies mount (`--security-opt apparmor=unconfined`; Kubernetes: `appArmorProfile: {type: Unconfined}`); see docs/DEPLOY.md";
+
+/// The fix for a fresh /proc that the kernel refuses because parts of the container's /proc are
+/// masked (it will not mount a procfs that would reveal them).
+const PROC_FIX: &str = "unmask /proc: the kernel refuses a new procfs while parts of the container's are hidden (`docker run --security-opt systempaths=unconfined`, podman `--security-opt unmask=/proc/*`; Kubernetes: `securityContext.procMount: Unmasked`, which needs `hostUsers: false`); see docs/DEPLOY.md";
+
+/// The namespace steps the probe child tries, in order (the last one in its own child, the
+/// first process of the new pid namespace).
+const NS_STEPS: [(&str, &str); 7] = [
     ("userns", "unshare(CLONE_NEWUSER)"),
     ("mountns", "unshare(CLONE_NEWNS) and making / private"),
     ("pidns", "unshare(CLONE_NEWPID)"),
     ("netns", "unshare(CLONE_NEWNET)"),
     ("ipcns", "unshare(CLONE_NEWIPC)"),
     ("utsns", "unshare(CLONE_NEWUTS)"),
+    ("procfs", "mounting a fresh /proc for the new pid namespace"),
 ];
 
-/// Forks a child that tries every namespace step; returns the index of the first failure
-/// (`NS_STEPS.len()` when all passed), or why the probe itself failed.
-fn namespace_steps() -> Result<usize, String> {
+/// The errnos a step's failure is told by, as the probe child reports them (its exit code is
+/// the step's index plus ten times the errno's place here, plus one; 0: another errno).
+const STEP_ERRNOS: [(rustix::io::Errno, &str); 5] = [
+    (
+        rustix::io::Errno::PERM,
+        "EPERM: not permitted (a seccomp profile that answers EPERM, as Docker's default does, an LSM such as AppArmor, or a masked /proc)",
+    ),
+    (
+        rustix::io::Errno::NOSYS,
+        "ENOSYS: refused by a seccomp filter (the call exists in every kernel corral supports)",
+    ),
+    (
+        rustix::io::Errno::NOSPC,
+        "ENOSPC: the user namespace limit is 0 or reached (user.max_user_namespaces)",
+    ),
+    (rustix::io::Errno::INVAL, "EINVAL: invalid argument"),
+    (rustix::io::Errno::ACCESS, "EACCES: access denied"),
+];
+
+/// The probe child's exit code for a failure of step `step` with `e`.
+fn step_failure(step: usize, e: rustix::io::Errno) -> i32 {
+    let class = STEP_ERRNOS
+        .iter()
+        .position(|(errno, _)| *errno == e)
+        .map_or(0, |i| i + 1);
+    i32::try_from(step + 10 * class).unwrap_or(99)
+}
+
+/// A failed step as the probe child reported it: its index and the errno's words, if known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Failed {
+    step: usize,
+    errno: Option<&'static str>,
+}
+
+impl Failed {
+    fn of(code: usize) -> Failed {
+        Failed {
+            step: code % 10,
+            errno: (code / 10)
+                .checked_sub(1)
+                .and_then(|i| STEP_ERRNOS.get(i))
+                .map(|(_, words)| *words),
+        }
+    }
+}
+
+/// Forks a child that tries every namespace step; returns the first failure (step
+/// `NS_STEPS.len()` when all passed), or why the probe itself failed.
+fn namespace_steps() -> Result<Failed, String> {
     #[expect(
         unsafe_code,
         reason = "fork to try unshare without touching this process"
@@ -87,7 +146,9 @@ fn namespace_steps() -> Result<usize, String> {
         match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
             Ok(Some((_, status))) => {
                 let code = status.exit_status().ok_or("the probe child was killed")?;
-                return usize::try_from(code).map_err(|e| e.to_string());
+                return usize::try_from(code)
+                    .map(Failed::of)
+                    .map_err(|e| e.to_string());
             }
             Ok(None) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(format!("waitpid: {e}")),
@@ -95,7 +156,8 @@ fn namespace_steps() -> Result<usize, String> {
     }
 }
 
-/// In the forked child: the index of the first step that fails.
+/// In the forked child: the first step that fails, as [`step_failure`] encodes it, or
+/// `NS_STEPS.len()` when every step passed.
 fn child_steps() -> i32 {
     let unshare = |flags: UnshareFlags| {
         #[expect(
@@ -107,18 +169,17 @@ fn child_steps() -> i32 {
             rustix::thread::unshare_unsafe(flags)
         }
     };
-    if unshare(UnshareFlags::NEWUSER).is_err() {
-        return 0;
+    if let Err(e) = unshare(UnshareFlags::NEWUSER) {
+        return step_failure(0, e);
     }
-    if unshare(UnshareFlags::NEWNS).is_err()
-        || rustix::mount::mount_change(
+    if let Err(e) = unshare(UnshareFlags::NEWNS).and_then(|()| {
+        rustix::mount::mount_change(
             c"/",
             rustix::mount::MountPropagationFlags::PRIVATE
                 | rustix::mount::MountPropagationFlags::REC,
         )
-        .is_err()
-    {
-        return 1;
+    }) {
+        return step_failure(1, e);
     }
     let rest = [
         UnshareFlags::NEWPID,
@@ -127,11 +188,58 @@ fn child_steps() -> i32 {
         UnshareFlags::NEWUTS,
     ];
     for (i, flags) in rest.into_iter().enumerate() {
-        if unshare(flags).is_err() {
-            return i32::try_from(i + 2).unwrap_or(99);
+        if let Err(e) = unshare(flags) {
+            return step_failure(i + 2, e);
         }
     }
-    6
+    fresh_proc()
+}
+
+/// In the probe child, after its unshares: forks the first process of the new pid namespace,
+/// which mounts a procfs over /proc in the child's private mount namespace (what the sandbox's
+/// init does on its new root); `NS_STEPS.len()` when it could.
+fn fresh_proc() -> i32 {
+    const STEP: usize = NS_STEPS.len() - 1;
+    #[expect(unsafe_code, reason = "fork into the new pid namespace")]
+    // SAFETY: the grandchild only makes raw system calls (mount, _exit).
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return step_failure(
+            STEP,
+            rustix::io::Errno::from_io_error(&std::io::Error::last_os_error())
+                .unwrap_or(rustix::io::Errno::INVAL),
+        );
+    }
+    if pid == 0 {
+        let code = match rustix::mount::mount(
+            c"proc",
+            c"/proc",
+            c"proc",
+            rustix::mount::MountFlags::NOSUID
+                | rustix::mount::MountFlags::NODEV
+                | rustix::mount::MountFlags::NOEXEC,
+            None,
+        ) {
+            Ok(()) => 0,
+            Err(e) => step_failure(STEP, e),
+        };
+        #[expect(unsafe_code, reason = "_exit in a forked child")]
+        // SAFETY: `_exit` ends the grandchild without running any atexit handler.
+        unsafe {
+            libc::_exit(code)
+        };
+    }
+    let mut status = 0;
+    #[expect(unsafe_code, reason = "reaping the probe's grandchild")]
+    // SAFETY: a plain system call on our own child.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    if waited != pid || !libc::WIFEXITED(status) {
+        return step_failure(STEP, rustix::io::Errno::INVAL);
+    }
+    match libc::WEXITSTATUS(status) {
+        0 => i32::try_from(NS_STEPS.len()).unwrap_or(99),
+        code => code,
+    }
 }
 
 fn read_trimmed(path: &str) -> Option<String> {
@@ -176,6 +284,56 @@ fn seccomp_probe() -> Result<String, String> {
     Ok(format!("{n} filters for {} load", std::env::consts::ARCH))
 }
 
+/// The fix for a failed namespace step (`NS_STEPS[step]`), in a container or on a host.
+fn step_fix(step: usize, in_container: bool) -> String {
+    let (name, _) = NS_STEPS[step.min(NS_STEPS.len() - 1)];
+    match (name, in_container) {
+        ("procfs", true) => PROC_FIX.to_owned(),
+        ("procfs", false) => "a /proc that is not masked or read-only in part: corral's sandbox mounts a fresh one for its pid namespace, which the kernel refuses while parts of the current one are hidden".to_owned(),
+        (_, true) => CONTAINER_FIX.to_owned(),
+        ("userns", false) => USERNS_FIX.to_owned(),
+        _ => "a kernel with this namespace type (CONFIG_*_NS), and a container or seccomp profile that allows creating it".to_owned(),
+    }
+}
+
+/// Whether corral runs in a container, and how that was told: the `container` variable (podman,
+/// systemd-nspawn, LXC), a pod's `KUBERNETES_SERVICE_HOST`, Podman's `/run/.containerenv`,
+/// Docker's `/.dockerenv`, or PID 1's cgroup naming a container runtime.
+pub fn container() -> Option<String> {
+    let cgroup = std::fs::read_to_string("/proc/1/cgroup").unwrap_or_default();
+    container_from(
+        std::env::var("container").ok().as_deref(),
+        std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
+        &|p| Path::new(p).exists(),
+        &cgroup,
+    )
+}
+
+/// [`container`] on given facts: the `container` variable, whether `KUBERNETES_SERVICE_HOST` is
+/// set, which marker files exist, and PID 1's `/proc/1/cgroup`.
+pub fn container_from(
+    var: Option<&str>,
+    kubernetes: bool,
+    exists: &dyn Fn(&str) -> bool,
+    pid1_cgroup: &str,
+) -> Option<String> {
+    if kubernetes {
+        return Some("Kubernetes: KUBERNETES_SERVICE_HOST is set".to_owned());
+    }
+    if let Some(v) = var.map(str::trim).filter(|v| !v.is_empty()) {
+        return Some(format!("{v}: the `container` variable says so"));
+    }
+    for (file, kind) in [("/run/.containerenv", "podman"), ("/.dockerenv", "docker")] {
+        if exists(file) {
+            return Some(format!("{kind}: {file} exists"));
+        }
+    }
+    ["kubepods", "docker", "containerd", "libpod", "lxc"]
+        .into_iter()
+        .find(|k| pid1_cgroup.contains(k))
+        .map(|k| format!("{k}: PID 1's cgroup names it"))
+}
+
 /// Tries every primitive the linux backend uses, with per-run cgroups under corral's own.
 pub fn probe() -> Vec<Primitive> {
     probe_for(None)
@@ -185,19 +343,31 @@ pub fn probe() -> Vec<Primitive> {
 pub fn probe_for(cgroup_parent: Option<&Path>) -> Vec<Primitive> {
     let mut out = Vec::new();
     let ns = namespace_steps();
+    let container = container();
     for (i, (name, what)) in NS_STEPS.iter().enumerate() {
         let result = match &ns {
             Err(e) => Err(format!("cannot probe: {e}")),
-            Ok(failed) if *failed > i => Ok(format!("{what} works")),
-            Ok(failed) if *failed == i => Err(format!("{what} failed{}", userns_detail())),
-            Ok(_) => Err("not tried: an earlier namespace failed".into()),
+            Ok(failed) if failed.step > i => Ok(format!("{what} works")),
+            Ok(failed) if failed.step == i => Err(format!(
+                "{what} failed{}{}{}",
+                failed.errno.map(|w| format!(": {w}")).unwrap_or_default(),
+                if i == 0 {
+                    userns_detail()
+                } else {
+                    String::new()
+                },
+                container
+                    .as_ref()
+                    .map(|c| format!("; in a container ({c})"))
+                    .unwrap_or_default()
+            )),
+            Ok(_) => Err("not tried: an earlier step failed".into()),
         };
-        let fix = if i == 0 {
-            USERNS_FIX
-        } else {
-            "a kernel with this namespace type (CONFIG_*_NS), and a container or seccomp profile that allows creating it"
+        let fix = match &ns {
+            Ok(failed) if failed.step < i => "fix the first missing step above".to_owned(),
+            _ => step_fix(i, container.is_some()),
         };
-        out.push(Primitive::new(name, true, result, fix));
+        out.push(Primitive::new(name, true, result, &fix));
     }
     out.push(Primitive::new(
         "landlock",
@@ -385,5 +555,49 @@ fn userns_detail() -> String {
         String::new()
     } else {
         format!(" ({})", notes.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_step_carries_its_errno() {
+        let f = Failed::of(usize::try_from(step_failure(0, rustix::io::Errno::NOSYS)).unwrap_or(0));
+        assert_eq!(f.step, 0);
+        assert!(f.errno.is_some_and(|w| w.starts_with("ENOSYS")), "{f:?}");
+        let f = Failed::of(usize::try_from(step_failure(6, rustix::io::Errno::PERM)).unwrap_or(0));
+        assert_eq!(f.step, 6);
+        assert!(f.errno.is_some_and(|w| w.starts_with("EPERM")), "{f:?}");
+        let other =
+            Failed::of(usize::try_from(step_failure(3, rustix::io::Errno::BUSY)).unwrap_or(0));
+        assert_eq!((other.step, other.errno), (3, None));
+        assert_eq!(
+            Failed::of(NS_STEPS.len()).step,
+            NS_STEPS.len(),
+            "all passed"
+        );
+    }
+
+    #[test]
+    fn a_container_is_told_by_its_markers() {
+        let none = |_: &str| false;
+        assert_eq!(container_from(None, false, &none, "0::/init.scope\n"), None);
+        let k8s = container_from(Some("docker"), true, &none, "");
+        assert!(k8s.is_some_and(|c| c.starts_with("Kubernetes")));
+        let podman = container_from(Some("podman"), false, &none, "");
+        assert!(podman.is_some_and(|c| c.starts_with("podman")));
+        let docker = container_from(None, false, &|p| p == "/.dockerenv", "");
+        assert!(docker.is_some_and(|c| c.starts_with("docker")));
+        let cg = container_from(None, false, &none, "0::/kubepods/besteffort/pod1/abc\n");
+        assert!(cg.is_some_and(|c| c.starts_with("kubepods")));
+    }
+
+    #[test]
+    fn in_a_container_the_fix_names_the_seccomp_profile_and_proc() {
+        assert!(step_fix(0, true).contains("deploy/seccomp-corral.json"));
+        assert!(step_fix(6, true).contains("procMount: Unmasked"));
+        assert_eq!(step_fix(0, false), USERNS_FIX);
     }
 }
