@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod canonical_props;
 mod exact_args;
 mod gateway;
 mod limiter;
