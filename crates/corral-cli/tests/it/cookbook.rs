@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
     clippy::panic,
     reason = "corral-store's test helper, shared as it is: the cookbook uses `Schema::create`"
 )]
-mod pg_schema;
+pub(crate) mod pg_schema;
 
 /// The recipes, by file name: each has its test below, and no file goes untested.
 const RECIPES: [&str; 9] = [

@@ -6,6 +6,7 @@ mod call;
 mod cookbook;
 mod crash;
 mod custom_ops;
+mod deploy;
 mod docs;
 mod doctor;
 #[path = "sandbox_lab.rs"]
