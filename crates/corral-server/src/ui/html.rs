@@ -24,14 +24,19 @@ pub(crate) fn esc(s: &str) -> String {
     out
 }
 
-/// Characters that change how text around them reads without showing themselves: bidi
-/// overrides and isolates, zero-width characters, the soft hyphen, the BOM, and C0/C1 controls
-/// other than newline and tab.
+/// Characters that change how text around them reads without showing themselves: Unicode's
+/// whole `Default_Ignorable_Code_Point` set (bidi overrides and isolates, zero-width
+/// characters, the soft hyphen, the BOM, the combining grapheme joiner, Hangul fillers,
+/// variation selectors, which can smuggle any bytes inside innocent-looking text, tags), the
+/// interlinear annotation marks, the line and paragraph separators (a line break the JSON does
+/// not have), and C0/C1 controls other than newline and tab.
 fn hides(c: char) -> bool {
     matches!(c,
-        '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
-        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}'
-        | '\u{E0000}'..='\u{E007F}')
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
+        | '\u{FFA0}' | '\u{FFF0}'..='\u{FFFB}' | '\u{1BCA0}'..='\u{1BCA3}'
+        | '\u{1D173}'..='\u{1D17A}' | '\u{E0000}'..='\u{E0FFF}')
         || (c.is_control() && c != '\n' && c != '\t')
 }
 
@@ -213,6 +218,7 @@ mod tests {
         for c in (0u32..0x3_0000).filter_map(char::from_u32) {
             all.push(c);
         }
+        all.push('\u{E0100}');
         let e = esc(&all);
         assert!(!e.contains(['<', '>', '"', '\'', '\0']));
         // `exact` adds its own spans only: take them out and nothing else is markup.
@@ -225,7 +231,17 @@ mod tests {
             .replace("</span>", "");
         assert!(!stripped.contains(['<', '>', '"', '\'', '\0']));
         for c in [
-            '\u{202E}', '\u{200B}', '\u{2066}', '\u{FEFF}', '\u{7}', '\u{85}',
+            '\u{202E}',
+            '\u{200B}',
+            '\u{2066}',
+            '\u{FEFF}',
+            '\u{7}',
+            '\u{85}',
+            '\u{34F}',
+            '\u{2028}',
+            '\u{3164}',
+            '\u{FE0F}',
+            '\u{E0100}',
         ] {
             assert!(!x.contains(c), "{:?} shown as itself", c);
         }
