@@ -249,6 +249,9 @@ fn act_chain(mut act: Option<&serde_json::Value>) -> Vec<String> {
 fn verify_jwt(cfg: &JwtConfig, token: &str) -> Result<(Caller, Option<u64>), AuthError> {
     let mut v = Validation::new(cfg.algorithm);
     v.validate_exp = true;
+    // A token is not valid before its `nbf` (RFC 7519 4.1.5): one minted ahead of its window,
+    // or taken before it opens, must not work early (jsonwebtoken checks it only when asked).
+    v.validate_nbf = true;
     v.leeway = 30;
     if let Some(iss) = &cfg.issuer {
         v.set_issuer(&[iss]);

@@ -4,6 +4,7 @@
 //! and sessions shared by replicas on PostgreSQL. `browser.rs` drives the same pages in
 //! headless Chromium.
 
+mod attacks;
 mod browser;
 
 use std::sync::Arc;
