@@ -118,6 +118,10 @@ const PG_MAX_CONNECTIONS: u32 = 16;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a statement waits for a pooled connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a statement waits for a PostgreSQL connection: a healthy pool answers in
+/// microseconds, so past this the server is down or unreachable, and a call is refused (`503
+/// store.unavailable`) rather than held until it returns (sqlx retries the connect meanwhile).
+const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Where corral keeps its state: a SQLite file or a PostgreSQL database.
 ///
@@ -297,7 +301,7 @@ impl Store {
 
         let pool = PgPoolOptions::new()
             .max_connections(PG_MAX_CONNECTIONS)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .acquire_timeout(PG_ACQUIRE_TIMEOUT)
             .connect_lazy_with(options);
         tracing::debug!(store = %redactor.target, "store opened");
         Ok(Store {
