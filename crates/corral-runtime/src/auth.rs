@@ -28,6 +28,10 @@ pub struct JwtConfig {
     pub service_claim: Option<(String, String)>,
     /// The claim holding the run the token is scoped to.
     pub run_claim: String,
+    /// SHA-256 of the verification key's material (the HS256 secret, or the RS256 public key's
+    /// PEM): a console session opened with a JWT ends when the key changes (a rotated key is
+    /// one that may have leaked), as a static token's does when its secret changes.
+    pub key_digest: [u8; 32],
 }
 
 impl std::fmt::Debug for JwtConfig {
@@ -124,13 +128,17 @@ pub enum SessionProof {
     /// cookie holds) and the token's digest. The store cannot tell the token from it, and it
     /// finds its token again only while the config still has it.
     StaticToken([u8; 32]),
-    /// A JWT's: the caller it authenticated and its `exp` (seconds since the epoch). Valid
-    /// while JWT is configured with the same issuer and the `exp` has not passed.
+    /// A JWT's: the caller it authenticated, its `exp` (seconds since the epoch), and the
+    /// verification key bound to the session (SHA-256 over `key` and the key's digest, as for
+    /// a static token). Valid while JWT is configured with the same issuer and the same key,
+    /// and the `exp` has not passed.
     Jwt {
         /// The caller, as verified at sign-in.
         caller: Caller,
         /// The token's `exp`.
         exp: u64,
+        /// The verification key, bound to the session.
+        key: [u8; 32],
     },
 }
 
@@ -169,6 +177,7 @@ impl Authenticator {
                 SessionProof::Jwt {
                     caller,
                     exp: exp.unwrap_or(0),
+                    key: bind(key, &jwt.key_digest),
                 },
             ));
         }
@@ -186,8 +195,8 @@ impl Authenticator {
 
     /// The caller a session's proof stands for now (`now_secs`: seconds since the epoch), or
     /// `None` when its token no longer authenticates: a static token removed from the config
-    /// (or its secret changed), JWT no longer configured or with another issuer, or the JWT's
-    /// `exp` passed. A static token's caller is the config's current one (its roles now).
+    /// (or its secret changed), JWT no longer configured or with another issuer or key, or the
+    /// JWT's `exp` passed. A static token's caller is the config's current one (its roles now).
     pub fn session_caller(
         &self,
         proof: &SessionProof,
@@ -204,8 +213,15 @@ impl Authenticator {
                 }
                 found.cloned()
             }
-            SessionProof::Jwt { caller, exp } => {
+            SessionProof::Jwt {
+                caller,
+                exp,
+                key: kept,
+            } => {
                 let jwt = self.jwt.as_ref()?;
+                if !bool::from(bind(key, &jwt.key_digest).ct_eq(kept)) {
+                    return None;
+                }
                 let issuer = match &caller.principal.origin {
                     PrincipalOrigin::Jwt { issuer } => issuer,
                     PrincipalOrigin::StaticToken

@@ -571,6 +571,11 @@ pub fn authenticator(loaded: &Loaded) -> Result<Authenticator, String> {
         .collect();
     let jwt = match (&loaded.config.auth.jwt, &loaded.jwt_key) {
         (Some(spec), Some(key)) => {
+            let material = match key {
+                JwtKey::Hs256(s) => s.expose().as_bytes(),
+                JwtKey::Rs256Pem(pem) => pem.as_slice(),
+            };
+            let key_digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(material).into();
             let (key, algorithm) = match key {
                 JwtKey::Hs256(s) => (
                     DecodingKey::from_secret(s.expose().as_bytes()),
@@ -591,6 +596,7 @@ pub fn authenticator(loaded: &Loaded) -> Result<Authenticator, String> {
                 tenant_claim: spec.tenant_claim.clone(),
                 service_claim: spec.service_claim.clone(),
                 run_claim: spec.run_claim.clone(),
+                key_digest,
             })
         }
         _ => None,

@@ -164,7 +164,7 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
 fn proof_text(proof: &SessionProof) -> String {
     match proof {
         SessionProof::StaticToken(b) => json!({"kind": "token", "proof": hex(b)}).to_string(),
-        SessionProof::Jwt { caller, exp } => {
+        SessionProof::Jwt { caller, exp, key } => {
             let p = &caller.principal;
             let issuer = match &p.origin {
                 PrincipalOrigin::Jwt { issuer } => issuer.as_str(),
@@ -172,7 +172,7 @@ fn proof_text(proof: &SessionProof) -> String {
                 | PrincipalOrigin::Local
                 | PrincipalOrigin::Anonymous => "",
             };
-            json!({"kind": "jwt", "exp": exp, "caller": {
+            json!({"kind": "jwt", "exp": exp, "key": hex(key), "caller": {
                 "id": p.id, "roles": p.roles, "kind": p.kind.as_str(), "tenant": p.tenant,
                 "issuer": issuer, "act_chain": caller.act_chain, "run": caller.run,
             }})
@@ -209,6 +209,7 @@ fn proof_of(text: &str) -> Option<SessionProof> {
                     record: false,
                 },
                 exp: v["exp"].as_u64()?,
+                key: unhex(v["key"].as_str()?)?,
             })
         }
         _ => None,
@@ -490,10 +491,11 @@ mod tests {
         let proof = SessionProof::Jwt {
             caller: Caller::new(p),
             exp: 42,
+            key: [9; 32],
         };
         let again = |p: &SessionProof| proof_of(&proof_text(p)).map(|p| proof_text(&p));
         assert_eq!(again(&proof), Some(proof_text(&proof)));
-        let SessionProof::Jwt { caller, exp } =
+        let SessionProof::Jwt { caller, exp, .. } =
             proof_of(&proof_text(&proof)).unwrap_or(SessionProof::StaticToken([0; 32]))
         else {
             unreachable!("a JWT proof reads back as one")

@@ -311,3 +311,38 @@ async fn a_planted_session_is_never_adopted_and_one_identity_keeps_sixteen() {
     .await;
     assert_refused(&r, 400, "ui.form_invalid");
 }
+
+/// Attack: a JWT minted with a signing key that leaked keeps its console session after the
+/// operator rotates the key (the JWT config's issuer is unchanged). The session is bound to
+/// the key it was verified with, so it ends at its next request; a reload with the same key
+/// keeps it.
+#[tokio::test]
+async fn a_jwt_session_ends_when_the_signing_key_is_rotated() {
+    let f = Fixture::new();
+    let yaml = f.yaml("", "");
+    let ui = Ui::start(&f.load(&yaml)).await;
+    let forged = ui.sign_in(&human("ada", &["admin"])).await;
+    assert_eq!(forged.get("/ui/inbox/items").await.status, 200);
+    let same = f.load(&yaml);
+    let auth = corral_runtime::compose::authenticator(&same).unwrap();
+    ui.state.runtime().reload(&same, auth).await.unwrap();
+    assert_eq!(forged.get("/ui/inbox/items").await.status, 200);
+    let rotated = f.ws.load(
+        &yaml,
+        &[(
+            crate::guard_fixture::JWT_ENV,
+            "rotated-0123456789abcdef0123456789abcdef",
+        )],
+    );
+    let auth = corral_runtime::compose::authenticator(&rotated).unwrap();
+    ui.state.runtime().reload(&rotated, auth).await.unwrap();
+    assert_refused(
+        &forged.get("/ui/inbox/items").await,
+        401,
+        "ui.session_invalid",
+    );
+    assert_eq!(
+        header(&forged.get("/ui/ops").await, "location"),
+        "/ui/login"
+    );
+}
