@@ -6,6 +6,18 @@
   if (!list) { return; }
   var src = list.getAttribute("data-src");
   var every = 3000;
+  // When the list last changed under the reader. A pointer click within `settle` of that may
+  // have been aimed at what was there before (a new action, newest first, moves the rest down
+  // under the pointer), so it decides nothing. The keyboard keeps its control (see below).
+  var changedAt = 0;
+  var settle = 1500;
+
+  list.addEventListener("click", function (e) {
+    var b = e.target && e.target.closest ? e.target.closest("button") : null;
+    if (b && list.contains(b) && e.detail > 0 && Date.now() - changedAt < settle) {
+      e.preventDefault();
+    }
+  }, true);
 
   function markExpired() {
     var now = Date.now();
@@ -36,6 +48,7 @@
           key = form ? form.getAttribute("action") + " " + (focused.className || "") : null;
         }
         list.innerHTML = html;
+        changedAt = Date.now();
         if (key) {
           var forms = list.querySelectorAll("form");
           for (var i = 0; i < forms.length; i++) {

@@ -432,3 +432,80 @@ async fn a_person_approves_in_chromium_and_the_agents_retry_runs_once() {
     );
     c.close().await.unwrap();
 }
+
+/// Attack (a moving target): ada reaches for the Approve of an action she has read; just
+/// before her click, her agent raises another, the inbox refreshes in place, and the new
+/// action (newest first) is now under the pointer, so her click approves arguments she never
+/// saw. A decision posted within a moment of the list changing is ignored; once the list has
+/// been still that long, the same click goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_click_on_an_action_that_just_moved_under_the_pointer_decides_nothing() {
+    let Some((chromium, driver_bin)) = browser() else {
+        return;
+    };
+    let f = Fixture::new();
+    let ui = Ui::start(&f.load(&f.yaml("", ""))).await;
+    let agent = delegated("ada", "planner", &["operator"]);
+    let call = |word: &'static str| {
+        let agent = agent.clone();
+        let url = ui.url("/ops/ledger.append");
+        async move {
+            crate::common::send(
+                reqwest::Client::new()
+                    .post(url)
+                    .bearer_auth(agent)
+                    .json(&json!({"word": word})),
+            )
+            .await
+        }
+    };
+    let driver = start_driver(&driver_bin).await;
+    let profile = tempfile::tempdir().unwrap();
+    let c = open_browser(&chromium, &driver, profile.path()).await;
+    let read = action_id(&call("harmless").await);
+    sign_in(&c, &ui, &human("ada", &["operator"]), None).await;
+    c.find(Locator::Css(&format!(
+        "article#action-{read} button.approve"
+    )))
+    .await
+    .unwrap();
+    let unseen = action_id(&call("unseen").await);
+    let card = format!("article#action-{unseen}");
+    let until = Instant::now() + Duration::from_secs(15);
+    while c.find(Locator::Css(&card)).await.is_err() {
+        assert!(Instant::now() < until, "the new action never appeared");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The first Approve of the list (where the read one was) is now the unseen action's.
+    let top = c
+        .find(Locator::Css("#inbox-items button.approve"))
+        .await
+        .unwrap();
+    let form = top.find(Locator::XPath("..")).await.unwrap();
+    assert_eq!(
+        form.attr("action").await.unwrap().as_deref(),
+        Some(format!("/ui/actions/{unseen}/decision").as_str())
+    );
+    top.click().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let url = c.current_url().await.unwrap();
+    assert_eq!(url.query(), None, "the click decided something: {url}");
+    assert_eq!(call("unseen").await.status, 202, "still pending");
+    // The list has been still for a while: the same click approves.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    c.find(Locator::Css(&format!("{card} button.approve")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_path(&c, "/ui/inbox").await;
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("p.note"))
+        .await
+        .unwrap();
+    assert_eq!(call("unseen").await.status, 200);
+    assert_eq!(f.ledger_lines(), vec!["unseen"]);
+    c.close().await.unwrap();
+}
