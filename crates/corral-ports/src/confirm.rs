@@ -273,6 +273,26 @@ pub trait ConfirmationStore: Send + Sync + std::fmt::Debug {
         now_ms: i64,
     ) -> BoxFuture<'a, Result<(), ConfirmationError>>;
 
+    /// Extends the lease of a `running` action to `until_ms`: the request running its op says it
+    /// is alive (every [`RUNNING_LEASE_MS`] / 3). `false` when it is no longer running.
+    fn renew<'a>(
+        &'a self,
+        action_id: &'a str,
+        until_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>>;
+
+    /// Stores `outcome` on a `running` action whose lease ran out before `now_ms` (the process
+    /// running it died: `kill -9`, a crash, a lost host), which becomes `done`. `false` when it
+    /// is not running, or its lease is live (its runner is alive), or it has none (consumed
+    /// before leases existed). Atomic with `renew` and `finish`: a live runner is never
+    /// overtaken.
+    fn abandon<'a>(
+        &'a self,
+        action_id: &'a str,
+        outcome: &'a StoredOutcome,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>>;
+
     /// Gives the approval of a `running` action back: it is `approved` again and its approval
     /// live until the action expires (its op failed before anything ran: the backend could not
     /// start it). `false` when the action was not running, or has expired (then the caller
@@ -304,6 +324,10 @@ pub trait ConfirmationStore: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<u64, ConfirmationError>>;
 }
 
+/// How long a consumed action's runner holds it without renewing: `consume` starts the lease,
+/// the runner renews it every third of this, and past it a retry may `abandon` the action.
+pub const RUNNING_LEASE_MS: i64 = 15_000;
+
 /// How long an expired action is kept before `purge` removes it.
 pub const KEEP_EXPIRED_MS: i64 = 24 * 3600 * 1000;
 
@@ -314,6 +338,8 @@ struct MemInner {
     keys: HashMap<String, String>,
     /// key -> (action id, expires_ms) of a live approval.
     approvals: HashMap<String, (String, i64)>,
+    /// action id -> the lease of its runner, while it is `running`.
+    leases: HashMap<String, i64>,
 }
 
 /// Actions in this process's memory: correct for a single replica only, and lost on restart.
@@ -380,7 +406,47 @@ impl ConfirmationStore for MemoryConfirmations {
             }
             let a = m.actions.get_mut(&id)?;
             a.state = ActionState::Running;
-            Some(a.clone())
+            let a = a.clone();
+            m.leases.insert(id, now_ms.saturating_add(RUNNING_LEASE_MS));
+            Some(a)
+        }))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        action_id: &'a str,
+        until_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>> {
+        ready(self.with(|m| {
+            let running = m
+                .actions
+                .get(action_id)
+                .is_some_and(|a| a.state == ActionState::Running);
+            if running {
+                m.leases.insert(action_id.to_owned(), until_ms);
+            }
+            running
+        }))
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        action_id: &'a str,
+        outcome: &'a StoredOutcome,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>> {
+        ready(self.with(|m| {
+            let stale = m.leases.get(action_id).is_some_and(|l| *l < now_ms);
+            let Some(a) = m.actions.get_mut(action_id) else {
+                return false;
+            };
+            if a.state != ActionState::Running || !stale {
+                return false;
+            }
+            a.state = ActionState::Done;
+            a.outcome = Some(outcome.clone());
+            m.leases.remove(action_id);
+            true
         }))
     }
 
@@ -498,6 +564,7 @@ impl ConfirmationStore for MemoryConfirmations {
                 a.state = ActionState::Done;
                 a.outcome = Some(outcome.clone());
             }
+            m.leases.remove(action_id);
         }))
     }
 
@@ -515,6 +582,7 @@ impl ConfirmationStore for MemoryConfirmations {
             }
             a.state = ActionState::Approved;
             let (key, expires) = (a.key.clone(), a.expires_ms);
+            m.leases.remove(action_id);
             m.approvals.insert(key, (action_id.to_owned(), expires));
             true
         }))

@@ -21,7 +21,8 @@
 //! Listing is paged by a keyset cursor (`created_ms`, `action_id`), in the index's order.
 
 use corral_ports::confirm::{
-    Action, ActionState, ConfirmationError, ConfirmationStore, Cursor, Raised, StoredOutcome,
+    Action, ActionState, ConfirmationError, ConfirmationStore, Cursor, RUNNING_LEASE_MS, Raised,
+    StoredOutcome,
 };
 use futures_core::future::BoxFuture;
 
@@ -53,14 +54,15 @@ const PURGE_ACTIONS: &str = "DELETE FROM confirmations WHERE expires_ms <= $1";
 const PG_CONSUME: &str = concat!(
     "WITH used AS (DELETE FROM confirmation_approvals WHERE key_hash = $1 AND expires_ms > $2 \
      RETURNING action_id) \
-     UPDATE confirmations SET state = 'running' FROM used \
+     UPDATE confirmations SET state = 'running', running_until_ms = $3 FROM used \
      WHERE confirmations.action_id = used.action_id RETURNING ",
     qualified_action_columns!()
 );
 const SQLITE_TAKE_APPROVAL: &str = "DELETE FROM confirmation_approvals \
      WHERE key_hash = $1 AND expires_ms > $2 RETURNING action_id";
 const MARK_RUNNING: &str = concat!(
-    "UPDATE confirmations SET state = 'running' WHERE action_id = $1 RETURNING ",
+    "UPDATE confirmations SET state = 'running', running_until_ms = $2 WHERE action_id = $1 \
+     RETURNING ",
     action_columns!()
 );
 const CURRENT: &str = concat!(
@@ -90,10 +92,15 @@ const DECIDE: &str = "UPDATE confirmations SET state = $2, decided_ms = $3, deci
 const INSERT_APPROVAL: &str =
     "INSERT INTO confirmation_approvals (action_id, key_hash, expires_ms) VALUES ($1, $2, $3)";
 /// A running action back to approved (its op did not start); its key and expiry.
-const RELEASE: &str = "UPDATE confirmations SET state = 'approved' \
+const RELEASE: &str = "UPDATE confirmations SET state = 'approved', running_until_ms = NULL \
      WHERE action_id = $1 AND state = 'running' AND expires_ms > $2 RETURNING key_hash, expires_ms";
-const FINISH: &str = "UPDATE confirmations SET state = 'done', outcome = $2, finished_ms = $3 \
+const FINISH: &str = "UPDATE confirmations SET state = 'done', outcome = $2, finished_ms = $3, \
+     running_until_ms = NULL WHERE action_id = $1 AND state = 'running'";
+const RENEW: &str = "UPDATE confirmations SET running_until_ms = $2 \
      WHERE action_id = $1 AND state = 'running'";
+const ABANDON: &str = "UPDATE confirmations SET state = 'done', outcome = $2, finished_ms = $3, \
+     running_until_ms = NULL WHERE action_id = $1 AND state = 'running' \
+     AND running_until_ms IS NOT NULL AND running_until_ms < $3";
 const LIST_TENANT: &str = concat!(
     "SELECT ",
     action_columns!(),
@@ -320,10 +327,12 @@ impl Store {
         now_ms: i64,
     ) -> Result<Option<Action>, StoreError> {
         let q = |e| self.redactor.query("consume a confirmation", e);
+        let lease = now_ms.saturating_add(RUNNING_LEASE_MS);
         let row: Option<ActionRow> = match &self.pool {
             Pool::Postgres(p) => sqlx::query_as(PG_CONSUME)
                 .bind(key)
                 .bind(now_ms)
+                .bind(lease)
                 .fetch_optional(p)
                 .await
                 .map_err(q)?,
@@ -339,6 +348,7 @@ impl Store {
                     None => None,
                     Some(id) => sqlx::query_as(MARK_RUNNING)
                         .bind(id)
+                        .bind(lease)
                         .fetch_optional(&mut *tx)
                         .await
                         .map_err(q)?,
@@ -448,6 +458,42 @@ impl Store {
             .await
             .map(|_| ()))
         .map_err(|e| self.redactor.query("store a confirmation's outcome", e))
+    }
+
+    async fn renew_confirmation(&self, action_id: &str, until_ms: i64) -> Result<bool, StoreError> {
+        on_pool!(&self.pool, p => sqlx::query(RENEW)
+            .bind(action_id)
+            .bind(until_ms)
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected() == 1))
+        .map_err(|e| {
+            self.redactor
+                .query("renew a running confirmation's lease", e)
+        })
+    }
+
+    async fn abandon_confirmation(
+        &self,
+        action_id: &str,
+        outcome: &StoredOutcome,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let text = serde_json::to_string(outcome).map_err(|e| StoreError::QueryFailed {
+            what: "store an abandoned confirmation's outcome",
+            reason: format!("the outcome cannot be encoded: {e}"),
+        })?;
+        on_pool!(&self.pool, p => sqlx::query(ABANDON)
+            .bind(action_id)
+            .bind(text.as_str())
+            .bind(now_ms)
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected() == 1))
+        .map_err(|e| {
+            self.redactor
+                .query("store an abandoned confirmation's outcome", e)
+        })
     }
 
     async fn release_confirmation(&self, action_id: &str, now_ms: i64) -> Result<bool, StoreError> {
@@ -593,6 +639,31 @@ impl ConfirmationStore for Store {
     ) -> BoxFuture<'a, Result<(), ConfirmationError>> {
         Box::pin(async move {
             self.finish_confirmation(action_id, outcome, now_ms)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        action_id: &'a str,
+        until_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>> {
+        Box::pin(async move {
+            self.renew_confirmation(action_id, until_ms)
+                .await
+                .map_err(port_error)
+        })
+    }
+
+    fn abandon<'a>(
+        &'a self,
+        action_id: &'a str,
+        outcome: &'a StoredOutcome,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<bool, ConfirmationError>> {
+        Box::pin(async move {
+            self.abandon_confirmation(action_id, outcome, now_ms)
                 .await
                 .map_err(port_error)
         })

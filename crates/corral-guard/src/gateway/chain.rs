@@ -21,8 +21,8 @@ use crate::args::parse_args;
 use crate::audit::{AttestationRecord, AuditEvent, Outcome};
 use crate::canonical::{canonical, digest};
 use crate::confirm::{
-    Action, ActionState, ConfirmationError, ConfirmationStore, MAX_ACTION_ARGS_BYTES, Raised,
-    StoredOutcome,
+    Action, ActionState, ConfirmationError, ConfirmationStore, MAX_ACTION_ARGS_BYTES,
+    RUNNING_LEASE_MS, Raised, StoredOutcome,
 };
 use crate::guardrails::{Confirmation, GuardPolicy, tier_reason};
 use crate::limiter::{Limited, Permit};
@@ -401,10 +401,13 @@ impl Gateway {
         ))
     }
 
-    /// Another request consumed the approval and runs the op: wait for its stored outcome.
+    /// Another request consumed the approval and runs the op: wait for its stored outcome. If
+    /// that request's process died first (its lease ran out: `kill -9`, a crash, a lost host),
+    /// the action is given the outcome "cut off, may have partly run" (never run again).
     async fn wait_for_outcome(&self, a: Action, request_id: &str) -> Answer {
         let deadline = now_ms().saturating_add(OUTCOME_WAIT_MS).min(a.expires_ms);
         let mut pause = Duration::from_millis(5);
+        let mut next_abandon_ms = 0;
         loop {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(100));
@@ -414,7 +417,20 @@ impl Gateway {
                 Ok(None) => break,
                 Err(e) => return store_failed(&e, request_id),
             }
-            if now_ms() >= deadline {
+            let t = now_ms();
+            if t >= next_abandon_ms {
+                next_abandon_ms = t.saturating_add(1000);
+                match self
+                    .confirmations
+                    .abandon(&a.action_id, &cut_off(&a), t)
+                    .await
+                {
+                    // The next `get` sees it done, with that outcome.
+                    Ok(_) => {}
+                    Err(e) => return store_failed(&e, request_id),
+                }
+            }
+            if t >= deadline {
                 break;
             }
         }
@@ -442,6 +458,11 @@ impl Gateway {
             store: Arc::clone(&self.confirmations),
             action: action.as_ref().map(|a| (a.action_id.clone(), a.op.clone())),
         };
+        // While the op runs, this process keeps the action's lease alive: should it die, a
+        // retry sees the lease run out and stores that the call was cut off.
+        let _lease = action
+            .as_ref()
+            .map(|a| Lease::keep(Arc::clone(&self.confirmations), a.action_id.clone()));
         let answer = match proxied {
             // The surface performs the op itself (the LLM proxy forwards the model request):
             // every step before this one decided it as for any call. A simulation answers from
@@ -871,6 +892,50 @@ impl Drop for Interrupted {
                 tracing::error!(action_id = %id, error = %e, "the outcome of an interrupted call could not be stored");
             }
         });
+    }
+}
+
+/// The outcome of an approved call whose runner died before storing its own: it may have partly
+/// run, so it is never run again.
+fn cut_off(a: &Action) -> StoredOutcome {
+    StoredOutcome::Refused {
+        status: codes::status(codes::CONFIRMATION_NOT_REPLAYABLE),
+        code: codes::CONFIRMATION_NOT_REPLAYABLE.to_owned(),
+        message: format!(
+            "the approved call to `{}` (action {}) was cut off while it ran: the server running it stopped (a crash, a kill or a lost host) before storing its outcome, so it may have partly run; check its effects, then call again after the action expires",
+            a.op, a.action_id
+        ),
+    }
+}
+
+/// Renews a running action's lease every third of [`RUNNING_LEASE_MS`] until dropped (when the
+/// op's outcome is stored, or the request is dropped).
+struct Lease(tokio::task::JoinHandle<()>);
+
+impl Lease {
+    fn keep(store: Arc<dyn ConfirmationStore>, action_id: String) -> Self {
+        Self(tokio::spawn(async move {
+            let every = Duration::from_millis(u64::try_from(RUNNING_LEASE_MS / 3).unwrap_or(5000));
+            loop {
+                tokio::time::sleep(every).await;
+                match store
+                    .renew(&action_id, now_ms().saturating_add(RUNNING_LEASE_MS))
+                    .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) => {
+                        tracing::warn!(action_id = %action_id, error = %e, "a running action's lease could not be renewed");
+                    }
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -626,6 +626,59 @@ async fn an_approved_call_whose_request_is_dropped_mid_run_is_never_run_again() 
     );
 }
 
+/// The process that took an approval died before storing the outcome (`kill -9`: no drop ran):
+/// once its lease has run out, a retry is told at once that the call was cut off and may have
+/// partly run, instead of waiting on an action nobody will finish; nothing runs again.
+#[tokio::test]
+async fn a_retry_after_the_runner_died_is_told_the_call_was_cut_off() {
+    use corral_guard::confirm::{ConfirmationStore, RUNNING_LEASE_MS};
+    use corral_guard::{Call, Caller, Reply};
+    let f = Fixture::new();
+    let (state, store) = corral_server::serve::build_state(&f.load(&f.yaml("", "")), 1 << 20)
+        .await
+        .unwrap();
+    let gw = state.gateway().clone();
+    let caller = Caller::new(corral_policy::Principal::new("ada", &["operator"]));
+    let call = |rid: &str| Call {
+        caller: caller.clone(),
+        op: "ledger.append".to_owned(),
+        args: json!({"word": "w"}),
+        request_id: rid.to_owned(),
+    };
+    let Reply::Refused(r) = gw.call(call("r1")).await else {
+        panic!("a guarded call waits for a person")
+    };
+    let id = r.details.unwrap()["action_id"].as_str().unwrap().to_owned();
+    gw.decide_confirmation(&caller, &id, &json!({"decision": "approve"}), "r2")
+        .await
+        .unwrap();
+    // Another process took the approval, a lease ago and a second, and died holding it.
+    let a = store.get(gw.tenant(), &id).await.unwrap().unwrap();
+    let then = corral_guard::now_ms() - RUNNING_LEASE_MS - 1_000;
+    assert!(store.consume(&a.key, then).await.unwrap().is_some());
+    let started = std::time::Instant::now();
+    match gw.call(call("r3")).await {
+        Reply::Refused(r) => {
+            assert_eq!(
+                (r.status(), r.code),
+                (409, "confirmation.not_replayable"),
+                "{}",
+                r.message
+            );
+            assert!(r.message.contains("cut off"), "{}", r.message);
+            assert!(r.message.contains(&id), "{}", r.message);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5), "told at once");
+    // The same answer again, stored; and nothing ran.
+    let Reply::Refused(again) = gw.call(call("r4")).await else {
+        panic!("stored outcome")
+    };
+    assert_eq!(again.code, "confirmation.not_replayable");
+    assert!(f.ledger_lines().is_empty(), "{:?}", f.ledger_lines());
+}
+
 /// An approved call whose program could not be started (`exec.spawn_failed`: nothing ran) does
 /// not use the approval up: the refusal says so, and once the cause is fixed the same call runs,
 /// once; a retry after that is the stored outcome.

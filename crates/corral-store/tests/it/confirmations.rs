@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use corral_ports::confirm::{
-    Action, ActionState, ConfirmationStore, Cursor, Raised, StoredOutcome,
+    Action, ActionState, ConfirmationStore, Cursor, RUNNING_LEASE_MS, Raised, StoredOutcome,
 };
 use corral_store::Store;
 
@@ -452,6 +452,61 @@ async fn postgres_concurrent_raises_on_two_replicas_never_pass_the_pending_cap()
     schema.drop().await;
 }
 
+/// A running action's lease (issue 20, `kill -9` mid-run): `consume` starts it, `renew`
+/// extends it, and `abandon` stores an outcome only once it ran out, never over a live runner
+/// nor a finished action.
+async fn leases(store: &dyn ConfirmationStore) {
+    let cut = StoredOutcome::Refused {
+        status: 409,
+        code: "confirmation.not_replayable".to_owned(),
+        message: "cut off".to_owned(),
+    };
+    let a = action("l-1", "lk-1", 100_000, 600_000);
+    assert!(raise(store, &a, 100_000).await);
+    assert!(store.decide("l-1", true, "ada", 100_100).await.unwrap());
+    assert!(store.consume("lk-1", 100_200).await.unwrap().is_some());
+    let lease_end = 100_200 + RUNNING_LEASE_MS;
+    // The runner is alive until its lease ends: nothing is abandoned before.
+    assert!(!store.abandon("l-1", &cut, lease_end - 1).await.unwrap());
+    // Renewed: alive again for a lease from then.
+    assert!(store.renew("l-1", lease_end + 10_000).await.unwrap());
+    assert!(!store.abandon("l-1", &cut, lease_end + 1).await.unwrap());
+    // Past the renewed end: abandoned, done with that outcome, once.
+    assert!(
+        store
+            .abandon("l-1", &cut, lease_end + 10_001)
+            .await
+            .unwrap()
+    );
+    let done = store.get("acme", "l-1").await.unwrap().unwrap();
+    assert_eq!(done.state, ActionState::Done);
+    assert_eq!(done.outcome, Some(cut.clone()));
+    assert!(
+        !store
+            .abandon("l-1", &cut, lease_end + 20_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store.renew("l-1", lease_end + 30_000).await.unwrap(),
+        "not running"
+    );
+    // A finished action is never abandoned, however late.
+    let b = action("l-2", "lk-2", 100_000, 600_000);
+    assert!(raise(store, &b, 100_000).await);
+    assert!(store.decide("l-2", true, "ada", 100_100).await.unwrap());
+    assert!(store.consume("lk-2", 100_200).await.unwrap().is_some());
+    let ok = StoredOutcome::Json {
+        value: serde_json::json!({"bytes": 1}),
+    };
+    store.finish("l-2", &ok, 100_300).await.unwrap();
+    assert!(!store.abandon("l-2", &cut, 500_000).await.unwrap());
+    assert_eq!(
+        store.get("acme", "l-2").await.unwrap().unwrap().outcome,
+        Some(ok)
+    );
+}
+
 #[tokio::test]
 async fn sqlite_lifecycle() {
     let dir = tempfile::tempdir().unwrap();
@@ -461,6 +516,7 @@ async fn sqlite_lifecycle() {
     assert_eq!(ConfirmationStore::backend(&store), "sqlite");
     lifecycle(&store).await;
     purging(&store).await;
+    leases(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -486,6 +542,7 @@ async fn memory_lifecycle_and_races() {
     let store = corral_ports::confirm::MemoryConfirmations::new();
     lifecycle(&store).await;
     purging(&store).await;
+    leases(&store).await;
     let store: Arc<dyn ConfirmationStore> =
         Arc::new(corral_ports::confirm::MemoryConfirmations::new());
     one_consumer_wins(Arc::clone(&store), 64).await;
@@ -500,6 +557,7 @@ async fn postgres_lifecycle() {
     let store = Store::connect(&schema.url).await.unwrap();
     lifecycle(&store).await;
     purging(&store).await;
+    leases(&store).await;
     store.close().await;
     schema.drop().await;
 }
