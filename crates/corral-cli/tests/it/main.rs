@@ -17,6 +17,7 @@ mod mcp;
 mod offline;
 mod packaging;
 mod reload;
+mod replicas;
 mod run;
 mod sandbox;
 mod shadow_lab;
