@@ -16,6 +16,7 @@ mod learning;
 mod mcp;
 mod offline;
 mod packaging;
+mod reliability;
 mod reload;
 mod replicas;
 mod run;
