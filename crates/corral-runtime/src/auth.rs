@@ -246,13 +246,19 @@ fn claim_strings(v: Option<&serde_json::Value>) -> Vec<String> {
     }
 }
 
-/// The chain of actors in an RFC 8693 `act` claim, outermost first.
+/// The chain of actors in an RFC 8693 `act` claim, outermost first: each actor's `sub`, else
+/// its `client_id`, else the claim itself when it is a string, else `?`. Every actor counts,
+/// named or not: a token with an `act` claim is a delegate's, never the person's own (an
+/// actor named by another claim than `sub` must not pass for no actor).
 fn act_chain(mut act: Option<&serde_json::Value>) -> Vec<String> {
     let mut chain = Vec::new();
-    while let Some(a) = act {
-        if let Some(sub) = a.get("sub").and_then(|s| s.as_str()) {
-            chain.push(sub.to_owned());
-        }
+    while let Some(a) = act.filter(|a| !a.is_null()) {
+        let name = ["sub", "client_id"]
+            .iter()
+            .find_map(|k| a.get(k).and_then(|s| s.as_str()))
+            .or_else(|| a.as_str())
+            .unwrap_or("?");
+        chain.push(name.to_owned());
         act = a.get("act");
         if chain.len() > 16 {
             break;

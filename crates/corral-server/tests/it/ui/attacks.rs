@@ -346,3 +346,47 @@ async fn a_jwt_session_ends_when_the_signing_key_is_rotated() {
         "/ui/login"
     );
 }
+
+/// Attack: an agent's delegated JWT whose `act` claim names its actor without a `sub` (RFC
+/// 8693 lets the actor be identified by other claims, e.g. `client_id`), or is not an object at
+/// all, passed for the person herself: no `act` chain, kind human, so it could approve its own
+/// actions from the console. A token with any `act` claim is a delegate.
+#[tokio::test]
+async fn a_delegated_jwt_whose_act_has_no_sub_cannot_approve() {
+    let f = Fixture::new();
+    let ui = Ui::start(&f.load(&f.yaml("", ""))).await;
+    for (word, act) in [
+        ("one", json!({"client_id": "planner"})),
+        ("two", json!("planner")),
+        ("three", json!({})),
+    ] {
+        let agent = sign(json!({
+            "sub": "ada", "act": act, "roles": ["operator"], "exp": now_secs() + 3600,
+        }));
+        let id = action_id(&plain_ui(&ui, &agent, json!({"word": word})).await);
+        let s = ui.sign_in(&agent).await;
+        let page = s.get("/ui/ops").await.text;
+        assert!(page.contains("(delegated,"), "{act}: {page}");
+        let items = s.get("/ui/inbox/items").await.text;
+        assert!(items.contains(&format!("id=\"action-{id}\"")), "{items}");
+        assert!(!items.contains("class=\"approve\""), "{act}: {items}");
+        let csrf = s.csrf().await;
+        assert_refused(
+            &s.decide(&id, "approve", &csrf).await,
+            403,
+            "confirmation.approver_refused",
+        );
+        // The API refuses it the same way.
+        let api = send(
+            ui.client
+                .post(ui.url(&format!("/confirmations/{id}/decision")))
+                .bearer_auth(&agent)
+                .json(&json!({"decision": "approve"})),
+        )
+        .await;
+        assert_eq!(api.status, 403, "{}", api.text);
+        let deny = s.decide(&id, "deny", &csrf).await;
+        assert_eq!(deny.status, 303, "{}", deny.text);
+    }
+    assert!(f.ledger_lines().is_empty());
+}
