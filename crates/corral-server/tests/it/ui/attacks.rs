@@ -390,3 +390,55 @@ async fn a_delegated_jwt_whose_act_has_no_sub_cannot_approve() {
     }
     assert!(f.ledger_lines().is_empty());
 }
+
+/// Attacks on a decision that has gone through: the same POST replayed (a double click, a
+/// resent form, a copied request), a sibling site's tossed cookie beside the real one, and a
+/// request a browser marks as typed in (`Sec-Fetch-Site: none`). The action is decided once;
+/// the rest is refused.
+#[tokio::test]
+async fn a_replayed_decision_a_tossed_cookie_and_a_typed_in_post_decide_nothing_more() {
+    let f = Fixture::new();
+    let ui = Ui::start(&f.load(&f.yaml("", ""))).await;
+    let agent = crate::guard_fixture::delegated("ada", "planner", &["operator"]);
+    let id = action_id(&plain_ui(&ui, &agent, json!({"word": "once"})).await);
+    let s = ui.sign_in(&human("ada", &["operator"])).await;
+    let csrf = s.csrf().await;
+    let path = format!("/ui/actions/{id}/decision");
+    let typed = s
+        .post(
+            &path,
+            &[("csrf", &csrf), ("decision", "approve")],
+            &[("sec-fetch-site", "none")],
+        )
+        .await;
+    assert_refused(&typed, 403, "ui.csrf_failed");
+    let mallory = ui.sign_in(&human("mallory", &["operator"])).await;
+    let tossed = Session {
+        ui: &ui,
+        cookie: format!("{}; {}", mallory.cookie, s.cookie),
+    };
+    assert_refused(
+        &tossed
+            .post(
+                &path,
+                &[("csrf", &csrf), ("decision", "approve")],
+                &[("sec-fetch-site", "same-origin")],
+            )
+            .await,
+        401,
+        "ui.session_invalid",
+    );
+    assert_eq!(s.decide(&id, "approve", &csrf).await.status, 303);
+    for decision in ["approve", "deny"] {
+        assert_refused(
+            &s.decide(&id, decision, &csrf).await,
+            409,
+            "confirmation.already_decided",
+        );
+    }
+    assert_eq!(
+        plain_ui(&ui, &agent, json!({"word": "once"})).await.status,
+        200
+    );
+    assert_eq!(f.ledger_lines(), vec!["once"]);
+}
