@@ -183,13 +183,27 @@ fn with_host_ids(mut p: PrimitiveOut, setting: &Result<HostUids, String>) -> Pri
     p
 }
 
+/// A failed test run in a container: an `ENOSYS` or `EPERM` there is most often the container's
+/// seccomp profile (a call the probe does not make, such as the copy-on-write layer's fsopen).
+fn in_container_hint(detail: String) -> String {
+    let refused = detail.contains("(os error 38)") || detail.contains("(os error 1)");
+    match corral_exec::linux::container() {
+        Some(c) if refused => format!(
+            "{detail}; in a container ({c}) a call refused like this is most often its seccomp profile: load deploy/seccomp-corral.json (docs/DEPLOY.md)"
+        ),
+        _ => detail,
+    }
+}
+
 /// Whether this process runs as host root (`/proc/self` belongs to the caller's uid).
 fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
-/// Runs `/bin/true` through the linux backend; `Ok` with what it attested, or why it failed.
+/// Runs `/bin/true` through the linux backend with a write path (an empty directory of its
+/// own under the temp directory, so the run gets the copy-on-write layer a `commands.run` gets);
+/// `Ok` with what it attested, or why it failed.
 fn smoke_run(
     network: Network,
     cgroup_parent: Option<PathBuf>,
@@ -201,6 +215,20 @@ fn smoke_run(
         .with_host_uids(host_uids)?;
     let rt = context::tokio_runtime(Threads::One)
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let scratch = std::env::temp_dir().join(format!("corral-doctor-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)
+        .map_err(|e| format!("cannot make {}: {e}", scratch.display()))?;
+    let result = smoke_run_in(&rt, &backend, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// [`smoke_run`]'s run, with `scratch` as its write path.
+fn smoke_run_in(
+    rt: &tokio::runtime::Runtime,
+    backend: &LinuxBackend,
+    scratch: &std::path::Path,
+) -> Result<String, String> {
     let req = ExecRequest {
         argv: vec!["/bin/true".into()],
         cwd: PathBuf::from("/"),
@@ -213,7 +241,7 @@ fn smoke_run(
             ..ResourceLimits::default()
         },
         read_paths: Vec::new(),
-        write_paths: Vec::new(),
+        write_paths: vec![scratch.to_path_buf()],
         protected: Default::default(),
         network: None,
         exec_only: None,
@@ -229,7 +257,7 @@ fn smoke_run(
         ));
     }
     Ok(format!(
-        "a test run of /bin/true succeeded in {} ms (isolated: true, destroyed: {}, {})",
+        "a test run of /bin/true with a write path succeeded in {} ms (isolated: true, destroyed: {}, {})",
         out.duration.as_millis(),
         a.destroyed,
         a.primitives.join(" ")
@@ -279,7 +307,7 @@ pub fn run(config: Option<PathBuf>, format: Format) -> CliResult {
                 name: "linux",
                 can_run: false,
                 isolated: true,
-                detail: e,
+                detail: in_container_hint(e),
             },
         }
     } else {
