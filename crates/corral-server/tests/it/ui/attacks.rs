@@ -442,3 +442,39 @@ async fn a_replayed_decision_a_tossed_cookie_and_a_typed_in_post_decide_nothing_
     );
     assert_eq!(f.ledger_lines(), vec!["once"]);
 }
+
+/// Attack: script in JWT claims the pages show (roles in the frame, the tenant on the audit
+/// page, the `sub` everywhere) and in a query string a page reflects. All escaped; no page
+/// carries markup from them.
+#[tokio::test]
+async fn hostile_jwt_claims_and_query_strings_are_shown_as_text() {
+    let f = Fixture::new();
+    let ui = Ui::start(&f.load(&f.yaml("", ""))).await;
+    let token = sign(json!({
+        "sub": "<svg/onload=alert(1)>", "tenant": "\"><img src=x onerror=alert(2)>",
+        "roles": ["admin", "'><script>alert(3)</script>"], "exp": now_secs() + 3600,
+    }));
+    let s = ui.sign_in(&token).await;
+    for path in [
+        "/ui/inbox?done=%3Cscript%3Ealert(4)%3C/script%3E",
+        "/ui/ops",
+        "/ui/audit?principal=%3Csvg/onload%3Dalert(5)%3E",
+        "/ui/runs?after=%3Cscript%3E",
+        "/ui/sessions/%3Cscript%3Ealert(6)%3C%2Fscript%3E",
+        "/ui/runs/%3Cimg%20src%3Dx%20onerror%3Dalert(7)%3E",
+        "/ui/nowhere%3Cscript%3E",
+    ] {
+        let r = s.get(path).await;
+        super::assert_console_headers(&r);
+        super::assert_no_inline_code(&r.text);
+        for bad in ["<svg", "<img", "<script>alert"] {
+            assert!(!r.text.contains(bad), "{path}: {bad} in {}", r.text);
+        }
+    }
+    let ops = s.get("/ui/ops").await.text;
+    assert!(ops.contains("&lt;svg/onload=alert(1)&gt;"), "{ops}");
+    assert!(
+        ops.contains("&#39;&gt;&lt;script&gt;alert(3)&lt;/script&gt;"),
+        "{ops}"
+    );
+}
