@@ -913,8 +913,14 @@ fn parse_decision(
     event.detail = Some(if approve { "approve" } else { "deny" }.to_owned());
     let decided_at = match obj.get("decided_at_ms") {
         None => None,
+        // An integer, `5.0` included (JSON Schema's `integer`; exact within 2^53).
         Some(v) => Some(
             v.as_i64()
+                .or_else(|| {
+                    v.as_f64()
+                        .filter(|f| f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0)
+                        .map(|f| f as i64)
+                })
                 .ok_or_else(|| invalid("`decided_at_ms` must be milliseconds since the epoch"))?,
         ),
     };

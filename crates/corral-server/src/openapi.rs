@@ -12,6 +12,22 @@ use serde_json::{Value, json};
 /// The pattern of `X-Corral-Run` (and of a run id anywhere).
 const RUN_PATTERN: &str = "^[A-Za-z0-9_.:-]{1,128}$";
 
+/// An op's arguments: its input schema, and what the MCP tool list leaves out (hosts refuse
+/// `anyOf` at a tool schema's root; the call says what is wrong): a command is `argv` or
+/// `command`, exactly one.
+fn op_body(op: &OpSpec) -> serde_json::Map<String, Value> {
+    let mut schema = corral_mcp::schema::input_schema(op);
+    let has = |name: &str| op.params.iter().any(|p| p.name == name);
+    if has("argv") && has("command") {
+        schema.insert(
+            "anyOf".to_owned(),
+            json!([{"required": ["argv"]}, {"required": ["command"]}]),
+        );
+        schema.insert("not".to_owned(), json!({"required": ["argv", "command"]}));
+    }
+    schema
+}
+
 /// A query text of 1 to `max` characters with no control character.
 fn text_param(name: &str, max: u32, description: &str) -> Value {
     json!({"name": name, "in": "query", "required": false, "description": description,
@@ -55,7 +71,7 @@ const LAB_CURSOR: &str = "^([0-9]{1,15}\\.[A-Za-z0-9_-]{1,64})?$";
 pub fn document(ops: &[&OpSpec], routes: &Routes) -> Value {
     let mut paths = serde_json::Map::new();
     for op in ops {
-        let schema = corral_mcp::schema::input_schema(op);
+        let schema = op_body(op);
         let err = json!({"$ref": "#/components/schemas/Error"});
         let mut responses = json!({
             "200": {"description": "the op's result", "content": {"application/json": {"schema": {"type": "object"}}}},
@@ -127,7 +143,7 @@ pub fn document(ops: &[&OpSpec], routes: &Routes) -> Value {
             "parameters": [{"name": "action_id", "in": "path", "required": true, "schema": {"type": "string"}}],
             "requestBody": {"content": {"application/json": {"schema": {
                 "type": "object", "required": ["decision"], "additionalProperties": false,
-                "properties": {"decision": {"type": "string", "enum": ["approve", "deny"]}, "decided_at_ms": {"type": "integer"}}
+                "properties": {"decision": {"type": "string", "enum": ["approve", "deny"]}, "decided_at_ms": {"type": "integer", "minimum": i64::MIN, "maximum": i64::MAX}}
             }}}},
             "responses": {
                 "200": {"description": "the decided action", "content": {"application/json": {"schema": {"type": "object"}}}},

@@ -6,7 +6,8 @@ use std::process::{Command, Stdio};
 use crate::workspace;
 
 /// schemathesis (pinned in `.ci/requirements.txt`) runs every check it has against every route
-/// the document lists, as an admin of a server with the lab on: responses match their schemas
+/// the document lists, as an admin of a server with the lab on and `commands.run` mounted (`ls`,
+/// `echo`, in the sandbox): responses match their schemas
 /// and documented statuses, a schema-valid request is not refused with 400, a schema-violating
 /// one is not accepted, an undeclared method answers 405 with `Allow`, a missing token 401.
 #[test]
@@ -16,7 +17,7 @@ fn schemathesis_finds_no_failure_in_the_openapi_contract() {
     };
     const TOKEN: &str = "it-api-contract-admin-token-0123456789";
     let dir = workspace(Some(
-        "version: 1\npreset: workspace_jail\nroot: $WS\nauth:\n  tokens:\n    - {id: alice, roles: [admin], token_env: CORRAL_IT_CONTRACT_TOKEN}\n",
+        "version: 1\npreset: {name: workspace_jail, root: $WS, commands: [\"ls {path}\", \"echo {word}\"]}\nauth:\n  tokens:\n    - {id: alice, roles: [admin], token_env: CORRAL_IT_CONTRACT_TOKEN}\n",
     ));
     let _ = std::fs::write(dir.path().join("ws/notes.txt"), "hello\n");
     let served = crate::call::serve_with(

@@ -136,8 +136,19 @@ pub async fn call(
             if let Ok(v) = HeaderValue::from_str(&s.content_type) {
                 r.headers_mut().insert(header::CONTENT_TYPE, v);
             }
-            r.headers_mut()
-                .insert(header::CONTENT_LENGTH, HeaderValue::from(s.len));
+            let h = r.headers_mut();
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(s.len));
+            // A file's bytes are whatever a sandboxed program wrote: should a browser ever
+            // render them (an HTML or SVG file), they run nothing, take no origin and are not
+            // re-typed.
+            h.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("sandbox; default-src 'none'"),
+            );
+            h.insert(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
             r
         }
         Reply::Refused(r) => {

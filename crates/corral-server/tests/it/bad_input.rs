@@ -382,3 +382,30 @@ print(r.status, json.loads(r.read())["code"])
         Err(e) => assert!(!crate::common::in_ci(), "python3 is needed in CI: {e}"),
     }
 }
+
+/// A file's bytes are whatever a sandboxed program wrote: `files.download` of an HTML (or SVG)
+/// file is served with its type, but sandboxed by CSP and not re-typed, so a browser that ever
+/// renders it runs nothing and takes no origin (console attack review).
+#[tokio::test]
+async fn a_downloaded_html_file_is_sandboxed_and_not_sniffed() {
+    let ws = Workspace::new();
+    ws.write("page.html", "<script>alert(1)</script>");
+    let s = server(&ws).await;
+    let r = s.call("files.download", json!({"path": "page.html"})).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.text, "<script>alert(1)</script>");
+    let h = |name: &str| {
+        r.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        h("content-type").starts_with("text/html"),
+        "{:?}",
+        r.headers
+    );
+    assert_eq!(h("content-security-policy"), "sandbox; default-src 'none'");
+    assert_eq!(h("x-content-type-options"), "nosniff");
+}
