@@ -572,7 +572,7 @@ impl AgentHost {
         let session = self.live_session(&t, cli)?;
         let slot = self
             .turns
-            .take((t.tenant.clone(), t.owner.principal.id.clone()))
+            .take((t.tenant.clone(), t.owner.principal.identity()))
             .ok_or_else(|| slot_error(&t.owner.principal.id))?;
         self.store
             .claim_turn(&t.tenant, &t.record.id, now_ms())
@@ -618,7 +618,7 @@ impl AgentHost {
     /// before a session with a first task is stored, so a refused first turn leaves no idle
     /// session behind (the slot itself is taken when the turn starts).
     fn turn_slot_free(&self, ctx: &OpCtx) -> Result<(), OpError> {
-        let owner = (self.tenant_of(&ctx.principal), ctx.principal.id.clone());
+        let owner = (self.tenant_of(&ctx.principal), ctx.principal.identity());
         if self.turns.has_room(&owner) {
             Ok(())
         } else {
@@ -968,7 +968,7 @@ impl AgentSessionOp {
                     .get_agent_def(&tenant, id)
                     .await
                     .map_err(store_err)?
-                    .filter(|d| d.owner == ctx.principal.id)
+                    .filter(|d| d.owner == ctx.principal.identity())
                     .ok_or_else(|| {
                         op_err(
                             codes::AGENTS_NOT_FOUND,
@@ -995,7 +995,7 @@ impl AgentSessionOp {
         };
         let id = format!("sess_{}", uuid::Uuid::now_v7().simple());
         let new = NewSession {
-            owner: ctx.principal.id.clone(),
+            owner: ctx.principal.identity(),
             adapter: self.adapter.name().to_owned(),
             model,
             agent_id: saved.map(|d| d.id),
@@ -1022,7 +1022,7 @@ impl AgentSessionOp {
             .get_session(&tenant, id)
             .await
             .map_err(store_err)?
-            .filter(|s| s.owner == ctx.principal.id && s.adapter == self.adapter.name())
+            .filter(|s| s.owner == ctx.principal.identity() && s.adapter == self.adapter.name())
             .ok_or_else(|| {
                 op_err(
                     codes::AGENTS_NOT_FOUND,

@@ -217,7 +217,7 @@ async fn own_session(
         .get_session(&tenant(state, caller), id)
         .await
         .map_err(|e| store_error(&e, rid))?
-        .filter(|s| s.owner == caller.principal.id)
+        .filter(|s| s.owner == caller.principal.identity())
         .ok_or_else(|| not_found("session", id, rid))
 }
 
@@ -314,7 +314,7 @@ pub async fn create_agent(
         }
     };
     let new = NewAgentDef {
-        owner: auth.caller.principal.id.clone(),
+        owner: auth.caller.principal.identity(),
         model,
         name,
         instructions: text("instructions").map_err(|m| invalid(m, &rid))?,
@@ -353,7 +353,7 @@ async fn own_page<T>(
     let p = list(
         state.runtime().store(),
         &tenant(state, &auth.caller),
-        &auth.caller.principal.id,
+        &auth.caller.principal.identity(),
         &page,
     )
     .await
@@ -397,7 +397,7 @@ pub async fn agent(
         .get_agent_def(&t, &id)
         .await
         .map_err(|e| store_error(&e, &rid))?
-        .filter(|d| d.owner == auth.caller.principal.id)
+        .filter(|d| d.owner == auth.caller.principal.identity())
         .ok_or_else(|| not_found("agent", &id, &rid))?;
     if method == axum::http::Method::DELETE {
         store
@@ -462,7 +462,7 @@ pub async fn create_session(
             .await
             .ok()
             .flatten()
-            .filter(|d| d.owner == auth.caller.principal.id)
+            .filter(|d| d.owner == auth.caller.principal.identity())
             .map(|d| d.model);
     }
     let (adapters, default) = host.mounted();
@@ -761,7 +761,7 @@ pub async fn events(
     let Some(slot) = state
         .runtime()
         .agents()
-        .open_stream(&t, &auth.caller.principal.id)
+        .open_stream(&t, &auth.caller.principal.identity())
     else {
         return Err(ApiError::new(
             codes::LIMIT_CONCURRENCY,

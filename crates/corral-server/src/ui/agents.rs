@@ -41,7 +41,7 @@ pub(crate) async fn sessions(State(state): State<AppState>, s: Signed) -> Respon
         .store()
         .list_sessions(
             &tenant(&state, &s),
-            Some(&s.caller.principal.id),
+            Some(&s.caller.principal.identity()),
             &Page {
                 limit: LISTED,
                 after: None,
@@ -154,7 +154,7 @@ pub(crate) async fn session(
     };
     let t = tenant(&state, &s);
     let x = match state.store().get_session(&t, &id).await {
-        Ok(Some(x)) if x.owner == s.caller.principal.id => x,
+        Ok(Some(x)) if x.owner == s.caller.principal.identity() => x,
         Ok(_) => return not_found(),
         Err(e) => return store_refusal(&e, &rid),
     };

@@ -73,7 +73,9 @@ rules:
   tokens:
     - {{id: alice, roles: [operator], token_env: {ALICE_ENV}}}
     - {{id: bob, roles: [operator], token_env: {BOB_ENV}}}
+  jwt: {{hs256_secret_env: {jwt_env}, service_claim: {{name: typ, value: service}}}}
 ",
+            jwt_env = crate::guard_fixture::JWT_ENV,
             state = self.ws.state.display(),
         )
     }
@@ -88,7 +90,17 @@ rules:
     }
 
     async fn start(&self, yaml: &str) -> Server {
-        let loaded = self.ws.load(yaml, &[(ALICE_ENV, ALICE), (BOB_ENV, BOB)]);
+        let loaded = self.ws.load(
+            yaml,
+            &[
+                (ALICE_ENV, ALICE),
+                (BOB_ENV, BOB),
+                (
+                    crate::guard_fixture::JWT_ENV,
+                    crate::guard_fixture::JWT_SECRET,
+                ),
+            ],
+        );
         Server::start(&loaded).await
     }
 
@@ -655,6 +667,39 @@ async fn a_saved_agent_is_its_owners_only_and_the_owner_deletes_it() {
         .assert_error(404, "agents.not_found");
     let alices = get(&s, ALICE, "/v1/agents").await;
     assert_eq!(alices.json()["data"], json!([]), "{}", alices.text);
+}
+
+/// A saved agent and a session belong to their owner's full identity, not the bare id: a
+/// service JWT, or a person's JWT, whose `sub` is the static token's id (`alice`) neither lists
+/// nor reads what that token made (console attack review).
+#[tokio::test]
+async fn the_same_id_from_another_credential_is_not_the_owner() {
+    let h = Host::new();
+    let s = h.open("[codex]").await;
+    let r = post(
+        &s,
+        Some(ALICE),
+        "/v1/agents",
+        &json!({"model": "gpt-5-codex"}),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let path = format!("/v1/agents/{}", r.json()["id"].as_str().unwrap());
+    for other in [
+        crate::guard_fixture::service("alice", &["operator"]),
+        crate::guard_fixture::human("alice", &["operator"]),
+    ] {
+        get(&s, &other, &path)
+            .await
+            .assert_error(404, "agents.not_found");
+        let listed = get(&s, &other, "/v1/agents").await;
+        assert_eq!(listed.json()["data"], json!([]), "{}", listed.text);
+        let sessions = get(&s, &other, "/v1/agents/sessions").await;
+        assert_eq!(sessions.json()["data"], json!([]), "{}", sessions.text);
+    }
+    let mine = get(&s, ALICE, &path).await;
+    assert_eq!(mine.status, 200, "{}", mine.text);
 }
 
 /// `DELETE /v1/agents/sessions/{id}`: the owner's only (bob gets 404 and it stays); gone

@@ -330,7 +330,8 @@ async fn a_person_approves_in_chromium_and_the_agents_retry_runs_once() {
 
     // Agent sessions: ada's one session and its events.
     let new = corral_store::agents::NewSession {
-        owner: "ada".to_owned(),
+        // A session belongs to its owner's full identity: ada's JWT (no issuer), a person.
+        owner: "jwt::person:ada".to_owned(),
         adapter: "codex".to_owned(),
         model: "gpt-5-codex".to_owned(),
         agent_id: None,

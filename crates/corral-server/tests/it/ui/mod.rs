@@ -861,7 +861,8 @@ async fn the_agents_pages_show_only_the_owners_sessions_and_their_events_escaped
     let (f, yaml) = fixture();
     let ui = Ui::start(&f.load(&yaml)).await;
     let new = corral_store::agents::NewSession {
-        owner: "ada".to_owned(),
+        // A session belongs to its owner's full identity: ada's JWT (no issuer), a person.
+        owner: "jwt::person:ada".to_owned(),
         adapter: "codex".to_owned(),
         model: "gpt-5-codex".to_owned(),
         agent_id: None,
