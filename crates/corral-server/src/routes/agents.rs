@@ -331,7 +331,42 @@ pub async fn create_agent(
         )
         .await
         .map_err(|e| store_error(&e, &rid))?;
+    audited(&state, &auth.caller, &rid, "agents.create", &def.id).await?;
     Ok(answer(StatusCode::OK, agent_obj(&def), &rid))
+}
+
+/// Writes the audit event of a change the agents routes made outside the guard chain (saving or
+/// deleting an agent, deleting a session): who, what and which record, no values, committed
+/// before the answer, as every call's is; when the audit cannot take it, `503
+/// server.audit_unavailable` (the change is made: the message says so).
+async fn audited(
+    state: &AppState,
+    caller: &Caller,
+    rid: &str,
+    op: &str,
+    id: &str,
+) -> Result<(), ApiError> {
+    let event = crate::learning::audit_event(
+        caller,
+        state.gateway().tenant(),
+        rid,
+        op,
+        format!("id {id}"),
+    );
+    for sink in state.gateway().sinks() {
+        if let Err(e) = sink.append(&event).await {
+            tracing::error!(request_id = %rid, op, error = %e, "agents: audit append failed");
+            return Err(ApiError::new(
+                codes::SERVER_AUDIT_UNAVAILABLE,
+                format!(
+                    "`{op}` of {id} was done, but its audit event could not be written; the server log has the request id"
+                ),
+                None,
+                rid,
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A page of the caller's own records (`?limit=&after=`), listed by `list` (the owner filter
@@ -404,6 +439,7 @@ pub async fn agent(
             .delete_agent_def(&t, &id)
             .await
             .map_err(|e| store_error(&e, &rid))?;
+        audited(&state, &auth.caller, &rid, "agents.delete", &def.id).await?;
         return Ok(answer(
             StatusCode::OK,
             json!({"id": def.id, "object": "agent.deleted", "deleted": true}),
@@ -543,6 +579,7 @@ pub async fn session(
             .delete_session(&tenant(&state, &auth.caller), &id)
             .await
             .map_err(|e| ApiError::new(e.code, e.message, None, &rid))?;
+        audited(&state, &auth.caller, &rid, "agents.sessions.delete", &s.id).await?;
         return Ok(answer(
             StatusCode::OK,
             json!({"id": s.id, "object": "agent.session.deleted", "deleted": true}),

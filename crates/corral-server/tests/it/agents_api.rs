@@ -995,3 +995,36 @@ async fn an_approved_session_create_sent_again_is_marked_replayed() {
         listed.text
     );
 }
+
+/// Saving and deleting an agent, and deleting a session, are changes outside the guard chain:
+/// each is audited (who, the op, the record's id, never a value) before it is answered.
+#[tokio::test]
+async fn saving_and_deleting_an_agent_are_audited_without_values() {
+    let h = Host::new();
+    let s = h.open("[codex]").await;
+    let r = post(
+        &s,
+        Some(ALICE),
+        "/v1/agents",
+        &json!({"model": "gpt-5-codex", "instructions": "SECRET-INSTRUCTIONS-42"}),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let d = delete(&s, ALICE, &format!("/v1/agents/{id}")).await;
+    assert_eq!(d.status, 200, "{}", d.text);
+    let events = s.store.audit_recent(None, 100).await.unwrap();
+    let mine: Vec<_> = events
+        .iter()
+        .filter(|e| e.op.starts_with("agents.") && e.principal_id == "alice")
+        .collect();
+    let ops: Vec<&str> = mine.iter().map(|e| e.op.as_str()).collect();
+    assert!(ops.contains(&"agents.create"), "{ops:?}");
+    assert!(ops.contains(&"agents.delete"), "{ops:?}");
+    for e in mine {
+        let text = serde_json::to_string(e).unwrap();
+        assert!(!text.contains("SECRET-INSTRUCTIONS-42"), "{text}");
+        assert!(text.contains(&id), "{text}");
+    }
+}
