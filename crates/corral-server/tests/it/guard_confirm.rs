@@ -565,6 +565,24 @@ async fn audit_rows_of_guarded_calls_hold_no_argument_value() {
     }
 }
 
+/// Calls `call` through the gateway (a confirm-tier call: 202) and approves its action as
+/// `caller`, a person: the action's id.
+async fn raise_and_approve(
+    gw: &corral_guard::Gateway,
+    caller: &corral_guard::Caller,
+    call: corral_guard::Call,
+) -> String {
+    let corral_guard::Reply::Refused(r) = gw.call(call).await else {
+        panic!("a guarded call waits for a person")
+    };
+    assert_eq!(r.status(), 202, "{}", r.message);
+    let id = r.details.unwrap()["action_id"].as_str().unwrap().to_owned();
+    gw.decide_confirmation(caller, &id, &json!({"decision": "approve"}), "approve")
+        .await
+        .unwrap();
+    id
+}
+
 #[tokio::test]
 async fn an_approved_call_whose_request_is_dropped_mid_run_is_never_run_again() {
     use corral_guard::{Call, CallOptions, Caller, Reply};
@@ -587,14 +605,7 @@ async fn an_approved_call_whose_request_is_dropped_mid_run_is_never_run_again() 
         args: json!({}),
         request_id: rid.to_owned(),
     };
-    let Reply::Refused(r) = gw.call(call("r1")).await else {
-        panic!("a guarded call waits for a person")
-    };
-    assert_eq!(r.status(), 202);
-    let id = r.details.unwrap()["action_id"].as_str().unwrap().to_owned();
-    gw.decide_confirmation(&caller, &id, &json!({"decision": "approve"}), "r2")
-        .await
-        .unwrap();
+    raise_and_approve(&gw, &caller, call("r1")).await;
     // The retry that takes the approval is dropped while the op runs.
     let running = {
         let gw = gw.clone();
@@ -645,13 +656,7 @@ async fn a_retry_after_the_runner_died_is_told_the_call_was_cut_off() {
         args: json!({"word": "w"}),
         request_id: rid.to_owned(),
     };
-    let Reply::Refused(r) = gw.call(call("r1")).await else {
-        panic!("a guarded call waits for a person")
-    };
-    let id = r.details.unwrap()["action_id"].as_str().unwrap().to_owned();
-    gw.decide_confirmation(&caller, &id, &json!({"decision": "approve"}), "r2")
-        .await
-        .unwrap();
+    let id = raise_and_approve(&gw, &caller, call("r1")).await;
     // Another process took the approval, a lease ago and a second, and died holding it.
     let a = store.get(gw.tenant(), &id).await.unwrap().unwrap();
     let then = corral_guard::now_ms() - RUNNING_LEASE_MS - 1_000;
