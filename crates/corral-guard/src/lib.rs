@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod canonical;
+pub mod explain;
 pub mod gateway;
 pub mod guardrails;
 pub mod limiter;

@@ -781,6 +781,9 @@ catalog! {
     UI_FORM_INVALID = "ui.form_invalid", 400,
         "a web console form is malformed: not `application/x-www-form-urlencoded`, over 16 KiB, or a field missing, repeated or unknown",
         "submit the form from the console's own page, as it is";
+    UI_SIGN_IN_RATE_LIMITED = "ui.sign_in_rate_limited", 429,
+        "too many web console sign-in attempts: at most 10 a minute from one client address, and 10 a minute for one presented identity (a JWT's issuer and subject, or the token)",
+        "wait the seconds `Retry-After` names, then sign in again; check the token you paste is the right one";
 }
 
 /// Whether a failure with `code` happened before the op's program started (the backend cannot

@@ -98,6 +98,8 @@ pub struct App {
     /// Cancelled when the server starts shutting down: long-lived answers (an agent
     /// session's event stream) end then, so a graceful shutdown does not wait for them.
     shutdown: tokio_util::sync::CancellationToken,
+    /// The console's sign-in attempts per client address and presented identity (bounded).
+    sign_in_limiter: ui::SignInLimiter,
 }
 
 impl App {
@@ -126,7 +128,20 @@ impl App {
             llm: routes::llm::Upstream::from_loaded(loaded).map(Arc::new),
             reply_hook: std::sync::OnceLock::new(),
             shutdown: tokio_util::sync::CancellationToken::new(),
+            sign_in_limiter: ui::SignInLimiter::default(),
         }
+    }
+
+    /// The console's sign-in limiter.
+    pub(crate) fn sign_in_limiter(&self) -> &ui::SignInLimiter {
+        &self.sign_in_limiter
+    }
+
+    /// Sets how many console sign-in attempts a minute one client address, and one presented
+    /// identity, may make (10 by default): for a test that must sign in more often than a
+    /// person would (the 16-sessions cap).
+    pub fn set_sign_in_limit(&self, attempts_per_minute: u32) {
+        self.sign_in_limiter.set_limit(attempts_per_minute);
     }
 
     /// Cancelled when the server starts shutting down.

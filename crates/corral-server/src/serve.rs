@@ -353,6 +353,8 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
     );
     let token = state.shutdown().clone();
     let app = crate::app(state);
+    // The peer address: the console's sign-in limiter counts attempts per client.
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal(token))
         .await;

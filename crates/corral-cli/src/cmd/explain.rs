@@ -1,48 +1,19 @@
 //! `corral explain`: decide one call offline, through the guard steps in the gateway's order
-//! (autonomy, RBAC, the policy with every rule considered, confirmation as a dry-run), with the
-//! guard's own checks (`GuardPolicy::check_autonomy`, `check_role`, `confirmation_step`).
+//! (autonomy, RBAC, the policy with every rule considered, confirmation as a dry-run): the
+//! decision is `corral_guard::explain` (the console's `/ui/explain` shows the same); this
+//! module reads the flags, picks the principal, and prints it.
 
 use std::path::PathBuf;
 
-use serde::Serialize;
-
-use corral_guard::guardrails::{Confirmation, GuardPolicy, tier_reason};
+use corral_guard::explain::{Explained, Query, explain};
 use corral_policy::{
-    ArgValue, Args as PolicyArgs, AutonomyLevel, Decision, Explanation, OpSpec, ParamKind,
-    Principal, PrincipalKind, Request, TraceOutcome, validate_args,
+    ArgValue, Args as PolicyArgs, AutonomyLevel, OpSpec, ParamKind, Principal, PrincipalKind,
+    validate_args,
 };
 
 use crate::context;
 use crate::output::print_json;
 use crate::{CliError, CliResult, Exit, Format};
-
-#[derive(Serialize)]
-struct TraceOut {
-    index: usize,
-    rule: String,
-    effect: &'static str,
-    outcome: &'static str,
-    detail: String,
-}
-
-#[derive(Serialize)]
-struct CandidateOut {
-    rule: String,
-    code: &'static str,
-    clause: String,
-}
-
-/// One guard step as `explain` shows it.
-#[derive(Serialize)]
-struct StepOut {
-    /// `autonomy`, `rbac`, `policy` or `confirmation`.
-    step: &'static str,
-    /// `passed`, `off`, `refused`, `not_reached`; for the policy its decision; for the
-    /// confirmation one of `Confirmation::as_str`.
-    outcome: &'static str,
-    code: Option<&'static str>,
-    detail: String,
-}
 
 /// The flags of `corral explain`.
 #[derive(Debug)]
@@ -57,27 +28,6 @@ pub struct Args {
     pub autonomy: Option<String>,
     pub dry_run: bool,
     pub format: Format,
-}
-
-#[derive(Serialize)]
-struct ExplainOut {
-    op: String,
-    principal: String,
-    roles: Vec<String>,
-    /// `allowed`, `refused` (by a guard step before the policy), or the policy's decision.
-    decision: &'static str,
-    code: Option<&'static str>,
-    rule: Option<String>,
-    reason: Option<String>,
-    candidates: Vec<CandidateOut>,
-    paths: Vec<(String, String)>,
-    argv: Option<Vec<String>>,
-    limits: Option<String>,
-    /// What the confirmation step would do with an allowed call.
-    confirmation: Option<&'static str>,
-    guard: Vec<StepOut>,
-    trace: Vec<TraceOut>,
-    notes: Vec<String>,
 }
 
 fn parse_arg(spec: Option<&OpSpec>, raw: &str) -> Result<(String, ArgValue), String> {
@@ -112,81 +62,7 @@ fn parse_arg(spec: Option<&OpSpec>, raw: &str) -> Result<(String, ArgValue), Str
     Ok((name.to_owned(), v))
 }
 
-fn outcome_text(o: &TraceOutcome) -> (&'static str, String) {
-    match o {
-        TraceOutcome::OpNotSelected(s) => ("op_not_selected", s.clone()),
-        TraceOutcome::PrincipalNotMatched(s) => ("principal_not_matched", s.clone()),
-        TraceOutcome::ScopeNotMatched { code, clause } => {
-            ("scope_not_matched", format!("{clause} [{code}]"))
-        }
-        TraceOutcome::Decided => ("decided", String::new()),
-        TraceOutcome::AlsoMatched => ("also_matched", String::new()),
-        TraceOutcome::NotReached => ("not_reached", String::new()),
-    }
-}
-
-fn to_out(op: &str, principal: &Principal, e: &Explanation) -> ExplainOut {
-    let mut out = ExplainOut {
-        op: op.to_owned(),
-        principal: principal.id.clone(),
-        roles: principal.roles.clone(),
-        decision: e.decision.kind(),
-        code: e.decision.code(),
-        rule: None,
-        reason: None,
-        candidates: Vec::new(),
-        paths: Vec::new(),
-        argv: None,
-        limits: None,
-        confirmation: None,
-        guard: Vec::new(),
-        trace: e
-            .trace
-            .iter()
-            .map(|t| {
-                let (outcome, detail) = outcome_text(&t.outcome);
-                TraceOut {
-                    index: t.rule.index,
-                    rule: t.rule.name.to_string(),
-                    effect: t.effect.as_str(),
-                    outcome,
-                    detail,
-                }
-            })
-            .collect(),
-        notes: e.notes.clone(),
-    };
-    match &e.decision {
-        Decision::Allowed(a) => {
-            out.rule = Some(a.rule.name.to_string());
-            out.paths = a
-                .paths
-                .iter()
-                .map(|(n, p)| (n.clone(), p.absolute()))
-                .collect();
-            out.argv = a.command.as_ref().map(|c| c.argv.clone());
-            out.limits = Some(a.limits.to_string());
-        }
-        Decision::Denied { rule, reason, .. } => {
-            out.rule = Some(rule.name.to_string());
-            out.reason = Some(reason.clone());
-        }
-        Decision::NotPermitted { candidates } => {
-            out.candidates = candidates
-                .iter()
-                .map(|c| CandidateOut {
-                    rule: c.rule.name.to_string(),
-                    code: c.code,
-                    clause: c.clause.clone(),
-                })
-                .collect();
-        }
-        Decision::NotMounted => {}
-    }
-    out
-}
-
-fn print_human(o: &ExplainOut) {
+fn print_human(o: &Explained) {
     let head = match o.decision {
         "allowed" => format!(
             "ALLOWED by rule `{}`{}",
@@ -326,94 +202,6 @@ fn principal(a: &Args, loaded: &corral_config::Loaded) -> Result<Principal, CliE
     }
 }
 
-/// The guard steps before the policy (autonomy, then RBAC), as the gateway runs them: the
-/// first refusal, if any, as (code, message); each step's line is pushed to `out.guard`.
-fn steps_before_policy(
-    g: &GuardPolicy,
-    spec: &OpSpec,
-    who: &Principal,
-    run_level: Option<AutonomyLevel>,
-    out: &mut ExplainOut,
-) -> Option<(&'static str, String)> {
-    match g.check_autonomy(spec, who, run_level) {
-        Err(r) => {
-            out.guard.push(StepOut {
-                step: "autonomy",
-                outcome: "refused",
-                code: Some(r.code),
-                detail: r.message.clone(),
-            });
-            out.guard.push(StepOut {
-                step: "rbac",
-                outcome: "not_reached",
-                code: None,
-                detail: String::new(),
-            });
-            return Some((r.code, r.message));
-        }
-        Ok(level) => out.guard.push(StepOut {
-            step: "autonomy",
-            outcome: if level.is_some() { "passed" } else { "off" },
-            code: None,
-            detail: level.map_or_else(
-                || "no autonomy level applies to this caller".to_owned(),
-                |(l, source)| format!("{source} is {l}, which lets {} run", l.describe()),
-            ),
-        }),
-    }
-    match g.check_role(spec, who) {
-        Err(r) => {
-            out.guard.push(StepOut {
-                step: "rbac",
-                outcome: "refused",
-                code: Some(r.code),
-                detail: r.message.clone(),
-            });
-            Some((r.code, r.message))
-        }
-        Ok(need) => {
-            out.guard.push(StepOut {
-                step: "rbac",
-                outcome: if need.is_some() { "passed" } else { "off" },
-                code: None,
-                detail: need.map_or_else(
-                    || {
-                        "RBAC by tier is off: no principal of this config can carry a tier role"
-                            .to_owned()
-                    },
-                    |n| format!("`{}` needs the role `{n}`", spec.id),
-                ),
-            });
-            None
-        }
-    }
-}
-
-/// The confirmation step's line for a call the policy allowed.
-fn confirmation_line(c: Confirmation, spec: &OpSpec, rule: &str) -> StepOut {
-    let detail = match c {
-        Confirmation::NotGuarded => "a read-tier op: nobody is asked".to_owned(),
-        Confirmation::DryRun => format!(
-            "dry-run: the call would answer `dry_run` and never run ({} tier)",
-            spec.tier()
-        ),
-        Confirmation::Waived => format!(
-            "rule `{rule}` says `confirm: never`: the confirm-tier call runs without a person's approval"
-        ),
-        Confirmation::Required => format!(
-            "would need confirmation: the call answers 202 `confirmation.required` and runs once its requester approves it (`corral confirm`); {} tier: {}",
-            spec.tier(),
-            tier_reason(spec)
-        ),
-    };
-    StepOut {
-        step: "confirmation",
-        outcome: c.as_str(),
-        code: (c == Confirmation::Required).then_some(corral_policy::codes::CONFIRMATION_REQUIRED),
-        detail,
-    }
-}
-
 /// `--autonomy`, parsed.
 fn run_level(a: &Args) -> Result<Option<AutonomyLevel>, CliError> {
     a.autonomy
@@ -434,62 +222,6 @@ fn policy_args(spec: Option<&OpSpec>, raw: &[String]) -> Result<PolicyArgs, CliE
         args = args.with(&k, v);
     }
     Ok(args)
-}
-
-/// The guard steps around the policy, in the gateway's order, pushed to `out.guard`: autonomy
-/// and RBAC (a refusal there makes the answer `refused`), the policy's decision, then the
-/// confirmation step of an allowed call. Returns whether the call stays allowed.
-fn guard_steps(
-    guard: &GuardPolicy,
-    spec: &OpSpec,
-    who: &Principal,
-    a: &Args,
-    run_level: Option<AutonomyLevel>,
-    explanation: &Explanation,
-    out: &mut ExplainOut,
-) -> bool {
-    if let Some((code, message)) = steps_before_policy(guard, spec, who, run_level, out) {
-        out.decision = "refused";
-        out.code = Some(code);
-        out.reason = Some(message);
-        out.rule = None;
-        for step in ["policy", "confirmation"] {
-            out.guard.push(StepOut {
-                step,
-                outcome: "not_reached",
-                code: None,
-                detail: String::new(),
-            });
-        }
-        return false;
-    }
-    out.guard.push(StepOut {
-        step: "policy",
-        outcome: explanation.decision.kind(),
-        code: explanation.decision.code(),
-        detail: out
-            .rule
-            .clone()
-            .map(|r| format!("rule `{r}`"))
-            .unwrap_or_default(),
-    });
-    match &explanation.decision {
-        Decision::Allowed(grant) => {
-            let c = guard.confirmation_step(spec, grant.rule.index, a.dry_run);
-            out.confirmation = Some(c.as_str());
-            out.guard
-                .push(confirmation_line(c, spec, grant.rule.name.as_ref()));
-        }
-        Decision::Denied { .. } | Decision::NotPermitted { .. } | Decision::NotMounted => {
-            out.guard.push(StepOut {
-                step: "confirmation",
-                outcome: "not_reached",
-                code: None,
-                detail: String::new(),
-            });
-        }
-    }
-    true
 }
 
 /// Runs `corral explain`: exit 0 when the call would be allowed, 1 when a step would refuse it.
@@ -514,99 +246,33 @@ pub fn run(a: Args) -> CliResult {
         return Ok(Exit::Findings);
     }
     let engine = loaded.engine();
-    let explanation = engine.explain(&Request {
-        op,
+    let guard = corral_runtime::compose::guard_settings(&loaded);
+    let mut out = explain(&Query {
+        engine: &engine,
+        guard: &guard,
         principal: &who,
+        op,
         args: &args,
+        run_level,
+        dry_run: a.dry_run,
     });
-    let mut out = to_out(op, &who, &explanation);
-    if let Decision::Allowed(a) = &explanation.decision
-        && let Some(spec) = spec
-    {
-        resolved_steps(spec, a, &mut out);
-    }
     if spec.is_none()
         && let Some(n) = near.first()
     {
         out.notes.push(format!("did you mean `{n}`?"));
     }
-    let guard = corral_runtime::compose::guard_settings(&loaded);
     if let Some(cause) = loaded.rbac_cause() {
         out.notes.push(format!(
             "RBAC by tier is on: {cause}; every caller needs a tier role"
         ));
     }
-    // A resolved path the file op would refuse (issue 11 item 9) refuses here too.
-    let mut allowed = explanation.decision.is_allowed() && out.decision != "denied";
-    // The gateway's order: an op the caller cannot see is a 404 before any guard step.
-    if let Some(spec) = spec
-        && !matches!(explanation.decision, Decision::NotMounted)
-    {
-        allowed &= guard_steps(&guard, spec, &who, &a, run_level, &explanation, &mut out);
-    }
     match format {
         Format::Json => print_json(&out),
         Format::Human => print_human(&out),
     }
-    Ok(if allowed { Exit::Ok } else { Exit::Findings })
-}
-
-/// For each granted path that exists on disk: resolves it (as the file op will, following
-/// symlinks) and re-checks the resolved path against the protected locations, deny patterns
-/// and deny rules, with a trace step saying where it leads and what was found (issue 11 item
-/// 9). A refusal turns the answer into the one the op would give.
-fn resolved_steps(spec: &OpSpec, a: &corral_policy::Allowed, out: &mut ExplainOut) {
-    let access = if spec.effective_effects().mutates_files() {
-        corral_policy::protect::Access::Change
+    Ok(if out.allowed {
+        Exit::Ok
     } else {
-        corral_policy::protect::Access::Read
-    };
-    for (name, jp) in &a.paths {
-        let shown = jp.absolute();
-        // A new file: its parent resolved, plus its name.
-        let real = std::fs::canonicalize(&shown).or_else(|e| {
-            let p = std::path::Path::new(&shown);
-            match (p.parent(), p.file_name()) {
-                (Some(parent), Some(file)) if std::fs::symlink_metadata(p).is_err() => {
-                    std::fs::canonicalize(parent).map(|r| r.join(file))
-                }
-                _ => Err(e),
-            }
-        });
-        let Ok(real) = real else {
-            continue;
-        };
-        let real_s = real.to_string_lossy().into_owned();
-        let real_root = std::fs::canonicalize(jp.root()).ok();
-        let forms = corral_policy::resolved::resolved_forms(&real, real_root.as_deref(), jp.root());
-        let form_refs: Vec<&str> = forms.iter().map(String::as_str).collect();
-        let (outcome, detail) = match a.resolved.check(&shown, &form_refs, access) {
-            Ok(()) => (
-                "not_matched",
-                format!(
-                    "`{name}` = `{shown}` resolves to `{real_s}`: no protected location, deny pattern or deny rule covers it"
-                ),
-            ),
-            Err(r) => {
-                out.decision = "denied";
-                out.code = Some(r.code);
-                out.rule = Some("resolved path".to_owned());
-                out.reason = Some(r.message.clone());
-                out.paths.clear();
-                out.argv = None;
-                out.limits = None;
-                ("decided", format!("{} [{}]", r.message, r.code))
-            }
-        };
-        out.trace.push(TraceOut {
-            index: usize::MAX,
-            rule: format!("resolved path of `{name}`"),
-            effect: "deny",
-            outcome,
-            detail,
-        });
-        if out.decision == "denied" {
-            return;
-        }
-    }
+        Exit::Findings
+    })
 }

@@ -1,14 +1,16 @@
 //! The web console at `/ui` (issue 19): server-rendered pages over the same use cases as the
 //! API (the gateway's confirmation listing and decision, the store's audit query, the
-//! deployment's callable ops, the lab's runs and comparisons, the agents host's sessions), a session cookie instead of a bearer token, and two static
+//! deployment's callable ops and `corral_guard::explain`, the lab's runs and comparisons, the agents host's sessions), a session cookie instead of a bearer token, and two static
 //! assets compiled into the binary. No page carries inline script or style, and every
 //! response under `/ui` has the headers of [`security_headers`].
 
 mod agents;
+mod explain;
 mod html;
 mod lab;
 mod pages;
 mod session;
+mod throttle;
 
 use axum::Router;
 use axum::body::Body;
@@ -21,6 +23,7 @@ use corral_policy::codes;
 use crate::AppState;
 
 pub(crate) use session::Signed;
+pub(crate) use throttle::SignInLimiter;
 
 /// The Content-Security-Policy of every console response: nothing but this origin's own
 /// script, style and images, forms only to this origin, never framed.
@@ -44,6 +47,10 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/ui/actions/{action_id}/decision", post(pages::decide))
         .route("/ui/audit", get(pages::audit))
         .route("/ui/ops", get(pages::ops))
+        .route(
+            "/ui/explain",
+            get(explain::form_page).post(explain::evaluate),
+        )
         .route("/ui/runs", get(lab::runs))
         .route("/ui/runs/{id}", get(lab::run))
         .route("/ui/comparisons", get(lab::comparisons))
@@ -175,13 +182,18 @@ async fn login_form(signed: Result<Signed, session::NoSession>) -> Response {
 }
 
 /// `POST /ui/login`.
-async fn login(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+async fn login(
+    State(state): State<AppState>,
+    throttle::Peer(peer): throttle::Peer,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let rid = crate::routes::request_id();
     let fields = match form(&headers, body, &["token"], &rid).await {
         Ok(f) => f,
         Err(r) => return *r,
     };
-    session::sign_in(&state, &headers, field(&fields, "token")).await
+    session::sign_in(&state, &headers, peer, field(&fields, "token")).await
 }
 
 /// `POST /ui/logout` with the session's `csrf`.

@@ -323,7 +323,9 @@ pub(crate) async fn ops(State(state): State<AppState>, s: Signed) -> Response {
     let callable = d.callable_ops(&s.caller.principal);
     let mut body = format!(
         "<p class=\"muted\">The {} ops <code>{}</code> may call: a call still goes through the \
-         whole guard chain (scopes, limits, confirmation).</p>\
+         whole guard chain (scopes, limits, confirmation). \
+         <a href=\"/ui/explain\">Explain a call</a>: what the server would answer to one, \
+         with its arguments.</p>\
          <div class=\"scroll\"><table><caption class=\"sr-only\">Callable ops</caption><thead><tr>\
          <th scope=\"col\">Op</th><th scope=\"col\">Tier</th><th scope=\"col\">Effects</th>\
          <th scope=\"col\">Parameters</th><th scope=\"col\">Summary</th></tr></thead><tbody>",
@@ -346,7 +348,12 @@ pub(crate) async fn ops(State(state): State<AppState>, s: Signed) -> Response {
             .collect();
         let _ = write!(
             body,
-            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td><a href=\"/ui/explain?op={}\"><code>{}</code></a></td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td></tr>",
+            esc(
+                &url::form_urlencoded::byte_serialize(op.id.as_str().as_bytes())
+                    .collect::<String>()
+            ),
             exact(op.id.as_str()),
             esc(op.tier().as_str()),
             esc(&effects.join(", ")),

@@ -366,6 +366,7 @@ pub(crate) fn login_page(error: &str) -> String {
 pub(crate) async fn sign_in(
     state: &AppState,
     headers: &HeaderMap,
+    peer: Option<std::net::SocketAddr>,
     token: Option<&str>,
 ) -> Response {
     let rid = crate::routes::request_id();
@@ -376,11 +377,16 @@ pub(crate) async fn sign_in(
             &rid,
         );
     }
+    let token = token.map(str::trim).unwrap_or_default();
+    // Counted before the token is checked: a guess costs an attempt whether it is right or not.
+    let keys = super::throttle::keys(peer, token);
+    if let Err(secs) = state.sign_in_limiter().attempt(&keys, now_ms()) {
+        return throttled(state, &rid, secs).await;
+    }
     let Some(id) = new_id() else {
         tracing::error!(request_id = %rid, "no randomness for a console session id");
         return super::refuse(codes::SERVER_INTERNAL, "internal error", &rid);
     };
-    let token = token.map(str::trim).unwrap_or_default();
     let auth = state.authenticator();
     let signed = if token.is_empty() {
         Err(corral_runtime::AuthError {
@@ -433,11 +439,51 @@ pub(crate) async fn sign_in(
             &rid,
         );
     }
+    audit_sign_in(state, &caller, &proof, &rid).await;
     let mut resp = see_other("/ui/inbox");
     if let Some(c) = set_cookie(Some(&id), headers) {
         resp.headers_mut().insert(header::SET_COOKIE, c);
     }
     resp
+}
+
+/// The answer to a sign-in past the limiter: the form again with `429 ui.sign_in_rate_limited`
+/// and `Retry-After`, audited like a refused token.
+async fn throttled(state: &AppState, rid: &str, secs: u64) -> Response {
+    let code = codes::UI_SIGN_IN_RATE_LIMITED;
+    state
+        .gateway()
+        .audit_unauthenticated("POST /ui/login", rid, code, codes::status(code))
+        .await;
+    let message = format!("too many sign-in attempts; try again in {secs} s");
+    let status = StatusCode::from_u16(codes::status(code)).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+    let mut resp = super::html_response(status, login_page(&html::refusal(code, &message, rid)));
+    let h = resp.headers_mut();
+    h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    h.insert("x-corral-code", HeaderValue::from_static(code));
+    resp
+}
+
+/// Audits a sign-in that opened a session: who (the principal, its kind and act chain, as
+/// every event names them) and how (a static token or a JWT), never the token.
+async fn audit_sign_in(state: &AppState, caller: &Caller, proof: &SessionProof, rid: &str) {
+    let how = match proof {
+        SessionProof::StaticToken(_) => "signed in with a static token",
+        SessionProof::Jwt { .. } => "signed in with a JWT",
+    };
+    let mut event = crate::learning::audit_event(
+        caller,
+        state.gateway().tenant(),
+        rid,
+        "POST /ui/login",
+        how.to_owned(),
+    );
+    event.status = 303;
+    for sink in state.gateway().sinks() {
+        if let Err(e) = sink.append(&event).await {
+            tracing::error!(request_id = %rid, error = %e, "console sign-in: audit append failed");
+        }
+    }
 }
 
 /// `POST /ui/logout`: the session is deleted from the store (so the cookie is worthless on

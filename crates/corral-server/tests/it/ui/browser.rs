@@ -275,10 +275,35 @@ async fn a_person_approves_in_chromium_and_the_agents_retry_runs_once() {
     c.goto(&ui.url("/ui/ops")).await.unwrap();
     c.wait()
         .at_most(Duration::from_secs(10))
-        .for_element(Locator::XPath("//td/code[text()='ledger.append']"))
+        .for_element(Locator::XPath("//td/a/code[text()='ledger.append']"))
         .await
         .unwrap_or_else(|e| panic!("no ledger.append on the ops page ({e})"));
     screenshot(&c, "04-ops").await;
+    // Explain a call from the ops view: the op's link fills the form; the arguments typed in.
+    c.find(Locator::XPath("//td/a[code[text()='ledger.append']]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let args = c.find(Locator::Css("textarea#args")).await.unwrap();
+    args.clear().await.unwrap();
+    args.send_keys(r#"{"word": "again"}"#).await.unwrap();
+    c.find(Locator::Css("form.explain button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let decided = c
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("h2#decision"))
+        .await
+        .unwrap_or_else(|e| panic!("no decision on the explain page ({e})"));
+    let text = decided.text().await.unwrap();
+    assert!(text.starts_with("Allowed, after confirmation"), "{text}");
+    screenshot(&c, "04b-explain").await;
     c.goto(&ui.url("/ui/audit")).await.unwrap();
     let op = c.find(Locator::Css("input#f-op")).await.unwrap();
     op.send_keys(&format!("ledger.append{enter}"))

@@ -6,6 +6,7 @@
 
 mod attacks;
 mod browser;
+mod explain;
 
 use std::sync::Arc;
 
@@ -63,7 +64,9 @@ impl Ui {
             .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let app = corral_server::app(state.clone());
+        // As `corral serve` does: the peer address reaches the sign-in limiter.
+        let app = corral_server::app(state.clone())
+            .into_make_service_with_connect_info::<std::net::SocketAddr>();
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
@@ -193,7 +196,7 @@ fn assert_console_headers(r: &Reply) {
 
 /// No inline script, style or handler: the CSP would block them, so a page must not need one.
 #[track_caller]
-fn assert_no_inline_code(html: &str) {
+pub fn assert_no_inline_code(html: &str) {
     let lower = html.to_ascii_lowercase();
     assert!(!lower.contains("<style"), "inline style element");
     assert!(!lower.contains(" style="), "style attribute");
@@ -216,7 +219,7 @@ fn assert_no_inline_code(html: &str) {
 }
 
 /// The guard fixture's config (JWT people, agents and services; the ledger ops).
-fn fixture() -> (Fixture, String) {
+pub fn fixture() -> (Fixture, String) {
     let f = Fixture::new();
     let yaml = f.yaml("", "");
     (f, yaml)
@@ -308,6 +311,56 @@ async fn sign_in_sets_a_strict_cookie_and_stores_neither_the_token_nor_the_sessi
         assert!(!text.contains(id), "a session id is stored");
         assert!(!text.contains(again.cookie.trim_start_matches("corral_ui=")));
     }
+}
+
+#[tokio::test]
+async fn a_successful_sign_in_is_audited_with_who_and_how_and_never_the_token() {
+    let (f, yaml) = fixture();
+    let ui = Ui::start(&f.load(&yaml)).await;
+    let ada = human("ada", &["operator"]);
+    ui.sign_in(&ada).await;
+    let audited = ui.store.audit_recent(None, 100).await.unwrap();
+    let signed: Vec<_> = audited
+        .iter()
+        .filter(|e| e.op == "POST /ui/login" && e.code.is_none())
+        .collect();
+    assert_eq!(signed.len(), 1, "{audited:?}");
+    let e = signed[0];
+    assert_eq!(
+        (e.principal_id.as_str(), e.principal_kind.as_str(), e.status),
+        ("ada", "human", 303)
+    );
+    assert_eq!(e.outcome.as_str(), "ok");
+    assert_eq!(e.detail.as_deref(), Some("signed in with a JWT"));
+    let text = serde_json::to_string(&audited).unwrap();
+    assert!(!text.contains(&ada), "the token is in the audit");
+}
+
+#[tokio::test]
+async fn the_eleventh_sign_in_attempt_in_a_minute_is_refused_with_retry_after() {
+    let (f, yaml) = fixture();
+    let ui = Ui::start(&f.load(&yaml)).await;
+    let ada = human("ada", &["operator"]);
+    for i in 0..10 {
+        let r = ui.login(&format!("wrong-{i}"), &[]).await;
+        assert_refused_form(&r, 401, "auth.invalid");
+    }
+    // From this address the eleventh is refused, even with a good token, and says when to retry.
+    let r = ui.login(&ada, &[]).await;
+    assert_refused_form(&r, 429, "ui.sign_in_rate_limited");
+    assert_eq!(header(&r, "x-corral-code"), "ui.sign_in_rate_limited");
+    let wait: u64 = header(&r, "retry-after").parse().unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    assert!(r.headers.get("set-cookie").is_none());
+    assert_console_headers(&r);
+    let audited = ui.store.audit_recent(None, 100).await.unwrap();
+    assert_eq!(
+        audited
+            .iter()
+            .filter(|e| e.code.as_deref() == Some("ui.sign_in_rate_limited"))
+            .count(),
+        1
+    );
 }
 
 #[track_caller]
