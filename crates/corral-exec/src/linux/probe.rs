@@ -284,9 +284,14 @@ fn seccomp_probe() -> Result<String, String> {
     Ok(format!("{n} filters for {} load", std::env::consts::ARCH))
 }
 
-/// The fix for a failed namespace step (`NS_STEPS[step]`), in a container or on a host.
-fn step_fix(step: usize, in_container: bool) -> String {
+/// The fix for a failed namespace step (`NS_STEPS[step]`), in a container or on a host, given
+/// why it failed (`errno`, as [`STEP_ERRNOS`] says it). A user namespace limit of 0 (`ENOSPC`)
+/// is the sysctl's to raise, in a container too: no seccomp profile changes it.
+fn step_fix(step: usize, in_container: bool, errno: Option<&str>) -> String {
     let (name, _) = NS_STEPS[step.min(NS_STEPS.len() - 1)];
+    if name == "userns" && errno.is_some_and(|e| e.starts_with("ENOSPC")) {
+        return USERNS_FIX.to_owned();
+    }
     match (name, in_container) {
         ("procfs", true) => PROC_FIX.to_owned(),
         ("procfs", false) => "a /proc that is not masked or read-only in part: corral's sandbox mounts a fresh one for its pid namespace, which the kernel refuses while parts of the current one are hidden".to_owned(),
@@ -365,7 +370,8 @@ pub fn probe_for(cgroup_parent: Option<&Path>) -> Vec<Primitive> {
         };
         let fix = match &ns {
             Ok(failed) if failed.step < i => "fix the first missing step above".to_owned(),
-            _ => step_fix(i, container.is_some()),
+            Ok(failed) if failed.step == i => step_fix(i, container.is_some(), failed.errno),
+            _ => step_fix(i, container.is_some(), None),
         };
         out.push(Primitive::new(name, true, result, &fix));
     }
@@ -596,8 +602,14 @@ mod tests {
 
     #[test]
     fn in_a_container_the_fix_names_the_seccomp_profile_and_proc() {
-        assert!(step_fix(0, true).contains("deploy/seccomp-corral.json"));
-        assert!(step_fix(6, true).contains("procMount: Unmasked"));
-        assert_eq!(step_fix(0, false), USERNS_FIX);
+        assert!(step_fix(0, true, None).contains("deploy/seccomp-corral.json"));
+        assert!(step_fix(0, true, Some("EPERM: not permitted")).contains("seccomp-corral.json"));
+        assert!(step_fix(6, true, None).contains("procMount: Unmasked"));
+        assert_eq!(step_fix(0, false, None), USERNS_FIX);
+        // A limit of 0 is the sysctl's, in a container too.
+        assert_eq!(
+            step_fix(0, true, Some("ENOSPC: the user namespace limit")),
+            USERNS_FIX
+        );
     }
 }
