@@ -56,15 +56,22 @@ impl Backend for Judge {
     fn run(&self, req: ExecRequest) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
         Box::pin(async move {
             use std::sync::atomic::Ordering::SeqCst;
+            // What it was asked, in the order the calls came.
+            let v: Value = serde_json::from_slice(&req.stdin.unwrap_or_default()).unwrap();
+            self.seen.lock().unwrap().push(v.clone());
             let now = self.in_flight.fetch_add(1, SeqCst) + 1;
             self.most.fetch_max(now, SeqCst);
-            // Let every other call that may start, start, before this one answers.
+            // Until two calls have overlapped once, hold this one until another starts (at most
+            // 5 s: a judge that runs its calls one at a time is seen as such, however loaded
+            // the machine); then let the others that may start, start, before it answers.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while self.most.load(SeqCst) < 2 && std::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
             for _ in 0..8 {
                 tokio::task::yield_now().await;
             }
             self.in_flight.fetch_sub(1, SeqCst);
-            let v: Value = serde_json::from_slice(&req.stdin.unwrap_or_default()).unwrap();
-            self.seen.lock().unwrap().push(v.clone());
             let (a, b) = (v["first"].as_str().unwrap(), v["second"].as_str().unwrap());
             let longer = match a.len().cmp(&b.len()) {
                 std::cmp::Ordering::Greater => "first",
