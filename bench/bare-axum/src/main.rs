@@ -1,6 +1,6 @@
 //! The baselines for `bench/gateway.sh`: a bare axum server that answers `POST /ops/core.health`
 //! with the same JSON corral returns (`{"ok": true, "op", "request_id", "result"}`, a fresh
-//! UUID v4 request id and an `x-request-id` header). Same runtime as `corral serve` (tokio
+//! UUID v7 request id, time-ordered as corral's, and an `x-request-id` header). Same runtime as `corral serve` (tokio
 //! multi-thread, one worker per core).
 //!
 //! - `bare-axum [ADDR]`: nothing else: no authentication, policy, limits, metrics or audit.
@@ -57,7 +57,8 @@ fn answer(rid: &str) -> Response {
 }
 
 async fn health(State(durable): State<Durable>) -> Response {
-    let rid = uuid::Uuid::new_v4().to_string();
+    // Time-ordered (v7), as corral's request ids are: rows append at the primary key's end.
+    let rid = uuid::Uuid::now_v7().to_string();
     if let Some(writer) = &durable.0 {
         let (done, committed) = oneshot::channel();
         let ts_ms = std::time::SystemTime::now()
