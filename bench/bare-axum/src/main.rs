@@ -1,7 +1,7 @@
 //! The baselines for `bench/gateway.sh`: a bare axum server that answers `POST /ops/core.health`
 //! with the same JSON corral returns (`{"ok": true, "op", "request_id", "result"}`, a fresh
-//! UUID v7 request id, time-ordered as corral's, and an `x-request-id` header). Same runtime as `corral serve` (tokio
-//! multi-thread, one worker per core).
+//! UUID v7 request id, time-ordered as corral's, and an `x-request-id` header). Same runtime
+//! as `corral serve` (tokio multi-thread, one worker per core).
 //!
 //! - `bare-axum [ADDR]`: nothing else: no authentication, policy, limits, metrics or audit.
 //! - `bare-axum [ADDR] --durable FILE`: the durable baseline (issue 20): each request appends one
