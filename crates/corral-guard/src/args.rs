@@ -102,12 +102,11 @@ pub fn parse_args(spec: &OpSpec, json: &serde_json::Value) -> Result<Args, ArgsR
 }
 
 /// A JSON number as an integer: `75` or `75.0` (JSON Schema's `integer` admits both), never
-/// `75.5` nor one beyond 2^53 in magnitude.
-fn integer_of(n: &serde_json::Number) -> Option<i64> {
-    const EXACT: f64 = (1u64 << 53) as f64;
+/// `75.5` nor a fraction-less double beyond 2^53 in magnitude (no longer the integer written).
+pub fn integer_of(n: &serde_json::Number) -> Option<i64> {
     n.as_i64().or_else(|| {
         let f = n.as_f64()?;
-        (f.fract() == 0.0 && f.abs() <= EXACT).then_some(f as i64)
+        (f.fract() == 0.0 && f.abs() <= crate::canonical::EXACT as f64).then_some(f as i64)
     })
 }
 

@@ -97,7 +97,7 @@ fn write_string(s: &str, out: &mut String) {
 }
 
 /// 2^53: integers up to this magnitude are exact doubles, printed as integers.
-const EXACT: u64 = 1 << 53;
+pub(crate) const EXACT: u64 = 1 << 53;
 
 /// The first integer in `v` beyond 2^53 in magnitude, as written: its canonical form is a
 /// rounded double, which it shares with other integers. The guard refuses such arguments

@@ -915,12 +915,8 @@ fn parse_decision(
         None => None,
         // An integer, `5.0` included (JSON Schema's `integer`; exact within 2^53).
         Some(v) => Some(
-            v.as_i64()
-                .or_else(|| {
-                    v.as_f64()
-                        .filter(|f| f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0)
-                        .map(|f| f as i64)
-                })
+            v.as_number()
+                .and_then(crate::args::integer_of)
                 .ok_or_else(|| invalid("`decided_at_ms` must be milliseconds since the epoch"))?,
         ),
     };

@@ -135,14 +135,10 @@ pub fn parse<T: for<'de> Deserialize<'de>>(what: &str, mut body: Value) -> Resul
 /// Rewrites every number with a zero fraction (`75.0`) as the integer it is, within 2^53 (past
 /// it a double is not the integer written: `-9223372036854775809` reads as `i64::MIN`).
 fn integral_numbers(v: &mut Value) {
-    const EXACT: f64 = 9_007_199_254_740_992.0;
     match v {
         Value::Number(n) if n.is_f64() => {
-            if let Some(f) = n.as_f64()
-                && f.fract() == 0.0
-                && f.abs() <= EXACT
-            {
-                *v = Value::from(f as i64);
+            if let Some(i) = corral_guard::args::integer_of(n) {
+                *v = Value::from(i);
             }
         }
         Value::Array(items) => items.iter_mut().for_each(integral_numbers),

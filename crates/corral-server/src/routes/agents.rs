@@ -353,20 +353,17 @@ async fn audited(
         op,
         format!("id {id}"),
     );
-    for sink in state.gateway().sinks() {
-        if let Err(e) = sink.append(&event).await {
-            tracing::error!(request_id = %rid, op, error = %e, "agents: audit append failed");
-            return Err(ApiError::new(
-                codes::SERVER_AUDIT_UNAVAILABLE,
-                format!(
-                    "`{op}` of {id} was done, but its audit event could not be written; the server log has the request id"
-                ),
-                None,
-                rid,
-            ));
-        }
-    }
-    Ok(())
+    // `Gateway::record` logs a sink's failure and makes the first one's the call's.
+    state.gateway().record(&event).await.map_err(|_| {
+        ApiError::new(
+            codes::SERVER_AUDIT_UNAVAILABLE,
+            format!(
+                "`{op}` of {id} was done, but its audit event could not be written; the server log has the request id"
+            ),
+            None,
+            rid,
+        )
+    })
 }
 
 /// A page of the caller's own records (`?limit=&after=`), listed by `list` (the owner filter
