@@ -450,14 +450,21 @@ impl Store {
             what: "store a confirmation's outcome",
             reason: format!("the outcome cannot be encoded: {e}"),
         })?;
-        on_pool!(&self.pool, p => sqlx::query(FINISH)
+        let stored = on_pool!(&self.pool, p => sqlx::query(FINISH)
             .bind(action_id)
             .bind(text.as_str())
             .bind(now_ms)
             .execute(p)
             .await
-            .map(|_| ()))
-        .map_err(|e| self.redactor.query("store a confirmation's outcome", e))
+            .map(|r| r.rows_affected()))
+        .map_err(|e| self.redactor.query("store a confirmation's outcome", e))?;
+        if stored == 0 {
+            tracing::error!(
+                action_id,
+                "an approved call's outcome was not stored: the action was no longer running (its lease ran out and a retry marked it cut off, or it expired)"
+            );
+        }
+        Ok(())
     }
 
     async fn renew_confirmation(&self, action_id: &str, until_ms: i64) -> Result<bool, StoreError> {

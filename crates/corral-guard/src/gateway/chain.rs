@@ -916,16 +916,20 @@ impl Lease {
     fn keep(store: Arc<dyn ConfirmationStore>, action_id: String) -> Self {
         Self(tokio::spawn(async move {
             let every = Duration::from_millis(u64::try_from(RUNNING_LEASE_MS / 3).unwrap_or(5000));
+            let mut pause = every;
             loop {
-                tokio::time::sleep(every).await;
+                tokio::time::sleep(pause).await;
                 match store
                     .renew(&action_id, now_ms().saturating_add(RUNNING_LEASE_MS))
                     .await
                 {
-                    Ok(true) => {}
+                    Ok(true) => pause = every,
                     Ok(false) => return,
+                    // Tried again within a second: a store that failed a renew or two must not
+                    // let the lease of a live runner run out.
                     Err(e) => {
                         tracing::warn!(action_id = %action_id, error = %e, "a running action's lease could not be renewed");
+                        pause = Duration::from_secs(1);
                     }
                 }
             }
