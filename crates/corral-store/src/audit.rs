@@ -57,11 +57,30 @@ macro_rules! matching {
     };
 }
 
+/// The page's start ([`AuditCursor`]): rows after it in the listing's order; `NULL` from the
+/// newest.
+macro_rules! after {
+    ($ms:literal, $id:literal) => {
+        concat!(
+            " AND (CAST(",
+            $ms,
+            " AS BIGINT) IS NULL OR ts_ms < ",
+            $ms,
+            " OR (ts_ms = ",
+            $ms,
+            " AND request_id < ",
+            $id,
+            "))"
+        )
+    };
+}
+
 const RECENT_ALL: &str = concat!(
     "SELECT ",
     columns!(),
     " FROM audit_events WHERE",
     matching!("$1", "$2", "$3", "$4"),
+    after!("$6", "$7"),
     " ORDER BY ts_ms DESC, request_id DESC LIMIT $5"
 );
 const RECENT_TENANT: &str = concat!(
@@ -69,6 +88,7 @@ const RECENT_TENANT: &str = concat!(
     columns!(),
     " FROM audit_events WHERE tenant = $1 AND",
     matching!("$2", "$3", "$4", "$5"),
+    after!("$7", "$8"),
     " ORDER BY ts_ms DESC, request_id DESC LIMIT $6"
 );
 
@@ -83,6 +103,48 @@ pub struct AuditFilter {
     pub principal_id: Option<String>,
     /// The purpose of the call (`live`, `simulation`).
     pub purpose: Option<RunPurpose>,
+}
+
+/// Where a page of [`Store::audit_page`] starts: after this event in the listing's order
+/// (`ts_ms` descending, then `request_id`, unique, descending). Its text form, `GET /audit`'s
+/// `next`, is `<ts_ms>.<request_id>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditCursor {
+    /// The last listed event's time.
+    pub ts_ms: i64,
+    /// The last listed event's request id.
+    pub request_id: String,
+}
+
+impl AuditCursor {
+    /// The cursor after `e`.
+    pub fn after(e: &AuditEvent) -> Self {
+        Self {
+            ts_ms: e.ts_ms,
+            request_id: e.request_id.clone(),
+        }
+    }
+
+    /// Parses what `Display` wrote (1-15 digits, `.`, a request id of 1-256 bytes without
+    /// control characters); `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (ms, id) = s.split_once('.')?;
+        let digits = !ms.is_empty() && ms.len() <= 15 && ms.bytes().all(|b| b.is_ascii_digit());
+        let id_ok = !id.is_empty() && id.len() <= 256 && !id.chars().any(char::is_control);
+        if !digits || !id_ok {
+            return None;
+        }
+        Some(Self {
+            ts_ms: ms.parse().ok()?,
+            request_id: id.to_owned(),
+        })
+    }
+}
+
+impl std::fmt::Display for AuditCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.ts_ms, self.request_id)
+    }
 }
 
 /// One stored row, as the drivers decode it.
@@ -309,7 +371,19 @@ impl Store {
         filter: &AuditFilter,
         limit: u32,
     ) -> Result<Vec<AuditEvent>, StoreError> {
+        self.audit_page(tenant, filter, None, limit).await
+    }
+
+    /// Like [`Store::audit_matching`], starting after `after` (`None`: from the newest).
+    pub async fn audit_page(
+        &self,
+        tenant: Option<&str>,
+        filter: &AuditFilter,
+        after: Option<&AuditCursor>,
+        limit: u32,
+    ) -> Result<Vec<AuditEvent>, StoreError> {
         let limit = i64::from(limit);
+        let (after_ms, after_id) = (after.map(|c| c.ts_ms), after.map(|c| c.request_id.as_str()));
         let (run, op, who, purpose) = (
             filter.run_id.as_deref(),
             filter.op.as_deref(),
@@ -319,9 +393,11 @@ impl Store {
         let rows: Vec<EventRow> = on_pool!(&self.pool, p => match tenant {
             Some(t) => sqlx::query_as(RECENT_TENANT)
                 .bind(t).bind(run).bind(op).bind(who).bind(purpose).bind(limit)
+                .bind(after_ms).bind(after_id)
                 .fetch_all(p).await,
             None => sqlx::query_as(RECENT_ALL)
                 .bind(run).bind(op).bind(who).bind(purpose).bind(limit)
+                .bind(after_ms).bind(after_id)
                 .fetch_all(p).await,
         })
         .map_err(|e| self.redactor.query("read audit events", e))?;

@@ -77,7 +77,7 @@ use sqlx::sqlite::{
 
 use crate::error::Redactor;
 
-pub use crate::audit::AuditFilter;
+pub use crate::audit::{AuditCursor, AuditFilter};
 pub use crate::error::{STORE_MIGRATION_FAILED, STORE_QUERY_FAILED, STORE_UNAVAILABLE, StoreError};
 pub use crate::recorder::RecordingWriter;
 pub use crate::writer::AuditWriter;

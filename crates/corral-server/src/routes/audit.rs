@@ -1,6 +1,7 @@
 //! `GET /audit`: the most recent audit events of the caller's tenant, newest first, optionally
 //! only one run's, op's, principal's or purpose's (`live` calls or a lab's `simulation` ones),
-//! for a principal with role `admin`. The events hold argument hashes and shapes, never values.
+//! for a principal with role `admin`, a page at a time (`next`, the cursor of the following
+//! page, passed back as `after`). The events hold argument hashes and shapes, never values.
 
 use std::collections::HashMap;
 
@@ -8,7 +9,7 @@ use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use corral_guard::runs::RunPurpose;
 use corral_policy::{Role, codes, valid_run_id};
-use corral_store::AuditFilter;
+use corral_store::{AuditCursor, AuditFilter};
 use serde_json::json;
 
 use super::extract::{Audit, Authed};
@@ -22,7 +23,8 @@ const MAX_LIMIT: u32 = 1000;
 /// The longest value of a filter (`op`, `principal`), in bytes.
 const MAX_FILTER: usize = 256;
 
-/// `GET /audit?limit=N&run=R&op=OP&principal=ID&purpose=P` (every filter optional).
+/// `GET /audit?limit=N&run=R&op=OP&principal=ID&purpose=P&after=CURSOR` (every filter
+/// optional): `{tenant, events, next}`, `next` being `null` on the last page.
 pub async fn list(
     State(state): State<AppState>,
     // Authenticated before the query is read.
@@ -49,12 +51,12 @@ pub async fn list(
             &rid,
         ));
     }
-    let params = ["limit", "run", "op", "principal", "purpose"];
+    let params = ["limit", "run", "op", "principal", "purpose", "after"];
     if let Some(unknown) = query.keys().find(|k| !params.contains(&k.as_str())) {
         return Err(ApiError::new(
             codes::ARGS_UNKNOWN,
             format!(
-                "`{unknown}` is not a parameter of GET /audit; it takes `limit`, `run`, `op`, `principal` and `purpose`"
+                "`{unknown}` is not a parameter of GET /audit; it takes `limit`, `run`, `op`, `principal`, `purpose` and `after`"
             ),
             None,
             &rid,
@@ -112,15 +114,42 @@ pub async fn list(
             }
         },
     };
+    let after = match query.get("after").filter(|a| !a.is_empty()) {
+        None => None,
+        Some(a) => Some(AuditCursor::parse(a).ok_or_else(|| invalid(BAD_CURSOR.to_owned()))?),
+    };
     let tenant = c
         .principal
         .tenant
         .clone()
         .unwrap_or_else(|| state.gateway().tenant().to_owned());
-    let events = state
-        .store()
-        .audit_matching(Some(&tenant), &filter, limit)
+    let (events, next) = page(&state, &tenant, &filter, after.as_ref(), limit)
         .await
         .map_err(|e| ApiError::new(e.code(), e.to_string(), None, &rid))?;
-    Ok(axum::Json(json!({"tenant": tenant, "events": events})).into_response())
+    Ok(axum::Json(json!({"tenant": tenant, "events": events, "next": next})).into_response())
+}
+
+/// What a bad `after` gets.
+pub(crate) const BAD_CURSOR: &str = "`after` is not a cursor of this listing; pass the `next` of the previous page as it is, or drop `after` for the first page";
+
+/// Up to `limit` of the tenant's events `filter` matches, newest first from `after`, and the
+/// cursor of the next page (`None` on the last). Also the console's audit page.
+pub(crate) async fn page(
+    state: &AppState,
+    tenant: &str,
+    filter: &AuditFilter,
+    after: Option<&AuditCursor>,
+    limit: u32,
+) -> Result<(Vec<corral_guard::audit::AuditEvent>, Option<String>), corral_store::StoreError> {
+    // One more than the page, to know whether there is a next one.
+    let mut events = state
+        .store()
+        .audit_page(Some(tenant), filter, after, limit.saturating_add(1))
+        .await?;
+    let more = events.len() > usize::try_from(limit).unwrap_or(usize::MAX);
+    events.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    let next = more
+        .then(|| events.last().map(|e| AuditCursor::after(e).to_string()))
+        .flatten();
+    Ok((events, next))
 }

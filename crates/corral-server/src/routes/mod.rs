@@ -2,7 +2,7 @@
 //! console (`crate::ui`, merged in) authenticates its pages by their session.
 
 pub(crate) mod agents;
-mod audit;
+pub(crate) mod audit;
 mod confirmations;
 mod extract;
 pub(crate) mod learning;

@@ -60,6 +60,43 @@ pub(crate) fn exact(s: &str) -> String {
     out
 }
 
+/// The links to a listing's neighbouring pages: `path` with `keep` (the page's filters; empty
+/// ones left out) and the API's own `after` cursor of the older page and, where a page reads
+/// forwards (a session's events), of the newer one. Nothing when there is neither.
+pub(crate) fn pager(
+    path: &str,
+    keep: &[(&str, &str)],
+    older: Option<&str>,
+    newer: Option<&str>,
+) -> String {
+    let link = |after: &str, label: &str, rel: &str| {
+        let mut q = url::form_urlencoded::Serializer::new(String::new());
+        for (k, v) in keep.iter().filter(|(_, v)| !v.is_empty()) {
+            q.append_pair(k, v);
+        }
+        q.append_pair("after", after);
+        format!(
+            "<a href=\"{}?{}\" rel=\"{rel}\">{label}</a>",
+            esc(path),
+            esc(&q.finish())
+        )
+    };
+    let links: Vec<String> = [
+        older.map(|a| link(a, "Older", "next")),
+        newer.map(|a| link(a, "Newer", "prev")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if links.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<nav class=\"pager\" aria-label=\"Pages\">{}</nav>",
+        links.join(" ")
+    )
+}
+
 /// The console's navigation entries: (path, label, admin only).
 const NAV: &[(&str, &str, bool)] = &[
     ("/ui/inbox", "Approvals", false),

@@ -11,12 +11,13 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use corral_lab::service::PageQuery;
+use corral_guard::Caller;
+use corral_lab::service::{LabError, LabService, PageQuery};
 use corral_lab::verdict::{Comparison as Stats, PairDiff};
 use corral_policy::codes;
-use corral_store::lab::{Comparison, Run};
+use corral_store::lab::{Comparison, Paged, Run};
 
-use super::html::{esc, exact, page, utc};
+use super::html::{esc, exact, page, pager, utc};
 use super::{Signed, html_response, refuse};
 use crate::AppState;
 
@@ -31,97 +32,157 @@ fn num(x: Option<f64>) -> String {
     x.map_or_else(|| "–".to_owned(), |v| format!("{v:.3}"))
 }
 
-/// The `after` cursor of a listing page (empty: the first); anything else in the query is
-/// refused with the API's code.
-fn page_query(
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
-    rid: &str,
-) -> Result<PageQuery, Box<Response>> {
-    let Ok(Query(q)) = query else {
-        return Err(Box::new(refuse(
-            codes::ARGS_INVALID,
-            "the query string is not valid UTF-8 form data",
-            rid,
-        )));
-    };
-    if q.keys().any(|k| k != "after") {
-        return Err(Box::new(refuse(
-            codes::ARGS_UNKNOWN,
-            "this page takes only `after` (the next page's cursor)",
-            rid,
-        )));
-    }
-    Ok(PageQuery {
-        limit: PAGE,
-        after: q.get("after").cloned(),
-    })
+/// One of the lab's listings as a page: where it is, its title, its table's caption and
+/// header cells, what an empty page says, its query's filter (kept in the Older link), how it
+/// reads a page through `LabService` (so its roles and audit apply) and draws a row.
+pub(crate) trait LabListing {
+    /// A row.
+    type Item;
+    const PATH: &'static str;
+    const TITLE: &'static str;
+    const HEAD: &'static str;
+    const EMPTY: &'static str;
+    const FILTER: Option<&'static str>;
+    /// A page of rows (`filter`: the value of [`LabListing::FILTER`], if given).
+    fn list(
+        lab: &LabService,
+        caller: &Caller,
+        rid: &str,
+        filter: Option<&str>,
+        page: &PageQuery,
+    ) -> impl Future<Output = Result<Paged<Self::Item>, LabError>> + Send;
+    fn row(body: &mut String, item: &Self::Item);
 }
 
-/// The link to the next page, if there is one.
-fn next_link(path: &str, next: Option<String>) -> String {
-    next.map_or_else(String::new, |n| {
-        format!(
-            "<p><a href=\"{path}?after={}\">Older</a></p>",
-            esc(&url::form_urlencoded::byte_serialize(n.as_bytes()).collect::<String>())
-        )
-    })
-}
-
-/// `GET /ui/runs`: the tenant's lab runs, newest first.
-pub(crate) async fn runs(
+/// `GET /ui/runs?scenario=&after=` and `GET /ui/comparisons?after=`: a page of a lab listing,
+/// newest first: the query (`after`, the API's cursor, and the listing's filter; anything else
+/// refused as the API refuses it), the rows, and the Older link.
+pub(crate) async fn listing<L: LabListing>(
     State(state): State<AppState>,
     s: Signed,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Response {
-    let rid = s.request_id.clone();
-    let page_q = match page_query(query, &rid) {
-        Ok(p) => p,
+    let rid = &s.request_id;
+    let allowed: &[&str] = match L::FILTER {
+        Some(f) => &["after", f],
+        None => &["after"],
+    };
+    let q = match super::query(query, allowed, rid) {
+        Ok(q) => q,
         Err(r) => return *r,
     };
-    let listed = match state
-        .runtime()
-        .lab()
-        .list_runs(&s.caller, &rid, None, &page_q)
-        .await
-    {
-        Ok(p) => p,
-        Err(e) => return refuse(e.code, &e.message, &rid),
+    let filter = L::FILTER
+        .and_then(|f| q.get(f))
+        .map(String::as_str)
+        .filter(|v| !v.is_empty());
+    let page_q = PageQuery {
+        limit: PAGE,
+        after: q.get("after").cloned(),
     };
-    let mut body = String::from(
-        "<div class=\"scroll\"><table><caption class=\"sr-only\">Lab runs, newest first</caption>\
-         <thead><tr><th scope=\"col\">Run</th><th scope=\"col\">Scenario</th>\
-         <th scope=\"col\">Variant</th><th scope=\"col\">Status</th><th scope=\"col\">Isolated</th>\
-         <th scope=\"col\">Steps ok / error / total</th><th scope=\"col\">Score</th>\
-         <th scope=\"col\">Verdict</th><th scope=\"col\">Started</th></tr></thead><tbody>",
+    let listed = match L::list(state.runtime().lab(), &s.caller, rid, filter, &page_q).await {
+        Ok(p) => p,
+        Err(e) => return refuse(e.code, &e.message, rid),
+    };
+    let mut body = format!(
+        "<div class=\"scroll\"><table><caption class=\"sr-only\">{}, newest first</caption>\
+         <thead><tr>{}</tr></thead><tbody>",
+        L::TITLE,
+        L::HEAD
     );
-    for r in &listed.items {
-        let _ = write!(
-            body,
-            "<tr><td><a href=\"/ui/runs/{id}\"><code>{id}</code></a></td><td><code>{}</code></td>\
-             <td><code>{}</code></td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td>\
-             <td>{}</td><td>{}</td></tr>",
-            exact(&r.scenario_id),
-            exact(&r.variant),
-            esc(r.status.as_str()),
-            yes(r.isolated),
-            r.steps_ok,
-            r.steps_error,
-            r.steps_total,
-            num(r.score),
-            esc(r.verdict.as_str()),
-            esc(&utc(r.started_ms)),
-            id = esc(&r.id),
-        );
+    for item in &listed.items {
+        L::row(&mut body, item);
     }
     body.push_str("</tbody></table></div>");
     if listed.items.is_empty() {
-        body.push_str("<p class=\"empty\">No run yet.</p>");
+        let _ = write!(body, "<p class=\"empty\">{}</p>", L::EMPTY);
     }
-    body.push_str(&next_link("/ui/runs", listed.next.map(|n| n.to_string())));
+    let keep: Vec<(&str, &str)> = L::FILTER
+        .iter()
+        .filter_map(|f| filter.map(|v| (*f, v)))
+        .collect();
+    let next = listed.next.map(|n| n.to_string());
+    body.push_str(&pager(L::PATH, &keep, next.as_deref(), None));
     html_response(
         StatusCode::OK,
-        page("Lab runs", Some(&s.frame(&state)), "/ui/runs", &body),
+        page(L::TITLE, Some(&s.frame(&state)), L::PATH, &body),
     )
+}
+
+/// The lab's runs (`/v1/sandbox/runs`).
+pub(crate) struct Runs;
+
+impl LabListing for Runs {
+    type Item = Run;
+    const PATH: &'static str = "/ui/runs";
+    const TITLE: &'static str = "Lab runs";
+    const HEAD: &'static str = "<th scope=\"col\">Run</th><th scope=\"col\">Scenario</th>\
+        <th scope=\"col\">Variant</th><th scope=\"col\">Status</th><th scope=\"col\">Isolated</th>\
+        <th scope=\"col\">Steps ok / error / total</th><th scope=\"col\">Score</th>\
+        <th scope=\"col\">Verdict</th><th scope=\"col\">Started</th>";
+    const EMPTY: &'static str = "No run yet.";
+    const FILTER: Option<&'static str> = Some("scenario");
+
+    fn list(
+        lab: &LabService,
+        caller: &Caller,
+        rid: &str,
+        scenario: Option<&str>,
+        page: &PageQuery,
+    ) -> impl Future<Output = Result<Paged<Run>, LabError>> + Send {
+        lab.list_runs(caller, rid, scenario, page)
+    }
+
+    fn row(body: &mut String, r: &Run) {
+        run_row(body, r);
+    }
+}
+
+/// The lab's comparisons (`/v1/sandbox/comparisons`).
+pub(crate) struct Comparisons;
+
+impl LabListing for Comparisons {
+    type Item = Comparison;
+    const PATH: &'static str = "/ui/comparisons";
+    const TITLE: &'static str = "Comparisons";
+    const HEAD: &'static str = "<th scope=\"col\">Comparison</th><th scope=\"col\">Baseline → candidate</th>\
+        <th scope=\"col\">Verdict</th><th scope=\"col\">Delta [95% interval]</th>\
+        <th scope=\"col\">Forced by</th><th scope=\"col\">Deploy</th><th scope=\"col\">Recorded</th>";
+    const EMPTY: &'static str = "No comparison yet.";
+    const FILTER: Option<&'static str> = None;
+
+    fn list(
+        lab: &LabService,
+        caller: &Caller,
+        rid: &str,
+        _: Option<&str>,
+        page: &PageQuery,
+    ) -> impl Future<Output = Result<Paged<Comparison>, LabError>> + Send {
+        lab.list_comparisons(caller, rid, page)
+    }
+
+    fn row(body: &mut String, c: &Comparison) {
+        comparison_row(body, c);
+    }
+}
+
+fn run_row(body: &mut String, r: &Run) {
+    let _ = write!(
+        body,
+        "<tr><td><a href=\"/ui/runs/{id}\"><code>{id}</code></a></td><td><code>{}</code></td>\
+         <td><code>{}</code></td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td>\
+         <td>{}</td><td>{}</td></tr>",
+        exact(&r.scenario_id),
+        exact(&r.variant),
+        esc(r.status.as_str()),
+        yes(r.isolated),
+        r.steps_ok,
+        r.steps_error,
+        r.steps_total,
+        num(r.score),
+        esc(r.verdict.as_str()),
+        esc(&utc(r.started_ms)),
+        id = esc(&r.id),
+    );
 }
 
 fn run_html(r: &Run) -> String {
@@ -211,69 +272,24 @@ pub(crate) async fn run(
     }
 }
 
-/// `GET /ui/comparisons`: the tenant's comparisons, newest first.
-pub(crate) async fn comparisons(
-    State(state): State<AppState>,
-    s: Signed,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
-) -> Response {
-    let rid = s.request_id.clone();
-    let page_q = match page_query(query, &rid) {
-        Ok(p) => p,
-        Err(r) => return *r,
-    };
-    let listed = match state
-        .runtime()
-        .lab()
-        .list_comparisons(&s.caller, &rid, &page_q)
-        .await
-    {
-        Ok(p) => p,
-        Err(e) => return refuse(e.code, &e.message, &rid),
-    };
-    let mut body = String::from(
-        "<div class=\"scroll\"><table><caption class=\"sr-only\">Comparisons, newest first</caption>\
-         <thead><tr><th scope=\"col\">Comparison</th><th scope=\"col\">Baseline → candidate</th>\
-         <th scope=\"col\">Verdict</th><th scope=\"col\">Delta [95% interval]</th>\
-         <th scope=\"col\">Forced by</th><th scope=\"col\">Deploy</th><th scope=\"col\">Recorded</th>\
-         </tr></thead><tbody>",
+fn comparison_row(body: &mut String, c: &Comparison) {
+    let r = &c.record;
+    let _ = write!(
+        body,
+        "<tr><td><a href=\"/ui/comparisons/{id}\"><code>{id}</code></a></td>\
+         <td><code>{}</code> → <code>{}</code></td><td><span class=\"verdict verdict-{v}\">{v}</span></td>\
+         <td>{:+.3} [{:+.3}, {:+.3}]</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        exact(&r.baseline.variant),
+        exact(&r.candidate.variant),
+        r.delta,
+        r.lower,
+        r.upper,
+        exact(r.forced_by.as_deref().unwrap_or("–")),
+        yes(r.deploy),
+        esc(&utc(c.created_ms)),
+        id = esc(&c.id),
+        v = esc(r.verdict.as_str()),
     );
-    for c in &listed.items {
-        let r = &c.record;
-        let _ = write!(
-            body,
-            "<tr><td><a href=\"/ui/comparisons/{id}\"><code>{id}</code></a></td>\
-             <td><code>{}</code> → <code>{}</code></td><td><span class=\"verdict verdict-{v}\">{v}</span></td>\
-             <td>{:+.3} [{:+.3}, {:+.3}]</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            exact(&r.baseline.variant),
-            exact(&r.candidate.variant),
-            r.delta,
-            r.lower,
-            r.upper,
-            exact(r.forced_by.as_deref().unwrap_or("–")),
-            yes(r.deploy),
-            esc(&utc(c.created_ms)),
-            id = esc(&c.id),
-            v = esc(r.verdict.as_str()),
-        );
-    }
-    body.push_str("</tbody></table></div>");
-    if listed.items.is_empty() {
-        body.push_str("<p class=\"empty\">No comparison yet.</p>");
-    }
-    body.push_str(&next_link(
-        "/ui/comparisons",
-        listed.next.map(|n| n.to_string()),
-    ));
-    html_response(
-        StatusCode::OK,
-        page(
-            "Comparisons",
-            Some(&s.frame(&state)),
-            "/ui/comparisons",
-            &body,
-        ),
-    )
 }
 
 /// The pairs, the largest regression first.

@@ -14,7 +14,10 @@ mod throttle;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
+use std::collections::HashMap;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -31,7 +34,8 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'
 
 /// The console's stylesheet.
 const CSS: &str = include_str!("assets/console.css");
-/// The console's script: the inbox's polling, nothing else.
+/// The console's script: the live lists' polling (the inbox, an agent session's events),
+/// nothing else.
 const JS: &str = include_str!("assets/console.js");
 
 /// The console's routes, each answer with [`security_headers`].
@@ -51,12 +55,13 @@ pub(crate) fn routes() -> Router<AppState> {
             "/ui/explain",
             get(explain::form_page).post(explain::evaluate),
         )
-        .route("/ui/runs", get(lab::runs))
+        .route("/ui/runs", get(lab::listing::<lab::Runs>))
         .route("/ui/runs/{id}", get(lab::run))
-        .route("/ui/comparisons", get(lab::comparisons))
+        .route("/ui/comparisons", get(lab::listing::<lab::Comparisons>))
         .route("/ui/comparisons/{id}", get(lab::comparison))
         .route("/ui/sessions", get(agents::sessions))
         .route("/ui/sessions/{id}", get(agents::session))
+        .route("/ui/sessions/{id}/items", get(agents::session_items))
         .route("/ui/static/console.css", get(css))
         .route("/ui/static/console.js", get(js))
         .route("/ui/{*rest}", axum::routing::any(not_found))
@@ -116,6 +121,31 @@ pub(crate) fn refuse(code: &'static str, message: &str, request_id: &str) -> Res
         h.insert("x-request-id", v);
     }
     resp
+}
+
+/// A page's query string: UTF-8 form data (else `400 args.invalid`) with only the keys in
+/// `allowed` (else `400 args.unknown`), as the API's listings refuse them.
+pub(crate) fn query(
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    allowed: &[&str],
+    request_id: &str,
+) -> Result<HashMap<String, String>, Box<Response>> {
+    let Ok(Query(q)) = query else {
+        return Err(Box::new(refuse(
+            codes::ARGS_INVALID,
+            "the query string is not valid `application/x-www-form-urlencoded` UTF-8",
+            request_id,
+        )));
+    };
+    if q.keys().any(|k| !allowed.contains(&k.as_str())) {
+        let names: Vec<String> = allowed.iter().map(|a| format!("`{a}`")).collect();
+        return Err(Box::new(refuse(
+            codes::ARGS_UNKNOWN,
+            &format!("this page takes only {}", names.join(", ")),
+            request_id,
+        )));
+    }
+    Ok(q)
 }
 
 /// The most bytes of a console form.

@@ -12,18 +12,19 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use corral_guard::confirm::Cursor;
 use corral_guard::runs::RunPurpose;
 use corral_policy::{PrincipalKind, codes, valid_run_id};
-use corral_store::AuditFilter;
+use corral_store::{AuditCursor, AuditFilter};
 use serde_json::{Value, json};
 
-use super::html::{esc, exact, page, utc};
+use super::html::{esc, exact, page, pager, utc};
 use super::{Signed, field, form, html_response, refuse};
 use crate::AppState;
 
-/// The most actions the inbox shows (the newest; it is polled every 3 s, so it stays small).
+/// The most actions a page of the inbox shows (it is polled every 3 s, so it stays small).
 const INBOX_LIMIT: u32 = 50;
-/// The most audit events the tail shows.
+/// The most audit events a page of the tail shows.
 const AUDIT_LIMIT: u32 = 100;
 /// The longest value of an audit filter, in bytes (as `GET /audit`).
 const MAX_FILTER: usize = 256;
@@ -38,11 +39,16 @@ fn may_approve(s: &Signed, action: &Value) -> bool {
         && s.caller.act_chain.is_empty()
 }
 
-/// The inbox's list: one article per live action, with its decision forms.
-async fn items(state: &AppState, s: &Signed) -> Result<String, Box<Response>> {
+/// The inbox's list: one article per live action, with its decision forms, from `after` (the
+/// API's cursor; `None`: the newest), and the link to the older ones.
+async fn items(
+    state: &AppState,
+    s: &Signed,
+    after: Option<&Cursor>,
+) -> Result<String, Box<Response>> {
     let page = state
         .gateway()
-        .list_confirmations(&s.caller, &s.request_id, None, INBOX_LIMIT)
+        .list_confirmations(&s.caller, &s.request_id, after, INBOX_LIMIT)
         .await
         .map_err(|r| Box::new(refuse(r.code, &r.message, &s.request_id)))?;
     let mut out = String::new();
@@ -52,14 +58,23 @@ async fn items(state: &AppState, s: &Signed) -> Result<String, Box<Response>> {
     for a in &page.confirmations {
         action_html(&mut out, s, a);
     }
-    if page.next.is_some() {
-        let _ = write!(
-            out,
-            "<p class=\"muted\">Only the newest {INBOX_LIMIT} actions are shown; the rest are \
-             listed by <code>GET /confirmations</code>.</p>"
-        );
-    }
+    out.push_str(&pager("/ui/inbox", &[], page.next.as_deref(), None));
     Ok(out)
+}
+
+/// The inbox's `after` cursor, as `GET /confirmations` takes it; `Err` is the refusal.
+fn inbox_after(q: &HashMap<String, String>, rid: &str) -> Result<Option<Cursor>, Box<Response>> {
+    match q.get("after").filter(|a| !a.is_empty()) {
+        None => Ok(None),
+        Some(a) => Cursor::parse(a).map(Some).ok_or_else(|| {
+            Box::new(refuse(
+                codes::ARGS_INVALID,
+                "`after` is not a cursor of this listing; follow the Older link as it is, or \
+                 drop `after` for the newest actions",
+                rid,
+            ))
+        }),
+    }
 }
 
 fn action_html(out: &mut String, s: &Signed, a: &Value) {
@@ -134,16 +149,28 @@ pub(crate) async fn inbox(
     s: Signed,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Response {
-    let query = query.map(|Query(q)| q).unwrap_or_default();
-    let list = match items(&state, &s).await {
+    let query = match super::query(query, &["done", "after"], &s.request_id) {
+        Ok(q) => q,
+        Err(r) => return *r,
+    };
+    let after = match inbox_after(&query, &s.request_id) {
+        Ok(a) => a,
+        Err(r) => return *r,
+    };
+    let list = match items(&state, &s, after.as_ref()).await {
         Ok(l) => l,
         Err(r) => return *r,
     };
+    let src = match &after {
+        None => "/ui/inbox/items".to_owned(),
+        Some(c) => pager_src(c),
+    };
     let body = format!(
-        "{note}<p class=\"muted\">Actions raised by calls that wait for a person. New ones \
-         appear here by themselves.</p>\
-         <section id=\"inbox-items\" aria-live=\"polite\" data-src=\"/ui/inbox/items\">{list}</section>",
+        "{note}<p class=\"muted\">Actions raised by calls that wait for a person, newest \
+         first. New ones appear here by themselves.</p>\
+         <section id=\"inbox-items\" aria-live=\"polite\" data-src=\"{src}\">{list}</section>",
         note = done_note(&query),
+        src = esc(&src),
     );
     html_response(
         StatusCode::OK,
@@ -151,9 +178,26 @@ pub(crate) async fn inbox(
     )
 }
 
-/// `GET /ui/inbox/items`: the inbox's list alone, for `console.js`.
-pub(crate) async fn inbox_items(State(state): State<AppState>, s: Signed) -> Response {
-    match items(&state, &s).await {
+/// The fragment an older page of the inbox polls: its list, from the same cursor.
+fn pager_src(after: &Cursor) -> String {
+    let mut q = url::form_urlencoded::Serializer::new(String::new());
+    q.append_pair("after", &after.to_string());
+    format!("/ui/inbox/items?{}", q.finish())
+}
+
+/// `GET /ui/inbox/items?after=`: the inbox's list alone, for `console.js`.
+pub(crate) async fn inbox_items(
+    State(state): State<AppState>,
+    s: Signed,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Response {
+    let after = match super::query(query, &["after"], &s.request_id)
+        .and_then(|q| inbox_after(&q, &s.request_id))
+    {
+        Ok(a) => a,
+        Err(r) => return *r,
+    };
+    match items(&state, &s, after.as_ref()).await {
         Ok(l) => html_response(StatusCode::OK, l),
         Err(r) => *r,
     }
@@ -216,28 +260,19 @@ fn filter_value(query: &HashMap<String, String>, name: &str) -> Result<Option<St
     }
 }
 
-/// The audit page's query as `GET /audit`'s filter; `Err` is the code and what is wrong.
-fn audit_filter(query: &HashMap<String, String>) -> Result<AuditFilter, (&'static str, String)> {
-    if query
-        .keys()
-        .any(|k| !matches!(k.as_str(), "run" | "op" | "principal"))
-    {
-        return Err((
-            codes::ARGS_UNKNOWN,
-            "the audit page takes `run`, `op` and `principal`".to_owned(),
-        ));
-    }
-    let invalid = |m: String| (codes::ARGS_INVALID, m);
-    let run_id = filter_value(query, "run").map_err(invalid)?;
+/// The audit page's query as `GET /audit`'s filter; `Err` is what is wrong
+/// (`args.invalid`).
+fn audit_filter(query: &HashMap<String, String>) -> Result<AuditFilter, String> {
+    let run_id = filter_value(query, "run")?;
     if run_id.as_deref().is_some_and(|r| !valid_run_id(r)) {
-        return Err(invalid(
+        return Err(
             "`run` must be 1-128 characters of letters, digits, `_`, `-`, `.` and `:`".to_owned(),
-        ));
+        );
     }
     Ok(AuditFilter {
         run_id,
-        op: filter_value(query, "op").map_err(invalid)?,
-        principal_id: filter_value(query, "principal").map_err(invalid)?,
+        op: filter_value(query, "op")?,
+        principal_id: filter_value(query, "principal")?,
         purpose: None::<RunPurpose>,
     })
 }
@@ -250,12 +285,9 @@ pub(crate) async fn audit(
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Response {
     let rid = s.request_id.clone();
-    let Ok(Query(query)) = query else {
-        return refuse(
-            codes::ARGS_INVALID,
-            "the query string is not valid `application/x-www-form-urlencoded` UTF-8",
-            &rid,
-        );
+    let query = match super::query(query, &["run", "op", "principal", "after"], &rid) {
+        Ok(q) => q,
+        Err(r) => return *r,
     };
     if !s.admin() {
         return refuse(
@@ -266,7 +298,14 @@ pub(crate) async fn audit(
     }
     let filter = match audit_filter(&query) {
         Ok(f) => f,
-        Err((code, m)) => return refuse(code, &m, &rid),
+        Err(m) => return refuse(codes::ARGS_INVALID, &m, &rid),
+    };
+    let after = match query.get("after").filter(|a| !a.is_empty()) {
+        None => None,
+        Some(a) => match AuditCursor::parse(a) {
+            Some(c) => Some(c),
+            None => return refuse(codes::ARGS_INVALID, crate::routes::audit::BAD_CURSOR, &rid),
+        },
     };
     let tenant = s
         .caller
@@ -274,17 +313,16 @@ pub(crate) async fn audit(
         .tenant
         .clone()
         .unwrap_or_else(|| state.gateway().tenant().to_owned());
-    let events = match state
-        .store()
-        .audit_matching(Some(&tenant), &filter, AUDIT_LIMIT)
-        .await
-    {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::error!(request_id = %rid, error = %e, "audit read failed");
-            return refuse(e.code(), "the audit store failed; retry", &rid);
-        }
-    };
+    let (events, next) =
+        match crate::routes::audit::page(&state, &tenant, &filter, after.as_ref(), AUDIT_LIMIT)
+            .await
+        {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(request_id = %rid, error = %e, "audit read failed");
+                return refuse(e.code(), "the audit store failed; retry", &rid);
+            }
+        };
     // Learning mode narrows `GET /audit` below level 3 to ids, op, outcome, codes and times
     // (`routes::learning::narrow`); the page shows only those, and withholds the action id
     // (which the narrowing drops) for such a reader too.
@@ -299,8 +337,8 @@ pub(crate) async fn audit(
     let mut body = format!(
         "<form class=\"filters\" method=\"get\" action=\"/ui/audit\">{}{}{}\
          <button type=\"submit\">Filter</button></form>\
-         <p class=\"muted\">The newest {AUDIT_LIMIT} events of tenant <code>{}</code>: argument \
-         shapes and hashes only; the audit keeps no value.</p>",
+         <p class=\"muted\">Events of tenant <code>{}</code>, newest first, {AUDIT_LIMIT} a \
+         page: argument shapes and hashes only; the audit keeps no value.</p>",
         input("run", "Run", &filter.run_id),
         input("op", "Op", &filter.op),
         input("principal", "Principal", &filter.principal_id),
@@ -311,6 +349,18 @@ pub(crate) async fn audit(
     if events.is_empty() {
         body.push_str("<p class=\"empty\">No event matches.</p>");
     }
+    let keep = |v: &Option<String>| v.clone().unwrap_or_default();
+    let (run, op, principal) = (
+        keep(&filter.run_id),
+        keep(&filter.op),
+        keep(&filter.principal_id),
+    );
+    body.push_str(&pager(
+        "/ui/audit",
+        &[("run", &run), ("op", &op), ("principal", &principal)],
+        next.as_deref(),
+        None,
+    ));
     html_response(
         StatusCode::OK,
         page("Audit", Some(&s.frame(&state)), "/ui/audit", &body),

@@ -1,7 +1,7 @@
 //! The console in a real browser: Debian's headless Chromium driven over WebDriver
 //! (chromedriver, through `fantoccini`) against a real server. A person signs in, sees an
 //! action an agent raised appear without a reload, approves it with the keyboard, and the
-//! agent's retry runs once; the page reads at 320 px; a viewer and a service get no approve
+//! agent's retry runs once; an agent session's new event appears without a reload; the page reads at 320 px; a viewer and a service get no approve
 //! button; sign-out ends the session. Every page is saved as a screenshot under
 //! `target/ui-screenshots/`.
 //!
@@ -354,32 +354,10 @@ async fn a_person_approves_in_chromium_and_the_agents_retry_runs_once() {
     screenshot(&c, "05c-comparison").await;
 
     // Agent sessions: ada's one session and its events.
-    let new = corral_store::agents::NewSession {
-        // A session belongs to its owner's full identity: ada's JWT (no issuer), a person.
-        owner: "jwt::person:ada".to_owned(),
-        adapter: "codex".to_owned(),
-        model: "gpt-5-codex".to_owned(),
-        agent_id: None,
-        workdir: "/workspace".to_owned(),
-        metadata: Default::default(),
-    };
     let sid = "0199ab00-0000-7000-8000-0000000000aa";
-    ui.store
-        .create_session("default", sid, &new, 100, 1_000)
-        .await
-        .unwrap();
-    ui.store
-        .append_session_events(
-            "default",
-            sid,
-            &[(
-                "agent.message".to_owned(),
-                json!({"type": "message", "text": "done"}),
-            )],
-            2_000,
-        )
-        .await
-        .unwrap();
+    ui.ada_session(sid).await;
+    ui.say(sid, json!({"type": "message", "text": "done"}), 2_000)
+        .await;
     c.goto(&ui.url("/ui/sessions")).await.unwrap();
     c.find(Locator::Css(&format!("a[href='/ui/sessions/{sid}']")))
         .await
@@ -389,24 +367,67 @@ async fn a_person_approves_in_chromium_and_the_agents_retry_runs_once() {
         .unwrap();
     wait_path(&c, &format!("/ui/sessions/{sid}")).await;
     screenshot(&c, "05d-agent-session").await;
+    // A turn's new event appears without a reload, after the one shown, and is announced.
+    ui.say(
+        sid,
+        json!({"type": "message", "text": "a new turn's <b>reply</b>"}),
+        3_000,
+    )
+    .await;
+    let fresh = c
+        .wait()
+        .at_most(Duration::from_secs(15))
+        .for_element(Locator::Css("#session-events li[value='2']"))
+        .await
+        .unwrap();
+    assert!(
+        fresh
+            .text()
+            .await
+            .unwrap()
+            .contains("a new turn's <b>reply</b>"),
+        "shown as text"
+    );
+    let order = c
+        .execute(
+            "return Array.from(document.querySelectorAll('#session-events li')).map(function (l) { return l.value; });",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(order, json!([1, 2]), "appended once, in order");
+    assert_eq!(
+        c.find(Locator::Css("#session-live"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        "1 new event(s)."
+    );
+    screenshot(&c, "05e-agent-session-live").await;
 
     // At 320 px: nothing wider than the screen, the buttons still there.
     let late = action_id(&call("narrow").await);
     c.set_window_size(320, 800).await.unwrap();
-    c.goto(&ui.url("/ui/inbox")).await.unwrap();
-    let wide = c
-        .execute("return document.documentElement.scrollWidth;", vec![])
-        .await
-        .unwrap();
-    let inner = c
-        .execute("return window.innerWidth;", vec![])
-        .await
-        .unwrap();
-    assert!(
-        wide.as_u64().unwrap() <= inner.as_u64().unwrap(),
-        "{wide} > {inner}: scrolls sideways at 320 px"
-    );
-    screenshot(&c, "06-inbox-320px").await;
+    for (path, shot) in [
+        (format!("/ui/sessions/{sid}"), "06b-agent-session-320px"),
+        ("/ui/inbox".to_owned(), "06-inbox-320px"),
+    ] {
+        c.goto(&ui.url(&path)).await.unwrap();
+        let fits = c
+            .execute(
+                "return [document.documentElement.scrollWidth, window.innerWidth];",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert!(
+            fits[0].as_u64().unwrap() <= fits[1].as_u64().unwrap(),
+            "{path} scrolls sideways at 320 px: {fits}"
+        );
+        screenshot(&c, shot).await;
+    }
     c.find(Locator::Css(&format!("article#action-{late} button.deny")))
         .await
         .unwrap()

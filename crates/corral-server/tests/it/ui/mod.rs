@@ -7,6 +7,7 @@
 mod attacks;
 mod browser;
 mod explain;
+mod paging;
 
 use std::sync::Arc;
 
@@ -112,6 +113,31 @@ impl Ui {
 
     pub async fn get(&self, path: &str) -> Reply {
         send(self.client.get(self.url(path))).await
+    }
+
+    /// Creates ada's agent session `id` in the store, as the agents host would.
+    pub async fn ada_session(&self, id: &str) {
+        let new = corral_store::agents::NewSession {
+            // A session belongs to its owner's full identity: ada's JWT (no issuer), a person.
+            owner: "jwt::person:ada".to_owned(),
+            adapter: "codex".to_owned(),
+            model: "gpt-5-codex".to_owned(),
+            agent_id: None,
+            workdir: "/workspace".to_owned(),
+            metadata: Default::default(),
+        };
+        self.store
+            .create_session("default", id, &new, 1_000, 1_000)
+            .await
+            .unwrap();
+    }
+
+    /// Stores an `agent.message` event of session `id` at `at_ms`, as a turn would.
+    pub async fn say(&self, id: &str, body: serde_json::Value, at_ms: i64) {
+        self.store
+            .append_session_events("default", id, &[("agent.message".to_owned(), body)], at_ms)
+            .await
+            .unwrap();
     }
 }
 
@@ -913,30 +939,10 @@ async fn the_lab_pages_show_runs_and_a_comparisons_verdict_deltas_and_charts() {
 async fn the_agents_pages_show_only_the_owners_sessions_and_their_events_escaped() {
     let (f, yaml) = fixture();
     let ui = Ui::start(&f.load(&yaml)).await;
-    let new = corral_store::agents::NewSession {
-        // A session belongs to its owner's full identity: ada's JWT (no issuer), a person.
-        owner: "jwt::person:ada".to_owned(),
-        adapter: "codex".to_owned(),
-        model: "gpt-5-codex".to_owned(),
-        agent_id: None,
-        workdir: "/workspace".to_owned(),
-        metadata: Default::default(),
-    };
     let id = "0199ab00-0000-7000-8000-000000000001";
-    ui.store
-        .create_session("default", id, &new, 100, 1_000)
-        .await
-        .unwrap();
+    ui.ada_session(id).await;
     let hostile = json!({"type": "message", "text": "<script>alert(1)</script>\u{202E}"});
-    ui.store
-        .append_session_events(
-            "default",
-            id,
-            &[("agent.message".to_owned(), hostile)],
-            2_000,
-        )
-        .await
-        .unwrap();
+    ui.say(id, hostile, 2_000).await;
     let ada = ui.sign_in(&human("ada", &["operator"])).await;
     let list = ada.get("/ui/sessions").await;
     assert!(
