@@ -21,7 +21,7 @@ use corral_policy::units::{parse_duration, parse_size};
 use crate::diag::Diagnostic;
 use crate::model::{
     BackendKind, Config, IsolationConfig, LlmConfig, McpConfig, NetworkMode, RecordingsConfig,
-    SandboxConfig, Spanned, StateOnlyEntry, StorageConfig,
+    SandboxConfig, Spanned, StateOnlyEntry, StorageConfig, TelemetryConfig,
 };
 use crate::yaml::{Key, Node, Span, Value};
 
@@ -382,6 +382,98 @@ impl Decoder {
         self.unit(node, at, parse_duration, "90s")
     }
 
+    /// `telemetry:`; `None` (with its error) when it has no usable `endpoint`.
+    fn telemetry(&mut self, node: &Node, at: &str) -> Option<TelemetryConfig> {
+        let mut t = TelemetryDraft::default();
+        self.fields(node, at, TELEMETRY, &mut t)?;
+        let Some(endpoint) = t.endpoint else {
+            if !t.endpoint_given {
+                self.err_fix(
+                    codes::CONFIG_MISSING_KEY,
+                    "`telemetry` needs `endpoint`, the collector's OTLP/HTTP address".to_owned(),
+                    at,
+                    node.span,
+                    "add `endpoint: http://otel-collector:4318`, or remove `telemetry`".to_owned(),
+                );
+            }
+            return None;
+        };
+        Some(TelemetryConfig {
+            endpoint,
+            service_name: t.service_name,
+            sample_millionths: t.sample_millionths.unwrap_or(1_000_000),
+        })
+    }
+
+    /// An OTLP/HTTP address: `http(s)://host[:port][/path]`, without credentials (a user or
+    /// password in it is refused without being repeated) or a query.
+    fn otlp_endpoint(&mut self, node: &Node, at: &str) -> Option<String> {
+        let s = self.string(node, at)?;
+        let rest = s
+            .strip_prefix("http://")
+            .or_else(|| s.strip_prefix("https://"));
+        let authority = rest.map(|r| r.split('/').next().unwrap_or(""));
+        let problem = match authority {
+            None => Some("is not an `http://` or `https://` URL"),
+            Some(a) if a.contains('@') => {
+                self.err_fix(
+                    codes::CONFIG_INLINE_SECRET,
+                    "`telemetry.endpoint` holds credentials".to_owned(),
+                    at,
+                    node.span,
+                    "drop them from the URL and export them as a header: \
+                     `OTEL_EXPORTER_OTLP_HEADERS=authorization=...`"
+                        .to_owned(),
+                );
+                return None;
+            }
+            Some("") => Some("has no host"),
+            Some(_) if s.contains(|c: char| c.is_whitespace() || c == '?' || c == '#') => {
+                Some("has a space, a query or a fragment")
+            }
+            Some(_) => None,
+        };
+        match problem {
+            None => Some(s),
+            Some(p) => {
+                self.err_fix(
+                    codes::CONFIG_INVALID_VALUE,
+                    format!("`telemetry.endpoint` {p}"),
+                    at,
+                    node.span,
+                    "write the collector's address, e.g. `http://otel-collector:4318`".to_owned(),
+                );
+                None
+            }
+        }
+    }
+
+    /// A number in (0, 1], in millionths (rounded; at least 1).
+    fn ratio(&mut self, node: &Node, at: &str) -> Option<u32> {
+        let r: f64 = match &node.value {
+            Value::Float(f) => f.parse().unwrap_or(f64::NAN),
+            Value::Int(i) => *i as f64,
+            _ => {
+                self.wrong_type(node, at, "a number in (0, 1]");
+                return None;
+            }
+        };
+        if r > 0.0 && r <= 1.0 {
+            // In range, so the product is in (0, 1e6]: the cast cannot truncate.
+            return Some(((r * 1e6).round() as u32).max(1));
+        }
+        self.err_fix(
+            codes::CONFIG_INVALID_VALUE,
+            format!("`{r}` is not in (0, 1]"),
+            at,
+            node.span,
+            "write the share of traces to keep, e.g. `0.1` for one in ten; remove `telemetry` \
+             to keep none"
+                .to_owned(),
+        );
+        None
+    }
+
     fn choice<T: Copy>(&mut self, node: &Node, at: &str, options: &[(&str, T)]) -> Option<T> {
         let s = self.string(node, at)?;
         if let Some((_, v)) = options.iter().find(|(n, _)| *n == s) {
@@ -561,6 +653,18 @@ pub(super) const TOP: &[Field<Config>] = &[
              listen off loopback, or with ops that run programs, unless `--allow-open`.",
         )
         .optional(|d, e, c| c.auth = d.auth(e.node, &e.at)),
+    Field::key("console")
+        .doc(
+            "mapping",
+            "`{sign_in_rate: 10/min}`, no trusted proxy",
+            "{sign_in_rate: 30/min, trusted_proxies: [10.0.0.0/8]}",
+            "The web console's sign-in limit, and the reverse proxies whose `X-Forwarded-For` \
+             it believes (see `console`).",
+        )
+        .startup()
+        .optional(|d, e, c| {
+            d.fields(e.node, &e.at, access::CONSOLE, &mut c.console);
+        }),
     Field::key("audit")
         .doc(
             "mapping",
@@ -696,6 +800,17 @@ pub(super) const TOP: &[Field<Config>] = &[
         .optional(|d, e, c| {
             d.fields(e.node, &e.at, MCP, &mut c.mcp);
         }),
+    Field::key("telemetry")
+        .doc(
+            "mapping",
+            "none: no trace leaves the process",
+            "{endpoint: http://otel-collector:4318}",
+            "OpenTelemetry traces over OTLP/HTTP: a span per call with a child per guard step \
+             (op, principal, outcome and code; never argument values); the audit event carries \
+             the trace id.",
+        )
+        .startup()
+        .optional(|d, e, c| c.telemetry = d.telemetry(e.node, &e.at)),
     Field::key("run")
         .doc(
             "mapping (may be empty)",
@@ -1001,6 +1116,53 @@ pub(super) const STORAGE: &[Field<StorageConfig>] = &[Field::key("url")
     )
     .startup()
     .optional(|d, e, s| s.url = d.string(e.node, &e.at))];
+
+/// `telemetry:` being decoded.
+#[derive(Default)]
+pub(super) struct TelemetryDraft {
+    endpoint: Option<String>,
+    /// `endpoint` was written (a bad one has its own error; no "missing" one after it).
+    endpoint_given: bool,
+    service_name: Option<String>,
+    sample_millionths: Option<u32>,
+}
+
+/// `telemetry:`.
+pub(super) const TELEMETRY: &[Field<TelemetryDraft>] = &[
+    Field::key("endpoint")
+        .doc(
+            "string (`http://` or `https://` URL)",
+            "required",
+            "http://otel-collector:4318",
+            "The collector's OTLP/HTTP address: a base (spans go to its `/v1/traces`) or, with \
+             a path, the traces URL itself. No credentials in it: put them in \
+             `OTEL_EXPORTER_OTLP_HEADERS`.",
+        )
+        .startup()
+        .optional(|d, e, t| {
+            t.endpoint_given = true;
+            t.endpoint = d.otlp_endpoint(e.node, &e.at);
+        }),
+    Field::key("service_name")
+        .doc(
+            "string",
+            "`corral`",
+            "corral-eu-1",
+            "The `service.name` of the spans.",
+        )
+        .startup()
+        .optional(|d, e, t| t.service_name = d.string(e.node, &e.at)),
+    Field::key("sample_ratio")
+        .doc(
+            "number in (0, 1]",
+            "`1`: every call",
+            "0.1",
+            "The share of new traces kept; a call whose caller sent a sampled `traceparent` \
+             is kept whatever this is.",
+        )
+        .startup()
+        .optional(|d, e, t| t.sample_millionths = d.ratio(e.node, &e.at)),
+];
 
 /// `mcp:` the `/mcp` endpoint's allow-lists.
 pub(super) const MCP: &[Field<McpConfig>] = &[
@@ -1341,6 +1503,12 @@ pub(crate) const REGISTRY: &[Table] = &[
         "Who may call. With neither tokens nor a JWT the server is in open mode."
     ),
     table!(
+        access::CONSOLE,
+        ["console"],
+        "The web console (docs/console.md): how many sign-ins one client and one identity may \
+         try, and which reverse proxies name the client. Read only at start-up."
+    ),
+    table!(
         access::TOKEN,
         ["auth.tokens[]"],
         "One static token; its secret lives in the environment. `id` and `token_env` are \
@@ -1406,6 +1574,13 @@ pub(crate) const REGISTRY: &[Table] = &[
         ISOLATION,
         ["isolation"],
         "Where commands run (docs/isolation.md). Read only at start-up."
+    ),
+    table!(
+        TELEMETRY,
+        ["telemetry"],
+        "OpenTelemetry traces (docs/DEPLOY.md, Observability). Read only at start-up. The \
+         exporter also reads the standard `OTEL_EXPORTER_OTLP_HEADERS` (e.g. a collector's \
+         credentials, which stay out of the config) and `OTEL_EXPORTER_OTLP_TIMEOUT`."
     ),
     table!(
         MCP,

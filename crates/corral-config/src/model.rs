@@ -10,6 +10,8 @@ use corral_policy::{
     Tier,
 };
 
+use corral_policy::units::Rate;
+
 use crate::yaml::Span;
 
 /// A value and where it was written.
@@ -49,6 +51,8 @@ pub struct Config {
     pub custom: Vec<CustomOpConfig>,
     /// Tokens.
     pub auth: AuthConfig,
+    /// `console:` the web console's sign-in limit and the proxies trusted to name a client.
+    pub console: ConsoleConfig,
     /// Audit sink.
     pub audit: AuditConfig,
     /// Storage.
@@ -80,6 +84,8 @@ pub struct Config {
     pub mcp_servers: Vec<McpServerConfig>,
     /// `mcp:` the `/mcp` endpoint's `Host` and `Origin` allow-lists.
     pub mcp: McpConfig,
+    /// `telemetry:` OpenTelemetry traces over OTLP; `None`: no trace leaves the process.
+    pub telemetry: Option<TelemetryConfig>,
     /// `run:` the sandbox `corral run --config F` gives its command; `None` when absent.
     pub run: Option<RunConfig>,
     /// `sandbox:` the lab (scenarios, runs, comparisons).
@@ -247,6 +253,20 @@ pub struct RunConfig {
     pub write_quota: Option<u64>,
     /// Where `run:` is written.
     pub span: Span,
+}
+
+/// `telemetry:` where the guard chain's spans go (OTLP over HTTP, protobuf).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP address: a base (`http://collector:4318`, spans go to its
+    /// `/v1/traces`) or the traces URL itself (a path other than `/`).
+    pub endpoint: String,
+    /// The `service.name` resource attribute; `corral` when absent.
+    pub service_name: Option<String>,
+    /// The share of new traces kept, in millionths (1 to 1,000,000; `sample_ratio` 0.1 is
+    /// 100,000); a call whose `traceparent` was sampled by its caller is kept whatever this is
+    /// (parent-based sampling).
+    pub sample_millionths: u32,
 }
 
 /// `mcp:` who may reach `/mcp` by which name. Defaults: loopback hosts only, no Origin check.
@@ -809,5 +829,119 @@ impl Secret {
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Secret([redacted])")
+    }
+}
+
+/// `console:` the web console's sign-in limit, and the reverse proxies trusted to say which
+/// client they forward (read at start-up).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsoleConfig {
+    /// `sign_in_rate:` as written; `None`: the default, [`ConsoleConfig::DEFAULT_SIGN_IN_RATE`].
+    pub sign_in_rate: Option<SignInRate>,
+    /// `trusted_proxies:` networks whose direct peers' `X-Forwarded-For` names the client;
+    /// empty: the header is never read.
+    pub trusted_proxies: Vec<Cidr>,
+}
+
+impl ConsoleConfig {
+    /// Sign-in attempts per client address and per presented identity when `sign_in_rate` is
+    /// not written: 10 a minute.
+    pub const DEFAULT_SIGN_IN_RATE: Rate = Rate {
+        count: 10,
+        per: Duration::from_secs(60),
+    };
+
+    /// The sign-in limit in force; `None`: `off`, no limit.
+    pub fn sign_in_limit(&self) -> Option<Rate> {
+        match self.sign_in_rate {
+            None => Some(Self::DEFAULT_SIGN_IN_RATE),
+            Some(SignInRate::Limit(r)) => Some(r),
+            Some(SignInRate::Off) => None,
+        }
+    }
+}
+
+/// `console.sign_in_rate:` a rate, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignInRate {
+    /// At most this many attempts per window.
+    Limit(Rate),
+    /// No limit (the lint warns).
+    Off,
+}
+
+/// A network: an address and how many of its leading bits count (`10.0.0.0/8`, `fd00::/8`;
+/// a bare address is that one host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    // INVARIANT (no host bits): the bits of `addr` past `prefix` are zero; `parse` refuses
+    // anything else, so `Display` writes back what was meant.
+    addr: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Parses `address/prefix` or a bare address; `Err` says what is wrong.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (a, p) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: std::net::IpAddr = a
+            .parse()
+            .map_err(|_| format!("`{a}` is not an IPv4 or IPv6 address"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            None => max,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|n| *n <= max && p.bytes().all(|b| b.is_ascii_digit()))
+                .ok_or_else(|| format!("the prefix length `{p}` is not 0 to {max}"))?,
+        };
+        let network = Self {
+            addr: mask(addr, prefix),
+            prefix,
+        };
+        if network.addr != addr {
+            return Err(format!(
+                "`{s}` has bits set past its /{prefix} prefix; the network is `{network}`"
+            ));
+        }
+        Ok(network)
+    }
+
+    /// Whether `ip` is in this network (an IPv4-mapped IPv6 address counts as its IPv4 one).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        ip.is_ipv4() == self.addr.is_ipv4() && mask(ip, self.prefix) == self.addr
+    }
+}
+
+/// `ip` with every bit past the first `prefix` cleared.
+fn mask(ip: std::net::IpAddr, prefix: u8) -> std::net::IpAddr {
+    let keep = |bits: u32| {
+        let p = u32::from(prefix).min(bits);
+        if p == 0 {
+            0
+        } else {
+            u128::MAX << (128 - p) >> (128 - bits)
+        }
+    };
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            let m = u32::try_from(keep(32)).unwrap_or(u32::MAX);
+            std::net::IpAddr::V4((u32::from(v4) & m).into())
+        }
+        std::net::IpAddr::V6(v6) => std::net::IpAddr::V6((u128::from(v6) & keep(128)).into()),
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
     }
 }

@@ -23,6 +23,7 @@ use corral_exec::Backend;
 use corral_ops::{Registry, Stream};
 use corral_policy::{AutonomyLevel, Engine, Limits, OpSpec, Principal, PrincipalKind, Role, codes};
 use serde_json::json;
+use tracing::Instrument;
 
 use crate::args::args_hash;
 use crate::audit::{AuditEvent, AuditSink, Outcome, args_shape};
@@ -257,6 +258,12 @@ fn truncated_op(op: &str) -> String {
         None => op.to_owned(),
         Some((end, _)) => op[..end].to_owned(),
     }
+}
+
+/// The exported trace the current span belongs to (`AuditEvent::trace_id`): for the events a
+/// surface writes itself, inside the request's span.
+pub fn current_trace_id() -> Option<String> {
+    corral_telemetry::trace_id(&tracing::Span::current())
 }
 
 /// Milliseconds since the Unix epoch.
@@ -523,6 +530,7 @@ impl Gateway {
             run_id: caller.and_then(|c| c.run.clone()),
             detail: None,
             purpose: self.purpose,
+            trace_id: current_trace_id(),
         };
         let _ = self.audit(&event).await;
         self.observer
@@ -616,6 +624,7 @@ impl Gateway {
             run_id: None,
             detail: None,
             purpose: self.purpose,
+            trace_id: current_trace_id(),
         };
         let result = self
             .decide_inner(caller, &tenant, action_id, body, &mut event)
@@ -766,7 +775,49 @@ impl Gateway {
         self.call_inner(call, opts, Some(proxied)).await.0
     }
 
+    /// The call in its span (`corral.call`, exported when `telemetry:` is set): the op and
+    /// who called, then how it ended; the guard steps are its children (`chain`).
     async fn call_inner(
+        &self,
+        call: Call,
+        opts: CallOptions,
+        proxied: Option<Proxied>,
+    ) -> (Reply, Outcome) {
+        let p = &call.caller.principal;
+        let span = tracing::info_span!(
+            target: corral_telemetry::TARGET,
+            "corral.call",
+            otel.kind = "server",
+            otel.status_code = tracing::field::Empty,
+            corral.op = %truncated_op(&call.op),
+            corral.principal.id = %p.id,
+            corral.principal.kind = p.kind.as_str(),
+            corral.tenant = p.tenant.as_deref().unwrap_or(&self.tenant),
+            corral.request_id = %call.request_id,
+            corral.outcome = tracing::field::Empty,
+            corral.code = tracing::field::Empty,
+            corral.status = tracing::field::Empty,
+        );
+        let (reply, outcome) = self
+            .call_in_span(call, opts, proxied)
+            .instrument(span.clone())
+            .await;
+        if !span.is_disabled() {
+            span.record("corral.outcome", outcome.as_str());
+            if let Reply::Refused(r) = &reply {
+                span.record("corral.code", r.code);
+                span.record("corral.status", r.status());
+                if r.status() >= 500 {
+                    span.record("otel.status_code", "ERROR");
+                }
+            } else {
+                span.record("corral.status", 200);
+            }
+        }
+        (reply, outcome)
+    }
+
+    async fn call_in_span(
         &self,
         call: Call,
         mut opts: CallOptions,
@@ -816,6 +867,8 @@ impl Gateway {
             run_id: opts.run_id.clone(),
             detail: None,
             purpose: self.purpose,
+            // Inside `call_inner`'s span: the call's own trace.
+            trace_id: current_trace_id(),
         };
         // A call marked for recording runs only if its event can be recorded.
         let recording = match (recording, &opts.run_id) {
@@ -843,7 +896,11 @@ impl Gateway {
             }
             Reply::Json(_) | Reply::Stream(_) => event.status = 200,
         }
-        let reply = match self.audit(&event).await {
+        let audited = self
+            .audit(&event)
+            .instrument(chain::step_span("guard.audit"))
+            .await;
+        let reply = match audited {
             Ok(()) => reply,
             Err(refusal) => Reply::Refused(refusal),
         };

@@ -1115,6 +1115,7 @@ impl LabService {
             run_id,
             detail,
             purpose: corral_guard::runs::RunPurpose::Live,
+            trace_id: corral_guard::gateway::current_trace_id(),
         };
         self.gateway.record(&event).await?;
         r

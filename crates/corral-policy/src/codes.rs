@@ -571,6 +571,9 @@ catalog! {
     CONFIG_VERSION = "config.version", 0,
         "the config has no `version: 1`",
         "add `version: 1` at the top";
+    CONFIG_TELEMETRY_EXPORTER = "config.telemetry_exporter", 0,
+        "`corral serve` cannot build the OpenTelemetry exporter `telemetry:` asks for",
+        "check `telemetry.endpoint` (an `http://` or `https://` URL the HTTP client accepts), or remove `telemetry`";
     CONFIG_UNKNOWN_KEY = "config.unknown_key", 0,
         "the config has a key corral does not know",
         "fix the key's spelling or remove it";
@@ -679,6 +682,9 @@ catalog! {
     LINT_OPEN_MODE = "lint.open_mode", 0,
         "no auth tokens are configured: any local process can call the server",
         "add `auth.tokens`; open mode is refused when exec or admin ops are mounted";
+    LINT_CONSOLE_SIGN_IN_UNLIMITED = "lint.console_sign_in_unlimited", 0,
+        "`console.sign_in_rate: off`: the web console counts no sign-in attempt, so one client may try tokens as fast as the server answers",
+        "remove the key (10 a minute) or write a rate such as `console.sign_in_rate: 60/min`";
     LINT_UNREACHABLE_PRINCIPAL = "lint.unreachable_principal", 0,
         "a principal selector names an id or role no token produces",
         "fix the selector or add a token with that id or role";
@@ -782,7 +788,7 @@ catalog! {
         "a web console form is malformed: not `application/x-www-form-urlencoded`, over 16 KiB, or a field missing, repeated or unknown",
         "submit the form from the console's own page, as it is";
     UI_SIGN_IN_RATE_LIMITED = "ui.sign_in_rate_limited", 429,
-        "too many web console sign-in attempts: at most 10 a minute from one client address, and 10 a minute for one presented identity (a JWT's issuer and subject, or the token)",
+        "too many web console sign-in attempts: past `console.sign_in_rate` (10 a minute by default) from one client address, or for one presented identity (a JWT's issuer and subject, or the token)",
         "wait the seconds `Retry-After` names, then sign in again; check the token you paste is the right one";
 }
 

@@ -142,6 +142,10 @@ pub struct AuditEvent {
     /// purpose reads back as `live`.
     #[serde(default)]
     pub purpose: RunPurpose,
+    /// The OpenTelemetry trace the call's spans belong to (32 hex digits), when `telemetry:`
+    /// exported them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// An audit event that could not be stored.

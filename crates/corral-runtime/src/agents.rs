@@ -453,6 +453,8 @@ impl AgentHost {
             run_id: Some(t.record.id.clone()),
             detail: None,
             purpose: Default::default(),
+            // A turn's steps happen after the request that started it: no call span is open.
+            trace_id: None,
         };
         for sink in &self.sinks {
             if let Err(e) = sink.append(&audit).await {

@@ -223,6 +223,7 @@ pub fn audit_event(
         run_id: caller.run.clone(),
         detail: Some(detail),
         purpose: corral_guard::runs::RunPurpose::Live,
+        trace_id: corral_guard::gateway::current_trace_id(),
     }
 }
 

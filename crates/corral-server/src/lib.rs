@@ -9,6 +9,7 @@
 pub mod auth;
 mod body;
 pub mod error;
+mod http_span;
 pub mod learning;
 pub mod metrics;
 pub mod openapi;
@@ -128,7 +129,7 @@ impl App {
             llm: routes::llm::Upstream::from_loaded(loaded).map(Arc::new),
             reply_hook: std::sync::OnceLock::new(),
             shutdown: tokio_util::sync::CancellationToken::new(),
-            sign_in_limiter: ui::SignInLimiter::default(),
+            sign_in_limiter: ui::SignInLimiter::from_config(&loaded.config.console),
         }
     }
 
@@ -137,8 +138,8 @@ impl App {
         &self.sign_in_limiter
     }
 
-    /// Sets how many console sign-in attempts a minute one client address, and one presented
-    /// identity, may make (10 by default): for a test that must sign in more often than a
+    /// Sets how many console sign-in attempts a window one client address, and one presented
+    /// identity, may make (`console.sign_in_rate`, 10 a minute by default): for a test that must sign in more often than a
     /// person would (the 16-sessions cap).
     pub fn set_sign_in_limit(&self, attempts_per_minute: u32) {
         self.sign_in_limiter.set_limit(attempts_per_minute);

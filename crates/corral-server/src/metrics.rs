@@ -155,6 +155,14 @@ impl Default for CallMetrics {
             "Model requests the LLM proxy forwarded, by outcome",
             llm_requests.clone(),
         );
+        // At zero from the start, so `rate()` over them (the Grafana dashboard's) has series
+        // before the first model request.
+        for kind in ["prompt", "completion"] {
+            let _ = llm_tokens.get_or_create(&TokenLabels { kind });
+        }
+        for outcome in ["ok", "upstream_error"] {
+            let _ = llm_requests.get_or_create(&LlmLabels { outcome });
+        }
         let meter = Arc::new(Meter::default());
         registry.register_collector(Box::new(Metering(Arc::clone(&meter))));
         Self {

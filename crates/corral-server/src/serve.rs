@@ -289,6 +289,9 @@ fn needs_restart(
     if old.storage != new.storage {
         changed.push("storage");
     }
+    if old.console != new.console {
+        changed.push("console");
+    }
     if old.isolation != new.isolation {
         changed.push("isolation");
     }
@@ -306,6 +309,9 @@ fn needs_restart(
     }
     if old.llm != new.llm {
         changed.push("llm");
+    }
+    if old.telemetry != new.telemetry {
+        changed.push("telemetry");
     }
     changed
 }
@@ -367,9 +373,10 @@ pub async fn serve(opts: ServeOptions) -> Result<(), ServeError> {
 
 #[cfg(test)]
 mod tests {
-    use corral_config::model::{Config, LlmConfig};
+    use corral_config::model::{Config, LlmConfig, TelemetryConfig};
 
-    /// A reload names every start-up-only setting it changed, `llm` and `recordings` too.
+    /// A reload names every start-up-only setting it changed, `llm`, `recordings` and
+    /// `telemetry` too.
     #[test]
     fn a_reload_names_the_start_up_settings_it_changed() {
         let old = Config::default();
@@ -377,6 +384,10 @@ mod tests {
         assert!(super::needs_restart(&old, &new).is_empty());
         new.llm = Some(LlmConfig::default());
         new.recordings.max_events = Some(10);
-        assert_eq!(super::needs_restart(&old, &new), ["recordings", "llm"]);
+        new.telemetry = Some(TelemetryConfig::default());
+        assert_eq!(
+            super::needs_restart(&old, &new),
+            ["recordings", "llm", "telemetry"]
+        );
     }
 }

@@ -18,14 +18,14 @@ macro_rules! columns {
     () => {
         "request_id, tenant, ts_ms, principal_id, principal_kind, act_chain, op, outcome, code, \
          rule, args_hash, args_shape, status, duration_us, attestation, action_id, run_id, detail, \
-         purpose"
+         purpose, trace_id"
     };
 }
 
 pub(crate) const INSERT_EVENT: &str = concat!(
     "INSERT INTO audit_events (",
     columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
 );
 /// The optional filters of the recent-events queries: a `NULL` parameter matches every row.
 /// (`CAST(.. AS TEXT)` gives PostgreSQL the parameter's type when it is `NULL`; SQLite reads it
@@ -169,6 +169,7 @@ struct EventRow {
     run_id: Option<String>,
     detail: Option<String>,
     purpose: String,
+    trace_id: Option<String>,
 }
 
 fn malformed(request_id: &str, what: &str, err: impl std::fmt::Display) -> StoreError {
@@ -226,6 +227,7 @@ impl TryFrom<EventRow> for AuditEvent {
             run_id: r.run_id,
             detail: r.detail,
             purpose,
+            trace_id: r.trace_id,
         })
     }
 }
@@ -274,6 +276,7 @@ macro_rules! bind_event {
             .bind($event.run_id.as_deref())
             .bind($event.detail.as_deref())
             .bind($event.purpose.as_str())
+            .bind($event.trace_id.as_deref())
     };
 }
 
@@ -337,7 +340,8 @@ impl Store {
                     .push_bind(event.action_id.as_deref())
                     .push_bind(event.run_id.as_deref())
                     .push_bind(event.detail.as_deref())
-                    .push_bind(event.purpose.as_str());
+                    .push_bind(event.purpose.as_str())
+                    .push_bind(event.trace_id.as_deref());
             });
             qb.build().execute(p).await.map(|_| ())
         })

@@ -236,6 +236,7 @@ fn insert_each(
             event.run_id,
             event.detail,
             event.purpose.as_str(),
+            event.trace_id,
         ]);
         match r {
             Ok(_) => results.push(Ok(())),

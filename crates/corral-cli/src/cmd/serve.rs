@@ -19,16 +19,47 @@ pub struct Args {
     pub max_body_bytes: usize,
 }
 
-fn init_logging() {
-    use tracing_subscriber::EnvFilter;
+/// JSON log lines on stderr (`CORRAL_LOG` filters them), and with `telemetry:` the exporter's
+/// layer beside them: it alone sees corral's spans (`corral_telemetry::TARGET`).
+fn init_logging(exporter: Option<&corral_telemetry::Exporter>) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer};
     // rmcp logs a line per MCP request at INFO: corral's own audit already has each call.
-    let filter =
+    let mut filter =
         EnvFilter::try_from_env("CORRAL_LOG").unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
-    let _ = tracing_subscriber::fmt()
+    if let Ok(off) = format!("{}=off", corral_telemetry::TARGET).parse() {
+        filter = filter.add_directive(off);
+    }
+    let log = tracing_subscriber::fmt::layer()
         .json()
-        .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry()
+        .with(log)
+        .with(exporter.map(corral_telemetry::Exporter::layer))
         .try_init();
+}
+
+/// The exporter `telemetry:` asks for, if it does.
+fn telemetry(
+    loaded: &corral_config::Loaded,
+) -> Result<Option<corral_telemetry::Exporter>, CliError> {
+    let Some(t) = &loaded.config.telemetry else {
+        return Ok(None);
+    };
+    let settings = corral_telemetry::Settings {
+        endpoint: t.endpoint.clone(),
+        service_name: t
+            .service_name
+            .clone()
+            .unwrap_or_else(|| "corral".to_owned()),
+        sample_millionths: t.sample_millionths,
+        service_version: crate::VERSION.to_owned(),
+    };
+    corral_telemetry::Exporter::start(&settings)
+        .map(Some)
+        .map_err(|e| CliError::line(Exit::Error, format!("error[{}]: {e}", e.code())))
 }
 
 /// The config `--preset NAME --root DIR` stands for: the preset, rooted at the directory
@@ -49,7 +80,6 @@ fn preset_config(preset: &str, root: Option<&Path>) -> Result<corral_config::Loa
 
 /// Runs `corral serve` until the server stops.
 pub fn run(a: Args) -> CliResult {
-    init_logging();
     // Strict: `true`, `false` or unset; anything else refuses to start.
     let learning = corral_server::learning::LearningSetup::from_env()
         .map_err(|e| CliError::line(Exit::Error, e.to_string()))?;
@@ -60,6 +90,11 @@ pub fn run(a: Args) -> CliResult {
             (context::load_for_serve(&path)?, Some(path))
         }
     };
+    let exporter = telemetry(&loaded)?;
+    init_logging(exporter.as_ref());
+    if let Some(e) = &exporter {
+        tracing::info!(url = e.url(), "exporting traces over OTLP");
+    }
     let rt = context::runtime(Threads::Many)?;
     let opts = ServeOptions {
         loaded,
@@ -69,7 +104,12 @@ pub fn run(a: Args) -> CliResult {
         max_body_bytes: a.max_body_bytes,
         learning,
     };
-    rt.block_on(serve(opts)).map_err(|e| match e {
+    let served = rt.block_on(serve(opts));
+    if let Some(e) = exporter {
+        // Off the runtime: the SDK's shutdown blocks until its thread sent the last batch.
+        e.shutdown();
+    }
+    served.map_err(|e| match e {
         // Each unmet precondition is its own `error[code]: ...` line.
         corral_server::serve::ServeError::Learning(r) => CliError::line(Exit::Error, r.to_string()),
         e => CliError::coded(e.code(), &e),

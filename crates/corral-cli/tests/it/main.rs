@@ -22,6 +22,7 @@ mod replicas;
 mod run;
 mod sandbox;
 mod shadow_lab;
+mod telemetry;
 mod upstream;
 
 use std::path::Path;

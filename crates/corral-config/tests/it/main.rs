@@ -14,6 +14,7 @@ mod policy_from_config;
 mod protect;
 mod snapshots;
 mod starter;
+mod telemetry;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -11,6 +11,7 @@ use corral_policy::{
     Allowed, ArgValue, Args, AutonomyLevel, Decision, OpSpec, Principal, Request, codes,
 };
 use serde_json::json;
+use tracing::Instrument;
 
 use super::lease::RunLease;
 use super::{
@@ -53,6 +54,49 @@ impl Answer {
 /// A step's result: the call goes on with `T`, or ends with the answer.
 type Step<T> = Result<T, Answer>;
 
+/// A guard step's span (`guard.resolve`, `guard.policy`, ...): a child of the call's, with the
+/// outcome and code of the step that refused, nothing else (never an argument value).
+pub(super) fn step_span(step: &'static str) -> tracing::Span {
+    tracing::info_span!(
+        target: corral_telemetry::TARGET,
+        "guard.step",
+        otel.name = step,
+        corral.outcome = tracing::field::Empty,
+        corral.code = tracing::field::Empty,
+    )
+}
+
+/// Records on a step's span how the call ended there (nothing for a call that went on).
+fn mark(span: &tracing::Span, answer: &Answer) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("corral.outcome", answer.outcome.as_str());
+    if let Reply::Refused(r) = &answer.reply {
+        span.record("corral.code", r.code);
+    }
+}
+
+/// Runs a synchronous step in its span.
+fn traced<T>(step: &'static str, f: impl FnOnce() -> Step<T>) -> Step<T> {
+    let span = step_span(step);
+    let r = span.in_scope(f);
+    if let Err(a) = &r {
+        mark(&span, a);
+    }
+    r
+}
+
+/// Runs an asynchronous step in its span.
+async fn traced_async<T>(step: &'static str, f: impl Future<Output = Step<T>>) -> Step<T> {
+    let span = step_span(step);
+    let r = f.instrument(span.clone()).await;
+    if let Err(a) = &r {
+        mark(&span, a);
+    }
+    r
+}
+
 impl Gateway {
     /// Runs the call through the chain; the answer of the step that ended it.
     pub(super) async fn decide_and_run(
@@ -80,31 +124,36 @@ impl Gateway {
     ) -> Step<Answer> {
         let principal = &call.caller.principal;
         let g = &d.guard;
+        // Each step in its own span (`guard.<step>`, a child of the call's): see `traced`.
         // Borrowed from the deployment (which outlives the call); cloned once, for the handler.
-        let spec = resolve(d, call)?;
-        let args = arguments(spec, call)?;
+        let spec = traced("guard.resolve", || resolve(d, call))?;
+        let args = traced("guard.arguments", || arguments(spec, call))?;
         // The run: what it did to itself (a lowered level, dry-run) applies from here on.
-        let run = self.enter_run(principal, opts).await?;
+        let run = traced_async("guard.run", self.enter_run(principal, opts)).await?;
         let (run_level, run_dry) = match &run {
             Some((_, r)) => (r.level, r.dry_run),
             None => (opts.autonomy, opts.dry_run),
         };
-        autonomy(g, spec, principal, run_level, event)?;
-        rbac(g, spec, principal, event)?;
+        traced("guard.autonomy", || {
+            autonomy(g, spec, principal, run_level, event)
+        })?;
+        traced("guard.rbac", || rbac(g, spec, principal, event))?;
         // Kept boxed: it is large, and moves through the steps to the handler.
-        let grant = policy(d, call, &args, event)?;
-        let _permit = self.limits(call, &grant)?;
+        let grant = traced("guard.policy", || policy(d, call, &args, event))?;
+        let _permit = traced("guard.limits", || self.limits(call, &grant))?;
+        let run_key = run.as_ref().map(|(k, _)| k);
         // Held until the call's tokens are charged below: taken before the budget check, so
         // the check sees what every earlier model call of the run used.
-        let lease = self
-            .model_call_lease(run.as_ref().map(|(k, _)| k), call, g)
-            .await?;
-        let charged = self
-            .budgets(run.as_ref().map(|(k, _)| k), call, g, event)
-            .await?;
-        let approved = self
-            .confirmation(d, call, spec, grant.rule.index, run_dry, event)
-            .await;
+        let (lease, charged) = traced_async("guard.budgets", async {
+            let lease = self.model_call_lease(run_key, call, g).await?;
+            Ok((lease, self.budgets(run_key, call, g, event).await?))
+        })
+        .await?;
+        let approved = traced_async(
+            "guard.confirmation",
+            self.confirmation(d, call, spec, grant.rule.index, run_dry, event),
+        )
+        .await;
         // A dry-run answer counts as run: its budget charge stands, and its output is metered.
         let executed = match &approved {
             Ok(_) => true,
@@ -112,8 +161,13 @@ impl Gateway {
         };
         let answer = match approved {
             Ok(action) => {
-                self.execute(d, call, spec, args, grant, event, action, proxied)
-                    .await
+                let span = step_span("guard.execute");
+                let answer = self
+                    .execute(d, call, spec, args, grant, event, action, proxied)
+                    .instrument(span.clone())
+                    .await;
+                mark(&span, &answer);
+                answer
             }
             Err(answer) => answer,
         };

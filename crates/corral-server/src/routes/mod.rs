@@ -34,6 +34,8 @@ pub fn router(state: AppState) -> Router {
     }
     table
         .merge(crate::ui::routes())
+        // After the routes, so the span names the route's template (`MatchedPath`).
+        .route_layer(axum::middleware::from_fn(crate::http_span::http_span))
         .fallback(meta::not_found)
         .method_not_allowed_fallback(meta::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

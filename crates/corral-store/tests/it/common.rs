@@ -34,6 +34,7 @@ pub fn full_event(request_id: &str, attested: bool) -> AuditEvent {
         run_id: Some("run-7".to_owned()),
         detail: Some("approve".to_owned()),
         purpose: RunPurpose::Simulation,
+        trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".to_owned()),
     }
 }
 
@@ -59,6 +60,7 @@ pub fn event(request_id: String, tenant: &str, ts_ms: i64) -> AuditEvent {
         run_id: None,
         detail: None,
         purpose: RunPurpose::Live,
+        trace_id: None,
     }
 }
 
