@@ -305,7 +305,7 @@ fn compare_scenario(i: usize) -> ScenarioBody {
         let u = format!("u{i}-{j}");
         let note = format!("note {i}-{j}");
         steps.push(json!({"input": u, "expected": note}));
-        let identity = if (i + j) % 4 == 0 {
+        let identity = if (i + j).is_multiple_of(4) {
             format!("old {i}-{j}")
         } else {
             note.clone()
@@ -313,7 +313,7 @@ fn compare_scenario(i: usize) -> ScenarioBody {
         mocks.push(json!({"resource": u, "response": identity}));
         let p = |s: String| json!({"path": format!("{ROOT}/{s}")});
         let d = format!("d{i}-{j}");
-        let list = if i % 2 == 0 {
+        let list = if i.is_multiple_of(2) {
             "note.txt".to_owned()
         } else {
             note.clone()

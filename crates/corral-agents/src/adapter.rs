@@ -361,10 +361,10 @@ impl OutputParser {
                         }),
                         "tool_use" => {
                             if let Some(ev) = claude_tool(part) {
-                                if let Some(id) = part["id"].as_str() {
-                                    if self.pending.len() < MAX_PENDING {
-                                        self.pending.insert(clean(id), ev.clone());
-                                    }
+                                if let Some(id) = part["id"].as_str()
+                                    && self.pending.len() < MAX_PENDING
+                                {
+                                    self.pending.insert(clean(id), ev.clone());
                                 }
                                 if let SessionEvent::Command { .. } = ev {
                                     out.push(ev);

@@ -308,10 +308,10 @@ impl Installer {
             let me = Arc::clone(self);
             tokio::spawn(async move {
                 let r = me.install(adapter).await;
-                if let Err(e) = r {
-                    if let Ok(mut f) = me.failed.lock() {
-                        f.insert(adapter, e.message);
-                    }
+                if let Err(e) = r
+                    && let Ok(mut f) = me.failed.lock()
+                {
+                    f.insert(adapter, e.message);
                 }
                 me.release(adapter);
             });

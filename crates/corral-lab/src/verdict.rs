@@ -316,10 +316,10 @@ pub fn compare(input: &Input) -> Result<Comparison, CompareError> {
     if facts.pairs.len() < MIN_SCENARIOS {
         forced_rules.push(Forced::TooFewScenarios);
     }
-    if let Some(m) = &mcnemar {
-        if m.baseline_only + m.candidate_only < MIN_DISCORDANT {
-            forced_rules.push(Forced::TooFewDiscordant);
-        }
+    if let Some(m) = &mcnemar
+        && m.baseline_only + m.candidate_only < MIN_DISCORDANT
+    {
+        forced_rules.push(Forced::TooFewDiscordant);
     }
     let verdict = match (forced_rules.first(), interval) {
         (Some(_), _) | (None, None) => Verdict::Inconclusive,

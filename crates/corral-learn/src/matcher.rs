@@ -385,12 +385,14 @@ impl Matcher {
                 .checked_sub(1)
                 .and_then(|i| lower.get(i))
                 .is_none_or(|b| !is_word_byte(*b));
-            if !self.integers.is_empty() && token_start && start >= words_end {
-                if let Some((n, stop)) = parse_words(lower, start) {
-                    words_end = stop;
-                    if !self.hit_integer(n, hit) {
-                        return false;
-                    }
+            if !self.integers.is_empty()
+                && token_start
+                && start >= words_end
+                && let Some((n, stop)) = parse_words(lower, start)
+            {
+                words_end = stop;
+                if !self.hit_integer(n, hit) {
+                    return false;
                 }
             }
             at = start + 1;
@@ -747,7 +749,7 @@ fn parse_words(bytes: &[u8], start: usize) -> Option<(u64, usize)> {
                 Last::Tens
             }
             (Word::Hundred, Last::Unit | Last::Teen | Last::Tens | Last::TensUnit)
-                if group % 100 != 0 && group < 100 =>
+                if !group.is_multiple_of(100) && group < 100 =>
             {
                 group *= 100;
                 Last::Hundred

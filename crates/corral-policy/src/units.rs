@@ -60,11 +60,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, PolicyError> {
 /// Prints a duration the way `parse_duration` reads it.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 3_600_000 == 0 {
+    if ms.is_multiple_of(3_600_000) {
         format!("{}h", ms / 3_600_000)
-    } else if ms % 60_000 == 0 {
+    } else if ms.is_multiple_of(60_000) {
         format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
@@ -83,7 +83,7 @@ pub fn format_size(n: u64) -> String {
         ("MB", 1_000_000),
         ("KB", 1_000),
     ] {
-        if n >= mul && n % mul == 0 {
+        if n >= mul && n.is_multiple_of(mul) {
             return format!("{}{unit}", n / mul);
         }
     }

@@ -492,12 +492,12 @@ fn sqlite_writer(
     let mut jobs = Vec::with_capacity(MAX_BATCH);
     while next_batch(&mut rx, &mut jobs) {
         let s = sort(&mut jobs);
-        if !s.items.is_empty() {
-            if let Err(e) = sqlite_commit(&conn, store, &s.items, &epoch.id) {
-                let e = sqlite_error(&store.redactor, "record calls", e);
-                tracing::warn!(error = %e, events = s.items.len(), "recording batch not committed; its recordings are marked gapped");
-                sqlite_gaps(&conn, store, &s.items).unwrap_or_else(err("mark recordings gapped"));
-            }
+        if !s.items.is_empty()
+            && let Err(e) = sqlite_commit(&conn, store, &s.items, &epoch.id)
+        {
+            let e = sqlite_error(&store.redactor, "record calls", e);
+            tracing::warn!(error = %e, events = s.items.len(), "recording batch not committed; its recordings are marked gapped");
+            sqlite_gaps(&conn, store, &s.items).unwrap_or_else(err("mark recordings gapped"));
         }
         let wrote = !s.items.is_empty();
         if s.heartbeat {
@@ -765,26 +765,26 @@ async fn pooled_writer(store: Store, epoch: Epoch, mut rx: mpsc::Receiver<Job>) 
     let mut jobs = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut jobs, MAX_BATCH).await > 0 {
         let s = sort(&mut jobs);
-        if !s.items.is_empty() {
-            if let Err(e) = store.commit_recordings(&s.items, Some(&epoch.id)).await {
-                tracing::warn!(error = %e, events = s.items.len(), "recording batch not committed; its recordings are marked gapped");
-                let gaps: Vec<Item> = batch_keys(&s.items)
-                    .values()
-                    .map(|i| Item::Gap {
-                        key: i.key().clone(),
-                        now_ms: now_ms(),
-                    })
-                    .collect();
-                if let Err(e) = store.commit_recordings(&gaps, None).await {
-                    tracing::warn!(error = %e, "recordings could not be marked gapped");
-                }
+        if !s.items.is_empty()
+            && let Err(e) = store.commit_recordings(&s.items, Some(&epoch.id)).await
+        {
+            tracing::warn!(error = %e, events = s.items.len(), "recording batch not committed; its recordings are marked gapped");
+            let gaps: Vec<Item> = batch_keys(&s.items)
+                .values()
+                .map(|i| Item::Gap {
+                    key: i.key().clone(),
+                    now_ms: now_ms(),
+                })
+                .collect();
+            if let Err(e) = store.commit_recordings(&gaps, None).await {
+                tracing::warn!(error = %e, "recordings could not be marked gapped");
             }
         }
         let wrote = !s.items.is_empty();
-        if s.heartbeat {
-            if let Err(e) = pooled_sweep(pool, &epoch).await {
-                warn("cannot mark the recordings of dead writers gapped", e);
-            }
+        if s.heartbeat
+            && let Err(e) = pooled_sweep(pool, &epoch).await
+        {
+            warn("cannot mark the recordings of dead writers gapped", e);
         }
         for w in s.waiting {
             let _ = w.send(());

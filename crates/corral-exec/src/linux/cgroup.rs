@@ -460,10 +460,11 @@ impl Group {
     /// Removes it, waiting until `deadline` for its processes to go (in v2, killing them with
     /// `cgroup.kill` first); whether it is verifiably gone.
     pub(crate) fn remove(&self, deadline: Instant) -> bool {
-        if self.v2 && !self.empty() {
-            if let Err(e) = std::fs::write(self.dir.join("cgroup.kill"), "1") {
-                tracing::debug!(dir = %self.dir.display(), error = %e, "cgroup.kill");
-            }
+        if self.v2
+            && !self.empty()
+            && let Err(e) = std::fs::write(self.dir.join("cgroup.kill"), "1")
+        {
+            tracing::debug!(dir = %self.dir.display(), error = %e, "cgroup.kill");
         }
         loop {
             match std::fs::remove_dir(&self.dir) {

@@ -62,14 +62,14 @@ struct StatusPipe(OwnedFd);
 impl StatusPipe {
     fn send(&self, status: &Status) {
         let mut status = status.clone();
-        if let Status::Failed { error, .. } = &mut status {
-            if error.len() > MAX_STATUS_LINE / 2 {
-                let mut cut = MAX_STATUS_LINE / 2;
-                while !error.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                error.truncate(cut);
+        if let Status::Failed { error, .. } = &mut status
+            && error.len() > MAX_STATUS_LINE / 2
+        {
+            let mut cut = MAX_STATUS_LINE / 2;
+            while !error.is_char_boundary(cut) {
+                cut -= 1;
             }
+            error.truncate(cut);
         }
         let Ok(mut line) = serde_json::to_vec(&status) else {
             return;
@@ -327,11 +327,11 @@ fn sandbox(prep: &Prep, status: &StatusPipe) -> Result<(), StepError> {
         return Err(StepError::unavailable("fork", "no pid"));
     };
     // Before the spec, so before the target exists: its proxy address is listening.
-    if let Some(conn) = egress {
-        if let Err(e) = egress_bridge::hand_over(conn) {
-            kill_init(init_pid);
-            return Err(e);
-        }
+    if let Some(conn) = egress
+        && let Err(e) = egress_bridge::hand_over(conn)
+    {
+        kill_init(init_pid);
+        return Err(e);
     }
 
     // A warm sandbox waits here until corral has a run for it.
@@ -553,10 +553,10 @@ fn init(
     let view = mounts::build_base(prep, ids)
         .unwrap_or_else(|e| fail(&e))
         .with_idmap(idmap_sock);
-    if prep.network == Network::Loopback {
-        if let Err(e) = mounts::loopback_up() {
-            fail(&StepError::unavailable("bring lo up", e));
-        }
+    if prep.network == Network::Loopback
+        && let Err(e) = mounts::loopback_up()
+    {
+        fail(&StepError::unavailable("bring lo up", e));
     }
     let _ = rustix::system::sethostname(b"corral");
     // Compiled now, installed by the target.

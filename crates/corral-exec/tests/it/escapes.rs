@@ -242,11 +242,11 @@ fn snapshot(root: &Path) -> Snapshot {
                 link,
             },
         );
-        if ft.is_dir() {
-            if let Ok(entries) = std::fs::read_dir(path) {
-                for e in entries.flatten() {
-                    walk(&e.path(), out);
-                }
+        if ft.is_dir()
+            && let Ok(entries) = std::fs::read_dir(path)
+        {
+            for e in entries.flatten() {
+                walk(&e.path(), out);
             }
         }
     }

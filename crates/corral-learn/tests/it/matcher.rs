@@ -323,7 +323,7 @@ fn words(n: u64) -> String {
         let r = n % 100;
         if r >= 20 {
             let t = TENS[(r / 10) as usize];
-            if r % 10 == 0 {
+            if r.is_multiple_of(10) {
                 parts.push(t.to_owned());
             } else {
                 parts.push(format!("{t}-{}", ONES[(r % 10) as usize]));
