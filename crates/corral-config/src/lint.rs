@@ -272,6 +272,7 @@ impl<'a> Linter<'a> {
         self.raised_caps();
         self.raised_ceilings();
         self.auth();
+        self.console();
         self.guardrails();
         self.secrets();
         self.missing_roots();
@@ -1233,6 +1234,19 @@ impl<'a> Linter<'a> {
                     ));
                 }
             }
+        }
+    }
+
+    /// `console.sign_in_rate: off` leaves the console's sign-in unlimited.
+    fn console(&mut self) {
+        if self.l.config.console.sign_in_limit().is_none() {
+            self.push(Diagnostic::warning(
+                codes::LINT_CONSOLE_SIGN_IN_UNLIMITED,
+                "`console.sign_in_rate: off`: nothing limits how many tokens one client may try \
+                 at the web console's sign-in",
+                "console.sign_in_rate",
+                None,
+            ));
         }
     }
 

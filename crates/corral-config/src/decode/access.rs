@@ -1,13 +1,15 @@
-//! Who may call and at what autonomy: tokens, JWTs, the audit sink, autonomy pins and roles.
+//! Who may call and at what autonomy: tokens, JWTs, the audit sink, autonomy pins and roles;
+//! the web console's sign-in limit and trusted proxies.
 
 use corral_policy::codes;
+use corral_policy::units::Rate;
 use corral_policy::{AutonomyLevel, PrincipalKind, PrincipalSelector, Role};
 
 use super::{Decoder, Field, Item, Stash, stash};
 use crate::diag::Diagnostic;
 use crate::model::{
-    AuditConfig, AuditSink, AuthConfig, AutonomyConfig, AutonomyPin, JwtSpec, RolesConfig, Spanned,
-    TokenConfig,
+    AuditConfig, AuditSink, AuthConfig, AutonomyConfig, AutonomyPin, Cidr, ConsoleConfig, JwtSpec,
+    RolesConfig, SignInRate, Spanned, TokenConfig,
 };
 use crate::yaml::{Node, Value};
 
@@ -30,6 +32,57 @@ pub(super) const AUTH: &[Field<AuthConfig>] = &[
         )
         .optional(|d, e, a| a.jwt = d.jwt(e.node, &e.at)),
 ];
+
+/// `console:`.
+pub(super) const CONSOLE: &[Field<ConsoleConfig>] = &[
+    Field::key("sign_in_rate")
+        .doc(
+            "rate, or `off`",
+            "`10/min`",
+            "30/min",
+            "Web console sign-in attempts allowed from one client address (an IPv6 client by its \
+             /64) and for one presented identity, right or wrong; past it `429 \
+             ui.sign_in_rate_limited`. `off`: no limit (the lint warns).",
+        )
+        .startup()
+        .optional(|d, e, c| {
+            c.sign_in_rate = match &e.node.value {
+                Value::Str(s) if s == "off" => Some(SignInRate::Off),
+                _ => d
+                    .unit(e.node, &e.at, Rate::parse, "10/min")
+                    .map(SignInRate::Limit),
+            };
+        }),
+    Field::key("trusted_proxies")
+        .doc(
+            "list of networks (`10.0.0.0/8`, `fd00::/8`, or one address)",
+            "none: `X-Forwarded-For` is never read",
+            "[10.0.0.0/8]",
+            "Reverse proxies in front of corral: when a sign-in's connection comes from one of \
+             these networks, the limit counts the client its `X-Forwarded-For` names (the \
+             rightmost address outside these networks) instead of the proxy. A network that \
+             does not parse does not load.",
+        )
+        .startup()
+        .optional(trusted_proxies),
+];
+
+fn trusted_proxies(d: &mut Decoder, e: &Item<'_>, c: &mut ConsoleConfig) {
+    for (i, net) in d.strings(e.node, &e.at).into_iter().enumerate() {
+        match Cidr::parse(net.value.trim()) {
+            Ok(cidr) => c.trusted_proxies.push(cidr),
+            Err(why) => d.err_fix(
+                codes::CONFIG_INVALID_VALUE,
+                format!("`{}[{i}]` is not a network: {why}", e.at),
+                &format!("{}[{i}]", e.at),
+                net.span,
+                "write a network as `address/prefix` (`10.0.0.0/8`, `fd00::/8`) or one address \
+                 (`10.1.2.3`)"
+                    .to_owned(),
+            ),
+        }
+    }
+}
 
 /// A token being decoded: it needs both `id` and `token_env`.
 pub(super) struct TokenDraft {

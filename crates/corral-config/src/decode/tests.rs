@@ -45,6 +45,7 @@ fn document(path: &str, body: &str) -> Option<String> {
         }
         "auth.tokens[0]" => format!("{{version: 1, auth: {{tokens: [{{{body}}}]}}}}"),
         "auth.jwt" => format!("{{version: 1, auth: {{jwt: {{{body}}}}}}}"),
+        "console" => format!("{{version: 1, console: {{{body}}}}}"),
         "auth.jwt.service_claim" => {
             format!("{{version: 1, auth: {{jwt: {{service_claim: {{{body}}}}}}}}}")
         }

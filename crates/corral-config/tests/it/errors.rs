@@ -691,6 +691,54 @@ fn an_empty_mcp_host_allow_list_is_refused_rather_than_admitting_every_host() {
 }
 
 #[test]
+fn a_trusted_proxy_that_is_not_a_network_does_not_load() {
+    for (bad, why) in [
+        ("10.0.0.0/33", "prefix length `33`"),
+        ("10.0.0.1/8", "the network is `10.0.0.0/8`"),
+        ("proxy.example.com", "not an IPv4 or IPv6 address"),
+        ("fd00::/129", "prefix length `129`"),
+    ] {
+        let d = error(
+            &format!("version: 1\nconsole:\n  trusted_proxies: [10.1.0.0/16, \"{bad}\"]\n"),
+            codes::CONFIG_INVALID_VALUE,
+        );
+        assert_eq!(d.location, "console.trusted_proxies[1]", "{d}");
+        assert!(d.message.contains(why), "{bad}: {d}");
+        assert_eq!(d.span.unwrap().line, 3);
+    }
+    let d = error(
+        "version: 1\nconsole: {sign_in_rate: 10}\n",
+        codes::CONFIG_INVALID_RATE,
+    );
+    assert_eq!(d.location, "console.sign_in_rate");
+}
+
+#[test]
+fn the_console_reads_its_sign_in_rate_and_trusted_networks() {
+    let l = crate::load(
+        "version: 1\nconsole: {sign_in_rate: 30/min, trusted_proxies: [10.0.0.0/8, \"fd00::/8\", 192.0.2.7]}\n",
+    );
+    let c = &l.config.console;
+    let r = c.sign_in_limit().unwrap();
+    assert_eq!((r.count, r.per.as_secs()), (30, 60));
+    let nets: Vec<String> = c.trusted_proxies.iter().map(ToString::to_string).collect();
+    assert_eq!(nets, ["10.0.0.0/8", "fd00::/8", "192.0.2.7/32"]);
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    assert!(c.trusted_proxies[0].contains(ip("10.200.1.1")));
+    assert!(c.trusted_proxies[0].contains(ip("::ffff:10.0.0.1")));
+    assert!(!c.trusted_proxies[0].contains(ip("11.0.0.1")));
+    assert!(c.trusted_proxies[1].contains(ip("fd12::1")));
+    assert!(!c.trusted_proxies[1].contains(ip("fe80::1")));
+    // Absent: 10 a minute, no proxy trusted.
+    let d = crate::load("version: 1\n");
+    let r = d.config.console.sign_in_limit().unwrap();
+    assert_eq!((r.count, r.per.as_secs()), (10, 60));
+    assert!(d.config.console.trusted_proxies.is_empty());
+    let off = crate::load("version: 1\nconsole:\n  sign_in_rate: off\n");
+    assert_eq!(off.config.console.sign_in_limit(), None);
+}
+
+#[test]
 fn an_upstream_server_needs_a_command_and_a_name_fit_for_an_op_id() {
     let d = error(
         "version: 1\nmcp_servers:\n  notes:\n    tools: {search: {effects: [read]}}\n",

@@ -1775,3 +1775,18 @@ rules:
         codes::LINT_OP_CONTAINED,
     );
 }
+
+#[test]
+fn a_console_sign_in_without_a_limit_is_a_warning() {
+    let d = the(
+        &findings("version: 1\nconsole: {sign_in_rate: \"off\"}\n"),
+        codes::LINT_CONSOLE_SIGN_IN_UNLIMITED,
+        Severity::Warning,
+    )
+    .clone();
+    assert_eq!(d.location, "console.sign_in_rate");
+    misses(
+        "version: 1\nconsole: {sign_in_rate: 600/min}\n",
+        codes::LINT_CONSOLE_SIGN_IN_UNLIMITED,
+    );
+}

@@ -379,7 +379,8 @@ pub(crate) async fn sign_in(
     }
     let token = token.map(str::trim).unwrap_or_default();
     // Counted before the token is checked: a guess costs an attempt whether it is right or not.
-    let keys = super::throttle::keys(peer, token);
+    let client = state.sign_in_limiter().client(peer, headers);
+    let keys = super::throttle::keys(client, token);
     if let Err(secs) = state.sign_in_limiter().attempt(&keys, now_ms()) {
         return throttled(state, &rid, secs).await;
     }

@@ -1,10 +1,12 @@
-//! Sign-in throttling: at most [`LIMIT`] console sign-in attempts per [`WINDOW_MS`] from one
-//! client address (an IPv6 client by its /64) and for one presented identity (a JWT's unverified
-//! issuer and subject, else the token's digest), counted in a fixed window per key. The table is
-//! bounded: at most [`MAX_KEYS`] keys; a new key past that first drops the windows that ended,
-//! then the oldest one, so a flood of addresses costs memory it cannot grow (it can only make
-//! the limiter forget its oldest counts early). The address is the connection's peer: behind a
-//! proxy every client shares the proxy's.
+//! Sign-in throttling: at most `console.sign_in_rate` console sign-in attempts (10 a minute by
+//! default, `ConsoleConfig::DEFAULT_SIGN_IN_RATE`) from one client address (an IPv6 client by its /64)
+//! and for one presented identity (a JWT's unverified issuer and subject, else the token's
+//! digest), counted in a fixed window per key; `off` counts nothing. The table is bounded: at
+//! most [`MAX_KEYS`] keys; a new key past that first drops the windows that ended, then the
+//! oldest one, so a flood of addresses costs memory it cannot grow (it can only make the
+//! limiter forget its oldest counts early). The address is the connection's peer, unless the
+//! peer is one of `console.trusted_proxies`: then it is the client its `X-Forwarded-For`
+//! names ([`SignInLimiter::client`]); the header of any other peer is never read.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -12,12 +14,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::HeaderMap;
 use axum::http::request::Parts;
+use corral_config::model::{Cidr, ConsoleConfig};
 use sha2::{Digest, Sha256};
 
-/// Attempts a key may make in one window.
-pub(crate) const LIMIT: u32 = 10;
-/// A window's length.
+/// The limit that is no limit (`console.sign_in_rate: off`); a rate counts at least 1.
+const OFF: u32 = 0;
+/// The window of an `off` limiter (never read: it counts nothing).
 pub(crate) const WINDOW_MS: i64 = 60 * 1000;
 /// The most keys the table holds.
 pub(crate) const MAX_KEYS: usize = 4096;
@@ -35,26 +39,69 @@ pub(crate) struct SignInLimiter {
     /// INVARIANT (bounded): never more than `max_keys` entries; `attempt` evicts before it
     /// inserts.
     windows: Mutex<HashMap<String, Window>>,
+    /// Attempts per window and key; [`OFF`]: no limit.
     limit: AtomicU32,
     window_ms: i64,
     max_keys: usize,
-}
-
-impl Default for SignInLimiter {
-    fn default() -> Self {
-        Self::new(LIMIT, WINDOW_MS, MAX_KEYS)
-    }
+    /// The proxies whose `X-Forwarded-For` names the client (`console.trusted_proxies`).
+    trusted: Vec<Cidr>,
 }
 
 impl SignInLimiter {
-    /// A limiter of `limit` attempts per `window_ms` per key, holding at most `max_keys` keys.
+    /// A limiter of `limit` attempts per `window_ms` per key, holding at most `max_keys` keys,
+    /// trusting no proxy.
     pub(crate) fn new(limit: u32, window_ms: i64, max_keys: usize) -> Self {
         Self {
             windows: Mutex::new(HashMap::new()),
             limit: AtomicU32::new(limit),
             window_ms: window_ms.max(1),
             max_keys: max_keys.max(1),
+            trusted: Vec::new(),
         }
+    }
+
+    /// The limiter `console:` asks for: its `sign_in_rate` (or none, `off`) and its
+    /// `trusted_proxies`.
+    pub(crate) fn from_config(console: &ConsoleConfig) -> Self {
+        let (limit, window_ms) = console.sign_in_limit().map_or((OFF, WINDOW_MS), |r| {
+            (
+                r.count,
+                i64::try_from(r.per.as_millis()).unwrap_or(i64::MAX),
+            )
+        });
+        Self {
+            trusted: console.trusted_proxies.clone(),
+            ..Self::new(limit, window_ms, MAX_KEYS)
+        }
+    }
+
+    /// The client a sign-in comes from: the connection's peer, or, when the peer is a trusted
+    /// proxy, the rightmost address of `X-Forwarded-For` (every such header, in order) that is
+    /// not itself a trusted proxy; walking left stops at an entry that is not an address, and
+    /// the last trusted hop counts then. No trusted proxy configured: the header is not read.
+    pub(crate) fn client(&self, peer: Option<SocketAddr>, headers: &HeaderMap) -> Option<IpAddr> {
+        let peer = peer.map(|p| p.ip())?;
+        let trusted = |ip: IpAddr| self.trusted.iter().any(|c| c.contains(ip));
+        if !trusted(peer) {
+            return Some(peer);
+        }
+        let hops: Vec<&str> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .collect();
+        let mut client = peer;
+        for hop in hops.iter().rev() {
+            let Some(ip) = forwarded_ip(hop) else {
+                break;
+            };
+            client = ip;
+            if !trusted(ip) {
+                break;
+            }
+        }
+        Some(client)
     }
 
     /// Sets the attempts a key may make in one window.
@@ -67,6 +114,9 @@ impl SignInLimiter {
     pub(crate) fn attempt(&self, keys: &[String], now_ms: i64) -> Result<(), u64> {
         let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
         let limit = self.limit.load(Ordering::Relaxed);
+        if limit == OFF {
+            return Ok(());
+        }
         let live = |w: &Window| now_ms.saturating_sub(w.start_ms) < self.window_ms;
         let mut wait_ms = 0i64;
         for k in keys {
@@ -144,10 +194,20 @@ impl<S: Send + Sync> FromRequestParts<S> for Peer {
     }
 }
 
+/// An address as a proxy writes it in `X-Forwarded-For`: `1.2.3.4`, `2001:db8::1`, and
+/// (some proxies) with a port, `1.2.3.4:5678` or `[2001:db8::1]:5678`.
+fn forwarded_ip(hop: &str) -> Option<IpAddr> {
+    let hop = hop.trim();
+    if let Ok(ip) = hop.parse() {
+        return Some(ip);
+    }
+    hop.parse::<SocketAddr>().ok().map(|a| a.ip())
+}
+
 /// The keys of one sign-in attempt: the client's address (`unknown` when the server was not
 /// told it) and the identity the token presents.
-pub(crate) fn keys(peer: Option<SocketAddr>, token: &str) -> Vec<String> {
-    let ip = match peer.map(|p| p.ip()) {
+pub(crate) fn keys(client: Option<IpAddr>, token: &str) -> Vec<String> {
+    let ip = match client {
         Some(IpAddr::V4(v4)) => format!("ip:{v4}"),
         Some(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
             Some(v4) => format!("ip:{v4}"),
@@ -210,7 +270,7 @@ mod tests {
     #[test]
     fn the_eleventh_attempt_in_a_window_is_refused_until_it_ends() {
         let l = SignInLimiter::new(10, 60_000, 100);
-        let k = keys(Some(([10, 0, 0, 1], 5000).into()), "t");
+        let k = keys(Some([10, 0, 0, 1].into()), "t");
         for i in 0..10 {
             assert_eq!(l.attempt(&k, 1_000 + i), Ok(()));
         }
@@ -221,7 +281,7 @@ mod tests {
     #[test]
     fn one_identity_is_limited_across_addresses_and_one_address_across_tokens() {
         let l = SignInLimiter::new(2, 60_000, 100);
-        let at = |ip: u8, tok: &str| keys(Some(([10, 0, 0, ip], 1).into()), tok);
+        let at = |ip: u8, tok: &str| keys(Some([10, 0, 0, ip].into()), tok);
         assert_eq!(l.attempt(&at(1, "a"), 0), Ok(()));
         assert_eq!(l.attempt(&at(2, "a"), 0), Ok(()));
         assert!(l.attempt(&at(3, "a"), 0).is_err());
@@ -235,7 +295,7 @@ mod tests {
         let l = SignInLimiter::new(10, 60_000, 64);
         for i in 0..10_000u32 {
             let ip = std::net::Ipv4Addr::from(i);
-            let _ = l.attempt(&keys(Some((ip, 1).into()), &i.to_string()), i64::from(i));
+            let _ = l.attempt(&keys(Some(ip.into()), &i.to_string()), i64::from(i));
             assert!(l.len() <= 64, "{} keys after {i}", l.len());
         }
     }
@@ -249,7 +309,7 @@ mod tests {
         assert_ne!(keys(None, a)[1], keys(None, "e30.e30.z")[1]);
         let v6 = |last: u16| {
             let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 3, 4, 5, last);
-            keys(Some((ip, 1).into()), "t")[0].clone()
+            keys(Some(ip.into()), "t")[0].clone()
         };
         assert_eq!(v6(1), v6(2));
         assert_eq!(v6(1), "ip:2001:db8:1:2::/64");
@@ -257,5 +317,80 @@ mod tests {
         for t in ["..", "a.%%.b", "a.b.c.d", "", "\u{0}"] {
             assert_eq!(keys(None, t).len(), 2);
         }
+    }
+
+    fn limiter(proxies: &[&str]) -> SignInLimiter {
+        let trusted: Vec<Cidr> = proxies.iter().filter_map(|c| Cidr::parse(c).ok()).collect();
+        assert_eq!(trusted.len(), proxies.len());
+        SignInLimiter::from_config(&ConsoleConfig {
+            sign_in_rate: None,
+            trusted_proxies: trusted,
+        })
+    }
+
+    #[test]
+    fn forwarded_for_names_the_client_only_behind_a_trusted_proxy() {
+        let check = |l: &SignInLimiter, peer: [u8; 4], xff: &[&'static str], expect: &str| {
+            let mut h = HeaderMap::new();
+            for v in xff {
+                h.append("x-forwarded-for", axum::http::HeaderValue::from_static(v));
+            }
+            let got = l.client(Some((peer, 443).into()), &h);
+            assert_eq!(
+                got.map(|i| i.to_string()).as_deref(),
+                Some(expect),
+                "{xff:?}"
+            );
+        };
+        // No trusted proxy: the header is never read.
+        let none = limiter(&[]);
+        check(&none, [10, 0, 0, 1], &["203.0.113.9"], "10.0.0.1");
+        let l = limiter(&["10.0.0.0/8", "fd00::/8"]);
+        // A peer outside the trusted networks: its header is ignored.
+        check(&l, [198, 51, 100, 7], &["203.0.113.9"], "198.51.100.7");
+        // Behind a trusted proxy: the rightmost untrusted hop, whatever a client prepended.
+        check(&l, [10, 0, 0, 1], &["1.1.1.1, 203.0.113.9"], "203.0.113.9");
+        check(
+            &l,
+            [10, 0, 0, 1],
+            &["1.1.1.1", "203.0.113.9, 10.2.3.4"],
+            "203.0.113.9",
+        );
+        check(&l, [10, 0, 0, 1], &["[2001:db8::1]:443"], "2001:db8::1");
+        check(&l, [10, 0, 0, 1], &["203.0.113.9:5678"], "203.0.113.9");
+        // Garbage stops the walk at the last trusted hop; no header: the proxy itself.
+        check(
+            &l,
+            [10, 0, 0, 1],
+            &["203.0.113.9, garbage, 10.9.9.9"],
+            "10.9.9.9",
+        );
+        check(&l, [10, 0, 0, 1], &[], "10.0.0.1");
+    }
+
+    #[test]
+    fn an_off_rate_counts_nothing_and_a_configured_one_is_kept() {
+        let off = SignInLimiter::from_config(&ConsoleConfig {
+            sign_in_rate: Some(corral_config::model::SignInRate::Off),
+            trusted_proxies: Vec::new(),
+        });
+        let k = keys(None, "t");
+        for i in 0..1000 {
+            assert_eq!(off.attempt(&k, i), Ok(()));
+        }
+        assert_eq!(off.len(), 0);
+        let two = SignInLimiter::from_config(&ConsoleConfig {
+            sign_in_rate: Some(corral_config::model::SignInRate::Limit(
+                corral_policy::units::Rate {
+                    count: 2,
+                    per: std::time::Duration::from_secs(1),
+                },
+            )),
+            trusted_proxies: Vec::new(),
+        });
+        assert_eq!(two.attempt(&k, 0), Ok(()));
+        assert_eq!(two.attempt(&k, 1), Ok(()));
+        assert_eq!(two.attempt(&k, 2), Err(1));
+        assert_eq!(two.attempt(&k, 1_000), Ok(()));
     }
 }

@@ -389,6 +389,65 @@ async fn the_eleventh_sign_in_attempt_in_a_minute_is_refused_with_retry_after() 
     );
 }
 
+/// A wrong token (`wrong-<i>`, a new identity each time) from `ip`, as `X-Forwarded-For` says.
+async fn wrong(ui: &Ui, i: usize, ip: &str) -> Reply {
+    ui.login(&format!("wrong-{i}"), &[("x-forwarded-for", ip)])
+        .await
+}
+
+/// `console.sign_in_rate` raises (or lowers) the limit; `X-Forwarded-For` names the client only
+/// when the connection comes from a `console.trusted_proxies` network (these tests connect from
+/// 127.0.0.1), so a client that is not behind one gains nothing by writing the header.
+#[tokio::test]
+async fn the_sign_in_limit_is_configured_and_forwarded_clients_count_only_behind_a_trusted_proxy() {
+    let (f, _) = fixture();
+    // Raised: 15 wrong tokens from one address, and the right one still signs in.
+    let ui = Ui::start(&f.load(&f.yaml("", "console: {sign_in_rate: 20/min}\n"))).await;
+    for i in 0..15 {
+        assert_refused_form(&wrong(&ui, i, "192.0.2.1").await, 401, "auth.invalid");
+    }
+    assert_eq!(
+        ui.login(&human("ada", &["operator"]), &[]).await.status,
+        303
+    );
+
+    // Behind a trusted proxy: each forwarded client has its own count.
+    let ui = Ui::start(&f.load(&f.yaml(
+        "",
+        "console: {sign_in_rate: 3/min, trusted_proxies: [127.0.0.0/8]}\n",
+    )))
+    .await;
+    for i in 0..3 {
+        assert_refused_form(&wrong(&ui, i, "203.0.113.1").await, 401, "auth.invalid");
+    }
+    assert_refused_form(
+        &wrong(&ui, 3, "203.0.113.1").await,
+        429,
+        "ui.sign_in_rate_limited",
+    );
+    let other = ui
+        .login(
+            &human("ada", &["operator"]),
+            &[("x-forwarded-for", "203.0.113.2")],
+        )
+        .await;
+    assert_eq!(other.status, 303, "{}", other.text);
+
+    // No trusted proxy: the header is never read, so a new one each time gains nothing.
+    let ui = Ui::start(&f.load(&f.yaml("", "console: {sign_in_rate: 3/min}\n"))).await;
+    for (i, ip) in ["198.51.100.1", "198.51.100.2", "198.51.100.3"]
+        .into_iter()
+        .enumerate()
+    {
+        assert_refused_form(&wrong(&ui, i, ip).await, 401, "auth.invalid");
+    }
+    assert_refused_form(
+        &wrong(&ui, 3, "198.51.100.4").await,
+        429,
+        "ui.sign_in_rate_limited",
+    );
+}
+
 #[track_caller]
 fn assert_refused_form(r: &Reply, status: u16, code: &str) {
     assert_eq!(r.status, status, "{}", r.text);
