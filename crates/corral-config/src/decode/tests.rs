@@ -59,7 +59,7 @@ fn document(path: &str, body: &str) -> Option<String> {
         }
         "storage" | "mcp" | "isolation" | "limits" | "auth" | "audit" | "autonomy" | "roles"
         | "guardrails" | "budgets" | "run" | "sandbox" | "recordings" | "llm" | "agents"
-        | "install" => {
+        | "install" | "telemetry" => {
             format!("{{version: 1, {path}: {{{body}}}}}")
         }
         _ => return None,
