@@ -456,3 +456,68 @@ fn an_endpoint_the_exporter_cannot_use_stops_serve_with_its_code() {
     assert!(err.contains("error[config.telemetry_exporter]"), "{err}");
     assert!(err.contains("http://[::1:4318/v1/traces"), "{err}");
 }
+
+/// Spans exported so far, once one satisfies `done` (within a few export rounds).
+fn spans_until(received: &Mutex<Received>, done: impl Fn(&Span) -> bool) -> Vec<Span> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let spans = received
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .spans
+            .clone();
+        if spans.iter().any(&done) {
+            return spans;
+        }
+        let names: Vec<String> = spans
+            .iter()
+            .map(|s| s.name.chars().take(80).collect())
+            .collect();
+        assert!(Instant::now() < deadline, "not exported; got {names:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// An extension method is whatever the caller sent (any length a request line holds, before
+/// any authentication): on a route that takes every method, the request's span names it
+/// `_OTHER`, as OpenTelemetry does, and the method itself is in no exported byte.
+#[test]
+fn a_callers_own_http_method_never_reaches_a_span() {
+    let (port, received) = collector();
+    let config = format!(
+        "version: 1\nstate_dir: .corral\npreset: workspace_jail\nroot: $WS\n\
+         telemetry: {{endpoint: 'http://127.0.0.1:{port}'}}\n\
+         auth:\n  tokens:\n    - {{id: agent, roles: [operator], token_env: OTEL_AGENT}}\n"
+    );
+    let dir = workspace(Some(&config));
+    let served = serve_with(
+        dir.path(),
+        &["--config", "corral.yaml"],
+        &[("OTEL_AGENT", AGENT)],
+        Stdio::null(),
+    );
+    let method = "CALLERMETHOD".repeat(5000);
+    let (status, body) = http(&served.url, &method, "/ui/anything", &[], "");
+    assert_eq!(status, 404, "{body}");
+
+    let spans = spans_until(&received, |s| {
+        s.attrs.get("http.route").map(String::as_str) == Some("/ui/{*rest}")
+    });
+    let Some(ui) = spans
+        .iter()
+        .find(|s| s.attrs.get("http.route").map(String::as_str) == Some("/ui/{*rest}"))
+    else {
+        unreachable!("spans_until found it")
+    };
+    assert_eq!(ui.name, "HTTP /ui/{*rest}");
+    assert_eq!(ui.attrs["http.request.method"], "_OTHER");
+    assert_eq!(ui.attrs["http.response.status_code"], "404");
+    for body in &received
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .bodies
+    {
+        let seen = String::from_utf8_lossy(body);
+        assert!(!seen.contains("CALLERMETHOD"), "{} bytes", body.len());
+    }
+}
