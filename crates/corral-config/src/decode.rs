@@ -406,16 +406,18 @@ impl Decoder {
     }
 
     /// An OTLP/HTTP address: `http(s)://host[:port][/path]`, without credentials (a user or
-    /// password in it is refused without being repeated) or a query.
+    /// password in it is refused without being repeated) or a query. An `@` anywhere is taken
+    /// for credentials: a password may hold a `/` (`http://ops:pa/ss@c`), which ends the
+    /// authority before its `@`, and the URL would then be started with and logged whole.
     fn otlp_endpoint(&mut self, node: &Node, at: &str) -> Option<String> {
         let s = self.string(node, at)?;
         let rest = s
             .strip_prefix("http://")
             .or_else(|| s.strip_prefix("https://"));
-        let authority = rest.map(|r| r.split('/').next().unwrap_or(""));
+        let authority = rest.map(|r| (r.split('/').next().unwrap_or(""), r));
         let problem = match authority {
             None => Some("is not an `http://` or `https://` URL"),
-            Some(a) if a.contains('@') => {
+            Some((_, r)) if r.contains('@') => {
                 self.err_fix(
                     codes::CONFIG_INLINE_SECRET,
                     "`telemetry.endpoint` holds credentials".to_owned(),
@@ -427,7 +429,7 @@ impl Decoder {
                 );
                 return None;
             }
-            Some("") => Some("has no host"),
+            Some(("", _)) => Some("has no host"),
             Some(_) if s.contains(|c: char| c.is_whitespace() || c == '?' || c == '#') => {
                 Some("has a space, a query or a fragment")
             }

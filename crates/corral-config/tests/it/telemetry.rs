@@ -43,6 +43,20 @@ fn credentials_in_the_endpoint_are_refused_and_never_echoed() {
     assert!(d.fix.contains("OTEL_EXPORTER_OTLP_HEADERS"));
     let said = format!("{:?}", e.diagnostics);
     assert!(!said.contains("hunter2"), "{said}");
+    // A password with a `/` ends the URL's authority before its `@`: still credentials.
+    for endpoint in [
+        "http://ops:hunter2/x@c.example:4318",
+        "http://ops:4318/hunter2@c.example",
+    ] {
+        let e = load_err(
+            "corral.yaml",
+            &format!("version: 1\ntelemetry: {{endpoint: '{endpoint}'}}\n"),
+        );
+        let d = the(&e.diagnostics, "config.inline_secret", Severity::Error);
+        assert_eq!(d.location, "telemetry.endpoint");
+        let said = format!("{:?}", e.diagnostics);
+        assert!(!said.contains("hunter2"), "{said}");
+    }
 }
 
 #[test]
