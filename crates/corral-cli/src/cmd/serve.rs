@@ -22,8 +22,16 @@ pub struct Args {
 /// JSON log lines on stderr (`CORRAL_LOG` filters them), and with `telemetry:` the exporter's
 /// layer beside them: it alone sees corral's spans (`corral_telemetry::TARGET`).
 fn init_logging(exporter: Option<&corral_telemetry::Exporter>) {
+    let _ = tracing::subscriber::set_global_default(subscriber(exporter));
+}
+
+/// The process's subscriber. Without an exporter there is no layer at all in the exporter's
+/// place (not a `None` one: an absent `Option` layer is enabled for everything, so each of
+/// corral's spans would be built, its fields formatted, on every call).
+fn subscriber(
+    exporter: Option<&corral_telemetry::Exporter>,
+) -> Box<dyn tracing::Subscriber + Send + Sync> {
     use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{EnvFilter, Layer};
     // rmcp logs a line per MCP request at INFO: corral's own audit already has each call.
     let mut filter =
@@ -35,10 +43,11 @@ fn init_logging(exporter: Option<&corral_telemetry::Exporter>) {
         .json()
         .with_writer(std::io::stderr)
         .with_filter(filter);
-    let _ = tracing_subscriber::registry()
-        .with(log)
-        .with(exporter.map(corral_telemetry::Exporter::layer))
-        .try_init();
+    let logged = tracing_subscriber::registry().with(log);
+    match exporter {
+        Some(e) => Box::new(logged.with(e.layer())),
+        None => Box::new(logged),
+    }
 }
 
 /// The exporter `telemetry:` asks for, if it does.
@@ -115,4 +124,19 @@ pub fn run(a: Args) -> CliResult {
         e => CliError::coded(e.code(), &e),
     })?;
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    /// With `telemetry:` absent, corral's spans are disabled callsites: nothing is built or
+    /// formatted for them on a call.
+    #[test]
+    fn without_telemetry_the_spans_are_disabled() {
+        tracing::subscriber::with_default(super::subscriber(None), || {
+            let span = tracing::info_span!(target: corral_telemetry::TARGET, "corral.call");
+            assert!(span.is_disabled());
+            // The log's own lines still are.
+            assert!(tracing::enabled!(tracing::Level::INFO));
+        });
+    }
 }
