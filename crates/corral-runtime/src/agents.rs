@@ -121,6 +121,21 @@ impl Drop for OwnerSlot {
     }
 }
 
+/// How long a cancel on the replica running the turn waits for the turn's end to be recorded
+/// before it answers (the turn's sandbox is ending; its events follow).
+const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A turn this process runs: its number in its session (a cancel names the turn it ends, so
+/// it never reaches an earlier or a later one), how to end it, and whether it has ended.
+#[derive(Debug)]
+struct RunningTurn {
+    turn: u64,
+    /// Wakes the turn's task, which ends the turn and records it as cancelled.
+    cancel: Arc<tokio::sync::Notify>,
+    /// Closed when the turn's task is done (its sender dropped).
+    ended: tokio::sync::watch::Receiver<()>,
+}
+
 /// The most model turns within one turn, for CLIs that take such a limit.
 const MAX_MODEL_TURNS: u32 = 50;
 /// Live sessions one process keeps between turns before dropping the idle ones.
@@ -139,7 +154,9 @@ pub struct AgentHost {
     /// Per session: the live session and what it was built from (permissions, limits, owner);
     /// a turn whose grant differs rebuilds it.
     live: Mutex<HashMap<String, (String, Arc<Session>)>>,
-    running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// Per session, the turn this process runs in it (registered by the turn's own task once
+    /// its claim holds, removed by that task when the turn ends).
+    running: Mutex<HashMap<String, RunningTurn>>,
     /// Turns running per owner, at most [`MAX_TURNS_PER_OWNER`].
     turns: OwnerSlots,
     /// Event streams open per owner, at most [`MAX_STREAMS_PER_OWNER`].
@@ -542,12 +559,18 @@ impl AgentHost {
     }
 
     /// Claims the session's next turn (refused while one runs, or past `max_turns`), and
-    /// runs it in the background; its handle ends with the turn.
+    /// runs it in the background; its handle ends with the turn (`None`: the claim was
+    /// refused, and this call answered why).
+    ///
+    /// The claim is made by the turn's own task, so a caller that goes away (its client
+    /// disconnected, its future dropped) at any await point here either never claimed the
+    /// turn or left it with a task that runs it and records its end: a session is never left
+    /// `in_progress` with nothing driving it.
     async fn start_turn(
         self: &Arc<Self>,
         t: TurnStart,
         prompt: String,
-    ) -> Result<tokio::task::JoinHandle<TurnDone>, OpError> {
+    ) -> Result<tokio::task::JoinHandle<Option<TurnDone>>, OpError> {
         if let Some(left) = t.grant.turns_left
             && t.record.turns >= u64::from(left)
         {
@@ -576,29 +599,57 @@ impl AgentHost {
             .turns
             .take((t.tenant.clone(), t.owner.principal.identity()))
             .ok_or_else(|| slot_error(&t.owner.principal.id))?;
-        self.store
-            .claim_turn(&t.tenant, &t.record.id, now_ms())
-            .await
-            .map_err(store_err)?;
-        let turn = t.record.turns + 1;
-        let prompt = self.with_instructions(&t, turn, prompt).await;
-        self.append(
-            &t.tenant,
-            &t.record.id,
-            vec![("turn_started".to_owned(), json!({"turn": turn}))],
-        )
-        .await;
+        let (started_tx, started) = tokio::sync::oneshot::channel();
         let host = Arc::clone(self);
-        let id = t.record.id.clone();
-        // The task holds the owner's slot: it is freed when the turn ends or is aborted.
+        // Nothing awaits between here and the spawn: from the claim on, the task owns the turn
+        // (and the owner's slot, freed when the turn ends or the task is aborted).
         let handle = tokio::spawn(async move {
             let _slot = slot;
-            host.drive_turn(t, session, prompt, turn).await
+            let claimed = host
+                .store
+                .claim_turn(&t.tenant, &t.record.id, now_ms())
+                .await
+                .map_err(store_err);
+            let turn = match claimed {
+                Ok(s) => s.turns,
+                Err(e) => {
+                    let _ = started_tx.send(Err(e));
+                    return None;
+                }
+            };
+            let (ended_tx, ended) = tokio::sync::watch::channel(());
+            let cancel = Arc::new(tokio::sync::Notify::new());
+            if let Ok(mut r) = host.running.lock() {
+                r.insert(
+                    t.record.id.clone(),
+                    RunningTurn {
+                        turn,
+                        cancel: Arc::clone(&cancel),
+                        ended,
+                    },
+                );
+            }
+            let prompt = host.with_instructions(&t, turn, prompt).await;
+            host.append(
+                &t.tenant,
+                &t.record.id,
+                vec![("turn_started".to_owned(), json!({"turn": turn}))],
+            )
+            .await;
+            // The caller may be gone; the turn runs all the same.
+            let _ = started_tx.send(Ok(()));
+            let done = host.drive_turn(t, session, prompt, turn, cancel).await;
+            drop(ended_tx);
+            Some(done)
         });
-        if let Ok(mut r) = self.running.lock() {
-            r.insert(id, handle.abort_handle());
+        match started.await {
+            Ok(Ok(())) => Ok(handle),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(op_err(
+                codes::AGENTS_SANDBOX,
+                "the turn's task ended before its turn started; see the server's log",
+            )),
         }
-        Ok(handle)
     }
 
     /// A session's first prompt, after the `instructions` of the saved agent it was made from
@@ -628,13 +679,15 @@ impl AgentHost {
         }
     }
 
-    /// Runs one turn: its events stored and audited as they come, its end recorded.
+    /// Runs one turn: its events stored and audited as they come, its end recorded; a cancel
+    /// (`cancel` woken) ends its sandbox and records it as cancelled.
     async fn drive_turn(
         self: Arc<Self>,
         t: TurnStart,
         session: Arc<Session>,
         prompt: String,
         turn: u64,
+        cancel: Arc<tokio::sync::Notify>,
     ) -> TurnDone {
         let (tx, mut rx) = mpsc::channel::<SessionEvent>(64);
         let adapter = t.adapter.name();
@@ -674,7 +727,27 @@ impl AgentHost {
             }
             (events, message)
         };
-        let (report, (events, message)) = tokio::join!(session.run_turn(&prompt, tx), consume);
+        let run = async { tokio::join!(session.run_turn(&prompt, tx), consume) };
+        let cancelled = cancel.notified();
+        // A cancel drops the run (its sandbox destroyed, the agent killed) before the end is
+        // recorded.
+        let outcome = tokio::select! {
+            done = run => Some(done),
+            () = cancelled => None,
+        };
+        let Some((report, (events, message))) = outcome else {
+            let error = (
+                codes::AGENTS_CANCELLED,
+                "the turn was cancelled by `agent.session.input.cancel`".to_owned(),
+            );
+            self.end_turn(&t, turn, None, Some(error.clone())).await;
+            return TurnDone {
+                report: None,
+                error: Some(error),
+                message: None,
+                events: 0,
+            };
+        };
         let (report, error) = match report {
             Ok(r) if r.ok => (Some(r), None),
             Ok(r) => {
@@ -707,8 +780,11 @@ impl AgentHost {
         let attestation = report.map_or(Value::Null, |r| {
             json!(AttestationRecord::from(&r.attestation))
         });
-        // Off the running list first: a turn claimed once this one is idle registers its own.
-        if let Ok(mut r) = self.running.lock() {
+        // Off the running list first (only this turn's entry): a turn claimed once this one
+        // is idle registers its own.
+        if let Ok(mut r) = self.running.lock()
+            && r.get(&t.record.id).is_some_and(|e| e.turn == turn)
+        {
             r.remove(&t.record.id);
         }
         let ended = json!({
@@ -734,7 +810,7 @@ impl AgentHost {
         };
         if let Err(e) = self
             .store
-            .end_turn(&t.tenant, &t.record.id, &end, now_ms())
+            .end_turn(&t.tenant, &t.record.id, turn, &end, now_ms())
             .await
         {
             tracing::warn!(session = %t.record.id, "a turn's end was not recorded: {e}");
@@ -747,24 +823,29 @@ impl AgentHost {
         .await;
     }
 
-    /// Cancels the turn running in session `id` (nothing when none runs): its sandbox is
-    /// ended, and the turn recorded as cancelled.
-    async fn cancel(&self, t: &TurnStart) -> bool {
-        let handle = self
-            .running
-            .lock()
-            .ok()
-            .and_then(|mut r| r.remove(&t.record.id));
-        let Some(handle) = handle else {
-            return false;
-        };
-        handle.abort();
-        let error = (
-            codes::AGENTS_CANCELLED,
-            "the turn was cancelled by `agent.session.input.cancel`".to_owned(),
-        );
-        self.end_turn(t, t.record.turns, None, Some(error)).await;
-        true
+    /// Cancels the turn running in the session (nothing when none runs): the turn named by
+    /// the session's record as this call read it, never another. Its task is woken, and this
+    /// waits (at most [`CANCEL_WAIT`]) until the task recorded the turn's end. Only the turn's
+    /// own task records that end, so a session's events show a cancel once, and an idle
+    /// session's none.
+    async fn cancel(&self, t: &TurnStart) {
+        if t.record.status != "in_progress" {
+            return;
+        }
+        let turn = t.record.turns;
+        let local = self.running.lock().ok().and_then(|r| {
+            r.get(&t.record.id)
+                .filter(|e| e.turn == turn)
+                .map(|e| (Arc::clone(&e.cancel), e.ended.clone()))
+        });
+        if let Some((cancel, mut ended)) = local {
+            cancel.notify_one();
+            // `changed` fails once the task dropped its sender: the end is recorded.
+            let _ = tokio::time::timeout(CANCEL_WAIT, async {
+                while ended.changed().await.is_ok() {}
+            })
+            .await;
+        }
     }
 }
 
@@ -1054,9 +1135,7 @@ impl AgentSessionOp {
                     .unwrap_or_default();
                 self.host.start_turn(t, text.to_owned()).await?;
             }
-            Some("cancel") => {
-                self.host.cancel(&t).await;
-            }
+            Some("cancel") => self.host.cancel(&t).await,
             _ => {
                 return Err(op_err(
                     codes::AGENTS_INVALID,
@@ -1075,7 +1154,7 @@ impl AgentSessionOp {
         let record = self.own_session(ctx, &id).await?;
         let t = self.turn_start(ctx, record)?;
         same_session(&t)?;
-        if t.record.status == "running" {
+        if t.record.status == "in_progress" {
             return Err(op_err(
                 codes::AGENTS_SESSION_BUSY,
                 format!(
@@ -1113,12 +1192,23 @@ impl AgentSessionOp {
         let record = self.create(ctx).await?;
         let id = record.id.clone();
         let t = self.turn_start(ctx, record)?;
-        let done = self.host.start_turn(t, task).await?.await.map_err(|e| {
-            op_err(
-                codes::AGENTS_SANDBOX,
-                format!("the turn's task failed: {e}"),
-            )
-        })?;
+        let done = self
+            .host
+            .start_turn(t, task)
+            .await?
+            .await
+            .map_err(|e| {
+                op_err(
+                    codes::AGENTS_SANDBOX,
+                    format!("the turn's task failed: {e}"),
+                )
+            })?
+            .ok_or_else(|| {
+                op_err(
+                    codes::AGENTS_SANDBOX,
+                    "the turn's task ended before its turn started",
+                )
+            })?;
         let session = self.reread(ctx, &id).await?;
         if let Some((code, message)) = &done.error
             && done.report.is_none()

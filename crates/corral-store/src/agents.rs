@@ -1,7 +1,7 @@
 //! The agents host's records (issue 17, migration 0017): saved agents, sessions and each
 //! session's events. A session is a run (its id is the run id); it takes one turn at a time,
 //! claimed atomically (`idle` -> `in_progress`), so two replicas never run two turns of one
-//! session at once. Events are append-only, numbered from 1 per session without gaps, capped at
+//! session at once; a turn's end names the turn's number, so it never ends another turn. Events are append-only, numbered from 1 per session without gaps, capped at
 //! [`MAX_SESSION_EVENTS`] per session and [`MAX_EVENT_BYTES`] each. The store keeps what the
 //! runtime gives it and checks only tenancy; who may read a session (its owner, an admin) is the
 //! runtime's decision.
@@ -293,10 +293,12 @@ const LIST_SESSIONS: &str = concat!(
 /// A turn starts only on an `idle` session: one turn at a time, across replicas.
 const CLAIM_TURN: &str = "UPDATE agent_sessions SET status = 'in_progress', turns = turns + 1, \
      worker = $3, last_active_ms = $4 WHERE tenant = $1 AND id = $2 AND status = 'idle'";
-/// Only the running turn ends (a turn a restart marked failed stays so).
+/// Only the running turn ends, and only itself: turn `$10` (a turn a restart marked failed
+/// stays so; an end of an earlier turn changes nothing of a later one).
 const END_TURN: &str = "UPDATE agent_sessions SET status = $3, error_code = $4, \
      error_message = $5, usage = $6, attestation = $7, worker = NULL, last_active_ms = $8, \
-     cli_thread = COALESCE($9, cli_thread) WHERE tenant = $1 AND id = $2 AND status = 'in_progress'";
+     cli_thread = COALESCE($9, cli_thread) WHERE tenant = $1 AND id = $2 \
+     AND status = 'in_progress' AND turns = $10";
 /// Reserves `$3` event numbers; nothing when that would pass the cap `$4`.
 const RESERVE_EVENTS: &str = "UPDATE agent_sessions SET events = events + $3, \
      last_active_ms = $5 WHERE tenant = $1 AND id = $2 AND events + $3 <= $4";
@@ -658,12 +660,14 @@ impl Store {
         Ok(session)
     }
 
-    /// Ends the running turn of a session. A turn no longer running (a restart marked the
-    /// session failed) is left as it is: `Busy` names its status.
+    /// Ends turn `turn` of a session (its number, as [`Store::claim_turn`]'s `turns`). A turn
+    /// no longer running (a restart marked the session failed, or it ended already and
+    /// another started) is left as it is: `Busy` names the session's status.
     pub async fn end_turn(
         &self,
         tenant: &str,
         id: &str,
+        turn: u64,
         end: &TurnEnd,
         now_ms: i64,
     ) -> Result<(), AgentStoreError> {
@@ -679,6 +683,7 @@ impl Store {
             .bind(json_text(&end.attestation))
             .bind(now_ms)
             .bind(end.cli_thread.as_deref())
+            .bind(i64_of(turn))
             .execute(p)
             .await
             .map(|r| r.rows_affected())

@@ -2,9 +2,12 @@
 //! format of the `openai` SDK's `client.beta.agents`: both session gates, the adapter's
 //! selection order, owner-only reads, bad input, a fresh session's events and saved agents.
 //!
-//! No turn runs here (the sandbox helper of an in-process server is the test binary), so every
-//! session is created without `input`. The adapters' CLIs are "installed" by seeding the install
-//! records under the state directory (`install: {mode: offline}` never downloads).
+//! No sandbox runs here (the sandbox helper of an in-process server is the test binary), so every
+//! session is created without `input`; the only turns are ones whose prompt is blank, which the
+//! session refuses before it starts a sandbox (they claim the turn and end it failed, at once:
+//! enough to show how cancels and callers that go away meet a turn's start and end). The
+//! adapters' CLIs are "installed" by seeding the install records under the state directory
+//! (`install: {mode: offline}` never downloads).
 
 use std::path::{Path, PathBuf};
 
@@ -90,7 +93,11 @@ rules:
     }
 
     async fn start(&self, yaml: &str) -> Server {
-        let loaded = self.ws.load(
+        Server::start(&self.loaded(yaml)).await
+    }
+
+    fn loaded(&self, yaml: &str) -> corral_config::Loaded {
+        self.ws.load(
             yaml,
             &[
                 (ALICE_ENV, ALICE),
@@ -100,8 +107,7 @@ rules:
                     crate::guard_fixture::JWT_SECRET,
                 ),
             ],
-        );
-        Server::start(&loaded).await
+        )
     }
 
     /// A server mounting `agents` with every session op allowed to everyone.
@@ -1026,5 +1032,154 @@ async fn saving_and_deleting_an_agent_are_audited_without_values() {
         let text = serde_json::to_string(e).unwrap();
         assert!(!text.contains("SECRET-INSTRUCTIONS-42"), "{text}");
         assert!(text.contains(&id), "{text}");
+    }
+}
+
+// ---------------------------------------------------------------- turns' starts and ends
+
+/// Posts `events` (the SDK's input events) to alice's session `id`: 202.
+async fn post_events(s: &Server, id: &str, events: Value) {
+    let r = post(
+        s,
+        Some(ALICE),
+        &format!("/v1/agents/sessions/{id}/events"),
+        &json!({"events": events}),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.text);
+}
+
+/// A blank message: its turn is claimed, then ends failed (`agents.invalid`) before a sandbox.
+fn blank_message() -> Value {
+    json!([{"type": "agent.session.input.message", "input": " "}])
+}
+
+/// Alice's session `id` once no turn runs in it (polled until a deadline): the session and
+/// its event types.
+async fn settled(s: &Server, id: &str) -> (Value, Vec<String>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let v = session(&get(s, ALICE, &format!("/v1/agents/sessions/{id}")).await);
+        let r = get(
+            s,
+            ALICE,
+            &format!("/v1/agents/sessions/{id}/events?limit=1000"),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let types: Vec<String> = r.json()["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["type"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        // A turn's end is recorded, then its `idle` event appended.
+        let ended =
+            v["corral"]["turns"] == 0 || types.last().is_some_and(|t| t == "agent.session.idle");
+        if v["status"] != "in_progress" && ended {
+            return (v, types);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "session {id} stays running with nothing driving it: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A cancel reaches only the turn that runs: after turns that ended (each as fast as a turn
+/// can, so its end may come before its start returned), a cancel finds an idle session and
+/// changes nothing of it: no event, no "cancelled" error over the turn's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_of_an_idle_session_records_nothing() {
+    let h = Host::new();
+    h.seed("codex");
+    let s = h.open("[codex]").await;
+    let id = new_session(&s, &h).await["id"].as_str().unwrap().to_owned();
+    let cancel = json!([{"type": "agent.session.input.cancel"}]);
+    // Before any turn.
+    post_events(&s, &id, cancel.clone()).await;
+    let (v, types) = settled(&s, &id).await;
+    assert_eq!(types, ["agent.session.created"], "{v}");
+    for turn in 1..=8 {
+        post_events(&s, &id, blank_message()).await;
+        let (before, types) = settled(&s, &id).await;
+        assert_eq!(before["corral"]["turns"], turn, "{before}");
+        assert_eq!(types.last().map(String::as_str), Some("agent.session.idle"));
+        assert_eq!(before["corral"]["error_code"], "agents.invalid", "{before}");
+        post_events(&s, &id, cancel.clone()).await;
+        let (after, again) = settled(&s, &id).await;
+        assert_eq!(again, types, "a cancel of an idle session added events");
+        assert_eq!(after["corral"]["error_code"], "agents.invalid", "{after}");
+        assert_eq!(after["status"], before["status"], "{after}");
+    }
+}
+
+/// Calls the gateway with `call`, dropping the call (as a client that went away) when it was
+/// polled `polls` times without finishing; whether it finished.
+async fn call_dropped_after(
+    state: &corral_server::AppState,
+    call: corral_guard::Call,
+    polls: usize,
+) -> bool {
+    let mut fut = Box::pin(state.gateway().call(call));
+    let mut left = polls;
+    std::future::poll_fn(|cx| {
+        if left == 0 {
+            return std::task::Poll::Ready(false);
+        }
+        left -= 1;
+        fut.as_mut().poll(cx).map(|_| true)
+    })
+    .await
+}
+
+/// Issue 17: a caller that goes away while its message starts a turn (at any await of the
+/// call: before the turn is claimed, between the claim and the turn's task, after) never
+/// leaves the session marked running with nothing driving it: the turn was not claimed, or
+/// it ran to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_gone_while_its_turn_starts_never_leaves_the_session_running() {
+    let h = Host::new();
+    h.seed("codex");
+    let (s, state) = Server::start_keeping_state(
+        &h.loaded(&h.yaml("[codex]", &h.rule("host", ALL_SESSION_OPS))),
+    )
+    .await;
+    let alice = state
+        .authenticator()
+        .authenticate_token(Some(ALICE))
+        .unwrap();
+    let v = new_session(&s, &h).await;
+    let id = v["id"].as_str().unwrap().to_owned();
+    let workdir = v["environment"]["workspace_directory"].clone();
+    let mut turns = 0;
+    for polls in 1.. {
+        let call = corral_guard::Call {
+            caller: alice.clone(),
+            op: "agents.codex.sessions.send_event".to_owned(),
+            args: json!({"session": id, "event": {"type": "message", "text": " "},
+                         "workdir": workdir, "model": "gpt-5-codex"}),
+            request_id: format!("gone-{polls}"),
+        };
+        let finished = call_dropped_after(&state, call, polls).await;
+        let (v, types) = settled(&s, &id).await;
+        let claimed = v["corral"]["turns"].as_u64().unwrap();
+        assert!(claimed == turns || claimed == turns + 1, "{v}");
+        if claimed > turns {
+            turns = claimed;
+            // The claimed turn ran to its end.
+            assert_eq!(
+                types.last().map(String::as_str),
+                Some("agent.session.idle"),
+                "{v}"
+            );
+            assert_eq!(v["corral"]["error_code"], "agents.invalid", "{v}");
+        }
+        if finished {
+            assert!(polls > 1, "the call never waited: no point to drop it at");
+            break;
+        }
     }
 }

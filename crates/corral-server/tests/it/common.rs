@@ -199,6 +199,15 @@ impl Server {
         Self::start_hooked(loaded, max_body, None).await
     }
 
+    /// Builds the state for `loaded` (1 MiB body limit) and serves it; the state too, for a
+    /// test that calls the gateway directly.
+    pub async fn start_keeping_state(loaded: &Loaded) -> (Self, corral_server::AppState) {
+        let (state, store) = corral_server::serve::build_state(loaded, 1 << 20)
+            .await
+            .unwrap();
+        (Self::serve(state.clone(), store).await, state)
+    }
+
     /// Builds the state for `loaded` with a body limit and, when given, a reply hook for the
     /// LLM proxy, and serves it.
     pub async fn start_hooked(

@@ -103,7 +103,10 @@ async fn a_sessions_new_events_come_from_its_fragment_to_its_owner_only_until_it
         attestation: json!(null),
         cli_thread: None,
     };
-    ui.store.end_turn("default", id, &end, 4_000).await.unwrap();
+    ui.store
+        .end_turn("default", id, 1, &end, 4_000)
+        .await
+        .unwrap();
     let items = ada.get(&format!("/ui/sessions/{id}/items?after=3")).await;
     assert_eq!(header(&items, "x-corral-session-status"), "failed");
     let page = ada.get(&format!("/ui/sessions/{id}")).await;
