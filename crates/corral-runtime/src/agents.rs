@@ -121,6 +121,9 @@ impl Drop for OwnerSlot {
     }
 }
 
+/// How often a running turn's task asks the store whether a cancel was asked on another
+/// replica (this process's own cancels reach it at once).
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 /// How long a cancel on the replica running the turn waits for the turn's end to be recorded
 /// before it answers (the turn's sandbox is ending; its events follow).
 const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -680,7 +683,8 @@ impl AgentHost {
     }
 
     /// Runs one turn: its events stored and audited as they come, its end recorded; a cancel
-    /// (`cancel` woken) ends its sandbox and records it as cancelled.
+    /// (`cancel` woken here, or asked in the store on another replica) ends its sandbox and
+    /// records it as cancelled.
     async fn drive_turn(
         self: Arc<Self>,
         t: TurnStart,
@@ -728,7 +732,12 @@ impl AgentHost {
             (events, message)
         };
         let run = async { tokio::join!(session.run_turn(&prompt, tx), consume) };
-        let cancelled = cancel.notified();
+        let cancelled = async {
+            tokio::select! {
+                () = cancel.notified() => {}
+                () = self.cancel_asked(&t, turn) => {}
+            }
+        };
         // A cancel drops the run (its sandbox destroyed, the agent killed) before the end is
         // recorded.
         let outcome = tokio::select! {
@@ -824,10 +833,11 @@ impl AgentHost {
     }
 
     /// Cancels the turn running in the session (nothing when none runs): the turn named by
-    /// the session's record as this call read it, never another. Its task is woken, and this
-    /// waits (at most [`CANCEL_WAIT`]) until the task recorded the turn's end. Only the turn's
-    /// own task records that end, so a session's events show a cancel once, and an idle
-    /// session's none.
+    /// the session's record as this call read it, never another. The cancel is asked in the
+    /// store, where the replica running the turn finds it within [`CANCEL_POLL`]; when this
+    /// process runs it, its task is woken at once, and this waits (at most [`CANCEL_WAIT`])
+    /// until the task recorded the turn's end. Only the turn's own task records that end, so
+    /// a session's events show a cancel once, and an idle session's none.
     async fn cancel(&self, t: &TurnStart) {
         if t.record.status != "in_progress" {
             return;
@@ -838,6 +848,13 @@ impl AgentHost {
                 .filter(|e| e.turn == turn)
                 .map(|e| (Arc::clone(&e.cancel), e.ended.clone()))
         });
+        if let Err(e) = self
+            .store
+            .request_cancel(&t.tenant, &t.record.id, turn)
+            .await
+        {
+            tracing::warn!(session = %t.record.id, code = e.code(), "a turn's cancel was not stored: {e}");
+        }
         if let Some((cancel, mut ended)) = local {
             cancel.notify_one();
             // `changed` fails once the task dropped its sender: the end is recorded.
@@ -845,6 +862,21 @@ impl AgentHost {
                 while ended.changed().await.is_ok() {}
             })
             .await;
+        }
+    }
+
+    /// Resolves once a cancel of turn `turn` of the session was asked in the store (by any
+    /// replica), asking every [`CANCEL_POLL`]; a failing store is asked again.
+    async fn cancel_asked(&self, t: &TurnStart, turn: u64) {
+        loop {
+            tokio::time::sleep(CANCEL_POLL).await;
+            match self.store.cancel_asked(&t.tenant, &t.record.id, turn).await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(session = %t.record.id, code = e.code(), "a turn's cancel could not be read: {e}");
+                }
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The agents host's records (issue 17, migration 0017): saved agents, sessions and each
 //! session's events. A session is a run (its id is the run id); it takes one turn at a time,
 //! claimed atomically (`idle` -> `in_progress`), so two replicas never run two turns of one
-//! session at once; a turn's end names the turn's number, so it never ends another turn. Events are append-only, numbered from 1 per session without gaps, capped at
+//! session at once; a turn's end and a cancel (migration 0022: asked on any replica, polled by
+//! the one running the turn) name the turn's number, so neither reaches another turn. Events are append-only, numbered from 1 per session without gaps, capped at
 //! [`MAX_SESSION_EVENTS`] per session and [`MAX_EVENT_BYTES`] each. The store keeps what the
 //! runtime gives it and checks only tenancy; who may read a session (its owner, an admin) is the
 //! runtime's decision.
@@ -292,13 +293,20 @@ const LIST_SESSIONS: &str = concat!(
 );
 /// A turn starts only on an `idle` session: one turn at a time, across replicas.
 const CLAIM_TURN: &str = "UPDATE agent_sessions SET status = 'in_progress', turns = turns + 1, \
-     worker = $3, last_active_ms = $4 WHERE tenant = $1 AND id = $2 AND status = 'idle'";
+     worker = $3, last_active_ms = $4, cancel_turn = NULL WHERE tenant = $1 AND id = $2 \
+     AND status = 'idle'";
 /// Only the running turn ends, and only itself: turn `$10` (a turn a restart marked failed
 /// stays so; an end of an earlier turn changes nothing of a later one).
 const END_TURN: &str = "UPDATE agent_sessions SET status = $3, error_code = $4, \
      error_message = $5, usage = $6, attestation = $7, worker = NULL, last_active_ms = $8, \
-     cli_thread = COALESCE($9, cli_thread) WHERE tenant = $1 AND id = $2 \
+     cli_thread = COALESCE($9, cli_thread), cancel_turn = NULL WHERE tenant = $1 AND id = $2 \
      AND status = 'in_progress' AND turns = $10";
+/// Asks to cancel turn `$3`, only while it is the session's running turn.
+const REQUEST_CANCEL: &str = "UPDATE agent_sessions SET cancel_turn = $3 WHERE tenant = $1 \
+     AND id = $2 AND status = 'in_progress' AND turns = $3";
+/// Whether a cancel of turn `$3` was asked (and it still runs).
+const CANCEL_ASKED: &str = "SELECT COUNT(*) FROM agent_sessions WHERE tenant = $1 AND id = $2 \
+     AND status = 'in_progress' AND cancel_turn = $3";
 /// Reserves `$3` event numbers; nothing when that would pass the cap `$4`.
 const RESERVE_EVENTS: &str = "UPDATE agent_sessions SET events = events + $3, \
      last_active_ms = $5 WHERE tenant = $1 AND id = $2 AND events + $3 <= $4";
@@ -698,6 +706,46 @@ impl Store {
             };
         }
         Ok(())
+    }
+
+    /// Asks to cancel turn `turn` of a session, whichever process runs it (that process polls
+    /// [`Store::cancel_asked`]); `false` when that turn does not run (the session is idle, or
+    /// runs a later turn): nothing is recorded then.
+    pub async fn request_cancel(
+        &self,
+        tenant: &str,
+        id: &str,
+        turn: u64,
+    ) -> Result<bool, AgentStoreError> {
+        let q = self.agents_err("cancel a turn");
+        let n = on_pool!(&self.pool, p => sqlx::query(REQUEST_CANCEL)
+            .bind(tenant)
+            .bind(id)
+            .bind(i64_of(turn))
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected())
+            .map_err(q)?);
+        Ok(n > 0)
+    }
+
+    /// Whether a cancel of turn `turn` of a session was asked ([`Store::request_cancel`]) and
+    /// the turn still runs.
+    pub async fn cancel_asked(
+        &self,
+        tenant: &str,
+        id: &str,
+        turn: u64,
+    ) -> Result<bool, AgentStoreError> {
+        let q = self.agents_err("read a turn's cancel");
+        let (n,): (i64,) = on_pool!(&self.pool, p => sqlx::query_as(CANCEL_ASKED)
+            .bind(tenant)
+            .bind(id)
+            .bind(i64_of(turn))
+            .fetch_one(p)
+            .await
+            .map_err(q)?);
+        Ok(n > 0)
     }
 
     /// Appends `events` (type, body) to a session, numbered after its last; returns their

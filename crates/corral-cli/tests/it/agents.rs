@@ -316,3 +316,74 @@ fn a_write_outside_the_free_directories_waits_for_a_person_then_applies_through_
     // The approved call's outcome is stored: a retry does not apply anything again.
     assert_eq!(v["again"], serde_json::json!([200, "true"]), "{v}");
 }
+
+/// Issue 17: with two `corral serve` replicas on one PostgreSQL, a cancel posted to the replica
+/// that does not run the turn ends it (the running replica finds the cancel in the store); the
+/// session's events show the cancel once, the session takes its next turn, and a cancel of the
+/// idle session, on either replica, records nothing.
+#[test]
+fn a_cancel_posted_to_another_replica_ends_the_turn_once() {
+    let Some(python) = crate::python("the openai SDK") else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| unreachable!("a runtime: {e}"));
+    let Some(schema) = rt.block_on(crate::cookbook::pg_schema::Schema::create(
+        "cli_agent_cancel",
+    )) else {
+        return; // Outside CI without a server: said why, skipped.
+    };
+    let fake = fake_agent();
+    let v = agents_sdk(
+        python,
+        &[
+            fake.as_os_str(),
+            std::ffi::OsStr::new("--replicas"),
+            std::ffi::OsStr::new(&schema.url),
+        ],
+    );
+    assert_eq!(v["reached_model"], true, "{v}");
+    assert_eq!(v["status_on_b"], "in_progress", "{v}");
+    assert_eq!(v["cancel"], 202, "{v}");
+    let events = v["cancelled_events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let ends: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| {
+            e[0].as_str().is_some_and(|t| {
+                t.starts_with("agent.session.turn.")
+                    && t != "agent.session.turn.created"
+                    && t != "agent.session.turn.in_progress"
+            })
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        [&serde_json::json!([
+            "agent.session.turn.failed",
+            "agents.cancelled"
+        ])],
+        "{v}"
+    );
+    let idles = events
+        .iter()
+        .filter(|e| e[0] == "agent.session.idle")
+        .count();
+    assert_eq!(idles, 1, "{v}");
+    assert_eq!(
+        v["after"],
+        serde_json::json!(["idle", "agents.cancelled"]),
+        "{v}"
+    );
+    let next = v["next_events"].as_array().cloned().unwrap_or_default();
+    assert_eq!(
+        next.first(),
+        Some(&"agent.session.turn.created".into()),
+        "{v}"
+    );
+    assert!(next.contains(&"agent.session.turn.completed".into()), "{v}");
+    assert_eq!(v["idle_cancel_added"], serde_json::json!([]), "{v}");
+    assert_eq!(v["idle_after"], serde_json::json!(["idle", null]), "{v}");
+    rt.block_on(schema.drop());
+}

@@ -4,7 +4,9 @@ here. Usage: agents_sdk.py CORRAL_BIN FAKE_AGENT_BIN (the whole API), or agents_
 CORRAL_BIN CODEX_NATIVE_BIN --real-codex (one session of the real codex CLI, installed from its
 npm package's tree by hard links), or CORRAL_BIN CLAUDE_NATIVE_BIN --real-claude (the same with
 Claude Code, its model behind `llm: {api: anthropic}`), or CORRAL_BIN FAKE_AGENT_BIN --held (a
-scope with `confirm_writes_outside`: the held write, its approval by a person, its apply).
+scope with `confirm_writes_outside`: the held write, its approval by a person, its apply), or
+CORRAL_BIN FAKE_AGENT_BIN --replicas POSTGRES_URL (two `corral serve` replicas on one database: a
+turn running on one is cancelled through the other).
 Prints one JSON object of what a user sees; the Rust test asserts on it.
 """
 
@@ -25,6 +27,7 @@ CORRAL, CLI = sys.argv[1], sys.argv[2]
 REAL_CODEX = "--real-codex" in sys.argv[3:]
 REAL_CLAUDE = "--real-claude" in sys.argv[3:]
 HELD = "--held" in sys.argv[3:]
+REPLICAS = sys.argv[4] if sys.argv[3:4] == ["--replicas"] else None
 TOKEN = "agents-sdk-alice-token-0123456789"
 OTHER = "agents-sdk-bob-token-0123456789ab"
 UPSTREAM_KEY = "sk-upstream-secret-agents-sdk"
@@ -211,6 +214,105 @@ def held_session(client, base, ws, out):
     out["again"] = [again.status_code, again.headers.get("x-corral-replayed")]
 
 
+REPLICA_CONFIG = """version: 1
+preset: {name: agent_host, permissions: workspace-write, confirm: never}
+root: %s
+state_dir: %s
+storage: {url: "%s"}
+guardrails: {confirmations: store, replicas: 2}
+agents: [codex]
+install: {mode: offline}
+llm: {base_url_env: UP_URL, api_key_env: UP_KEY}
+auth:
+  tokens:
+    - {id: alice, token_env: ALICE_TOKEN}
+"""
+
+
+def event_types(base, sid):
+    """The session's events so far (the JSON list), as their types."""
+    import httpx
+    r = httpx.get(base + "/v1/agents/sessions/%s/events" % sid,
+                  headers={"authorization": "Bearer " + TOKEN}, timeout=60)
+    return [e["type"] for e in r.json()["data"]]
+
+
+def until_idle(client, sid, after=None):
+    """The session's events (type, turn error code) up to its next `agent.session.idle`, after
+    the event `after`."""
+    seen, last = [], None
+    headers = {"Last-Event-ID": after} if after else None
+    stream = client.beta.agents.sessions.events.stream(sid, extra_headers=headers)
+    for ev in stream:
+        d = ev.to_dict()
+        seen.append([ev.type, ((d.get("turn") or {}).get("error") or {}).get("code")])
+        last = ev.event_id
+        if ev.type == "agent.session.idle":
+            break
+    stream.close()
+    return seen, last
+
+
+def replicas(tmp, ws, state, env, out):
+    """Two replicas on one PostgreSQL, each with its own state directory: a turn runs on A,
+    its cancel is posted to B, and A ends it; then a cancel of the idle session changes
+    nothing."""
+    state_b = os.path.join(tmp, "state-b")
+    shutil.copytree(state, state_b)
+    servers, clients, bases = [], [], []
+    for name, st in (("a", state), ("b", state_b)):
+        config = os.path.join(tmp, "replica-%s.yaml" % name)
+        with open(config, "w") as f:
+            f.write(REPLICA_CONFIG % (ws, st, REPLICAS))
+        port = free_port()
+        log = open(os.path.join(tmp, "serve-%s.log" % name), "w")
+        server = subprocess.Popen([CORRAL, "serve", "--config", config, "--listen", "127.0.0.1:%d" % port],
+                                  env=env, stdout=log, stderr=log)
+        servers.append(server)
+        wait_up(port, server, log)
+        bases.append("http://127.0.0.1:%d" % port)
+        clients.append(openai.OpenAI(base_url=bases[-1] + "/v1", api_key=TOKEN, max_retries=0, timeout=60))
+    a, b = clients
+    try:
+        Upstream.hold = True
+        session = a.beta.agents.sessions.create(
+            agent={"model": "gpt-5-codex"},
+            environment={"type": "self_hosted", "workspace_directory": ws}, input="wait for the model")
+        deadline = time.time() + 60
+        while not Upstream.inputs and time.time() < deadline:
+            time.sleep(0.05)
+        out["reached_model"] = bool(Upstream.inputs)
+        out["status_on_b"] = b.beta.agents.sessions.retrieve(session.id).status
+        try:
+            b.beta.agents.sessions.events.create(session.id, events=[{"type": "agent.session.input.cancel"}])
+            out["cancel"] = 202
+        except openai.APIStatusError as e:
+            out["cancel"] = [e.status_code, e.response.json().get("code")]
+        seen, last = until_idle(b, session.id)
+        out["cancelled_events"] = seen
+        after = b.beta.agents.sessions.retrieve(session.id)
+        out["after"] = [after.status, after.to_dict().get("corral", {}).get("error_code")]
+        # The session takes its next turn, here on B, to its end.
+        Upstream.hold = False
+        Upstream.release.set()
+        Upstream.answers = [message("next turn done")]
+        b.beta.agents.sessions.events.create(
+            session.id, events=[{"type": "agent.session.input.message", "input": "go on"}])
+        seen, last = until_idle(b, session.id, last)
+        out["next_events"] = [t for t, _ in seen]
+        # A cancel of the idle session, on either replica, records nothing.
+        before = event_types(bases[0], session.id)
+        for c in (a, b):
+            c.beta.agents.sessions.events.create(session.id, events=[{"type": "agent.session.input.cancel"}])
+        out["idle_cancel_added"] = event_types(bases[1], session.id)[len(before):]
+        idle = a.beta.agents.sessions.retrieve(session.id)
+        out["idle_after"] = [idle.status, idle.to_dict().get("corral", {}).get("error_code")]
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=10)
+
+
 def run_readme_example(base, ws):
     """README.md's `client.beta.agents` example, run as written but for the server's url and
     the workspace; returns what it printed (one event type a line)."""
@@ -312,6 +414,14 @@ def main():
                UP_URL="http://127.0.0.1:%d/v1" % upstream.server_address[1],
                UP_KEY=UPSTREAM_KEY, NO_PROXY="127.0.0.1")
     env.pop("CORRAL_CONFIG", None)
+    if REPLICAS:
+        out = {}
+        try:
+            replicas(tmp, ws, state, env, out)
+        finally:
+            upstream.shutdown()
+        print(json.dumps(out))
+        return
     log = open(os.path.join(tmp, "serve.log"), "w")
     serve = [CORRAL, "serve", "--config", config, "--listen", "127.0.0.1:%d" % port]
     server = subprocess.Popen(serve, env=env, stdout=log, stderr=log)
