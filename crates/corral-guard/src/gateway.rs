@@ -11,6 +11,19 @@
 //! Every step that ends a call is audited with its own outcome; a retry that consumes an
 //! approval writes a `confirmation_consumed` event before the op runs, then the call's own.
 
+/// Awaits `$fut` inside `$span`: built in place and awaited as is while the span is disabled
+/// (no exporter: no `Instrumented` wrapper, no move of the large future into one), instrumented
+/// otherwise. (`$fut` is written twice; only one branch runs.)
+macro_rules! in_span {
+    ($span:expr, $fut:expr) => {
+        if $span.is_disabled() {
+            $fut.await
+        } else {
+            tracing::Instrument::instrument($fut, $span.clone()).await
+        }
+    };
+}
+
 mod chain;
 mod lease;
 mod recording;
@@ -23,7 +36,6 @@ use corral_exec::Backend;
 use corral_ops::{Registry, Stream};
 use corral_policy::{AutonomyLevel, Engine, Limits, OpSpec, Principal, PrincipalKind, Role, codes};
 use serde_json::json;
-use tracing::Instrument;
 
 use crate::args::args_hash;
 use crate::audit::{AuditEvent, AuditSink, Outcome, args_shape};
@@ -798,10 +810,7 @@ impl Gateway {
             corral.code = tracing::field::Empty,
             corral.status = tracing::field::Empty,
         );
-        let (reply, outcome) = self
-            .call_in_span(call, opts, proxied)
-            .instrument(span.clone())
-            .await;
+        let (reply, outcome) = in_span!(span, self.call_in_span(call, opts, proxied));
         if !span.is_disabled() {
             span.record("corral.outcome", outcome.as_str());
             if let Reply::Refused(r) = &reply {
@@ -896,10 +905,8 @@ impl Gateway {
             }
             Reply::Json(_) | Reply::Stream(_) => event.status = 200,
         }
-        let audited = self
-            .audit(&event)
-            .instrument(chain::step_span("guard.audit"))
-            .await;
+        let audit_span = chain::step_span("guard.audit");
+        let audited = in_span!(audit_span, self.audit(&event));
         let reply = match audited {
             Ok(()) => reply,
             Err(refusal) => Reply::Refused(refusal),

@@ -11,7 +11,6 @@ use corral_policy::{
     Allowed, ArgValue, Args, AutonomyLevel, Decision, OpSpec, Principal, Request, codes,
 };
 use serde_json::json;
-use tracing::Instrument;
 
 use super::lease::RunLease;
 use super::{
@@ -87,14 +86,16 @@ fn traced<T>(step: &'static str, f: impl FnOnce() -> Step<T>) -> Step<T> {
     r
 }
 
-/// Runs an asynchronous step in its span.
-async fn traced_async<T>(step: &'static str, f: impl Future<Output = Step<T>>) -> Step<T> {
-    let span = step_span(step);
-    let r = f.instrument(span.clone()).await;
-    if let Err(a) = &r {
-        mark(&span, a);
-    }
-    r
+/// Runs an asynchronous step (a future built in place) in its span.
+macro_rules! traced_async {
+    ($step:literal, $fut:expr) => {{
+        let span = step_span($step);
+        let r = in_span!(span, $fut);
+        if let Err(a) = &r {
+            mark(&span, a);
+        }
+        r
+    }};
 }
 
 impl Gateway {
@@ -129,7 +130,7 @@ impl Gateway {
         let spec = traced("guard.resolve", || resolve(d, call))?;
         let args = traced("guard.arguments", || arguments(spec, call))?;
         // The run: what it did to itself (a lowered level, dry-run) applies from here on.
-        let run = traced_async("guard.run", self.enter_run(principal, opts)).await?;
+        let run = traced_async!("guard.run", self.enter_run(principal, opts))?;
         let (run_level, run_dry) = match &run {
             Some((_, r)) => (r.level, r.dry_run),
             None => (opts.autonomy, opts.dry_run),
@@ -144,16 +145,14 @@ impl Gateway {
         let run_key = run.as_ref().map(|(k, _)| k);
         // Held until the call's tokens are charged below: taken before the budget check, so
         // the check sees what every earlier model call of the run used.
-        let (lease, charged) = traced_async("guard.budgets", async {
+        let (lease, charged) = traced_async!("guard.budgets", async {
             let lease = self.model_call_lease(run_key, call, g).await?;
             Ok((lease, self.budgets(run_key, call, g, event).await?))
-        })
-        .await?;
-        let approved = traced_async(
+        })?;
+        let approved = traced_async!(
             "guard.confirmation",
-            self.confirmation(d, call, spec, grant.rule.index, run_dry, event),
-        )
-        .await;
+            self.confirmation(d, call, spec, grant.rule.index, run_dry, event)
+        );
         // A dry-run answer counts as run: its budget charge stands, and its output is metered.
         let executed = match &approved {
             Ok(_) => true,
@@ -162,10 +161,10 @@ impl Gateway {
         let answer = match approved {
             Ok(action) => {
                 let span = step_span("guard.execute");
-                let answer = self
-                    .execute(d, call, spec, args, grant, event, action, proxied)
-                    .instrument(span.clone())
-                    .await;
+                let answer = in_span!(
+                    span,
+                    self.execute(d, call, spec, args, grant, event, action, proxied)
+                );
                 mark(&span, &answer);
                 answer
             }

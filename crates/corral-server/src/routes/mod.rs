@@ -32,10 +32,13 @@ pub fn router(state: AppState) -> Router {
             axum::middleware::from_fn_with_state(state.clone(), learning::narrow),
         );
     }
+    table = table.merge(crate::ui::routes());
+    // Only when something exports spans (`telemetry:`): otherwise no layer costs a request
+    // anything. After the routes, so the span names the route's template (`MatchedPath`).
+    if tracing::enabled!(target: corral_telemetry::TARGET, tracing::Level::INFO) {
+        table = table.route_layer(axum::middleware::from_fn(crate::http_span::http_span));
+    }
     table
-        .merge(crate::ui::routes())
-        // After the routes, so the span names the route's template (`MatchedPath`).
-        .route_layer(axum::middleware::from_fn(crate::http_span::http_span))
         .fallback(meta::not_found)
         .method_not_allowed_fallback(meta::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
