@@ -198,7 +198,7 @@ fn audit_path(paths: &mut serde_json::Map<String, Value>, err: &Value) {
                 text_param("op", 256, "only the calls of this op"),
                 text_param("principal", 256, "only the calls of this principal id"),
                 {"name": "purpose", "in": "query", "required": false, "description": "only the calls of this purpose: `live` (they act on the world) or `simulation` (a lab run's calls, answered by its mocks)", "schema": {"type": "string", "enum": purposes}},
-                {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page, as it is (`<ts_ms>.<request_id>`); none for the newest events", "schema": {"type": "string"}}
+                {"name": "after", "in": "query", "required": false, "description": "the `next` of the previous page, as it is (`<ts_ms>.<request_id>`); none (or empty) for the newest events", "schema": {"type": "string", "pattern": "^([0-9]{1,15}\\.[^\\u0000-\\u001f\\u007f-\\u009f]{1,256})?$"}}
             ],
             "responses": {
                 "200": {"description": "`{tenant, events: [...], next}` (`next`: the cursor of the following page, `null` on the last); an event: `{request_id, tenant, ts_ms, principal_id, principal_kind, act_chain, op, outcome, code, rule, args_hash, args_shape, status, duration_us, attestation, purpose, trace_id, ...}`, `purpose` being `live` or `simulation`, `trace_id` (present when `telemetry:` exported the call's spans) the OpenTelemetry trace of the call", "content": {"application/json": {"schema": {"type": "object"}}}},

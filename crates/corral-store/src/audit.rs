@@ -125,12 +125,13 @@ impl AuditCursor {
         }
     }
 
-    /// Parses what `Display` wrote (1-15 digits, `.`, a request id of 1-256 bytes without
-    /// control characters); `None` for anything else.
+    /// Parses what `Display` wrote (1-15 digits, `.`, a request id of 1-256 characters
+    /// without control characters: what `GET /audit`'s document says); `None` for anything else.
     pub fn parse(s: &str) -> Option<Self> {
         let (ms, id) = s.split_once('.')?;
         let digits = !ms.is_empty() && ms.len() <= 15 && ms.bytes().all(|b| b.is_ascii_digit());
-        let id_ok = !id.is_empty() && id.len() <= 256 && !id.chars().any(char::is_control);
+        let id_ok =
+            !id.is_empty() && id.chars().count() <= 256 && !id.chars().any(char::is_control);
         if !digits || !id_ok {
             return None;
         }
