@@ -301,6 +301,10 @@ enum Command {
         /// lab run's calls, answered by its mocks).
         #[arg(long, value_name = "PURPOSE", value_parser = purpose_name)]
         purpose: Option<String>,
+        /// The page after this cursor: the `--after` value the previous page printed last
+        /// (`next` in JSON); none for the newest events.
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
         #[command(flatten)]
         remote: Remote,
     },
@@ -514,6 +518,7 @@ pub fn run_cli(cli: Cli) -> CliResult {
             op,
             principal,
             purpose,
+            after,
             remote,
         } => cmd::audit::run(
             limit,
@@ -522,6 +527,7 @@ pub fn run_cli(cli: Cli) -> CliResult {
                 ("op", op),
                 ("principal", principal),
                 ("purpose", purpose),
+                ("after", after),
             ],
             remote,
         ),

@@ -1,5 +1,6 @@
-//! `corral audit [--limit N] [--run R] [--op OP] [--principal ID] [--purpose P]`: the most recent
-//! audit events of a running server, newest first (the caller needs role admin).
+//! `corral audit [--limit N] [--run R] [--op OP] [--principal ID] [--purpose P] [--after C]`: the
+//! most recent audit events of a running server, newest first (the caller needs role admin); a
+//! full page ends with the `--after` that gives the next one.
 
 use serde_json::Value;
 
@@ -28,7 +29,8 @@ pub fn run(limit: u32, filters: &[(&str, Option<String>)], remote: Remote) -> Cl
 }
 
 /// One line per event: time (ms since the epoch), principal, op, outcome, status, code or rule,
-/// run, purpose (`live` or `simulation`), request id.
+/// run, purpose (`live` or `simulation`), request id, and the trace id when there is one; then,
+/// when there are older events, the `--after` of the next page.
 fn print_lines(v: &Value) {
     let events = v["events"]
         .as_array()
@@ -55,8 +57,12 @@ fn print_lines(v: &Value) {
                 .or_else(|| e["rule"].as_str())
                 .unwrap_or("-"),
         );
+        let trace = e["trace_id"]
+            .as_str()
+            .map(|t| format!("  trace={}", printable(t)))
+            .unwrap_or_default();
         outln!(
-            "{}  {principal}  {}  {}  {}  {why}  run={}  {}  {}",
+            "{}  {principal}  {}  {}  {}  {why}  run={}  {}  {}{trace}",
             e["ts_ms"].as_i64().unwrap_or_default(),
             s(e, "op"),
             s(e, "outcome"),
@@ -65,6 +71,9 @@ fn print_lines(v: &Value) {
             s(e, "purpose"),
             s(e, "request_id"),
         );
+    }
+    if let Some(next) = v["next"].as_str() {
+        outln!("more: --after {}", printable(next));
     }
 }
 

@@ -522,6 +522,60 @@ auth:
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("live, simulation"), "{err}");
 
+    // Paging: a full page ends with the `--after` of the next one, which lists the older
+    // events and nothing of the first page.
+    for _ in 0..2 {
+        let (code, _, err) = run(&[
+            "call",
+            "files.list",
+            "path=.",
+            "--token-env",
+            "CORRAL_IT_AGENT",
+        ]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let (code, page1, err) = run(&["audit", "--limit", "2", "--token-env", "CORRAL_IT_BOSS"]);
+    assert_eq!(code, 0, "{err}");
+    let Some(after) = page1
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("more: --after "))
+    else {
+        unreachable!("a full page says how to get the next: {page1}")
+    };
+    let (code, page2, err) = run(&[
+        "audit",
+        "--limit",
+        "2",
+        "--after",
+        after,
+        "--token-env",
+        "CORRAL_IT_BOSS",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let ids = |page: &str| -> Vec<String> {
+        page.lines()
+            .filter(|l| !l.starts_with("more:"))
+            .filter_map(|l| l.split("  ").nth(8).map(str::to_owned))
+            .collect()
+    };
+    let (first, second) = (ids(&page1), ids(&page2));
+    assert_eq!(first.len(), 2, "{page1}");
+    assert!(!second.is_empty(), "{page2}");
+    assert!(
+        second.iter().all(|id| !first.contains(id)),
+        "{page1}\n{page2}"
+    );
+    let (code, _, err) = run(&[
+        "audit",
+        "--after",
+        "not-a-cursor",
+        "--token-env",
+        "CORRAL_IT_BOSS",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("args.invalid"), "{err}");
+
     let (code, _, err) = run(&["audit", "--token-env", "CORRAL_IT_AGENT"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("audit.not_permitted"), "{err}");
