@@ -520,17 +520,10 @@ pub fn run_cli(cli: Cli) -> CliResult {
             purpose,
             after,
             remote,
-        } => cmd::audit::run(
-            limit,
-            &[
-                ("run", run),
-                ("op", op),
-                ("principal", principal),
-                ("purpose", purpose),
-                ("after", after),
-            ],
-            remote,
-        ),
+        } => {
+            let filters = [run, op, principal, purpose, after];
+            cmd::audit::run(limit, filters, remote)
+        }
         Command::Run(args) => cmd::run::run(args),
         Command::Sandbox(args) => cmd::sandbox::run(args),
         Command::Agents(command) => agents(command),

@@ -7,12 +7,16 @@ use serde_json::Value;
 use crate::context;
 use crate::{CliResult, Exit, Format, Remote};
 
-/// Fetches the events `filters` (name, value if given) match and prints them, one line each (or
-/// the server's JSON).
-pub fn run(limit: u32, filters: &[(&str, Option<String>)], remote: Remote) -> CliResult {
+/// `GET /audit`'s parameters besides `limit`, in the order `run` takes their values.
+const FILTERS: [&str; 5] = ["run", "op", "principal", "purpose", "after"];
+
+/// Fetches the events the given filters (`FILTERS`' values, in order) match and prints them,
+/// one line each (or the server's JSON).
+pub fn run(limit: u32, values: [Option<String>; 5], remote: Remote) -> CliResult {
     let format = remote.format;
-    let filters: Vec<(&str, &str)> = filters
+    let filters: Vec<(&str, &str)> = FILTERS
         .iter()
+        .zip(&values)
         .filter_map(|(name, v)| v.as_deref().map(|v| (*name, v)))
         .collect();
     let (client, rt) = context::remote(remote.server, remote.token_env.as_deref())?;
