@@ -108,7 +108,8 @@ pub struct StepOut {
 }
 
 /// What the guard chain would answer to one call (`corral explain --format json`'s shape).
-#[derive(Debug, Clone, Serialize)]
+/// `Default` is the empty answer the builders fill in.
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Explained {
     /// The op id asked about.
     pub op: String,
@@ -166,14 +167,6 @@ fn to_out(op: &str, principal: &Principal, e: &Explanation) -> Explained {
         roles: principal.roles.clone(),
         decision: e.decision.kind(),
         code: e.decision.code(),
-        rule: None,
-        reason: None,
-        candidates: Vec::new(),
-        paths: Vec::new(),
-        argv: None,
-        limits: None,
-        confirmation: None,
-        guard: Vec::new(),
         trace: e
             .trace
             .iter()
@@ -189,7 +182,7 @@ fn to_out(op: &str, principal: &Principal, e: &Explanation) -> Explained {
             })
             .collect(),
         notes: e.notes.clone(),
-        allowed: false,
+        ..Explained::default()
     };
     match &e.decision {
         Decision::Allowed(a) => {

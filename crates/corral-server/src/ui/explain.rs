@@ -148,21 +148,9 @@ fn decide(
 fn not_enabled(op: &str) -> Explained {
     Explained {
         op: op.to_owned(),
-        principal: String::new(),
-        roles: Vec::new(),
         decision: "not_mounted",
         code: Some(codes::OP_NOT_ENABLED),
-        rule: None,
-        reason: None,
-        candidates: Vec::new(),
-        paths: Vec::new(),
-        argv: None,
-        limits: None,
-        confirmation: None,
-        guard: Vec::new(),
-        trace: Vec::new(),
-        notes: Vec::new(),
-        allowed: false,
+        ..Explained::default()
     }
 }
 
