@@ -332,7 +332,13 @@ def run_readme_example(base, ws):
 
 
 def main():
-    tmp = tempfile.mkdtemp()
+    # Removed when the run passes; a failed run leaves it (its serve.log) to read.
+    tmp = tempfile.mkdtemp(prefix="corral-agents-sdk-")
+    run(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(tmp):
     ws, state, outside = (os.path.join(tmp, d) for d in ("ws", "state", "outside"))
     for d in (ws, state, outside):
         os.makedirs(d)
