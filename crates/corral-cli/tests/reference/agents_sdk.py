@@ -331,6 +331,14 @@ def run_readme_example(base, ws):
     return {"printed": printed.getvalue().split(), "notes": os.path.exists(os.path.join(ws, "NOTES.md"))}
 
 
+def link_or_copy(src, dst):
+    """A hard link where one may be made (not to another user's file: protected_hardlinks)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def main():
     # Removed when the run passes; a failed run leaves it (its serve.log) to read.
     tmp = tempfile.mkdtemp(prefix="corral-agents-sdk-")
@@ -352,14 +360,14 @@ def run(tmp):
         inst = os.path.join(state, "agents", "claude_code", "2.1.328")
         shutil.copytree(os.path.dirname(CLI),
                         os.path.join(inst, "node_modules", "@anthropic-ai", "claude-code-linux-x64"),
-                        copy_function=os.link)
+                        copy_function=link_or_copy)
         with open(os.path.join(inst, "corral-install.json"), "w") as f:
             json.dump({"package": "@anthropic-ai/claude-code", "version": "2.1.328"}, f)
     elif REAL_CODEX:
         # The package's whole tree (codex keeps its vendored `rg` beside it), hard-linked.
         package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(CLI))))
         shutil.copytree(package, os.path.join(inst, "node_modules", "@openai", "codex-linux-x64"),
-                        copy_function=os.link)
+                        copy_function=link_or_copy)
     else:
         os.makedirs(bin_dir)
         shutil.copy(CLI, os.path.join(bin_dir, "codex"))
