@@ -374,8 +374,17 @@ catalog! {
         "the process running the session's turn stopped before the turn finished (found when a corral process starts, or as it shuts down)",
         "the session is failed; start a new session (its events so far are kept)";
     AGENTS_HOLD_NOT_FOUND = "agents.hold_not_found", 404,
-        "the agent session holds no changes under this id on this replica: applied already, never held, or held by a turn that ran on another replica (holds stay on the disk of the replica that ran the turn)",
-        "take the id from the session's `writes_held` event (`held_writes` item), and apply it through the replica that ran the turn";
+        "the agent session holds no changes under this id: applied already, never held, or its session was deleted (holds are kept in the store, so any replica applies them)",
+        "take the id from the session's `writes_held` event (`held_writes` item); an applied hold is gone, and its `writes_applied` event says what it did";
+    AGENTS_HOLD_APPLYING = "agents.hold_applying", 409,
+        "a hold of the agent session is being applied (on this replica or another), so this hold is not applied now; one hold of a session is applied at a time",
+        "wait for the session's `writes_applied` event and try again; a replica that stopped mid-apply frees the hold within 15 minutes";
+    AGENTS_HOLD_TOO_LARGE = "agents.hold_too_large", 413,
+        "the turn's changes outside the scope's `confirm_writes_outside` directories are over what one hold keeps (64 MiB of content, 20,000 entries): they were not applied and were not kept",
+        "have the agent make smaller changes per turn, or list the directory it writes in `confirm_writes_outside` so its changes apply as usual";
+    AGENTS_HOLD_INVALID = "agents.hold_invalid", 422,
+        "a held change cannot be kept or rebuilt: a name that is not UTF-8, a path that is not a plain relative one, an entry that is neither a file, a directory nor a symlink (a held turn's changes are then not kept; a stored hold is then not applied)",
+        "have the agent use UTF-8 file names and plain files; a stored hold that fails this check was altered outside corral: discard it by deleting the session";
     AGENTS_CANCELLED = "agents.cancelled", 409,
         "the agent session's turn was cancelled (`agent.session.input.cancel`) before it finished",
         "send the next message to the session; what the turn did before the cancel stays in its events";

@@ -84,6 +84,44 @@ pub enum AgentStoreError {
         /// What is wrong and how to fix it.
         reason: String,
     },
+    /// The session holds no pending hold of that id (applied already, never stored, or its
+    /// session was deleted).
+    #[error(
+        "session {session:?} holds no changes {hold:?}: applied already, never held, or its \
+         session was deleted; the session's `writes_held` events name its holds"
+    )]
+    HoldNotFound {
+        /// The session.
+        session: String,
+        /// The hold asked for.
+        hold: String,
+    },
+    /// The hold, or another hold of its session, is being applied (its claim's lease runs).
+    #[error(
+        "session {session:?} has held changes being applied (this hold or another, on some \
+         replica): one hold of a session is applied at a time; wait for its `writes_applied` \
+         event and try again"
+    )]
+    HoldApplying {
+        /// The session.
+        session: String,
+    },
+    /// A hold over [`corral_ports::holds::MAX_HOLD_BYTES`] or
+    /// [`corral_ports::holds::MAX_HOLD_ENTRIES`]: nothing of it was kept.
+    #[error(
+        "the turn's held changes are over what one hold keeps ({} bytes of content, {} \
+         entries): nothing of them was kept; have the agent make smaller changes per turn, or \
+         list the directory in `confirm_writes_outside`",
+        corral_ports::holds::MAX_HOLD_BYTES,
+        corral_ports::holds::MAX_HOLD_ENTRIES
+    )]
+    HoldTooLarge,
+    /// A held entry that cannot be kept, or a stored one that fails the checks on its way out.
+    #[error("{reason}")]
+    HoldInvalid {
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 impl AgentStoreError {
@@ -96,6 +134,10 @@ impl AgentStoreError {
             AgentStoreError::EventsFull { .. } => codes::AGENTS_SESSION_FULL,
             AgentStoreError::Quota { .. } => codes::AGENTS_QUOTA,
             AgentStoreError::Invalid { .. } => codes::AGENTS_INVALID,
+            AgentStoreError::HoldNotFound { .. } => codes::AGENTS_HOLD_NOT_FOUND,
+            AgentStoreError::HoldApplying { .. } => codes::AGENTS_HOLD_APPLYING,
+            AgentStoreError::HoldTooLarge => codes::AGENTS_HOLD_TOO_LARGE,
+            AgentStoreError::HoldInvalid { .. } => codes::AGENTS_HOLD_INVALID,
         }
     }
 }
@@ -277,6 +319,10 @@ const DELETE_SESSION: &str =
     "DELETE FROM agent_sessions WHERE tenant = $1 AND id = $2 AND status <> 'in_progress'";
 const DELETE_SESSION_EVENTS: &str =
     "DELETE FROM agent_session_events WHERE tenant = $1 AND session_id = $2";
+/// A deleted session's holds go with it (migration 0023).
+const DELETE_SESSION_HOLDS: &str = "DELETE FROM agent_holds WHERE tenant = $1 AND session_id = $2";
+const DELETE_SESSION_HOLD_ENTRIES: &str =
+    "DELETE FROM agent_hold_entries WHERE tenant = $1 AND session_id = $2";
 const GET_SESSION: &str = concat!(
     "SELECT ",
     session_columns!(),
@@ -291,10 +337,11 @@ const LIST_SESSIONS: &str = concat!(
      AND ($5 IS NULL OR owner = $5) \
      ORDER BY created_ms DESC, id DESC LIMIT $4"
 );
-/// A turn starts only on an `idle` session: one turn at a time, across replicas.
+/// A turn starts only on an `idle` session whose held changes are not being applied (an
+/// apply's lease, migration 0023): one writer of the workdir at a time, across replicas.
 const CLAIM_TURN: &str = "UPDATE agent_sessions SET status = 'in_progress', turns = turns + 1, \
      worker = $3, last_active_ms = $4, cancel_turn = NULL WHERE tenant = $1 AND id = $2 \
-     AND status = 'idle'";
+     AND status = 'idle' AND (hold_lease_until_ms IS NULL OR hold_lease_until_ms < $4)";
 /// Only the running turn ends, and only itself: turn `$10` (a turn a restart marked failed
 /// stays so; an end of an earlier turn changes nothing of a later one).
 const END_TURN: &str = "UPDATE agent_sessions SET status = $3, error_code = $4, \
@@ -405,7 +452,10 @@ fn i64_of(n: u64) -> i64 {
 }
 
 impl Store {
-    fn agents_err(&self, what: &'static str) -> impl Fn(sqlx::Error) -> AgentStoreError + '_ {
+    pub(crate) fn agents_err(
+        &self,
+        what: &'static str,
+    ) -> impl Fn(sqlx::Error) -> AgentStoreError + '_ {
         move |e| AgentStoreError::Store(self.redactor.query(what, e))
     }
 
@@ -562,7 +612,7 @@ impl Store {
             .ok_or_else(|| not_found("session", tenant, id))
     }
 
-    /// Deletes a session of `tenant` and its events, in one transaction. Refused
+    /// Deletes a session of `tenant`, its events and its holds, in one transaction. Refused
     /// ([`AgentStoreError::Busy`]) while a turn runs; [`AgentStoreError::NotFound`] if there is
     /// no such session.
     pub async fn delete_session(&self, tenant: &str, id: &str) -> Result<(), AgentStoreError> {
@@ -577,12 +627,14 @@ impl Store {
                 .map_err(&q)?
                 .rows_affected();
             if n > 0 {
-                sqlx::query(DELETE_SESSION_EVENTS)
-                    .bind(tenant)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(&q)?;
+                for delete in [DELETE_SESSION_EVENTS, DELETE_SESSION_HOLDS, DELETE_SESSION_HOLD_ENTRIES] {
+                    sqlx::query(delete)
+                        .bind(tenant)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(&q)?;
+                }
                 tx.commit().await.map_err(&q)?;
             }
             n
@@ -637,8 +689,8 @@ impl Store {
     }
 
     /// Starts a turn of an `idle` session (marks it `in_progress`, worked by this process).
-    /// Refused [`AgentStoreError::Busy`] when a turn runs (here or on another replica) or the
-    /// session failed.
+    /// Refused [`AgentStoreError::Busy`] when a turn runs (here or on another replica), a hold of
+    /// the session is being applied, or the session failed.
     pub async fn claim_turn(
         &self,
         tenant: &str,
@@ -662,7 +714,11 @@ impl Store {
         if claimed == 0 {
             return Err(AgentStoreError::Busy {
                 id: id.to_owned(),
-                status: session.status,
+                // Idle but not claimed: a hold of it is being applied.
+                status: match session.status.as_str() {
+                    "idle" => "applying held changes".to_owned(),
+                    _ => session.status,
+                },
             });
         }
         Ok(session)

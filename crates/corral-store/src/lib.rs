@@ -12,7 +12,9 @@
 //! `SqliteConnectOptions` (the `Any` driver only sees a URL, which cannot carry them), no
 //! runtime driver registry has to be installed, and rows decode with each driver's own types.
 //! The shared SQL uses `$N` placeholders, which both drivers accept, and only types both
-//! databases know (`TEXT`, `INTEGER`, `BIGINT`), so one migration folder serves both.
+//! databases know (`TEXT`, `INTEGER`, `BIGINT`; and `BYTEA` for bytes, PostgreSQL's name,
+//! which SQLite takes as any column and keeps blobs in as they are), so one migration folder
+//! serves both.
 //!
 //! # Durability
 //!
@@ -55,7 +57,9 @@
 //! # Agents host
 //!
 //! [`agents`]: saved agents, agent sessions (one turn at a time, claimed atomically) and their
-//! numbered, append-only events (migration 0017).
+//! numbered, append-only events (migration 0017). [`agent_holds`]: a session's held writes
+//! (migration 0023), stored whole or not at all, claimed for applying with a lease, so any
+//! replica applies a hold exactly once.
 //!
 //! # Console sessions
 //!
@@ -92,6 +96,7 @@ macro_rules! on_pool {
     };
 }
 
+pub mod agent_holds;
 pub mod agents;
 mod audit;
 mod confirm;

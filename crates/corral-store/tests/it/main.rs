@@ -5,10 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[macro_use]
 mod agents;
 mod common;
 mod confirmations;
 mod errors;
+mod holds;
 mod lab;
 mod layering;
 #[path = "../support/pg_schema.rs"]
