@@ -63,6 +63,7 @@ fn request() -> ExecRequest {
         exec_only: None,
         hold: None,
         apply_only_if_ok: false,
+        host_writes: None,
     }
 }
 

@@ -430,6 +430,7 @@ impl Session {
             exec_only: self.exec_only(),
             hold: self.new_hold()?,
             apply_only_if_ok: false,
+            host_writes: None,
         };
         Ok((req, prompt.as_bytes().to_vec()))
     }
@@ -533,6 +534,7 @@ impl Session {
             hold: None,
             // All or nothing: a failing apply leaves the workdir as it was.
             apply_only_if_ok: true,
+            host_writes: None,
         };
         let out = self.backend.run(req).await.map_err(|e| {
             AgentError::new(

@@ -96,6 +96,24 @@ pub struct ExecRequest {
     /// or a non-zero exit discards every change: [`Changes::discarded`]); `false`: whatever
     /// the program did is applied, as it ended.
     pub apply_only_if_ok: bool,
+    /// The run may change the host beyond its write paths (an agent scope's `permissions:
+    /// full`); `None`: only its write paths. Needs a backend with a copy-on-write layer, which
+    /// gathers those changes too and applies them through the same checks; one without refuses
+    /// the run. The `linux` backend attests it `fs:unconfined`.
+    pub host_writes: Option<HostWrites>,
+}
+
+/// What a run that may change the host beyond its write paths ([`ExecRequest::host_writes`])
+/// still may not: in the `linux` backend its further write paths are the host's top-level
+/// directories ([`linux::host_roots`]), and besides `protected` (refused at every change as
+/// always, its paths hidden) these trees are kept out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HostWrites {
+    /// corral's own trees that hold some of the run's paths (the state directory, which holds
+    /// an agent's home and its CLI's install), absolute: each is hidden from the run but for
+    /// the run's own paths inside it, and no change in it is applied but through a write path
+    /// inside it. The backend adds its own runtime directory.
+    pub keep_out: Vec<PathBuf>,
 }
 
 /// Which changes of a run are held, and where: a change beneath `within` (one of the run's

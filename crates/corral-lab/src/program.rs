@@ -110,6 +110,7 @@ impl ProgramSpec {
             exec_only: None,
             hold: None,
             apply_only_if_ok: false,
+            host_writes: None,
         }
     }
 }

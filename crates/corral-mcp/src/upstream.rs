@@ -317,6 +317,7 @@ async fn run_once(
         exec_only: None,
         hold: None,
         apply_only_if_ok: false,
+        host_writes: None,
     };
     let (attach_tx, attach_rx) = oneshot::channel();
     let run_backend = Arc::clone(backend);

@@ -232,6 +232,7 @@ impl Op for CommandsRun {
                 exec_only: None,
                 hold: None,
                 apply_only_if_ok: false,
+                host_writes: None,
             };
             run(&ctx, req).await
         })
@@ -395,6 +396,7 @@ impl Op for CustomOp {
                 exec_only: None,
                 hold: None,
                 apply_only_if_ok: false,
+                host_writes: None,
             };
             run(&ctx, req).await
         })

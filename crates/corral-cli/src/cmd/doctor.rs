@@ -247,6 +247,7 @@ fn smoke_run_in(
         exec_only: None,
         hold: None,
         apply_only_if_ok: false,
+        host_writes: None,
     };
     let out = rt.block_on(backend.run(req)).map_err(|e| e.to_string())?;
     let a = &out.attestation;

@@ -576,6 +576,7 @@ fn request(argv: &[String], args: &Settings) -> Result<ExecRequest, Failure> {
         exec_only: None,
         hold: None,
         apply_only_if_ok: false,
+        host_writes: None,
     })
 }
 

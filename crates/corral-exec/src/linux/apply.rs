@@ -20,8 +20,12 @@
 //!
 //! The host is only ever reached through the write path's directory, opened before `pivot_root`
 //! without following symlinks, and `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-//! RESOLVE_NO_MAGICLINKS)` one component at a time from there: a symlink on the host side is
-//! never followed, it fails that entry. Each entry is applied on its own: a refusal or an error
+//! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)` one component at a time from there: a symlink on
+//! the host side is never followed, it fails that entry, and so does a filesystem mounted
+//! beneath the write path (the overlay showed the program the directory under it, not what is
+//! mounted there: a change there is for a place it never saw). With host writes, corral's trees
+//! kept out (`HostSpec::keep_out`) are refused like protected paths, but through a write path
+//! inside one (an agent's home in the state directory). Each entry is applied on its own: a refusal or an error
 //! skips it, the rest is applied.
 
 use std::ffi::{CStr, CString, OsStr};
@@ -86,6 +90,7 @@ pub(crate) fn apply(
     protected: Result<Protected, String>,
     quota: u64,
     hold: Option<&Hold>,
+    keep_out: &[PathBuf],
 ) -> Changes {
     // Modes are set exactly, never through the helper's umask.
     rustix::process::umask(Mode::empty());
@@ -97,6 +102,8 @@ pub(crate) fn apply(
         hold: None,
         holding: false,
         on_the_way: false,
+        keep_out: keep_out.to_vec(),
+        within: PathBuf::new(),
     };
     if let Some(h) = hold {
         match layer.hold.take().ok_or(Errno::BADF) {
@@ -138,6 +145,7 @@ pub(crate) fn apply(
                 continue;
             }
         };
+        a.within.clone_from(path);
         a.dir(&upper, host, path, 0);
     }
     a.changes
@@ -198,6 +206,11 @@ struct Applier {
     /// Set for the one directory being applied that only leads to a free directory: it is made
     /// if missing (mode 0755), never changed (its mode is the host's), never emptied.
     on_the_way: bool,
+    /// corral's trees kept out of a run that may change the host (`HostSpec::keep_out`): no
+    /// change in one is applied but through a write path inside it.
+    keep_out: Vec<PathBuf>,
+    /// The write path being applied.
+    within: PathBuf,
 }
 
 /// The names in the directory `fd` (without `.` and `..`).
@@ -233,7 +246,10 @@ fn open_host_dir(parent: &impl AsFd, name: &CStr) -> Result<OwnedFd, Errno> {
         name,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        ResolveFlags::BENEATH
+            | ResolveFlags::NO_SYMLINKS
+            | ResolveFlags::NO_MAGICLINKS
+            | ResolveFlags::NO_XDEV,
     )
 }
 
@@ -291,8 +307,26 @@ impl Applier {
         });
     }
 
+    /// The tree kept out that `abs` lies in (or beneath `abs`, with `beneath`), unless the
+    /// write path being applied lies inside it.
+    fn kept_out(&self, abs: &Path, beneath: bool) -> Option<&PathBuf> {
+        self.keep_out.iter().find(|k| {
+            let hit = match beneath {
+                false => abs.starts_with(k),
+                true => k.starts_with(abs) && k.as_path() != abs,
+            };
+            hit && !self.within.starts_with(k)
+        })
+    }
+
     /// Why `abs` may not be changed, if it may not.
     fn protected_reason(&self, abs: &Path) -> Option<String> {
+        if let Some(k) = self.kept_out(abs, false) {
+            return Some(format!(
+                "`{}` is corral's own (its state, or the sandbox's); no command may create, change or delete it",
+                k.display()
+            ));
+        }
         let protected = match &self.protected {
             Ok(p) => p,
             Err(e) => return Some(format!("the run's protection list is unusable ({e})")),
@@ -311,6 +345,12 @@ impl Applier {
     /// Why deleting the host directory `fd` (at `abs`) is refused: something protected lies
     /// beneath it, or it is too large to check.
     fn protected_beneath(&self, fd: &OwnedFd, abs: &Path) -> Option<String> {
+        if let Some(k) = self.kept_out(abs, true) {
+            return Some(format!(
+                "deleting it would delete corral's own `{}`",
+                k.display()
+            ));
+        }
         if let Ok(p) = &self.protected
             && let Some(below) = abs.to_str().and_then(|a| p.path_beneath(a))
         {

@@ -379,16 +379,22 @@ fn apply_layer(spec: &Spec, layer_rx: &OwnedFd, status: &StatusPipe, target_ok: 
             status.send(&Status::Changes { changes });
             return;
         }
+        let keep_out = spec.host.as_ref().map(|h| h.keep_out.as_slice());
         let changes = apply::apply(
             layer,
             &paths,
             cow.protected.compile(),
             cow.quota,
             cow.hold.as_ref(),
+            keep_out.unwrap_or_default(),
         );
         status.send(&Status::Changes { changes });
     }
 }
+
+/// The attestation of a run that could change the host beyond its write paths
+/// (`ExecRequest::host_writes`): its filesystem was not confined to them.
+pub(crate) const FS_UNCONFINED: &str = "fs:unconfined";
 
 /// Most write paths a run may have: their descriptors pass in one `SCM_RIGHTS` message (the
 /// kernel takes at most 253), with the layer's tmpfs.
@@ -581,6 +587,10 @@ fn init(
         drop(layer);
         primitives.push("cow:overlay".into());
         primitives.push(format!("quota:{}", cow.quota));
+        if spec.host.is_some() {
+            // The host's top-level directories were write paths too.
+            primitives.push(FS_UNCONFINED.into());
+        }
     }
     drop(layer_tx);
     primitives.push(prep.network.primitive().into());

@@ -32,6 +32,41 @@
 //!   process group if the helper itself overstays;
 //! - removes the directory and the cgroups, and attests `destroyed: true` only when the helper
 //!   reported the pid namespace empty and both removals are checked.
+//!
+//! **Host writes** ([`crate::ExecRequest::host_writes`], an agent scope's `permissions: full`):
+//! the run may change the host beyond its write paths, as far as its user may, and nothing else
+//! of the sandbox changes. How, and why so:
+//!
+//! - Not `/` as one write root, and never a live read-write bind of the host: a bind would
+//!   skip every apply-time check (protected names and globs, git repositories, set-id bits,
+//!   symlinks, the quota), and an overlay of `/` would carry `/proc`, `/sys`, `/dev`, the
+//!   host's whole `/etc` and `/run` into the view, and could not be made at all in a user
+//!   namespace on a host with any mount (the kernel refuses to copy a directory without the
+//!   mounts locked beneath it).
+//! - Instead each top-level host directory ([`host_roots`]: `/home`, `/tmp`, `/opt`, `/srv`,
+//!   `/var`, `/root`, ...; not the system directories, which stay the read-only view, nor
+//!   `/proc`, `/sys`, `/dev`, `/run`, `/boot`) is one more write path: an overlay in the same
+//!   copy-on-write layer, its changes applied after the run by the same helper through the
+//!   same checks as the workdir's. A directory with a filesystem mounted beneath it is left out
+//!   (see [`host_roots`]); the apply never crosses a mount (`RESOLVE_NO_XDEV`).
+//! - The cost: a dozen more overlay mounts per run (no copy; a file is copied up only when
+//!   changed), and no walk of those roots for nested `.git` to bind read-only (they hold far more
+//!   than `MAX_SCAN_DIRS` directories): there, a `.git` change is refused at apply time only,
+//!   which is what decides anyway. The write quota (`DEFAULT_WRITE_QUOTA` unless set) and the
+//!   tmpfs it sizes cover every root together; `MAX_WRITE_PATHS` (200) is
+//!   far off.
+//! - corral's own places in those roots: its files (`ExecRequest::protected`'s paths) are
+//!   hidden as always; the trees of `HostWrites::keep_out` (the state directory, holding an
+//!   agent's home and its CLI's install), this backend's runtime directory (its copies of
+//!   `/etc`, its sockets) and its helper binary (corral) are covered in the view by an empty
+//!   read-only tmpfs (or `/dev/null`), with only the run's own paths inside them bound again on
+//!   top, and the apply refuses any change in them but through a write path inside one. A hold
+//!   must lie in one of them.
+//! - The user: what the apply writes, it writes as the helper, so as corral's user (host root
+//!   with `isolation.host_uids`, whose idmapped roots make root's files the program's own): a
+//!   change the host does not let that user make is refused when applied. The program's view
+//!   may let it try more (an overlay's top directory is the run's own).
+//! - The run attests `fs:unconfined`.
 
 mod apply;
 mod cgroup;
@@ -504,6 +539,61 @@ fn check_write_paths(write_paths: &[PathBuf]) -> Result<(), ExecError> {
     Ok(())
 }
 
+/// Entries at the top of the host's `/` that are never write paths of a run with
+/// [`ExecRequest::host_writes`], besides the system directories (`/usr`, `/bin`, `/sbin`,
+/// `/lib*`, `/etc`, which stay the sandbox's read-only view): `/proc`, `/sys` and `/dev` (never
+/// bound), `/run` (the host's running daemons: their sockets, pid files and secrets), `/boot`
+/// and `lost+found`.
+const NOT_HOST_ROOTS: &[&str] = &["proc", "sys", "dev", "run", "boot", "lost+found"];
+
+/// The host directories a run with [`ExecRequest::host_writes`] may change besides its write
+/// paths: every directory at the top of the host's `/` (not a symlink, a UTF-8 name) but the
+/// system directories and [`NOT_HOST_ROOTS`], and but one with another filesystem mounted
+/// beneath it (`/var` holding a container runtime's mounts, `/mnt` a drive): the kernel lets no
+/// user namespace copy a directory without what is mounted beneath it, and an overlay needs that
+/// copy; such a directory stays out of the run's view. Sorted. Each is a write path of its own,
+/// an overlay over its one filesystem (and the apply never crosses into another).
+pub fn host_roots() -> Result<Vec<PathBuf>, ExecError> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| unavailable(format!("cannot read /proc/self/mountinfo: {e}")))?;
+    Ok(top_level_dirs()?
+        .into_iter()
+        .filter(|r| !mounted_beneath(&mountinfo, r))
+        .collect())
+}
+
+/// Whether `/proc/self/mountinfo` (`mountinfo`) has a mount point strictly beneath `dir`. A
+/// mount point's escapes (`\040` for a space, ...) are left as they are: a name with one is
+/// beneath the same top-level directory either way.
+fn mounted_beneath(mountinfo: &str, dir: &Path) -> bool {
+    mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(Path::new)
+        .any(|m| m.starts_with(dir) && m != dir)
+}
+
+/// The directories at the top of the host's `/` that may be [`host_roots`], before the mount
+/// check.
+fn top_level_dirs() -> Result<Vec<PathBuf>, ExecError> {
+    let entries = std::fs::read_dir("/")
+        .map_err(|e| unavailable(format!("cannot list the host's `/`: {e}")))?;
+    let mut roots: Vec<PathBuf> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let path = Path::new("/").join(&name);
+            let system = landlock_rules::SYSTEM_DIRS
+                .iter()
+                .any(|d| Path::new(d) == path);
+            let dir = e.file_type().is_ok_and(|t| t.is_dir());
+            (dir && !system && !NOT_HOST_ROOTS.contains(&name.as_str())).then_some(path)
+        })
+        .collect();
+    roots.sort();
+    Ok(roots)
+}
+
 /// A [`crate::Hold`], checked: `within` is a write path, each free directory lies beneath it,
 /// and `into` is an empty directory outside every write path.
 fn check_hold(hold: &crate::Hold, write_paths: &[PathBuf]) -> Result<(), ExecError> {
@@ -768,6 +858,66 @@ impl LinuxBackend {
         Ok(cow)
     }
 
+    /// A run with [`ExecRequest::host_writes`]: its write paths with the host's top-level
+    /// directories ([`host_roots`]) added, and what its view keeps out (the request's trees,
+    /// this backend's runtime directory and its helper binary, which is corral's own). It needs
+    /// the copy-on-write layer, and a hold of it must lie in a tree kept out (else the program
+    /// could write into the hold). Any other run: its write paths as they are.
+    fn host_writes(
+        &self,
+        req: &ExecRequest,
+        layered: bool,
+        mut write_paths: Vec<PathBuf>,
+    ) -> Result<(Vec<PathBuf>, Option<spec::HostSpec>), ExecError> {
+        let Some(hw) = &req.host_writes else {
+            return Ok((write_paths, None));
+        };
+        if !layered {
+            return Err(ExecError::Invalid(
+                "a run whose writes are live (attached, without the copy-on-write layer) cannot change the host beyond its write paths".into(),
+            ));
+        }
+        let mut keep_out = Vec::new();
+        for k in hw.keep_out.iter().chain([&self.runtime_dir]) {
+            let normal = k.is_absolute()
+                && k.components().all(|c| {
+                    matches!(
+                        c,
+                        std::path::Component::RootDir | std::path::Component::Normal(_)
+                    )
+                });
+            if !normal || k.as_os_str().len() <= 1 || k.to_str().is_none() {
+                return Err(ExecError::Invalid(format!(
+                    "the tree to keep out `{}` is not a normalized absolute UTF-8 path below `/`",
+                    k.display()
+                )));
+            }
+            keep_out.push(k.components().collect::<PathBuf>());
+        }
+        // The helper is corral's own binary (`/proc/self/exe`, resolved).
+        if let Some(exe) = std::fs::canonicalize(&self.helper)
+            .ok()
+            .filter(|p| p.to_str().is_some())
+        {
+            keep_out.push(exe);
+        }
+        if let Some(h) = &req.hold
+            && !keep_out.iter().any(|k| h.into.starts_with(k))
+        {
+            return Err(ExecError::Invalid(format!(
+                "the hold: `{}` lies outside the trees kept out of a run that may change the host, which could write into it",
+                h.into.display()
+            )));
+        }
+        let roots: Vec<PathBuf> = host_roots()?
+            .into_iter()
+            .filter(|r| !write_paths.contains(r))
+            .collect();
+        write_paths.extend(roots.iter().cloned());
+        check_write_paths(&write_paths)?;
+        Ok((write_paths, Some(spec::HostSpec { roots, keep_out })))
+    }
+
     async fn run_one(
         &self,
         req: ExecRequest,
@@ -800,6 +950,7 @@ impl LinuxBackend {
         // (a long-lived upstream server, whose writes must be live) gets read-write binds,
         // unless the backend gives attached runs the layer too (`corral run`).
         let cow = self.cow_layer(&req, attach.is_some(), &write_paths)?;
+        let (write_paths, host) = self.host_writes(&req, cow.is_some(), write_paths)?;
         let cow_quota = cow.as_ref().map(|c| c.quota);
 
         let (network, egress) = run_network(req.network.as_ref());
@@ -850,6 +1001,7 @@ impl LinuxBackend {
                         .collect(),
                     cow: cow.clone(),
                     exec_only: req.exec_only.as_deref().map(exec_allow::closure),
+                    host: host.clone(),
                 };
                 spec::encode(&spec).map_err(ExecError::Invalid)
             }),

@@ -446,10 +446,14 @@ fn protected_entries(root: &Path) -> Result<Vec<PathBuf>> {
 /// mount (a directory gets an empty tmpfs, a file `/dev/null` on a `nodev` mount, which cannot be
 /// opened), so a read path that holds them shows the program nothing of corral's database,
 /// audit or keys. A bind inside one of them is refused.
-fn hide_own_files(root: &OwnedFd, spec: &Spec) -> Result<()> {
+fn hide_own_files(root: &OwnedFd, spec: &Spec, covered: &[(PathBuf, OwnedFd)]) -> Result<()> {
     let ro = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
     let binds = user_binds(spec);
-    for own in spec.hidden.iter().filter(|p| p.is_absolute()) {
+    let hidden = spec
+        .hidden
+        .iter()
+        .filter(|p| p.is_absolute() && !covered.iter().any(|(c, _)| p.starts_with(c)));
+    for own in hidden {
         if let Some((b, _)) = binds.iter().find(|(b, _)| b.starts_with(own)) {
             return Err(StepError::invalid(
                 "hide corral's files",
@@ -477,6 +481,57 @@ fn hide_own_files(root: &OwnedFd, spec: &Spec) -> Result<()> {
             Ok(m) if m.is_file() => bind_to(root, Path::new("/dev/null"), &rel, ro)?,
             // A symlink's target is hidden by its resolved form, which `hidden` holds too;
             // what does not exist cannot be shown.
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// With host writes ([`super::spec::HostSpec`]), covers each of corral's trees kept out that
+/// the view shows (it lies beneath a bind already made, `done`) before the first bind inside
+/// it (`next`; `None`: every one left): a directory with an empty tmpfs (made read-only once
+/// the binds inside it are in: [`finish`] remounts each of `covered`), a file with `/dev/null`.
+/// So the view holds nothing of it but the run's own paths inside it (an agent's home and its
+/// CLI's install in corral's state directory), whatever is made there meanwhile.
+fn cover_kept_out(
+    root: &OwnedFd,
+    spec: &Spec,
+    done: &[(PathBuf, bool)],
+    next: Option<&Path>,
+    covered: &mut Vec<(PathBuf, OwnedFd)>,
+) -> Result<()> {
+    let Some(host) = &spec.host else {
+        return Ok(());
+    };
+    for k in &host.keep_out {
+        let due = next.is_none_or(|n| n.starts_with(k) && n != k);
+        let shown = done.iter().any(|(b, _)| k.starts_with(b) && k != b);
+        let already = covered.iter().any(|(c, _)| k.starts_with(c));
+        if !due || !shown || already {
+            continue;
+        }
+        let rel = relative(k)?;
+        match std::fs::symlink_metadata(k) {
+            Ok(m) if m.is_dir() => {
+                let target = open_beneath(root, &rel, OFlags::DIRECTORY)
+                    .map_err(|e| mount_err("keep out", k, e))?;
+                mount_tmpfs(
+                    Path::new(&fd_path(&target)),
+                    MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                    "mode=0711,size=64k,nr_inodes=1024",
+                )?;
+                let mounted = open_beneath(root, &rel, OFlags::DIRECTORY)
+                    .map_err(|e| mount_err("keep out", k, e))?;
+                covered.push((k.clone(), mounted));
+            }
+            Ok(m) if m.is_file() => bind_to(
+                root,
+                Path::new("/dev/null"),
+                &rel,
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            )?,
+            // What does not exist cannot be shown (the apply refuses making it); a symlink's
+            // target is kept out by its resolved form.
             _ => {}
         }
     }
@@ -948,6 +1003,42 @@ fn open_hold(h: &crate::Hold) -> Result<OwnedFd> {
     .map_err(|e| mount_err("open the hold", &h.into, e))
 }
 
+/// The run's copy-on-write layer, if it has one: its tmpfs, over the directory holding the
+/// per-run directories (in this mount namespace only; the host sees nothing), and its hold.
+fn new_layer(spec: &Spec, root_dir: &Path) -> Result<Option<CowLayer>> {
+    match (&spec.cow, spec.write_paths.is_empty()) {
+        (Some(cow), false) => {
+            let parent = root_dir
+                .parent()
+                .ok_or_else(|| StepError::invalid("the copy-on-write tmpfs", "no parent"))?;
+            Ok(Some(CowLayer {
+                tmpfs: cow_tmpfs(cow, parent)?,
+                hosts: Vec::new(),
+                hold: cow.hold.as_ref().map(open_hold).transpose()?,
+            }))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Binds each protected metadata entry ([`PROTECTED_NAMES`]) found in the writable root `path`
+/// read-only over itself (a symlink pinned).
+fn protect_metadata(
+    root: &OwnedFd,
+    idmap: Option<&OwnedFd>,
+    path: &Path,
+    flags: MountFlags,
+) -> Result<()> {
+    for meta in protected_entries(path)? {
+        match std::fs::symlink_metadata(&meta) {
+            Ok(m) if m.file_type().is_symlink() => pin_symlink(root, &meta)?,
+            Ok(m) if m.is_dir() || m.is_file() => bind_user(root, idmap, &meta, flags)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Finishes the view for one run: its `/tmp` and `/dev/shm`, the request's paths, then pivots
 /// into it and makes `/` read-only. Returns the run's copy-on-write layer, if it has one.
 pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
@@ -991,24 +1082,19 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
     )?;
     mount_tmpfs(&root_dir.join("tmp"), writable_flags, &tmpfs_opts("1777"))?;
 
-    // The copy-on-write layer's tmpfs, over the directory holding the per-run directories (in
-    // this mount namespace only; the host sees nothing).
-    let mut layer = match (&spec.cow, spec.write_paths.is_empty()) {
-        (Some(cow), false) => {
-            let parent = root_dir
-                .parent()
-                .ok_or_else(|| StepError::invalid("the copy-on-write tmpfs", "no parent"))?;
-            Some(CowLayer {
-                tmpfs: cow_tmpfs(cow, parent)?,
-                hosts: Vec::new(),
-                hold: cow.hold.as_ref().map(open_hold).transpose()?,
-            })
-        }
-        _ => None,
-    };
+    let mut layer = new_layer(spec, &root_dir)?;
 
-    // The request's paths.
-    for (path, writable) in user_binds(spec) {
+    // The request's paths (with host writes, corral's trees among them covered first).
+    let binds = user_binds(spec);
+    let mut covered = Vec::new();
+    for (i, (path, writable)) in binds.iter().cloned().enumerate() {
+        cover_kept_out(
+            &root,
+            spec,
+            binds.get(..i).unwrap_or_default(),
+            Some(&path),
+            &mut covered,
+        )?;
         let flags = if writable {
             writable_flags
         } else {
@@ -1028,18 +1114,18 @@ pub(crate) fn finish(view: View, spec: &Spec) -> Result<Option<CowLayer>> {
             }
             _ => bind_user(&path, flags)?,
         }
-        if writable {
-            for meta in protected_entries(&path)? {
-                match std::fs::symlink_metadata(&meta) {
-                    Ok(m) if m.file_type().is_symlink() => pin_symlink(&root, &meta)?,
-                    Ok(m) if m.is_dir() || m.is_file() => bind_user(&meta, meta_flags)?,
-                    _ => {}
-                }
-            }
+        let host_root = spec.host.as_ref().is_some_and(|h| h.roots.contains(&path));
+        if writable && !host_root {
+            protect_metadata(&root, idmap, &path, meta_flags)?;
         }
     }
 
-    hide_own_files(&root, spec)?;
+    cover_kept_out(&root, spec, &binds, None, &mut covered)?;
+    hide_own_files(&root, spec, &covered)?;
+    for (cover, fd) in &covered {
+        remount_bind(fd, ro | MountFlags::NOEXEC, cover)?;
+    }
+    drop(covered);
     if let Some(exec) = &spec.exec_only {
         only_these_programs(&root, exec)?;
         hide_program_trees(&root, exec)?;

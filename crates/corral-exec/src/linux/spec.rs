@@ -116,6 +116,23 @@ pub(crate) struct Spec {
     /// The only files (or directories) the target may execute, with what starting them needs;
     /// `None`: anything it can read.
     pub(crate) exec_only: Option<Vec<PathBuf>>,
+    /// A run that may change the host beyond the request's write paths
+    /// (`ExecRequest::host_writes`); attested `fs:unconfined`.
+    #[serde(default)]
+    pub(crate) host: Option<HostSpec>,
+}
+
+/// What a run with host writes adds to its view (see `mounts::cover_kept_out`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct HostSpec {
+    /// The host's top-level directories among `write_paths`: overlays like any write path, but
+    /// never walked for protected metadata to bind read-only (far too large; the apply checks
+    /// every change against the protection, which is what decides).
+    pub(crate) roots: Vec<PathBuf>,
+    /// corral's own trees and files: each one in the view is covered (an empty read-only
+    /// tmpfs, or `/dev/null` for a file) but for the run's own paths inside it, and no change
+    /// in one is applied but through a write path inside it.
+    pub(crate) keep_out: Vec<PathBuf>,
 }
 
 /// A run's copy-on-write layer: each write path is an overlay whose upper layer lives in a

@@ -457,6 +457,7 @@ impl World {
             exec_only: None,
             hold: None,
             apply_only_if_ok: false,
+            host_writes: None,
         }
     }
 

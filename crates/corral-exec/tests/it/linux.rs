@@ -1023,3 +1023,108 @@ async fn a_run_that_asks_for_all_or_nothing_applies_nothing_when_it_fails() {
     );
     assert!(!dir.join("old.txt").exists());
 }
+
+/// A run with host writes (an agent scope's `permissions: full`): what it wrote outside its
+/// write paths reaches the host, through the same checked layer: corral's trees kept out stay
+/// hidden and unchanged but for the run's own path inside one, a protected glob and a protected
+/// file are refused, no set-id bit is made, and the attestation says so.
+#[tokio::test]
+async fn a_run_with_host_writes_changes_the_host_beyond_its_write_paths_through_the_checked_layer()
+{
+    let (_keep, dir) = tempdir();
+    let (work, outside, state) = (dir.join("work"), dir.join("outside"), dir.join("state"));
+    let home = state.join("homes").join("s1");
+    for d in [&work, &outside, &home] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(state.join("corral.db"), "the database\n").unwrap();
+    let config = dir.join("corral.yaml");
+    std::fs::write(&config, "tokens: secret\n").unwrap();
+    let script = format!(
+        "set -u
+         echo out > {o}/new
+         mkdir -p {o}/sub && echo deep > {o}/sub/file
+         echo w > {w}/f
+         echo h > {h}/h
+         cat {s}/corral.db 2>/dev/null && echo DB-READ || echo db-hidden
+         ls {s}/homes
+         echo x > {s}/evil 2>/dev/null && echo STATE-WRITTEN || echo state-refused
+         cat {c}; echo x > {c} 2>/dev/null && echo CONFIG-WRITTEN || echo config-refused
+         echo x > {o}/key.secret
+         echo '#!/bin/sh' > {o}/tool
+         chmod 4755 {o}/tool 2>/dev/null && echo SETUID-SET || echo setuid-refused
+         chmod 755 {o}/tool",
+        o = outside.display(),
+        w = work.display(),
+        h = home.display(),
+        s = state.display(),
+        c = config.display(),
+    );
+    let protected = corral_policy::Protected::compile(corral_policy::ProtectedSpec {
+        globs: vec!["*.secret".into()],
+        paths: vec![config.to_string_lossy().into_owned()],
+        ..Default::default()
+    })
+    .unwrap();
+    let mut req = shell(&script);
+    req.cwd = work.clone();
+    req.write_paths = vec![work.clone(), home.clone()];
+    req.protected = protected;
+    req.host_writes = Some(corral_exec::HostWrites {
+        keep_out: vec![state.clone()],
+    });
+    let out = run(req.clone()).await;
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "db-hidden\ns1\nstate-refused\nconfig-refused\nsetuid-refused\n"
+    );
+    let p = &out.attestation.primitives;
+    assert!(p.iter().any(|x| x == "fs:unconfined"), "{p:?}");
+    let read = |p: &Path| std::fs::read_to_string(p).ok();
+    assert_eq!(read(&outside.join("new")).as_deref(), Some("out\n"));
+    assert_eq!(read(&outside.join("sub/file")).as_deref(), Some("deep\n"));
+    assert_eq!(read(&work.join("f")).as_deref(), Some("w\n"));
+    assert_eq!(read(&home.join("h")).as_deref(), Some("h\n"));
+    assert_eq!(
+        read(&state.join("corral.db")).as_deref(),
+        Some("the database\n")
+    );
+    assert!(!state.join("evil").exists());
+    assert_eq!(read(&config).as_deref(), Some("tokens: secret\n"));
+    assert!(!outside.join("key.secret").exists());
+    let changes = out.changes.expect("the layer's changes");
+    assert!(
+        changes
+            .refused
+            .iter()
+            .any(|r| r.path.ends_with("key.secret") && r.code == "policy.path_denied"),
+        "{changes:?}"
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(outside.join("tool"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o755);
+
+    // The same run without host writes: nothing outside its write paths is in its view.
+    std::fs::remove_file(outside.join("new")).unwrap();
+    req.host_writes = None;
+    req.argv = [
+        "/bin/sh",
+        "-c",
+        &format!("echo out > {}/new", outside.display()),
+    ]
+    .map(String::from)
+    .to_vec();
+    let out = run(req).await;
+    assert_ne!(out.exit_code, Some(0));
+    assert!(!outside.join("new").exists());
+    assert!(
+        !out.attestation
+            .primitives
+            .iter()
+            .any(|x| x == "fs:unconfined")
+    );
+}

@@ -60,6 +60,7 @@ pub fn request(argv: &[&str]) -> ExecRequest {
         exec_only: None,
         hold: None,
         apply_only_if_ok: false,
+        host_writes: None,
     }
 }
 

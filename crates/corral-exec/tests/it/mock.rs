@@ -22,6 +22,7 @@ fn req(argv: &[&str]) -> ExecRequest {
         exec_only: None,
         hold: None,
         apply_only_if_ok: false,
+        host_writes: None,
     }
 }
 
