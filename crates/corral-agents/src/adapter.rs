@@ -5,7 +5,9 @@
 //! **Why the CLI's own sandbox is off.** Codex confines its commands with its own sandbox
 //! (landlock + seccomp on Linux) and asks for approvals; claude_code asks for permissions. In
 //! corral the whole CLI already runs in corral's sandbox (the workdir writable per the scope's
-//! `permissions`, everything else read-only or absent, the network only corral's LLM proxy),
+//! `permissions`, everything else read-only or absent, or with `full` the host's top-level
+//! directories writable too through the same checked layer; the network only corral's LLM
+//! proxy),
 //! which is what the scope promises and what corral attests. A second, nested sandbox would
 //! add nothing corral relies on, cannot be set up inside corral's (it needs the namespaces and
 //! landlock domains corral's seccomp filter and user namespace already hold), and its
@@ -33,9 +35,12 @@ pub enum Adapter {
     ClaudeCode,
 }
 
-/// How much of the workdir a session may change: the scope's `permissions`, one type for the
-/// policy and the sessions. `Full` runs as `WorkspaceWrite` in corral's sandbox (which stays
-/// on: corral never runs an agent unconfined).
+/// How much of the host a session may change: the scope's `permissions`, one type for the
+/// policy and the sessions. `Full` may change the host beyond its workdir (the host's
+/// top-level directories but the system ones, as far as corral's user may), still in corral's
+/// sandbox: its writes go through the same copy-on-write layer and checks as the workdir's,
+/// corral's own files and state stay out of reach, and the network, limits and seccomp are
+/// those of every turn (see [`crate::session`]; attested `fs:unconfined`).
 pub use corral_policy::scope::AgentPermissions as Permissions;
 
 impl Adapter {

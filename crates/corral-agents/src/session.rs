@@ -2,7 +2,9 @@
 //!
 //! Each turn is a fresh sandbox ([`corral_exec::Backend::run_attached`], so its output streams
 //! as it comes): the workdir bound read-write (`workspace-write`, `full`) or read-only
-//! (`read-only`); the agent's home (its config, the CLI's own session files that the next turn
+//! (`read-only`), and with `full` the host's top-level directories writable too
+//! ([`corral_exec::ExecRequest::host_writes`]: every write through the same copy-on-write layer
+//! and checks, corral's state kept out, attested `fs:unconfined`); the agent's home (its config, the CLI's own session files that the next turn
 //! resumes from) read-write; the CLI's install read-only; everything else the backend's
 //! read-only system view or absent. Its only network is a link
 //! ([`corral_exec::RunNetwork::Corral`]) that the HTTP crate serves with the LLM proxy's routes
@@ -22,7 +24,7 @@ use std::time::Duration;
 use corral_exec::linux::CORRAL_LINK_URL;
 use corral_exec::{
     Attestation, Backend, CorralLink, DEFAULT_MEMORY, Egress, EgressLog, EgressRecord, ExecOutput,
-    ExecRequest, Hold, ResourceLimits, RunNetwork,
+    ExecRequest, Hold, HostWrites, ResourceLimits, RunNetwork,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -130,6 +132,11 @@ pub struct SessionConfig {
     /// With the scope's `confirm_writes_outside` (and a scope that writes): where a turn's
     /// changes outside those directories wait for a person; `None`: every change applies.
     pub confirm_writes: Option<ConfirmWrites>,
+    /// corral's trees that hold the session's own paths (the state directory, holding its home
+    /// and the CLI's install), absolute: with `permissions: full`, whose turns may change the
+    /// host beyond the workdir, the sandbox hides them but for those paths and applies no change
+    /// in them but the home's ([`corral_exec::HostWrites::keep_out`]).
+    pub keep_out: Vec<PathBuf>,
 }
 
 /// The scope's `confirm_writes_outside`, for one session.
@@ -430,9 +437,17 @@ impl Session {
             exec_only: self.exec_only(),
             hold: self.new_hold()?,
             apply_only_if_ok: false,
-            host_writes: None,
+            host_writes: self.host_writes(),
         };
         Ok((req, prompt.as_bytes().to_vec()))
+    }
+
+    /// With `permissions: full`: the turn may change the host beyond its workdir (through the
+    /// same copy-on-write layer and checks), corral's trees kept out; `None` otherwise.
+    fn host_writes(&self) -> Option<HostWrites> {
+        (self.cfg.permissions == Permissions::Full).then(|| HostWrites {
+            keep_out: self.cfg.keep_out.clone(),
+        })
     }
 
     /// The session's state, locked, when no turn runs (`agents.session_busy` otherwise, saying

@@ -324,8 +324,9 @@ impl<'a> Linter<'a> {
                     Diagnostic::warning(
                         codes::LINT_AGENT_UNCONFINED,
                         format!(
-                            "the agent scope of `{}` has `permissions: full`: the agent runs \
-                             without corral's filesystem confinement",
+                            "the agent scope of `{}` has `permissions: full`: the agent may \
+                             change the host beyond its workdir, as far as corral's user may \
+                             (corral's own files, `.git` and `protected:` stay refused)",
                             r.name
                         ),
                         format!("{loc}.agents.permissions"),

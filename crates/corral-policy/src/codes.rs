@@ -728,7 +728,7 @@ catalog! {
         "a limit raises corral's safe default cap (1 GiB of memory, 1 GiB written per run)",
         "keep it only if the commands need it; remove the key to go back to the default";
     LINT_AGENT_UNCONFINED = "lint.agent_unconfined", 0,
-        "an agent scope has `permissions: full`: the agent runs without corral's filesystem confinement",
+        "an agent scope has `permissions: full`: the agent may change the host beyond its workdir, as far as corral's user may (corral's own files, `.git` internals and `protected:` stay refused)",
         "use `permissions: workspace-write` (the workdir writable, the rest read-only) unless the agent really needs the whole machine";
     LINT_AGENT_PERMISSIONS_IMPLICIT = "lint.agent_permissions_implicit", 0,
         "agents are allowed together with file ops under a `paths:` scope, and the agent scope does not state `permissions`: path scopes do not confine agents",

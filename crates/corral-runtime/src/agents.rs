@@ -518,6 +518,7 @@ impl AgentHost {
         })?;
         let home = self.homes.join(&t.record.id);
         let protected = session_protection(t, &[&cli.dir, &home])?;
+        let keep_out = kept_out(t, &[&cli.dir, &home]);
         let cfg = SessionConfig {
             id: t.record.id.clone(),
             cli,
@@ -535,6 +536,7 @@ impl AgentHost {
                 Some(_) | None => None,
             },
             commands: t.grant.commands.clone(),
+            keep_out,
             confirm_writes: t.grant.confirm_writes_outside.as_ref().map(|free| {
                 corral_agents::ConfirmWrites {
                     free: free.iter().map(PathBuf::from).collect(),
@@ -916,6 +918,18 @@ fn session_protection(
         protected.add_path(&p.to_string_lossy());
     }
     Ok(protected)
+}
+
+/// corral's own trees that [`session_protection`] leaves off because they hold a session's own
+/// paths (the state directory, holding the agent's home and the CLI's install): a `full` turn,
+/// which may change the host beyond its workdir, keeps them out all the same
+/// (`SessionConfig::keep_out`).
+fn kept_out(t: &TurnStart, binds: &[&std::path::Path]) -> Vec<PathBuf> {
+    t.protected
+        .iter()
+        .filter(|p| binds.iter().any(|b| b.starts_with(p)))
+        .cloned()
+        .collect()
 }
 
 /// An event's body cut to fit the store's cap on one event: when its JSON is over

@@ -686,3 +686,107 @@ async fn a_consumer_that_stops_reading_events_does_not_stop_the_time_limit() {
     }
     assert_eq!(n, 1);
 }
+
+/// `permissions: full`: the agent's write outside its workdir lands on the host; corral's state
+/// (but for the agent's own home), its config file, a `protected:` glob and a set-id bit stay
+/// out of reach; the network is still only corral's link; the turn attests `fs:unconfined`. A
+/// `workspace-write` session of the same agent still writes nothing outside.
+#[tokio::test]
+async fn a_full_session_changes_the_host_beyond_its_workdir_but_never_corrals_own_places() {
+    let port = host_server("HOST").await;
+    let d = dirs();
+    let tmp = d.workdir.parent().unwrap().to_path_buf();
+    let state = tmp.join("state");
+    let home = state.join("agents").join("homes").join("s1");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(state.join("corral.db"), "the database").unwrap();
+    let config_file = tmp.join("corral.yaml");
+    std::fs::write(&config_file, "tokens: []\n").unwrap();
+    let (beyond, secret, tool) = (
+        d.outside.join("beyond.txt"),
+        d.outside.join("key.secret"),
+        d.outside.join("tool"),
+    );
+    let script = Script::new(vec![
+        call(
+            "write_file",
+            json!({"path": path_str(&beyond), "content": "beyond"}),
+        ),
+        call(
+            "write_file",
+            json!({"path": path_str(&state.join("corral.db")), "content": "owned"}),
+        ),
+        call(
+            "write_file",
+            json!({"path": path_str(&config_file), "content": "owned"}),
+        ),
+        call(
+            "write_file",
+            json!({"path": path_str(&secret), "content": "k"}),
+        ),
+        call(
+            "exec_command",
+            json!({"cmd": format!("printf x > {0}; chmod 4755 {0}", path_str(&tool))}),
+        ),
+        call(
+            "exec_command",
+            json!({"cmd": format!("curl -sS -m 5 http://127.0.0.1:{port}/")}),
+        ),
+        call(
+            "exec_command",
+            json!({"cmd": format!("cat {}", path_str(&state.join("corral.db")))}),
+        ),
+        message("Done."),
+    ]);
+    let mut cfg = config(fake_codex(), &d, Permissions::Full, limits(), 5);
+    cfg.home = home.clone();
+    cfg.keep_out = vec![state.clone()];
+    cfg.protected = corral_policy::Protected::compile(corral_policy::ProtectedSpec {
+        globs: vec!["*.secret".into()],
+        paths: vec![path_str(&config_file)],
+        ..Default::default()
+    })
+    .unwrap();
+    let s = session_from(cfg, &script);
+    let (report, events) = turn(&s, "change the machine").await;
+    assert!(report.ok, "{report:?} {events:?}");
+    assert_eq!(std::fs::read_to_string(&beyond).unwrap(), "beyond");
+    assert_eq!(
+        std::fs::read_to_string(state.join("corral.db")).unwrap(),
+        "the database"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&config_file).unwrap(),
+        "tokens: []\n"
+    );
+    assert!(!secret.exists(), "a protected glob was written");
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&tool).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7000, 0, "a set-id bit reached the host: {mode:o}");
+    let exits = exits(&events);
+    assert_ne!(exits[0], Some(0), "chmod 4755 succeeded: {events:?}");
+    assert_ne!(exits[1], Some(0), "the agent reached the host: {events:?}");
+    assert_ne!(
+        exits[2],
+        Some(0),
+        "the agent read corral's state: {events:?}"
+    );
+    let p = &report.attestation.primitives;
+    assert!(p.iter().any(|x| x == "fs:unconfined"), "{p:?}");
+    assert!(p.iter().any(|x| x == "netns:corral-link"), "{p:?}");
+    // The agent's own files in its home (the CLI's session) did reach the host.
+    assert!(std::fs::read_dir(&home).unwrap().next().is_some());
+
+    // workspace-write: the same write outside its workdir does not land, nor is it attested.
+    std::fs::remove_file(&beyond).unwrap();
+    let script = Script::new(vec![call(
+        "write_file",
+        json!({"path": path_str(&beyond), "content": "beyond"}),
+    )]);
+    let s = session(&d, &script, Permissions::WorkspaceWrite, limits(), 5);
+    let (report, events) = turn(&s, "write outside").await;
+    assert!(report.ok, "{report:?} {events:?}");
+    assert!(!beyond.exists(), "a workspace-write agent wrote outside");
+    let p = &report.attestation.primitives;
+    assert!(!p.iter().any(|x| x == "fs:unconfined"), "{p:?}");
+}

@@ -265,6 +265,7 @@ pub fn config(
         network: None,
         commands: Vec::new(),
         confirm_writes: None,
+        keep_out: Vec::new(),
     }
 }
 

@@ -516,8 +516,11 @@ pub(super) const AGENT: &[Field<AgentScopeSpec>] = &[
             "`read-only`, `workspace-write` or `full`",
             "`read-only`",
             "workspace-write",
-            "What the agent may change: nothing, files beneath the workdir, or anything (`full` \
-             runs it unconfined: needs `unconfined_ok: true`, a lint warning).",
+            "What the agent may change: nothing, files beneath the workdir, or also the host \
+             beyond it (`full`: the host's top-level directories but the system ones, as far as \
+             corral's user may, through the sandbox's checked layer; corral's own files, `.git` \
+             and `protected:` stay refused; needs `unconfined_ok: true`, a lint warning; see \
+             docs/agents.md).",
         )
         .optional(|d, e, s| {
             let choices = AgentPermissions::ALL.map(|p| (p.as_str(), p));

@@ -55,8 +55,11 @@ pub enum AgentPermissions {
     ReadOnly,
     /// The agent may change files beneath the workdir; everything else is read-only or absent.
     WorkspaceWrite,
-    /// The agent runs without corral's filesystem confinement (the adapter's own "full auto"):
-    /// needs `unconfined_ok: true` and is always a lint warning.
+    /// The agent may change the host beyond its workdir: the host's top-level directories but
+    /// the system ones, as far as corral's user may, through the sandbox's checked
+    /// copy-on-write layer (corral's own files and state, `.git` internals and the `protected:`
+    /// globs stay refused; network, limits and seccomp as for every agent). Needs
+    /// `unconfined_ok: true` and is always a lint warning.
     Full,
 }
 
@@ -234,7 +237,8 @@ fn check_program(c: &str, workdir: &PathScope) -> Result<(), PolicyError> {
 
 impl AgentScope {
     /// Validates and compiles an agent scope. `permissions: full` without `unconfined_ok: true`
-    /// is refused, as is a `confirm_writes_outside` directory outside the workdir.
+    /// is refused, as are `full` with `confirm_writes_outside` and a `confirm_writes_outside`
+    /// directory outside the workdir.
     pub fn compile(spec: AgentScopeSpec) -> Result<Self, PolicyError> {
         if spec.workdir.is_empty() {
             return Err(invalid(
@@ -248,10 +252,22 @@ impl AgentScope {
         })?;
         if spec.permissions == Some(AgentPermissions::Full) && !spec.unconfined_ok {
             return Err(invalid(
-                "`permissions: full` runs the agent without corral's filesystem confinement"
+                "`permissions: full` lets the agent change the host beyond its workdir (as far \
+                 as corral's user may), not confined to the workdir"
                     .to_owned(),
                 "use `permissions: workspace-write`, or add `unconfined_ok: true` if that is \
                  really meant",
+            ));
+        }
+        if spec.permissions == Some(AgentPermissions::Full)
+            && !spec.confirm_writes_outside.is_empty()
+        {
+            return Err(invalid(
+                "`confirm_writes_outside` holds writes in the workdir only, and `permissions: \
+                 full` writes beyond it too, which no person would confirm"
+                    .to_owned(),
+                "use `permissions: workspace-write` with `confirm_writes_outside`, or drop \
+                 `confirm_writes_outside`",
             ));
         }
         for c in &spec.commands {
@@ -365,7 +381,7 @@ impl AgentScope {
         }
     }
 
-    /// Whether the agent runs without corral's filesystem confinement (`permissions: full`,
+    /// Whether the agent's filesystem is not confined to its workdir (`permissions: full`,
     /// which a compiled scope has only with `unconfined_ok: true`).
     pub fn unconfined(&self) -> bool {
         self.permissions() == AgentPermissions::Full

@@ -270,6 +270,22 @@ fn full_permissions_without_unconfined_ok_do_not_compile() {
 }
 
 #[test]
+fn full_permissions_with_confirm_writes_outside_do_not_compile() {
+    // The hold covers the workdir only: a `full` agent's writes beyond it would apply unasked.
+    let Err(e) = AgentScope::compile(AgentScopeSpec {
+        workdir: "/workspace".to_owned(),
+        permissions: Some(AgentPermissions::Full),
+        unconfined_ok: true,
+        confirm_writes_outside: vec!["/workspace/src".to_owned()],
+        ..AgentScopeSpec::default()
+    }) else {
+        unreachable!("full with confirm_writes_outside is refused")
+    };
+    assert_eq!(e.code(), codes::CONFIG_INVALID_SCOPE);
+    assert!(e.to_string().contains("confirm_writes_outside"), "{e}");
+}
+
+#[test]
 fn a_workdir_of_slash_or_a_relative_workdir_does_not_compile() {
     for w in ["/", "workspace", "", "/ws/*"] {
         let r = AgentScope::compile(AgentScopeSpec {
