@@ -9,6 +9,7 @@
 pub mod adapter;
 pub mod codes;
 pub mod events;
+pub mod hold;
 pub mod install;
 pub mod select;
 pub mod session;
@@ -21,8 +22,8 @@ pub use events::{ChangeKind, SessionEvent, Usage};
 pub use install::{InstallMode, InstallStatus, Installed, Installer, PINS};
 pub use select::{AdapterAsk, Mounted, Selected, environment_workdir, select};
 pub use session::{
-    ConfirmWrites, HoldApplied, ProxyLinks, Session, SessionConfig, SessionLimits, TokenDigest,
-    TurnReport,
+    APPLY_TIMEOUT, ConfirmWrites, HoldApplied, ProxyLinks, Session, SessionConfig, SessionLimits,
+    TokenDigest, TurnReport,
 };
 
 /// A refusal or failure of this crate, with its stable code ([`codes`]).

@@ -17,7 +17,7 @@
 //! [`crate::events::MAX_EVENTS`] a turn (past it, the turn is killed).
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -144,8 +144,9 @@ pub struct SessionConfig {
 pub struct ConfirmWrites {
     /// Directories beneath the workdir whose changes apply as usual (absolute).
     pub free: Vec<PathBuf>,
-    /// Where the session's holds are kept: one directory per turn that held something, in
-    /// corral's state directory, outside every path of the sandbox.
+    /// Where a turn's hold is written: one directory per turn that held something, in
+    /// corral's state directory, outside every path of the sandbox (the runtime keeps it in
+    /// the store, [`crate::hold::HoldReader`], and removes it).
     pub holds: PathBuf,
 }
 
@@ -160,7 +161,13 @@ pub struct HoldApplied {
     pub bytes: u64,
     /// Changes refused on the way (a protected path, a git repository, a symlink in the way).
     pub refused: Vec<corral_exec::RefusedChange>,
+    /// Whether all of it reached the workdir: no refusal (a protected path, the write quota, a
+    /// helper that stopped mid-apply). A hold goes only then; else it is kept for a person.
+    pub whole: bool,
 }
+
+/// The longest an apply of held changes runs (its sandbox's time limit).
+pub const APPLY_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How a held change is applied once approved, in a sandbox whose only writable path is the
 /// workdir (`$1`), the hold (`$2`) read-only: the hold's `delete/` tree marks entries that go
@@ -498,31 +505,14 @@ impl Session {
         }))
     }
 
-    /// The hold `hold` of this session: its directory, if it is one of its own holds.
-    fn hold_dir(&self, hold: &str) -> Result<PathBuf, AgentError> {
-        let not_found = || {
-            AgentError::new(
-                codes::AGENTS_HOLD_NOT_FOUND,
-                format!(
-                    "session `{}` holds no changes `{hold}` here (applied or discarded already, or held on another replica); the session's `writes_held` events name its holds",
-                    self.cfg.id
-                ),
-            )
-        };
-        let c = self.cfg.confirm_writes.as_ref().ok_or_else(not_found)?;
-        let valid = hold.len() == 32 && hold.bytes().all(|b| b.is_ascii_hexdigit());
-        let dir = c.holds.join(hold);
-        if !valid || !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
-            return Err(not_found());
-        }
-        Ok(dir)
-    }
-
-    /// Applies the hold `hold` (a person approved it): in a sandbox whose only writable path
-    /// is the workdir, through the same copy-on-write checks as a turn; the hold is then gone.
-    /// Refused while a turn runs (`agents.session_busy`).
-    pub async fn apply_hold(&self, hold: &str) -> Result<HoldApplied, AgentError> {
-        let dir = self.hold_dir(hold)?;
+    /// Applies the held changes in `dir` (the hold `hold`, a person approved it: a tree of
+    /// the turn's hold's shape, `content/` and `delete/`, outside every path of the sandbox,
+    /// such as [`crate::hold::HoldBuilder`] makes): in a sandbox whose only writable path is
+    /// the workdir, through the same copy-on-write checks as a turn. `dir` is left as it was:
+    /// whether the hold is kept is the caller's ([`HoldApplied::whole`]). Refused while a turn
+    /// of this process runs (`agents.session_busy`).
+    pub async fn apply_hold(&self, hold: &str, dir: &Path) -> Result<HoldApplied, AgentError> {
+        let dir = dir.to_owned();
         self.idle_state("apply its held changes")?.busy = true;
         let _busy = Busy(&self.state);
         let req = ExecRequest {
@@ -534,7 +524,7 @@ impl Session {
             cwd: PathBuf::from("/"),
             env: vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())],
             stdin: None,
-            timeout: Duration::from_secs(600),
+            timeout: APPLY_TIMEOUT,
             max_output_bytes: MAX_STDERR,
             limits: ResourceLimits {
                 default_memory: Some(self.cfg.limits.default_memory),
@@ -569,15 +559,11 @@ impl Session {
             ));
         }
         let changes = out.changes.unwrap_or_default();
-        // A hold goes only once all of it reached the workdir: with refusals (a protected
-        // path, the write quota, a helper that stopped mid-apply) it is kept for a person.
-        if changes.refused.is_empty() && changes.refused_unlisted == 0 {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
         Ok(HoldApplied {
             hold: hold.to_owned(),
             applied: changes.applied,
             bytes: changes.bytes,
+            whole: changes.refused.is_empty() && changes.refused_unlisted == 0,
             refused: changes.refused,
         })
     }

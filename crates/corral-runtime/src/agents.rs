@@ -27,6 +27,8 @@ use corral_store::agents::{AgentStoreError, NewSession, Session as StoredSession
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+mod holds;
+
 /// The installer of a deployment: its state directory, its `install:` mode.
 pub fn installer(loaded: &Loaded) -> Arc<Installer> {
     let mode = InstallMode::parse(loaded.config.install.mode.as_str()).unwrap_or(InstallMode::Lazy);
@@ -348,9 +350,18 @@ impl AgentHost {
         // The id is one the store made (it had the row); a single plain name all the same.
         let plain = !id.is_empty() && id != "." && id != ".." && !id.contains(['/', '\0']);
         if plain {
-            // `remove_dir_all` never follows a symlink the agent left in its home (or hold).
-            for dir in [self.homes.join(id), self.holds_of(id)] {
-                if let Err(e) = std::fs::remove_dir_all(&dir)
+            // Neither follows a symlink the agent left in its home (or a hold).
+            for (dir, removed) in [
+                (
+                    self.homes.join(id),
+                    std::fs::remove_dir_all(self.homes.join(id)),
+                ),
+                (
+                    self.holds_of(id),
+                    corral_agents::hold::remove_hold_dir(&self.holds_of(id)),
+                ),
+            ] {
+                if let Err(e) = removed
                     && e.kind() != std::io::ErrorKind::NotFound
                 {
                     tracing::warn!(
@@ -364,8 +375,9 @@ impl AgentHost {
         Ok(())
     }
 
-    /// Where session `id`'s held changes are kept: `<state_dir>/agents/holds/<id>`, beside the
-    /// homes (corral's state directory, hidden from every sandbox).
+    /// Where session `id`'s turns write their holds, and where an apply builds one again from
+    /// the store: `<state_dir>/agents/holds/<id>`, beside the homes (corral's state directory,
+    /// hidden from every sandbox). Only passing through: the store keeps holds.
     fn holds_of(&self, id: &str) -> PathBuf {
         self.homes
             .parent()
@@ -704,6 +716,8 @@ impl AgentHost {
             let (mut events, mut message) = (0u64, None::<String>);
             let mut noticed = false;
             while let Some(e) = rx.recv().await {
+                // A hold is announced only once the store keeps it.
+                let e = self.announce_hold(&t, e).await;
                 if let Some(op) = e.audit_op(adapter) {
                     self.audit_step(&t, op, &e).await;
                 }
@@ -1210,10 +1224,8 @@ impl AgentSessionOp {
         }
         let cli = self.host.ensure_cli(self.adapter)?;
         let session = self.host.live_session(&t, cli)?;
-        let applied = session
-            .apply_hold(&hold)
-            .await
-            .map_err(|e| OpError::new(e.code, e.message))?;
+        // Whichever replica ran the turn: the hold is the store's (the claim there decides).
+        let applied = self.host.apply_stored_hold(&t, &session, &hold).await?;
         let event = SessionEvent::WritesApplied {
             hold: hold.clone(),
             applied: applied.applied,

@@ -112,6 +112,26 @@ fn entry_of(
     Ok((u64::try_from(seq).unwrap_or(0), entry))
 }
 
+/// In one transaction: `$first` (a statement on the session's row), then, if it changed a row,
+/// `$then` (on the hold's); committed only if both did (else rolled back as dropped). Whether
+/// both did. The statements are written once and built in each backend's arm.
+macro_rules! both_or_neither {
+    ($store:expr, $what:expr, $first:expr, $then:expr) => {{
+        let q = $store.agents_err($what);
+        on_pool!(&$store.pool, p => {
+            let mut tx = p.begin().await.map_err(&q)?;
+            let mut n = $first.execute(&mut *tx).await.map_err(&q)?.rows_affected();
+            if n > 0 {
+                n = $then.execute(&mut *tx).await.map_err(&q)?.rows_affected();
+            }
+            if n > 0 {
+                tx.commit().await.map_err(&q)?;
+            }
+            n > 0
+        })
+    }};
+}
+
 /// A transaction of either backend.
 #[derive(Debug)]
 enum Tx {
@@ -274,37 +294,23 @@ impl Store {
         lease_until_ms: i64,
     ) -> Result<StoredHold, AgentStoreError> {
         check_plain(&[("the claim", claim)])?;
-        let q = self.agents_err("claim a hold");
-        let claimed = on_pool!(&self.pool, p => {
-            let mut tx = p.begin().await.map_err(&q)?;
-            let mut n = sqlx::query(CLAIM_SESSION)
+        let claimed = both_or_neither!(
+            self,
+            "claim a hold",
+            sqlx::query(CLAIM_SESSION)
                 .bind(tenant)
                 .bind(session)
                 .bind(claim)
                 .bind(lease_until_ms)
+                .bind(now_ms),
+            sqlx::query(CLAIM_HOLD)
+                .bind(tenant)
+                .bind(session)
+                .bind(hold)
+                .bind(claim)
+                .bind(lease_until_ms)
                 .bind(now_ms)
-                .execute(&mut *tx)
-                .await
-                .map_err(&q)?
-                .rows_affected();
-            if n > 0 {
-                n = sqlx::query(CLAIM_HOLD)
-                    .bind(tenant)
-                    .bind(session)
-                    .bind(hold)
-                    .bind(claim)
-                    .bind(lease_until_ms)
-                    .bind(now_ms)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(&q)?
-                    .rows_affected();
-            }
-            if n > 0 {
-                tx.commit().await.map_err(&q)?;
-            }
-            n > 0
-        });
+        );
         let found = self.get_hold(tenant, session, hold).await?;
         let not_found = || AgentStoreError::HoldNotFound {
             session: session.to_owned(),
@@ -339,35 +345,21 @@ impl Store {
         claim: &str,
         lease_until_ms: i64,
     ) -> Result<bool, AgentStoreError> {
-        let q = self.agents_err("renew a hold's claim");
-        Ok(on_pool!(&self.pool, p => {
-            let mut tx = p.begin().await.map_err(&q)?;
-            let mut n = sqlx::query(RENEW_SESSION)
+        Ok(both_or_neither!(
+            self,
+            "renew a hold's claim",
+            sqlx::query(RENEW_SESSION)
                 .bind(tenant)
                 .bind(session)
                 .bind(claim)
+                .bind(lease_until_ms),
+            sqlx::query(RENEW_HOLD)
+                .bind(tenant)
+                .bind(session)
+                .bind(hold)
+                .bind(claim)
                 .bind(lease_until_ms)
-                .execute(&mut *tx)
-                .await
-                .map_err(&q)?
-                .rows_affected();
-            if n > 0 {
-                n = sqlx::query(RENEW_HOLD)
-                    .bind(tenant)
-                    .bind(session)
-                    .bind(hold)
-                    .bind(claim)
-                    .bind(lease_until_ms)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(&q)?
-                    .rows_affected();
-            }
-            if n > 0 {
-                tx.commit().await.map_err(&q)?;
-            }
-            n > 0
-        }))
+        ))
     }
 
     /// Up to `limit` (at most [`MAX_HOLD_ENTRIES_READ`]) entries of a hold claimed by `claim`,

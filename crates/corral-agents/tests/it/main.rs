@@ -6,6 +6,7 @@
 mod adapters;
 mod attack_z2;
 mod catalog;
+mod hold;
 mod install;
 mod real_clis;
 mod select;

@@ -206,17 +206,28 @@ async fn writes_outside_the_free_directories_wait_for_a_person_and_apply_once_ap
     // The events end with `done`, after the hold.
     assert!(matches!(events.last(), Some(SessionEvent::Done { .. })));
 
-    let applied = s.apply_hold(&hold).await.expect("applied");
+    let applied = s
+        .apply_hold(&hold, &rebuilt(&d, &hold))
+        .await
+        .expect("applied");
     assert_eq!(applied.applied, 2, "{applied:?}");
+    assert!(applied.whole, "{applied:?}");
     assert_eq!(
         std::fs::read_to_string(d.workdir.join("README.md")).unwrap(),
         "held"
     );
     assert!(!d.workdir.join("old.txt").exists());
-    let again = s.apply_hold(&hold).await.unwrap_err();
-    assert_eq!(again.code, codes::AGENTS_HOLD_NOT_FOUND, "{again:?}");
-    let bad = s.apply_hold("../../etc").await.unwrap_err();
-    assert_eq!(bad.code, codes::AGENTS_HOLD_NOT_FOUND, "{bad:?}");
+}
+
+/// The turn's hold `hold` as the runtime applies it: read into entries (as the store keeps
+/// them), then built again in a fresh directory.
+fn rebuilt(d: &crate::support::Dirs, hold: &str) -> std::path::PathBuf {
+    let reader = corral_agents::hold::HoldReader::new(&d.outside.join("holds").join(hold));
+    let mut b = corral_agents::hold::HoldBuilder::new(&d.outside.join("rebuilt")).unwrap();
+    for entry in reader {
+        b.push(&entry.unwrap()).unwrap();
+    }
+    b.finish().unwrap()
 }
 
 #[tokio::test]
@@ -239,8 +250,9 @@ async fn a_hold_whose_entries_change_kind_applies_whole() {
     let (report, events) = turn(&s, "reshape").await;
     assert!(report.ok, "{report:?} {events:?}");
     assert!(d.workdir.join("d/inner").is_dir(), "nothing applied yet");
+    let hold = report.held.expect("held");
     let applied = s
-        .apply_hold(&report.held.expect("held"))
+        .apply_hold(&hold, &rebuilt(&d, &hold))
         .await
         .expect("the whole hold applies");
     assert!(applied.refused.is_empty(), "{applied:?}");

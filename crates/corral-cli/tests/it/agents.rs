@@ -326,21 +326,9 @@ fn a_cancel_posted_to_another_replica_ends_the_turn_once() {
     let Some(python) = crate::python("the openai SDK") else {
         return;
     };
-    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| unreachable!("a runtime: {e}"));
-    let Some(schema) = rt.block_on(crate::cookbook::pg_schema::Schema::create(
-        "cli_agent_cancel",
-    )) else {
+    let Some(v) = on_two_replicas(python, "cli_agent_cancel", &[]) else {
         return; // Outside CI without a server: said why, skipped.
     };
-    let fake = fake_agent();
-    let v = agents_sdk(
-        python,
-        &[
-            fake.as_os_str(),
-            std::ffi::OsStr::new("--replicas"),
-            std::ffi::OsStr::new(&schema.url),
-        ],
-    );
     assert_eq!(v["reached_model"], true, "{v}");
     assert_eq!(v["status_on_b"], "in_progress", "{v}");
     assert_eq!(v["cancel"], 202, "{v}");
@@ -385,5 +373,78 @@ fn a_cancel_posted_to_another_replica_ends_the_turn_once() {
     assert!(next.contains(&"agent.session.turn.completed".into()), "{v}");
     assert_eq!(v["idle_cancel_added"], serde_json::json!([]), "{v}");
     assert_eq!(v["idle_after"], serde_json::json!(["idle", null]), "{v}");
+}
+
+/// What `tests/reference/agents_sdk.py FAKE --replicas <url> ARGS` printed, its two replicas
+/// on a fresh PostgreSQL schema named after `test` (dropped after); `None` (skipped, said why)
+/// with no server outside CI.
+fn on_two_replicas(
+    python: std::path::PathBuf,
+    test: &str,
+    args: &[&str],
+) -> Option<serde_json::Value> {
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| unreachable!("a runtime: {e}"));
+    let schema = rt.block_on(crate::cookbook::pg_schema::Schema::create(test))?;
+    let fake = fake_agent();
+    let mut argv = vec![
+        fake.as_os_str(),
+        std::ffi::OsStr::new("--replicas"),
+        std::ffi::OsStr::new(&schema.url),
+    ];
+    argv.extend(args.iter().map(std::ffi::OsStr::new));
+    let v = agents_sdk(python, &argv);
     rt.block_on(schema.drop());
+    Some(v)
+}
+
+/// Issue 17: with two `corral serve` replicas on one PostgreSQL, a write held by a turn on
+/// replica A is applied through replica B (a person approves the call there): the hold is the
+/// store's, not A's disk. The file lands once; the same call again gets the stored outcome; a
+/// new apply of the hold answers `agents.hold_not_found`; the session's events and the audit
+/// show one hold and one apply.
+#[test]
+fn a_write_held_on_one_replica_is_applied_through_another_once() {
+    let Some(python) = crate::python("the openai SDK") else {
+        return;
+    };
+    let Some(v) = on_two_replicas(python, "cli_agent_hold", &["--held"]) else {
+        return; // Outside CI without a server: said why, skipped.
+    };
+    assert_eq!(v["held_status"], "pending_confirmation", "{v}");
+    assert_eq!(v["held_on_disk"], false, "{v}");
+    assert_eq!(v["holds_left_on_a"], serde_json::json!([]), "{v}");
+    assert_eq!(
+        v["on_b"],
+        serde_json::json!([[202, "confirmation.required"], 200, 1]),
+        "{v}"
+    );
+    assert_eq!(v["applied_on_disk"], "held", "{v}");
+    assert_eq!(v["again_on_a"], serde_json::json!([200, "true"]), "{v}");
+    assert_eq!(
+        v["second_on_a"],
+        serde_json::json!([[202, "confirmation.required"], 404, "agents.hold_not_found"]),
+        "{v}"
+    );
+    assert_eq!(
+        v["hold_items"],
+        serde_json::json!(["pending_confirmation", "completed"]),
+        "{v}"
+    );
+    // One apply ran (`ok`), its retry was answered from the store (`replayed`), the later
+    // apply found nothing (`op_error`), each approved by a person.
+    assert_eq!(
+        v["audit"],
+        serde_json::json!([
+            ["confirmation_consumed", null],
+            ["confirmation_consumed", null],
+            ["confirmation_decided", null],
+            ["confirmation_decided", null],
+            ["confirmation_raised", "confirmation.required"],
+            ["confirmation_raised", "confirmation.required"],
+            ["ok", null],
+            ["op_error", "agents.hold_not_found"],
+            ["replayed", null]
+        ]),
+        "{v}"
+    );
 }

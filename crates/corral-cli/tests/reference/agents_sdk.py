@@ -6,7 +6,8 @@ npm package's tree by hard links), or CORRAL_BIN CLAUDE_NATIVE_BIN --real-claude
 Claude Code, its model behind `llm: {api: anthropic}`), or CORRAL_BIN FAKE_AGENT_BIN --held (a
 scope with `confirm_writes_outside`: the held write, its approval by a person, its apply), or
 CORRAL_BIN FAKE_AGENT_BIN --replicas POSTGRES_URL (two `corral serve` replicas on one database: a
-turn running on one is cancelled through the other).
+turn running on one is cancelled through the other), or CORRAL_BIN FAKE_AGENT_BIN --replicas
+POSTGRES_URL --held (a write held by a turn on one replica is applied through the other).
 Prints one JSON object of what a user sees; the Rust test asserts on it.
 """
 
@@ -175,26 +176,37 @@ HELD_RULES = """rules:
 """
 
 
-def held_session(client, base, ws, out):
-    """A turn that writes in `src/` (free) and `README.md` (held); the hold applied through
-    `agents.codex.sessions.apply_writes` once alice, a person, approves that exact call."""
-    import httpx
-    Upstream.answers = [
+def free_and_held(ws):
+    """The model's answers for a turn that writes in `src/` (free) and `README.md` (held)."""
+    return [
         call("write_file", {"path": os.path.join(ws, "src", "a.txt"), "content": "free"}),
         call("write_file", {"path": os.path.join(ws, "README.md"), "content": "held"}),
         message("wrote both"),
     ]
-    session = client.beta.agents.sessions.create(
-        agent={"model": "gpt-5-codex"},
-        environment={"type": "self_hosted", "workspace_directory": ws}, input="edit")
+
+
+def held_item(client, sid):
+    """The `held_writes` item of the session's turn, its events read until it is idle."""
     held = None
-    for ev in client.beta.agents.sessions.events.stream(session.id):
+    for ev in client.beta.agents.sessions.events.stream(sid):
         if ev.type == "agent.session.turn.item.done":
             item = ev.item if isinstance(ev.item, dict) else ev.item.to_dict()
             if item.get("type") == "held_writes":
                 held = item
         if ev.type == "agent.session.idle":
             break
+    return held
+
+
+def held_session(client, base, ws, out):
+    """A turn that writes in `src/` (free) and `README.md` (held); the hold applied through
+    `agents.codex.sessions.apply_writes` once alice, a person, approves that exact call."""
+    import httpx
+    Upstream.answers = free_and_held(ws)
+    session = client.beta.agents.sessions.create(
+        agent={"model": "gpt-5-codex"},
+        environment={"type": "self_hosted", "workspace_directory": ws}, input="edit")
+    held = held_item(client, session.id)
     out["free"] = open(os.path.join(ws, "src", "a.txt")).read()
     out["held_on_disk"] = os.path.exists(os.path.join(ws, "README.md"))
     out["held_item"] = held
@@ -253,17 +265,17 @@ def until_idle(client, sid, after=None):
     return seen, last
 
 
-def replicas(tmp, ws, state, env, out):
-    """Two replicas on one PostgreSQL, each with its own state directory: a turn runs on A,
-    its cancel is posted to B, and A ends it; then a cancel of the idle session changes
-    nothing."""
+def start_replicas(tmp, state, env, config_of, servers):
+    """Two `corral serve` replicas, A on `state` and B on a copy of it (each its own state
+    directory), configured by `config_of(state_dir)`; appended to `servers` as they start.
+    Their base URLs and clients."""
     state_b = os.path.join(tmp, "state-b")
     shutil.copytree(state, state_b)
-    servers, clients, bases = [], [], []
+    clients, bases = [], []
     for name, st in (("a", state), ("b", state_b)):
         config = os.path.join(tmp, "replica-%s.yaml" % name)
         with open(config, "w") as f:
-            f.write(REPLICA_CONFIG % (ws, st, REPLICAS))
+            f.write(config_of(st))
         port = free_port()
         log = open(os.path.join(tmp, "serve-%s.log" % name), "w")
         server = subprocess.Popen([CORRAL, "serve", "--config", config, "--listen", "127.0.0.1:%d" % port],
@@ -272,8 +284,16 @@ def replicas(tmp, ws, state, env, out):
         wait_up(port, server, log)
         bases.append("http://127.0.0.1:%d" % port)
         clients.append(openai.OpenAI(base_url=bases[-1] + "/v1", api_key=TOKEN, max_retries=0, timeout=60))
-    a, b = clients
+    return bases, clients
+
+
+def replicas(tmp, ws, state, env, out):
+    """Two replicas on one PostgreSQL, each with its own state directory: a turn runs on A,
+    its cancel is posted to B, and A ends it; then a cancel of the idle session changes
+    nothing."""
+    servers = []
     try:
+        bases, (a, b) = start_replicas(tmp, state, env, lambda st: REPLICA_CONFIG % (ws, st, REPLICAS), servers)
         Upstream.hold = True
         session = a.beta.agents.sessions.create(
             agent={"model": "gpt-5-codex"},
@@ -307,6 +327,70 @@ def replicas(tmp, ws, state, env, out):
         out["idle_cancel_added"] = event_types(bases[1], session.id)[len(before):]
         idle = a.beta.agents.sessions.retrieve(session.id)
         out["idle_after"] = [idle.status, idle.to_dict().get("corral", {}).get("error_code")]
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=10)
+
+
+# The replicas' config with the held rules (appended) instead of the preset, and alice an admin
+# (she reads the audit).
+HELD_REPLICA_CONFIG = REPLICA_CONFIG.replace(
+    "preset: {name: agent_host, permissions: workspace-write, confirm: never}\n", "").replace(
+    "token_env: ALICE_TOKEN}", "token_env: ALICE_TOKEN, roles: [admin]}")
+
+
+def approved(base, op, body):
+    """`op` called on `base` with `body`: the first call's 202, alice's approval (a person),
+    then the call again. Its [status, code] before the approval, and the last answer."""
+    import httpx
+    auth = {"authorization": "Bearer " + TOKEN}
+    first = httpx.post(base + "/ops/" + op, json=body, headers=auth, timeout=60)
+    asked = [first.status_code, first.json().get("code")]
+    httpx.post(base + "/confirmations/%s/decision" % first.json().get("action_id"),
+               json={"decision": "approve"}, headers=auth, timeout=60)
+    return asked, httpx.post(base + "/ops/" + op, json=body, headers=auth, timeout=120)
+
+
+def held_replicas(tmp, ws, state, env, out):
+    """Two replicas on one PostgreSQL, each with its own state directory: a turn on A holds a
+    write; its apply, approved and called on B, lands once; A then finds it applied."""
+    import httpx
+    rules = HELD_RULES % (ws, os.path.join(ws, "src"))
+    servers = []
+    try:
+        (base_a, base_b), (a, b) = start_replicas(
+            tmp, state, env, lambda st: HELD_REPLICA_CONFIG % (ws, st, REPLICAS) + rules, servers)
+        Upstream.answers = free_and_held(ws)
+        session = a.beta.agents.sessions.create(
+            agent={"model": "gpt-5-codex"},
+            environment={"type": "self_hosted", "workspace_directory": ws}, input="edit")
+        held = held_item(a, session.id)
+        out["held_status"] = held and held["status"]
+        out["held_on_disk"] = os.path.exists(os.path.join(ws, "README.md"))
+        # The store keeps the hold: nothing of it stays in A's state directory.
+        holds_a = os.path.join(state, "agents", "holds", session.id)
+        out["holds_left_on_a"] = os.listdir(holds_a) if os.path.isdir(holds_a) else []
+        op = held["apply"]["op"]
+        body = dict(held["apply"]["args"], workdir=ws, model="gpt-5-codex")
+        asked, applied = approved(base_b, op, body)
+        out["on_b"] = [asked, applied.status_code, applied.json().get("result", {}).get("applied")]
+        out["applied_on_disk"] = open(os.path.join(ws, "README.md")).read()
+        # The same call again, on A: the stored outcome, nothing applied again.
+        auth = {"authorization": "Bearer " + TOKEN}
+        again = httpx.post(base_a + "/ops/" + op, json=body, headers=auth, timeout=60)
+        out["again_on_a"] = [again.status_code, again.headers.get("x-corral-replayed")]
+        # Another apply (changed arguments are another action: the workdir with a trailing
+        # slash), approved on A: the hold was applied, so it is not found.
+        asked, second = approved(base_a, op, dict(body, workdir=ws + "/"))
+        out["second_on_a"] = [asked, second.status_code, second.json().get("code")]
+        events = httpx.get(base_a + "/v1/agents/sessions/%s/events" % session.id, headers=auth,
+                           timeout=60).json()["data"]
+        out["hold_items"] = [e["item"]["status"] for e in events
+                             if e["type"] == "agent.session.turn.item.done" and e["item"]["type"] == "held_writes"]
+        audit = httpx.get(base_b + "/audit", params={"op": op, "limit": "20"}, headers=auth,
+                          timeout=60).json()
+        out["audit"] = sorted([e.get("outcome"), e.get("code")] for e in audit.get("events", []))
     finally:
         for server in servers:
             server.terminate()
@@ -431,7 +515,7 @@ def run(tmp):
     if REPLICAS:
         out = {}
         try:
-            replicas(tmp, ws, state, env, out)
+            (held_replicas if HELD else replicas)(tmp, ws, state, env, out)
         finally:
             upstream.shutdown()
         print(json.dumps(out))
