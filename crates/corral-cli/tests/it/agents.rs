@@ -401,7 +401,8 @@ fn on_two_replicas(
 /// replica A is applied through replica B (a person approves the call there): the hold is the
 /// store's, not A's disk. The file lands once; the same call again gets the stored outcome; a
 /// new apply of the hold answers `agents.hold_not_found`; the session's events and the audit
-/// show one hold and one apply.
+/// show one hold and one apply. A later turn's held changes over the store's cap are neither
+/// kept nor announced.
 #[test]
 fn a_write_held_on_one_replica_is_applied_through_another_once() {
     let Some(python) = crate::python("the openai SDK") else {
@@ -428,6 +429,12 @@ fn a_write_held_on_one_replica_is_applied_through_another_once() {
     assert_eq!(
         v["hold_items"],
         serde_json::json!(["pending_confirmation", "completed"]),
+        "{v}"
+    );
+    // A turn's held changes over the store's cap: not kept, not announced, the error says so.
+    assert_eq!(
+        v["too_large"],
+        serde_json::json!([null, ["agents.hold_too_large"], false]),
         "{v}"
     );
     // One apply ran (`ok`), its retry was answered from the store (`replayed`), the later

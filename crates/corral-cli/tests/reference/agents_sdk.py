@@ -185,17 +185,22 @@ def free_and_held(ws):
     ]
 
 
-def held_item(client, sid):
-    """The `held_writes` item of the session's turn, its events read until it is idle."""
-    held = None
-    for ev in client.beta.agents.sessions.events.stream(sid):
+def held_item(client, sid, after=None):
+    """The pending `held_writes` item of the session's turn (its events read after the event `after`
+    until it is idle), the codes of its `error` events, and its last event's id."""
+    held, errors, last = None, [], None
+    headers = {"Last-Event-ID": after} if after else None
+    for ev in client.beta.agents.sessions.events.stream(sid, extra_headers=headers):
+        last = ev.event_id
         if ev.type == "agent.session.turn.item.done":
             item = ev.item if isinstance(ev.item, dict) else ev.item.to_dict()
-            if item.get("type") == "held_writes":
+            if item.get("type") == "held_writes" and item.get("status") == "pending_confirmation":
                 held = item
+        if ev.type == "error":
+            errors.append(ev.to_dict().get("error", {}).get("code"))
         if ev.type == "agent.session.idle":
             break
-    return held
+    return held, errors, last
 
 
 def held_session(client, base, ws, out):
@@ -206,7 +211,7 @@ def held_session(client, base, ws, out):
     session = client.beta.agents.sessions.create(
         agent={"model": "gpt-5-codex"},
         environment={"type": "self_hosted", "workspace_directory": ws}, input="edit")
-    held = held_item(client, session.id)
+    held = held_item(client, session.id)[0]
     out["free"] = open(os.path.join(ws, "src", "a.txt")).read()
     out["held_on_disk"] = os.path.exists(os.path.join(ws, "README.md"))
     out["held_item"] = held
@@ -365,7 +370,7 @@ def held_replicas(tmp, ws, state, env, out):
         session = a.beta.agents.sessions.create(
             agent={"model": "gpt-5-codex"},
             environment={"type": "self_hosted", "workspace_directory": ws}, input="edit")
-        held = held_item(a, session.id)
+        held, _, last = held_item(a, session.id)
         out["held_status"] = held and held["status"]
         out["held_on_disk"] = os.path.exists(os.path.join(ws, "README.md"))
         # The store keeps the hold: nothing of it stays in A's state directory.
@@ -388,6 +393,14 @@ def held_replicas(tmp, ws, state, env, out):
                            timeout=60).json()["data"]
         out["hold_items"] = [e["item"]["status"] for e in events
                              if e["type"] == "agent.session.turn.item.done" and e["item"]["type"] == "held_writes"]
+        # A turn (on B) whose held changes are over what a hold keeps: nothing of them is
+        # kept, and no hold is announced; the error says why.
+        Upstream.answers = [call("exec_command", {"cmd": "head -c 70000000 /dev/zero > big.bin"}),
+                            message("wrote big.bin")]
+        b.beta.agents.sessions.events.create(
+            session.id, events=[{"type": "agent.session.input.message", "input": "big"}])
+        big, errors, _ = held_item(b, session.id, last)
+        out["too_large"] = [big, errors, os.path.exists(os.path.join(ws, "big.bin"))]
         audit = httpx.get(base_b + "/audit", params={"op": op, "limit": "20"}, headers=auth,
                           timeout=60).json()
         out["audit"] = sorted([e.get("outcome"), e.get("code")] for e in audit.get("events", []))
