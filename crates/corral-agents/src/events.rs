@@ -97,6 +97,16 @@ pub enum SessionEvent {
         /// Changes refused on the way (a protected path, a git repository, a symlink).
         refused: u64,
     },
+    /// Changes of the turn that never reached the host: refused when the sandbox applied them
+    /// (a `protected:` path, a git repository, a set-id bit, the write quota, what the host's
+    /// permissions refuse). The agent may have reported them done: this says they are not.
+    ChangesRefused {
+        /// The changes (at most 100 listed): the host `path`, the refusal's stable `code`
+        /// and its `reason`.
+        changes: Vec<corral_exec::RefusedChange>,
+        /// Refused changes beyond the listed ones.
+        more: u64,
+    },
     /// Text the agent wrote for the user.
     Message {
         /// The text.
@@ -142,14 +152,15 @@ impl SessionEvent {
 
     /// The op this event lands in the audit as, for a session of `adapter` (its values never
     /// go there: the audit keeps shapes): `agents.<a>.exec` for a finished command,
-    /// `agents.<a>.write` for a file it changed, `agents.<a>.model` for a model turn,
+    /// `agents.<a>.write` for a file it changed (and, refused, for changes that never reached
+    /// the host), `agents.<a>.model` for a model turn,
     /// `agents.<a>.connect` for a connection through the egress proxy (the step
     /// kinds of `corral_policy::scope::STEP_KINDS`); `None` for the rest (a started
     /// command, a message, an error, `done`: the session's own record keeps those).
     pub fn audit_op(&self, adapter: &str) -> Option<String> {
         let what = match self {
             SessionEvent::Command { done: true, .. } => "exec",
-            SessionEvent::FileChange { .. } => "write",
+            SessionEvent::FileChange { .. } | SessionEvent::ChangesRefused { .. } => "write",
             SessionEvent::ModelTurn { .. } => "model",
             SessionEvent::Network { .. } => "connect",
             _ => return None,
@@ -166,6 +177,7 @@ impl SessionEvent {
             SessionEvent::Network { .. } => "network",
             SessionEvent::WritesHeld { .. } => "writes_held",
             SessionEvent::WritesApplied { .. } => "writes_applied",
+            SessionEvent::ChangesRefused { .. } => "changes_refused",
             SessionEvent::Message { .. } => "message",
             SessionEvent::Error { .. } => "error",
             SessionEvent::Done { .. } => "done",

@@ -699,6 +699,7 @@ impl Session {
         // Outside the event limit: output that ran over it never hides a connection.
         outbox.send_all(connections.last()).await;
         let held = held_event(out.as_ref(), hold, &mut outbox).await;
+        refused_event(out.as_ref(), &mut outbox).await;
         let mut report = self.finish(turn, out, initial, &parser, over, outbox).await;
         report.held = held;
         report.thread = parser.thread().map(str::to_owned);
@@ -761,6 +762,32 @@ impl Session {
             held: None,
         }
     }
+}
+
+/// The `changes_refused` event of a turn some of whose changes the sandbox's apply refused,
+/// sent (nothing when every change reached the host).
+async fn refused_event(out: Option<&ExecOutput>, outbox: &mut Outbox<'_>) {
+    let Some(c) = out.and_then(|o| o.changes.as_ref()) else {
+        return;
+    };
+    if c.refused.is_empty() && c.refused_unlisted == 0 {
+        return;
+    }
+    let changes = c
+        .refused
+        .iter()
+        .map(|r| corral_exec::RefusedChange {
+            path: crate::events::clean(&r.path),
+            code: r.code.clone(),
+            reason: crate::events::clean(&r.reason),
+        })
+        .collect();
+    outbox
+        .send(SessionEvent::ChangesRefused {
+            changes,
+            more: c.refused_unlisted,
+        })
+        .await;
 }
 
 /// The `writes_held` event of a turn whose hold (its directory `hold`) holds changes, sent;

@@ -462,6 +462,7 @@ impl AgentHost {
         let ok = match event {
             SessionEvent::Command { exit, .. } => exit.unwrap_or(0) == 0,
             SessionEvent::FileChange { applied, .. } => *applied,
+            SessionEvent::ChangesRefused { .. } => false,
             SessionEvent::Network { allowed, .. } => *allowed,
             _ => true,
         };
@@ -474,7 +475,12 @@ impl AgentHost {
             act_chain: t.owner.act_chain.clone(),
             op,
             outcome: if ok { Outcome::Ok } else { Outcome::OpError },
-            code: None,
+            code: match event {
+                SessionEvent::ChangesRefused { changes, .. } => {
+                    changes.first().map(|c| c.code.clone())
+                }
+                _ => None,
+            },
             rule: None,
             args_hash: corral_guard::args::args_hash(&body),
             args_shape: json!({"step": event.kind()}),

@@ -673,7 +673,7 @@ fn agent_paths(paths: &mut serde_json::Map<String, Value>, err: &Value, routes: 
         "get": op("agents.sessions.events.list", "with `Accept: text/event-stream`: the session's events as SSE (`id:` is the event's number; resume with `Last-Event-ID` or `?after=`), following new ones; else the events so far as `{object: list, data}`",
             &json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}, {"name": "after", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0}}, {"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string"}}]),
             None,
-            ("200", json!({"description": "`AgentSessionEvent`s: agent.session.created, agent.session.turn.created, agent.session.turn.in_progress, agent.session.turn.item.added / .item.done (command_execution, file_change, network_connection, message), agent.session.turn.completed / .failed, agent.session.idle, error",
+            ("200", json!({"description": "`AgentSessionEvent`s: agent.session.created, agent.session.turn.created, agent.session.turn.in_progress, agent.session.turn.item.added / .item.done (command_execution, file_change, network_connection, refused_changes, held_writes, message), agent.session.turn.completed / .failed, agent.session.idle, error",
                 "content": {"text/event-stream": {"schema": {"type": "string"}}, "application/json": {"schema": {"type": "object"}}}})),
             vec![("400", e("agents.invalid")), ("404", not_found())]),
     }));

@@ -772,6 +772,21 @@ async fn a_full_session_changes_the_host_beyond_its_workdir_but_never_corrals_ow
         "tokens: []\n"
     );
     assert!(!secret.exists(), "a protected glob was written");
+    // The agent wrote it in its sandbox (and says so); the turn's events say it never landed.
+    let refused: Vec<&corral_exec::RefusedChange> = events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::ChangesRefused { changes, .. } => Some(changes),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert!(
+        refused
+            .iter()
+            .any(|c| c.path == path_str(&secret) && c.code == "policy.path_denied"),
+        "{events:?}"
+    );
     use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(&tool).unwrap().permissions().mode();
     assert_eq!(mode & 0o7000, 0, "a set-id bit reached the host: {mode:o}");

@@ -228,6 +228,13 @@ fn the_openai_sdk_runs_a_codex_session_in_the_sandbox_through_corral_serve() {
     // workdir inside `.git` is refused.
     assert_eq!(v["hook_planted"], false, "{v}");
     assert_eq!(v["lock"], "original", "{v}");
+    // The agent wrote the lock in its sandbox (its CLI said so; `.git` is read-only there, so
+    // the hook failed at once): the stream says it never landed, with its code.
+    assert_eq!(
+        v["refused"],
+        serde_json::json!([["Cargo.lock", "policy.path_denied"]]),
+        "{v}"
+    );
     // An answer over the cap on one event is in the stream, cut (never dropped).
     assert_eq!(
         v["long_answer"],

@@ -635,9 +635,12 @@ def run(tmp):
             environment={"type": "self_hosted", "workspace_directory": ws}, input="tamper")
         stream = client.beta.agents.sessions.events.stream(guarded.id)
         out["long_answer"] = None
+        out["refused"] = []
         for ev in stream:
             if ev.type == "agent.session.turn.item.done":
                 item = ev.item if isinstance(ev.item, dict) else ev.item.to_dict()
+                if item.get("type") == "refused_changes":
+                    out["refused"] += [[os.path.basename(c["path"]), c["code"]] for c in item["changes"]]
                 if item.get("type") == "message":
                     text = item["content"][0]["text"]
                     out["long_answer"] = [len(text) < 17000, text.endswith("[cut]"), text[:2] == "\U0001F600" * 2]

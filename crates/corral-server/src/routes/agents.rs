@@ -712,6 +712,12 @@ fn wire_event(
             "item": {"type": "held_writes", "id": item_id, "hold": body["hold"], "applied": body["applied"],
                      "refused": body["refused"], "status": "completed", "turn_id": format!("turn_{turn}")},
         }),
+        // Changes the agent made in its sandbox that never reached the host.
+        "changes_refused" => json!({
+            "type": "agent.session.turn.item.done",
+            "item": {"type": "refused_changes", "id": item_id, "changes": body["changes"],
+                     "more": body["more"], "status": "failed", "turn_id": format!("turn_{turn}")},
+        }),
         "message" => json!({
             "type": "agent.session.turn.item.done",
             "item": {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
