@@ -315,7 +315,8 @@ impl Applier {
                 false => abs.starts_with(k),
                 true => k.starts_with(abs) && k.as_path() != abs,
             };
-            hit && !self.within.starts_with(k)
+            // A write path strictly inside the tree (an agent's home), never the tree itself.
+            hit && !(self.within.starts_with(k) && self.within.as_path() != k.as_path())
         })
     }
 

@@ -909,9 +909,12 @@ impl LinuxBackend {
                 h.into.display()
             )));
         }
+        // A top-level directory that is itself kept out (a state directory such as `/data`)
+        // is no write path: it would be shown whole (only a tree strictly beneath a write path
+        // is covered) and its changes taken for those of a write path inside it.
         let roots: Vec<PathBuf> = host_roots()?
             .into_iter()
-            .filter(|r| !write_paths.contains(r))
+            .filter(|r| !write_paths.contains(r) && !keep_out.iter().any(|k| r.starts_with(k)))
             .collect();
         write_paths.extend(roots.iter().cloned());
         check_write_paths(&write_paths)?;

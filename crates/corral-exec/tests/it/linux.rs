@@ -1197,3 +1197,45 @@ async fn a_run_with_host_writes_cannot_reach_corrals_state_or_the_hosts_git() {
             .is_symlink()
     );
 }
+
+/// A run with host writes whose kept-out tree is a top-level directory of the host itself (a
+/// state directory such as `/data` or `/state`, the usual volume of a container): that
+/// directory must not become a write path of the run (it would be shown whole, neither covered
+/// nor refused at apply, as the apply took it for a write path inside the tree).
+#[tokio::test]
+async fn a_run_with_host_writes_keeps_out_a_state_directory_at_the_top_of_the_host() {
+    let (_keep, dir) = tempdir();
+    // The top-level directory holding the temp dir plays the state directory (`/tmp`, or
+    // wherever TMPDIR lies).
+    let top: PathBuf = dir.components().take(2).collect();
+    let (state, work) = (dir.join("state"), dir.join("work"));
+    let home = state.join("homes").join("s1");
+    for d in [&home, &work] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(state.join("corral.db"), "the database\n").unwrap();
+    let script = format!(
+        "cat {s}/corral.db 2>/dev/null && echo DB-READ || echo db-hidden
+         echo evil > {s}/corral.db 2>/dev/null
+         echo evil > {s}/planted 2>/dev/null
+         echo h > {h}/h
+         true",
+        s = state.display(),
+        h = home.display(),
+    );
+    let mut req = shell(&script);
+    req.cwd = work.clone();
+    req.write_paths = vec![work.clone(), home.clone()];
+    req.host_writes = Some(corral_exec::HostWrites {
+        keep_out: vec![top.clone()],
+    });
+    let out = run(req).await;
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out), "db-hidden\n", "{}", top.display());
+    assert_eq!(
+        std::fs::read_to_string(state.join("corral.db")).unwrap(),
+        "the database\n"
+    );
+    assert!(!state.join("planted").exists(), "the state was written");
+    assert_eq!(std::fs::read_to_string(home.join("h")).unwrap(), "h\n");
+}
