@@ -222,7 +222,8 @@ pub fn protected_policy(loaded: &Loaded) -> (corral_policy::Policy, Vec<PathBuf>
     (policy, protected)
 }
 
-/// corral's own files (state directory, config, key files), each as configured and resolved
+/// corral's own files (state directory, config, key files, a SQLite database outside the state
+/// directory with its `-wal`, `-shm` and `-journal` beside it), each as configured and resolved
 /// now, after creating the state directory (as the store does) so a symlink in its path is
 /// resolved too.
 pub fn own_paths(loaded: &Loaded) -> Vec<PathBuf> {
@@ -234,9 +235,20 @@ pub fn own_paths(loaded: &Loaded) -> Vec<PathBuf> {
     }
     let mut protected = Vec::new();
     for f in corral_config::protect::resolved_again(loaded) {
+        // The SQLite database's journals beside it are the database too (its latest pages,
+        // which SQLite trusts when it opens it again): as much corral's own.
+        let suffixes: &[&str] = match f.key {
+            "storage.url" => &["", "-wal", "-shm", "-journal"],
+            _ => &[""],
+        };
         for form in f.forms() {
-            if !protected.iter().any(|p: &PathBuf| p == form) {
-                protected.push(form.to_path_buf());
+            for suffix in suffixes {
+                let mut name = form.as_os_str().to_owned();
+                name.push(suffix);
+                let path = PathBuf::from(name);
+                if !protected.contains(&path) {
+                    protected.push(path);
+                }
             }
         }
     }

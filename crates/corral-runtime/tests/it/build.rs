@@ -196,3 +196,45 @@ async fn a_reload_turns_the_lab_off_and_on_and_its_scenarios_are_still_there() {
     assert_eq!(got.name, "kept");
     runtime.close().await;
 }
+
+/// corral's SQLite database named by `storage.url` outside the state directory, in a root
+/// callers may read: the database is corral's own, and so are its WAL and shared-memory files
+/// beside it (the store keeps it in WAL mode), which hold its latest pages (sessions, tokens'
+/// hashes, the audit) and which SQLite trusts when it opens the database again.
+#[tokio::test]
+async fn the_sqlite_databases_wal_beside_it_is_as_protected_as_the_database() {
+    let dir = workspace();
+    let db = dir.path().join("ws/corral.db");
+    let text = format!(
+        "version: 1
+preset: {{name: workspace_jail, readonly: true}}
+root: {ws}
+state_dir: .corral
+storage: {{url: \"sqlite://{db}\"}}
+isolation: {{backend: process}}
+",
+        ws = dir.path().join("ws").display(),
+        db = db.display()
+    );
+    let loaded = load(dir.path(), &text);
+    let runtime = Runtime::build(&loaded, RuntimeOptions::one_shot())
+        .await
+        .unwrap();
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let path = format!("{}{suffix}", db.display());
+        let reply = runtime
+            .gateway()
+            .call(Call {
+                caller: Caller::new(Principal::anonymous()),
+                op: "files.read".to_owned(),
+                args: json!({"path": path}),
+                request_id: format!("r-read{suffix}"),
+            })
+            .await;
+        let Reply::Refused(r) = reply else {
+            panic!("`{path}` was read: {reply:?}")
+        };
+        assert_eq!(r.code, "policy.path_denied", "{path}: {}", r.message);
+    }
+    runtime.close().await;
+}
