@@ -199,6 +199,9 @@ catalog! {
     AGENTS_WORKDIR_OUTSIDE = "agents.workdir_outside", 403,
         "the session's workdir is not beneath the agent scope's `workdir` (or cannot be checked)",
         "omit `workdir` (the scope's is used) or pass a directory beneath it";
+    AGENTS_READ_ONLY = "agents.read_only", 403,
+        "the agent scope that allowed this call lets the agent change nothing (`permissions: read-only`): a held change cannot be applied under it",
+        "apply it under a rule whose agent scope lets the agent write (`permissions: workspace-write`), or leave the hold unapplied";
     AGENTS_MAX_TURNS = "agents.max_turns", 429,
         "the session has taken the agent scope's `max_turns` model turns",
         "start a new session, or raise `agents.max_turns` of the rule";

@@ -1220,6 +1220,16 @@ impl AgentSessionOp {
         let record = self.own_session(ctx, &id).await?;
         let t = self.turn_start(ctx, record)?;
         same_session(&t)?;
+        // Judged now: a scope that became read-only since the turn held them applies nothing.
+        if !t.grant.permissions.writes() {
+            return Err(op_err(
+                codes::AGENTS_READ_ONLY,
+                format!(
+                    "session `{id}`'s agent scope is now `permissions: {}`: its held changes cannot be applied under it",
+                    t.grant.permissions.as_str()
+                ),
+            ));
+        }
         if t.record.status == "in_progress" {
             return Err(op_err(
                 codes::AGENTS_SESSION_BUSY,

@@ -1183,3 +1183,41 @@ async fn a_caller_gone_while_its_turn_starts_never_leaves_the_session_running() 
         }
     }
 }
+
+/// Held changes are applied under the scope that judges the apply, now: a rule whose agent
+/// scope is `read-only` (a config reloaded since the turn held them, say) applies nothing, even
+/// once a person approved the call: `403 agents.read_only`, before any hold is looked at.
+#[tokio::test]
+async fn an_apply_under_a_read_only_scope_is_403_read_only_even_approved() {
+    let h = Host::new();
+    h.seed("codex");
+    let apply = format!(
+        "  - name: apply\n    allow: [agents.codex.sessions.apply_writes]\n    agents: {{workdir: {}, permissions: read-only}}\n",
+        h.workdir.display()
+    );
+    let rules = h.rule("host", ALL_SESSION_OPS) + &apply;
+    let s = h.start(&h.yaml("[codex]", &rules)).await;
+    let made = new_session(&s, &h).await;
+    let body = json!({
+        "session": made["id"], "hold": "0123456789abcdef0123456789abcdef",
+        "workdir": h.workdir.display().to_string(), "model": made["agent"]["model"],
+    });
+    let op = "/ops/agents.codex.sessions.apply_writes";
+    let asked = post(&s, Some(ALICE), op, &body, &[]).await;
+    assert_eq!(asked.status, 202, "{}", asked.text);
+    let action = asked.json()["action_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let decided = post(
+        &s,
+        Some(ALICE),
+        &format!("/confirmations/{action}/decision"),
+        &json!({"decision": "approve"}),
+        &[],
+    )
+    .await;
+    assert_eq!(decided.status, 200, "{}", decided.text);
+    let r = post(&s, Some(ALICE), op, &body, &[]).await;
+    refused_naming(&r, 403, "agents.read_only", "permissions: read-only");
+}
