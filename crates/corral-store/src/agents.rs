@@ -314,9 +314,9 @@ const INSERT_SESSION: &str = concat!(
      $9, $9, NULL, NULL WHERE (SELECT COUNT(*) FROM agent_sessions WHERE tenant = $1 AND owner = $3) \
      < $10"
 );
-/// A session that runs no turn.
-const DELETE_SESSION: &str =
-    "DELETE FROM agent_sessions WHERE tenant = $1 AND id = $2 AND status <> 'in_progress'";
+/// A session that runs no turn, nor an apply of its held changes (a live claim's lease).
+const DELETE_SESSION: &str = "DELETE FROM agent_sessions WHERE tenant = $1 AND id = $2 \
+     AND status <> 'in_progress' AND (hold_lease_until_ms IS NULL OR hold_lease_until_ms < $3)";
 const DELETE_SESSION_EVENTS: &str =
     "DELETE FROM agent_session_events WHERE tenant = $1 AND session_id = $2";
 /// A deleted session's holds go with it (migration 0023).
@@ -617,11 +617,13 @@ impl Store {
     /// no such session.
     pub async fn delete_session(&self, tenant: &str, id: &str) -> Result<(), AgentStoreError> {
         let q = self.agents_err("delete a session");
+        let now = crate::recorder::now_ms();
         let deleted = on_pool!(&self.pool, p => {
             let mut tx = p.begin().await.map_err(&q)?;
             let n = sqlx::query(DELETE_SESSION)
                 .bind(tenant)
                 .bind(id)
+                .bind(now)
                 .execute(&mut *tx)
                 .await
                 .map_err(&q)?
@@ -645,7 +647,11 @@ impl Store {
         match self.get_session(tenant, id).await? {
             Some(s) => Err(AgentStoreError::Busy {
                 id: id.to_owned(),
-                status: s.status.to_string(),
+                // Idle but not deleted: a hold of it is being applied.
+                status: match s.status.as_str() {
+                    "idle" => "applying held changes".to_owned(),
+                    _ => s.status.to_string(),
+                },
             }),
             None => Err(not_found("session", tenant, id)),
         }

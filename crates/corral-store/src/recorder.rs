@@ -130,7 +130,8 @@ fn is_dead(me: &Epoch, host: &str, pid: i64, pid_start: i64, seen_ms: i64, now_m
     seen_ms < now_ms.saturating_sub(STALE_MS)
 }
 
-fn now_ms() -> i64 {
+/// Now, in milliseconds since the Unix epoch, by this process's clock.
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

@@ -365,3 +365,43 @@ async fn raw_sql(url: &str, sql: &str) {
         sqlx::query(sql).execute(&mut c).await.unwrap();
     }
 }
+
+on_both!(a_session_is_not_deleted_while_a_hold_of_it_is_being_applied);
+/// A live apply's lease keeps its session (and the hold it reads) until the apply ends: a
+/// delete meanwhile is `agents.session_busy`, naming the apply; once it ended, the delete goes.
+async fn a_session_is_not_deleted_while_a_hold_of_it_is_being_applied(url: &str) {
+    let store = store_with_hold(url).await;
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    store
+        .claim_hold("acme", "sess-h", HOLD, "c1", now, now + 600_000)
+        .await
+        .unwrap();
+    let refused = store.delete_session("acme", "sess-h").await.unwrap_err();
+    assert_eq!(refused.code(), "agents.session_busy");
+    assert!(
+        refused.to_string().contains("applying held changes"),
+        "{refused}"
+    );
+    assert!(
+        store
+            .get_hold("acme", "sess-h", HOLD)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        store
+            .release_hold("acme", "sess-h", HOLD, "c1")
+            .await
+            .unwrap()
+    );
+    store.delete_session("acme", "sess-h").await.unwrap();
+    assert_eq!(store.get_hold("acme", "sess-h", HOLD).await.unwrap(), None);
+    store.close().await;
+}
