@@ -911,10 +911,12 @@ impl LinuxBackend {
         }
         // A top-level directory that is itself kept out (a state directory such as `/data`)
         // is no write path: it would be shown whole (only a tree strictly beneath a write path
-        // is covered) and its changes taken for those of a write path inside it.
+        // is covered) and its changes taken for those of a write path inside it. One that is
+        // itself protected (`protected: [/srv]`) stays as every run sees it: hidden.
         let roots: Vec<PathBuf> = host_roots()?
             .into_iter()
             .filter(|r| !write_paths.contains(r) && !keep_out.iter().any(|k| r.starts_with(k)))
+            .filter(|r| r.to_str().is_some_and(|s| req.protected.hit(s).is_none()))
             .collect();
         write_paths.extend(roots.iter().cloned());
         check_write_paths(&write_paths)?;

@@ -1239,3 +1239,43 @@ async fn a_run_with_host_writes_keeps_out_a_state_directory_at_the_top_of_the_ho
     assert!(!state.join("planted").exists(), "the state was written");
     assert_eq!(std::fs::read_to_string(home.join("h")).unwrap(), "h\n");
 }
+
+/// A run with host writes where a top-level host directory is itself `protected:` (`/srv`,
+/// say): the run starts (that directory is no write path of it), and the directory stays as
+/// every run sees a protected path: nothing written there reaches the host.
+#[tokio::test]
+async fn a_run_with_host_writes_leaves_a_protected_top_level_directory_protected() {
+    let (_keep, dir) = tempdir();
+    let top: PathBuf = dir.components().take(2).collect();
+    let roots = corral_exec::linux::host_roots().unwrap();
+    let Some(root) = roots
+        .iter()
+        .find(|r| **r != top && std::fs::read_dir(r).is_ok())
+        .cloned()
+    else {
+        panic!("no readable top-level directory besides {top:?} among {roots:?}");
+    };
+    let probe = root.join(format!("corral-probe-{}", std::process::id()));
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut req = shell(&format!(
+        "echo x > {p} 2>/dev/null && echo WROTE || echo refused; echo w > {w}/w",
+        p = probe.display(),
+        w = work.display()
+    ));
+    req.cwd = work.clone();
+    req.write_paths = vec![work.clone()];
+    req.protected = corral_policy::Protected::compile(corral_policy::ProtectedSpec {
+        paths: vec![root.display().to_string()],
+        ..Default::default()
+    })
+    .unwrap();
+    req.host_writes = Some(corral_exec::HostWrites { keep_out: vec![] });
+    let out = run(req).await;
+    assert_eq!(out.exit_code, Some(0), "stderr: {}", stderr(&out));
+    assert!(
+        !probe.exists(),
+        "a protected top-level directory was written"
+    );
+    assert_eq!(std::fs::read_to_string(work.join("w")).unwrap(), "w\n");
+}
