@@ -4,7 +4,8 @@
 //! as it comes): the workdir bound read-write (`workspace-write`, `full`) or read-only
 //! (`read-only`), and with `full` the host's top-level directories writable too
 //! ([`corral_exec::ExecRequest::host_writes`]: every write through the same copy-on-write layer
-//! and checks, corral's state kept out, attested `fs:unconfined`); the agent's home (its config, the CLI's own session files that the next turn
+//! and checks, corral's state kept out, attested `fs:unconfined`); the agent's home (its config,
+//! the CLI's own session files that the next turn
 //! resumes from) read-write; the CLI's install read-only; everything else the backend's
 //! read-only system view or absent. Its only network is a link
 //! ([`corral_exec::RunNetwork::Corral`]) that the HTTP crate serves with the LLM proxy's routes

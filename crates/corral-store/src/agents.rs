@@ -2,7 +2,8 @@
 //! session's events. A session is a run (its id is the run id); it takes one turn at a time,
 //! claimed atomically (`idle` -> `in_progress`), so two replicas never run two turns of one
 //! session at once; a turn's end and a cancel (migration 0022: asked on any replica, polled by
-//! the one running the turn) name the turn's number, so neither reaches another turn. Events are append-only, numbered from 1 per session without gaps, capped at
+//! the one running the turn) name the turn's number, so neither reaches another turn. Events are
+//! append-only, numbered from 1 per session without gaps, capped at
 //! [`MAX_SESSION_EVENTS`] per session and [`MAX_EVENT_BYTES`] each. The store keeps what the
 //! runtime gives it and checks only tenancy; who may read a session (its owner, an admin) is the
 //! runtime's decision.

@@ -25,8 +25,8 @@
 //! beneath the write path (the overlay showed the program the directory under it, not what is
 //! mounted there: a change there is for a place it never saw). With host writes, corral's trees
 //! kept out (`HostSpec::keep_out`) are refused like protected paths, but through a write path
-//! inside one (an agent's home in the state directory). Each entry is applied on its own: a refusal or an error
-//! skips it, the rest is applied.
+//! inside one (an agent's home in the state directory). Each entry is applied on its own: a
+//! refusal or an error skips it, the rest is applied.
 
 use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
