@@ -222,18 +222,25 @@ pub struct HoldBuilder {
 }
 
 impl HoldBuilder {
-    /// A builder of a hold at `root`, which it creates (mode 0700; it must not exist, and its
-    /// parent must).
+    /// A builder of a hold at `root`, which it creates (mode 0700, as any missing parent; it
+    /// must not exist).
     pub fn new(root: &Path) -> Result<Self, AgentError> {
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(root)
-            .map_err(|e| {
-                AgentError::new(
-                    codes::AGENTS_SANDBOX,
-                    format!("cannot make the hold's directory `{}`: {e}", root.display()),
-                )
-            })?;
+        let make = |dir: &Path, parents: bool| {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .recursive(parents)
+                .create(dir)
+                .map_err(|e| {
+                    AgentError::new(
+                        codes::AGENTS_SANDBOX,
+                        format!("cannot make the hold's directory `{}`: {e}", dir.display()),
+                    )
+                })
+        };
+        if let Some(parent) = root.parent() {
+            make(parent, true)?;
+        }
+        make(root, false)?;
         Ok(Self {
             root: root.to_owned(),
             dirs: std::collections::HashMap::new(),

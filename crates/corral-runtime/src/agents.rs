@@ -459,12 +459,15 @@ impl AgentHost {
     /// Audits one step of a session as its op (`agents.<a>.exec`, ...), shape only.
     async fn audit_step(&self, t: &TurnStart, op: String, event: &SessionEvent) {
         let body = serde_json::to_value(event).unwrap_or(Value::Null);
-        let ok = match event {
-            SessionEvent::Command { exit, .. } => exit.unwrap_or(0) == 0,
-            SessionEvent::FileChange { applied, .. } => *applied,
-            SessionEvent::ChangesRefused { .. } => false,
-            SessionEvent::Network { allowed, .. } => *allowed,
-            _ => true,
+        // Whether the step went through, and the code of one that did not (when it has one).
+        let (ok, code) = match event {
+            SessionEvent::Command { exit, .. } => (exit.unwrap_or(0) == 0, None),
+            SessionEvent::FileChange { applied, .. } => (*applied, None),
+            SessionEvent::ChangesRefused { changes, .. } => {
+                (false, changes.first().map(|c| c.code.clone()))
+            }
+            SessionEvent::Network { allowed, .. } => (*allowed, None),
+            _ => (true, None),
         };
         let audit = AuditEvent {
             request_id: format!("{}-{}", t.record.id, uuid::Uuid::now_v7().simple()),
@@ -475,12 +478,7 @@ impl AgentHost {
             act_chain: t.owner.act_chain.clone(),
             op,
             outcome: if ok { Outcome::Ok } else { Outcome::OpError },
-            code: match event {
-                SessionEvent::ChangesRefused { changes, .. } => {
-                    changes.first().map(|c| c.code.clone())
-                }
-                _ => None,
-            },
+            code,
             rule: None,
             args_hash: corral_guard::args::args_hash(&body),
             args_shape: json!({"step": event.kind()}),

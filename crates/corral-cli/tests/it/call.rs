@@ -451,16 +451,25 @@ auth:
         args.extend(["--server", &served.url]);
         corral_with_env(dir.path(), &args, &env)
     };
-    let (code, _, err) = run(&[
-        "call",
-        "files.list",
-        "path=.",
-        "--token-env",
-        "CORRAL_IT_AGENT",
-    ]);
+    // `corral audit ARGS` as the boss; the agent's `corral call files.list path=.`.
+    let audit = |args: &[&str]| {
+        let mut args = [&["audit"][..], args].concat();
+        args.extend(["--token-env", "CORRAL_IT_BOSS"]);
+        run(&args)
+    };
+    let agent_lists = || {
+        run(&[
+            "call",
+            "files.list",
+            "path=.",
+            "--token-env",
+            "CORRAL_IT_AGENT",
+        ])
+    };
+    let (code, _, err) = agent_lists();
     assert_eq!(code, 0, "{err}");
 
-    let (code, out, err) = run(&["audit", "--limit", "5", "--token-env", "CORRAL_IT_BOSS"]);
+    let (code, out, err) = audit(&["--limit", "5"]);
     assert_eq!(code, 0, "{err}");
     let first = out.lines().next().unwrap_or_default();
     assert!(
@@ -468,28 +477,14 @@ auth:
         "the newest event is the agent's call: {out}"
     );
 
-    let (code, out, _) = run(&[
-        "audit",
-        "--limit",
-        "1",
-        "--format",
-        "json",
-        "--token-env",
-        "CORRAL_IT_BOSS",
-    ]);
+    let (code, out, _) = audit(&["--limit", "1", "--format", "json"]);
     assert_eq!(code, 0);
     let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) else {
         unreachable!("--format json prints JSON: {out}")
     };
     assert_eq!(v["events"][0]["op"], "files.list");
 
-    let (code, out, err) = run(&[
-        "audit",
-        "--op",
-        "files.read",
-        "--token-env",
-        "CORRAL_IT_BOSS",
-    ]);
+    let (code, out, err) = audit(&["--op", "files.read"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.starts_with("no audit events"),
@@ -497,44 +492,24 @@ auth:
     );
 
     // The agent's call acted on the world: it is `live`, and no lab run made a `simulation` one.
-    let (code, out, err) = run(&[
-        "audit",
-        "--purpose",
-        "live",
-        "--limit",
-        "1",
-        "--token-env",
-        "CORRAL_IT_BOSS",
-    ]);
+    let (code, out, err) = audit(&["--purpose", "live", "--limit", "1"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("  files.list  ok  200  "), "{out}");
     assert!(out.contains("  run=-  live  "), "{out}");
-    let (code, out, err) = run(&[
-        "audit",
-        "--purpose",
-        "simulation",
-        "--token-env",
-        "CORRAL_IT_BOSS",
-    ]);
+    let (code, out, err) = audit(&["--purpose", "simulation"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("no audit events"), "{out}");
-    let (code, _, err) = run(&["audit", "--purpose", "sim", "--token-env", "CORRAL_IT_BOSS"]);
+    let (code, _, err) = audit(&["--purpose", "sim"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("live, simulation"), "{err}");
 
     // Paging: a full page ends with the `--after` of the next one, which lists the older
     // events and nothing of the first page.
     for _ in 0..2 {
-        let (code, _, err) = run(&[
-            "call",
-            "files.list",
-            "path=.",
-            "--token-env",
-            "CORRAL_IT_AGENT",
-        ]);
+        let (code, _, err) = agent_lists();
         assert_eq!(code, 0, "{err}");
     }
-    let (code, page1, err) = run(&["audit", "--limit", "2", "--token-env", "CORRAL_IT_BOSS"]);
+    let (code, page1, err) = audit(&["--limit", "2"]);
     assert_eq!(code, 0, "{err}");
     let Some(after) = page1
         .lines()
@@ -543,15 +518,7 @@ auth:
     else {
         unreachable!("a full page says how to get the next: {page1}")
     };
-    let (code, page2, err) = run(&[
-        "audit",
-        "--limit",
-        "2",
-        "--after",
-        after,
-        "--token-env",
-        "CORRAL_IT_BOSS",
-    ]);
+    let (code, page2, err) = audit(&["--limit", "2", "--after", after]);
     assert_eq!(code, 0, "{err}");
     let ids = |page: &str| -> Vec<String> {
         page.lines()
@@ -566,13 +533,7 @@ auth:
         second.iter().all(|id| !first.contains(id)),
         "{page1}\n{page2}"
     );
-    let (code, _, err) = run(&[
-        "audit",
-        "--after",
-        "not-a-cursor",
-        "--token-env",
-        "CORRAL_IT_BOSS",
-    ]);
+    let (code, _, err) = audit(&["--after", "not-a-cursor"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("args.invalid"), "{err}");
 

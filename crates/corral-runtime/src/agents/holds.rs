@@ -127,16 +127,6 @@ impl AgentHost {
         dir: &Path,
     ) -> Result<HoldApplied, OpError> {
         let (tenant, sid) = (&t.tenant, &t.record.id);
-        if let Some(parent) = dir.parent() {
-            let mut made = std::fs::DirBuilder::new();
-            std::os::unix::fs::DirBuilderExt::mode(&mut made, 0o700);
-            made.recursive(true).create(parent).map_err(|e| {
-                op_err(
-                    codes::AGENTS_SANDBOX,
-                    format!("cannot make `{}` for the hold: {e}", parent.display()),
-                )
-            })?;
-        }
         let mut builder = HoldBuilder::new(dir).map_err(agent_err)?;
         let mut after = 0;
         loop {

@@ -970,14 +970,9 @@ async fn an_approved_session_create_sent_again_is_marked_replayed() {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let decided = post(
-        &s,
-        Some(ALICE),
-        &format!("/confirmations/{action}/decision"),
-        &json!({"decision": "approve"}),
-        &[],
-    )
-    .await;
+    let decided = s
+        .decide_as(Some(ALICE), &action, json!({"decision": "approve"}))
+        .await;
     assert_eq!(decided.status, 200, "{}", decided.text);
     let made = post(&s, Some(ALICE), "/v1/agents/sessions", &body, &[]).await;
     assert_eq!(made.status, 200, "{}", made.text);
@@ -1202,22 +1197,17 @@ async fn an_apply_under_a_read_only_scope_is_403_read_only_even_approved() {
         "session": made["id"], "hold": "0123456789abcdef0123456789abcdef",
         "workdir": h.workdir.display().to_string(), "model": made["agent"]["model"],
     });
-    let op = "/ops/agents.codex.sessions.apply_writes";
-    let asked = post(&s, Some(ALICE), op, &body, &[]).await;
+    let op = "agents.codex.sessions.apply_writes";
+    let asked = s.call_as(ALICE, op, body.clone()).await;
     assert_eq!(asked.status, 202, "{}", asked.text);
     let action = asked.json()["action_id"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let decided = post(
-        &s,
-        Some(ALICE),
-        &format!("/confirmations/{action}/decision"),
-        &json!({"decision": "approve"}),
-        &[],
-    )
-    .await;
+    let decided = s
+        .decide_as(Some(ALICE), &action, json!({"decision": "approve"}))
+        .await;
     assert_eq!(decided.status, 200, "{}", decided.text);
-    let r = post(&s, Some(ALICE), op, &body, &[]).await;
+    let r = s.call_as(ALICE, op, body).await;
     refused_naming(&r, 403, "agents.read_only", "permissions: read-only");
 }
